@@ -1,0 +1,32 @@
+# Everything a fresh machine needs is installed by these targets.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/poisonq demo --dir demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check poisonq tests bench examples
+	$(BIN)/ruff format --check poisonq tests bench examples
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest
+
+bench: $(STAMP)
+	$(BIN)/python bench/queue_throughput.py
+
+clean:
+	rm -rf $(VENV) demo .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,120 @@
+"""The error hierarchy: every error poisonq raises derives from :class:`PoisonqError`.
+
+Errors carry the fields an operator or a caller needs to act (entity name, sequence numbers,
+limits) instead of only a formatted message. Driver errors (sqlite3, psycopg) are wrapped at the
+store boundary as :class:`StoreError` with the original chained as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class PoisonqError(Exception):
+    """Base class of every error raised by poisonq."""
+
+
+class InvalidNameError(PoisonqError, ValueError):
+    """An entity name or address does not follow the naming rules."""
+
+    def __init__(self, name: str, why: str) -> None:
+        super().__init__(f"invalid entity name {name!r}: {why}")
+        self.name = name
+
+
+class InvalidOptionError(PoisonqError, ValueError):
+    """An option, policy or argument value is out of range or of the wrong type."""
+
+
+class EntityNotFoundError(PoisonqError, LookupError):
+    """The named queue (or subqueue) does not exist."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"entity {name!r} does not exist")
+        self.name = name
+
+
+class EntityExistsError(PoisonqError):
+    """An entity with this name already exists."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"entity {name!r} already exists")
+        self.name = name
+
+
+class EntityDisabledError(PoisonqError):
+    """The entity's status forbids this operation (sending or receiving)."""
+
+    def __init__(self, name: str, status: str, operation: str) -> None:
+        super().__init__(f"cannot {operation} on {name!r}: entity is {status}")
+        self.name = name
+        self.status = status
+        self.operation = operation
+
+
+class MessageTooLargeError(PoisonqError):
+    """A message is larger than the entity's ``max_message_size``; nothing was sent."""
+
+    def __init__(self, message_id: str, size: int, limit: int) -> None:
+        super().__init__(f"message {message_id!r} is {size} bytes; the limit is {limit} bytes")
+        self.message_id = message_id
+        self.size = size
+        self.limit = limit
+
+
+class QuotaExceededError(PoisonqError):
+    """Sending would make the entity larger than its ``max_size``; nothing was sent."""
+
+    def __init__(self, name: str, size: int, limit: int) -> None:
+        super().__init__(f"entity {name!r} would hold {size} bytes; its max_size is {limit} bytes")
+        self.name = name
+        self.size = size
+        self.limit = limit
+
+
+class MessageLockLostError(PoisonqError):
+    """The lock on these messages expired or was never held; nothing was changed."""
+
+    def __init__(self, sequence_numbers: Sequence[int]) -> None:
+        numbers = ", ".join(str(n) for n in sequence_numbers[:10])
+        more = f" and {len(sequence_numbers) - 10} more" if len(sequence_numbers) > 10 else ""
+        super().__init__(f"lock lost or expired for message(s) {numbers}{more}")
+        self.sequence_numbers = list(sequence_numbers)
+
+
+class MessageNotFoundError(PoisonqError, LookupError):
+    """No message with this sequence number is held by the entity in the expected state."""
+
+    def __init__(self, entity: str, sequence_number: int) -> None:
+        super().__init__(f"no such message {sequence_number} in {entity!r}")
+        self.entity = entity
+        self.sequence_number = sequence_number
+
+
+class InvalidOperationError(PoisonqError):
+    """The operation is not allowed here (for example dead-lettering a dead-lettered message)."""
+
+
+class TaskNotFoundError(PoisonqError, LookupError):
+    """No resubmit task with this id."""
+
+    def __init__(self, task_id: int) -> None:
+        super().__init__(f"no such task {task_id}")
+        self.task_id = task_id
+
+
+class StoreError(PoisonqError):
+    """The store failed (disk, lock timeout, corrupt file); the driver error is the cause."""
+
+
+class SchemaVersionError(StoreError):
+    """The store was written by a newer poisonq than this one."""
+
+
+class PermanentError(Exception):
+    """Raised by a handler or transform to say a message can never succeed.
+
+    The processor dead-letters such a message at once (fail fast) with the exception's type
+    as reason, instead of retrying it. It is the user's exception, so it does not derive from
+    :class:`PoisonqError`.
+    """

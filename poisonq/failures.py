@@ -1,0 +1,61 @@
+"""Failure records and their fingerprints.
+
+A fingerprint groups failures the way ServiceControl does: the *root-cause* exception type
+(the innermost of a ``raise ... from`` chain, not the wrapper) plus the frame where it was
+raised, with the message text left out. So ``KeyError: 'cust-17'`` and ``KeyError: 'cust-42'``
+raised at the same place fall in one group, while the same type raised elsewhere does not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import traceback
+
+from poisonq.model import FailureRecord
+
+MAX_TRACEBACK = 16_384
+MAX_MESSAGE = 4_096
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """Follow ``__cause__`` (or an unsuppressed ``__context__``) to the innermost exception."""
+    seen = {id(exc)}
+    while True:
+        nxt = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+        if nxt is None or id(nxt) in seen:
+            return exc
+        seen.add(id(nxt))
+        exc = nxt
+
+
+def type_name(exc: BaseException) -> str:
+    cls = type(exc)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def fingerprint(exc: BaseException) -> str:
+    """A short stable id of (root-cause type, the frame that raised it)."""
+    root = root_cause(exc)
+    frames = traceback.extract_tb(root.__traceback__)
+    where = f"{os.path.basename(frames[-1].filename)}:{frames[-1].name}" if frames else ""
+    return hashlib.sha1(f"{type_name(root)}|{where}".encode()).hexdigest()[:16]
+
+
+def failure_from_exception(exc: BaseException, now: float) -> FailureRecord:
+    """The failure record of one attempt that raised ``exc``."""
+    text = "".join(traceback.format_exception(exc))
+    if len(text) > MAX_TRACEBACK:
+        text = "...\n" + text[-MAX_TRACEBACK:]
+    return FailureRecord(
+        time=now,
+        error_type=type_name(root_cause(exc)),
+        message=str(exc)[:MAX_MESSAGE],
+        traceback=text,
+        fingerprint=fingerprint(exc),
+    )
+
+
+def describe(failure: FailureRecord) -> str:
+    """The one-line description a dead-lettered message carries for its last failure."""
+    return f"{failure.error_type}: {failure.message}"[:MAX_MESSAGE]

@@ -1,0 +1,203 @@
+"""Value types shared by every layer: enums, messages, failure records, durations.
+
+The enums are ``StrEnum`` so their values are what the store writes; the schema constrains the
+same values and ``tests/test_schema.py`` proves the two agree.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import TypeAlias
+
+from poisonq.errors import InvalidOptionError
+
+PropertyValue: TypeAlias = str | int | float | bool | None
+Duration: TypeAlias = int | float | timedelta
+
+
+class MessageState(StrEnum):
+    """Where a message is in its life; see DESIGN.md, the message state machine."""
+
+    SCHEDULED = "scheduled"
+    ACTIVE = "active"
+    LOCKED = "locked"
+    DEFERRED = "deferred"
+    DEAD_LETTERED = "dead_lettered"
+    COMPLETED = "completed"
+    DROPPED = "dropped"
+
+
+HELD_STATES = (
+    MessageState.SCHEDULED,
+    MessageState.ACTIVE,
+    MessageState.LOCKED,
+    MessageState.DEFERRED,
+)
+
+
+class DeadLetterReason(StrEnum):
+    """The reasons the broker itself dead-letters with (applications may use any text)."""
+
+    MAX_DELIVERY_COUNT_EXCEEDED = "MaxDeliveryCountExceeded"
+    TTL_EXPIRED = "TTLExpiredException"
+    HEADER_SIZE_EXCEEDED = "HeaderSizeExceeded"
+    SESSION_ID_IS_NULL = "SessionIdIsNull"
+    MAX_TRANSFER_HOP_COUNT_EXCEEDED = "MaxTransferHopCountExceeded"
+    REJECTED = "Rejected"
+
+
+class ReceiveMode(StrEnum):
+    """Peek-lock (at-least-once) or receive-and-delete (at-most-once)."""
+
+    PEEK_LOCK = "peek_lock"
+    RECEIVE_AND_DELETE = "receive_and_delete"
+
+
+class ReceiveErrorHandling(StrEnum):
+    """What happens to a message that used all its attempts (WCF ``ReceiveErrorHandling``)."""
+
+    FAULT = "fault"
+    DROP = "drop"
+    REJECT = "reject"
+    MOVE = "move"
+
+
+class EntityStatus(StrEnum):
+    """Whether an entity accepts sends and receives."""
+
+    ACTIVE = "active"
+    DISABLED = "disabled"
+    SEND_DISABLED = "send_disabled"
+    RECEIVE_DISABLED = "receive_disabled"
+
+    @property
+    def can_send(self) -> bool:
+        return self in (EntityStatus.ACTIVE, EntityStatus.RECEIVE_DISABLED)
+
+    @property
+    def can_receive(self) -> bool:
+        return self in (EntityStatus.ACTIVE, EntityStatus.SEND_DISABLED)
+
+
+class SubQueue(StrEnum):
+    """The subqueues every queue has."""
+
+    DEADLETTER = "deadletter"
+    RETRY = "retry"
+    TRANSFER_DEADLETTER = "transfer_deadletter"
+
+
+def to_seconds(value: Duration, what: str) -> float:
+    """Convert a duration given as seconds or a ``timedelta`` to seconds, refusing bad values."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise InvalidOptionError(f"{what} must be seconds or a timedelta, not {value!r}")
+    if math.isnan(seconds) or math.isinf(seconds) or seconds < 0:
+        raise InvalidOptionError(f"{what} must be a finite duration >= 0, not {value!r}")
+    return seconds
+
+
+def to_timestamp(value: datetime | float) -> float:
+    """Seconds since the epoch for a timezone-aware datetime (or a timestamp already)."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise InvalidOptionError(f"datetime {value!r} needs a timezone (use datetime.now(UTC))")
+        return value.timestamp()
+    return float(value)
+
+
+def from_timestamp(value: float | None) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(value, UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class FailureRecord:
+    """One failed attempt: when, which error, and the fingerprint that groups alike failures."""
+
+    time: float
+    error_type: str
+    message: str
+    traceback: str = ""
+    fingerprint: str = ""
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "time": self.time,
+            "error_type": self.error_type,
+            "message": self.message,
+            "traceback": self.traceback,
+            "fingerprint": self.fingerprint,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> FailureRecord:
+        return cls(
+            time=float(data["time"]),  # type: ignore[arg-type]
+            error_type=str(data["error_type"]),
+            message=str(data["message"]),
+            traceback=str(data.get("traceback", "")),
+            fingerprint=str(data.get("fingerprint", "")),
+        )
+
+
+@dataclass(slots=True)
+class Message:
+    """A message as the sender builds it. Only ``body`` is required."""
+
+    body: bytes | str = b""
+    message_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    content_type: str | None = None
+    subject: str | None = None
+    properties: dict[str, PropertyValue] = field(default_factory=dict)
+    session_id: str | None = None
+    correlation_id: str | None = None
+    reply_to: str | None = None
+    time_to_live: Duration | None = None
+    scheduled_enqueue_time: datetime | None = None
+
+
+@dataclass(slots=True)
+class ReceivedMessage:
+    """A message as a receiver or peek sees it, with the broker-set fields.
+
+    ``lock_token`` and ``locked_until`` are set for peek-locked messages and move on with
+    :meth:`Receiver.renew_lock`; the rest is a snapshot taken when the message was received.
+    """
+
+    sequence_number: int
+    entity: str
+    message_id: str
+    body: bytes
+    content_type: str | None
+    subject: str | None
+    properties: dict[str, PropertyValue]
+    session_id: str | None
+    correlation_id: str | None
+    reply_to: str | None
+    state: MessageState
+    enqueued_time: datetime
+    scheduled_enqueue_time: datetime | None
+    expires_at: datetime | None
+    delivery_count: int
+    abort_count: int
+    move_count: int
+    resubmit_count: int
+    hop_count: int
+    lock_token: str | None
+    locked_until: datetime | None
+    dead_letter_reason: str | None
+    dead_letter_error_description: str | None
+    dead_letter_source: str | None
+    failures: list[FailureRecord]
+
+    @property
+    def text(self) -> str:
+        """The body decoded as UTF-8 (replacing undecodable bytes)."""
+        return self.body.decode("utf-8", errors="replace")

@@ -1,0 +1,211 @@
+"""Queue options and the retry policy, with their defaults and validation.
+
+Defaults follow the reference systems (DESIGN.md, "Options"). Options are frozen dataclasses
+validated on construction; the store keeps them as JSON and never interprets them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from poisonq.errors import InvalidOptionError
+from poisonq.model import Duration, ReceiveErrorHandling, to_seconds
+from poisonq.names import validate_name
+
+KIB = 1024
+MAX_LOCK_DURATION = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class Redeliver:
+    """Decision: make the message active again in the same queue."""
+
+
+@dataclass(frozen=True, slots=True)
+class MoveToRetry:
+    """Decision: park the message in the retry subqueue for ``delay`` seconds (a new cycle)."""
+
+    delay: float
+
+
+@dataclass(frozen=True, slots=True)
+class Poison:
+    """Decision: every attempt is used; ``action`` says what becomes of the message."""
+
+    action: ReceiveErrorHandling
+
+
+RetryDecision = Redeliver | MoveToRetry | Poison
+
+
+def _count(value: object, what: str, minimum: int = 0) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise InvalidOptionError(f"{what} must be an integer >= {minimum}, not {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """When a failed message is retried, parked for a cycle, or poisoned (WCF names).
+
+    Total attempts = (``receive_retry_count`` + 1) x (``max_retry_cycles`` + 1). The policy is
+    a pure function of the message's counters: :meth:`decide` is called after a failed attempt.
+    """
+
+    receive_retry_count: int = 9
+    max_retry_cycles: int = 0
+    retry_cycle_delay: float = 0.0
+    retry_cycle_delay_multiplier: float = 1.0
+    receive_error_handling: ReceiveErrorHandling = ReceiveErrorHandling.MOVE
+
+    def __post_init__(self) -> None:
+        _count(self.receive_retry_count, "receive_retry_count")
+        _count(self.max_retry_cycles, "max_retry_cycles")
+        delay = to_seconds(self.retry_cycle_delay, "retry_cycle_delay")
+        object.__setattr__(self, "retry_cycle_delay", delay)
+        growth = self.retry_cycle_delay_multiplier
+        if not isinstance(growth, int | float) or isinstance(growth, bool) or growth < 1:
+            raise InvalidOptionError(f"retry_cycle_delay_multiplier must be >= 1, not {growth!r}")
+        try:
+            handling = ReceiveErrorHandling(self.receive_error_handling)
+        except ValueError:
+            choices = ", ".join(h.value for h in ReceiveErrorHandling)
+            raise InvalidOptionError(
+                f"receive_error_handling must be one of {choices}, "
+                f"not {self.receive_error_handling!r}"
+            ) from None
+        object.__setattr__(self, "receive_error_handling", handling)
+
+    @classmethod
+    def service_bus(cls, max_delivery_count: int = 10) -> RetryPolicy:
+        """Service Bus: ``max_delivery_count`` immediate attempts, then the dead-letter queue."""
+        _count(max_delivery_count, "max_delivery_count", minimum=1)
+        return cls(receive_retry_count=max_delivery_count - 1)
+
+    @classmethod
+    def wcf(cls) -> RetryPolicy:
+        """WCF/MSMQ defaults: 5 retries, 2 cycles 30 minutes apart, then fault the queue."""
+        return cls(
+            receive_retry_count=5,
+            max_retry_cycles=2,
+            retry_cycle_delay=1800.0,
+            receive_error_handling=ReceiveErrorHandling.FAULT,
+        )
+
+    @property
+    def attempts_per_cycle(self) -> int:
+        return self.receive_retry_count + 1
+
+    @property
+    def total_attempts(self) -> int:
+        return self.attempts_per_cycle * (self.max_retry_cycles + 1)
+
+    def decide(self, delivery_count: int, move_count: int) -> RetryDecision:
+        """Decide after a failed delivery, given deliveries so far and cycles already parked."""
+        if delivery_count < self.attempts_per_cycle * (move_count + 1):
+            return Redeliver()
+        if move_count < self.max_retry_cycles:
+            growth: float = self.retry_cycle_delay_multiplier**move_count
+            return MoveToRetry(delay=self.retry_cycle_delay * growth)
+        return Poison(self.receive_error_handling)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RetryPolicy:
+        return cls(**data)
+
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOptions:
+    """Every option of a queue, with the reference systems' defaults (DESIGN.md, "Options").
+
+    Durations are stored as float seconds; the constructor accepts seconds or ``timedelta``.
+    ``max_delivery_count`` is derived from the retry policy (attempts per cycle).
+    """
+
+    lock_duration: float = 60.0
+    retry: RetryPolicy = field(default_factory=RetryPolicy.service_bus)
+    default_message_ttl: float | None = None
+    dead_lettering_on_message_expiration: bool = True
+    requires_duplicate_detection: bool = False
+    duplicate_detection_window: float = 600.0
+    requires_session: bool = False
+    forward_to: str | None = None
+    forward_dead_lettered_messages_to: str | None = None
+    max_message_size: int = 256 * KIB
+    max_properties_size: int = 64 * KIB
+    max_size: int = 1024 * KIB * KIB
+    auto_disable_after_rollbacks: int | None = None
+
+    def __post_init__(self) -> None:
+        lock = to_seconds(self.lock_duration, "lock_duration")
+        if not 0 < lock <= MAX_LOCK_DURATION:
+            raise InvalidOptionError(f"lock_duration must be in (0, 300] seconds, not {lock}")
+        object.__setattr__(self, "lock_duration", lock)
+        if not isinstance(self.retry, RetryPolicy):
+            raise InvalidOptionError(f"retry must be a RetryPolicy, not {self.retry!r}")
+        if self.default_message_ttl is not None:
+            ttl = to_seconds(self.default_message_ttl, "default_message_ttl")
+            if ttl <= 0:
+                raise InvalidOptionError("default_message_ttl must be > 0 (or None: never expire)")
+            object.__setattr__(self, "default_message_ttl", ttl)
+        window = to_seconds(self.duplicate_detection_window, "duplicate_detection_window")
+        if not 20 <= window <= 7 * 86400:
+            raise InvalidOptionError("duplicate_detection_window must be 20 s to 7 days")
+        object.__setattr__(self, "duplicate_detection_window", window)
+        for flag in (
+            "dead_lettering_on_message_expiration",
+            "requires_duplicate_detection",
+            "requires_session",
+        ):
+            if not isinstance(getattr(self, flag), bool):
+                raise InvalidOptionError(f"{flag} must be true or false")
+        for name in ("forward_to", "forward_dead_lettered_messages_to"):
+            if getattr(self, name) is not None:
+                validate_name(getattr(self, name))
+        _count(self.max_message_size, "max_message_size", minimum=1)
+        _count(self.max_properties_size, "max_properties_size", minimum=1)
+        _count(self.max_size, "max_size", minimum=1)
+        if self.auto_disable_after_rollbacks is not None:
+            _count(self.auto_disable_after_rollbacks, "auto_disable_after_rollbacks", minimum=1)
+
+    @property
+    def max_delivery_count(self) -> int:
+        return self.retry.attempts_per_cycle
+
+    @classmethod
+    def build(
+        cls,
+        base: QueueOptions | None = None,
+        max_delivery_count: int | None = None,
+        **changes: Any,
+    ) -> QueueOptions:
+        """Options from ``base`` (or defaults) with ``changes`` applied and validated.
+
+        ``max_delivery_count=N`` is shorthand for ``retry=RetryPolicy.service_bus(N)``.
+        """
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(changes) - names)
+        if unknown:
+            raise InvalidOptionError(f"unknown queue option(s): {', '.join(unknown)}")
+        if max_delivery_count is not None:
+            if "retry" in changes:
+                raise InvalidOptionError("give either max_delivery_count or retry, not both")
+            changes["retry"] = RetryPolicy.service_bus(max_delivery_count)
+        return dataclasses.replace(base or cls(), **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data["retry"] = self.retry.to_json()
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> QueueOptions:
+        data = dict(data)
+        data["retry"] = RetryPolicy.from_json(data["retry"])
+        return cls(**data)

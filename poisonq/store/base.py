@@ -1,0 +1,330 @@
+"""The store contract every backend implements.
+
+A store persists entities and messages and performs *guarded* transitions: each change names
+the state (and lock token) it expects and reports how many rows it changed, so the engine can
+raise instead of silently doing nothing. Each transition method also keeps the entity's ledger
+(sent, moved in/out, completed, dropped, bytes held) in the same transaction, which is what
+makes ``poisonq audit`` able to prove that nothing was lost. Which transition to run, and when,
+is the engine's business: the store has no policy.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
+
+from poisonq.model import EntityStatus, MessageState, ReceivedMessage, SubQueue
+
+
+@dataclass(frozen=True, slots=True)
+class Ledger:
+    """Lifetime counters of one entity. ``sent + moved_in = completed + dropped + moved_out +
+    held`` at every commit."""
+
+    sent: int = 0
+    moved_in: int = 0
+    completed: int = 0
+    dropped: int = 0
+    moved_out: int = 0
+    dead_lettered: int = 0
+    resubmitted: int = 0
+    lock_expiries: int = 0
+    size_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EntityRecord:
+    """An entity row: a queue, or one of a queue's subqueues (``parent_id`` set)."""
+
+    id: int
+    name: str
+    parent_id: int | None
+    subqueue: SubQueue | None
+    status: EntityStatus
+    status_cause: str | None
+    options: dict[str, Any]
+    created_at: float
+    updated_at: float
+    ledger: Ledger
+
+
+@dataclass(slots=True)
+class NewMessage:
+    """A message row about to be inserted, already validated and sized by the engine."""
+
+    message_id: str
+    body: bytes
+    size: int
+    content_type: str | None
+    subject: str | None
+    properties: str | None
+    session_id: str | None
+    correlation_id: str | None
+    reply_to: str | None
+    state: MessageState
+    scheduled_at: float | None
+    expires_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class LockInfo:
+    """The counters the retry policy decides on, for one locked message."""
+
+    seq: int
+    delivery_count: int
+    move_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterGroup:
+    """Dead-lettered messages sharing one key (reason, subject or fingerprint)."""
+
+    key: str | None
+    label: str | None
+    count: int
+    first_seen: float
+    last_seen: float
+
+
+@dataclass(frozen=True, slots=True)
+class MessageFilter:
+    """Which messages of an entity a bulk operation (resubmit, purge) selects."""
+
+    reason: str | None = None
+    subject: str | None = None
+    fingerprint: str | None = None
+    min_sequence: int | None = None
+    max_sequence: int | None = None
+    since: float | None = None
+    until: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecord:
+    """A tracked bulk operation (a resubmit) with its progress."""
+
+    id: int
+    kind: str
+    entity_id: int
+    status: str
+    spec: dict[str, Any]
+    total: int
+    done: int
+    created_at: float
+    updated_at: float
+    error: str | None
+
+
+class Transaction(ABC):
+    """One store transaction. Every method runs inside it; all commit or none do."""
+
+    # Entities -----------------------------------------------------------------------------
+    @abstractmethod
+    def insert_entity(
+        self,
+        name: str,
+        parent_id: int | None,
+        subqueue: SubQueue | None,
+        options: dict[str, Any],
+        now: float,
+    ) -> int:
+        """Create an entity; raises ``EntityExistsError`` if the name is taken."""
+
+    @abstractmethod
+    def entity(self, name: str) -> EntityRecord | None: ...
+
+    @abstractmethod
+    def entity_by_id(self, entity_id: int) -> EntityRecord: ...
+
+    @abstractmethod
+    def entities(self) -> list[EntityRecord]:
+        """Every entity, subqueues included, by name."""
+
+    @abstractmethod
+    def set_options(self, entity_id: int, options: dict[str, Any], now: float) -> None: ...
+
+    @abstractmethod
+    def set_status(
+        self, entity_id: int, status: EntityStatus, cause: str | None, now: float
+    ) -> None: ...
+
+    @abstractmethod
+    def delete_entity(self, entity_id: int) -> None:
+        """Delete an entity with its subqueues and every message they hold."""
+
+    @abstractmethod
+    def held_counts(self, entity_id: int) -> dict[MessageState, int]:
+        """Messages held by the entity, by state (terminal states are never held)."""
+
+    # Sending ------------------------------------------------------------------------------
+    @abstractmethod
+    def insert_messages(self, entity_id: int, rows: Sequence[NewMessage], now: float) -> list[int]:
+        """Insert messages (counted as sent); returns their sequence numbers in order."""
+
+    @abstractmethod
+    def seen_message_ids(self, entity_id: int, message_ids: Sequence[str], now: float) -> set[str]:
+        """Which of ``message_ids`` were sent to the entity inside their detection window."""
+
+    @abstractmethod
+    def remember_message_ids(
+        self, entity_id: int, message_ids: Sequence[str], expires_at: float
+    ) -> None: ...
+
+    @abstractmethod
+    def forget_message_ids(self, now: float) -> int:
+        """Prune duplicate-detection ids whose window has passed."""
+
+    # Receiving ----------------------------------------------------------------------------
+    @abstractmethod
+    def lock_ready(
+        self,
+        entity_id: int,
+        name: str,
+        ready: MessageState,
+        limit: int,
+        token: str,
+        locked_until: float,
+    ) -> list[ReceivedMessage]:
+        """Lock up to ``limit`` messages in state ``ready`` (``active``, or ``dead_lettered``
+        in a dead-letter queue), oldest first: ``delivery_count += 1``."""
+
+    @abstractmethod
+    def take_ready(
+        self, entity_id: int, name: str, ready: MessageState, limit: int
+    ) -> list[ReceivedMessage]:
+        """Remove up to ``limit`` ready messages as completed (receive-and-delete)."""
+
+    @abstractmethod
+    def lock_deferred(
+        self, entity_id: int, name: str, seqs: Sequence[int], token: str, locked_until: float
+    ) -> list[ReceivedMessage]:
+        """Lock the deferred messages with these sequence numbers."""
+
+    @abstractmethod
+    def peek(
+        self, entity_id: int, name: str, from_seq: int, limit: int
+    ) -> list[ReceivedMessage]:
+        """Held messages from ``from_seq`` on, without locking or counting."""
+
+    @abstractmethod
+    def message(self, entity_id: int, name: str, seq: int) -> ReceivedMessage | None: ...
+
+    @abstractmethod
+    def locked(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[LockInfo]:
+        """Those of ``seqs`` locked under ``token`` with a lock still valid at ``now``."""
+
+    @abstractmethod
+    def expired_locks(self, entity_id: int, now: float) -> list[LockInfo]: ...
+
+    @abstractmethod
+    def expired_messages(self, entity_id: int, now: float) -> list[int]:
+        """Held, unlocked messages whose time to live has passed."""
+
+    @abstractmethod
+    def promote_scheduled(self, entity_id: int, now: float) -> int:
+        """Make scheduled messages whose time has come active."""
+
+    # Settling -----------------------------------------------------------------------------
+    @abstractmethod
+    def complete(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
+        """Complete validly locked messages; returns the sequence numbers completed."""
+
+    @abstractmethod
+    def release(
+        self,
+        entity_id: int,
+        seqs: Sequence[int],
+        ready: MessageState,
+        failure: dict[str, Any] | None,
+        lock_expired: bool,
+    ) -> int:
+        """Locked → ``ready`` (an abandon): ``abort_count += 1``, failure appended."""
+
+    @abstractmethod
+    def defer(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> int: ...
+
+    @abstractmethod
+    def renew(
+        self, entity_id: int, token: str, seqs: Sequence[int], now: float, locked_until: float
+    ) -> int: ...
+
+    @abstractmethod
+    def dead_letter(
+        self,
+        entity_id: int,
+        seqs: Sequence[int],
+        target_id: int,
+        reason: str,
+        description: str | None,
+        source: str,
+        failure: dict[str, Any] | None,
+        now: float,
+    ) -> int:
+        """Move held messages into the dead-letter queue ``target_id``."""
+
+    @abstractmethod
+    def drop(self, entity_id: int, seqs: Sequence[int]) -> int:
+        """Remove held messages, counted as dropped."""
+
+    @abstractmethod
+    def resubmit(self, entity_id: int, seqs: Sequence[int], target_id: int, now: float) -> int:
+        """Move unlocked messages to ``target_id`` under new sequence numbers, with a fresh
+        delivery count and no dead-letter fields; failure history is kept."""
+
+    # Dead-letter analysis and tasks ------------------------------------------------------
+    @abstractmethod
+    def dead_letter_groups(self, entity_id: int, by: str) -> list[DeadLetterGroup]:
+        """Group held messages by ``reason``, ``subject`` or ``fingerprint``."""
+
+    @abstractmethod
+    def select(
+        self, entity_id: int, where: MessageFilter, after_seq: int, limit: int
+    ) -> list[int]:
+        """Sequence numbers of unlocked held messages matching ``where``, ascending."""
+
+    @abstractmethod
+    def count_matching(self, entity_id: int, where: MessageFilter) -> int: ...
+
+    @abstractmethod
+    def insert_task(
+        self, kind: str, entity_id: int, spec: dict[str, Any], total: int, now: float
+    ) -> int: ...
+
+    @abstractmethod
+    def task(self, task_id: int) -> TaskRecord | None: ...
+
+    @abstractmethod
+    def update_task(
+        self, task_id: int, done: int, status: str, error: str | None, now: float
+    ) -> None: ...
+
+
+class Store(ABC):
+    """A connection to one store. Thread-safe; transactions are serialized per store."""
+
+    url: str
+
+    @abstractmethod
+    def transaction(self) -> AbstractContextManager[Transaction]:
+        """A write transaction: commits on exit, rolls back on error."""
+
+    @abstractmethod
+    def change_marker(self) -> object:
+        """A value that changes whenever any transaction (any process) commits."""
+
+    @abstractmethod
+    def wait_for_change(self, marker: object, timeout: float) -> None:
+        """Block until the change marker differs from ``marker``, or ``timeout`` passes."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+

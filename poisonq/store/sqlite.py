@@ -1,0 +1,652 @@
+"""The SQLite store: one file in WAL mode, safe for several processes at once.
+
+Write transactions start with ``BEGIN IMMEDIATE`` so that two processes never both read and
+then both try to upgrade to a write lock (which SQLite would refuse with SQLITE_BUSY); the
+writer lock is taken up front and other writers wait on ``busy_timeout``. Within a process one
+connection is shared behind a lock, because SQLite serializes writers anyway.
+
+Lists of sequence numbers are bound as one JSON array and expanded with ``json_each`` so every
+statement has a fixed text and stays in the statement cache.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from poisonq.errors import (
+    EntityExistsError,
+    InvalidOptionError,
+    SchemaVersionError,
+    StoreError,
+)
+from poisonq.model import (
+    EntityStatus,
+    FailureRecord,
+    MessageState,
+    ReceivedMessage,
+    SubQueue,
+    from_timestamp,
+)
+from poisonq.store.base import (
+    DeadLetterGroup,
+    EntityRecord,
+    Ledger,
+    LockInfo,
+    MessageFilter,
+    NewMessage,
+    Store,
+    TaskRecord,
+    Transaction,
+)
+
+_MESSAGE_COLUMNS = (
+    "seq, message_id, body, content_type, subject, properties, session_id, correlation_id, "
+    "reply_to, state, enqueued_at, scheduled_at, expires_at, delivery_count, abort_count, "
+    "move_count, resubmit_count, hop_count, lock_token, locked_until, dead_letter_reason, "
+    "dead_letter_description, dead_letter_source, failures"
+)
+_ENTITY_COLUMNS = (
+    "id, name, parent_id, subqueue, status, status_cause, options, created_at, updated_at, "
+    "sent, moved_in, completed, dropped, moved_out, dead_lettered, resubmitted, lock_expiries, "
+    "size_bytes"
+)
+_HELD = "('scheduled', 'active', 'locked', 'deferred', 'dead_lettered')"
+_LIVE = "('scheduled', 'active', 'locked', 'deferred')"
+_SEQS = "(SELECT value FROM json_each(?))"
+_LEDGER_COLUMNS = frozenset(Ledger.__slots__)  # type: ignore[attr-defined]
+_GROUP_KEYS = {
+    "reason": ("dead_letter_reason", "dead_letter_reason"),
+    "subject": ("subject", "subject"),
+    "fingerprint": ("last_fingerprint", "last_error_type"),
+}
+
+_STATES = {s.value: s for s in MessageState}
+
+
+def _message(row: Sequence[Any], entity: str) -> ReceivedMessage:
+    """Build a received message from a row of ``_MESSAGE_COLUMNS``."""
+    props = row[5]
+    failures = row[23]
+    return ReceivedMessage(
+        sequence_number=row[0],
+        entity=entity,
+        message_id=row[1],
+        body=row[2],
+        content_type=row[3],
+        subject=row[4],
+        properties=json.loads(props) if props else {},
+        session_id=row[6],
+        correlation_id=row[7],
+        reply_to=row[8],
+        state=_STATES[row[9]],
+        enqueued_time=from_timestamp(row[10]),  # type: ignore[arg-type]
+        scheduled_enqueue_time=from_timestamp(row[11]),
+        expires_at=from_timestamp(row[12]),
+        delivery_count=row[13],
+        abort_count=row[14],
+        move_count=row[15],
+        resubmit_count=row[16],
+        hop_count=row[17],
+        lock_token=row[18],
+        locked_until=from_timestamp(row[19]),
+        dead_letter_reason=row[20],
+        dead_letter_error_description=row[21],
+        dead_letter_source=row[22],
+        failures=[FailureRecord.from_json(f) for f in json.loads(failures)] if failures else [],
+    )
+
+
+def _entity(row: Sequence[Any]) -> EntityRecord:
+    return EntityRecord(
+        id=row[0],
+        name=row[1],
+        parent_id=row[2],
+        subqueue=SubQueue(row[3]) if row[3] else None,
+        status=EntityStatus(row[4]),
+        status_cause=row[5],
+        options=json.loads(row[6]),
+        created_at=row[7],
+        updated_at=row[8],
+        ledger=Ledger(*row[9:18]),
+    )
+
+
+def _seqs(seqs: Sequence[int]) -> str:
+    return json.dumps(list(seqs))
+
+
+def _filter_sql(where: MessageFilter) -> tuple[str, list[Any]]:
+    clauses: list[str] = []
+    params: list[Any] = []
+    for column, value, op in (
+        ("dead_letter_reason", where.reason, "="),
+        ("subject", where.subject, "="),
+        ("last_fingerprint", where.fingerprint, "="),
+        ("seq", where.min_sequence, ">="),
+        ("seq", where.max_sequence, "<="),
+        ("coalesce(dead_lettered_at, enqueued_at)", where.since, ">="),
+        ("coalesce(dead_lettered_at, enqueued_at)", where.until, "<"),
+    ):
+        if value is not None:
+            clauses.append(f" AND {column} {op} ?")
+            params.append(value)
+    return "".join(clauses), params
+
+
+class SqliteTransaction(Transaction):
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._db = conn
+
+    def _bump(self, entity_id: int, **deltas: int) -> None:
+        """Add ``deltas`` to the entity's ledger columns (names are ours, never user input)."""
+        deltas = {k: v for k, v in deltas.items() if v}
+        if not deltas:
+            return
+        assert set(deltas) <= _LEDGER_COLUMNS
+        sets = ", ".join(f"{name} = {name} + ?" for name in deltas)
+        self._db.execute(f"UPDATE entities SET {sets} WHERE id = ?", (*deltas.values(), entity_id))
+
+    # Entities -----------------------------------------------------------------------------
+    def insert_entity(
+        self,
+        name: str,
+        parent_id: int | None,
+        subqueue: SubQueue | None,
+        options: dict[str, Any],
+        now: float,
+    ) -> int:
+        try:
+            cur = self._db.execute(
+                "INSERT INTO entities (name, parent_id, subqueue, options, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (name, parent_id, subqueue, json.dumps(options), now, now),
+            )
+        except sqlite3.IntegrityError as exc:
+            raise EntityExistsError(name) from exc
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    def entity(self, name: str) -> EntityRecord | None:
+        row = self._db.execute(
+            f"SELECT {_ENTITY_COLUMNS} FROM entities WHERE name = ?", (name,)
+        ).fetchone()
+        return _entity(row) if row else None
+
+    def entity_by_id(self, entity_id: int) -> EntityRecord:
+        row = self._db.execute(
+            f"SELECT {_ENTITY_COLUMNS} FROM entities WHERE id = ?", (entity_id,)
+        ).fetchone()
+        return _entity(row)
+
+    def entities(self) -> list[EntityRecord]:
+        rows = self._db.execute(f"SELECT {_ENTITY_COLUMNS} FROM entities ORDER BY name")
+        return [_entity(row) for row in rows]
+
+    def set_options(self, entity_id: int, options: dict[str, Any], now: float) -> None:
+        self._db.execute(
+            "UPDATE entities SET options = ?, updated_at = ? WHERE id = ?",
+            (json.dumps(options), now, entity_id),
+        )
+
+    def set_status(
+        self, entity_id: int, status: EntityStatus, cause: str | None, now: float
+    ) -> None:
+        self._db.execute(
+            "UPDATE entities SET status = ?, status_cause = ?, updated_at = ? WHERE id = ?",
+            (status, cause, now, entity_id),
+        )
+
+    def delete_entity(self, entity_id: int) -> None:
+        self._db.execute("DELETE FROM entities WHERE id = ? OR parent_id = ?", (entity_id,) * 2)
+
+    def held_counts(self, entity_id: int) -> dict[MessageState, int]:
+        rows = self._db.execute(
+            "SELECT state, count(*) FROM messages WHERE entity_id = ? GROUP BY state",
+            (entity_id,),
+        )
+        return {_STATES[state]: n for state, n in rows}
+
+    # Sending ------------------------------------------------------------------------------
+    def insert_messages(self, entity_id: int, rows: Sequence[NewMessage], now: float) -> list[int]:
+        self._db.executemany(
+            "INSERT INTO messages (entity_id, state, message_id, body, size, content_type,"
+            " subject, properties, session_id, correlation_id, reply_to, enqueued_at,"
+            " scheduled_at, visible_at, expires_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    entity_id,
+                    m.state,
+                    m.message_id,
+                    m.body,
+                    m.size,
+                    m.content_type,
+                    m.subject,
+                    m.properties,
+                    m.session_id,
+                    m.correlation_id,
+                    m.reply_to,
+                    now,
+                    m.scheduled_at,
+                    m.scheduled_at,
+                    m.expires_at,
+                )
+                for m in rows
+            ],
+        )
+        # One writer at a time and AUTOINCREMENT: the rows got consecutive sequence numbers.
+        (last,) = self._db.execute("SELECT last_insert_rowid()").fetchone()
+        self._bump(entity_id, sent=len(rows), size_bytes=sum(m.size for m in rows))
+        return list(range(last - len(rows) + 1, last + 1))
+
+    def seen_message_ids(self, entity_id: int, message_ids: Sequence[str], now: float) -> set[str]:
+        rows = self._db.execute(
+            "SELECT message_id FROM seen_message_ids WHERE entity_id = ? AND expires_at > ?"
+            f" AND message_id IN {_SEQS}",
+            (entity_id, now, json.dumps(list(message_ids))),
+        )
+        return {row[0] for row in rows}
+
+    def remember_message_ids(
+        self, entity_id: int, message_ids: Sequence[str], expires_at: float
+    ) -> None:
+        self._db.executemany(
+            "INSERT OR REPLACE INTO seen_message_ids (entity_id, message_id, expires_at)"
+            " VALUES (?, ?, ?)",
+            [(entity_id, mid, expires_at) for mid in message_ids],
+        )
+
+    def forget_message_ids(self, now: float) -> int:
+        return self._db.execute("DELETE FROM seen_message_ids WHERE expires_at <= ?", (now,)).rowcount
+
+    # Receiving ----------------------------------------------------------------------------
+    def lock_ready(
+        self,
+        entity_id: int,
+        name: str,
+        ready: MessageState,
+        limit: int,
+        token: str,
+        locked_until: float,
+    ) -> list[ReceivedMessage]:
+        rows = self._db.execute(
+            "UPDATE messages SET state = 'locked', lock_token = ?, locked_until = ?,"
+            " delivery_count = delivery_count + 1"
+            " WHERE seq IN (SELECT seq FROM messages WHERE entity_id = ? AND state = ?"
+            f" ORDER BY seq LIMIT ?) RETURNING {_MESSAGE_COLUMNS}",
+            (token, locked_until, entity_id, ready, limit),
+        ).fetchall()
+        rows.sort(key=lambda row: row[0])
+        return [_message(row, name) for row in rows]
+
+    def take_ready(
+        self, entity_id: int, name: str, ready: MessageState, limit: int
+    ) -> list[ReceivedMessage]:
+        rows = self._db.execute(
+            "DELETE FROM messages WHERE seq IN (SELECT seq FROM messages WHERE entity_id = ?"
+            f" AND state = ? ORDER BY seq LIMIT ?) RETURNING {_MESSAGE_COLUMNS}, size",
+            (entity_id, ready, limit),
+        ).fetchall()
+        rows.sort(key=lambda row: row[0])
+        self._bump(entity_id, completed=len(rows), size_bytes=-sum(row[-1] for row in rows))
+        taken = [_message(row, name) for row in rows]
+        for message in taken:
+            message.delivery_count += 1
+            message.state = MessageState.COMPLETED
+        return taken
+
+    def lock_deferred(
+        self, entity_id: int, name: str, seqs: Sequence[int], token: str, locked_until: float
+    ) -> list[ReceivedMessage]:
+        rows = self._db.execute(
+            "UPDATE messages SET state = 'locked', lock_token = ?, locked_until = ?,"
+            " delivery_count = delivery_count + 1"
+            f" WHERE entity_id = ? AND state = 'deferred' AND seq IN {_SEQS}"
+            f" RETURNING {_MESSAGE_COLUMNS}",
+            (token, locked_until, entity_id, _seqs(seqs)),
+        ).fetchall()
+        rows.sort(key=lambda row: row[0])
+        return [_message(row, name) for row in rows]
+
+    def peek(
+        self, entity_id: int, name: str, from_seq: int, limit: int
+    ) -> list[ReceivedMessage]:
+        rows = self._db.execute(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE entity_id = ? AND seq >= ?"
+            " ORDER BY seq LIMIT ?",
+            (entity_id, from_seq, limit),
+        )
+        return [_message(row, name) for row in rows]
+
+    def message(self, entity_id: int, name: str, seq: int) -> ReceivedMessage | None:
+        row = self._db.execute(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE entity_id = ? AND seq = ?",
+            (entity_id, seq),
+        ).fetchone()
+        return _message(row, name) if row else None
+
+    def locked(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[LockInfo]:
+        rows = self._db.execute(
+            "SELECT seq, delivery_count, move_count FROM messages WHERE entity_id = ?"
+            f" AND state = 'locked' AND lock_token = ? AND locked_until > ? AND seq IN {_SEQS}",
+            (entity_id, token, now, _seqs(seqs)),
+        )
+        return [LockInfo(*row) for row in rows]
+
+    def expired_locks(self, entity_id: int, now: float) -> list[LockInfo]:
+        rows = self._db.execute(
+            "SELECT seq, delivery_count, move_count FROM messages WHERE entity_id = ?"
+            " AND state = 'locked' AND locked_until <= ? ORDER BY seq",
+            (entity_id, now),
+        )
+        return [LockInfo(*row) for row in rows]
+
+    def expired_messages(self, entity_id: int, now: float) -> list[int]:
+        rows = self._db.execute(
+            "SELECT seq FROM messages WHERE entity_id = ? AND expires_at <= ?"
+            " AND state IN ('scheduled', 'active', 'deferred') ORDER BY seq",
+            (entity_id, now),
+        )
+        return [row[0] for row in rows]
+
+    def promote_scheduled(self, entity_id: int, now: float) -> int:
+        return self._db.execute(
+            "UPDATE messages SET state = 'active' WHERE entity_id = ? AND state = 'scheduled'"
+            " AND visible_at <= ?",
+            (entity_id, now),
+        ).rowcount
+
+    # Settling -----------------------------------------------------------------------------
+    def complete(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
+        rows = self._db.execute(
+            "DELETE FROM messages WHERE entity_id = ? AND state = 'locked' AND lock_token = ?"
+            f" AND locked_until > ? AND seq IN {_SEQS} RETURNING seq, size",
+            (entity_id, token, now, _seqs(seqs)),
+        ).fetchall()
+        self._bump(entity_id, completed=len(rows), size_bytes=-sum(row[1] for row in rows))
+        return [row[0] for row in rows]
+
+    def release(
+        self,
+        entity_id: int,
+        seqs: Sequence[int],
+        ready: MessageState,
+        failure: dict[str, Any] | None,
+        lock_expired: bool,
+    ) -> int:
+        record = json.dumps(failure) if failure else None
+        changed = self._db.execute(
+            "UPDATE messages SET state = ?4, lock_token = NULL, locked_until = NULL,"
+            " abort_count = abort_count + 1,"
+            " failures = CASE WHEN ?1 IS NULL THEN failures"
+            "   ELSE json_insert(coalesce(failures, '[]'), '$[#]', json(?1)) END,"
+            " last_error_type = coalesce(json_extract(?1, '$.error_type'), last_error_type),"
+            " last_fingerprint = coalesce(json_extract(?1, '$.fingerprint'), last_fingerprint)"
+            f" WHERE entity_id = ?2 AND state = 'locked' AND seq IN {_SEQS.replace('?', '?3')}",
+            (record, entity_id, _seqs(seqs), ready),
+        ).rowcount
+        if lock_expired:
+            self._bump(entity_id, lock_expiries=changed)
+        return changed
+
+    def defer(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> int:
+        return self._db.execute(
+            "UPDATE messages SET state = 'deferred', lock_token = NULL, locked_until = NULL"
+            " WHERE entity_id = ? AND state = 'locked' AND lock_token = ? AND locked_until > ?"
+            f" AND seq IN {_SEQS}",
+            (entity_id, token, now, _seqs(seqs)),
+        ).rowcount
+
+    def renew(
+        self, entity_id: int, token: str, seqs: Sequence[int], now: float, locked_until: float
+    ) -> int:
+        return self._db.execute(
+            "UPDATE messages SET locked_until = ? WHERE entity_id = ? AND state = 'locked'"
+            f" AND lock_token = ? AND locked_until > ? AND seq IN {_SEQS}",
+            (locked_until, entity_id, token, now, _seqs(seqs)),
+        ).rowcount
+
+    def dead_letter(
+        self,
+        entity_id: int,
+        seqs: Sequence[int],
+        target_id: int,
+        reason: str,
+        description: str | None,
+        source: str,
+        failure: dict[str, Any] | None,
+        now: float,
+    ) -> int:
+        record = json.dumps(failure) if failure else None
+        rows = self._db.execute(
+            "UPDATE messages SET entity_id = ?1, state = 'dead_lettered', lock_token = NULL,"
+            " locked_until = NULL, dead_letter_reason = ?2,"
+            # Without a description, the last recorded failure describes the message.
+            " dead_letter_description = coalesce(?3, json_extract(failures, '$[#-1].error_type')"
+            "   || ': ' || json_extract(failures, '$[#-1].message')),"
+            " dead_letter_source = ?4, dead_lettered_at = ?5,"
+            " failures = CASE WHEN ?6 IS NULL THEN failures"
+            "   ELSE json_insert(coalesce(failures, '[]'), '$[#]', json(?6)) END,"
+            " last_error_type = coalesce(json_extract(?6, '$.error_type'), last_error_type),"
+            " last_fingerprint = coalesce(json_extract(?6, '$.fingerprint'), last_fingerprint)"
+            f" WHERE entity_id = ?7 AND state IN {_LIVE}"
+            f" AND seq IN {_SEQS.replace('?', '?8')} RETURNING size",
+            (target_id, reason, description, source, now, record, entity_id, _seqs(seqs)),
+        ).fetchall()
+        moved, size = len(rows), sum(row[0] for row in rows)
+        self._bump(entity_id, moved_out=moved, dead_lettered=moved, size_bytes=-size)
+        self._bump(target_id, moved_in=moved, size_bytes=size)
+        return moved
+
+    def drop(self, entity_id: int, seqs: Sequence[int]) -> int:
+        rows = self._db.execute(
+            f"DELETE FROM messages WHERE entity_id = ? AND state IN {_HELD} AND seq IN {_SEQS}"
+            " RETURNING size",
+            (entity_id, _seqs(seqs)),
+        ).fetchall()
+        self._bump(entity_id, dropped=len(rows), size_bytes=-sum(row[0] for row in rows))
+        return len(rows)
+
+    def resubmit(self, entity_id: int, seqs: Sequence[int], target_id: int, now: float) -> int:
+        guard = f"entity_id = ? AND state IN ('active', 'deferred', 'dead_lettered') AND seq IN {_SEQS}"
+        params = (entity_id, _seqs(seqs))
+        # INSERT ... SELECT in sequence order gives the copies new, ascending sequence numbers:
+        # a resubmitted message joins the back of the queue, as a new send would.
+        self._db.execute(
+            "INSERT INTO messages (entity_id, state, message_id, body, size, content_type,"
+            " subject, properties, session_id, correlation_id, reply_to, enqueued_at, expires_at,"
+            " abort_count, resubmit_count, hop_count, last_error_type, last_fingerprint, failures)"
+            " SELECT ?, 'active', message_id, body, size, content_type, subject, properties,"
+            " session_id, correlation_id, reply_to, ?, NULL, abort_count, resubmit_count + 1,"
+            " hop_count, last_error_type, last_fingerprint, failures"
+            f" FROM messages WHERE {guard} ORDER BY seq",
+            (target_id, now, *params),
+        )
+        rows = self._db.execute(f"DELETE FROM messages WHERE {guard} RETURNING size", params)
+        sizes = [row[0] for row in rows]
+        moved, size = len(sizes), sum(sizes)
+        self._bump(entity_id, moved_out=moved, resubmitted=moved, size_bytes=-size)
+        self._bump(target_id, moved_in=moved, size_bytes=size)
+        return moved
+
+    # Dead-letter analysis and tasks ------------------------------------------------------
+    def dead_letter_groups(self, entity_id: int, by: str) -> list[DeadLetterGroup]:
+        key, label = _GROUP_KEYS[by]
+        rows = self._db.execute(
+            f"SELECT {key}, max({label}), count(*),"
+            " min(coalesce(dead_lettered_at, enqueued_at)),"
+            " max(coalesce(dead_lettered_at, enqueued_at))"
+            f" FROM messages WHERE entity_id = ? GROUP BY {key} ORDER BY count(*) DESC, {key}",
+            (entity_id,),
+        )
+        return [DeadLetterGroup(*row) for row in rows]
+
+    def select(
+        self, entity_id: int, where: MessageFilter, after_seq: int, limit: int
+    ) -> list[int]:
+        clauses, params = _filter_sql(where)
+        rows = self._db.execute(
+            "SELECT seq FROM messages WHERE entity_id = ? AND state != 'locked' AND seq > ?"
+            f"{clauses} ORDER BY seq LIMIT ?",
+            (entity_id, after_seq, *params, limit),
+        )
+        return [row[0] for row in rows]
+
+    def count_matching(self, entity_id: int, where: MessageFilter) -> int:
+        clauses, params = _filter_sql(where)
+        (n,) = self._db.execute(
+            f"SELECT count(*) FROM messages WHERE entity_id = ? AND state != 'locked'{clauses}",
+            (entity_id, *params),
+        ).fetchone()
+        return int(n)
+
+    def insert_task(
+        self, kind: str, entity_id: int, spec: dict[str, Any], total: int, now: float
+    ) -> int:
+        cur = self._db.execute(
+            "INSERT INTO tasks (kind, entity_id, status, spec, total, created_at, updated_at)"
+            " VALUES (?, ?, 'running', ?, ?, ?, ?)",
+            (kind, entity_id, json.dumps(spec), total, now, now),
+        )
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    def task(self, task_id: int) -> TaskRecord | None:
+        row = self._db.execute(
+            "SELECT id, kind, entity_id, status, spec, total, done, created_at, updated_at, error"
+            " FROM tasks WHERE id = ?",
+            (task_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        return TaskRecord(*row[:4], json.loads(row[4]), *row[5:])
+
+    def update_task(
+        self, task_id: int, done: int, status: str, error: str | None, now: float
+    ) -> None:
+        self._db.execute(
+            "UPDATE tasks SET done = ?, status = ?, error = ?, updated_at = ? WHERE id = ?",
+            (done, status, error, now, task_id),
+        )
+
+
+class SqliteStore(Store):
+    """A store in one SQLite file."""
+
+    def __init__(self, path: str | Path, synchronous: str = "full", busy_timeout: float = 30.0):
+        if synchronous.lower() not in ("full", "normal", "extra", "off"):
+            raise InvalidOptionError(f"synchronous must be full, normal, extra or off: {synchronous}")
+        self.path = Path(path)
+        self.url = f"sqlite:///{self.path}"
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(
+                self.path, isolation_level=None, timeout=busy_timeout, check_same_thread=False
+            )
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute(f"PRAGMA synchronous = {synchronous}")
+            self._db.execute("PRAGMA foreign_keys = ON")
+            self._migrate()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open SQLite store {self.path}: {exc}") from exc
+        self._commits = 0
+
+    @classmethod
+    def from_url(cls, url: str) -> SqliteStore:
+        """``sqlite:///relative.db``, ``sqlite:////abs/path.db``, or a bare path; the query
+        ``?synchronous=normal`` trades durability of the last commits for speed."""
+        if "://" not in url:
+            return cls(url)
+        parts = urlsplit(url)
+        if parts.netloc:
+            raise InvalidOptionError(f"a sqlite URL has no host: {url!r} (use sqlite:///path)")
+        path = parts.path[1:] if parts.path.startswith("/") else parts.path
+        if not path:
+            raise InvalidOptionError(f"no file in {url!r}; use sqlite:///path/to/queues.db")
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        return cls(path, synchronous=query.get("synchronous", "full"))
+
+    def _migrate(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS poisonq_schema (version INTEGER NOT NULL) STRICT"
+            )
+            row = self._db.execute("SELECT max(version) FROM poisonq_schema").fetchone()
+            current = row[0] or 0
+            folder = resources.files("poisonq.store") / "migrations" / "sqlite"
+            scripts = sorted(p for p in folder.iterdir() if p.name.endswith(".sql"))
+            latest = int(scripts[-1].name.split("_")[0])
+            if current > latest:
+                raise SchemaVersionError(
+                    f"{self.path} has schema version {current}; this poisonq knows up to {latest}"
+                )
+            for script in scripts:
+                version = int(script.name.split("_")[0])
+                if version > current:
+                    for statement in script.read_text().split(";\n"):
+                        if statement.strip():
+                            self._db.execute(statement)
+                    self._db.execute("INSERT INTO poisonq_schema (version) VALUES (?)", (version,))
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+
+    def _read_data_version(self) -> int:
+        with self._lock:
+            return int(self._db.execute("PRAGMA data_version").fetchone()[0])
+
+    @contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot begin a transaction on {self.path}: {exc}") from exc
+            try:
+                yield SqliteTransaction(self._db)
+            except sqlite3.Error as exc:
+                self._db.execute("ROLLBACK")
+                raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            try:
+                self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._db.execute("ROLLBACK")
+                raise StoreError(f"cannot commit to {self.path}: {exc}") from exc
+            self._commits += 1
+            self._changed.notify_all()
+
+    def change_marker(self) -> tuple[int, int]:
+        return (self._commits, self._read_data_version())
+
+    def wait_for_change(self, marker: object, timeout: float) -> None:
+        # Commits from this process bump a counter and notify the condition; commits from
+        # other processes show as a new PRAGMA data_version, which we poll at a short interval
+        # (SQLite has no cross-process notification). Comparing against a marker taken before
+        # the caller looked means a commit in between is never missed.
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while self.change_marker() == marker:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._changed.wait(min(left, 0.005))
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
