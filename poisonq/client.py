@@ -287,11 +287,12 @@ class Receiver:
 
     def abandon(
         self, messages: Messages, error: BaseException | FailureRecord | None = None
-    ) -> None:
+    ) -> list[int]:
         """locked → active again (or poisoned when every attempt is used). ``error`` is kept
-        in each message's failure history."""
+        in each message's failure history. Returns the sequence numbers the retry policy
+        poisoned (dead-lettered or dropped) with this abandon."""
         failure = _failure(error, self.broker.clock.now())
-        self._engine.abandon(self.address, self._locks(messages), failure)
+        return self._engine.abandon(self.address, self._locks(messages), failure)
 
     def defer(self, messages: Messages) -> None:
         """locked → deferred; get it back with :meth:`receive_deferred`."""

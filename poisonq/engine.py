@@ -340,15 +340,15 @@ class Engine:
         locks: Sequence[LockInfo],
         failure: FailureRecord | None,
         lock_expired: bool,
-    ) -> None:
+    ) -> list[int]:
         """An abandon or a lock expiry: back to active, then the retry policy decides whether
-        the message has used all its attempts."""
+        the message has used all its attempts. Returns the sequence numbers poisoned."""
         entity = target.entity
         seqs = [lock.seq for lock in locks]
         record = failure.to_json() if failure else None
         tx.release(entity.id, seqs, target.ready, record, lock_expired)
         if target.subqueue is not None:
-            return  # a dead-letter queue cannot dead-letter again
+            return []  # a dead-letter queue cannot dead-letter again
         poisoned: dict[ReceiveErrorHandling, list[int]] = defaultdict(list)
         for lock in locks:
             match target.options.retry.decide(lock.delivery_count, lock.move_count):
@@ -379,6 +379,7 @@ class Engine:
                     log.warning("dropped poison message(s) %s from %s", chosen, entity.name)
                 case _:
                     raise AssertionError(f"{action} is refused at queue creation")
+        return sorted(seq for chosen in poisoned.values() for seq in chosen)
 
     def receive_deferred(
         self, address: str, sequence_numbers: Sequence[int], lock_duration: float | None = None
@@ -421,13 +422,16 @@ class Engine:
                 done = tx.complete(entity.id, token, seqs, now)
                 _all_or_raise(seqs, done)
 
-    def abandon(self, address: str, locks: Sequence[Lock], failure: FailureRecord | None) -> None:
-        """locked → active (``abort_count += 1``), or poisoned if every attempt is used."""
+    def abandon(
+        self, address: str, locks: Sequence[Lock], failure: FailureRecord | None
+    ) -> list[int]:
+        """locked → active (``abort_count += 1``), or poisoned if every attempt is used.
+        Returns the sequence numbers that were poisoned."""
         now = self.clock.now()
         with self.store.transaction() as tx:
             target = self._resolve(tx, address)
             held = self._held_locks(tx, target, locks, now)
-            self._after_failure(tx, target, held, failure, lock_expired=False)
+            return self._after_failure(tx, target, held, failure, lock_expired=False)
 
     def defer(self, address: str, locks: Sequence[Lock]) -> None:
         """locked → deferred: kept until received again by sequence number."""
