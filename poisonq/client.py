@@ -101,7 +101,9 @@ class Broker:
     def delete_queue(self, name: str) -> None:
         self.engine.delete_queue(name)
 
-    def set_status(self, address: str, status: EntityStatus | str, cause: str | None = None) -> None:
+    def set_status(
+        self, address: str, status: EntityStatus | str, cause: str | None = None
+    ) -> None:
         try:
             status = EntityStatus(status)
         except ValueError:
@@ -184,9 +186,10 @@ class Broker:
 
     def _dlq(self, queue: str) -> str:
         """``orders`` means its dead-letter queue here; a subqueue address stays as it is."""
-        if queue.endswith(("$deadletterqueue", ";poison", ";deadletter", ";retry")):
-            return queue
-        return f"{queue}/$deadletterqueue"
+        address = parse_address(queue)
+        if address.subqueue is None:
+            address = parse_address(queue, SubQueue.DEADLETTER)
+        return str(address)
 
 
 class Sender:
@@ -246,7 +249,9 @@ class Receiver:
     def __exit__(self, *exc: object) -> None:
         return None
 
-    def receive(self, max_messages: int = 1, max_wait: Duration | None = None) -> list[ReceivedMessage]:
+    def receive(
+        self, max_messages: int = 1, max_wait: Duration | None = None
+    ) -> list[ReceivedMessage]:
         """Up to ``max_messages`` messages, oldest first. With ``max_wait``, wait up to that
         long for the first message to arrive and return as soon as any do; without it,
         return at once (possibly empty)."""
@@ -360,9 +365,15 @@ class AutoLockRenewer:
             for message in _as_list(messages):
                 if message.lock_token is None:
                     raise InvalidOperationError(f"message {message.sequence_number} holds no lock")
-                self._entries[(message.sequence_number, message.lock_token)] = (receiver, message, until)
+                self._entries[(message.sequence_number, message.lock_token)] = (
+                    receiver,
+                    message,
+                    until,
+                )
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="poisonq-lock-renewer", daemon=True)
+                self._thread = threading.Thread(
+                    target=self._run, name="poisonq-lock-renewer", daemon=True
+                )
                 self._thread.start()
 
     def unregister(self, messages: Messages) -> None:

@@ -96,14 +96,15 @@ class Engine:
     def __init__(self, store: Store, clock: Clock) -> None:
         self.store = store
         self.clock = clock
-        self._options: dict[tuple[int, float], QueueOptions] = {}
+        self._options: dict[str, QueueOptions] = {}
 
     # Resolution ---------------------------------------------------------------------------
     def _queue_options(self, queue: EntityRecord) -> QueueOptions:
-        key = (queue.id, queue.updated_at)
-        options = self._options.get(key)
+        """Parsed options, cached by their JSON text (parsing validates, which is not free)."""
+        options = self._options.get(queue.options)
         if options is None:
-            options = self._options[key] = QueueOptions.from_json(queue.options)
+            options = QueueOptions.from_json(json.loads(queue.options))
+            self._options[queue.options] = options
         return options
 
     def _resolve(
@@ -129,9 +130,9 @@ class Engine:
         self._check_supported(options)
         now = self.clock.now()
         with self.store.transaction() as tx:
-            queue_id = tx.insert_entity(name, None, None, options.to_json(), now)
+            queue_id = tx.insert_entity(name, None, None, json.dumps(options.to_json()), now)
             for sub in SubQueue:
-                tx.insert_entity(subqueue_name(name, sub), queue_id, sub, {}, now)
+                tx.insert_entity(subqueue_name(name, sub), queue_id, sub, "{}", now)
             return self._info(tx, self._resolve(tx, name))
 
     def update_queue(self, name: str, **changes: Any) -> QueueInfo:
@@ -140,7 +141,7 @@ class Engine:
             target = self._main(tx, name)
             options = QueueOptions.build(target.options, **changes)
             self._check_supported(options)
-            tx.set_options(target.entity.id, options.to_json(), self.clock.now())
+            tx.set_options(target.entity.id, json.dumps(options.to_json()), self.clock.now())
             return self._info(tx, self._resolve(tx, name))
 
     def set_status(self, address: str, status: EntityStatus, cause: str | None = None) -> None:
@@ -185,7 +186,11 @@ class Engine:
                 "retry cycles and the fault/reject error handling are not available yet; "
                 "use max_retry_cycles=0 with receive_error_handling 'move' or 'drop'"
             )
-        if options.requires_session or options.forward_to or options.forward_dead_lettered_messages_to:
+        if (
+            options.requires_session
+            or options.forward_to
+            or options.forward_dead_lettered_messages_to
+        ):
             raise InvalidOptionError("sessions and auto-forwarding are not available yet")
 
     def _counts(self, tx: Transaction, target: Target) -> dict[str, int]:
@@ -232,7 +237,9 @@ class Engine:
             total = target.entity.ledger.size_bytes + sum(row.size for row, _ in rows)
             if total > options.max_size:
                 raise QuotaExceededError(target.entity.name, total, options.max_size)
-            seqs = tx.insert_messages(target.entity.id, [row for row, _ in rows], now) if rows else []
+            seqs = (
+                tx.insert_messages(target.entity.id, [row for row, _ in rows], now) if rows else []
+            )
             oversized = [seq for seq, (_, too_big) in zip(seqs, rows, strict=True) if too_big]
             if oversized:
                 dlq = self._child(tx, target, SubQueue.DEADLETTER)
@@ -398,7 +405,9 @@ class Engine:
                 raise MessageNotFoundError(entity.name, missing[0])
             return got
 
-    def peek(self, address: str, from_sequence: int = 0, max_messages: int = 1) -> list[ReceivedMessage]:
+    def peek(
+        self, address: str, from_sequence: int = 0, max_messages: int = 1
+    ) -> list[ReceivedMessage]:
         """Held messages from ``from_sequence`` on, without locking or counting a delivery."""
         with self.store.transaction() as tx:
             entity = self._resolve(tx, address).entity
@@ -521,7 +530,9 @@ class Engine:
         with self.store.transaction() as tx:
             return tx.dead_letter_groups(self._resolve(tx, address).entity.id, by)
 
-    def start_task(self, kind: str, address: str, where: MessageFilter, spec: dict[str, Any]) -> TaskRecord:
+    def start_task(
+        self, kind: str, address: str, where: MessageFilter, spec: dict[str, Any]
+    ) -> TaskRecord:
         """Record a bulk task over the messages of ``address`` matching ``where``."""
         now = self.clock.now()
         with self.store.transaction() as tx:
@@ -606,7 +617,9 @@ def _new_row(message: Message, options: QueueOptions, now: float) -> tuple[NewMe
     body = bytes(body)
     for what in ("message_id", "session_id"):
         value = getattr(message, what)
-        if value is not None and (not isinstance(value, str) or not 0 < len(value) <= MAX_ID_LENGTH):
+        if value is not None and (
+            not isinstance(value, str) or not 0 < len(value) <= MAX_ID_LENGTH
+        ):
             raise InvalidOptionError(f"{what} must be 1-{MAX_ID_LENGTH} characters, not {value!r}")
     props = _properties_json(message.properties)
     props_size = len(props.encode()) if props else 0
@@ -635,7 +648,9 @@ def _new_row(message: Message, options: QueueOptions, now: float) -> tuple[NewMe
         session_id=message.session_id,
         correlation_id=message.correlation_id,
         reply_to=message.reply_to,
-        state=MessageState.SCHEDULED if scheduled_at and scheduled_at > now else MessageState.ACTIVE,
+        state=MessageState.SCHEDULED
+        if scheduled_at and scheduled_at > now
+        else MessageState.ACTIVE,
         scheduled_at=scheduled_at,
         expires_at=None if ttl is None else start + ttl,
     )
@@ -652,7 +667,8 @@ def _properties_json(properties: dict[str, Any]) -> str | None:
             raise InvalidOptionError(f"property names must be non-empty strings, not {key!r}")
         if value is not None and not isinstance(value, str | int | float | bool):
             raise InvalidOptionError(
-                f"property {key!r} must be str, int, float, bool or None, not {type(value).__name__}"
+                f"property {key!r} must be str, int, float, bool or None, "
+                f"not {type(value).__name__}"
             )
         if isinstance(value, float) and not math.isfinite(value):
             raise InvalidOptionError(f"property {key!r} must be a finite number")

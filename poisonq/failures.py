@@ -31,7 +31,9 @@ def root_cause(exc: BaseException) -> BaseException:
 
 def type_name(exc: BaseException) -> str:
     cls = type(exc)
-    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    return (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )
 
 
 def fingerprint(exc: BaseException) -> str:

@@ -16,12 +16,13 @@ from poisonq.model import SubQueue
 
 _NAME = re.compile(r"[A-Za-z0-9._\-/]{1,260}")
 
+# Longest first: the transfer dead-letter suffix ends like the dead-letter one.
 _SUFFIXES: dict[str, SubQueue] = {
+    "/$transfer/$deadletterqueue": SubQueue.TRANSFER_DEADLETTER,
     "/$deadletterqueue": SubQueue.DEADLETTER,
     ";poison": SubQueue.DEADLETTER,
     ";deadletter": SubQueue.DEADLETTER,
     ";retry": SubQueue.RETRY,
-    "/$transfer/$deadletterqueue": SubQueue.TRANSFER_DEADLETTER,
 }
 
 
@@ -78,7 +79,9 @@ def parse_address(address: str, subqueue: SubQueue | str | None = None) -> Addre
             wanted = SubQueue(subqueue)
         except ValueError:
             choices = ", ".join(s.value for s in SubQueue)
-            raise InvalidNameError(str(subqueue), f"unknown subqueue; use one of {choices}") from None
+            raise InvalidNameError(
+                str(subqueue), f"unknown subqueue; use one of {choices}"
+            ) from None
         if found is not None and found != wanted:
             raise InvalidNameError(address, f"names subqueue {found} and {wanted} at once")
         found = wanted

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from poisonq.errors import InvalidOptionError
-from poisonq.model import Duration, ReceiveErrorHandling, to_seconds
+from poisonq.model import ReceiveErrorHandling, to_seconds
 from poisonq.names import validate_name
 
 KIB = 1024
@@ -117,7 +117,6 @@ class RetryPolicy:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RetryPolicy:
         return cls(**data)
-
 
 
 @dataclass(frozen=True, slots=True)

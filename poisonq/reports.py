@@ -39,7 +39,9 @@ class AuditEntry:
 
     @property
     def ok(self) -> bool:
-        return self.sent + self.moved_in == self.completed + self.dropped + self.moved_out + self.held
+        return (
+            self.sent + self.moved_in == self.completed + self.dropped + self.moved_out + self.held
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,12 @@ class BulkTask:
     """A running or finished resubmit/purge. ``record`` holds the last known progress."""
 
     def __init__(
-        self, engine: Engine, address: str, where: MessageFilter, record: TaskRecord, rate: float | None
+        self,
+        engine: Engine,
+        address: str,
+        where: MessageFilter,
+        record: TaskRecord,
+        rate: float | None,
     ) -> None:
         self.engine = engine
         self.address = address
@@ -57,7 +62,9 @@ class BulkTask:
         """Stop the task after the chunk in progress; what was moved stays moved."""
         self.record = self.engine.finish_task(self.id, "cancelled")
 
-    def run(self, wait: bool = True, progress: Callable[[BulkTask], None] | None = None) -> BulkTask:
+    def run(
+        self, wait: bool = True, progress: Callable[[BulkTask], None] | None = None
+    ) -> BulkTask:
         if wait:
             self._run(progress)
             if self.error is not None:

@@ -45,7 +45,7 @@ class EntityRecord:
     subqueue: SubQueue | None
     status: EntityStatus
     status_cause: str | None
-    options: dict[str, Any]
+    options: str
     created_at: float
     updated_at: float
     ledger: Ledger
@@ -128,10 +128,11 @@ class Transaction(ABC):
         name: str,
         parent_id: int | None,
         subqueue: SubQueue | None,
-        options: dict[str, Any],
+        options: str,
         now: float,
     ) -> int:
-        """Create an entity; raises ``EntityExistsError`` if the name is taken."""
+        """Create an entity with its options as JSON text; raises ``EntityExistsError`` if the
+        name is taken."""
 
     @abstractmethod
     def entity(self, name: str) -> EntityRecord | None: ...
@@ -144,7 +145,7 @@ class Transaction(ABC):
         """Every entity, subqueues included, by name."""
 
     @abstractmethod
-    def set_options(self, entity_id: int, options: dict[str, Any], now: float) -> None: ...
+    def set_options(self, entity_id: int, options: str, now: float) -> None: ...
 
     @abstractmethod
     def set_status(
@@ -204,9 +205,7 @@ class Transaction(ABC):
         """Lock the deferred messages with these sequence numbers."""
 
     @abstractmethod
-    def peek(
-        self, entity_id: int, name: str, from_seq: int, limit: int
-    ) -> list[ReceivedMessage]:
+    def peek(self, entity_id: int, name: str, from_seq: int, limit: int) -> list[ReceivedMessage]:
         """Held messages from ``from_seq`` on, without locking or counting."""
 
     @abstractmethod
@@ -280,9 +279,7 @@ class Transaction(ABC):
         """Group held messages by ``reason``, ``subject`` or ``fingerprint``."""
 
     @abstractmethod
-    def select(
-        self, entity_id: int, where: MessageFilter, after_seq: int, limit: int
-    ) -> list[int]:
+    def select(self, entity_id: int, where: MessageFilter, after_seq: int, limit: int) -> list[int]:
         """Sequence numbers of unlocked held messages matching ``where``, ascending."""
 
     @abstractmethod
@@ -327,4 +324,3 @@ class Store(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-

@@ -62,7 +62,7 @@ _ENTITY_COLUMNS = (
 _HELD = "('scheduled', 'active', 'locked', 'deferred', 'dead_lettered')"
 _LIVE = "('scheduled', 'active', 'locked', 'deferred')"
 _SEQS = "(SELECT value FROM json_each(?))"
-_LEDGER_COLUMNS = frozenset(Ledger.__slots__)  # type: ignore[attr-defined]
+_LEDGER_COLUMNS = frozenset(Ledger.__slots__)
 _GROUP_KEYS = {
     "reason": ("dead_letter_reason", "dead_letter_reason"),
     "subject": ("subject", "subject"),
@@ -113,7 +113,7 @@ def _entity(row: Sequence[Any]) -> EntityRecord:
         subqueue=SubQueue(row[3]) if row[3] else None,
         status=EntityStatus(row[4]),
         status_cause=row[5],
-        options=json.loads(row[6]),
+        options=row[6],
         created_at=row[7],
         updated_at=row[8],
         ledger=Ledger(*row[9:18]),
@@ -161,14 +161,14 @@ class SqliteTransaction(Transaction):
         name: str,
         parent_id: int | None,
         subqueue: SubQueue | None,
-        options: dict[str, Any],
+        options: str,
         now: float,
     ) -> int:
         try:
             cur = self._db.execute(
                 "INSERT INTO entities (name, parent_id, subqueue, options, created_at, updated_at)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
-                (name, parent_id, subqueue, json.dumps(options), now, now),
+                (name, parent_id, subqueue, options, now, now),
             )
         except sqlite3.IntegrityError as exc:
             raise EntityExistsError(name) from exc
@@ -191,10 +191,10 @@ class SqliteTransaction(Transaction):
         rows = self._db.execute(f"SELECT {_ENTITY_COLUMNS} FROM entities ORDER BY name")
         return [_entity(row) for row in rows]
 
-    def set_options(self, entity_id: int, options: dict[str, Any], now: float) -> None:
+    def set_options(self, entity_id: int, options: str, now: float) -> None:
         self._db.execute(
             "UPDATE entities SET options = ?, updated_at = ? WHERE id = ?",
-            (json.dumps(options), now, entity_id),
+            (options, now, entity_id),
         )
 
     def set_status(
@@ -266,7 +266,9 @@ class SqliteTransaction(Transaction):
         )
 
     def forget_message_ids(self, now: float) -> int:
-        return self._db.execute("DELETE FROM seen_message_ids WHERE expires_at <= ?", (now,)).rowcount
+        return self._db.execute(
+            "DELETE FROM seen_message_ids WHERE expires_at <= ?", (now,)
+        ).rowcount
 
     # Receiving ----------------------------------------------------------------------------
     def lock_ready(
@@ -317,9 +319,7 @@ class SqliteTransaction(Transaction):
         rows.sort(key=lambda row: row[0])
         return [_message(row, name) for row in rows]
 
-    def peek(
-        self, entity_id: int, name: str, from_seq: int, limit: int
-    ) -> list[ReceivedMessage]:
+    def peek(self, entity_id: int, name: str, from_seq: int, limit: int) -> list[ReceivedMessage]:
         rows = self._db.execute(
             f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE entity_id = ? AND seq >= ?"
             " ORDER BY seq LIMIT ?",
@@ -457,7 +457,9 @@ class SqliteTransaction(Transaction):
         return len(rows)
 
     def resubmit(self, entity_id: int, seqs: Sequence[int], target_id: int, now: float) -> int:
-        guard = f"entity_id = ? AND state IN ('active', 'deferred', 'dead_lettered') AND seq IN {_SEQS}"
+        guard = (
+            f"entity_id = ? AND state IN ('active', 'deferred', 'dead_lettered') AND seq IN {_SEQS}"
+        )
         params = (entity_id, _seqs(seqs))
         # INSERT ... SELECT in sequence order gives the copies new, ascending sequence numbers:
         # a resubmitted message joins the back of the queue, as a new send would.
@@ -490,9 +492,7 @@ class SqliteTransaction(Transaction):
         )
         return [DeadLetterGroup(*row) for row in rows]
 
-    def select(
-        self, entity_id: int, where: MessageFilter, after_seq: int, limit: int
-    ) -> list[int]:
+    def select(self, entity_id: int, where: MessageFilter, after_seq: int, limit: int) -> list[int]:
         clauses, params = _filter_sql(where)
         rows = self._db.execute(
             "SELECT seq FROM messages WHERE entity_id = ? AND state != 'locked' AND seq > ?"
@@ -528,7 +528,10 @@ class SqliteTransaction(Transaction):
         ).fetchone()
         if row is None:
             return None
-        return TaskRecord(*row[:4], json.loads(row[4]), *row[5:])
+        task_id, kind, entity_id, status, spec, total, done, created, updated, error = row
+        return TaskRecord(
+            task_id, kind, entity_id, status, json.loads(spec), total, done, created, updated, error
+        )
 
     def update_task(
         self, task_id: int, done: int, status: str, error: str | None, now: float
@@ -544,7 +547,9 @@ class SqliteStore(Store):
 
     def __init__(self, path: str | Path, synchronous: str = "full", busy_timeout: float = 30.0):
         if synchronous.lower() not in ("full", "normal", "extra", "off"):
-            raise InvalidOptionError(f"synchronous must be full, normal, extra or off: {synchronous}")
+            raise InvalidOptionError(
+                f"synchronous must be full, normal, extra or off: {synchronous}"
+            )
         self.path = Path(path)
         self.url = f"sqlite:///{self.path}"
         self._lock = threading.RLock()
@@ -586,7 +591,9 @@ class SqliteStore(Store):
             row = self._db.execute("SELECT max(version) FROM poisonq_schema").fetchone()
             current = row[0] or 0
             folder = resources.files("poisonq.store") / "migrations" / "sqlite"
-            scripts = sorted(p for p in folder.iterdir() if p.name.endswith(".sql"))
+            scripts = sorted(
+                (p for p in folder.iterdir() if p.name.endswith(".sql")), key=lambda p: p.name
+            )
             latest = int(scripts[-1].name.split("_")[0])
             if current > latest:
                 raise SchemaVersionError(

@@ -1,0 +1,253 @@
+"""Dead-lettering, the dead-letter queue, failure history, resubmit and purge."""
+
+from __future__ import annotations
+
+import pytest
+
+from poisonq import (
+    Broker,
+    DeadLetterReason,
+    InvalidOperationError,
+    InvalidOptionError,
+    ManualClock,
+    Message,
+    MessageState,
+)
+from tests.conftest import assert_balanced
+
+DLQ = "orders/$deadletterqueue"
+
+
+def _fail_until_poisoned(broker: Broker, queue: str, error: Exception) -> list[int]:
+    receiver = broker.receiver(queue)
+    poisoned: list[int] = []
+    while got := receiver.receive(max_messages=100):
+        poisoned += receiver.abandon(got, error=error)
+    return poisoned
+
+
+def test_max_delivery_count_moves_to_the_dead_letter_queue(broker: Broker, queue: str) -> None:
+    seqs = broker.sender(queue).send([Message(body=b"a"), Message(body=b"b")])
+    poisoned = _fail_until_poisoned(broker, queue, KeyError("cust-17"))
+    assert poisoned == seqs
+    dead = broker.peek(DLQ, max_messages=10)
+    assert [m.sequence_number for m in dead] == seqs
+    first = dead[0]
+    assert first.state is MessageState.DEAD_LETTERED
+    assert first.dead_letter_reason == DeadLetterReason.MAX_DELIVERY_COUNT_EXCEEDED
+    assert first.dead_letter_error_description == "KeyError: 'cust-17'"
+    assert first.dead_letter_source == "orders"
+    assert (first.delivery_count, first.abort_count) == (3, 3)
+    assert len(first.failures) == 3
+    assert all(f.error_type == "KeyError" for f in first.failures)
+    assert broker.counts(queue)["dead_lettered"] == 2
+    assert broker.get_queue(queue).ledger.dead_lettered == 2
+    assert_balanced(broker)
+
+
+def test_drop_handling_removes_poison_and_counts_it(broker: Broker) -> None:
+    from poisonq import RetryPolicy
+
+    broker.create_queue(
+        "orders", retry=RetryPolicy(receive_retry_count=1, receive_error_handling="drop")
+    )
+    broker.sender("orders").send(Message(body=b"a"))
+    assert len(_fail_until_poisoned(broker, "orders", ValueError("x"))) == 1
+    counts = broker.counts("orders")
+    assert (counts["dropped"], counts["dead_lettered"], counts["active"]) == (1, 0, 0)
+    assert_balanced(broker)
+
+
+def test_lock_expiries_alone_poison_a_message(
+    broker: Broker, queue: str, clock: ManualClock
+) -> None:
+    broker.sender(queue).send(Message(body=b"crashes the worker"))
+    receiver = broker.receiver(queue)
+    for _ in range(3):
+        assert len(receiver.receive()) == 1
+        clock.advance(31)
+    assert receiver.receive() == []
+    (dead,) = broker.peek(DLQ)
+    assert dead.dead_letter_reason == DeadLetterReason.MAX_DELIVERY_COUNT_EXCEEDED
+    assert dead.dead_letter_error_description == "LockExpired: the lock expired"
+    assert_balanced(broker)
+
+
+def test_expired_messages_are_dead_lettered_never_delivered(
+    broker: Broker, clock: ManualClock
+) -> None:
+    broker.create_queue("orders", default_message_ttl=100)
+    broker.sender("orders").send([Message(body=b"old", time_to_live=60), Message(body=b"young")])
+    clock.advance(61)
+    broker.sender("orders").send(Message(body=b"new"))
+    got = broker.receiver("orders").receive(max_messages=10)
+    assert [m.body for m in got] == [b"young", b"new"]
+    (dead,) = broker.peek(DLQ)
+    assert dead.body == b"old"
+    assert dead.dead_letter_reason == DeadLetterReason.TTL_EXPIRED
+    assert_balanced(broker)
+
+
+def test_expired_messages_are_dropped_when_the_queue_says_so(
+    broker: Broker, clock: ManualClock
+) -> None:
+    broker.create_queue(
+        "orders", default_message_ttl=60, dead_lettering_on_message_expiration=False
+    )
+    broker.sender("orders").send(Message(body=b"old"))
+    clock.advance(61)
+    assert broker.receiver("orders").receive() == []
+    assert broker.counts("orders")["dropped"] == 1
+    assert_balanced(broker)
+
+
+def test_application_dead_letter_with_reason_and_history(broker: Broker, queue: str) -> None:
+    broker.sender(queue).send(Message(body=b"bad", subject="order"))
+    receiver = broker.receiver(queue)
+    (message,) = receiver.receive()
+    receiver.dead_letter(
+        message, reason="InvalidCustomer", description="cust-17 unknown", error=KeyError("cust-17")
+    )
+    (dead,) = broker.peek(DLQ)
+    assert (dead.dead_letter_reason, dead.dead_letter_error_description) == (
+        "InvalidCustomer",
+        "cust-17 unknown",
+    )
+    assert dead.failures[-1].error_type == "KeyError"
+
+
+def test_the_dead_letter_queue_has_peek_lock_no_ttl_and_no_second_dead_letter(
+    broker: Broker, clock: ManualClock
+) -> None:
+    broker.create_queue("orders", default_message_ttl=60, max_delivery_count=1)
+    broker.sender("orders").send(Message(body=b"x"))
+    _fail_until_poisoned(broker, "orders", ValueError("no"))
+    clock.advance(10_000)  # far past the TTL: the DLQ keeps it
+    dlq = broker.receiver("orders", subqueue="deadletter")
+    (message,) = dlq.receive()
+    assert message.state is MessageState.LOCKED
+    with pytest.raises(InvalidOperationError, match="cannot be dead-lettered again"):
+        dlq.dead_letter(message, reason="again")
+    dlq.abandon(message)  # back to dead_lettered, no poisoning in a DLQ
+    clock.advance(10_000)
+    for _ in range(5):
+        (message,) = dlq.receive()
+        clock.advance(100)  # lock expiries in a DLQ only return the message
+    (message,) = dlq.receive()
+    assert message.delivery_count == 8
+    dlq.complete(message)
+    assert broker.counts(DLQ)["completed"] == 1
+    assert_balanced(broker)
+
+
+def _raise(error: Exception) -> Exception:
+    try:
+        raise error
+    except Exception as exc:
+        return exc
+
+
+def test_groups_by_reason_subject_and_fingerprint(broker: Broker, queue: str) -> None:
+    sender = broker.sender(queue)
+    sender.send([Message(body=b"a", subject="order"), Message(body=b"b", subject="refund")])
+    receiver = broker.receiver(queue)
+    while got := receiver.receive(max_messages=1):
+        text = got[0].body.decode()
+        receiver.abandon(got, error=_raise(KeyError(f"cust-{text}")))
+    sender.send(Message(body=b"c", subject="order"))
+    (c,) = receiver.receive()
+    receiver.dead_letter(c, reason="Invalid")
+    by_reason = {g.key: g.count for g in broker.dead_letter_groups(queue, by="reason")}
+    assert by_reason == {"MaxDeliveryCountExceeded": 2, "Invalid": 1}
+    by_subject = {g.key: g.count for g in broker.dead_letter_groups(queue, by="subject")}
+    assert by_subject == {"order": 2, "refund": 1}
+    groups = broker.dead_letter_groups(queue, by="fingerprint")
+    keyed = [g for g in groups if g.key is not None]
+    assert len(keyed) == 1 and keyed[0].count == 2 and keyed[0].label == "KeyError"
+    with pytest.raises(InvalidOptionError):
+        broker.dead_letter_groups(queue, by="colour")
+
+
+def _dead_letter(broker: Broker, queue: str, subjects: list[str]) -> list[int]:
+    broker.sender(queue).send([Message(body=s.encode(), subject=s) for s in subjects])
+    receiver = broker.receiver(queue)
+    got = receiver.receive(max_messages=len(subjects))
+    receiver.dead_letter(got, reason="Bad")
+    return [m.sequence_number for m in got]
+
+
+def test_resubmit_moves_back_with_a_fresh_delivery_count(broker: Broker, queue: str) -> None:
+    old = _dead_letter(broker, queue, ["a", "b", "a"])
+    task = broker.resubmit(queue, subject="a", rate=None)
+    assert (task.status, task.total, task.done) == ("completed", 2, 2)
+    back = broker.peek(queue, max_messages=10)
+    assert [m.subject for m in back] == ["a", "a"]
+    assert all(m.sequence_number > max(old) for m in back)  # at the back of the queue
+    assert all(m.delivery_count == 0 and m.resubmit_count == 1 for m in back)
+    assert all(m.dead_letter_reason is None for m in back)
+    assert broker.counts(queue)["dead_lettered"] == 1
+    assert broker.get_queue(DLQ).ledger.resubmitted == 2
+    assert_balanced(broker)
+
+
+def test_resubmit_keeps_failure_history(broker: Broker, queue: str) -> None:
+    broker.sender(queue).send(Message(body=b"x"))
+    _fail_until_poisoned(broker, queue, ValueError("boom"))
+    broker.resubmit(queue, reason="MaxDeliveryCountExceeded", rate=None)
+    (back,) = broker.peek(queue)
+    assert [f.message for f in back.failures] == ["boom"] * 3
+
+
+def test_resubmit_to_another_queue_and_by_sequence_range(broker: Broker, queue: str) -> None:
+    broker.create_queue("repair")
+    seqs = _dead_letter(broker, queue, ["a", "b", "c", "d"])
+    broker.resubmit(queue, to="repair", min_sequence=seqs[1], max_sequence=seqs[2], rate=None)
+    assert [m.subject for m in broker.peek("repair", max_messages=10)] == ["b", "c"]
+    assert_balanced(broker)
+
+
+def test_resubmit_is_paced_by_its_rate(broker: Broker, queue: str, clock: ManualClock) -> None:
+    _dead_letter(broker, queue, [str(i) for i in range(100)])
+    seen: list[int] = []
+    start = clock.now()
+    broker.resubmit(queue, rate=20, progress=lambda t: seen.append(t.done))
+    assert clock.now() - start == pytest.approx(100 / 20)  # the manual clock counts the waits
+    assert seen[-1] == 100 and seen == sorted(seen) and len(seen) > 5
+
+
+def test_a_cancelled_resubmit_stops_and_keeps_what_moved(broker: Broker, queue: str) -> None:
+    _dead_letter(broker, queue, [str(i) for i in range(50)])
+
+    def cancel_after_first_chunk(task) -> None:  # type: ignore[no-untyped-def]
+        if task.done >= 10 and task.status == "running":
+            task.cancel()
+
+    task = broker.resubmit(queue, rate=50, progress=cancel_after_first_chunk)
+    assert task.status == "cancelled"
+    assert task.done == 10
+    assert broker.counts(queue)["active"] == 10
+    assert broker.counts(queue)["dead_lettered"] == 40
+    assert_balanced(broker)
+
+
+def test_resubmit_in_the_background(broker: Broker, queue: str) -> None:
+    _dead_letter(broker, queue, ["a", "b"])
+    task = broker.resubmit(queue, rate=None, wait=False)
+    record = task.wait(timeout=30)
+    assert (record.status, record.done) == ("completed", 2)
+
+
+def test_bad_resubmit_arguments(broker: Broker, queue: str) -> None:
+    with pytest.raises(InvalidOptionError):
+        broker.resubmit(queue, rate=0)
+    with pytest.raises(TypeError):
+        broker.resubmit(queue, colour="red")
+
+
+def test_purge_drops_matching_dead_letters(broker: Broker, queue: str) -> None:
+    _dead_letter(broker, queue, ["a", "b", "a"])
+    assert broker.purge(queue, subject="a").done == 2
+    assert broker.counts(queue)["dead_lettered"] == 1
+    assert broker.purge(queue).done == 1
+    assert broker.counts(DLQ)["dropped"] == 3
+    assert_balanced(broker)

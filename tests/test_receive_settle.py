@@ -1,0 +1,237 @@
+"""Receiving (peek-lock, receive-and-delete, peek, long-poll) and settlement."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from poisonq import (
+    AutoLockRenewer,
+    Broker,
+    EntityNotFoundError,
+    InvalidOperationError,
+    InvalidOptionError,
+    ManualClock,
+    Message,
+    MessageLockLostError,
+    MessageNotFoundError,
+    MessageState,
+)
+from tests.conftest import assert_balanced
+
+
+def _send(broker: Broker, queue: str, n: int) -> list[int]:
+    return broker.sender(queue).send([Message(body=f"m{i}".encode()) for i in range(n)])
+
+
+def test_peek_lock_sets_lock_fields_in_fifo_order(
+    broker: Broker, queue: str, clock: ManualClock
+) -> None:
+    seqs = _send(broker, queue, 5)
+    got = broker.receiver(queue).receive(max_messages=3)
+    assert [m.sequence_number for m in got] == seqs[:3]
+    assert all(m.state is MessageState.LOCKED and m.delivery_count == 1 for m in got)
+    assert len({m.lock_token for m in got}) == 1  # one lock token per receive call
+    assert got[0].locked_until.timestamp() == clock.now() + 30  # type: ignore[union-attr]
+    assert broker.counts(queue)["locked"] == 3
+    again = broker.receiver(queue).receive(max_messages=10)
+    assert [m.sequence_number for m in again] == seqs[3:]
+    assert again[0].lock_token != got[0].lock_token
+
+
+def test_receive_and_delete_completes_as_it_hands_out(broker: Broker, queue: str) -> None:
+    _send(broker, queue, 3)
+    receiver = broker.receiver(queue, receive_mode="receive_and_delete")
+    got = receiver.receive(max_messages=2)
+    assert [m.state for m in got] == [MessageState.COMPLETED] * 2
+    assert broker.counts(queue)["completed"] == 2
+    with pytest.raises(InvalidOperationError):
+        receiver.complete(got[0])
+    assert_balanced(broker)
+
+
+def test_peek_neither_locks_nor_counts(broker: Broker, queue: str) -> None:
+    seqs = _send(broker, queue, 3)
+    assert [m.sequence_number for m in broker.peek(queue, from_sequence=seqs[1])] == seqs[1:]
+    (first,) = broker.receiver(queue).peek()
+    assert first.delivery_count == 0 and first.lock_token is None
+    assert broker.counts(queue)["active"] == 3
+
+
+def test_bad_receive_arguments(broker: Broker, queue: str) -> None:
+    with pytest.raises(InvalidOptionError):
+        broker.receiver(queue).receive(max_messages=0)
+    with pytest.raises(InvalidOptionError):
+        broker.receiver(queue).receive(max_wait=-1)
+    with pytest.raises(EntityNotFoundError):
+        broker.receiver("missing").receive()
+
+
+def test_long_poll_returns_when_a_message_arrives(url: str) -> None:
+    import poisonq
+
+    with poisonq.connect(url) as broker:  # real clock: the wait is real
+        broker.create_queue("orders")
+        sender = threading.Timer(0.2, lambda: broker.sender("orders").send(Message(body=b"late")))
+        sender.start()
+        got = broker.receiver("orders").receive(max_messages=10, max_wait=30)
+        sender.join()
+        assert [m.body for m in got] == [b"late"]
+
+
+def test_complete_removes_and_counts(broker: Broker, queue: str) -> None:
+    _send(broker, queue, 2)
+    receiver = broker.receiver(queue)
+    receiver.complete(receiver.receive(max_messages=2))
+    counts = broker.counts(queue)
+    assert (counts["locked"], counts["completed"]) == (0, 2)
+    assert_balanced(broker)
+
+
+def test_a_lost_lock_raises_and_changes_nothing(
+    broker: Broker, queue: str, clock: ManualClock
+) -> None:
+    _send(broker, queue, 2)
+    receiver = broker.receiver(queue)
+    first = receiver.receive()
+    clock.advance(31)
+    with pytest.raises(MessageLockLostError) as caught:
+        receiver.complete(first)
+    assert caught.value.sequence_numbers == [first[0].sequence_number]
+    assert broker.counts(queue)["completed"] == 0
+    # a batch where one lock is lost changes none of them
+    both = receiver.receive(max_messages=2)
+    other = receiver.receive()  # nothing left: both are locked
+    assert other == []
+    forged = [both[0], _with_token(both[1], "not-a-token")]
+    with pytest.raises(MessageLockLostError) as caught:
+        receiver.complete(forged)
+    assert caught.value.sequence_numbers == [both[1].sequence_number]
+    assert broker.counts(queue)["locked"] == 2
+    for settle in (receiver.abandon, receiver.defer, receiver.dead_letter, receiver.renew_lock):
+        with pytest.raises(MessageLockLostError):
+            settle(forged[1])  # type: ignore[operator]
+    assert broker.counts(queue)["locked"] == 2
+    assert_balanced(broker)
+
+
+def _with_token(message, token):  # type: ignore[no-untyped-def]
+    import dataclasses
+
+    return dataclasses.replace(message, lock_token=token)
+
+
+def test_abandon_puts_the_message_back_in_front(broker: Broker, queue: str) -> None:
+    seqs = _send(broker, queue, 3)
+    receiver = broker.receiver(queue)
+    (first,) = receiver.receive()
+    assert receiver.abandon(first, error=ValueError("bad")) == []
+    (again,) = receiver.receive()
+    assert again.sequence_number == seqs[0]
+    assert (again.delivery_count, again.abort_count) == (2, 1)
+    assert [f.error_type for f in again.failures] == ["ValueError"]
+
+
+def test_lock_expiry_counts_as_an_abandon(broker: Broker, queue: str, clock: ManualClock) -> None:
+    _send(broker, queue, 1)
+    receiver = broker.receiver(queue)
+    receiver.receive()
+    clock.advance(30)
+    (again,) = receiver.receive()
+    assert (again.delivery_count, again.abort_count) == (2, 1)
+    assert again.failures[-1].error_type == "LockExpired"
+    assert broker.get_queue(queue).ledger.lock_expiries == 1
+
+
+def test_competing_receivers_never_share_a_valid_lock(broker: Broker, queue: str) -> None:
+    _send(broker, queue, 100)
+    seen: list[int] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        receiver = broker.receiver(queue)
+        while got := receiver.receive(max_messages=7):
+            with lock:
+                seen.extend(m.sequence_number for m in got)
+            receiver.complete(got)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(seen) == sorted(set(seen)) and len(seen) == 100
+    assert_balanced(broker)
+
+
+def test_defer_and_receive_deferred_by_sequence_number(
+    broker: Broker, queue: str, clock: ManualClock
+) -> None:
+    seqs = _send(broker, queue, 2)
+    receiver = broker.receiver(queue)
+    (first,) = receiver.receive()
+    receiver.defer(first)
+    assert broker.counts(queue)["deferred"] == 1
+    clock.advance(10_000)  # deferred messages never expire and are never received in order
+    (second,) = receiver.receive(max_messages=5)
+    assert second.sequence_number == seqs[1]
+    (back,) = receiver.receive_deferred(seqs[0])
+    assert back.state is MessageState.LOCKED and back.delivery_count == 2
+    receiver.complete(back)
+    with pytest.raises(MessageNotFoundError):
+        receiver.receive_deferred([seqs[0]])
+    assert_balanced(broker)
+
+
+def test_renew_lock_moves_locked_until(broker: Broker, queue: str, clock: ManualClock) -> None:
+    _send(broker, queue, 1)
+    receiver = broker.receiver(queue)
+    (message,) = receiver.receive()
+    clock.advance(20)
+    receiver.renew_lock(message)
+    assert message.locked_until.timestamp() == clock.now() + 30  # type: ignore[union-attr]
+    clock.advance(20)
+    receiver.complete(message)  # 40 s after receive, but renewed
+    assert broker.counts(queue)["completed"] == 1
+
+
+def test_receiver_lock_duration_overrides_the_queue(
+    broker: Broker, queue: str, clock: ManualClock
+) -> None:
+    _send(broker, queue, 1)
+    (message,) = broker.receiver(queue, lock_duration=5).receive()
+    assert message.locked_until.timestamp() == clock.now() + 5  # type: ignore[union-attr]
+
+
+def test_auto_lock_renewer_keeps_a_slow_handler_locked(
+    broker: Broker, queue: str, clock: ManualClock
+) -> None:
+    _send(broker, queue, 2)
+    receiver = broker.receiver(queue)
+    messages = receiver.receive(max_messages=2)
+    renewer = AutoLockRenewer(max_lock_renewal_duration=600)
+    renewer.register(receiver, messages)
+    for _ in range(10):  # 100 s of work in steps of 10 s, each step one renewal pass
+        clock.advance(10)
+        renewer.renew_due()
+    receiver.complete(messages)
+    renewer.close()
+    assert broker.counts(queue)["completed"] == 2
+
+
+def test_auto_lock_renewer_reports_a_lost_lock(
+    broker: Broker, queue: str, clock: ManualClock
+) -> None:
+    _send(broker, queue, 1)
+    receiver = broker.receiver(queue)
+    messages = receiver.receive()
+    failures: list[int] = []
+    with AutoLockRenewer(
+        on_lock_renew_failure=lambda m, e: failures.append(m.sequence_number)
+    ) as renewer:
+        renewer.register(receiver, messages)
+        clock.advance(31)
+        renewer.renew_due()
+        renewer.renew_due()  # once reported, never again
+    assert failures == [messages[0].sequence_number]

@@ -1,0 +1,164 @@
+"""Sending: batches are atomic and durable; scheduling, TTL, duplicates, quotas."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+import poisonq
+from poisonq import (
+    Broker,
+    DeadLetterReason,
+    InvalidOperationError,
+    InvalidOptionError,
+    ManualClock,
+    Message,
+    MessageTooLargeError,
+    QuotaExceededError,
+)
+from tests.conftest import assert_balanced
+
+
+def test_a_batch_is_all_or_nothing(broker: Broker, queue: str) -> None:
+    sender = broker.sender(queue)
+    with pytest.raises(InvalidOptionError):
+        sender.send([Message(body=b"ok"), Message(body=b"ok"), Message(body=12)])  # type: ignore[arg-type]
+    assert broker.counts(queue)["active"] == 0
+    with pytest.raises(MessageTooLargeError) as caught:
+        sender.send([Message(body=b"ok"), Message(body=b"x" * 300_000, message_id="big")])
+    assert caught.value.message_id == "big"
+    assert broker.counts(queue)["active"] == 0
+    assert_balanced(broker)
+
+
+def test_sent_messages_are_durable_and_keep_their_fields(
+    broker: Broker, queue: str, url: str
+) -> None:
+    seqs = broker.sender(queue).send(
+        Message(
+            body="héllo",
+            message_id="o-1",
+            content_type="text/plain",
+            subject="order",
+            properties={"region": "eu", "n": 3, "x": 1.5, "ok": True, "none": None},
+            correlation_id="c-1",
+            reply_to="replies",
+        )
+    )
+    with poisonq.connect(url) as other:
+        (message,) = other.peek(queue)
+    assert message.sequence_number == seqs[0]
+    assert message.body == "héllo".encode()
+    assert message.text == "héllo"
+    assert (message.message_id, message.subject, message.content_type) == (
+        "o-1",
+        "order",
+        "text/plain",
+    )
+    assert message.properties == {"region": "eu", "n": 3, "x": 1.5, "ok": True, "none": None}
+    assert (message.correlation_id, message.reply_to) == ("c-1", "replies")
+    assert message.delivery_count == 0
+    assert message.enqueued_time.tzinfo is UTC
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        Message(properties={"k": [1, 2]}),  # type: ignore[dict-item]
+        Message(properties={"": 1}),
+        Message(properties={"k": float("nan")}),
+        Message(message_id=""),
+        Message(message_id="x" * 129),
+        Message(subject=5),  # type: ignore[arg-type]
+        Message(time_to_live=-3),
+        Message(scheduled_enqueue_time=datetime(2030, 1, 1)),
+    ],
+)
+def test_bad_messages_are_refused_with_a_clear_error(
+    broker: Broker, queue: str, bad: Message
+) -> None:
+    with pytest.raises(InvalidOptionError):
+        broker.sender(queue).send(bad)
+
+
+def test_subqueues_cannot_be_sent_to(broker: Broker, queue: str) -> None:
+    with pytest.raises(InvalidOperationError):
+        broker.sender(f"{queue}/$deadletterqueue").send(Message())
+
+
+def test_scheduled_messages_stay_invisible_until_their_time(
+    broker: Broker, queue: str, clock: ManualClock
+) -> None:
+    at = datetime.fromtimestamp(clock.now(), UTC) + timedelta(minutes=5)
+    broker.sender(queue).schedule(Message(body=b"later"), at)
+    assert broker.counts(queue)["scheduled"] == 1
+    receiver = broker.receiver(queue)
+    assert receiver.receive() == []
+    clock.advance(301)
+    (message,) = receiver.receive()
+    assert message.body == b"later"
+    assert message.scheduled_enqueue_time == at
+
+
+def test_ttl_is_the_shorter_of_message_and_queue(broker: Broker, clock: ManualClock) -> None:
+    broker.create_queue("orders", default_message_ttl=60)
+    broker.sender("orders").send(
+        [
+            Message(body=b"a"),
+            Message(body=b"b", time_to_live=10),
+            Message(body=b"c", time_to_live=600),
+        ]
+    )
+    expiries = [m.expires_at.timestamp() - clock.now() for m in broker.peek("orders")]  # type: ignore[union-attr]
+    assert expiries == [60, 10, 60]
+
+
+def test_duplicates_inside_the_window_are_accepted_and_ignored(
+    broker: Broker, clock: ManualClock
+) -> None:
+    broker.create_queue("orders", requires_duplicate_detection=True, duplicate_detection_window=60)
+    sender = broker.sender("orders")
+    assert (
+        len(
+            sender.send([Message(message_id="a"), Message(message_id="b"), Message(message_id="a")])
+        )
+        == 2
+    )
+    receiver = broker.receiver("orders")
+    receiver.complete(receiver.receive(max_messages=10))
+    assert sender.send(Message(message_id="a")) == []  # completed, still inside the window
+    clock.advance(61)
+    assert len(sender.send(Message(message_id="a"))) == 1
+    assert broker.counts("orders")["active"] == 1
+    assert_balanced(broker)
+
+
+def test_without_duplicate_detection_the_same_id_is_sent_twice(broker: Broker, queue: str) -> None:
+    broker.sender(queue).send([Message(message_id="a"), Message(message_id="a")])
+    assert broker.counts(queue)["active"] == 2
+
+
+def test_properties_too_large_are_dead_lettered_on_arrival(broker: Broker) -> None:
+    broker.create_queue("orders", max_properties_size=100)
+    seqs = broker.sender("orders").send([Message(body=b"ok"), Message(properties={"k": "v" * 200})])
+    assert len(seqs) == 2
+    counts = broker.counts("orders")
+    assert (counts["active"], counts["dead_lettered"]) == (1, 1)
+    (dead,) = broker.peek("orders/$deadletterqueue")
+    assert dead.sequence_number == seqs[1]
+    assert dead.dead_letter_reason == DeadLetterReason.HEADER_SIZE_EXCEEDED
+    assert dead.dead_letter_source == "orders"
+    assert_balanced(broker)
+
+
+def test_the_queue_size_quota_refuses_the_whole_batch(broker: Broker) -> None:
+    broker.create_queue("orders", max_size=2000)
+    sender = broker.sender("orders")
+    sender.send([Message(body=b"x" * 900), Message(body=b"x" * 900)])
+    with pytest.raises(QuotaExceededError) as caught:
+        sender.send(Message(body=b"x" * 300))
+    assert caught.value.limit == 2000
+    receiver = broker.receiver("orders")
+    receiver.complete(receiver.receive(max_messages=1))
+    assert len(sender.send(Message(body=b"x" * 300))) == 1
