@@ -28,18 +28,21 @@ def _send(broker: poisonq.Broker, queue: str, count: int, size: int, batch: int)
 
 
 def _drain(broker: poisonq.Broker, queue: str, count: int, batch: int, dead_letter: bool) -> float:
+    """Receive ``count`` messages in batches and complete (or dead-letter) them. Completion
+    of one batch shares a transaction with receiving the next, as a consumer loop would."""
     receiver = broker.receiver(queue)
     done = 0
     started = time.perf_counter()
-    while done < count:
-        messages = receiver.receive(max_messages=batch)
-        if not messages:
-            raise SystemExit(f"queue ran dry after {done} of {count} messages")
+    messages = receiver.receive(max_messages=batch)
+    while messages:
+        done += len(messages)
         if dead_letter:
             receiver.dead_letter(messages, reason="Bench", description="moved by the benchmark")
+            messages = receiver.receive(max_messages=batch)
         else:
-            receiver.complete(messages)
-        done += len(messages)
+            messages = receiver.complete_and_receive(messages, max_messages=batch)
+    if done != count:
+        raise SystemExit(f"expected {count} messages, received {done}")
     return count / (time.perf_counter() - started)
 
 

@@ -255,12 +255,28 @@ class Receiver:
         """Up to ``max_messages`` messages, oldest first. With ``max_wait``, wait up to that
         long for the first message to arrive and return as soon as any do; without it,
         return at once (possibly empty)."""
+        return self._receive(max_messages, max_wait, [])
+
+    def complete_and_receive(
+        self, messages: Messages, max_messages: int = 1, max_wait: Duration | None = None
+    ) -> list[ReceivedMessage]:
+        """Complete ``messages`` and receive the next ones in one transaction: the same as
+        :meth:`complete` then :meth:`receive`, with one commit instead of two. If a lock was
+        lost, :class:`MessageLockLostError` is raised and nothing is completed or received."""
+        return self._receive(max_messages, max_wait, self._locks(messages))
+
+    def _receive(
+        self, max_messages: int, max_wait: Duration | None, complete: list[tuple[int, str]]
+    ) -> list[ReceivedMessage]:
         wait = 0.0 if max_wait is None else to_seconds(max_wait, "max_wait")
         deadline = time.monotonic() + wait
         delete = self.receive_mode is ReceiveMode.RECEIVE_AND_DELETE
         while True:
             marker = self.broker.store.change_marker()
-            got = self._engine.receive(self.address, max_messages, delete, self.lock_duration)
+            got = self._engine.receive(
+                self.address, max_messages, delete, self.lock_duration, complete
+            )
+            complete = []
             left = deadline - time.monotonic()
             if got or left <= 0:
                 return got

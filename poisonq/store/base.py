@@ -261,8 +261,10 @@ class Transaction(ABC):
         source: str,
         failure: dict[str, Any] | None,
         now: float,
-    ) -> int:
-        """Move held messages into the dead-letter queue ``target_id``."""
+        lock_token: str | None = None,
+    ) -> list[int]:
+        """Move held messages into the dead-letter queue ``target_id``; with ``lock_token``,
+        only those validly locked under it. Returns the sequence numbers moved."""
 
     @abstractmethod
     def drop(self, entity_id: int, seqs: Sequence[int]) -> int:

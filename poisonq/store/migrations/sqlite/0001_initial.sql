@@ -1,4 +1,5 @@
--- poisonq schema 1: entities with their ledger, messages, duplicate-detection ids, tasks.
+-- poisonq schema 1: entities with their ledger, messages and their bodies, duplicate-detection
+-- ids, tasks.
 -- Times are seconds since the epoch (REAL). Values of the CHECK constraints mirror the StrEnums
 -- in poisonq/model.py; tests/test_schema.py proves they agree.
 
@@ -31,7 +32,7 @@ CREATE TABLE messages (
     state               TEXT NOT NULL CHECK (state IN ('scheduled', 'active', 'locked',
                         'deferred', 'dead_lettered', 'completed', 'dropped')),
     message_id          TEXT NOT NULL,
-    body                BLOB NOT NULL,
+    body_id             INTEGER NOT NULL,
     size                INTEGER NOT NULL,
     content_type        TEXT,
     subject             TEXT,
@@ -63,6 +64,14 @@ CREATE TABLE messages (
 CREATE INDEX messages_by_state ON messages (entity_id, state, seq);
 CREATE INDEX messages_scheduled ON messages (entity_id, visible_at) WHERE state = 'scheduled';
 CREATE INDEX messages_expiring ON messages (entity_id, expires_at) WHERE expires_at IS NOT NULL;
+
+-- Bodies are immutable and kept apart from the message rows, which change on every lock and
+-- settlement: SQLite (like PostgreSQL) rewrites a whole row on update, and the body is most
+-- of it. Each body belongs to exactly one message row; the store deletes it with the row.
+CREATE TABLE bodies (
+    id          INTEGER PRIMARY KEY,
+    body        BLOB NOT NULL
+) STRICT;
 
 CREATE TABLE seen_message_ids (
     entity_id   INTEGER NOT NULL REFERENCES entities(id) ON DELETE CASCADE,
