@@ -628,14 +628,15 @@ def _new_row(message: Message, options: QueueOptions, now: float) -> tuple[NewMe
     This runs for every message sent, so the common case (bytes body, no optional fields)
     takes the fewest checks.
     """
-    body = message.body
-    if type(body) is not bytes:
-        if isinstance(body, str):
-            body = body.encode()
-        elif isinstance(body, bytearray | memoryview):
-            body = bytes(body)
-        else:
-            raise InvalidOptionError(f"body must be bytes or str, not {type(body).__name__}")
+    given: object = message.body  # typed bytes | str, but callers may pass anything
+    if type(given) is bytes:
+        body = given
+    elif isinstance(given, str):
+        body = given.encode()
+    elif isinstance(given, bytearray | memoryview):
+        body = bytes(given)
+    else:
+        raise InvalidOptionError(f"body must be bytes or str, not {type(given).__name__}")
     message_id = message.message_id
     if type(message_id) is not str or not 0 < len(message_id) <= MAX_ID_LENGTH:
         raise InvalidOptionError(f"message_id must be 1-{MAX_ID_LENGTH} characters: {message_id!r}")

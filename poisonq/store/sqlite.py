@@ -227,7 +227,8 @@ class SqliteTransaction(Transaction):
     def delete_entity(self, entity_id: int) -> None:
         family = "(SELECT id FROM entities WHERE id = ?1 OR parent_id = ?1)"
         self._db.execute(
-            f"DELETE FROM bodies WHERE id IN (SELECT body_id FROM messages WHERE entity_id IN {family})",
+            "DELETE FROM bodies WHERE id IN"
+            f" (SELECT body_id FROM messages WHERE entity_id IN {family})",
             (entity_id,),
         )
         self._db.execute("DELETE FROM entities WHERE id = ?1 OR parent_id = ?1", (entity_id,))
