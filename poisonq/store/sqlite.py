@@ -254,22 +254,20 @@ class SqliteTransaction(Transaction):
         insert = f"INSERT INTO messages (entity_id, enqueued_at, {', '.join(columns)}) VALUES "
         for start in range(0, len(rows), _INSERT_CHUNK):
             chunk = rows[start : start + _INSERT_CHUNK]
-            self._db.execute(
+            bodies = self._db.execute(
                 "INSERT INTO bodies (body) VALUES " + ", ".join(["(?)"] * len(chunk)),
                 [m.body for m in chunk],
             )
-            body_id = self._last_id() - len(chunk) + 1
+            assert bodies.lastrowid is not None
+            body_id = bodies.lastrowid - len(chunk) + 1
             params: list[Any] = [entity_id, now]
             for i, m in enumerate(chunk):
                 params += (m.state, m.message_id, body_id + i, m.size)
                 params += [getattr(m, c) for c in optional]
-            self._db.execute(insert + ", ".join([row_marks] * len(chunk)), params)
-        last = self._last_id()
+            last = self._db.execute(insert + ", ".join([row_marks] * len(chunk)), params).lastrowid
+        assert last is not None
         self._bump(entity_id, sent=len(rows), size_bytes=sum(m.size for m in rows))
         return list(range(last - len(rows) + 1, last + 1))
-
-    def _last_id(self) -> int:
-        return int(self._db.execute("SELECT last_insert_rowid()").fetchone()[0])
 
     def _delete_bodies(self, body_ids: list[int]) -> None:
         self._db.execute(f"DELETE FROM bodies WHERE id IN {_SEQS}", (json.dumps(body_ids),))
