@@ -50,6 +50,15 @@ def _as_list(messages: Messages) -> list[ReceivedMessage]:
     return [messages] if isinstance(messages, ReceivedMessage) else list(messages)
 
 
+def _filter(where: dict[str, Any]) -> MessageFilter:
+    """A message filter from keyword arguments, refusing unknown names."""
+    try:
+        return MessageFilter(**where)
+    except TypeError:
+        known = ", ".join(MessageFilter.__dataclass_fields__)
+        raise InvalidOptionError(f"unknown filter in {sorted(where)}; use {known}") from None
+
+
 def _failure(error: BaseException | FailureRecord | None, now: float) -> FailureRecord | None:
     if error is None or isinstance(error, FailureRecord):
         return error
@@ -137,7 +146,12 @@ class Broker:
         receive_mode: ReceiveMode | str = ReceiveMode.PEEK_LOCK,
         lock_duration: Duration | None = None,
     ) -> Receiver:
-        return Receiver(self, address, subqueue, ReceiveMode(receive_mode), lock_duration)
+        try:
+            mode = ReceiveMode(receive_mode)
+        except ValueError:
+            choices = ", ".join(m.value for m in ReceiveMode)
+            raise InvalidOptionError(f"receive_mode must be one of {choices}") from None
+        return Receiver(self, address, subqueue, mode, lock_duration)
 
     def peek(
         self, address: str, *, from_sequence: int = 0, max_messages: int = 100
@@ -170,7 +184,7 @@ class Broker:
         task, at most ``rate`` messages per second. Filters: ``reason``, ``subject``,
         ``fingerprint``, ``min_sequence``, ``max_sequence``, ``since``, ``until``.
         With ``wait=False`` the task runs in a thread; ``task.cancel()`` stops it."""
-        task = resubmit_task(self.engine, self._dlq(queue), MessageFilter(**where), to, rate)
+        task = resubmit_task(self.engine, self._dlq(queue), _filter(where), to, rate)
         return task.run(wait=wait, progress=progress)
 
     def purge(
@@ -181,7 +195,7 @@ class Broker:
         **where: Any,
     ) -> BulkTask:
         """Drop dead-lettered messages of ``queue`` that match the filters (all by default)."""
-        task = purge_task(self.engine, self._dlq(queue), MessageFilter(**where))
+        task = purge_task(self.engine, self._dlq(queue), _filter(where))
         return task.run(wait=True, progress=progress)
 
     def _dlq(self, queue: str) -> str:

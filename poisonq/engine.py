@@ -417,6 +417,8 @@ class Engine:
         self, address: str, from_sequence: int = 0, max_messages: int = 1
     ) -> list[ReceivedMessage]:
         """Held messages from ``from_sequence`` on, without locking or counting a delivery."""
+        if not isinstance(max_messages, int) or max_messages < 1:
+            raise InvalidOptionError(f"max_messages must be an integer >= 1, not {max_messages!r}")
         with self.store.transaction() as tx:
             entity = self._resolve(tx, address).entity
             return tx.peek(entity.id, entity.name, from_sequence, max_messages)

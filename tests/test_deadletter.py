@@ -240,7 +240,7 @@ def test_resubmit_in_the_background(broker: Broker, queue: str) -> None:
 def test_bad_resubmit_arguments(broker: Broker, queue: str) -> None:
     with pytest.raises(InvalidOptionError):
         broker.resubmit(queue, rate=0)
-    with pytest.raises(TypeError):
+    with pytest.raises(InvalidOptionError, match="unknown filter"):
         broker.resubmit(queue, colour="red")
 
 

@@ -66,6 +66,10 @@ def test_bad_receive_arguments(broker: Broker, queue: str) -> None:
         broker.receiver(queue).receive(max_wait=-1)
     with pytest.raises(EntityNotFoundError):
         broker.receiver("missing").receive()
+    with pytest.raises(InvalidOptionError):
+        broker.receiver(queue, receive_mode="twice")
+    with pytest.raises(InvalidOptionError):
+        broker.peek(queue, max_messages=0)
 
 
 def test_long_poll_returns_when_a_message_arrives(url: str) -> None:
