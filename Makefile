@@ -18,8 +18,8 @@ demo: $(STAMP)
 	$(BIN)/poisonq demo --dir demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check poisonq tests bench examples
-	$(BIN)/ruff format --check poisonq tests bench examples
+	$(BIN)/ruff check poisonq tests bench
+	$(BIN)/ruff format --check poisonq tests bench
 	$(BIN)/mypy
 
 test: lint

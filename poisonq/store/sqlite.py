@@ -51,8 +51,9 @@ from poisonq.store.base import (
 
 _MESSAGE_COLUMNS = (
     "seq, message_id, (SELECT body FROM bodies WHERE bodies.id = messages.body_id), "
-    "content_type, subject, properties, session_id, correlation_id, reply_to, state, enqueued_at, scheduled_at, expires_at, delivery_count, abort_count, "
-    "move_count, resubmit_count, hop_count, lock_token, locked_until, dead_letter_reason, "
+    "content_type, subject, properties, session_id, correlation_id, reply_to, state, "
+    "enqueued_at, scheduled_at, expires_at, delivery_count, abort_count, move_count, "
+    "resubmit_count, hop_count, lock_token, locked_until, dead_letter_reason, "
     "dead_letter_description, dead_letter_source, failures"
 )
 _ENTITY_COLUMNS = (
