@@ -29,7 +29,7 @@ from poisonq.model import (
     to_seconds,
 )
 from poisonq.names import parse_address
-from poisonq.options import QueueOptions
+from poisonq.options import MAX_LOCK_DURATION, QueueOptions
 from poisonq.reports import AuditReport, QueueInfo
 from poisonq.store import open_store
 from poisonq.store.base import DeadLetterGroup, MessageFilter, Store
@@ -252,9 +252,11 @@ class Receiver:
         self.broker = broker
         self.address = str(parse_address(address, subqueue))
         self.receive_mode = receive_mode
-        self.lock_duration = (
-            None if lock_duration is None else to_seconds(lock_duration, "lock_duration")
-        )
+        self.lock_duration = None
+        if lock_duration is not None:
+            self.lock_duration = to_seconds(lock_duration, "lock_duration")
+            if not 0 < self.lock_duration <= MAX_LOCK_DURATION:
+                raise InvalidOptionError("lock_duration must be in (0, 300] seconds")
         self._engine = broker.engine
 
     def __enter__(self) -> Receiver:

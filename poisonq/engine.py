@@ -598,7 +598,9 @@ class Engine:
                 target = self._main(tx, to) if to else self._resolve(tx, source.queue.name)
                 if not target.entity.status.can_send:
                     raise EntityDisabledError(target.entity.name, target.entity.status, "resubmit")
-                done = tx.resubmit(source.entity.id, seqs, target.entity.id, now)
+                ttl = target.options.default_message_ttl
+                expires_at = None if ttl is None else now + ttl
+                done = tx.resubmit(source.entity.id, seqs, target.entity.id, now, expires_at)
             else:
                 done = tx.drop(source.entity.id, seqs)
             tx.update_task(task_id, task.done + done, "running", None, now)

@@ -190,6 +190,16 @@ def test_resubmit_moves_back_with_a_fresh_delivery_count(broker: Broker, queue: 
     assert_balanced(broker)
 
 
+def test_a_resubmitted_message_gets_a_fresh_ttl(broker: Broker, clock: ManualClock) -> None:
+    broker.create_queue("orders", default_message_ttl=60)
+    broker.sender("orders").send(Message(body=b"x"))
+    clock.advance(61)
+    assert broker.receiver("orders").receive() == []  # expired: dead-lettered
+    broker.resubmit("orders", rate=None)
+    (back,) = broker.receiver("orders").receive()
+    assert back.expires_at.timestamp() == clock.now() + 60  # type: ignore[union-attr]
+
+
 def test_resubmit_keeps_failure_history(broker: Broker, queue: str) -> None:
     broker.sender(queue).send(Message(body=b"x"))
     _fail_until_poisoned(broker, queue, ValueError("boom"))

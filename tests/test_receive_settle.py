@@ -69,6 +69,8 @@ def test_bad_receive_arguments(broker: Broker, queue: str) -> None:
     with pytest.raises(InvalidOptionError):
         broker.receiver(queue, receive_mode="twice")
     with pytest.raises(InvalidOptionError):
+        broker.receiver(queue, lock_duration=301)
+    with pytest.raises(InvalidOptionError):
         broker.peek(queue, max_messages=0)
 
 

@@ -271,9 +271,17 @@ class Transaction(ABC):
         """Remove held messages, counted as dropped."""
 
     @abstractmethod
-    def resubmit(self, entity_id: int, seqs: Sequence[int], target_id: int, now: float) -> int:
-        """Move unlocked messages to ``target_id`` under new sequence numbers, with a fresh
-        delivery count and no dead-letter fields; failure history is kept."""
+    def resubmit(
+        self,
+        entity_id: int,
+        seqs: Sequence[int],
+        target_id: int,
+        now: float,
+        expires_at: float | None,
+    ) -> int:
+        """Move unlocked messages to ``target_id`` under new sequence numbers, as if sent at
+        ``now`` (expiring at ``expires_at``), with a fresh delivery count and no dead-letter
+        fields; failure history is kept."""
 
     # Dead-letter analysis and tasks ------------------------------------------------------
     @abstractmethod

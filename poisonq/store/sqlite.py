@@ -496,7 +496,14 @@ class SqliteTransaction(Transaction):
         self._bump(entity_id, dropped=len(rows), size_bytes=-sum(row[0] for row in rows))
         return len(rows)
 
-    def resubmit(self, entity_id: int, seqs: Sequence[int], target_id: int, now: float) -> int:
+    def resubmit(
+        self,
+        entity_id: int,
+        seqs: Sequence[int],
+        target_id: int,
+        now: float,
+        expires_at: float | None,
+    ) -> int:
         guard = (
             f"entity_id = ? AND state IN ('active', 'deferred', 'dead_lettered') AND seq IN {_SEQS}"
         )
@@ -509,10 +516,10 @@ class SqliteTransaction(Transaction):
             " subject, properties, session_id, correlation_id, reply_to, enqueued_at, expires_at,"
             " abort_count, resubmit_count, hop_count, last_error_type, last_fingerprint, failures)"
             " SELECT ?, 'active', message_id, body_id, size, content_type, subject, properties,"
-            " session_id, correlation_id, reply_to, ?, NULL, abort_count, resubmit_count + 1,"
+            " session_id, correlation_id, reply_to, ?, ?, abort_count, resubmit_count + 1,"
             " hop_count, last_error_type, last_fingerprint, failures"
             f" FROM messages WHERE {guard} ORDER BY seq",
-            (target_id, now, *params),
+            (target_id, now, expires_at, *params),
         )
         rows = self._db.execute(f"DELETE FROM messages WHERE {guard} RETURNING size", params)
         sizes = [row[0] for row in rows]
