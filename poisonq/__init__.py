@@ -29,6 +29,7 @@ from poisonq.model import (
     SubQueue,
 )
 from poisonq.options import QueueOptions, RetryPolicy
+from poisonq.processor import Processor, ProcessorStats
 
 __all__ = [
     "AutoLockRenewer",
@@ -50,6 +51,8 @@ __all__ = [
     "MessageTooLargeError",
     "PermanentError",
     "PoisonqError",
+    "Processor",
+    "ProcessorStats",
     "QueueOptions",
     "QuotaExceededError",
     "ReceiveErrorHandling",

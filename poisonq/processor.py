@@ -1,0 +1,263 @@
+"""The Processor: a message pump that turns what a handler does into a settlement.
+
+A handler that returns completes its message. One that raises :class:`PermanentError` (or a
+type listed in ``permanent``) dead-letters it at once with the exception type as reason and the
+traceback as description: Service Broker's advice to fail fast on errors that a retry cannot
+fix. Any other exception abandons the message, and the queue's retry policy decides whether it
+comes back or is poisoned.
+
+A batch handler sees many messages and cannot say which one broke it. When it raises, the
+batch is re-run in halves until every failing message stands alone (the reference systems
+re-read one message at a time; bisection finds k bad messages among n in O(k log n) runs). The
+messages of the halves that succeed are completed, so only the guilty ones count a failed
+attempt. A batch handler therefore has to tolerate seeing a message again in a smaller batch,
+as it has to tolerate any redelivery.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from poisonq.client import AutoLockRenewer, Broker, Receiver
+from poisonq.errors import InvalidOptionError, MessageLockLostError, PermanentError
+from poisonq.failures import failure_from_exception
+from poisonq.model import Duration, FailureRecord, ReceivedMessage
+
+log = logging.getLogger(__name__)
+
+MessageHandler = Callable[[ReceivedMessage], Any]
+BatchHandler = Callable[[list[ReceivedMessage]], Any]
+PoisonHook = Callable[[ReceivedMessage, BaseException], Any]
+MAX_DESCRIPTION = 4_096
+
+
+@dataclass(frozen=True)
+class Completed:
+    message: ReceivedMessage
+
+
+@dataclass(frozen=True)
+class Retry:
+    """A transient failure: abandon and let the retry policy decide."""
+
+    message: ReceivedMessage
+    error: BaseException
+
+
+@dataclass(frozen=True)
+class Reject:
+    """A permanent failure: dead-letter now."""
+
+    message: ReceivedMessage
+    error: BaseException
+
+
+Outcome = Completed | Retry | Reject
+
+
+@dataclass
+class ProcessorStats:
+    """What one :meth:`Processor.run` did. ``poisoned`` counts the messages that reached the
+    dead-letter queue (or were dropped) because of this run, by either path."""
+
+    received: int = 0
+    completed: int = 0
+    abandoned: int = 0
+    dead_lettered: int = 0
+    poisoned: int = 0
+    handler_runs: int = 0
+    lock_lost: int = 0
+
+    def add(self, other: ProcessorStats) -> None:
+        for field in fields(self):
+            setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
+
+
+class Processor:
+    """Receives from ``address``, calls ``handler`` and settles each message by outcome.
+
+    ``batch=True`` passes lists of up to ``batch_size`` messages to the handler; otherwise it
+    is called once per message (still received and completed ``batch_size`` at a time).
+    ``concurrency`` threads pump at once. Locks are renewed while a handler runs, for at most
+    ``max_lock_renewal_duration`` seconds. ``on_poison(message, error)`` is called after each
+    message that this processor dead-lettered or that its abandon poisoned; an exception from
+    the hook propagates (the message is already settled, so nothing is lost).
+    """
+
+    def __init__(
+        self,
+        broker: Broker,
+        address: str,
+        handler: MessageHandler | BatchHandler,
+        *,
+        batch_size: int = 1,
+        batch: bool = False,
+        concurrency: int = 1,
+        permanent: Sequence[type[BaseException]] = (),
+        on_poison: PoisonHook | None = None,
+        max_lock_renewal_duration: Duration = 300.0,
+        max_wait: Duration = 1.0,
+    ) -> None:
+        if batch_size < 1:
+            raise InvalidOptionError("batch_size must be at least 1")
+        if concurrency < 1:
+            raise InvalidOptionError("concurrency must be at least 1")
+        self.broker = broker
+        self.address = address
+        self.handler = handler
+        self.batch_size = batch_size
+        self.batch = batch
+        self.concurrency = concurrency
+        self.permanent: tuple[type[BaseException], ...] = (PermanentError, *permanent)
+        self.on_poison = on_poison
+        self.max_lock_renewal_duration = max_lock_renewal_duration
+        self.max_wait = max_wait
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to return once the messages in hand are settled."""
+        self._stop.set()
+
+    def run(self, until_idle: bool = False) -> ProcessorStats:
+        """Pump until :meth:`stop` is called or, with ``until_idle``, until a receive waits
+        ``max_wait`` and finds nothing. Returns what was done."""
+        self._stop.clear()
+        total = ProcessorStats()
+        with AutoLockRenewer(self.max_lock_renewal_duration) as renewer:
+            if self.concurrency == 1:
+                total.add(self._pump(renewer, until_idle))
+                return total
+            results: list[ProcessorStats] = []
+            threads = [
+                threading.Thread(
+                    target=lambda: results.append(self._pump(renewer, until_idle)),
+                    name=f"poisonq-processor-{n}",
+                )
+                for n in range(self.concurrency)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        for result in results:
+            total.add(result)
+        return total
+
+    def _pump(self, renewer: AutoLockRenewer, until_idle: bool) -> ProcessorStats:
+        stats = ProcessorStats()
+        receiver = self.broker.receiver(self.address)
+        while not self._stop.is_set():
+            messages = receiver.receive(self.batch_size, self.max_wait)
+            if not messages:
+                if until_idle:
+                    break
+                continue
+            stats.received += len(messages)
+            renewer.register(receiver, messages)
+            try:
+                outcomes = self._handle(messages, stats)
+            finally:
+                renewer.unregister(messages)
+            self._settle(receiver, outcomes, stats)
+        return stats
+
+    def _handle(self, messages: list[ReceivedMessage], stats: ProcessorStats) -> list[Outcome]:
+        if not self.batch:
+            outcomes: list[Outcome] = []
+            for message in messages:
+                stats.handler_runs += 1
+                error = self._call(message)
+                outcomes.append(self._outcome(message, error))
+            return outcomes
+        return self._bisect(messages, stats, known_to_fail=False)
+
+    def _bisect(
+        self, messages: list[ReceivedMessage], stats: ProcessorStats, known_to_fail: bool
+    ) -> list[Outcome]:
+        """Run the batch handler on ``messages``; if it fails, on each half, down to single
+        messages. A right half whose left sibling succeeded is known to fail and is split
+        without running it whole, which saves one run per level."""
+        if not (known_to_fail and len(messages) > 1):
+            stats.handler_runs += 1
+            error = self._call(messages)
+            if error is None:
+                return [Completed(message) for message in messages]
+            if len(messages) == 1:
+                return [self._outcome(messages[0], error)]
+        middle = len(messages) // 2
+        left = self._bisect(messages[:middle], stats, known_to_fail=False)
+        left_ok = all(isinstance(outcome, Completed) for outcome in left)
+        return left + self._bisect(messages[middle:], stats, known_to_fail=left_ok)
+
+    def _call(self, work: ReceivedMessage | list[ReceivedMessage]) -> BaseException | None:
+        """Run the handler; its failure, whatever it is, becomes data to settle by."""
+        try:
+            self.handler(work)  # type: ignore[arg-type]  # batch or not, set in __init__
+        except Exception as exc:  # the one place where a handler failure is caught
+            return exc
+        return None
+
+    def _outcome(self, message: ReceivedMessage, error: BaseException | None) -> Outcome:
+        if error is None:
+            return Completed(message)
+        if isinstance(error, self.permanent):
+            return Reject(message, error)
+        return Retry(message, error)
+
+    def _settle(self, receiver: Receiver, outcomes: list[Outcome], stats: ProcessorStats) -> None:
+        """Complete the good messages in one transaction, then settle each failure."""
+        done = [outcome.message for outcome in outcomes if isinstance(outcome, Completed)]
+        stats.completed += self._complete(receiver, done, stats)
+        for outcome in outcomes:
+            try:
+                match outcome:
+                    case Completed():
+                        continue
+                    case Reject(message, error):
+                        failure = failure_from_exception(error, self.broker.clock.now())
+                        reason = type(error).__name__
+                        receiver.dead_letter(message, reason, _description(failure), failure)
+                        stats.dead_lettered += 1
+                        self._poisoned(message, error, stats)
+                    case Retry(message, error):
+                        poisoned = receiver.abandon(message, error)
+                        stats.abandoned += 1
+                        if poisoned:
+                            self._poisoned(message, error, stats)
+            except MessageLockLostError:
+                # The lock ran out while the handler ran: the message will be delivered again.
+                log.warning("lost the lock on message %s", outcome.message.sequence_number)
+                stats.lock_lost += 1
+
+    def _complete(
+        self, receiver: Receiver, messages: list[ReceivedMessage], stats: ProcessorStats
+    ) -> int:
+        """Complete ``messages`` at once; if some locks were lost (they will be redelivered),
+        complete the rest. Returns how many were completed."""
+        while messages:
+            try:
+                receiver.complete(messages)
+                return len(messages)
+            except MessageLockLostError as exc:
+                lost = set(exc.sequence_numbers)
+                log.warning("lost the lock on %d message(s) before completing", len(lost))
+                stats.lock_lost += len(lost)
+                messages = [m for m in messages if m.sequence_number not in lost]
+        return 0
+
+    def _poisoned(
+        self, message: ReceivedMessage, error: BaseException, stats: ProcessorStats
+    ) -> None:
+        stats.poisoned += 1
+        if self.on_poison is not None:
+            self.on_poison(message, error)
+
+
+def _description(failure: FailureRecord) -> str:
+    """The traceback, cut from the front to fit a dead-letter description."""
+    text = failure.traceback or ""
+    return text if len(text) <= MAX_DESCRIPTION else "...\n" + text[-MAX_DESCRIPTION:]
