@@ -1,0 +1,247 @@
+"""The Processor: outcomes become settlements, locks are renewed, failing batches bisected."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+
+import poisonq
+from poisonq import Broker, ManualClock, Message, Processor, ReceivedMessage
+from tests.conftest import assert_balanced
+
+
+class InvalidCustomer(poisonq.PermanentError):
+    pass
+
+
+def send(broker: Broker, queue: str, count: int) -> None:
+    broker.sender(queue).send(
+        [Message(body=str(n).encode(), message_id=f"m{n}") for n in range(count)]
+    )
+
+
+def dead(broker: Broker, queue: str) -> list[ReceivedMessage]:
+    return broker.peek(f"{queue}/$deadletterqueue", max_messages=1000)
+
+
+def test_a_handler_that_returns_completes(broker: Broker, queue: str) -> None:
+    send(broker, queue, 25)
+    seen: Counter[str] = Counter()
+    stats = Processor(
+        broker, queue, lambda m: seen.update([m.message_id]), batch_size=10, max_wait=0
+    ).run(until_idle=True)
+    assert seen == Counter({f"m{n}": 1 for n in range(25)})
+    assert (stats.received, stats.completed, stats.handler_runs) == (25, 25, 25)
+    assert broker.counts(queue)["completed"] == 25
+    assert_balanced(broker)
+
+
+def test_a_permanent_error_dead_letters_at_once_with_type_and_traceback(
+    broker: Broker, queue: str
+) -> None:
+    send(broker, queue, 3)
+
+    def handle(message: ReceivedMessage) -> None:
+        if message.message_id == "m1":
+            raise InvalidCustomer("customer 17 does not exist")
+
+    poisoned: list[tuple[str, BaseException]] = []
+    stats = Processor(
+        broker, queue, handle, max_wait=0, on_poison=lambda m, e: poisoned.append((m.message_id, e))
+    ).run(until_idle=True)
+
+    [message] = dead(broker, queue)
+    assert message.message_id == "m1"
+    assert message.delivery_count == 1  # no retry: fail fast
+    assert message.dead_letter_reason == "InvalidCustomer"
+    assert "Traceback" in (message.dead_letter_error_description or "")
+    assert "customer 17 does not exist" in (message.dead_letter_error_description or "")
+    detail = broker.message(f"{queue}/$deadletterqueue", message.sequence_number)
+    assert detail.failures[-1].error_type.endswith("InvalidCustomer")
+    assert [(mid, type(e)) for mid, e in poisoned] == [("m1", InvalidCustomer)]
+    assert (stats.completed, stats.dead_lettered, stats.poisoned) == (2, 1, 1)
+    assert_balanced(broker)
+
+
+def test_types_listed_as_permanent_dead_letter_at_once(broker: Broker, queue: str) -> None:
+    send(broker, queue, 1)
+
+    def handle(message: ReceivedMessage) -> None:
+        raise ValueError("not a number")
+
+    Processor(broker, queue, handle, permanent=[ValueError], max_wait=0).run(until_idle=True)
+    [message] = dead(broker, queue)
+    assert (message.dead_letter_reason, message.delivery_count) == ("ValueError", 1)
+
+
+def test_a_transient_error_is_retried_then_completed(broker: Broker, queue: str) -> None:
+    send(broker, queue, 4)
+    attempts: Counter[str] = Counter()
+
+    def handle(message: ReceivedMessage) -> None:
+        attempts[message.message_id] += 1
+        if message.message_id == "m2" and message.delivery_count == 1:
+            raise TimeoutError("database is locked")
+
+    stats = Processor(broker, queue, handle, batch_size=4, max_wait=0).run(until_idle=True)
+    assert attempts == Counter({"m0": 1, "m1": 1, "m2": 2, "m3": 1})
+    assert (stats.completed, stats.abandoned, stats.poisoned) == (4, 1, 0)
+    assert dead(broker, queue) == []
+    assert_balanced(broker)
+
+
+def test_an_always_failing_message_is_poisoned_by_the_retry_policy(
+    broker: Broker, queue: str
+) -> None:
+    send(broker, queue, 2)
+
+    def handle(message: ReceivedMessage) -> None:
+        if message.message_id == "m0":
+            raise KeyError(f"attempt {message.delivery_count}")
+
+    poisoned: list[str] = []
+    stats = Processor(
+        broker, queue, handle, max_wait=0, on_poison=lambda m, e: poisoned.append(m.message_id)
+    ).run(until_idle=True)
+
+    [message] = dead(broker, queue)
+    assert message.dead_letter_reason == "MaxDeliveryCountExceeded"
+    assert "attempt 3" in (message.dead_letter_error_description or "")
+    history = broker.message(f"{queue}/$deadletterqueue", message.sequence_number).failures
+    assert [f.error_type for f in history] == ["KeyError"] * 3
+    assert poisoned == ["m0"]
+    assert (stats.abandoned, stats.poisoned, stats.completed) == (3, 1, 1)
+    assert_balanced(broker)
+
+
+def bisection_bound(n: int, k: int) -> int:
+    """Runs bisection may take for k failing messages among n: the first run, then at most
+    two runs per level of the tree for each failing message."""
+    return 1 + 2 * k * math.ceil(math.log2(n))
+
+
+@pytest.mark.parametrize(
+    ("n", "bad"),
+    [(64, {17}), (64, {0, 63}), (64, {5, 6, 7}), (100, {3, 50, 51, 97}), (7, {6}), (1, {0})],
+)
+def test_a_failing_batch_is_bisected_and_only_the_guilty_count_an_attempt(
+    broker: Broker, queue: str, n: int, bad: set[int]
+) -> None:
+    send(broker, queue, n)
+    runs = 0
+    succeeded: Counter[int] = Counter()
+
+    def handle(batch: list[ReceivedMessage]) -> None:
+        nonlocal runs
+        runs += 1
+        processor.stop()  # one batch only: settle it, then return
+        if guilty := [m.message_id for m in batch if int(m.body) in bad]:
+            raise RuntimeError(f"cannot process {guilty}")
+        succeeded.update(int(m.body) for m in batch)
+
+    processor = Processor(broker, queue, handle, batch=True, batch_size=n, max_wait=0)
+    stats = processor.run()
+
+    assert runs == stats.handler_runs <= bisection_bound(n, len(bad))
+    assert succeeded == Counter(set(range(n)) - bad)  # each good message completed once
+    assert (stats.completed, stats.abandoned) == (n - len(bad), len(bad))
+    left = broker.peek(queue, max_messages=n)
+    assert sorted(int(m.body) for m in left) == sorted(bad)
+    for message in left:
+        detail = broker.message(queue, message.sequence_number)
+        assert [f.error_type for f in detail.failures] == ["RuntimeError"]
+        assert f"m{int(message.body)}" in detail.failures[0].message
+    assert_balanced(broker)
+
+
+def test_a_permanent_error_in_a_batch_dead_letters_only_the_guilty(
+    broker: Broker, queue: str
+) -> None:
+    send(broker, queue, 16)
+
+    def handle(batch: list[ReceivedMessage]) -> None:
+        if any(m.message_id == "m9" for m in batch):
+            raise InvalidCustomer("m9")
+
+    stats = Processor(broker, queue, handle, batch=True, batch_size=16, max_wait=0).run(
+        until_idle=True
+    )
+    assert [(m.message_id, m.dead_letter_reason) for m in dead(broker, queue)] == [
+        ("m9", "InvalidCustomer")
+    ]
+    assert (stats.completed, stats.dead_lettered) == (15, 1)
+    assert_balanced(broker)
+
+
+def wait_for(condition: Callable[[], bool], what: str) -> None:
+    """Poll a condition the renewer thread makes true; fail after 10 s of real time."""
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_locks_are_renewed_while_the_handler_runs(
+    broker: Broker, queue: str, clock: ManualClock
+) -> None:
+    send(broker, queue, 1)
+
+    def handle(message: ReceivedMessage) -> None:
+        first = message.locked_until
+        clock.advance(20)  # past half the 30 s lock: due for renewal
+        wait_for(lambda: message.locked_until != first, "the lock renewal")
+        clock.advance(20)  # 40 s after receive: alive only because it was renewed
+
+    stats = Processor(broker, queue, handle, max_wait=0).run(until_idle=True)
+    assert (stats.completed, stats.lock_lost) == (1, 0)
+    assert_balanced(broker)
+
+
+def test_a_lock_lost_during_the_handler_means_redelivery_not_a_crash(
+    broker: Broker, queue: str, clock: ManualClock
+) -> None:
+    send(broker, queue, 1)
+    deliveries: list[int] = []
+
+    def handle(message: ReceivedMessage) -> None:
+        deliveries.append(message.delivery_count)
+        if message.delivery_count == 1:
+            clock.advance(31)  # the 30 s lock runs out, renewal is off
+
+    stats = Processor(broker, queue, handle, max_wait=0, max_lock_renewal_duration=0).run(
+        until_idle=True
+    )
+    assert deliveries == [1, 2]
+    assert (stats.lock_lost, stats.completed) == (1, 1)
+    assert_balanced(broker)
+
+
+def test_concurrent_pumps_complete_each_message_once(broker: Broker, queue: str) -> None:
+    send(broker, queue, 300)
+    seen: Counter[str] = Counter()
+    guard = threading.Lock()
+    threads: set[str] = set()
+
+    def handle(message: ReceivedMessage) -> None:
+        with guard:
+            seen[message.message_id] += 1
+            threads.add(threading.current_thread().name)
+
+    stats = Processor(broker, queue, handle, batch_size=5, concurrency=3, max_wait=0).run(
+        until_idle=True
+    )
+    assert seen == Counter({f"m{n}": 1 for n in range(300)})
+    assert stats.completed == 300
+    assert threads <= {f"poisonq-processor-{n}" for n in range(3)}
+    assert_balanced(broker)
+
+
+@pytest.mark.parametrize("option", [{"batch_size": 0}, {"concurrency": 0}])
+def test_bad_options_are_refused(broker: Broker, queue: str, option: dict[str, int]) -> None:
+    with pytest.raises(poisonq.InvalidOptionError):
+        Processor(broker, queue, print, **option)
