@@ -18,22 +18,30 @@ from poisonq.errors import (
     StoreError,
 )
 from poisonq.model import (
+    Abandon,
+    Complete,
+    DeadLetter,
     DeadLetterReason,
     EntityStatus,
     FailureRecord,
+    Lease,
     Message,
     MessageState,
     ReceivedMessage,
     ReceiveErrorHandling,
     ReceiveMode,
+    Settlement,
     SubQueue,
 )
 from poisonq.options import QueueOptions, RetryPolicy
 from poisonq.processor import Processor, ProcessorStats
 
 __all__ = [
+    "Abandon",
     "AutoLockRenewer",
     "Broker",
+    "Complete",
+    "DeadLetter",
     "DeadLetterReason",
     "EntityDisabledError",
     "EntityExistsError",
@@ -43,6 +51,7 @@ __all__ = [
     "InvalidNameError",
     "InvalidOperationError",
     "InvalidOptionError",
+    "Lease",
     "ManualClock",
     "Message",
     "MessageLockLostError",
@@ -61,6 +70,7 @@ __all__ = [
     "Receiver",
     "RetryPolicy",
     "Sender",
+    "Settlement",
     "StoreError",
     "SubQueue",
     "SystemClock",

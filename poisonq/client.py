@@ -21,9 +21,11 @@ from poisonq.model import (
     Duration,
     EntityStatus,
     FailureRecord,
+    Lease,
     Message,
     ReceivedMessage,
     ReceiveMode,
+    Settlement,
     SubQueue,
     from_timestamp,
     to_seconds,
@@ -57,6 +59,13 @@ def _filter(where: dict[str, Any]) -> MessageFilter:
     except TypeError:
         known = ", ".join(MessageFilter.__dataclass_fields__)
         raise InvalidOptionError(f"unknown filter in {sorted(where)}; use {known}") from None
+
+
+def _lock_seconds(lock_duration: Duration) -> float:
+    seconds = to_seconds(lock_duration, "lock_duration")
+    if not 0 < seconds <= MAX_LOCK_DURATION:
+        raise InvalidOptionError(f"lock_duration must be in (0, {MAX_LOCK_DURATION:g}] seconds")
+    return seconds
 
 
 def _failure(error: BaseException | FailureRecord | None, now: float) -> FailureRecord | None:
@@ -163,6 +172,51 @@ class Broker:
         """One message by sequence number, with its failure history."""
         return self.engine.message(address, sequence_number)
 
+    def settle(self, address: str, settlements: Sequence[Settlement]) -> list[int]:
+        """Settle many locked messages, each its own way (:class:`Complete`,
+        :class:`Abandon`, :class:`DeadLetter`), in one transaction. A lost lock raises
+        :class:`MessageLockLostError` and changes nothing. Returns the sequence numbers
+        the retry policy poisoned."""
+        return self.engine.settle(address, settlements)
+
+    # Leases: the batches Spark queries lock ---------------------------------------------
+    def acquire_lease(
+        self,
+        address: str,
+        consumer: str,
+        number: int,
+        max_messages: int,
+        lock_duration: Duration | None = None,
+    ) -> Lease | None:
+        """Lock up to ``max_messages`` messages as lease ``number`` of ``consumer``, or get
+        that lease again (renewed) if it exists. ``None`` when nothing is receivable."""
+        seconds = None if lock_duration is None else _lock_seconds(lock_duration)
+        return self.engine.acquire_lease(address, consumer, number, max_messages, seconds)
+
+    def latest_lease(self, address: str, consumer: str) -> Lease | None:
+        return self.engine.latest_lease(address, consumer)
+
+    def lease_sequence_numbers(
+        self, lease: Lease, lo: int | None = None, hi: int | None = None
+    ) -> list[int]:
+        """The sequence numbers in ``[lo, hi]`` the lease still holds under a valid lock."""
+        return self.engine.lease_sequence_numbers(lease, lo, hi)
+
+    def lease_rows(
+        self, lease: Lease, lo: int | None = None, hi: int | None = None
+    ) -> list[tuple[Any, ...]]:
+        """The messages the lease still holds, as tuples of
+        :data:`poisonq.store.base.LEASE_COLUMNS` (what Spark executors read)."""
+        return self.engine.lease_rows(lease, lo, hi)
+
+    def renew_lease(self, lease: Lease, lock_duration: Duration | None = None) -> int:
+        seconds = None if lock_duration is None else _lock_seconds(lock_duration)
+        return self.engine.renew_lease(lease, seconds)
+
+    def complete_lease(self, lease: Lease) -> int:
+        """Complete what the lease still holds; returns how many were completed."""
+        return self.engine.complete_lease(lease)
+
     # Dead-letter operations ---------------------------------------------------------------
     def dead_letter_groups(self, queue: str, by: str = "reason") -> list[DeadLetterGroup]:
         """Dead-lettered messages of ``queue`` grouped by reason, subject or fingerprint."""
@@ -252,11 +306,7 @@ class Receiver:
         self.broker = broker
         self.address = str(parse_address(address, subqueue))
         self.receive_mode = receive_mode
-        self.lock_duration = None
-        if lock_duration is not None:
-            self.lock_duration = to_seconds(lock_duration, "lock_duration")
-            if not 0 < self.lock_duration <= MAX_LOCK_DURATION:
-                raise InvalidOptionError("lock_duration must be in (0, 300] seconds")
+        self.lock_duration = None if lock_duration is None else _lock_seconds(lock_duration)
         self._engine = broker.engine
 
     def __enter__(self) -> Receiver:

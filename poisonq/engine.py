@@ -34,13 +34,18 @@ from poisonq.errors import (
 from poisonq.failures import describe
 from poisonq.model import (
     HELD_STATES,
+    Abandon,
+    Complete,
+    DeadLetter,
     DeadLetterReason,
     EntityStatus,
     FailureRecord,
+    Lease,
     Message,
     MessageState,
     ReceivedMessage,
     ReceiveErrorHandling,
+    Settlement,
     SubQueue,
     from_timestamp,
     to_seconds,
@@ -510,6 +515,134 @@ class Engine:
                     _all_or_raise(seqs, [h.seq for h in held])
             return until
 
+    def settle(self, address: str, settlements: Sequence[Settlement]) -> list[int]:
+        """Settle many messages, each its own way, in one transaction: complete, abandon
+        (with its own failure) or dead-letter (with its own reason). If any lock was lost,
+        :class:`MessageLockLostError` names all the lost ones and nothing changes. Returns
+        the sequence numbers the retry policy poisoned."""
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            target = self._resolve(tx, address)
+            entity = target.entity
+            locks = [(s.sequence_number, s.lock_token) for s in settlements]
+            held = {lock.seq: lock for lock in self._held_locks(tx, target, locks, now)}
+            done = [s for s in settlements if isinstance(s, Complete)]
+            if done:
+                self._complete(tx, entity, [(s.sequence_number, s.lock_token) for s in done], now)
+            poisoned: list[int] = []
+            for settlement in settlements:
+                match settlement:
+                    case Complete():
+                        continue
+                    case Abandon(seq, _, failure):
+                        poisoned += self._after_failure(tx, target, [held[seq]], failure, False)
+                    case DeadLetter(seq, token, reason, description, failure):
+                        if target.subqueue is not None:
+                            raise InvalidOperationError(
+                                f"messages in {entity.name!r} cannot be dead-lettered again"
+                            )
+                        tx.dead_letter(
+                            entity.id,
+                            [seq],
+                            self._child(tx, target, SubQueue.DEADLETTER).id,
+                            reason,
+                            description,
+                            entity.name,
+                            failure.to_json() if failure else None,
+                            now,
+                            lock_token=token,
+                        )
+            return sorted(poisoned)
+
+    # Leases -------------------------------------------------------------------------------
+    def acquire_lease(
+        self,
+        address: str,
+        consumer: str,
+        number: int,
+        max_messages: int,
+        lock_duration: float | None = None,
+    ) -> Lease | None:
+        """Lease ``number`` of ``consumer``: up to ``max_messages`` messages locked under one
+        token. Asking again for a lease that exists returns it with its locks renewed (a
+        restarted consumer replays it); a new lease forgets the consumer's older ones, which
+        are settled by then. ``None`` when nothing is receivable."""
+        validate_name(consumer)
+        if not isinstance(number, int) or number < 1:
+            raise InvalidOptionError(f"lease numbers start at 1, not {number!r}")
+        if not isinstance(max_messages, int) or max_messages < 1:
+            raise InvalidOptionError(f"max_messages must be an integer >= 1, not {max_messages!r}")
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            target = self._resolve(tx, address)
+            entity = target.entity
+            until = now + (lock_duration or target.options.lock_duration)
+            lease = tx.lease(entity.id, entity.name, consumer, number)
+            if lease is not None:
+                self._renew_lease(tx, entity, lease, now, until)
+                return lease
+            if not entity.status.can_receive:
+                raise EntityDisabledError(entity.name, entity.status, "receive")
+            self._housekeep(tx, target, now)
+            token = str(uuid.uuid4())
+            seqs = tx.lock_ready_seqs(entity.id, target.ready, max_messages, token, until)
+            if not seqs:
+                return None
+            lease = Lease(entity.name, consumer, number, token, len(seqs), seqs[0], seqs[-1], now)
+            tx.insert_lease(entity.id, lease)
+            tx.delete_leases(entity.id, consumer, before=number)
+            return lease
+
+    def latest_lease(self, address: str, consumer: str) -> Lease | None:
+        with self.store.transaction() as tx:
+            entity = self._resolve(tx, address).entity
+            return tx.lease(entity.id, entity.name, consumer, None)
+
+    def lease_sequence_numbers(
+        self, lease: Lease, lo: int | None = None, hi: int | None = None
+    ) -> list[int]:
+        """The lease's messages in ``[lo, hi]`` that it still holds under a valid lock."""
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            entity = self._resolve(tx, lease.entity).entity
+            return tx.lease_seqs(entity.id, lease.lock_token, *_span(lease, lo, hi), now)
+
+    def lease_rows(
+        self, lease: Lease, lo: int | None = None, hi: int | None = None
+    ) -> list[tuple[Any, ...]]:
+        """The messages the lease still holds in ``[lo, hi]``, as :data:`LEASE_COLUMNS`."""
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            entity = self._resolve(tx, lease.entity).entity
+            return tx.lease_rows(entity.id, lease.lock_token, *_span(lease, lo, hi), now)
+
+    def renew_lease(self, lease: Lease, lock_duration: float | None = None) -> int:
+        """Extend the locks the lease still holds; returns how many."""
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            target = self._resolve(tx, lease.entity)
+            until = now + (lock_duration or target.options.lock_duration)
+            return self._renew_lease(tx, target.entity, lease, now, until)
+
+    def _renew_lease(
+        self, tx: Transaction, entity: EntityRecord, lease: Lease, now: float, until: float
+    ) -> int:
+        seqs = tx.lease_seqs(
+            entity.id, lease.lock_token, lease.min_sequence, lease.max_sequence, now
+        )
+        return tx.renew(entity.id, lease.lock_token, seqs, now, until) if seqs else 0
+
+    def complete_lease(self, lease: Lease) -> int:
+        """Complete every message the lease still holds (the others were settled apart, or
+        their locks ran out and they will be delivered again). Returns how many."""
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            entity = self._resolve(tx, lease.entity).entity
+            seqs = tx.lease_seqs(
+                entity.id, lease.lock_token, lease.min_sequence, lease.max_sequence, now
+            )
+            return len(tx.complete(entity.id, lease.lock_token, seqs, now)) if seqs else 0
+
     def _held_locks(
         self, tx: Transaction, target: Target, locks: Sequence[Lock], now: float
     ) -> list[LockInfo]:
@@ -605,6 +738,13 @@ class Engine:
                 done = tx.drop(source.entity.id, seqs)
             tx.update_task(task_id, task.done + done, "running", None, now)
             return seqs
+
+
+def _span(lease: Lease, lo: int | None, hi: int | None) -> tuple[int, int]:
+    return (
+        lease.min_sequence if lo is None else max(lo, lease.min_sequence),
+        lease.max_sequence if hi is None else min(hi, lease.max_sequence),
+    )
 
 
 def _by_token(locks: Sequence[Lock]) -> dict[str, list[int]]:

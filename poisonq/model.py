@@ -209,3 +209,46 @@ class ReceivedMessage:
     def text(self) -> str:
         """The body decoded as UTF-8 (replacing undecodable bytes)."""
         return self.body.decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A numbered batch of messages that one consumer (a Spark query, a pipeline) locked at
+    once under one lock token. Durable, so a restarted consumer finds and replays it."""
+
+    entity: str
+    consumer: str
+    number: int
+    lock_token: str
+    count: int
+    min_sequence: int
+    max_sequence: int
+    created_at: float
+
+
+# Settlements of many messages in one transaction, each its own way -----------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Complete:
+    sequence_number: int
+    lock_token: str
+
+
+@dataclass(frozen=True, slots=True)
+class Abandon:
+    sequence_number: int
+    lock_token: str
+    failure: FailureRecord | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    sequence_number: int
+    lock_token: str
+    reason: str
+    description: str | None = None
+    failure: FailureRecord | None = None
+
+
+Settlement = Complete | Abandon | DeadLetter

@@ -25,7 +25,15 @@ from typing import Any
 from poisonq.client import AutoLockRenewer, Broker, Receiver
 from poisonq.errors import InvalidOptionError, MessageLockLostError, PermanentError
 from poisonq.failures import failure_from_exception
-from poisonq.model import Duration, FailureRecord, ReceivedMessage
+from poisonq.model import (
+    Abandon,
+    Complete,
+    DeadLetter,
+    Duration,
+    FailureRecord,
+    ReceivedMessage,
+    Settlement,
+)
 
 log = logging.getLogger(__name__)
 
@@ -209,45 +217,45 @@ class Processor:
         return Retry(message, error)
 
     def _settle(self, receiver: Receiver, outcomes: list[Outcome], stats: ProcessorStats) -> None:
-        """Complete the good messages in one transaction, then settle each failure."""
-        done = [outcome.message for outcome in outcomes if isinstance(outcome, Completed)]
-        stats.completed += self._complete(receiver, done, stats)
-        for outcome in outcomes:
+        """Settle the whole batch in one transaction. Messages whose lock ran out while the
+        handler ran are left out (they will be delivered again) and the rest settled."""
+        pending = {o.message.sequence_number: o for o in outcomes}
+        while pending:
             try:
-                match outcome:
-                    case Completed():
-                        continue
-                    case Reject(message, error):
-                        failure = failure_from_exception(error, self.broker.clock.now())
-                        reason = type(error).__name__
-                        receiver.dead_letter(message, reason, _description(failure), failure)
-                        stats.dead_lettered += 1
-                        self._poisoned(message, error, stats)
-                    case Retry(message, error):
-                        poisoned = receiver.abandon(message, error)
-                        stats.abandoned += 1
-                        if poisoned:
-                            self._poisoned(message, error, stats)
-            except MessageLockLostError:
-                # The lock ran out while the handler ran: the message will be delivered again.
-                log.warning("lost the lock on message %s", outcome.message.sequence_number)
-                stats.lock_lost += 1
-
-    def _complete(
-        self, receiver: Receiver, messages: list[ReceivedMessage], stats: ProcessorStats
-    ) -> int:
-        """Complete ``messages`` at once; if some locks were lost (they will be redelivered),
-        complete the rest. Returns how many were completed."""
-        while messages:
-            try:
-                receiver.complete(messages)
-                return len(messages)
+                settlements = [self._settlement(o) for o in pending.values()]
+                poisoned = set(self.broker.settle(receiver.address, settlements))
+                break
             except MessageLockLostError as exc:
-                lost = set(exc.sequence_numbers)
-                log.warning("lost the lock on %d message(s) before completing", len(lost))
-                stats.lock_lost += len(lost)
-                messages = [m for m in messages if m.sequence_number not in lost]
-        return 0
+                log.warning("lost the lock on message(s) %s", exc.sequence_numbers)
+                stats.lock_lost += len(exc.sequence_numbers)
+                for seq in exc.sequence_numbers:
+                    del pending[seq]
+        else:
+            return
+        for outcome in pending.values():
+            match outcome:
+                case Completed():
+                    stats.completed += 1
+                case Reject(message, error):
+                    stats.dead_lettered += 1
+                    self._poisoned(message, error, stats)
+                case Retry(message, error):
+                    stats.abandoned += 1
+                    if message.sequence_number in poisoned:
+                        self._poisoned(message, error, stats)
+
+    def _settlement(self, outcome: Outcome) -> Settlement:
+        token = outcome.message.lock_token
+        seq = outcome.message.sequence_number
+        assert token is not None, "the processor receives in peek-lock mode"
+        match outcome:
+            case Completed():
+                return Complete(seq, token)
+            case Reject(_, error):
+                failure = failure_from_exception(error, self.broker.clock.now())
+                return DeadLetter(seq, token, type(error).__name__, _description(failure), failure)
+            case Retry(_, error):
+                return Abandon(seq, token, failure_from_exception(error, self.broker.clock.now()))
 
     def _poisoned(
         self, message: ReceivedMessage, error: BaseException, stats: ProcessorStats

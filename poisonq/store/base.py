@@ -16,7 +16,22 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from poisonq.model import EntityStatus, MessageState, ReceivedMessage, SubQueue
+from poisonq.model import EntityStatus, Lease, MessageState, ReceivedMessage, SubQueue
+
+# The columns of :meth:`Transaction.lease_rows`, in order. Times are epoch seconds and
+# ``properties`` is the JSON text the message was sent with (or None).
+LEASE_COLUMNS = (
+    "sequence_number",
+    "message_id",
+    "body",
+    "content_type",
+    "subject",
+    "properties",
+    "session_id",
+    "correlation_id",
+    "enqueued_time",
+    "delivery_count",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +240,36 @@ class Transaction(ABC):
     @abstractmethod
     def promote_scheduled(self, entity_id: int, now: float) -> int:
         """Make scheduled messages whose time has come active."""
+
+    # Leases -------------------------------------------------------------------------------
+    @abstractmethod
+    def lock_ready_seqs(
+        self, entity_id: int, ready: MessageState, limit: int, token: str, locked_until: float
+    ) -> list[int]:
+        """Like :meth:`lock_ready`, returning only the sequence numbers (ascending): a lease
+        of many messages is locked by the driver, and read by executors."""
+
+    @abstractmethod
+    def insert_lease(self, entity_id: int, lease: Lease) -> None: ...
+
+    @abstractmethod
+    def lease(self, entity_id: int, name: str, consumer: str, number: int | None) -> Lease | None:
+        """The consumer's lease ``number``, or its latest with ``None``."""
+
+    @abstractmethod
+    def delete_leases(self, entity_id: int, consumer: str, before: int) -> None:
+        """Forget the consumer's leases numbered below ``before`` (they are settled)."""
+
+    @abstractmethod
+    def lease_seqs(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> list[int]:
+        """Sequence numbers in ``[lo, hi]`` still validly locked under ``token``, ascending."""
+
+    @abstractmethod
+    def lease_rows(
+        self, entity_id: int, token: str, lo: int, hi: int, now: float
+    ) -> list[tuple[Any, ...]]:
+        """The messages in ``[lo, hi]`` validly locked under ``token`` as tuples of
+        :data:`LEASE_COLUMNS`, ascending: the hot read path of Spark executors."""
 
     # Settling -----------------------------------------------------------------------------
     @abstractmethod

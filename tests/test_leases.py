@@ -1,0 +1,154 @@
+"""Leases (numbered batches locked under one token) and settling many messages at once."""
+
+from __future__ import annotations
+
+import pytest
+
+import poisonq
+from poisonq import Abandon, Broker, Complete, DeadLetter, ManualClock, Message
+from poisonq.failures import failure_from_exception
+from poisonq.store.base import LEASE_COLUMNS
+from tests.conftest import assert_balanced
+
+
+def fill(broker: Broker, queue: str, count: int) -> list[int]:
+    return broker.sender(queue).send(
+        [
+            Message(body=f"b{n}".encode(), message_id=f"m{n}", properties={"n": n})
+            for n in range(count)
+        ]
+    )
+
+
+def test_a_lease_locks_a_batch_under_one_token(broker: Broker, queue: str) -> None:
+    seqs = fill(broker, queue, 10)
+    lease = broker.acquire_lease(queue, "pipeline", 1, max_messages=4)
+    assert lease is not None
+    assert (lease.number, lease.count) == (1, 4)
+    assert (lease.min_sequence, lease.max_sequence) == (seqs[0], seqs[3])
+    assert broker.counts(queue)["locked"] == 4
+    rows = broker.lease_rows(lease)
+    assert [dict(zip(LEASE_COLUMNS, row, strict=True))["message_id"] for row in rows] == [
+        "m0",
+        "m1",
+        "m2",
+        "m3",
+    ]
+    first = dict(zip(LEASE_COLUMNS, rows[0], strict=True))
+    assert (first["body"], first["delivery_count"], first["properties"]) == (b"b0", 1, '{"n":0}')
+
+
+def test_asking_for_an_existing_lease_replays_it(
+    broker: Broker, queue: str, clock: ManualClock
+) -> None:
+    fill(broker, queue, 5)
+    lease = broker.acquire_lease(queue, "pipeline", 1, max_messages=3)
+    clock.advance(20)
+    again = broker.acquire_lease(queue, "pipeline", 1, max_messages=3)
+    assert again == lease
+    clock.advance(20)  # 40 s after the lease: alive because asking again renewed it
+    assert broker.lease_sequence_numbers(lease) == [lease.min_sequence + n for n in range(3)]
+    assert broker.latest_lease(queue, "pipeline") == lease
+
+
+def test_the_next_lease_takes_the_next_messages_and_forgets_the_old(
+    broker: Broker, queue: str
+) -> None:
+    fill(broker, queue, 5)
+    first = broker.acquire_lease(queue, "pipeline", 1, max_messages=3)
+    assert first is not None
+    assert broker.complete_lease(first) == 3
+    second = broker.acquire_lease(queue, "pipeline", 2, max_messages=3)
+    assert second is not None and second.count == 2
+    assert second.min_sequence > first.max_sequence
+    assert broker.latest_lease(queue, "pipeline") == second
+    assert broker.acquire_lease(queue, "other", 1, max_messages=3) is None  # nothing left
+    assert broker.complete_lease(second) == 2
+    assert broker.acquire_lease(queue, "pipeline", 3, max_messages=3) is None
+    assert broker.counts(queue)["completed"] == 5
+    assert_balanced(broker)
+
+
+def test_completing_a_lease_leaves_what_was_settled_apart(broker: Broker, queue: str) -> None:
+    fill(broker, queue, 4)
+    lease = broker.acquire_lease(queue, "pipeline", 1, max_messages=4)
+    assert lease is not None
+    seqs = broker.lease_sequence_numbers(lease)
+    error = failure_from_exception(ValueError("bad customer"), 0.0)
+    poisoned = broker.settle(
+        queue,
+        [
+            DeadLetter(seqs[0], lease.lock_token, "InvalidCustomer", "no such customer", error),
+            Abandon(seqs[1], lease.lock_token, error),
+        ],
+    )
+    assert poisoned == []
+    assert broker.lease_sequence_numbers(lease) == seqs[2:]
+    assert [row[0] for row in broker.lease_rows(lease)] == seqs[2:]
+    assert broker.complete_lease(lease) == 2
+    counts = broker.counts(queue)
+    assert (counts["completed"], counts["active"], counts["dead_lettered"]) == (2, 1, 1)
+    [dead] = broker.peek(f"{queue}/$deadletterqueue")
+    assert (dead.dead_letter_reason, dead.failures[-1].message) == (
+        "InvalidCustomer",
+        "bad customer",
+    )
+    assert_balanced(broker)
+
+
+def test_an_expired_lease_is_delivered_again(
+    broker: Broker, queue: str, clock: ManualClock
+) -> None:
+    fill(broker, queue, 3)
+    lease = broker.acquire_lease(queue, "pipeline", 1, max_messages=3)
+    assert lease is not None
+    clock.advance(31)
+    assert broker.lease_sequence_numbers(lease) == []
+    assert broker.complete_lease(lease) == 0
+    redelivered = broker.receiver(queue).receive(max_messages=3)
+    assert [m.delivery_count for m in redelivered] == [2, 2, 2]
+    assert_balanced(broker)
+
+
+def test_settle_is_all_or_nothing_and_names_every_lost_lock(
+    broker: Broker, queue: str, clock: ManualClock
+) -> None:
+    fill(broker, queue, 3)
+    receiver = broker.receiver(queue)
+    held = receiver.receive(max_messages=2)
+    clock.advance(31)
+    late = receiver.receive(max_messages=1)  # expires the first two (they return active)
+    settlements = [Complete(m.sequence_number, m.lock_token or "") for m in held + late]
+    with pytest.raises(poisonq.MessageLockLostError) as lost:
+        broker.settle(queue, settlements)
+    assert lost.value.sequence_numbers == [m.sequence_number for m in held]
+    assert broker.counts(queue)["completed"] == 0
+    assert_balanced(broker)
+
+
+def test_settle_reports_what_the_retry_policy_poisoned(broker: Broker, queue: str) -> None:
+    fill(broker, queue, 1)
+    receiver = broker.receiver(queue)
+    poisoned: list[int] = []
+    for _ in range(3):
+        [message] = receiver.receive()
+        poisoned = broker.settle(
+            queue, [Abandon(message.sequence_number, message.lock_token or "")]
+        )
+    assert poisoned == [message.sequence_number]
+    assert broker.counts(queue)["dead_lettered"] == 1
+
+
+@pytest.mark.parametrize(
+    ("consumer", "number", "error"),
+    [
+        ("bad name!", 1, poisonq.InvalidNameError),
+        ("pipeline", 0, poisonq.InvalidOptionError),
+        ("pipeline", "1", poisonq.InvalidOptionError),
+    ],
+)
+def test_bad_lease_requests_get_typed_errors(
+    broker: Broker, queue: str, consumer: str, number: int, error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        broker.acquire_lease(queue, consumer, number, max_messages=1)
