@@ -168,6 +168,11 @@ class Broker:
         """Messages without locking them or counting a delivery."""
         return self.engine.peek(address, from_sequence, max_messages)
 
+    def sequence_span(self, address: str) -> tuple[int, int, int]:
+        """(count, lowest, highest) sequence number held by ``address``; (0, 0, -1) if empty.
+        Spark splits a read into partitions by this range."""
+        return self.engine.sequence_span(address)
+
     def message(self, address: str, sequence_number: int) -> ReceivedMessage:
         """One message by sequence number, with its failure history."""
         return self.engine.message(address, sequence_number)
@@ -193,8 +198,9 @@ class Broker:
         seconds = None if lock_duration is None else _lock_seconds(lock_duration)
         return self.engine.acquire_lease(address, consumer, number, max_messages, seconds)
 
-    def latest_lease(self, address: str, consumer: str) -> Lease | None:
-        return self.engine.latest_lease(address, consumer)
+    def lease(self, address: str, consumer: str, number: int | None = None) -> Lease | None:
+        """The consumer's lease ``number`` (its latest by default), if it still exists."""
+        return self.engine.lease(address, consumer, number)
 
     def lease_sequence_numbers(
         self, lease: Lease, lo: int | None = None, hi: int | None = None

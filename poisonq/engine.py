@@ -428,6 +428,11 @@ class Engine:
             entity = self._resolve(tx, address).entity
             return tx.peek(entity.id, entity.name, from_sequence, max_messages)
 
+    def sequence_span(self, address: str) -> tuple[int, int, int]:
+        """(count, lowest, highest) sequence number held; (0, 0, -1) when empty."""
+        with self.store.transaction() as tx:
+            return tx.seq_span(self._resolve(tx, address).entity.id)
+
     def message(self, address: str, sequence_number: int) -> ReceivedMessage:
         with self.store.transaction() as tx:
             entity = self._resolve(tx, address).entity
@@ -593,10 +598,10 @@ class Engine:
             tx.delete_leases(entity.id, consumer, before=number)
             return lease
 
-    def latest_lease(self, address: str, consumer: str) -> Lease | None:
+    def lease(self, address: str, consumer: str, number: int | None) -> Lease | None:
         with self.store.transaction() as tx:
             entity = self._resolve(tx, address).entity
-            return tx.lease(entity.id, entity.name, consumer, None)
+            return tx.lease(entity.id, entity.name, consumer, number)
 
     def lease_sequence_numbers(
         self, lease: Lease, lo: int | None = None, hi: int | None = None

@@ -48,7 +48,7 @@ def test_asking_for_an_existing_lease_replays_it(
     assert again == lease
     clock.advance(20)  # 40 s after the lease: alive because asking again renewed it
     assert broker.lease_sequence_numbers(lease) == [lease.min_sequence + n for n in range(3)]
-    assert broker.latest_lease(queue, "pipeline") == lease
+    assert broker.lease(queue, "pipeline") == broker.lease(queue, "pipeline", 1) == lease
 
 
 def test_the_next_lease_takes_the_next_messages_and_forgets_the_old(
@@ -61,7 +61,8 @@ def test_the_next_lease_takes_the_next_messages_and_forgets_the_old(
     second = broker.acquire_lease(queue, "pipeline", 2, max_messages=3)
     assert second is not None and second.count == 2
     assert second.min_sequence > first.max_sequence
-    assert broker.latest_lease(queue, "pipeline") == second
+    assert broker.lease(queue, "pipeline") == second
+    assert broker.lease(queue, "pipeline", 1) is None
     assert broker.acquire_lease(queue, "other", 1, max_messages=3) is None  # nothing left
     assert broker.complete_lease(second) == 2
     assert broker.acquire_lease(queue, "pipeline", 3, max_messages=3) is None

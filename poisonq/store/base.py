@@ -224,6 +224,10 @@ class Transaction(ABC):
         """Held messages from ``from_seq`` on, without locking or counting."""
 
     @abstractmethod
+    def seq_span(self, entity_id: int) -> tuple[int, int, int]:
+        """(count, lowest, highest) sequence number of the held messages; (0, 0, -1) if none."""
+
+    @abstractmethod
     def message(self, entity_id: int, name: str, seq: int) -> ReceivedMessage | None: ...
 
     @abstractmethod

@@ -393,6 +393,12 @@ class SqliteTransaction(Transaction):
         ).rowcount
 
     # Settling -----------------------------------------------------------------------------
+    def seq_span(self, entity_id: int) -> tuple[int, int, int]:
+        count, lo, hi = self._db.execute(
+            "SELECT count(*), min(seq), max(seq) FROM messages WHERE entity_id = ?", (entity_id,)
+        ).fetchone()
+        return (count, lo, hi) if count else (0, 0, -1)
+
     def lock_ready_seqs(
         self, entity_id: int, ready: MessageState, limit: int, token: str, locked_until: float
     ) -> list[int]:
