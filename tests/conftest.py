@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 import poisonq
 from poisonq import Broker, ManualClock
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 @pytest.fixture
@@ -40,3 +44,13 @@ def assert_balanced(broker: Broker) -> None:
     bad = [entry for entry in report.entries if not entry.ok]
     assert not bad, f"ledger out of balance: {bad}"
     assert report.sent == report.completed + report.dropped + report.held
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One local SparkSession for the whole run (starting one costs seconds)."""
+    from poisonq.spark.session import local_session
+
+    session = local_session("poisonq-tests")
+    yield session
+    session.stop()

@@ -1,0 +1,19 @@
+"""poisonq on Spark: the ``poisonq`` data source and the pipeline runner.
+
+Needs the ``spark`` extra (``pip install 'poisonq[spark]'``).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+
+from poisonq.spark.schema import MESSAGE_SCHEMA_DDL
+from poisonq.spark.source import PoisonqDataSource
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``format("poisonq")`` known to this session."""
+    spark.dataSource.register(PoisonqDataSource)
+
+
+__all__ = ["MESSAGE_SCHEMA_DDL", "PoisonqDataSource", "register"]

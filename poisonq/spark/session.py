@@ -1,0 +1,36 @@
+"""A local SparkSession set up for poisonq: the demo, the tests and the benchmarks use it.
+
+On a cluster, build your own session and call :func:`poisonq.spark.register`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+
+def local_session(app_name: str = "poisonq", cores: int = 2) -> SparkSession:
+    """A quiet ``local[cores]`` session with the ``poisonq`` data source registered.
+
+    Python workers must run this interpreter (else they fail to connect back); Spark logs
+    only errors; a crashing Python worker prints its Python stack.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    spark = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(cores * 2))
+        .config("spark.python.worker.faulthandler.enabled", "true")
+        .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    from poisonq.spark import register
+
+    register(spark)
+    return spark

@@ -1,0 +1,289 @@
+"""The ``poisonq`` Spark data source: batch read, streaming read and batch write.
+
+Contracts of PySpark's Python Data Source API that shape this module: the data source and
+its readers are pickled to other Python processes (planning, ``read`` and the writer's
+commit each run in a different one), so they hold only the parsed options and every method
+opens the store itself; nothing may live in memory between calls. A streaming micro-batch is
+a *lease*: messages locked under one token and recorded in the store under the consumer's
+name and a number, and the offset is that number. So a query restarted from its checkpoint
+finds the same lease and reads the same messages again. Spark calls ``commit(end)`` one batch
+late and never for the last batch, but it runs micro-batches in order, so a call to
+``latestOffset(start)`` proves the batch ending at ``start`` committed: both complete that
+lease. A lease whose query died is never completed; its locks run out and its messages are
+delivered again.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
+from pyspark.sql.types import StructType
+
+import poisonq
+from poisonq.errors import InvalidOptionError
+from poisonq.model import Lease, Message
+from poisonq.names import parse_address
+from poisonq.spark.schema import MESSAGE_SCHEMA_DDL, lease_batch, message_batch
+
+ARROW_BATCH_ROWS = 10_000
+ROWS_PER_PARTITION = 50_000
+MAX_PARTITIONS = 16
+WRITABLE_COLUMNS = frozenset(
+    {
+        "body",
+        "message_id",
+        "content_type",
+        "subject",
+        "properties",
+        "session_id",
+        "correlation_id",
+        "reply_to",
+        "time_to_live",
+        "scheduled_enqueue_time",
+    }
+)
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """The data source's options, checked once on the driver (picklable, nothing open)."""
+
+    url: str
+    address: str
+    consumer: str = "spark"
+    max_messages_per_batch: int = 10_000
+    lock_duration: float | None = None
+    partitions: int | None = None
+    lease: int | None = None
+    min_sequence: int | None = None
+    max_sequence: int | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        get = {key.lower(): value for key, value in options.items()}.get
+        queue = get("queue") or get("entity")
+        if not queue:
+            raise InvalidOptionError('the poisonq data source needs .option("queue", NAME)')
+        address = str(parse_address(queue, get("subqueue")))
+        return cls(
+            url=_absolute(get("url") or poisonq.client.DEFAULT_URL),
+            address=address,
+            consumer=get("consumer") or "spark",
+            max_messages_per_batch=_int(get, "maxMessagesPerBatch") or 10_000,
+            lock_duration=float(get("lockduration") or 0) or None,
+            partitions=_int(get, "numPartitions"),
+            lease=_int(get, "lease"),
+            min_sequence=_int(get, "minSequence"),
+            max_sequence=_int(get, "maxSequence"),
+        )
+
+    def connect(self) -> poisonq.Broker:
+        return poisonq.connect(self.url)
+
+
+def _int(get: Any, name: str) -> int | None:
+    text = get(name.lower())
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidOptionError(f"option {name} must be an integer, not {text!r}") from None
+    if value < 1:
+        raise InvalidOptionError(f"option {name} must be at least 1, not {value}")
+    return value
+
+
+def _absolute(url: str) -> str:
+    """Executors may run in another directory: pin a relative SQLite path to this one."""
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and not url.startswith(prefix + "/"):
+        path, _, query = url[len(prefix) :].partition("?")
+        return prefix + os.path.abspath(path) + (f"?{query}" if query else "")
+    return url
+
+
+@dataclass
+class SequenceRange(InputPartition):
+    """One Spark partition: the messages with sequence numbers in ``[lo, hi]``, of a lease
+    (which carries the lock token) or, without one, of the entity as a peek sees it."""
+
+    lo: int
+    hi: int
+    lease: Lease | None = None
+
+
+def _split(lo: int, hi: int, count: int, wanted: int | None) -> list[tuple[int, int]]:
+    parts = wanted or max(1, min(MAX_PARTITIONS, math.ceil(count / ROWS_PER_PARTITION)))
+    width = max(1, math.ceil((hi - lo + 1) / parts))
+    return [(start, min(hi, start + width - 1)) for start in range(lo, hi + 1, width)]
+
+
+def _lease_partitions(lease: Lease, options: SourceOptions) -> list[SequenceRange]:
+    lo = max(lease.min_sequence, options.min_sequence or lease.min_sequence)
+    hi = min(lease.max_sequence, options.max_sequence or lease.max_sequence)
+    return [SequenceRange(a, b, lease) for a, b in _split(lo, hi, lease.count, options.partitions)]
+
+
+def _read(options: SourceOptions, partition: SequenceRange) -> Iterator[pa.RecordBatch]:
+    """Read a partition straight from the store, in Arrow batches."""
+    with options.connect() as broker:
+        if partition.lease is not None:
+            rows = broker.lease_rows(partition.lease, partition.lo, partition.hi)
+            for start in range(0, len(rows), ARROW_BATCH_ROWS):
+                yield lease_batch(rows[start : start + ARROW_BATCH_ROWS])
+            return
+        after = partition.lo
+        while after <= partition.hi:
+            page = broker.peek(options.address, from_sequence=after, max_messages=ARROW_BATCH_ROWS)
+            page = [m for m in page if m.sequence_number <= partition.hi]
+            if not page:
+                return
+            yield message_batch(page)
+            after = page[-1].sequence_number + 1
+
+
+class PoisonqDataSource(DataSource):
+    """``spark.read / readStream / write .format("poisonq")``; see the module docstring."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "poisonq"
+
+    def schema(self) -> str:
+        return MESSAGE_SCHEMA_DDL
+
+    def reader(self, schema: StructType) -> BatchReader:
+        return BatchReader(SourceOptions.parse(self.options))
+
+    def streamReader(self, schema: StructType) -> StreamReader:
+        return StreamReader(SourceOptions.parse(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> QueueWriter:
+        unknown = set(schema.fieldNames()) - WRITABLE_COLUMNS
+        if "body" not in schema.fieldNames() or unknown:
+            raise InvalidOptionError(
+                f"write a DataFrame with a body column and any of {sorted(WRITABLE_COLUMNS)}"
+                + (f"; unknown columns {sorted(unknown)}" if unknown else "")
+            )
+        return QueueWriter(SourceOptions.parse(self.options))
+
+
+class BatchReader(DataSourceReader):
+    """A peek of a queue or subqueue (no locks, no delivery counted), split by sequence
+    range; with the ``lease`` option, the messages a lease of ``consumer`` still holds."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> list[SequenceRange]:
+        with self.options.connect() as broker:
+            if self.options.lease is not None:
+                options = self.options
+                lease = broker.lease(options.address, options.consumer, options.lease)
+                return [] if lease is None else _lease_partitions(lease, self.options)
+            count, lo, hi = broker.sequence_span(self.options.address)
+        lo = max(lo, self.options.min_sequence or lo)
+        hi = min(hi, self.options.max_sequence or hi)
+        if count == 0 or lo > hi:
+            return []
+        return [SequenceRange(a, b) for a, b in _split(lo, hi, count, self.options.partitions)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, SequenceRange)
+        return _read(self.options, partition)
+
+
+class StreamReader(DataSourceStreamReader):
+    """Each micro-batch is one lease of at most ``maxMessagesPerBatch`` messages."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def initialOffset(self) -> dict[str, int]:
+        return {"lease": 0}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.options.max_messages_per_batch)
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        done = start["lease"]
+        wanted = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        with self.options.connect() as broker:
+            if done:
+                self._complete(broker, done)
+            lease = broker.acquire_lease(
+                self.options.address,
+                self.options.consumer,
+                done + 1,
+                wanted or self.options.max_messages_per_batch,
+                self.options.lock_duration,
+            )
+        return start if lease is None else {"lease": lease.number}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[SequenceRange]:
+        if start == end:
+            return []
+        with self.options.connect() as broker:
+            lease = broker.lease(self.options.address, self.options.consumer, end["lease"])
+        return [] if lease is None else _lease_partitions(lease, self.options)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, SequenceRange)
+        if partition.lease is not None:
+            with self.options.connect() as broker:
+                broker.renew_lease(partition.lease, self.options.lock_duration)
+        return _read(self.options, partition)
+
+    def commit(self, end: dict[str, int]) -> None:
+        if end["lease"]:
+            with self.options.connect() as broker:
+                self._complete(broker, end["lease"])
+
+    def _complete(self, broker: poisonq.Broker, number: int) -> None:
+        lease = broker.lease(self.options.address, self.options.consumer, number)
+        if lease is not None:
+            broker.complete_lease(lease)
+
+
+@dataclass
+class Sent(WriterCommitMessage):
+    count: int
+
+
+class QueueWriter(DataSourceWriter):
+    """Each partition task sends its rows in one transaction. A task Spark retries sends
+    its rows again: give them a ``message_id`` and turn on duplicate detection."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[Any]) -> Sent:
+        messages = [_message(row.asDict()) for row in iterator]
+        if messages:
+            with self.options.connect() as broker:
+                broker.sender(self.options.address).send(messages)
+        return Sent(len(messages))
+
+
+def _message(row: dict[str, Any]) -> Message:
+    fields = {key: value for key, value in row.items() if value is not None}
+    body = fields.pop("body", None)
+    if body is None:
+        raise InvalidOptionError("a row to send has no body")
+    message = Message(body=bytes(body) if isinstance(body, bytearray) else body)
+    return replace(message, **fields)
