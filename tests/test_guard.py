@@ -1,0 +1,84 @@
+"""The crash guard: a transform's exception or crash becomes one row's result."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from poisonq import PermanentError
+from poisonq.spark.guard import CHUNK, Crashed, Failed, Ok, run_inline, run_isolated
+
+
+def transform(row: dict[str, Any]) -> dict[str, Any] | None:
+    n = row["n"]
+    if n in row["crash"]:
+        os._exit(3)
+    if n in row["permanent"]:
+        raise PermanentError(f"row {n} is invalid")
+    if n in row["transient"]:
+        raise TimeoutError(f"row {n} timed out")
+    return None if n % 7 == 6 else {"n": n * 2}
+
+
+def rows(count: int, **kinds: set[int]) -> list[dict[str, Any]]:
+    sets = {kind: kinds.get(kind, set()) for kind in ("crash", "permanent", "transient")}
+    return [{"n": n, **sets} for n in range(count)]
+
+
+def kinds(results: list[Any]) -> dict[str, list[int]]:
+    found: dict[str, list[int]] = {"ok": [], "failed": [], "permanent": [], "crashed": []}
+    for n, result in enumerate(results):
+        match result:
+            case Ok():
+                found["ok"].append(n)
+            case Failed(permanent=True):
+                found["permanent"].append(n)
+            case Failed():
+                found["failed"].append(n)
+            case Crashed():
+                found["crashed"].append(n)
+    return found
+
+
+@pytest.mark.parametrize(
+    "crash",
+    [set(), {0}, {5}, {CHUNK - 1, CHUNK}, {3, 4, 5}, {1, CHUNK + 10, 2 * CHUNK + 3, 999}],
+)
+def test_crashing_rows_are_isolated_and_the_rest_processed(crash: set[int]) -> None:
+    results = run_isolated(transform, rows(1000, crash=crash, permanent={2}, transient={9}), ())
+    assert len(results) == 1000
+    found = kinds(results)
+    assert found["crashed"] == sorted(crash)
+    assert found["failed"] == [9]
+    assert set(found["ok"]) == set(range(1000)) - crash - {2, 9}
+    for n in found["ok"]:
+        assert results[n] == Ok(None if n % 7 == 6 else {"n": n * 2})
+
+
+def test_a_crash_record_says_how_the_worker_died() -> None:
+    [result] = run_isolated(transform, rows(1, crash={0}), ())
+    assert isinstance(result, Crashed)
+    assert result.failure.error_type == "WorkerCrashed"
+    assert "exit code 3" in result.failure.message
+
+
+def test_exceptions_carry_their_type_traceback_and_permanence() -> None:
+    results = run_isolated(transform, rows(3, permanent={0}, transient={1}), (ValueError,))
+    permanent, transient, ok = results
+    assert isinstance(permanent, Failed) and permanent.permanent
+    assert permanent.failure.error_type == "poisonq.errors.PermanentError"
+    assert "row 0 is invalid" in permanent.failure.message
+    assert "Traceback" in permanent.failure.traceback
+    assert isinstance(transient, Failed) and not transient.permanent
+    assert transient.failure.error_type == "TimeoutError"
+    assert ok == Ok({"n": 4})
+
+
+def test_user_types_can_be_marked_permanent() -> None:
+    def invalid(row: dict[str, Any]) -> dict[str, Any]:
+        raise ValueError("bad")
+
+    [result] = run_inline(invalid, [{}], (ValueError,))
+    assert isinstance(result, Failed) and result.permanent
