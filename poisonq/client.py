@@ -15,7 +15,12 @@ from typing import Any
 
 from poisonq.clock import Clock, SystemClock
 from poisonq.engine import Engine
-from poisonq.errors import InvalidOperationError, InvalidOptionError, PoisonqError
+from poisonq.errors import (
+    InvalidOperationError,
+    InvalidOptionError,
+    MessageLockLostError,
+    PoisonqError,
+)
 from poisonq.failures import failure_from_exception
 from poisonq.model import (
     Duration,
@@ -183,6 +188,24 @@ class Broker:
         :class:`MessageLockLostError` and changes nothing. Returns the sequence numbers
         the retry policy poisoned."""
         return self.engine.settle(address, settlements)
+
+    def settle_held(
+        self, address: str, settlements: Sequence[Settlement]
+    ) -> tuple[list[int], list[int]]:
+        """:meth:`settle` what is still held: settlements whose lock ran out are left out
+        (those messages will be delivered again) and the rest settled in one transaction.
+        Returns (poisoned, lost) sequence numbers."""
+        pending = {s.sequence_number: s for s in settlements}
+        lost: list[int] = []
+        while pending:
+            try:
+                return self.engine.settle(address, list(pending.values())), lost
+            except MessageLockLostError as exc:
+                log.warning("lost the lock on message(s) %s", exc.sequence_numbers)
+                lost += exc.sequence_numbers
+                for seq in exc.sequence_numbers:
+                    del pending[seq]
+        return [], lost
 
     # Leases: the batches Spark queries lock ---------------------------------------------
     def acquire_lease(

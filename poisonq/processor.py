@@ -23,7 +23,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from poisonq.client import AutoLockRenewer, Broker, Receiver
-from poisonq.errors import InvalidOptionError, MessageLockLostError, PermanentError
+from poisonq.errors import InvalidOptionError, PermanentError
 from poisonq.failures import failure_from_exception
 from poisonq.model import (
     Abandon,
@@ -219,19 +219,12 @@ class Processor:
     def _settle(self, receiver: Receiver, outcomes: list[Outcome], stats: ProcessorStats) -> None:
         """Settle the whole batch in one transaction. Messages whose lock ran out while the
         handler ran are left out (they will be delivered again) and the rest settled."""
+        settlements = [self._settlement(o) for o in outcomes]
+        poisoned, lost = self.broker.settle_held(receiver.address, settlements)
+        stats.lock_lost += len(lost)
         pending = {o.message.sequence_number: o for o in outcomes}
-        while pending:
-            try:
-                settlements = [self._settlement(o) for o in pending.values()]
-                poisoned = set(self.broker.settle(receiver.address, settlements))
-                break
-            except MessageLockLostError as exc:
-                log.warning("lost the lock on message(s) %s", exc.sequence_numbers)
-                stats.lock_lost += len(exc.sequence_numbers)
-                for seq in exc.sequence_numbers:
-                    del pending[seq]
-        else:
-            return
+        for seq in lost:
+            del pending[seq]
         for outcome in pending.values():
             match outcome:
                 case Completed():

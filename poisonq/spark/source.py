@@ -80,7 +80,7 @@ class SourceOptions:
             raise InvalidOptionError('the poisonq data source needs .option("queue", NAME)')
         address = str(parse_address(queue, get("subqueue")))
         return cls(
-            url=_absolute(get("url") or poisonq.client.DEFAULT_URL),
+            url=absolute_url(get("url") or poisonq.client.DEFAULT_URL),
             address=address,
             consumer=get("consumer") or "spark",
             max_messages_per_batch=_int(get, "maxMessagesPerBatch") or 10_000,
@@ -108,7 +108,7 @@ def _int(get: Any, name: str) -> int | None:
     return value
 
 
-def _absolute(url: str) -> str:
+def absolute_url(url: str) -> str:
     """Executors may run in another directory: pin a relative SQLite path to this one."""
     prefix = "sqlite:///"
     if url.startswith(prefix) and not url.startswith(prefix + "/"):
