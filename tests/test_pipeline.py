@@ -1,0 +1,174 @@
+"""The Spark pipeline runner on a real local SparkSession and real SQLite files.
+
+Spark's Python workers use the real clock, so these tests use a broker with the real clock.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark import cloudpickle
+from pyspark.sql import SparkSession
+
+import poisonq
+from poisonq import Broker, Message
+from poisonq.spark.pipeline import Pipeline, PipelineStoppedError
+from tests.conftest import assert_balanced
+
+# Executors cannot import this test module: ship its functions by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+class InvalidCustomer(poisonq.PermanentError):
+    pass
+
+
+def transform(message: dict[str, Any]) -> dict[str, Any] | None:
+    order = json.loads(message["body"])
+    match order["kind"]:
+        case "invalid":
+            raise InvalidCustomer(f"order {order['n']}: no customer {order['customer']}")
+        case "flaky" if message["delivery_count"] == 1:
+            raise TimeoutError("database is locked")
+        case "crash":
+            os._exit(1)
+        case "unfit":
+            return {"n": "not a number", "customer": order["customer"]}
+        case "skip":
+            return None
+    return {"n": order["n"], "customer": order["customer"]}
+
+
+SCHEMA = "n long, customer string"
+
+
+@pytest.fixture
+def live(url: str) -> Iterator[Broker]:
+    with poisonq.connect(url) as opened:
+        yield opened
+
+
+def send(broker: Broker, kinds: dict[int, str], count: int, **queue: Any) -> None:
+    broker.create_queue("orders", lock_duration=60, **queue)
+    broker.sender("orders").send(
+        [
+            Message(
+                body=json.dumps({"n": n, "customer": f"C{n}", "kind": kinds.get(n, "ok")}),
+                message_id=f"o{n}",
+            )
+            for n in range(count)
+        ]
+    )
+
+
+def output(spark: SparkSession, path: Path) -> Counter[int]:
+    return Counter(row.n for row in spark.read.parquet(str(path)).select("n").collect())
+
+
+def dead(broker: Broker) -> dict[str, poisonq.ReceivedMessage]:
+    return {m.message_id: m for m in broker.peek("orders/$deadletterqueue", max_messages=1000)}
+
+
+def test_each_outcome_is_settled_by_what_the_transform_did(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    kinds = {3: "invalid", 5: "flaky", 8: "crash", 13: "unfit", 21: "skip", 34: "crash"}
+    send(live, kinds, 40, max_delivery_count=2)
+    pipeline = Pipeline(
+        spark, url=url, queue="orders", transform=transform, schema=SCHEMA,
+        output=str(tmp_path / "out"), batch_size=25,
+    )  # fmt: skip
+    report = pipeline.run()
+
+    assert output(spark, tmp_path / "out") == Counter(set(range(40)) - {3, 8, 13, 21, 34})
+    letters = dead(live)
+    assert sorted(letters) == ["o13", "o3", "o34", "o8"]
+    invalid = live.message("orders/$deadletterqueue", letters["o3"].sequence_number)
+    assert (invalid.dead_letter_reason, invalid.delivery_count) == ("InvalidCustomer", 1)
+    assert "no customer C3" in (invalid.dead_letter_error_description or "")
+    assert "Traceback" in invalid.failures[-1].traceback
+    assert letters["o13"].dead_letter_reason == "OutputSchemaMismatch"
+    for crashed in ("o8", "o34"):  # crashed twice: the retry policy poisoned it
+        message = live.message("orders/$deadletterqueue", letters[crashed].sequence_number)
+        assert message.dead_letter_reason == "MaxDeliveryCountExceeded"
+        assert [f.error_type for f in message.failures] == ["WorkerCrashed"] * 2
+    assert report.dead_lettered == Counter(
+        {"InvalidCustomer": 1, "OutputSchemaMismatch": 1, "MaxDeliveryCountExceeded": 2}
+    )
+    assert report.completed == 36  # 35 written, the skipped one completed without output
+    assert report.isolation_jobs == 0  # crashes were isolated inside the tasks
+    assert live.counts("orders")["completed"] == 36
+    assert_balanced(live)
+
+
+def test_a_restarted_pipeline_replays_its_lease_without_duplicating_output(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    send(live, {}, 30)
+    pipeline = Pipeline(
+        spark, url=url, queue="orders", transform=transform, schema=SCHEMA,
+        output=str(tmp_path / "out"), batch_size=20,
+    )  # fmt: skip
+    # A driver that wrote lease 1 and died before completing it:
+    lease = live.acquire_lease("orders", "pipeline", 1, max_messages=20)
+    assert lease is not None
+    pipeline._write(lease, None, pipeline._path(lease))
+    assert live.counts("orders")["locked"] == 20
+
+    report = pipeline.run()
+    assert report.batches == 2  # the replayed lease, then the rest
+    assert output(spark, tmp_path / "out") == Counter(range(30))
+    assert live.counts("orders")["completed"] == 30
+    assert_balanced(live)
+
+
+def test_a_batch_that_fails_as_a_whole_is_bisected_to_the_guilty_messages(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    n, guilty = 16, {4, 11}
+    send(live, dict.fromkeys(guilty, "crash"), n, max_delivery_count=1)
+    pipeline = Pipeline(
+        spark, url=url, queue="orders", transform=transform, schema=SCHEMA,
+        output=str(tmp_path / "out"), batch_size=n, isolate=False,
+    )  # fmt: skip
+    report = pipeline.run()
+
+    assert 0 < report.isolation_jobs <= 2 * len(guilty) * math.ceil(math.log2(n))
+    assert output(spark, tmp_path / "out") == Counter(set(range(n)) - guilty)
+    letters = dead(live)
+    assert sorted(letters) == ["o11", "o4"]
+    failure = live.message("orders/$deadletterqueue", letters["o4"].sequence_number).failures[-1]
+    assert failure.error_type == "BatchJobFailed"
+    assert report.failed_batches == 0
+    assert_balanced(live)
+
+
+def test_a_broken_sink_stops_the_pipeline_and_loses_nothing(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    send(live, {}, 3)
+    pipeline = Pipeline(
+        spark, url=url, queue="orders", transform=transform, schema=SCHEMA,
+        output=str(tmp_path / "out"), output_format="no-such-format", max_failed_batches=2,
+    )  # fmt: skip
+    with pytest.raises(PipelineStoppedError, match="2 failed batches in a row") as stopped:
+        pipeline.run()
+    assert stopped.value.report.failed_batches == 2
+    counts = live.counts("orders")
+    assert (counts["active"], counts["completed"], counts["dead_lettered"]) == (3, 0, 0)
+    assert [m.delivery_count for m in live.peek("orders", max_messages=3)] == [2, 2, 2]
+    assert_balanced(live)
+
+
+def test_bad_options_are_refused(spark: SparkSession, url: str) -> None:
+    with pytest.raises(poisonq.InvalidOptionError, match="batch_size"):
+        Pipeline(spark, url=url, queue="orders", transform=transform, schema=SCHEMA,
+                 output="out", batch_size=0)  # fmt: skip
