@@ -40,6 +40,8 @@ PAGE = 1000
 CUSTOMERS = 500
 SHARES = {"invalid": 0.01, "flaky": 0.02, "broken": 0.005, "expiring": 0.005}
 EXPIRING_TTL = 0.001
+# How a kind of bad order shows in its body: the handler (or a Spark transform) fails by it.
+WAREHOUSES = {"flaky": "east", "broken": "west", "crash": "north"}
 
 
 class UnknownCustomerError(PermanentError):
@@ -64,7 +66,7 @@ class Order:
         customer = f"cust-{rng.randrange(CUSTOMERS)}"
         if self.kind == "invalid":
             customer = f"cust-unknown-{rng.randrange(10**6)}"
-        warehouse = {"flaky": "east", "broken": "west"}.get(self.kind, "main")
+        warehouse = WAREHOUSES.get(self.kind, "main")
         body = {
             "order_id": self.order_id,
             "customer": customer,
@@ -85,9 +87,9 @@ class Order:
         )
 
 
-def make_orders(count: int, rng: random.Random) -> list[Order]:
+def make_orders(count: int, rng: random.Random, shares: dict[str, float] = SHARES) -> list[Order]:
     """``count`` orders with the bad kinds mixed in at their shares, in random positions."""
-    kinds = [kind for kind, share in SHARES.items() for _ in range(round(count * share))]
+    kinds = [kind for kind, share in shares.items() for _ in range(round(count * share))]
     kinds += ["good"] * (count - len(kinds))
     rng.shuffle(kinds)
     return [Order(f"order-{n:06d}", kind) for n, kind in enumerate(kinds, 1)]
@@ -184,15 +186,48 @@ def summary(
     return table
 
 
-def main(directory: Path = Path("demo"), orders: int = 20_000, seed: int = 7) -> None:
-    """Run the demo in ``directory`` (its ``demo.db`` is replaced); raise ``SystemExit(1)``
-    if any check fails."""
-    console = Console()
+def fresh_store(directory: Path) -> str:
+    """The URL of a new, empty ``demo.db`` in ``directory`` (an old one is removed)."""
     directory.mkdir(parents=True, exist_ok=True)
     db = directory / "demo.db"
     for path in (db, db.with_name("demo.db-wal"), db.with_name("demo.db-shm")):
         path.unlink(missing_ok=True)
-    url = f"sqlite:///{db}"
+    return f"sqlite:///{db}"
+
+
+def print_inspection(console: Console, broker: Broker, url: str) -> None:
+    """The commands that show the dead-letter queue, with a real sequence number."""
+    poisoned = DeadLetterReason.MAX_DELIVERY_COUNT_EXCEEDED.value
+    seq = next(
+        (m.sequence_number for m in dead_lettered(broker) if m.dead_letter_reason == poisoned),
+        "SEQ",
+    )
+    console.print(
+        "\nInspect the dead-letter queue:\n"
+        f"  poisonq --url {url} dlq list {QUEUE} --by fingerprint\n"
+        f"  poisonq --url {url} dlq list {QUEUE} --by reason\n"
+        f"  poisonq --url {url} peek '{DLQ}' --max 5\n"
+        f"  poisonq --url {url} dlq show {QUEUE} {seq}\n"
+        f"  poisonq --url {url} dlq resubmit {QUEUE} --reason {poisoned}",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
+
+
+def report_checks(console: Console, results: list[tuple[str, bool]]) -> None:
+    """Print each claim with a tick or a cross; exit 1 if any does not hold."""
+    for claim, holds in results:
+        console.print(f"[green]✓[/] {claim}" if holds else f"[bold red]✗ {claim}[/]")
+    if not all(holds for _, holds in results):
+        raise SystemExit(1)
+
+
+def main(directory: Path = Path("demo"), orders: int = 20_000, seed: int = 7) -> None:
+    """Run the demo in ``directory`` (its ``demo.db`` is replaced); raise ``SystemExit(1)``
+    if any check fails."""
+    console = Console()
+    url = fresh_store(directory)
     generated = make_orders(orders, random.Random(seed))
     handler = OrderHandler()
     with connect(url) as broker:
@@ -207,23 +242,5 @@ def main(directory: Path = Path("demo"), orders: int = 20_000, seed: int = 7) ->
         elapsed = time.monotonic() - started
         results = check(broker, generated, handler)
         console.print(summary(generated, handler, broker, stats, elapsed))
-        poisoned = EXPECTED_REASON["broken"]
-        seq = next(
-            (m.sequence_number for m in dead_lettered(broker) if m.dead_letter_reason == poisoned),
-            "SEQ",
-        )
-    for claim, holds in results:
-        console.print(f"[green]✓[/] {claim}" if holds else f"[bold red]✗ {claim}[/]")
-    console.print(
-        "\nInspect the dead-letter queue:\n"
-        f"  poisonq --url {url} dlq list {QUEUE} --by fingerprint\n"
-        f"  poisonq --url {url} dlq list {QUEUE} --by reason\n"
-        f"  poisonq --url {url} peek '{DLQ}' --max 5\n"
-        f"  poisonq --url {url} dlq show {QUEUE} {seq}\n"
-        f"  poisonq --url {url} dlq resubmit {QUEUE} --reason {poisoned}",
-        highlight=False,
-        markup=False,
-        soft_wrap=True,
-    )
-    if not all(holds for _, holds in results):
-        raise SystemExit(1)
+        print_inspection(console, broker, url)
+    report_checks(console, results)

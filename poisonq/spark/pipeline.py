@@ -213,6 +213,7 @@ class Pipeline:
         report = PipelineReport()
         started = time.monotonic()
         with poisonq.connect(self.url) as broker:
+            dead_before = _dead_letters(broker, self.queue)
             lease = broker.lease(self.queue, self.consumer)
             number = lease.number if lease else 0
             if lease is not None and broker.lease_sequence_numbers(lease):
@@ -231,6 +232,8 @@ class Pipeline:
                 report.elapsed = time.monotonic() - started
                 if progress is not None:
                     progress(report)
+            # By reason, including what expired before it could be leased.
+            report.dead_lettered = _dead_letters(broker, self.queue) - dead_before
         report.elapsed = time.monotonic() - started
         return report
 
@@ -254,7 +257,6 @@ class Pipeline:
         after = _dead_letters(broker, self.queue)
         report.completed += completed
         dead = after - before
-        report.dead_lettered += dead
         report.retried += max(0, lease.count - completed - dead.total())
 
     def _write(self, lease: Lease, span: tuple[int, int] | None, path: str) -> None:
