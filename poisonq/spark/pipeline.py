@@ -1,11 +1,11 @@
 """The pipeline runner: a queue through a per-row transform into a table, poison-proof.
 
 One micro-batch is one lease (see :mod:`poisonq.spark.source`) and costs one Spark job: the
-executors read the lease straight from the store, run the transform under the crash guard
-(:mod:`poisonq.spark.guard`), write the good rows, and settle the failed messages of their
-partition in one transaction (a permanent error dead-letters, any other error or a crash
-abandons, so the queue's retry policy applies). When the job has written the batch, the
-driver completes whatever the lease still holds, in one statement.
+executors read the lease straight from the store and run the transform under the crash guard
+(:mod:`poisonq.spark.transform`, :mod:`poisonq.spark.guard`), Spark writes the good rows,
+and the failed messages are settled by the executors (a permanent error dead-letters, any
+other error or a crash abandons, so the queue's retry policy applies). When the job has
+written the batch, the driver completes whatever the lease still holds, in one statement.
 
 Output is idempotent per lease: a batch is written to ``<output>/lease=<n>`` in overwrite
 mode and its messages are completed only afterwards, so a batch replayed after a crash
@@ -21,43 +21,27 @@ with a report (Service Broker's safety net).
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-import pyarrow as pa
 from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.functions import to_json
-from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
 import poisonq
 from poisonq.errors import InvalidOptionError, PoisonqError
-from poisonq.model import Abandon, DeadLetter, FailureRecord, Lease, Settlement
-from poisonq.spark.guard import Crashed, Failed, Ok, Transform, run_inline, run_isolated
-from poisonq.spark.source import PoisonqDataSource, absolute_url
+from poisonq.model import Abandon, FailureRecord, Lease
+from poisonq.spark.guard import Transform
+from poisonq.spark.source import absolute_url
+from poisonq.spark.transform import LeaseTransform, pipeline_source
 
 log = logging.getLogger(__name__)
 JobError = (PySparkException, Py4JError)
-# What the transform sees of a message, besides its properties.
-TRANSFORM_COLUMNS = (
-    "sequence_number",
-    "message_id",
-    "body",
-    "content_type",
-    "subject",
-    "session_id",
-    "correlation_id",
-    "enqueued_time",
-    "delivery_count",
-)
 
 
 class PipelineStoppedError(PoisonqError):
@@ -87,69 +71,6 @@ class PipelineReport:
     @property
     def messages_per_second(self) -> float:
         return self.leased / self.elapsed if self.elapsed else 0.0
-
-
-@dataclass(frozen=True)
-class TransformTask:
-    """The function ``mapInArrow`` runs on executors for one lease (picklable)."""
-
-    url: str
-    address: str
-    lock_token: str
-    transform: Transform
-    output: pa.Schema
-    permanent: tuple[type[BaseException], ...]
-    isolate: bool
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        run = run_isolated if self.isolate else run_inline
-        failed: list[Settlement] = []
-        for batch in batches:
-            rows = batch.to_pylist()
-            for row in rows:
-                row["properties"] = json.loads(row["properties"] or "{}")
-            good: list[tuple[int, dict[str, Any]]] = []
-            for row, result in zip(rows, run(self.transform, rows, self.permanent), strict=True):
-                seq = row["sequence_number"]
-                match result:
-                    case Ok(dict() as output):
-                        good.append((seq, output))
-                    case Ok():
-                        continue  # filtered out: completed without an output row
-                    case Failed(failure, True):
-                        failed.append(self._dead_letter(seq, failure))
-                    case Failed(failure, False) | Crashed(failure):
-                        failed.append(Abandon(seq, self.lock_token, failure))
-            yield self._output_batch(good, failed)
-        if failed:
-            with poisonq.connect(self.url) as broker:
-                broker.settle_held(self.address, failed)
-
-    def _dead_letter(self, seq: int, failure: FailureRecord) -> DeadLetter:
-        reason = failure.error_type.rsplit(".", 1)[-1]
-        description = f"{failure.error_type}: {failure.message}"
-        return DeadLetter(seq, self.lock_token, reason, description, failure)
-
-    def _output_batch(
-        self, good: list[tuple[int, dict[str, Any]]], failed: list[Settlement]
-    ) -> pa.RecordBatch:
-        """The good rows as Arrow. A row that does not fit the output schema is a validation
-        failure, which is permanent: its message is dead-lettered."""
-        try:
-            return pa.RecordBatch.from_pylist([out for _, out in good], schema=self.output)
-        except _ARROW_ERRORS:
-            fitting = []
-            for seq, output in good:
-                try:
-                    pa.RecordBatch.from_pylist([output], schema=self.output)
-                    fitting.append(output)
-                except _ARROW_ERRORS as exc:
-                    failure = FailureRecord(time.time(), "OutputSchemaMismatch", str(exc)[:4096])
-                    failed.append(self._dead_letter(seq, failure))
-            return pa.RecordBatch.from_pylist(fitting, schema=self.output)
-
-
-_ARROW_ERRORS = (pa.ArrowException, TypeError, ValueError, KeyError)
 
 
 class Pipeline:
@@ -199,8 +120,9 @@ class Pipeline:
         self.permanent = permanent
         self.isolate = isolate
         self.max_failed_batches = max_failed_batches
-        self._arrow_schema = to_arrow_schema(struct)
-        spark.dataSource.register(PoisonqDataSource)
+        work = LeaseTransform(transform, struct, permanent, isolate)
+        self._source = f"poisonq_pipeline_{id(self):x}"
+        spark.dataSource.register(pipeline_source(self._source, work))
 
     def run(
         self,
@@ -260,9 +182,9 @@ class Pipeline:
         report.retried += max(0, lease.count - completed - dead.total())
 
     def _write(self, lease: Lease, span: tuple[int, int] | None, path: str) -> None:
-        """The batch's one Spark job: read the lease, transform, write."""
+        """The batch's one Spark job: read the lease through the transform, write."""
         reader = (
-            self.spark.read.format("poisonq")
+            self.spark.read.format(self._source)
             .option("url", self.url)
             .option("queue", self.queue)
             .option("consumer", self.consumer)
@@ -270,22 +192,7 @@ class Pipeline:
         )
         if span is not None:
             reader = reader.option("minSequence", span[0]).option("maxSequence", span[1])
-        task = TransformTask(
-            self.url,
-            self.queue,
-            lease.lock_token,
-            self.transform,
-            self._arrow_schema,
-            self.permanent,
-            self.isolate,
-        )
-        # Spark converts map columns to and from Arrow slowly (about 50 us a row here), so
-        # the properties travel to the transform as JSON text.
-        messages = reader.load().select(
-            *TRANSFORM_COLUMNS, to_json("properties").alias("properties")
-        )
-        frame: DataFrame = messages.mapInArrow(task, self.schema)
-        frame.write.mode("overwrite").format(self.output_format).save(path)
+        reader.load().write.mode("overwrite").format(self.output_format).save(path)
 
     def _path(self, lease: Lease) -> str:
         return f"{self.output}/lease={lease.number}"

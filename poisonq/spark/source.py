@@ -19,6 +19,7 @@ import math
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -37,6 +38,7 @@ import poisonq
 from poisonq.errors import InvalidOptionError
 from poisonq.model import Lease, Message
 from poisonq.names import parse_address
+from poisonq.options import MAX_LOCK_DURATION
 from poisonq.spark.schema import MESSAGE_SCHEMA_DDL, lease_batch, message_batch
 
 ARROW_BATCH_ROWS = 10_000
@@ -84,7 +86,7 @@ class SourceOptions:
             address=address,
             consumer=get("consumer") or "spark",
             max_messages_per_batch=_int(get, "maxMessagesPerBatch") or 10_000,
-            lock_duration=float(get("lockduration") or 0) or None,
+            lock_duration=_seconds(get, "lockDuration"),
             partitions=_int(get, "numPartitions"),
             lease=_int(get, "lease"),
             min_sequence=_int(get, "minSequence"),
@@ -105,6 +107,21 @@ def _int(get: Any, name: str) -> int | None:
         raise InvalidOptionError(f"option {name} must be an integer, not {text!r}") from None
     if value < 1:
         raise InvalidOptionError(f"option {name} must be at least 1, not {value}")
+    return value
+
+
+def _seconds(get: Any, name: str) -> float | None:
+    text = get(name.lower())
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise InvalidOptionError(
+            f"option {name} must be a number of seconds, not {text!r}"
+        ) from None
+    if not 0 < value <= MAX_LOCK_DURATION:
+        raise InvalidOptionError(f"option {name} must be in (0, {MAX_LOCK_DURATION:g}], not {text}")
     return value
 
 
@@ -204,7 +221,8 @@ class BatchReader(DataSourceReader):
         return [SequenceRange(a, b) for a, b in _split(lo, hi, count, self.options.partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, SequenceRange)
+        if not isinstance(partition, SequenceRange):  # PySpark's stand-in for "no partitions"
+            return iter(())
         return _read(self.options, partition)
 
 
@@ -281,7 +299,14 @@ class QueueWriter(DataSourceWriter):
 
 
 def _message(row: dict[str, Any]) -> Message:
-    fields = {key: value for key, value in row.items() if value is not None}
+    # Spark hands timestamps over as naive local datetimes.
+    fields: dict[str, Any] = {
+        key: value.astimezone(UTC)
+        if isinstance(value, datetime) and value.tzinfo is None
+        else value
+        for key, value in row.items()
+        if value is not None
+    }
     body = fields.pop("body", None)
     if body is None:
         raise InvalidOptionError("a row to send has no body")
