@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
+from poisonq.spark.pipeline import Pipeline, PipelineReport, PipelineStoppedError
 from poisonq.spark.schema import MESSAGE_SCHEMA_DDL
+from poisonq.spark.session import local_session
 from poisonq.spark.source import PoisonqDataSource
 
 
@@ -16,4 +18,12 @@ def register(spark: SparkSession) -> None:
     spark.dataSource.register(PoisonqDataSource)
 
 
-__all__ = ["MESSAGE_SCHEMA_DDL", "PoisonqDataSource", "register"]
+__all__ = [
+    "MESSAGE_SCHEMA_DDL",
+    "Pipeline",
+    "PipelineReport",
+    "PipelineStoppedError",
+    "PoisonqDataSource",
+    "local_session",
+    "register",
+]

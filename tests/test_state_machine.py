@@ -1,0 +1,589 @@
+"""A hypothesis state machine over one queue on a real SQLite file, checked against a model.
+
+The model is a dictionary of every message the test sent, with the state and counters the
+contract (DESIGN.md, "The message state machine") says it must have. Housekeeping in the engine
+is lazy: expired locks, due scheduled messages and expired TTLs are applied at the start of each
+receive on that entity, in the same transaction. The model applies them at the same moments,
+so broker and model can be compared exactly after every step; what a user can observe between
+two receives (a lock past its time still shows as ``locked``, an expired message still shows as
+``active``) is the same in both, and no operation can act on those messages meanwhile: their
+locks are lost and nobody can receive them before housekeeping runs.
+
+Two paths are kept out of the machine because they break the contract today; each is pinned
+by a strict xfail test at the end of this file: ``receive_deferred`` of a deferred message
+past its TTL, and of a deferred message that already used every delivery.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+import poisonq
+from poisonq import (
+    Broker,
+    DeadLetterReason,
+    ManualClock,
+    Message,
+    MessageLockLostError,
+    MessageNotFoundError,
+    MessageState,
+    ReceivedMessage,
+    Receiver,
+    RetryPolicy,
+)
+from tests.conftest import assert_balanced
+
+Q = "orders"
+DLQ = "orders/$deadletterqueue"
+QUEUE_LOCK = 30.0
+MAIN, DEAD, GONE = "main", "dlq", "gone"
+
+
+@dataclass
+class Model:
+    """What the contract says one message looks like now."""
+
+    seq: int
+    message_id: str
+    where: str  # MAIN, DEAD (the dead-letter queue) or GONE (completed or dropped)
+    state: MessageState
+    delivery_count: int = 0
+    abort_count: int = 0
+    resubmit_count: int = 0
+    expires_at: float | None = None
+    visible_at: float | None = None
+    lock_token: str | None = None
+    locked_until: float | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Handle:
+    """A message as a receiver got it, with the lock it was given then."""
+
+    entity: str  # MAIN or DEAD
+    message: ReceivedMessage
+
+    @property
+    def seq(self) -> int:
+        return self.message.sequence_number
+
+
+lock_durations = st.sampled_from([None, 5.0, 45.0])
+# Durations are whole seconds from small sets as well as ranges, so that a clock step often
+# lands exactly on a lock's or a TTL's end: the boundary (expired at ``now == end``) matters.
+seconds = st.sampled_from([5, 10, 30, 45, 60]) | st.integers(1, 150)
+
+
+class QueueMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="poisonq-sm-"))
+        self.clock = ManualClock()
+        # synchronous=normal: a real file in WAL mode, without an fsync per commit (durability
+        # across a power cut is not what this test is about, and shrinking runs it many times).
+        url = f"sqlite:///{self.dir / 'q.db'}?synchronous=normal"
+        self.broker: Broker = poisonq.connect(url, clock=self.clock)
+        self.ready = False
+        self.msgs: dict[int, Model] = {}
+        self.handles: list[Handle] = []
+        self.sent = 0
+        self.next_id = 0
+        self.max_seq = 0
+        self.completed = {MAIN: 0, DEAD: 0}
+        self.dropped = 0
+        # Every delivery since the last invariant check: (delivery_count, expires_at, now).
+        self.deliveries: list[tuple[int, float | None, float]] = []
+
+    def teardown(self) -> None:
+        self.broker.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # Configuration ------------------------------------------------------------------------
+    @initialize(
+        max_delivery_count=st.integers(1, 4),
+        default_ttl=st.none() | st.sampled_from([30, 60]) | st.integers(20, 200),
+        drop_poison=st.booleans(),
+        expiry_dead_letters=st.booleans(),
+    )
+    def create(
+        self,
+        max_delivery_count: int,
+        default_ttl: int | None,
+        drop_poison: bool,
+        expiry_dead_letters: bool,
+    ) -> None:
+        self.max_dc = max_delivery_count
+        self.default_ttl = default_ttl
+        self.drop_poison = drop_poison
+        self.expiry_dead_letters = expiry_dead_letters
+        retry = RetryPolicy(
+            receive_retry_count=max_delivery_count - 1,
+            receive_error_handling="drop" if drop_poison else "move",
+        )
+        self.broker.create_queue(
+            Q,
+            retry=retry,
+            lock_duration=QUEUE_LOCK,
+            default_message_ttl=default_ttl,
+            dead_lettering_on_message_expiration=expiry_dead_letters,
+        )
+        self.ready = True
+
+    # Model helpers ------------------------------------------------------------------------
+    @property
+    def now(self) -> float:
+        return self.clock.now()
+
+    def _in(self, where: str, *states: MessageState) -> list[Model]:
+        return sorted(
+            (m for m in self.msgs.values() if m.where == where and m.state in states),
+            key=lambda m: m.seq,
+        )
+
+    def _valid(self, handle: Handle) -> bool:
+        m = self.msgs.get(handle.seq)
+        return (
+            m is not None
+            and m.where == handle.entity
+            and m.state is MessageState.LOCKED
+            and m.lock_token == handle.message.lock_token
+            and m.locked_until is not None
+            and m.locked_until > self.now
+        )
+
+    def _valid_handles(self, entity: str) -> list[Handle]:
+        return [h for h in self.handles if h.entity == entity and self._valid(h)]
+
+    def _stale_handles(self) -> list[Handle]:
+        return [h for h in self.handles if not self._valid(h)]
+
+    def _to_dead_letter(self, m: Model, reason: str) -> None:
+        m.where, m.state, m.reason = DEAD, MessageState.DEAD_LETTERED, reason
+        m.lock_token = m.locked_until = None
+
+    def _drop(self, m: Model) -> None:
+        m.where, m.state = GONE, MessageState.DROPPED
+        self.dropped += 1
+
+    def _complete(self, m: Model) -> None:
+        self.completed[m.where] += 1
+        m.where, m.state = GONE, MessageState.COMPLETED
+
+    def _release(self, m: Model) -> bool:
+        """An abandon or a lock expiry; returns whether the message was poisoned."""
+        m.abort_count += 1
+        m.lock_token = m.locked_until = None
+        if m.where == DEAD:
+            m.state = MessageState.DEAD_LETTERED  # a dead-letter queue never poisons
+            return False
+        m.state = MessageState.ACTIVE
+        if m.delivery_count < self.max_dc:
+            return False
+        if self.drop_poison:
+            self._drop(m)
+        else:
+            self._to_dead_letter(m, DeadLetterReason.MAX_DELIVERY_COUNT_EXCEEDED)
+        return True
+
+    def _housekeep(self, where: str) -> None:
+        """What the engine does at the start of a receive on ``where``, in the same order."""
+        now = self.now
+        for m in self._in(where, MessageState.LOCKED):
+            assert m.locked_until is not None
+            if m.locked_until <= now:
+                self._release(m)
+        if where == DEAD:
+            return  # no TTL and no scheduling in a dead-letter queue
+        for m in self._in(MAIN, MessageState.SCHEDULED):
+            assert m.visible_at is not None
+            if m.visible_at <= now:
+                m.state = MessageState.ACTIVE
+        states = (MessageState.SCHEDULED, MessageState.ACTIVE, MessageState.DEFERRED)
+        for m in self._in(MAIN, *states):
+            if m.expires_at is not None and m.expires_at <= now:
+                if self.expiry_dead_letters:
+                    self._to_dead_letter(m, DeadLetterReason.TTL_EXPIRED)
+                else:
+                    self._drop(m)
+
+    def _delivered(
+        self, entity: str, got: list[ReceivedMessage], expected: list[Model], lock: float | None
+    ) -> None:
+        """Check what a peek-lock receive returned against the model, and record the locks."""
+        assert [g.sequence_number for g in got] == [m.seq for m in expected]
+        tokens = {g.lock_token for g in got}
+        assert len(tokens) <= 1 and None not in tokens  # one new token per receive call
+        assert not tokens & {h.message.lock_token for h in self.handles}
+        for g, m in zip(got, expected, strict=True):
+            m.delivery_count += 1
+            assert g.state is MessageState.LOCKED
+            assert (g.delivery_count, g.abort_count) == (m.delivery_count, m.abort_count)
+            assert g.message_id == m.message_id
+            assert g.locked_until is not None
+            assert g.locked_until.timestamp() == self.now + (lock or QUEUE_LOCK)
+            m.state, m.lock_token = MessageState.LOCKED, g.lock_token
+            m.locked_until = g.locked_until.timestamp()
+            self.handles.append(Handle(entity, g))
+            if entity == MAIN:
+                self._record_delivery(g)
+        self.handles = self.handles[-60:]
+
+    def _record_delivery(self, g: ReceivedMessage) -> None:
+        expires = None if g.expires_at is None else g.expires_at.timestamp()
+        self.deliveries.append((g.delivery_count, expires, self.now))
+
+    def _receiver(self, entity: str, lock: float | None = None) -> Receiver:
+        subqueue = "deadletter" if entity == DEAD else None
+        return self.broker.receiver(Q, subqueue=subqueue, lock_duration=lock)
+
+    # Sending ------------------------------------------------------------------------------
+    @rule(
+        batch=st.lists(
+            st.tuples(
+                st.none() | seconds,  # time_to_live
+                st.none() | st.sampled_from([-10, 0]) | seconds,  # scheduled, from now
+            ),
+            min_size=1,
+            max_size=5,
+        )
+    )
+    def send(self, batch: list[tuple[int | None, int | None]]) -> None:
+        now = self.now
+        messages, models = [], []
+        for ttl, delay in batch:
+            self.next_id += 1
+            mid = f"m-{self.next_id}"
+            at = None if delay is None else datetime.fromtimestamp(now + delay, UTC)
+            messages.append(
+                Message(
+                    body=mid.encode(), message_id=mid, time_to_live=ttl, scheduled_enqueue_time=at
+                )
+            )
+            scheduled = delay is not None and delay > 0
+            life = self.default_ttl if ttl is None else min(ttl, self.default_ttl or ttl)
+            start = max(now, now + delay) if delay is not None else now
+            models.append(
+                Model(
+                    seq=0,
+                    message_id=mid,
+                    where=MAIN,
+                    state=MessageState.SCHEDULED if scheduled else MessageState.ACTIVE,
+                    expires_at=None if life is None else start + life,
+                    visible_at=now + delay if scheduled and delay is not None else None,
+                )
+            )
+        seqs = self.broker.sender(Q).send(messages)
+        assert len(seqs) == len(models)
+        assert seqs == sorted(seqs) and seqs[0] > self.max_seq  # monotonic
+        for seq, m in zip(seqs, models, strict=True):
+            m.seq = seq
+            self.msgs[seq] = m
+        self.max_seq = seqs[-1]
+        self.sent += len(seqs)
+
+    # Receiving ----------------------------------------------------------------------------
+    @rule(n=st.integers(1, 5), lock=lock_durations, wait=st.just(0) | seconds)
+    def receive(self, n: int, lock: float | None, wait: int) -> None:
+        """Peek-lock receive, ``wait`` seconds after the previous step (so that locks taken
+        earlier expire, and the same messages come back, more often than by chance)."""
+        self.clock.advance(wait)
+        self._housekeep(MAIN)
+        expected = self._in(MAIN, MessageState.ACTIVE)[:n]
+        got = self._receiver(MAIN, lock).receive(max_messages=n)
+        self._delivered(MAIN, got, expected, lock)
+
+    @rule(n=st.integers(1, 5))
+    def receive_and_delete(self, n: int) -> None:
+        self._housekeep(MAIN)
+        expected = self._in(MAIN, MessageState.ACTIVE)[:n]
+        receiver = self.broker.receiver(Q, receive_mode="receive_and_delete")
+        got = receiver.receive(max_messages=n)
+        assert [g.sequence_number for g in got] == [m.seq for m in expected]
+        for g, m in zip(got, expected, strict=True):
+            m.delivery_count += 1
+            assert g.state is MessageState.COMPLETED
+            assert g.delivery_count == m.delivery_count
+            self._record_delivery(g)
+            self._complete(m)
+
+    def _deferred_receivable(self) -> list[Model]:
+        # Known engine bugs keep two kinds of deferred message out (see the xfail tests).
+        return [
+            m
+            for m in self._in(MAIN, MessageState.DEFERRED)
+            if (m.expires_at is None or m.expires_at > self.now) and m.delivery_count < self.max_dc
+        ]
+
+    @precondition(lambda self: self.ready and self._deferred_receivable())
+    @rule(data=st.data(), lock=lock_durations, missing=st.none() | st.integers(-3, 3))
+    def receive_deferred(
+        self, data: st.DataObject, lock: float | None, missing: int | None
+    ) -> None:
+        """Lock deferred messages by sequence number; with one number that names no deferred
+        message, :class:`MessageNotFoundError` is raised and nothing is locked."""
+        candidates = self._deferred_receivable()
+        seqs = data.draw(st.lists(st.sampled_from([m.seq for m in candidates]), min_size=1))
+        chosen = [self.msgs[seq] for seq in sorted(set(seqs))]
+        receiver = self._receiver(MAIN, lock)
+        if missing is not None:
+            wrong = self.max_seq + missing  # a message in another state, gone, or never sent
+            other = self.msgs.get(wrong)
+            if other is None or other.where != MAIN or other.state is not MessageState.DEFERRED:
+                with pytest.raises(MessageNotFoundError) as caught:
+                    receiver.receive_deferred([m.seq for m in chosen] + [wrong])
+                assert caught.value.sequence_number == wrong
+                return  # nothing changed: the invariants compare the model with the broker
+        got = receiver.receive_deferred([m.seq for m in chosen])
+        self._delivered(MAIN, got, chosen, lock)
+
+    # Settling on the queue ----------------------------------------------------------------
+    @precondition(lambda self: self.ready and self._valid_handles(MAIN))
+    @rule(
+        data=st.data(),
+        action=st.sampled_from(["complete", "abandon", "defer", "dead_letter", "renew"]),
+        lock=lock_durations,
+    )
+    def settle(self, data: st.DataObject, action: str, lock: float | None) -> None:
+        handle = data.draw(st.sampled_from(self._valid_handles(MAIN)))
+        m = self.msgs[handle.seq]
+        receiver = self._receiver(MAIN, lock)
+        match action:
+            case "complete":
+                receiver.complete(handle.message)
+                self._complete(m)
+            case "abandon":
+                poisoned = receiver.abandon(handle.message, error=ValueError("try again"))
+                assert poisoned == ([m.seq] if self._release(m) else [])
+            case "defer":
+                receiver.defer(handle.message)
+                m.state, m.lock_token, m.locked_until = MessageState.DEFERRED, None, None
+            case "dead_letter":
+                reason = data.draw(st.sampled_from([None, "BadInput"]))
+                receiver.dead_letter(handle.message, reason=reason, description="checked")
+                self._to_dead_letter(m, reason or "DeadLetteredByReceiver")
+            case "renew":
+                receiver.renew_lock(handle.message)
+                m.locked_until = self.now + (lock or QUEUE_LOCK)
+                assert handle.message.locked_until is not None
+                assert handle.message.locked_until.timestamp() == m.locked_until
+
+    @precondition(lambda self: self.ready and self._stale_handles())
+    @rule(
+        data=st.data(),
+        action=st.sampled_from(["complete", "abandon", "defer", "dead_letter", "renew"]),
+        with_valid=st.booleans(),
+    )
+    def settle_with_a_lost_lock(self, data: st.DataObject, action: str, with_valid: bool) -> None:
+        """A stale lock (expired, superseded or settled) raises and changes nothing, even
+        when settled in one batch with a lock that is still valid."""
+        stale = data.draw(st.sampled_from(self._stale_handles()))
+        batch = [stale.message]
+        valid = self._valid_handles(stale.entity)
+        if with_valid and valid:
+            batch.insert(0, data.draw(st.sampled_from(valid)).message)
+        if stale.entity == DEAD and action in ("defer", "dead_letter"):
+            action = "complete"  # a dead-letter queue refuses dead_letter before any lock check
+        receiver = self._receiver(stale.entity)
+        settle = {
+            "complete": receiver.complete,
+            "abandon": receiver.abandon,
+            "defer": receiver.defer,
+            "dead_letter": receiver.dead_letter,
+            "renew": receiver.renew_lock,
+        }[action]
+        # renew_lock updates locked_until on the objects it is given: give it copies.
+        copies = [replace(message) for message in batch]
+        with pytest.raises(MessageLockLostError) as caught:
+            settle(copies)
+        assert stale.seq in caught.value.sequence_numbers
+        # The model is unchanged; the invariants compare it with the broker.
+
+    # The dead-letter queue ----------------------------------------------------------------
+    @rule(n=st.integers(1, 5), lock=lock_durations)
+    def receive_dead_letters(self, n: int, lock: float | None) -> None:
+        self._housekeep(DEAD)
+        expected = self._in(DEAD, MessageState.DEAD_LETTERED)[:n]
+        got = self._receiver(DEAD, lock).receive(max_messages=n)
+        self._delivered(DEAD, got, expected, lock)
+        for g, m in zip(got, expected, strict=True):
+            assert g.dead_letter_reason == m.reason
+
+    @precondition(lambda self: self.ready and self._valid_handles(DEAD))
+    @rule(data=st.data(), action=st.sampled_from(["complete", "abandon", "renew"]))
+    def settle_dead_letter(self, data: st.DataObject, action: str) -> None:
+        handle = data.draw(st.sampled_from(self._valid_handles(DEAD)))
+        m = self.msgs[handle.seq]
+        receiver = self._receiver(DEAD)
+        match action:
+            case "complete":
+                receiver.complete(handle.message)
+                self._complete(m)
+            case "abandon":
+                assert receiver.abandon(handle.message) == []
+                assert not self._release(m)
+            case "renew":
+                receiver.renew_lock(handle.message)
+                m.locked_until = self.now + QUEUE_LOCK
+
+    @precondition(lambda self: self.ready and self._in(DEAD, MessageState.DEAD_LETTERED))
+    @rule()
+    def resubmit(self) -> None:
+        """Every dead-lettered message not locked goes back to the queue, in order, as a new
+        message (a new sequence number) with a fresh delivery count and TTL."""
+        moving = self._in(DEAD, MessageState.DEAD_LETTERED)
+        task = self.broker.resubmit(Q, rate=None)
+        assert (task.status, task.done) == ("completed", len(moving))
+        back = self.broker.peek(Q, from_sequence=self.max_seq + 1, max_messages=100)
+        assert [b.message_id for b in back] == [m.message_id for m in moving]
+        for b, old in zip(back, moving, strict=True):
+            del self.msgs[old.seq]
+            expires = None if self.default_ttl is None else self.now + self.default_ttl
+            self.msgs[b.sequence_number] = Model(
+                seq=b.sequence_number,
+                message_id=old.message_id,
+                where=MAIN,
+                state=MessageState.ACTIVE,
+                abort_count=old.abort_count,
+                resubmit_count=old.resubmit_count + 1,
+                expires_at=expires,
+            )
+            assert b.dead_letter_reason is None and b.dead_letter_source is None
+        if back:
+            self.max_seq = back[-1].sequence_number
+
+    # Time ---------------------------------------------------------------------------------
+    @rule(by=st.just(0) | seconds)
+    def advance(self, by: int) -> None:
+        self.clock.advance(by)
+
+    # Invariants ---------------------------------------------------------------------------
+    @invariant()
+    def deliveries_respect_the_limits(self) -> None:
+        """No delivery beyond max_delivery_count, none at or after the message's TTL."""
+        for count, expires, at in self.deliveries:
+            assert 1 <= count <= self.max_dc
+            assert expires is None or at < expires
+        self.deliveries.clear()
+
+    @invariant()
+    def broker_matches_the_model(self) -> None:
+        if not self.ready:
+            return
+        counts = self.broker.counts(Q)
+        model = {
+            state.value: len(self._in(MAIN, state))
+            for state in (
+                MessageState.SCHEDULED,
+                MessageState.ACTIVE,
+                MessageState.LOCKED,
+                MessageState.DEFERRED,
+            )
+        }
+        model["dead_lettered"] = len([m for m in self.msgs.values() if m.where == DEAD])
+        model["completed"] = self.completed[MAIN]
+        model["dropped"] = self.dropped
+        assert counts == model
+        dlq = self.broker.counts(DLQ)
+        assert dlq["completed"] == self.completed[DEAD]
+        assert dlq["locked"] == len(self._in(DEAD, MessageState.LOCKED))
+
+        def view(m: Model | ReceivedMessage) -> tuple[object, ...]:
+            if isinstance(m, Model):
+                return (m.seq, m.message_id, m.state, m.delivery_count, m.abort_count, m.reason)
+            reason = m.dead_letter_reason
+            return (
+                m.sequence_number,
+                m.message_id,
+                m.state,
+                m.delivery_count,
+                m.abort_count,
+                reason,
+            )
+
+        for entity, address in ((MAIN, Q), (DEAD, DLQ)):
+            peeked = self.broker.peek(address, max_messages=10_000)
+            held = sorted((m for m in self.msgs.values() if m.where == entity), key=lambda m: m.seq)
+            assert [view(p) for p in peeked] == [view(m) for m in held]
+            for p, m in zip(peeked, held, strict=True):
+                assert p.resubmit_count == m.resubmit_count
+                expires = None if p.expires_at is None else p.expires_at.timestamp()
+                assert expires == m.expires_at
+                if entity == MAIN:
+                    assert p.delivery_count <= self.max_dc
+
+    @invariant()
+    def every_message_sent_is_accounted_for(self) -> None:
+        """sent = completed + dead-lettered + dropped + held (DESIGN.md, the invariant)."""
+        if not self.ready:
+            return
+        main, dlq = self.broker.counts(Q), self.broker.counts(DLQ)
+        held = main["active"] + main["scheduled"] + main["locked"] + main["deferred"]
+        completed = main["completed"] + dlq["completed"]
+        dropped = main["dropped"] + dlq["dropped"]
+        assert self.sent == completed + main["dead_lettered"] + dropped + held
+        report = self.broker.audit()
+        assert report.ok
+        assert report.sent == self.sent
+        assert_balanced(self.broker)
+
+
+QueueMachine.TestCase.settings = settings(
+    max_examples=100,
+    stateful_step_count=40,
+    deadline=None,
+    report_multiple_bugs=False,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+# A failure is shrunk for up to 5 minutes (hypothesis' own limit): let it finish and report.
+TestQueueStateMachine = pytest.mark.timeout(600)(QueueMachine.TestCase)
+
+
+# Contract violations the machine steers around ------------------------------------------------
+@pytest.mark.xfail(
+    strict=True,
+    reason="receive_deferred runs no TTL housekeeping: an expired deferred message is delivered",
+)
+def test_a_deferred_message_past_its_ttl_is_never_delivered(
+    broker: Broker, clock: ManualClock
+) -> None:
+    broker.create_queue(Q, max_delivery_count=3)
+    (seq,) = broker.sender(Q).send(Message(body=b"x", time_to_live=60))
+    receiver = broker.receiver(Q)
+    receiver.defer(receiver.receive())
+    clock.advance(61)
+    # Had any plain receive run now, housekeeping would dead-letter the message with
+    # TTLExpiredException and receive_deferred would raise MessageNotFoundError. Without one,
+    # the expired message is handed out: the outcome depends on unrelated traffic.
+    delivered: list[ReceivedMessage] = []
+    with contextlib.suppress(MessageNotFoundError):
+        delivered = receiver.receive_deferred(seq)
+    assert delivered == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="receive_deferred ignores max_delivery_count: a deferred message that used every "
+    "delivery is delivered once more",
+)
+def test_a_deferred_message_is_never_delivered_past_max_delivery_count(broker: Broker) -> None:
+    broker.create_queue(Q, max_delivery_count=1)
+    (seq,) = broker.sender(Q).send(Message(body=b"x"))
+    receiver = broker.receiver(Q)
+    (first,) = receiver.receive()
+    assert first.delivery_count == 1
+    receiver.defer(first)
+    delivered: list[ReceivedMessage] = []
+    with contextlib.suppress(poisonq.PoisonqError):  # refusing it would be fine too
+        delivered = receiver.receive_deferred(seq)
+    assert all(m.delivery_count <= 1 for m in delivered)
