@@ -404,11 +404,13 @@ class Engine:
     def receive_deferred(
         self, address: str, sequence_numbers: Sequence[int], lock_duration: float | None = None
     ) -> list[ReceivedMessage]:
-        """Lock deferred messages by sequence number; a missing one raises
-        :class:`MessageNotFoundError` and locks nothing."""
+        """Lock deferred messages by sequence number; a missing one (or one past its time to
+        live) raises :class:`MessageNotFoundError` and locks nothing. A deferred message
+        that has used every delivery is dead-lettered instead of delivered again."""
         now = self.clock.now()
         with self.store.transaction() as tx:
             target = self._resolve(tx, address)
+            self._housekeep(tx, target, now)
             token = str(uuid.uuid4())
             until = now + (lock_duration or target.options.lock_duration)
             entity = target.entity
@@ -416,7 +418,23 @@ class Engine:
             missing = sorted(set(sequence_numbers) - {m.sequence_number for m in got})
             if missing:
                 raise MessageNotFoundError(entity.name, missing[0])
-            return got
+            if target.subqueue is not None:
+                return got
+            limit = target.options.max_delivery_count
+            spent = [m.sequence_number for m in got if m.delivery_count > limit]
+            if spent:
+                tx.dead_letter(
+                    entity.id,
+                    spent,
+                    self._child(tx, target, SubQueue.DEADLETTER).id,
+                    DeadLetterReason.MAX_DELIVERY_COUNT_EXCEEDED,
+                    f"deferred after its last delivery (max_delivery_count {limit})",
+                    entity.name,
+                    None,
+                    now,
+                    lock_token=token,
+                )
+            return [m for m in got if m.delivery_count <= limit]
 
     def peek(
         self, address: str, from_sequence: int = 0, max_messages: int = 1

@@ -9,9 +9,9 @@ two receives (a lock past its time still shows as ``locked``, an expired message
 ``active``) is the same in both, and no operation can act on those messages meanwhile: their
 locks are lost and nobody can receive them before housekeeping runs.
 
-Two paths are kept out of the machine because they break the contract today; each is pinned
-by a strict xfail test at the end of this file: ``receive_deferred`` of a deferred message
-past its TTL, and of a deferred message that already used every delivery.
+Two paths of ``receive_deferred`` are left to their own tests at the end of this file rather
+than modelled: a deferred message past its TTL (refused) and a deferred message that already
+used every delivery (dead-lettered instead of delivered).
 """
 
 from __future__ import annotations
@@ -318,7 +318,7 @@ class QueueMachine(RuleBasedStateMachine):
             self._complete(m)
 
     def _deferred_receivable(self) -> list[Model]:
-        # Known engine bugs keep two kinds of deferred message out (see the xfail tests).
+        # Expired or spent deferred messages have their own tests (see the module docstring).
         return [
             m
             for m in self._in(MAIN, MessageState.DEFERRED)
@@ -344,6 +344,7 @@ class QueueMachine(RuleBasedStateMachine):
                     receiver.receive_deferred([m.seq for m in chosen] + [wrong])
                 assert caught.value.sequence_number == wrong
                 return  # nothing changed: the invariants compare the model with the broker
+        self._housekeep(MAIN)  # receive_deferred housekeeps too, in its transaction
         got = receiver.receive_deferred([m.seq for m in chosen])
         self._delivered(MAIN, got, chosen, lock)
 
@@ -550,10 +551,6 @@ TestQueueStateMachine = pytest.mark.timeout(600)(QueueMachine.TestCase)
 
 
 # Contract violations the machine steers around ------------------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="receive_deferred runs no TTL housekeeping: an expired deferred message is delivered",
-)
 def test_a_deferred_message_past_its_ttl_is_never_delivered(
     broker: Broker, clock: ManualClock
 ) -> None:
@@ -571,11 +568,6 @@ def test_a_deferred_message_past_its_ttl_is_never_delivered(
     assert delivered == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="receive_deferred ignores max_delivery_count: a deferred message that used every "
-    "delivery is delivered once more",
-)
 def test_a_deferred_message_is_never_delivered_past_max_delivery_count(broker: Broker) -> None:
     broker.create_queue(Q, max_delivery_count=1)
     (seq,) = broker.sender(Q).send(Message(body=b"x"))
