@@ -27,6 +27,7 @@ test: lint
 
 bench: $(STAMP)
 	$(BIN)/python bench/queue_throughput.py
+	$(BIN)/python bench/pipeline_throughput.py
 
 clean:
 	rm -rf $(VENV) demo .pytest_cache .mypy_cache .ruff_cache

@@ -151,10 +151,11 @@ class Pipeline:
                     continue
                 number = lease.number
                 self._batch(broker, lease, report)
+                # By reason, including what expired before it could be leased.
+                report.dead_lettered = _dead_letters(broker, self.queue) - dead_before
                 report.elapsed = time.monotonic() - started
                 if progress is not None:
                     progress(report)
-            # By reason, including what expired before it could be leased.
             report.dead_lettered = _dead_letters(broker, self.queue) - dead_before
         report.elapsed = time.monotonic() - started
         return report
@@ -246,7 +247,9 @@ class Pipeline:
 def _job_failure(error: BaseException) -> FailureRecord:
     """The failure a Spark job error leaves on a message: its first lines, not the JVM stack."""
     text = str(error).strip()
-    first = next((line for line in text.splitlines() if line.strip()), type(error).__name__)
+    java = getattr(error, "java_exception", None)  # a Py4JJavaError's message is only "o42.save"
+    summary = str(java.toString()) if java is not None else text
+    first = next((line for line in summary.splitlines() if line.strip()), type(error).__name__)
     return FailureRecord(
         time.time(),
         "BatchJobFailed",

@@ -1,0 +1,79 @@
+"""The ``poisonq`` command line: admin, send/receive/peek, the dead-letter queue, audit,
+pipeline and demo.
+
+This module holds the root group (``--url``, error handling) and ``main``; each command
+family lives in its own module and is attached here. Human output is rich tables on stdout
+and progress bars on stderr (only on a terminal, so pipes and ``--json`` stay clean). Every
+listing takes ``--json``. A :class:`PoisonqError` is the user's problem, not a bug, so it is
+printed as one red ``error:`` line with exit code 2 instead of a traceback.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.text import Text
+
+from poisonq.cli.app import App
+from poisonq.cli.dlq import dlq
+from poisonq.cli.messages import peek, receive, send
+from poisonq.cli.ops import audit, demo
+from poisonq.cli.pipeline import pipeline
+from poisonq.cli.queues import queue
+from poisonq.client import DEFAULT_URL
+from poisonq.errors import PoisonqError
+
+
+class _Cli(click.Group):
+    """The root group: turns a :class:`PoisonqError` from any command into one red line."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except PoisonqError as exc:
+            line = " ".join(str(exc).split())
+            Console(stderr=True).print(Text(f"error: {line}", style="red"), soft_wrap=True)
+            ctx.exit(2)
+
+
+@click.group(cls=_Cli)
+@click.option(
+    "--url",
+    envvar="POISONQ_URL",
+    default=DEFAULT_URL,
+    show_default=True,
+    help="Store URL: sqlite:///path.db (also from POISONQ_URL).",
+)
+@click.version_option(package_name="poisonq")
+@click.pass_context
+def cli(ctx: click.Context, url: str) -> None:
+    """poisonq: a durable message queue with poison-message handling.
+
+    \b
+    Examples:
+      poisonq queue create orders --max-delivery-count 5
+      poisonq send orders '{"id": 1}' --subject order --property region=eu
+      poisonq send orders --file orders.jsonl
+      poisonq receive orders --max 10
+      poisonq dlq list orders --by fingerprint
+      poisonq dlq show orders 42
+      poisonq dlq resubmit orders --reason MaxDeliveryCountExceeded --rate 200
+      poisonq audit
+      poisonq pipeline run jobs/orders.py:transform --queue orders \
+        --schema 'id long, total double' --output out/orders
+    """
+    ctx.obj = App(url, ctx)
+
+
+for _command in (queue, send, receive, peek, dlq, audit, pipeline, demo):
+    cli.add_command(_command)
+
+
+def main() -> None:
+    """The console script ``poisonq``."""
+    cli()
+
+
+__all__ = ["cli", "main"]

@@ -1,0 +1,43 @@
+"""What every command shares: the :class:`App` context object and option-set decorators."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+
+from poisonq.client import Broker, connect
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclasses.dataclass
+class App:
+    """What every command needs: the store URL, the consoles and a broker opened on demand
+    (so ``--help`` and usage errors never touch the store)."""
+
+    url: str
+    ctx: click.Context
+    out: Console = dataclasses.field(default_factory=Console)
+    err: Console = dataclasses.field(default_factory=lambda: Console(stderr=True))
+    _broker: Broker | None = dataclasses.field(default=None, init=False)
+
+    @property
+    def broker(self) -> Broker:
+        if self._broker is None:
+            self._broker = self.ctx.with_resource(connect(self.url))
+        return self._broker
+
+
+def apply_options(options: Sequence[Callable[[F], F]]) -> Callable[[F], F]:
+    """One decorator from several click options, so option sets are declared once."""
+
+    def decorate(function: F) -> F:
+        for option in reversed(options):
+            function = option(function)
+        return function
+
+    return decorate

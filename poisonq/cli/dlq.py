@@ -1,0 +1,215 @@
+"""``poisonq dlq list|show|resubmit|purge``: what an operator on call does with poison.
+
+Resubmit and purge run as tracked bulk tasks with a progress bar; Ctrl-C cancels a resubmit
+and keeps what was already moved.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from poisonq.cli.app import App, apply_options
+from poisonq.cli.output import (
+    emit,
+    iso_time,
+    json_option,
+    message_detail,
+    message_json,
+    progress,
+    short_time,
+    table,
+)
+from poisonq.model import SubQueue
+from poisonq.names import parse_address
+from poisonq.store.base import DeadLetterGroup
+from poisonq.tasks import BulkTask
+
+
+def _timestamp(value: datetime | None) -> float | None:
+    """Seconds since the epoch; a time given without a zone is local time."""
+    return None if value is None else value.astimezone().timestamp()
+
+
+_FILTER_OPTIONS = (
+    click.option("--reason", help="Only messages dead-lettered with this reason."),
+    click.option("--subject", help="Only messages with this subject."),
+    click.option("--fingerprint", help="Only messages whose last failure has this fingerprint."),
+    click.option("--min-sequence", type=int, help="Only sequence numbers >= N."),
+    click.option("--max-sequence", type=int, help="Only sequence numbers <= N."),
+    click.option(
+        "--since",
+        type=click.DateTime(),
+        metavar="TIME",
+        help="Only dead-lettered at or after TIME (local, YYYY-MM-DD[ HH:MM:SS]).",
+    ),
+    click.option(
+        "--until",
+        type=click.DateTime(),
+        metavar="TIME",
+        help="Only dead-lettered before TIME (local, YYYY-MM-DD[ HH:MM:SS]).",
+    ),
+)
+dlq_filters = apply_options(_FILTER_OPTIONS)
+
+
+def _filters(given: dict[str, Any]) -> dict[str, Any]:
+    """Filter keyword arguments for Broker.resubmit/purge from the options given."""
+    where = {k: v for k, v in given.items() if v is not None}
+    for name in ("since", "until"):
+        if name in where:
+            where[name] = _timestamp(where[name])
+    return where
+
+
+def _task_json(task: BulkTask) -> dict[str, Any]:
+    record = task.record
+    times = {"created_at": iso_time(record.created_at), "updated_at": iso_time(record.updated_at)}
+    return {**dataclasses.asdict(record), **times}
+
+
+TaskStart = Callable[[Callable[[BulkTask], None]], BulkTask]
+
+
+def _run_task(app: App, description: str, start: TaskStart, as_json: bool) -> None:
+    """Run a bulk task with a progress bar, then print what it did. ``start`` gets the
+    progress callback. Ctrl-C cancels a task running in the background (a resubmit), so its
+    record does not stay "running"; what was already moved stays moved."""
+    with progress(app, description) as update:
+        task = start(lambda t: update(t.done, t.total, f"{t.done}/{t.total}"))
+        try:
+            task.wait()
+        except KeyboardInterrupt:
+            task.cancel()
+            task.wait()
+    if task.error is not None:
+        raise task.error
+    record = task.record
+    summary = f"{record.kind} task {record.id} {record.status}: {record.done} of {record.total}"
+    emit(app, as_json, _task_json(task), lambda: Text(f"{summary} message(s)"))
+
+
+@click.group()
+def dlq() -> None:
+    """Inspect, resubmit and purge a dead-letter queue."""
+
+
+def _span(group: DeadLetterGroup) -> tuple[str, str]:
+    return short_time(group.first_seen), short_time(group.last_seen)
+
+
+def _groups_table(queue: str, by: str, groups: list[DeadLetterGroup]) -> Table:
+    """Groups by reason or subject; by fingerprint with the error type beside it (a message
+    that never failed, such as an expired one, has no fingerprint: ``(none)``)."""
+    typed = by == "fingerprint"
+    columns = [by, *(["error type"] if typed else []), "count", "first", "last"]
+    rows = [[g.key or "(none)", *([g.label] if typed else []), g.count, *_span(g)] for g in groups]
+    return table(f"dead-lettered in {queue} by {by}", columns, rows)
+
+
+@dlq.command("list")
+@click.argument("queue_name", metavar="QUEUE")
+@click.option(
+    "--by",
+    type=click.Choice(["reason", "subject", "fingerprint"]),
+    default="reason",
+    show_default=True,
+    help="Group key; fingerprint groups alike failures (root-cause type and where raised).",
+)
+@json_option
+@click.pass_obj
+def dlq_list(app: App, /, queue_name: str, by: str, as_json: bool) -> None:
+    """Count dead-lettered messages in groups.
+
+    Groups the dead-lettered messages of QUEUE by reason, subject or fingerprint, largest
+    group first.
+    """
+    groups = app.broker.dead_letter_groups(queue_name, by)
+    data = [
+        {
+            **dataclasses.asdict(g),
+            "first_seen": iso_time(g.first_seen),
+            "last_seen": iso_time(g.last_seen),
+        }
+        for g in groups
+    ]
+    emit(app, as_json, data, lambda: _groups_table(queue_name, by, groups))
+
+
+@dlq.command("show")
+@click.argument("queue_name", metavar="QUEUE")
+@click.argument("sequence_number", metavar="SEQ", type=int)
+@json_option
+@click.pass_obj
+def dlq_show(app: App, /, queue_name: str, sequence_number: int, as_json: bool) -> None:
+    """Show one dead-lettered message.
+
+    Shows message SEQ of QUEUE's dead-letter queue with every field and its failure history.
+    """
+    address = str(parse_address(queue_name, SubQueue.DEADLETTER))
+    message = app.broker.message(address, sequence_number)
+    emit(app, as_json, message_json(message), lambda: message_detail(message))
+
+
+@dlq.command("resubmit")
+@click.argument("queue_name", metavar="QUEUE")
+@dlq_filters
+@click.option("--to", help="Send them to this queue instead of QUEUE.")
+@click.option(
+    "--rate",
+    type=click.FloatRange(min=0),
+    default=500.0,
+    show_default=True,
+    help="Messages per second; 0: no limit.",
+)
+@json_option
+@click.pass_obj
+def dlq_resubmit(
+    app: App, /, queue_name: str, to: str | None, rate: float, as_json: bool, **filters: Any
+) -> None:
+    """Send dead-lettered messages back.
+
+    Moves the dead-lettered messages of QUEUE that match the filters back to it (or --to)
+    with a fresh delivery count, at most --rate per second; their failure history is kept.
+    Ctrl-C cancels the task; what was moved stays moved.
+    """
+    where = _filters(filters)
+    _run_task(
+        app,
+        f"resubmitting from {queue_name}",
+        lambda progress: app.broker.resubmit(
+            queue_name, to=to, rate=rate or None, wait=False, progress=progress, **where
+        ),
+        as_json,
+    )
+
+
+@dlq.command("purge")
+@click.argument("queue_name", metavar="QUEUE")
+@dlq_filters
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+@click.pass_obj
+def dlq_purge(app: App, /, queue_name: str, yes: bool, as_json: bool, **filters: Any) -> None:
+    """Drop dead-lettered messages.
+
+    Drops the dead-lettered messages of QUEUE that match the filters (all by default).
+    """
+    where = _filters(filters)
+    if not yes:
+        given = ", ".join(f"{k}={v}" for k, v in filters.items() if v is not None)
+        matching = f" matching {given}" if given else ""
+        question = f"Drop the dead-lettered messages of {queue_name!r}{matching}?"
+        click.confirm(question, abort=True, err=True)
+    _run_task(
+        app,
+        f"purging {queue_name}",
+        lambda progress: app.broker.purge(queue_name, progress=progress, **where),
+        as_json,
+    )

@@ -1,0 +1,285 @@
+"""``poisonq pipeline run``: a user's transform over a queue on Spark, from the command line.
+
+PySpark is imported inside the command only, so every other command works without the
+``spark`` extra and starts without loading it. Everything that can be checked without Spark
+(the transform can be imported, the queue exists) is checked first, so a typo costs no JVM
+start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import os
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, cast
+
+import click
+from rich.table import Table
+
+from poisonq.cli.app import App
+from poisonq.cli.output import emit, json_option, progress, table
+from poisonq.errors import InvalidOptionError, PoisonqError
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+    from poisonq.spark.guard import Transform
+    from poisonq.spark.pipeline import PipelineReport
+
+TARGET_HELP = "expected MODULE:FUNC or path/to/file.py:FUNC"
+
+
+class SparkMissingError(PoisonqError):
+    """``pipeline run`` and the Spark demo need PySpark, which the ``spark`` extra installs."""
+
+
+# The transform ----------------------------------------------------------------------------
+def load_transform(target: str) -> Transform:
+    """The function named by ``MODULE:FUNC`` (imported as ``python -m`` would, with the
+    current directory on the path) or ``path/to/file.py:FUNC``.
+
+    A module loaded from a file is registered to be pickled by value: Spark's executors
+    could not import it by name, so its functions travel with the job. A module imported by
+    name is pickled by reference, as Spark does, and must be importable on the executors
+    (in local mode they start in this directory). Raises :class:`InvalidOptionError` when
+    the target is malformed or names a missing file, module or attribute; an error raised
+    by the module's own code is the user's bug and propagates with its traceback.
+    """
+    module_name, sep, name = target.rpartition(":")
+    if not sep or not module_name or not name.isidentifier():
+        raise InvalidOptionError(f"{TARGET_HELP}, not {target!r}")
+    if module_name.endswith(".py") or "/" in module_name or os.sep in module_name:
+        module = _module_from_file(Path(module_name))
+    else:
+        module = _import(module_name)
+    if not hasattr(module, name):
+        raise InvalidOptionError(f"module {module_name!r} has no attribute {name!r}")
+    function = getattr(module, name)
+    if not callable(function):
+        raise InvalidOptionError(f"{target!r} is not a function but {type(function).__name__}")
+    return cast("Transform", function)
+
+
+def _module_from_file(path: Path) -> ModuleType:
+    if not path.is_file():
+        raise InvalidOptionError(f"no such file {str(path)!r} ({TARGET_HELP})")
+    # A private name: a file called json.py must not replace the json module.
+    name = "poisonq_transform_" + re.sub(r"\W", "_", path.stem)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise InvalidOptionError(f"cannot load {str(path)!r} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    # In sys.modules while it runs, as an import would be: dataclasses and pickling need it.
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    _ship_by_value(module)
+    return module
+
+
+def _import(module_name: str) -> ModuleType:
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` does; a console script lacks it
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise InvalidOptionError(f"cannot import {module_name!r}: {exc}") from None
+
+
+def _ship_by_value(module: ModuleType) -> None:
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
+
+
+# Spark ------------------------------------------------------------------------------------
+def require_pyspark() -> None:
+    """Raise :class:`SparkMissingError` (one line, not a traceback) without PySpark."""
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        raise SparkMissingError(
+            "this command needs PySpark: pip install 'poisonq[spark]'"
+        ) from None
+
+
+def _parse_schema(schema: str) -> StructType:
+    """The output schema from Spark DDL; a parse error is the user's, so one line."""
+    from pyspark.errors import PySparkException
+    from pyspark.sql.types import StructType
+
+    try:
+        parsed = StructType.fromDDL(schema)
+    except PySparkException as exc:
+        first = next(iter(str(exc).strip().splitlines()), "")
+        raise InvalidOptionError(f"--schema {schema!r} is not Spark DDL: {first}") from None
+    if not isinstance(parsed, StructType):
+        raise InvalidOptionError(f"--schema {schema!r} must list columns, not one type")
+    return parsed
+
+
+# The report -------------------------------------------------------------------------------
+def _report_json(report: PipelineReport, interrupted: bool) -> dict[str, Any]:
+    data = {f.name: getattr(report, f.name) for f in dataclasses.fields(report)}
+    data["dead_lettered"] = dict(report.dead_lettered)
+    data["messages_per_second"] = report.messages_per_second
+    data["interrupted"] = interrupted
+    return data
+
+
+def _report_table(title: str, report: PipelineReport) -> Table:
+    rows: list[tuple[str, Any]] = [
+        ("batches", report.batches),
+        ("leased", report.leased),
+        ("completed", report.completed),
+        ("retried", report.retried),
+        ("dead-lettered", report.dead_lettered.total()),
+        *((f"  {reason or '(none)'}", n) for reason, n in report.dead_lettered.most_common()),
+        ("isolation jobs", report.isolation_jobs),
+        ("failed batches", report.failed_batches),
+        ("elapsed (s)", f"{report.elapsed:.1f}"),
+        ("msgs/s", f"{report.messages_per_second:,.0f}"),
+    ]
+    return table(title, ["measure", "value"], rows)
+
+
+def _summary(report: PipelineReport) -> str:
+    return (
+        f"{report.batches} batch(es) · {report.leased} leased · {report.completed} completed · "
+        f"{report.retried} retried · {report.dead_lettered.total()} dead-lettered · "
+        f"{report.messages_per_second:,.0f} msgs/s"
+    )
+
+
+# The command ------------------------------------------------------------------------------
+@click.group()
+def pipeline() -> None:
+    """Run Spark pipelines over a queue."""
+
+
+@pipeline.command("run")
+@click.argument("target", metavar="MODULE:FUNC")
+@click.option("--queue", "queue_name", required=True, help="The queue to consume.")
+@click.option(
+    "--schema",
+    required=True,
+    metavar="DDL",
+    help="Spark DDL of the rows FUNC returns, e.g. 'order_id string, total double'.",
+)
+@click.option(
+    "--output", required=True, metavar="PATH", help="Output directory (one part per batch)."
+)
+@click.option(
+    "--consumer",
+    default="pipeline",
+    show_default=True,
+    help="Consumer name: a rerun replays this consumer's unfinished batch first.",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=100_000,
+    show_default=True,
+    help="Most messages per batch (one lease, one Spark job).",
+)
+@click.option(
+    "--lock-duration",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds a batch's locks last, renewed while it runs [default: the queue's].",
+)
+@click.option(
+    "--format",
+    "output_format",
+    default="parquet",
+    show_default=True,
+    help="Spark output format.",
+)
+@click.option(
+    "--max-failed-batches",
+    type=click.IntRange(min=0),
+    default=5,
+    show_default=True,
+    help="Stop after N batches in a row fail as a whole; 0: never stop.",
+)
+@click.option(
+    "--isolate/--no-isolate",
+    default=True,
+    show_default=True,
+    help="Run FUNC in a forked child, so a crashing message is isolated, not the batch.",
+)
+@click.option(
+    "--forever",
+    is_flag=True,
+    help="Keep waiting for messages when the queue is idle; Ctrl-C stops.",
+)
+@json_option
+@click.pass_obj
+def pipeline_run(
+    app: App,
+    /,
+    target: str,
+    queue_name: str,
+    schema: str,
+    output: str,
+    consumer: str,
+    batch_size: int,
+    lock_duration: float | None,
+    output_format: str,
+    max_failed_batches: int,
+    isolate: bool,
+    forever: bool,
+    as_json: bool,
+) -> None:
+    """Run a transform over a queue on Spark.
+
+    Imports FUNC from MODULE (a module path or a .py file), which gets each message as a
+    dict (body as bytes, subject, properties, ...) and returns one row of --schema, or None
+    to skip it. Good rows are written to --output; a message whose FUNC raises a
+    PermanentError is dead-lettered at once, any other error is retried by the queue's
+    policy. Runs until the queue is idle, then prints what it did. Ctrl-C stops and prints
+    the report so far; an unfinished batch is replayed by the next run.
+    """
+    require_pyspark()
+    transform = load_transform(target)
+    app.broker.get_queue(queue_name)  # an unknown queue fails here, before Spark starts
+    from poisonq.spark.pipeline import Pipeline
+    from poisonq.spark.session import local_session
+
+    spark = local_session()
+    runner = Pipeline(
+        spark,
+        url=app.url,
+        queue=queue_name,
+        transform=transform,
+        schema=_parse_schema(schema),
+        output=output,
+        consumer=consumer,
+        batch_size=batch_size,
+        lock_duration=lock_duration,
+        output_format=output_format,
+        isolate=isolate,
+        max_failed_batches=max_failed_batches or None,
+    )
+    seen: list[PipelineReport] = []
+    with progress(app, f"pipeline {queue_name}") as update:
+
+        def on_batch(report: PipelineReport) -> None:
+            seen[:] = [report]
+            update(report.leased, None, _summary(report))
+
+        try:
+            report, interrupted = runner.run(until_idle=not forever, progress=on_batch), False
+        except KeyboardInterrupt:
+            if not seen:
+                raise
+            report, interrupted = seen[0], True
+    title = f"pipeline {queue_name} → {output}" + (" (interrupted)" if interrupted else "")
+    emit(app, as_json, _report_json(report, interrupted), lambda: _report_table(title, report))

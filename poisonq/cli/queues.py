@@ -1,0 +1,226 @@
+"""``poisonq queue create|list|show|update|enable|disable|delete``: entity administration."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import click
+from rich.columns import Columns
+from rich.console import RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from poisonq.cli.app import App, apply_options
+from poisonq.cli.output import emit, iso_time, json_option, table
+from poisonq.options import QueueOptions
+from poisonq.reports import QueueInfo
+
+NEVER = "never"
+
+
+def _seconds_or_never(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    """Seconds, or ``never`` (kept as the marker :data:`NEVER`: None means "not given")."""
+    if value is None or value.lower() == NEVER:
+        return value and NEVER
+    try:
+        return float(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is neither seconds nor 'never'") from None
+
+
+DEFAULTS = QueueOptions()
+_QUEUE_OPTIONS = (
+    click.option(
+        "--max-delivery-count",
+        type=click.IntRange(min=1),
+        help=f"Deliveries before dead-lettering [default: {DEFAULTS.max_delivery_count}].",
+    ),
+    click.option(
+        "--lock-duration",
+        type=float,
+        help=f"Seconds a peek-lock lasts (max 300) [default: {DEFAULTS.lock_duration:g}].",
+    ),
+    click.option(
+        "--default-message-ttl",
+        metavar="SECONDS|never",
+        callback=_seconds_or_never,
+        help="Seconds a message lives, or 'never' [default: never].",
+    ),
+    click.option(
+        "--dead-lettering-on-message-expiration/--no-dead-lettering-on-message-expiration",
+        default=None,
+        help="Dead-letter expired messages instead of dropping them [default: on].",
+    ),
+    click.option(
+        "--requires-duplicate-detection/--no-requires-duplicate-detection",
+        default=None,
+        help="Ignore a message_id seen within the window [default: off].",
+    ),
+    click.option(
+        "--duplicate-detection-window",
+        type=float,
+        help="Seconds a message_id is remembered (20 s to 7 days) "
+        f"[default: {DEFAULTS.duplicate_detection_window:g}].",
+    ),
+    click.option(
+        "--max-message-size",
+        type=int,
+        help=f"Largest message in bytes [default: {DEFAULTS.max_message_size}].",
+    ),
+    click.option(
+        "--max-properties-size",
+        type=int,
+        help="Largest properties in bytes; larger ones are dead-lettered "
+        f"[default: {DEFAULTS.max_properties_size}].",
+    ),
+    click.option(
+        "--max-size", type=int, help=f"Largest queue in bytes [default: {DEFAULTS.max_size}]."
+    ),
+    click.option(
+        "--auto-disable-after-rollbacks",
+        type=int,
+        help="Disable receiving after N abandons in a row with no completion [default: off].",
+    ),
+)
+queue_options = apply_options(_QUEUE_OPTIONS)
+
+
+def _queue_changes(options: dict[str, Any]) -> dict[str, Any]:
+    """The queue options given on the command line (``never`` meaning none)."""
+    return {k: (None if v == NEVER else v) for k, v in options.items() if v is not None}
+
+
+def _queue_json(info: QueueInfo) -> dict[str, Any]:
+    options = info.options.to_json()
+    options["max_delivery_count"] = info.options.max_delivery_count
+    return {
+        "name": info.name,
+        "subqueue": info.subqueue,
+        "status": info.status,
+        "status_cause": info.status_cause,
+        "options": options,
+        "counts": info.counts,
+        "ledger": dataclasses.asdict(info.ledger),
+        "created_at": iso_time(info.created_at),
+        "updated_at": iso_time(info.updated_at),
+    }
+
+
+def _queue_detail(info: QueueInfo) -> RenderableType:
+    """The queue's status and options (the retry policy flattened) beside its counts."""
+    data = _queue_json(info)
+    options = data.pop("options")
+    retry = {f"retry.{k}": v for k, v in options.pop("retry").items()}
+    plain = [(k, v) for k, v in data.items() if not isinstance(v, dict)]
+    rows = [*plain, *options.items(), *retry.items()]
+    about = table(f"queue {info.name}", ["property", "value"], rows)
+    counts = table("messages", ["state", "count"], info.counts.items())
+    return Columns([about, counts])
+
+
+def _show_queue(app: App, info: QueueInfo, as_json: bool) -> None:
+    emit(app, as_json, _queue_json(info), lambda: _queue_detail(info))
+
+
+COUNT_COLUMNS = ("active", "scheduled", "locked", "deferred", "dead_lettered", "completed")
+
+
+def _queues_table(queues: list[QueueInfo]) -> Table:
+    rows = [[q.name, q.status, *(q.counts[c] for c in COUNT_COLUMNS)] for q in queues]
+    headers = [c.replace("_", " ") for c in COUNT_COLUMNS]
+    return table("queues", ["name", "status", *headers], rows)
+
+
+@click.group()
+def queue() -> None:
+    """Create, inspect, change and delete queues."""
+
+
+@queue.command("create")
+@click.argument("name")
+@queue_options
+@json_option
+@click.pass_obj
+def queue_create(app: App, /, name: str, as_json: bool, **options: Any) -> None:
+    """Create a queue.
+
+    Creates NAME with its dead-letter queue; options not given keep their defaults.
+    """
+    _show_queue(app, app.broker.create_queue(name, **_queue_changes(options)), as_json)
+
+
+@queue.command("list")
+@json_option
+@click.pass_obj
+def queue_list(app: App, /, as_json: bool) -> None:
+    """List queues with their status and message counts."""
+    queues = app.broker.list_queues()
+    emit(app, as_json, [_queue_json(q) for q in queues], lambda: _queues_table(queues))
+
+
+@queue.command("show")
+@click.argument("name")
+@json_option
+@click.pass_obj
+def queue_show(app: App, /, name: str, as_json: bool) -> None:
+    """Show a queue's options and counts.
+
+    NAME may be a queue or a subqueue address such as 'orders/$deadletterqueue'.
+    """
+    _show_queue(app, app.broker.get_queue(name), as_json)
+
+
+@queue.command("update")
+@click.argument("name")
+@queue_options
+@json_option
+@click.pass_obj
+def queue_update(app: App, /, name: str, as_json: bool, **options: Any) -> None:
+    """Change a queue's options.
+
+    Options not given keep their values.
+    """
+    changes = _queue_changes(options)
+    if not changes:
+        raise click.UsageError("give at least one option to change (see --help)")
+    _show_queue(app, app.broker.update_queue(name, **changes), as_json)
+
+
+@queue.command("enable")
+@click.argument("name")
+@click.pass_obj
+def queue_enable(app: App, /, name: str) -> None:
+    """Let a queue send and receive again.
+
+    Also after a fault or an auto-disable.
+    """
+    app.broker.enable(name)
+    app.out.print(Text(f"{name} is active"))
+
+
+@queue.command("disable")
+@click.argument("name")
+@click.pass_obj
+def queue_disable(app: App, /, name: str) -> None:
+    """Refuse sends and receives on a queue.
+
+    Its messages stay.
+    """
+    app.broker.disable(name)
+    app.out.print(Text(f"{name} is disabled"))
+
+
+@queue.command("delete")
+@click.argument("name")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_obj
+def queue_delete(app: App, /, name: str, yes: bool) -> None:
+    """Delete a queue.
+
+    Deletes NAME with its subqueues and every message they hold.
+    """
+    if not yes:
+        click.confirm(f"Delete queue {name!r} and all its messages?", abort=True, err=True)
+    app.broker.delete_queue(name)
+    app.out.print(Text(f"deleted queue {name}"))

@@ -1,0 +1,123 @@
+"""``poisonq dlq``: grouping, inspecting, resubmitting and purging dead-lettered messages."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+from click.testing import CliRunner
+
+from poisonq import Broker, Message, MessageState
+from poisonq.cli import cli
+from tests.cli.conftest import DLQ, assert_one_error_line, run, run_json
+
+
+def test_dlq_list_groups(url: str, dead: dict[str, list[int]]) -> None:
+    by_reason = run_json(url, "dlq", "list", "orders")
+    assert {g["key"]: g["count"] for g in by_reason} == {
+        "MaxDeliveryCountExceeded": 3,
+        "InvalidOrder": 2,
+    }
+    by_subject = run_json(url, "dlq", "list", "orders", "--by", "subject")
+    assert {g["key"]: g["count"] for g in by_subject} == {"order": 3, "refund": 2}
+    by_fingerprint = run_json(url, "dlq", "list", "orders", "--by", "fingerprint")
+    assert {g["label"]: g["count"] for g in by_fingerprint} == {"KeyError": 3, None: 2}
+    table = run(url, "dlq", "list", "orders", "--by", "fingerprint").stdout
+    fingerprint = next(g["key"] for g in by_fingerprint if g["label"] == "KeyError")
+    assert fingerprint in table and "(none)" in table and "error type" in table
+
+
+def test_dlq_show_has_every_field_and_the_failure_history(
+    url: str, dead: dict[str, list[int]]
+) -> None:
+    seq = dead["MaxDeliveryCountExceeded"][0]
+    shown = run_json(url, "dlq", "show", "orders", str(seq))
+    assert shown["sequence_number"] == seq and shown["state"] == "dead_lettered"
+    assert shown["dead_letter_reason"] == "MaxDeliveryCountExceeded"
+    assert shown["dead_letter_error_description"] == "KeyError: 'cust-17'"
+    assert shown["delivery_count"] == 2 and shown["body"] == "p0"
+    assert [f["error_type"] for f in shown["failures"]] == ["KeyError", "KeyError"]
+    assert all(f["fingerprint"] and f["traceback"] for f in shown["failures"])
+    detail = run(url, "dlq", "show", "orders", str(seq)).stdout
+    assert "dead_letter_reason" in detail and "failure 2: KeyError" in detail
+    assert "Traceback (most recent call last)" in detail
+    assert_one_error_line(run(url, "dlq", "show", "orders", "999", code=2), "999")
+
+
+def test_dlq_resubmit_with_filters(url: str, api: Broker, dead: dict[str, list[int]]) -> None:
+    task = run_json(url, "dlq", "resubmit", "orders", "--reason", "InvalidOrder", "--rate", "0")
+    assert (task["kind"], task["status"], task["done"], task["total"]) == (
+        "resubmit",
+        "completed",
+        2,
+        2,
+    )
+    assert api.counts("orders")["active"] == 2
+    first = dead["MaxDeliveryCountExceeded"][0]
+    result = run(url, "dlq", "resubmit", "orders", "--max-sequence", str(first), "--rate", "100")
+    assert "1 of 1 message(s)" in result.stdout
+    back = api.peek("orders", max_messages=10)
+    assert sorted(m.text for m in back) == ["i0", "i1", "p0"]
+    assert all(m.state is MessageState.ACTIVE and m.delivery_count == 0 for m in back)
+    assert api.counts("orders")["dead_lettered"] == 2
+
+
+def test_dlq_resubmit_to_another_queue(url: str, api: Broker, dead: dict[str, list[int]]) -> None:
+    api.create_queue("retries")
+    run(url, "dlq", "resubmit", "orders", "--subject", "refund", "--to", "retries")
+    assert api.counts("retries")["active"] == 2
+
+
+def test_dlq_purge(url: str, api: Broker, dead: dict[str, list[int]]) -> None:
+    fingerprint = api.peek(DLQ)[0].failures[0].fingerprint
+    run(url, "dlq", "purge", "orders", "--fingerprint", fingerprint, code=1, stdin="n\n")
+    assert api.counts("orders")["dead_lettered"] == 5
+    task = run_json(url, "dlq", "purge", "orders", "--fingerprint", fingerprint, "--yes")
+    assert task["done"] == 3
+    assert {m.dead_letter_reason for m in api.peek(DLQ, max_messages=10)} == {"InvalidOrder"}
+    run(url, "dlq", "purge", "orders", stdin="y\n")
+    counts = api.counts("orders")
+    assert (counts["dead_lettered"], counts["dropped"]) == (0, 0)
+    assert api.counts(DLQ)["dropped"] == 5
+    assert api.audit().ok
+
+
+def test_dlq_time_filters(url: str, dead: dict[str, list[int]]) -> None:
+    future = run_json(url, "dlq", "purge", "orders", "--since", "2999-01-01", "--yes")
+    assert future["total"] == 0
+    past = run_json(url, "dlq", "purge", "orders", "--until", "2999-01-01", "--yes")
+    assert past["done"] == 5
+
+
+def test_progress_goes_to_stderr_on_a_terminal(url: str, dead: dict[str, list[int]]) -> None:
+    terminal = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "0", "COLUMNS": "200"}
+    result = CliRunner().invoke(
+        cli, ["--url", url, "dlq", "resubmit", "orders", "--json"], env=terminal
+    )
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["done"] == 5
+    assert "resubmitting from orders" in result.stderr and "5/5" in result.stderr
+
+
+def test_ctrl_c_cancels_a_resubmit_and_keeps_what_moved(url: str, api: Broker) -> None:
+    api.create_queue("orders", max_delivery_count=1)
+    api.sender("orders").send([Message(body=f"m{n}") for n in range(200)])
+    receiver = api.receiver("orders")
+    receiver.dead_letter(receiver.receive(max_messages=200), "Broken")
+    command = [sys.executable, "-c", "from poisonq.cli import main; main()", "--url", url]
+    slow = [*command, "dlq", "resubmit", "orders", "--rate", "20", "--json"]
+    with subprocess.Popen(slow, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+        deadline = time.monotonic() + 30
+        while api.counts("orders")["active"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, stderr
+    task = json.loads(stdout)
+    assert task["status"] == "cancelled" and 0 < task["done"] < 200
+    counts = api.counts("orders")
+    assert counts["active"] == task["done"] and counts["dead_lettered"] == 200 - task["done"]
+    assert api.audit().ok

@@ -1,0 +1,222 @@
+"""``poisonq pipeline run`` on the real local Spark session of the test run.
+
+The queue lives in a real SQLite file and is used with the real clock: Spark's executors
+open the store themselves and know no other. The transform is a file written to the test's
+directory, as a user's would be, so it also proves that a transform Spark cannot import by
+name reaches the executors.
+"""
+
+from __future__ import annotations
+
+import _thread
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from click.testing import CliRunner
+
+from poisonq import Broker, Message
+from poisonq.cli import cli
+from tests.cli.conftest import DLQ, assert_one_error_line, run
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+TRANSFORM = '''
+import json
+
+from poisonq import PermanentError
+
+
+class BadOrder(PermanentError):
+    """An order that can never be booked: dead-letter it at once."""
+
+
+def transform(message):
+    n = json.loads(message["body"])["n"]
+    if n % 10 == 3:
+        raise BadOrder(f"order {n} is bad")
+    if n % 10 == 7:
+        raise KeyError(f"cust-{n}")  # a lookup that keeps failing: retried, then poisoned
+    if n % 10 == 9:
+        return None  # filtered out: completed without an output row
+    return {"n": n}
+'''
+GOOD = [n for n in range(50) if n % 10 not in (3, 7, 9)]
+
+
+@pytest.fixture
+def transform(tmp_path: Path) -> str:
+    path = tmp_path / "jobs" / "transform.py"
+    path.parent.mkdir()
+    path.write_text(TRANSFORM)
+    return f"{path}:transform"
+
+
+@pytest.fixture
+def fifty(api: Broker, orders: str) -> str:
+    """50 orders ``{"n": 0..49}`` in ``orders`` (two deliveries before poisoning)."""
+    bodies = [Message(body=json.dumps({"n": n}), message_id=f"o-{n}") for n in range(50)]
+    api.sender(orders).send(bodies)
+    return orders
+
+
+def pipeline(url: str, target: str, output: Path, *args: str, code: int = 0) -> Any:
+    """``pipeline run TARGET`` over ``orders`` with ``--json``; the report it printed."""
+    result = run(
+        url,
+        *("pipeline", "run", target, "--queue", "orders", "--schema", "n long"),
+        *("--output", str(output), "--json", *args),
+        code=code,
+    )
+    return json.loads(result.stdout) if code == 0 else result
+
+
+def test_pipeline_run_writes_good_rows_and_dead_letters_the_rest(
+    spark: SparkSession, url: str, api: Broker, fifty: str, transform: str, tmp_path: Path
+) -> None:
+    report = pipeline(url, transform, tmp_path / "out", "--batch-size", "25")
+    # Abandoned messages return at the front of the queue: lease 2 holds 7 and 17 again
+    # plus 25..47, lease 3 holds 27, 37 and 47 again plus 48 and 49.
+    assert (report["batches"], report["leased"]) == (3, 55)
+    assert (report["completed"], report["retried"]) == (40, 5)
+    assert report["dead_lettered"] == {"BadOrder": 5, "MaxDeliveryCountExceeded": 5}
+    assert (report["failed_batches"], report["interrupted"]) == (0, False)
+
+    rows = spark.read.parquet(str(tmp_path / "out")).collect()
+    assert sorted(row.n for row in rows) == GOOD
+    assert {row.lease for row in rows} == {1, 2, 3}
+
+    dead = {m.message_id: m for m in api.peek(DLQ, max_messages=100)}
+    assert {i: m.dead_letter_reason for i, m in dead.items()} == {
+        **{f"o-{n}": "BadOrder" for n in range(3, 50, 10)},
+        **{f"o-{n}": "MaxDeliveryCountExceeded" for n in range(7, 50, 10)},
+    }
+    assert "order 13 is bad" in (dead["o-13"].dead_letter_error_description or "")
+    assert dead["o-17"].dead_letter_error_description == "KeyError: 'cust-17'"
+    assert [f.error_type for f in dead["o-17"].failures] == ["KeyError", "KeyError"]
+    assert api.counts(fifty)["completed"] == 40
+    assert api.audit().ok
+
+
+def test_pipeline_run_shows_progress_and_a_table(
+    spark: SparkSession, url: str, api: Broker, orders: str, transform: str, tmp_path: Path
+) -> None:
+    api.sender(orders).send([Message(body=json.dumps({"n": n})) for n in (0, 1, 3)])
+    terminal = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "0", "COLUMNS": "200"}
+    args = ["pipeline", "run", "--queue", orders, "--schema", "n long", transform]
+    result = CliRunner().invoke(
+        cli, ["--url", url, *args, "--output", str(tmp_path / "out")], env=terminal
+    )
+    assert result.exit_code == 0, (result.stderr, result.exception)
+    assert "pipeline orders" in result.stderr
+    assert "1 batch(es) · 3 leased · 2 completed · 0 retried · " in result.stderr
+    table = result.stdout
+    assert "pipeline orders → " in table and "BadOrder" in table
+    assert [line.split() for line in table.splitlines() if "completed" in line] == [
+        ["completed", "2"]
+    ]
+
+
+def test_pipeline_run_forever_stops_on_ctrl_c_with_the_report(
+    spark: SparkSession, url: str, api: Broker, fifty: str, transform: str, tmp_path: Path
+) -> None:
+    """--forever keeps waiting on a drained queue; Ctrl-C prints the report so far and exits
+    0, as stopping is the normal end of a run that never ends."""
+    output = tmp_path / "out"
+
+    def interrupt_when_drained() -> None:
+        # Lease 2 (the five retries) is the last; once its output is committed the runner
+        # is settling or idle, not inside a Spark job of the shared session.
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (output / "lease=2" / "_SUCCESS").exists():
+            time.sleep(0.1)
+        _thread.interrupt_main()
+
+    watcher = threading.Thread(target=interrupt_when_drained, daemon=True)
+    watcher.start()
+    report = pipeline(url, transform, output, "--forever")
+    watcher.join()
+    assert report["interrupted"] is True
+    assert (report["batches"], report["leased"]) == (2, 55)
+    counts = api.counts(fifty)
+    assert (counts["completed"], counts["dead_lettered"], counts["active"]) == (40, 10, 0)
+
+
+@pytest.mark.parametrize(
+    ("target", "fragment"),
+    [
+        ("transform.py", "expected MODULE:FUNC"),
+        ("no_such_module_zz:f", "cannot import 'no_such_module_zz'"),
+        ("json:no_such_function", "has no attribute 'no_such_function'"),
+        ("json:__doc__", "is not a function but str"),
+        ("nowhere/transform.py:transform", "no such file"),
+    ],
+)
+def test_a_bad_target_is_one_error_line(
+    url: str, orders: str, tmp_path: Path, target: str, fragment: str
+) -> None:
+    result = pipeline(url, target, tmp_path / "out", code=2)
+    assert_one_error_line(result, fragment)
+
+
+def test_a_missing_function_in_a_file_is_one_error_line(
+    url: str, orders: str, transform: str, tmp_path: Path
+) -> None:
+    path = transform.rpartition(":")[0]
+    result = pipeline(url, f"{path}:transfrom", tmp_path / "out", code=2)
+    assert_one_error_line(result, "has no attribute 'transfrom'")
+
+
+def test_an_unknown_queue_or_a_bad_schema_is_one_error_line(
+    spark: SparkSession, url: str, orders: str, transform: str, tmp_path: Path
+) -> None:
+    args = ("pipeline", "run", transform, "--output", str(tmp_path / "out"))
+    unknown = run(url, *args, "--queue", "nope", "--schema", "n long", code=2)
+    assert_one_error_line(unknown, "'nope' does not exist")
+    for schema, fragment in (("n lung", "is not Spark DDL"), ("bigint", "must list columns")):
+        bad = run(url, *args, "--queue", orders, "--schema", schema, code=2)
+        assert_one_error_line(bad, f"--schema '{schema}'", fragment)
+
+
+def test_a_pipeline_that_keeps_failing_stops_with_one_error_line(
+    spark: SparkSession, url: str, api: Broker, orders: str, transform: str, tmp_path: Path
+) -> None:
+    """A sink that cannot be written fails every batch as a whole, whatever its messages:
+    after --max-failed-batches the run stops; the messages are given back, not blamed."""
+    api.sender(orders).send([Message(body=json.dumps({"n": n})) for n in (0, 1)])
+    args = ("--format", "no-such-format", "--max-failed-batches", "1")
+    result = pipeline(url, transform, tmp_path / "out", *args, code=2)
+    assert_one_error_line(result, "stopped after 1 failed batches in a row", "BatchJobFailed")
+    counts = api.counts(orders)
+    assert (counts["active"], counts["dead_lettered"], counts["completed"]) == (2, 0, 0)
+
+
+def test_only_spark_commands_need_pyspark(
+    url: str, orders: str, transform: str, tmp_path: Path
+) -> None:
+    """With PySpark unimportable, the other commands (the engine demo too) work, and the
+    Spark ones say what to install in one line."""
+    blocked = "import sys; sys.modules['pyspark'] = None; from poisonq.cli import main; main()"
+    command = [sys.executable, "-c", blocked, "--url", url]
+
+    def poisonq_(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*command, *args], capture_output=True, text=True, timeout=120)
+
+    listed = poisonq_("queue", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [q["name"] for q in json.loads(listed.stdout)] == [orders]
+    engine = poisonq_("demo", "--engine", "--orders", "200", "--dir", str(tmp_path / "demo"))
+    assert engine.returncode == 0 and "✗" not in engine.stdout, engine.stderr
+    needs = "error: this command needs PySpark: pip install 'poisonq[spark]'"
+    for args in (
+        ("pipeline", "run", transform, "--queue", orders, "--schema", "n long", "--output", "o"),
+        ("demo", "--dir", str(tmp_path / "demo")),
+    ):
+        refused = poisonq_(*args)
+        assert (refused.returncode, refused.stdout, refused.stderr.splitlines()) == (2, "", [needs])
