@@ -307,8 +307,7 @@ class Engine:
         loop commits once per batch instead of twice; if one of them is lost, nothing is
         completed or received.
         """
-        if not isinstance(max_messages, int) or max_messages < 1:
-            raise InvalidOptionError(f"max_messages must be an integer >= 1, not {max_messages!r}")
+        _check_count(max_messages, "max_messages")
         now = self.clock.now()
         with self.store.transaction() as tx:
             target = self._resolve(tx, address)
@@ -440,8 +439,7 @@ class Engine:
         self, address: str, from_sequence: int = 0, max_messages: int = 1
     ) -> list[ReceivedMessage]:
         """Held messages from ``from_sequence`` on, without locking or counting a delivery."""
-        if not isinstance(max_messages, int) or max_messages < 1:
-            raise InvalidOptionError(f"max_messages must be an integer >= 1, not {max_messages!r}")
+        _check_count(max_messages, "max_messages")
         with self.store.transaction() as tx:
             entity = self._resolve(tx, address).entity
             return tx.peek(entity.id, entity.name, from_sequence, max_messages)
@@ -591,10 +589,8 @@ class Engine:
         restarted consumer replays it); a new lease forgets the consumer's older ones, which
         are settled by then. ``None`` when nothing is receivable."""
         validate_name(consumer)
-        if not isinstance(number, int) or number < 1:
-            raise InvalidOptionError(f"lease numbers start at 1, not {number!r}")
-        if not isinstance(max_messages, int) or max_messages < 1:
-            raise InvalidOptionError(f"max_messages must be an integer >= 1, not {max_messages!r}")
+        _check_count(number, "a lease number")
+        _check_count(max_messages, "max_messages")
         now = self.clock.now()
         with self.store.transaction() as tx:
             target = self._resolve(tx, address)
@@ -761,6 +757,11 @@ class Engine:
                 done = tx.drop(source.entity.id, seqs)
             tx.update_task(task_id, task.done + done, "running", None, now)
             return seqs
+
+
+def _check_count(value: object, what: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidOptionError(f"{what} must be an integer >= 1, not {value!r}")
 
 
 def _span(lease: Lease, lo: int | None, hi: int | None) -> tuple[int, int]:
