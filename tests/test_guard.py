@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from poisonq import PermanentError
-from poisonq.spark.guard import CHUNK, Crashed, Failed, Ok, run_inline, run_isolated
+from poisonq.guard import CHUNK, Crashed, Failed, Ok, run_inline, run_isolated
 
 
 def transform(row: dict[str, Any]) -> dict[str, Any] | None:

@@ -28,7 +28,7 @@ from poisonq.errors import InvalidOptionError, PoisonqError
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
-    from poisonq.spark.guard import Transform
+    from poisonq.guard import Transform
     from poisonq.spark.pipeline import PipelineReport
 
 TARGET_HELP = "expected MODULE:FUNC or path/to/file.py:FUNC"

@@ -2,7 +2,7 @@
 
 One micro-batch is one lease (see :mod:`poisonq.spark.source`) and costs one Spark job: the
 executors read the lease straight from the store and run the transform under the crash guard
-(:mod:`poisonq.spark.transform`, :mod:`poisonq.spark.guard`), Spark writes the good rows,
+(:mod:`poisonq.spark.transform`, :mod:`poisonq.guard`), Spark writes the good rows,
 and the failed messages are settled by the executors (a permanent error dead-letters, any
 other error or a crash abandons, so the queue's retry policy applies). When the job has
 written the batch, the driver completes whatever the lease still holds, in one statement.
@@ -36,7 +36,7 @@ from pyspark.sql.types import StructType
 import poisonq
 from poisonq.errors import InvalidOptionError, PoisonqError
 from poisonq.model import Abandon, FailureRecord, Lease
-from poisonq.spark.guard import Transform
+from poisonq.guard import Transform
 from poisonq.spark.source import absolute_url
 from poisonq.spark.transform import LeaseTransform, pipeline_source
 

@@ -27,7 +27,7 @@ from pyspark.sql.types import StructType
 
 import poisonq
 from poisonq.model import Abandon, DeadLetter, FailureRecord, Settlement
-from poisonq.spark.guard import Crashed, Failed, Ok, Transform, run_inline, run_isolated
+from poisonq.guard import Crashed, Failed, Ok, Transform, run_inline, run_isolated
 from poisonq.spark.source import ARROW_BATCH_ROWS, BatchReader, SequenceRange, SourceOptions
 from poisonq.store.base import LEASE_COLUMNS
 

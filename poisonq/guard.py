@@ -7,8 +7,13 @@ in a forked child process that streams its results back through a pipe in chunks
 the index of the row it is on into a word of shared memory before each row. When the child
 dies, that word names the row that killed it (:class:`Crashed`); the results it sent are
 kept, the rows it finished but had not sent yet are run again, and a new child goes on after
-the crashing row. Isolation costs one fork per Arrow batch, plus one per crash (a fork of a
-Python worker takes about 15 ms here), and no extra Spark job.
+the crashing row. No extra Spark job is needed.
+
+The children are forked from a lean helper process, not from the Spark worker: a fork costs
+in proportion to the memory of the process forked, about 15 ms for a Python worker with
+pyarrow and pandas loaded against about 2.5 ms for the helper, and a crashing message
+crashes once per delivery. Each Python worker keeps one helper per transform (a cache, not
+state: a lost helper is started again).
 """
 
 from __future__ import annotations
@@ -17,10 +22,12 @@ import mmap
 import os
 import pickle
 import struct
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 from poisonq.errors import PermanentError
 from poisonq.failures import failure_from_exception
@@ -30,7 +37,6 @@ Transform = Callable[[dict[str, Any]], dict[str, Any] | None]
 CHUNK = 1024
 _HEADER = struct.Struct("!I")
 _PROGRESS = struct.Struct("q")
-_DONE = b"done"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,20 +81,71 @@ def run_isolated(
     transform: Transform, rows: Sequence[dict[str, Any]], permanent: tuple[type[BaseException], ...]
 ) -> list[Result]:
     """Every row's result, in order, with crashing rows as :class:`Crashed`."""
-    results: dict[int, Result] = {}
-    with mmap.mmap(-1, _PROGRESS.size) as progress:  # shared with the children
+    return _helper(transform, permanent).run(rows)
+
+
+_HELPERS: dict[bytes, Helper] = {}
+
+
+def _helper(transform: Transform, permanent: tuple[type[BaseException], ...]) -> Helper:
+    from pyspark import cloudpickle  # pickles functions by value, as Spark ships them
+
+    key: bytes = cloudpickle.dumps((transform, permanent))  # type: ignore[no-untyped-call]
+    helper = _HELPERS.get(key)
+    if helper is None or not helper.alive:
+        helper = _HELPERS[key] = Helper(key)
+    return helper
+
+
+class Helper:
+    """The lean process that forks a child per run of the transform."""
+
+    def __init__(self, pickled_transform: bytes) -> None:
+        self._process = subprocess.Popen(
+            # Not ``-m poisonq.guard``: results must pickle as poisonq.guard's classes.
+            [sys.executable, "-c", "from poisonq.guard import helper_main; helper_main()"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        self._send_bytes(pickled_transform)
+
+    @property
+    def alive(self) -> bool:
+        return self._process.poll() is None
+
+    def run(self, rows: Sequence[dict[str, Any]]) -> list[Result]:
+        results: dict[int, Result] = {}
+        self._send(("rows", list(rows)))
         while len(results) < len(rows):
             todo = [index for index in range(len(rows)) if index not in results]
-            _PROGRESS.pack_into(progress, 0, -1)
-            got, status = _child_run(transform, rows, todo, permanent, progress)
-            results.update(got)
-            if status is None:
-                continue  # the child got to the end
-            (at,) = _PROGRESS.unpack_from(progress, 0)
-            if at < 0:
-                raise RuntimeError(f"the transform process died before its first row ({status})")
-            results[todo[at]] = Crashed(_crash_record(status))
-    return [results[index] for index in range(len(rows))]
+            self._send(("run", todo))
+            while isinstance(frame := self._receive(), list):
+                for index, item in frame:
+                    results[index] = item if isinstance(item, Failed) else Ok(item)
+            _, status, at = frame
+            if len(results) < len(rows):
+                if at < 0:
+                    raise RuntimeError(
+                        f"the transform process died before its first row ({status})"
+                    )
+                results[todo[at]] = Crashed(_crash_record(status))
+        return [results[index] for index in range(len(rows))]
+
+    def _send(self, message: tuple[str, Any]) -> None:
+        self._send_bytes(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
+
+    def _send_bytes(self, data: bytes) -> None:
+        pipe = self._process.stdin
+        assert pipe is not None
+        pipe.write(_HEADER.pack(len(data)) + data)
+        pipe.flush()
+
+    def _receive(self) -> Any:
+        assert self._process.stdout is not None
+        frame = _read_frame(self._process.stdout)
+        if frame is None:
+            raise RuntimeError(f"the transform helper process ended ({self._process.wait()})")
+        return pickle.loads(frame)
 
 
 def _crash_record(status: int) -> FailureRecord:
@@ -104,37 +161,34 @@ def _crash_record(status: int) -> FailureRecord:
     )
 
 
-def _child_run(
-    transform: Transform,
-    rows: Sequence[dict[str, Any]],
-    todo: list[int],
-    permanent: tuple[type[BaseException], ...],
-    progress: mmap.mmap,
-) -> tuple[dict[int, Result], int | None]:
-    """Fork a child for the rows ``todo``; returns the results it sent and, if it died
-    before the end, its wait status."""
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns, never runs the parent's cleanup
-        os.close(read_fd)
-        code = 0
-        try:
-            _child(transform, rows, todo, permanent, progress, write_fd)
-        except BaseException:
-            code = 70
-        os._exit(code)
-    os.close(write_fd)
-    got: dict[int, Result] = {}
-    finished = False
-    with os.fdopen(read_fd, "rb") as pipe:
-        while (frame := _read_frame(pipe)) is not None:
-            if frame == _DONE:
-                finished = True
-                break
-            for index, item in pickle.loads(frame):
-                got[index] = item if isinstance(item, Failed) else Ok(item)
-    _, status = os.waitpid(pid, 0)
-    return got, None if finished and status == 0 else status
+def helper_main() -> None:
+    """The helper: load the transform, then fork a child for every run it is asked for."""
+    frames = os.dup(1)
+    os.dup2(2, 1)  # a transform that prints must not write into the frames
+    requests = sys.stdin.buffer
+    first = _read_frame(requests)
+    if first is None:
+        return
+    transform, permanent = pickle.loads(first)
+    rows: list[dict[str, Any]] = []
+    with mmap.mmap(-1, _PROGRESS.size) as progress:  # shared with the children
+        while (frame := _read_frame(requests)) is not None:
+            kind, payload = pickle.loads(frame)
+            if kind == "rows":
+                rows = payload
+                continue
+            _PROGRESS.pack_into(progress, 0, -1)
+            pid = os.fork()
+            if pid == 0:  # the child: never returns, never runs the helper's cleanup
+                code = 0
+                try:
+                    _child(transform, rows, payload, permanent, progress, frames)
+                except BaseException:
+                    code = 70
+                os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            (at,) = _PROGRESS.unpack_from(progress, 0)
+            _write_frame(frames, pickle.dumps(("end", status, at)))
 
 
 def _child(
@@ -157,7 +211,6 @@ def _child(
             pending = []
     if pending:
         _write_frame(fd, pickle.dumps(pending, pickle.HIGHEST_PROTOCOL))
-    _write_frame(fd, _DONE)
 
 
 def _write_frame(fd: int, data: bytes) -> None:
@@ -166,7 +219,7 @@ def _write_frame(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _read_frame(pipe: BinaryIO) -> bytes | None:
+def _read_frame(pipe: BinaryIO | IO[bytes]) -> bytes | None:
     header = pipe.read(_HEADER.size)
     if len(header) < _HEADER.size:
         return None
