@@ -83,3 +83,13 @@ def test_user_types_can_be_marked_permanent() -> None:
 
     [result] = run_inline(invalid, [{}], (ValueError,))
     assert isinstance(result, Failed) and result.permanent
+
+
+def loud(row: dict[str, Any]) -> dict[str, Any]:
+    print("transforming", row["n"])  # stdout is the helper's frames channel: must not leak in
+    return {"n": row["n"]}
+
+
+def test_a_transform_that_prints_does_not_corrupt_the_results() -> None:
+    results = run_isolated(loud, [{"n": n} for n in range(50)], ())
+    assert results == [Ok({"n": n}) for n in range(50)]
