@@ -35,8 +35,8 @@ from pyspark.sql.types import StructType
 
 import poisonq
 from poisonq.errors import InvalidOptionError, PoisonqError
-from poisonq.model import Abandon, FailureRecord, Lease
 from poisonq.guard import Transform
+from poisonq.model import Abandon, FailureRecord, Lease
 from poisonq.spark.source import absolute_url
 from poisonq.spark.transform import LeaseTransform, pipeline_source
 

@@ -26,8 +26,8 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 import poisonq
-from poisonq.model import Abandon, DeadLetter, FailureRecord, Settlement
 from poisonq.guard import Crashed, Failed, Ok, Transform, run_inline, run_isolated
+from poisonq.model import Abandon, DeadLetter, FailureRecord, Settlement
 from poisonq.spark.source import ARROW_BATCH_ROWS, BatchReader, SequenceRange, SourceOptions
 from poisonq.store.base import LEASE_COLUMNS
 
