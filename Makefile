@@ -7,6 +7,7 @@ STAMP := $(VENV)/.installed
 .PHONY: install demo test lint bench clean
 
 $(STAMP): pyproject.toml
+	scripts/ensure-java
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev,spark]'
