@@ -646,9 +646,7 @@ class Engine:
     def _renew_lease(
         self, tx: Transaction, entity: EntityRecord, lease: Lease, now: float, until: float
     ) -> int:
-        seqs = tx.lease_seqs(
-            entity.id, lease.lock_token, lease.min_sequence, lease.max_sequence, now
-        )
+        seqs = _held(tx, entity, lease, now)
         return tx.renew(entity.id, lease.lock_token, seqs, now, until) if seqs else 0
 
     def complete_lease(self, lease: Lease) -> int:
@@ -657,9 +655,7 @@ class Engine:
         now = self.clock.now()
         with self.store.transaction() as tx:
             entity = self._resolve(tx, lease.entity).entity
-            seqs = tx.lease_seqs(
-                entity.id, lease.lock_token, lease.min_sequence, lease.max_sequence, now
-            )
+            seqs = _held(tx, entity, lease, now)
             return len(tx.complete(entity.id, lease.lock_token, seqs, now)) if seqs else 0
 
     def _held_locks(
@@ -762,6 +758,11 @@ class Engine:
 def _check_count(value: object, what: str) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise InvalidOptionError(f"{what} must be an integer >= 1, not {value!r}")
+
+
+def _held(tx: Transaction, entity: EntityRecord, lease: Lease, now: float) -> list[int]:
+    """The lease's messages still locked under its token."""
+    return tx.lease_seqs(entity.id, lease.lock_token, lease.min_sequence, lease.max_sequence, now)
 
 
 def _span(lease: Lease, lo: int | None, hi: int | None) -> tuple[int, int]:

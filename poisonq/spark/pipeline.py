@@ -110,15 +110,11 @@ class Pipeline:
         self.spark = spark
         self.url = absolute_url(url)
         self.queue = queue
-        self.transform = transform
-        self.schema = struct
         self.output = output.rstrip("/")
         self.consumer = consumer
         self.batch_size = batch_size
         self.lock_duration = lock_duration
         self.output_format = output_format
-        self.permanent = permanent
-        self.isolate = isolate
         self.max_failed_batches = max_failed_batches
         work = LeaseTransform(transform, struct, permanent, isolate)
         self._source = f"poisonq_pipeline_{id(self):x}"
@@ -150,9 +146,8 @@ class Pipeline:
                     time.sleep(1.0)
                     continue
                 number = lease.number
-                self._batch(broker, lease, report)
                 # By reason, including what expired before it could be leased.
-                report.dead_lettered = _dead_letters(broker, self.queue) - dead_before
+                report.dead_lettered = self._batch(broker, lease, report) - dead_before
                 report.elapsed = time.monotonic() - started
                 if progress is not None:
                     progress(report)
@@ -160,8 +155,9 @@ class Pipeline:
         report.elapsed = time.monotonic() - started
         return report
 
-    def _batch(self, broker: poisonq.Broker, lease: Lease, report: PipelineReport) -> None:
-        """One lease: write it, isolating guilty messages if the job fails, then complete."""
+    def _batch(self, broker: poisonq.Broker, lease: Lease, report: PipelineReport) -> Counter[str]:
+        """One lease: write it, isolating guilty messages if the job fails, then complete.
+        Returns the dead-letter queue's counts by reason afterwards."""
         report.batches += 1
         report.leased += lease.count
         before = _dead_letters(broker, self.queue)
@@ -181,6 +177,7 @@ class Pipeline:
         report.completed += completed
         dead = after - before
         report.retried += max(0, lease.count - completed - dead.total())
+        return after
 
     def _write(self, lease: Lease, span: tuple[int, int] | None, path: str) -> None:
         """The batch's one Spark job: read the lease through the transform, write."""

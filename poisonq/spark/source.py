@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -41,6 +41,7 @@ from poisonq.names import parse_address
 from poisonq.options import MAX_LOCK_DURATION
 from poisonq.spark.schema import MESSAGE_SCHEMA_DDL, lease_batch, message_batch
 
+T = TypeVar("T", int, float)
 ARROW_BATCH_ROWS = 10_000
 ROWS_PER_PARTITION = 50_000
 MAX_PARTITIONS = 16
@@ -98,30 +99,34 @@ class SourceOptions:
 
 
 def _int(get: Any, name: str) -> int | None:
-    text = get(name.lower())
-    if text is None:
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise InvalidOptionError(f"option {name} must be an integer, not {text!r}") from None
-    if value < 1:
-        raise InvalidOptionError(f"option {name} must be at least 1, not {value}")
-    return value
+    return _parsed(get, name, int, "an integer", lambda v: v >= 1, "at least 1")
 
 
 def _seconds(get: Any, name: str) -> float | None:
+    bounds = f"in (0, {MAX_LOCK_DURATION:g}]"
+    return _parsed(
+        get, name, float, "a number of seconds", lambda v: 0 < v <= MAX_LOCK_DURATION, bounds
+    )
+
+
+def _parsed(
+    get: Any,
+    name: str,
+    convert: Callable[[str], T],
+    kind: str,
+    valid: Callable[[T], bool],
+    bounds: str,
+) -> T | None:
+    """Option ``name`` converted and checked, or None when it is not given."""
     text = get(name.lower())
     if text is None:
         return None
     try:
-        value = float(text)
+        value = convert(text)
     except ValueError:
-        raise InvalidOptionError(
-            f"option {name} must be a number of seconds, not {text!r}"
-        ) from None
-    if not 0 < value <= MAX_LOCK_DURATION:
-        raise InvalidOptionError(f"option {name} must be in (0, {MAX_LOCK_DURATION:g}], not {text}")
+        raise InvalidOptionError(f"option {name} must be {kind}, not {text!r}") from None
+    if not valid(value):
+        raise InvalidOptionError(f"option {name} must be {bounds}, not {text}")
     return value
 
 

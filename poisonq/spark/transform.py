@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -42,6 +43,10 @@ class LeaseTransform:
     output: StructType
     permanent: tuple[type[BaseException], ...]
     isolate: bool
+
+    @cached_property
+    def arrow_schema(self) -> pa.Schema:
+        return to_arrow_schema(self.output)
 
     def apply(
         self, messages: list[dict[str, Any]], lock_token: str, failed: list[Settlement]
@@ -69,7 +74,7 @@ class LeaseTransform:
     ) -> pa.RecordBatch:
         """The good rows as Arrow. A row that does not fit the output schema is a validation
         failure, which is permanent: its message is dead-lettered."""
-        schema = to_arrow_schema(self.output)
+        schema = self.arrow_schema
         try:
             return pa.RecordBatch.from_pylist([out for _, out in good], schema=schema)
         except _ARROW_ERRORS:
