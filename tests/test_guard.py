@@ -44,7 +44,14 @@ def kinds(results: list[Any]) -> dict[str, list[int]]:
 
 @pytest.mark.parametrize(
     "crash",
-    [set(), {0}, {5}, {WINDOW - 1, WINDOW}, {3, 4, 5}, {1, WINDOW + 10, 2 * WINDOW + 3, 3 * WINDOW - 1}],
+    [
+        set(),
+        {0},
+        {5},
+        {WINDOW - 1, WINDOW},
+        {3, 4, 5},
+        {1, WINDOW + 10, 2 * WINDOW + 3, 3 * WINDOW - 1},
+    ],
 )
 def test_crashing_rows_are_isolated_and_the_rest_processed(crash: set[int]) -> None:
     count = 3 * WINDOW

@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 
 import poisonq
 from poisonq import Broker, Message
-from poisonq.spark.pipeline import Pipeline, PipelineStoppedError
+from poisonq.spark.pipeline import MAX_GUILTY_PER_BATCH, Pipeline, PipelineStoppedError
 from tests.conftest import assert_balanced
 
 # Executors cannot import this test module: ship its functions by value.
@@ -165,6 +165,26 @@ def test_a_broken_sink_stops_the_pipeline_and_loses_nothing(
     counts = live.counts("orders")
     assert (counts["active"], counts["completed"], counts["dead_lettered"]) == (3, 0, 0)
     assert [m.delivery_count for m in live.peek("orders", max_messages=3)] == [2, 2, 2]
+    assert_balanced(live)
+
+
+def test_a_failure_of_every_job_is_not_bisected_down_to_every_message(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    n = 200
+    send(live, {}, n)
+    pipeline = Pipeline(
+        spark, url=url, queue="orders", transform=transform, schema=SCHEMA,
+        output=str(tmp_path / "out"), output_format="no-such-format", max_failed_batches=1,
+    )  # fmt: skip
+    with pytest.raises(PipelineStoppedError) as stopped:
+        pipeline.run()
+    report = stopped.value.report
+    assert report.failed_batches == 1
+    # Isolation gives up once more messages fail alone than poison explains.
+    isolated = MAX_GUILTY_PER_BATCH + 1
+    assert report.isolation_jobs <= 2 * isolated * math.ceil(math.log2(n)) < 2 * n
+    assert live.counts("orders")["active"] == n
     assert_balanced(live)
 
 

@@ -14,8 +14,10 @@ overwrites its own output instead of adding to it.
 When a batch job fails as a whole anyway (the sink, the JVM, a crash the guard cannot see),
 the batch is bisected into smaller jobs by sequence range until the messages whose jobs fail
 alone are found. Only they are abandoned with the job's error; then the batch runs again
-without them. A batch in which every message fails alone is not blamed on its messages but
-counted as a failed batch; ``max_failed_batches`` consecutive failed batches stop the runner
+without them. A batch in which every message fails alone, or more than
+:data:`MAX_GUILTY_PER_BATCH` do, is not blamed on its messages but counted as a failed batch
+(a broken sink or transform fails every job, and bisecting it down to single messages would
+cost two jobs per message); ``max_failed_batches`` consecutive failed batches stop the runner
 with a report (Service Broker's safety net).
 """
 
@@ -42,6 +44,11 @@ from poisonq.spark.transform import LeaseTransform, pipeline_source
 
 log = logging.getLogger(__name__)
 JobError = (PySparkException, Py4JError)
+MAX_GUILTY_PER_BATCH = 16
+
+
+class _NotPoison(Exception):
+    """Isolation found more guilty messages than poison explains."""
 
 
 class PipelineStoppedError(PoisonqError):
@@ -199,7 +206,8 @@ class Pipeline:
         self, broker: poisonq.Broker, lease: Lease, error: BaseException, report: PipelineReport
     ) -> bool:
         """Bisect the failed batch into smaller jobs; abandon the messages that fail alone.
-        False when every message fails alone: then the batch, not a message, is at fault."""
+        False when every message, or more than :data:`MAX_GUILTY_PER_BATCH`, fail alone:
+        then the batch, not a message, is at fault."""
         held = broker.lease_sequence_numbers(lease)
         guilty: list[int] = []
         scratch = f"{self.output}/_isolation"
@@ -213,14 +221,19 @@ class Pipeline:
                 except JobError:
                     if len(part) == 1:
                         guilty.append(part[0])
+                        if len(guilty) > MAX_GUILTY_PER_BATCH:
+                            raise _NotPoison from None
                         return False
             middle = len(part) // 2
             left = passes(part[:middle], False)
             passes(part[middle:], left)
             return False
 
-        if held:
-            passes(held, False)
+        try:
+            if held:
+                passes(held, False)
+        except _NotPoison:
+            return False
         if len(held) > 1 and len(guilty) == len(held):
             return False
         failure = _job_failure(error)
