@@ -144,6 +144,13 @@ class Broker:
         """Messages held by state, plus the dead-letter depth and lifetime completions/drops."""
         return self.engine.counts(address)
 
+    def change_marker(self) -> object:
+        """An opaque value that changes whenever the store commits a write, from any process:
+        comparing two tells cheaply whether anything may have arrived. Messages also become
+        receivable without a commit (scheduled ones, expired locks), so look again now and
+        then even when it has not changed."""
+        return self.store.change_marker()
+
     def audit(self) -> AuditReport:
         """Check that every message sent is completed, dropped or still held somewhere."""
         return self.engine.audit()
