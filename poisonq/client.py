@@ -22,12 +22,15 @@ from poisonq.errors import (
     PoisonqError,
 )
 from poisonq.failures import failure_from_exception
+from poisonq.filters import Filter, make_filter
 from poisonq.model import (
     Duration,
+    EntityKind,
     EntityStatus,
     FailureRecord,
     Lease,
     Message,
+    PropertyValue,
     ReceivedMessage,
     ReceiveMode,
     Settlement,
@@ -111,9 +114,47 @@ class Broker:
     def update_queue(
         self, name: str, *, max_delivery_count: int | None = None, **options: Any
     ) -> QueueInfo:
+        """Change options; ``max_delivery_count`` changes the attempts per cycle and keeps
+        the rest of the retry policy (see :meth:`QueueOptions.build`)."""
         if max_delivery_count is not None:
             options["max_delivery_count"] = max_delivery_count
         return self.engine.update_queue(name, **options)
+
+    def create_topic(self, name: str, **options: Any) -> QueueInfo:
+        """Create a topic: what is sent to it goes to each subscription whose filter matches.
+        Options as for a queue (size limits apply to what is sent to the topic)."""
+        built = QueueOptions.build(None, **options)
+        return self.engine.create_queue(name, built, EntityKind.TOPIC)
+
+    def create_subscription(
+        self,
+        topic: str,
+        name: str,
+        *,
+        filter: Filter | str | dict[str, PropertyValue] | None = None,
+        dead_letter_on_filter_evaluation_exceptions: bool = False,
+        max_delivery_count: int | None = None,
+        **options: Any,
+    ) -> QueueInfo:
+        """Create subscription ``topic/subscriptions/name``: a queue of its own (with its own
+        dead-letter queue) receiving a copy of each message sent to the topic that ``filter``
+        matches: SQL text (``"region = 'eu' AND amount > 100"``), a dict of properties that
+        must all be equal (a correlation filter), or ``None`` for every message. Invalid
+        filter text raises :class:`FilterError`."""
+        built = QueueOptions.build(None, max_delivery_count=max_delivery_count, **options)
+        rule = make_filter(filter)
+        flag = dead_letter_on_filter_evaluation_exceptions
+        if not isinstance(flag, bool):
+            raise InvalidOptionError("dead_letter_on_filter_evaluation_exceptions must be a bool")
+        return self.engine.create_subscription(topic, name, built, rule, flag)
+
+    def resolve_poison(
+        self, address: str, sequence_number: int, action: str = "move", *, enable: bool = True
+    ) -> QueueInfo:
+        """The operator's way out of a fault: ``move`` message ``sequence_number`` to the
+        dead-letter queue, ``drop`` it or ``resubmit`` it (fresh delivery count, back of the
+        queue), and with ``enable`` make the queue active again, all in one transaction."""
+        return self.engine.resolve_poison(address, sequence_number, action, enable)  # type: ignore[arg-type]
 
     def get_queue(self, address: str) -> QueueInfo:
         return self.engine.get_queue(address)
@@ -166,6 +207,24 @@ class Broker:
             choices = ", ".join(m.value for m in ReceiveMode)
             raise InvalidOptionError(f"receive_mode must be one of {choices}") from None
         return Receiver(self, address, subqueue, mode, lock_duration)
+
+    def accept_session(
+        self, address: str, session_id: str, *, lock_duration: Duration | None = None
+    ) -> SessionReceiver:
+        """Lock session ``session_id`` of a session-enabled queue; raises
+        :class:`SessionCannotBeLockedError` if another receiver holds it."""
+        seconds = None if lock_duration is None else _lock_seconds(lock_duration)
+        got = self.engine.accept_session(address, session_id, seconds)
+        assert got is not None, "a named session is locked or refused"
+        return SessionReceiver(self, address, seconds, *got)
+
+    def accept_next_session(
+        self, address: str, *, lock_duration: Duration | None = None
+    ) -> SessionReceiver | None:
+        """Lock the next session with a message waiting that nobody holds; ``None`` if none."""
+        seconds = None if lock_duration is None else _lock_seconds(lock_duration)
+        got = self.engine.accept_session(address, None, seconds)
+        return None if got is None else SessionReceiver(self, address, seconds, *got)
 
     def peek(
         self, address: str, *, from_sequence: int = 0, max_messages: int = 100
@@ -368,9 +427,7 @@ class Receiver:
         delete = self.receive_mode is ReceiveMode.RECEIVE_AND_DELETE
         while True:
             marker = self.broker.store.change_marker()
-            got = self._engine.receive(
-                self.address, max_messages, delete, self.lock_duration, complete
-            )
+            got = self._fetch(max_messages, delete, complete)
             complete = []
             left = deadline - time.monotonic()
             if got or left <= 0:
@@ -378,6 +435,13 @@ class Receiver:
             # Scheduled messages and expired locks become receivable without any commit,
             # so look again at least every 100 ms even when nothing changed.
             self.broker.store.wait_for_change(marker, min(left, 0.1))
+
+    def _fetch(
+        self, max_messages: int, delete: bool, complete: list[tuple[int, str]]
+    ) -> list[ReceivedMessage]:
+        return self._engine.receive(
+            self.address, max_messages, delete, self.lock_duration, complete
+        )
 
     def receive_deferred(self, sequence_numbers: int | Sequence[int]) -> list[ReceivedMessage]:
         """Lock deferred messages by sequence number."""
@@ -437,6 +501,57 @@ class Receiver:
         until = self._engine.renew_lock(self.address, self._locks(batch), self.lock_duration)
         for message in batch:
             message.locked_until = from_timestamp(until)
+
+
+class SessionReceiver(Receiver):
+    """Receives the messages of one session, in order, under the session's lock (Service
+    Bus' session receiver). Settle them as with any receiver; :meth:`close` (or leaving the
+    ``with`` block) gives the session up so another receiver can accept it."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        address: str,
+        lock_duration: float | None,
+        session_id: str,
+        token: str,
+        locked_until: float,
+    ) -> None:
+        super().__init__(broker, address, None, ReceiveMode.PEEK_LOCK, lock_duration)
+        self.session_id = session_id
+        self._token = token
+        self.session_locked_until = from_timestamp(locked_until)
+
+    def __enter__(self) -> SessionReceiver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _fetch(
+        self, max_messages: int, delete: bool, complete: list[tuple[int, str]]
+    ) -> list[ReceivedMessage]:
+        return self._engine.receive_session(
+            self.address, self.session_id, self._token, max_messages, complete
+        )
+
+    def get_session_state(self) -> bytes | None:
+        return self._engine.session_state(self.address, self.session_id, self._token)
+
+    def set_session_state(self, state: bytes | str | None) -> None:
+        """Store the session's state (kept after the session is closed)."""
+        data = state.encode() if isinstance(state, str) else state
+        self._engine.set_session_state(self.address, self.session_id, self._token, data)
+
+    def renew_session_lock(self) -> None:
+        """Extend the session lock and the locks of the messages received under it."""
+        until = self._engine.renew_session_lock(
+            self.address, self.session_id, self._token, self.lock_duration
+        )
+        self.session_locked_until = from_timestamp(until)
+
+    def close(self) -> None:
+        self._engine.close_session(self.address, self.session_id, self._token)
 
 
 class AutoLockRenewer:

@@ -22,6 +22,7 @@ from poisonq.cli.messages import peek, receive, send
 from poisonq.cli.ops import audit, demo
 from poisonq.cli.pipeline import pipeline
 from poisonq.cli.queues import queue
+from poisonq.cli.topics import topic
 from poisonq.client import DEFAULT_URL
 from poisonq.errors import PoisonqError
 
@@ -67,7 +68,7 @@ def cli(ctx: click.Context, url: str) -> None:
     ctx.obj = App(url, ctx)
 
 
-for _command in (queue, send, receive, peek, dlq, audit, pipeline, demo):
+for _command in (queue, topic, send, receive, peek, dlq, audit, pipeline, demo):
     cli.add_command(_command)
 
 
