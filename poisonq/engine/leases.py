@@ -44,7 +44,8 @@ class Leasing(Receiving):
                     f"{entity.name!r} requires sessions; leases do not lock by session"
                 )
             self._check_receivable(target)
-            self._housekeep(tx, target, now)
+            if not self._housekeep(tx, target, now):
+                return None
             token = str(uuid.uuid4())
             seqs = tx.lock_ready_seqs(entity.id, target.ready, max_messages, token, until)
             if not seqs:

@@ -152,16 +152,22 @@ class Poisoning(Routing):
             event = StatusEvent(StatusEventKind.AUTO_DISABLED, now, why, rollbacks=total)
             self._disable_receive(tx, target, event)
 
-    def _housekeep(self, tx: Transaction, target: Target, now: float) -> None:
+    def _housekeep(self, tx: Transaction, target: Target, now: float) -> bool:
         """Expired locks count as abandons; messages whose retry cycle delay has passed come
         back from the retry subqueue; due scheduled messages become active; messages past
-        their TTL are dead-lettered or dropped before anyone can receive them."""
+        their TTL are dead-lettered or dropped before anyone can receive them.
+
+        Returns whether the entity can still be received from: counting expired locks may
+        fault or auto-disable it. The caller then hands out nothing but commits, so the
+        expiries stay counted (raising would roll them back)."""
         entity = target.entity
         expired = tx.expired_locks(entity.id, now)
         if expired:
             self._after_failure(tx, target, expired, lock_expired(now), lock_expired=True)
+            if not tx.entity_by_id(entity.id).status.can_receive:
+                return False
         if target.subqueue is not None:
-            return  # no TTL or scheduling in subqueues
+            return True  # no TTL or scheduling in subqueues
         if target.options.retry.max_retry_cycles:
             retry = self._child(tx, target, SubQueue.RETRY)
             due = tx.due_scheduled(retry.id, now)
@@ -170,7 +176,7 @@ class Poisoning(Routing):
         tx.promote_scheduled(entity.id, now)
         stale = tx.expired_messages(entity.id, now)
         if not stale:
-            return
+            return True
         if target.options.dead_lettering_on_message_expiration:
             reason = DeadLetterReason.TTL_EXPIRED
             description = "the message expired before it was received"
@@ -178,6 +184,7 @@ class Poisoning(Routing):
         else:
             tx.drop(entity.id, stale)
             log.info("dropped expired message(s) %s from %s", stale, entity.name)
+        return True
 
     # The operator's way out of a fault ----------------------------------------------------
     def resolve_poison(

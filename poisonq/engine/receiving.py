@@ -40,7 +40,8 @@ class Receiving(Poisoning):
                     f"{entity.name!r} requires sessions; accept a session to receive from it"
                 )
             self._check_receivable(target)
-            self._housekeep(tx, target, now)
+            if not self._housekeep(tx, target, now):
+                return []
             if delete:
                 return tx.take_ready(entity.id, entity.name, target.ready, max_messages)
             token = str(uuid.uuid4())

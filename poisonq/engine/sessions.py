@@ -37,7 +37,8 @@ class Sessions(Receiving):
         with self.store.transaction() as tx:
             target = self._session_target(tx, address)
             self._check_receivable(target)
-            self._housekeep(tx, target, now)
+            if not self._housekeep(tx, target, now):
+                return None
             token = str(uuid.uuid4())
             until = now + (lock_duration or target.options.lock_duration)
             got = tx.lock_session(target.entity.id, session_id, token, until, now)
@@ -65,7 +66,8 @@ class Sessions(Receiving):
             if complete:
                 self._complete(tx, entity, complete, now)
             self._check_receivable(target)
-            self._housekeep(tx, target, now)
+            if not self._housekeep(tx, target, now):
+                return []
             held = self._held_session(tx, target, session_id, token, now)
             assert held.locked_until is not None
             ready = target.ready
