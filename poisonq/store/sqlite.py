@@ -31,24 +31,20 @@ from poisonq.errors import (
 )
 from poisonq.model import (
     EntityStatus,
-    Lease,
     MessageState,
     ReceivedMessage,
     SubQueue,
 )
 from poisonq.store.base import (
-    DeadLetterGroup,
     EntityRecord,
     LockInfo,
-    MessageFilter,
     NewMessage,
     Store,
-    TaskRecord,
     Transaction,
 )
+from poisonq.store.sqlite_leases import SqliteLeases
 from poisonq.store.sqlite_rows import (
     ENTITY_COLUMNS,
-    GROUP_KEYS,
     HELD,
     INSERT_CHUNK,
     LEDGER_COLUMNS,
@@ -58,14 +54,14 @@ from poisonq.store.sqlite_rows import (
     SEQS,
     STATES,
     entity_row,
-    filter_sql,
     message_row,
     seqs_json,
 )
 from poisonq.store.sqlite_sessions import SqliteSessions
+from poisonq.store.sqlite_tasks import SqliteTasks
 
 
-class SqliteTransaction(SqliteSessions, Transaction):
+class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._db = conn
 
@@ -347,69 +343,6 @@ class SqliteTransaction(SqliteSessions, Transaction):
         ).fetchone()
         return (count, lo, hi) if count else (0, 0, -1)
 
-    def lock_ready_seqs(
-        self, entity_id: int, ready: MessageState, limit: int, token: str, locked_until: float
-    ) -> list[int]:
-        rows = self._db.execute(
-            "UPDATE messages SET state = 'locked', lock_token = ?, locked_until = ?,"
-            " delivery_count = delivery_count + 1"
-            " WHERE seq IN (SELECT seq FROM messages WHERE entity_id = ? AND state = ?"
-            " ORDER BY seq LIMIT ?) RETURNING seq",
-            (token, locked_until, entity_id, ready, limit),
-        ).fetchall()
-        return sorted(row[0] for row in rows)
-
-    def insert_lease(self, entity_id: int, lease: Lease) -> None:
-        self._db.execute(
-            "INSERT INTO leases (entity_id, consumer, number, lock_token, count, min_seq,"
-            " max_seq, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                entity_id,
-                lease.consumer,
-                lease.number,
-                lease.lock_token,
-                lease.count,
-                lease.min_sequence,
-                lease.max_sequence,
-                lease.created_at,
-            ),
-        )
-
-    def lease(self, entity_id: int, name: str, consumer: str, number: int | None) -> Lease | None:
-        row = self._db.execute(
-            "SELECT consumer, number, lock_token, count, min_seq, max_seq, created_at"
-            " FROM leases WHERE entity_id = ? AND consumer = ? AND (? IS NULL OR number = ?)"
-            " ORDER BY number DESC LIMIT 1",
-            (entity_id, consumer, number, number),
-        ).fetchone()
-        return None if row is None else Lease(name, *row)
-
-    def delete_leases(self, entity_id: int, consumer: str, before: int) -> None:
-        self._db.execute(
-            "DELETE FROM leases WHERE entity_id = ? AND consumer = ? AND number < ?",
-            (entity_id, consumer, before),
-        )
-
-    def lease_seqs(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> list[int]:
-        rows = self._db.execute(
-            "SELECT seq FROM messages WHERE entity_id = ? AND state = 'locked'"
-            " AND seq BETWEEN ? AND ? AND lock_token = ? AND locked_until > ? ORDER BY seq",
-            (entity_id, lo, hi, token, now),
-        )
-        return [row[0] for row in rows]
-
-    def lease_rows(
-        self, entity_id: int, token: str, lo: int, hi: int, now: float
-    ) -> list[tuple[Any, ...]]:
-        return self._db.execute(
-            "SELECT seq, message_id, body, content_type, subject, properties, session_id,"
-            " correlation_id, enqueued_at, delivery_count"
-            " FROM messages JOIN bodies ON bodies.id = messages.body_id"
-            " WHERE entity_id = ? AND state = 'locked' AND seq BETWEEN ? AND ?"
-            " AND lock_token = ? AND locked_until > ? ORDER BY seq",
-            (entity_id, lo, hi, token, now),
-        ).fetchall()
-
     def complete(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
         rows = self._db.execute(
             "DELETE FROM messages WHERE entity_id = ? AND state = 'locked' AND lock_token = ?"
@@ -545,67 +478,6 @@ class SqliteTransaction(SqliteSessions, Transaction):
         self._bump(entity_id, moved_out=moved, resubmitted=moved, size_bytes=-size)
         self._bump(target_id, moved_in=moved, size_bytes=size)
         return moved
-
-    # Dead-letter analysis and tasks ------------------------------------------------------
-    def dead_letter_groups(self, entity_id: int, by: str) -> list[DeadLetterGroup]:
-        key, label = GROUP_KEYS[by]
-        rows = self._db.execute(
-            f"SELECT {key}, max({label}), count(*),"
-            " min(coalesce(dead_lettered_at, enqueued_at)),"
-            " max(coalesce(dead_lettered_at, enqueued_at))"
-            f" FROM messages WHERE entity_id = ? GROUP BY {key} ORDER BY count(*) DESC, {key}",
-            (entity_id,),
-        )
-        return [DeadLetterGroup(*row) for row in rows]
-
-    def select(self, entity_id: int, where: MessageFilter, after_seq: int, limit: int) -> list[int]:
-        clauses, params = filter_sql(where)
-        rows = self._db.execute(
-            "SELECT seq FROM messages WHERE entity_id = ? AND state != 'locked' AND seq > ?"
-            f"{clauses} ORDER BY seq LIMIT ?",
-            (entity_id, after_seq, *params, limit),
-        )
-        return [row[0] for row in rows]
-
-    def count_matching(self, entity_id: int, where: MessageFilter) -> int:
-        clauses, params = filter_sql(where)
-        (n,) = self._db.execute(
-            f"SELECT count(*) FROM messages WHERE entity_id = ? AND state != 'locked'{clauses}",
-            (entity_id, *params),
-        ).fetchone()
-        return int(n)
-
-    def insert_task(
-        self, kind: str, entity_id: int, spec: dict[str, Any], total: int, now: float
-    ) -> int:
-        cur = self._db.execute(
-            "INSERT INTO tasks (kind, entity_id, status, spec, total, created_at, updated_at)"
-            " VALUES (?, ?, 'running', ?, ?, ?, ?)",
-            (kind, entity_id, json.dumps(spec), total, now, now),
-        )
-        assert cur.lastrowid is not None
-        return cur.lastrowid
-
-    def task(self, task_id: int) -> TaskRecord | None:
-        row = self._db.execute(
-            "SELECT id, kind, entity_id, status, spec, total, done, created_at, updated_at, error"
-            " FROM tasks WHERE id = ?",
-            (task_id,),
-        ).fetchone()
-        if row is None:
-            return None
-        task_id, kind, entity_id, status, spec, total, done, created, updated, error = row
-        return TaskRecord(
-            task_id, kind, entity_id, status, json.loads(spec), total, done, created, updated, error
-        )
-
-    def update_task(
-        self, task_id: int, done: int, status: str, error: str | None, now: float
-    ) -> None:
-        self._db.execute(
-            "UPDATE tasks SET done = ?, status = ?, error = ?, updated_at = ? WHERE id = ?",
-            (done, status, error, now, task_id),
-        )
 
 
 class SqliteStore(Store):
