@@ -120,13 +120,15 @@ def test_move_dead_letters_with_max_delivery_count_exceeded_and_the_last_error(
     assert_balanced(broker)
 
 
-def test_reading_the_dead_letter_queue_with_a_policy_drops_after_its_retries(
+def test_reading_the_dead_letter_queue_with_a_policy_counts_only_the_attempts_made_there(
     broker: Broker,
 ) -> None:
-    broker.create_queue("orders", max_delivery_count=1, dead_letter_retry=_policy("drop", 2))
-    broker.sender("orders").send(Message(body=b"bad"))
-    _poison(broker, attempts=1)
-    assert _poison(broker, "orders/$deadletterqueue", attempts=2) != []
+    broker.create_queue("orders", max_delivery_count=3, dead_letter_retry=_policy("drop", 2))
+    (seq,) = broker.sender("orders").send(Message(body=b"bad"))
+    _poison(broker, attempts=3)
+    assert _poison(broker, "orders/$deadletterqueue", attempts=1) == []
+    assert broker.counts("orders/$deadletterqueue")["dead_lettered"] == 1
+    assert _poison(broker, "orders/$deadletterqueue", attempts=1) == [seq]
     assert broker.counts("orders/$deadletterqueue")["dropped"] == 1
     assert_balanced(broker)
 

@@ -57,8 +57,12 @@ class Poisoning(Routing):
             return []
         poisoned: list[int] = []
         parked: dict[float, list[int]] = defaultdict(list)
+        # In a dead-letter queue only the deliveries made there count (MSMQ resets a
+        # message's abort count when it moves to another subqueue).
+        dead = target.ready is MessageState.DEAD_LETTERED
         for lock in locks:
-            match policy.decide(lock.delivery_count, lock.move_count):
+            deliveries = lock.delivery_count - (lock.dead_lettered_deliveries if dead else 0)
+            match policy.decide(deliveries, lock.move_count):
                 case Redeliver():
                     pass
                 case MoveToRetry(delay):

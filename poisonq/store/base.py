@@ -87,11 +87,14 @@ class NewMessage:
 
 @dataclass(frozen=True, slots=True)
 class LockInfo:
-    """The counters the retry policy decides on, for one locked message."""
+    """The counters the retry policy decides on, for one locked message.
+    ``dead_lettered_deliveries`` is ``delivery_count`` as it was when the message was
+    dead-lettered (0 before that)."""
 
     seq: int
     delivery_count: int
     move_count: int
+    dead_lettered_deliveries: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,7 +388,8 @@ class Transaction(ABC):
         lock_token: str | None = None,
     ) -> list[int]:
         """Move held messages into the dead-letter queue ``target_id``; with ``lock_token``,
-        only those validly locked under it. Returns the sequence numbers moved."""
+        only those validly locked under it. Each keeps its ``delivery_count`` as
+        ``dead_lettered_deliveries``. Returns the sequence numbers moved."""
 
     @abstractmethod
     def drop(self, entity_id: int, seqs: Sequence[int]) -> int:

@@ -265,7 +265,8 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
 
     def locked(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[LockInfo]:
         rows = self._db.execute(
-            "SELECT seq, delivery_count, move_count FROM messages WHERE entity_id = ?"
+            "SELECT seq, delivery_count, move_count, dead_lettered_deliveries FROM messages"
+            " WHERE entity_id = ?"
             f" AND state = 'locked' AND lock_token = ? AND locked_until > ? AND seq IN {SEQS}",
             (entity_id, token, now, seqs_json(seqs)),
         )
@@ -273,7 +274,8 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
 
     def expired_locks(self, entity_id: int, now: float) -> list[LockInfo]:
         rows = self._db.execute(
-            "SELECT seq, delivery_count, move_count FROM messages WHERE entity_id = ?"
+            "SELECT seq, delivery_count, move_count, dead_lettered_deliveries FROM messages"
+            " WHERE entity_id = ?"
             " AND state = 'locked' AND locked_until <= ? ORDER BY seq",
             (entity_id, now),
         )
@@ -413,6 +415,7 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
             " dead_letter_description = coalesce(?3, json_extract(failures, '$[#-1].error_type')"
             "   || ': ' || json_extract(failures, '$[#-1].message')),"
             " dead_letter_source = ?4, dead_lettered_at = ?5,"
+            " dead_lettered_deliveries = delivery_count,"
             " failures = CASE WHEN ?6 IS NULL THEN failures"
             "   ELSE json_insert(coalesce(failures, '[]'), '$[#]', json(?6)) END,"
             " last_error_type = coalesce(json_extract(?6, '$.error_type'), last_error_type),"

@@ -1,7 +1,11 @@
--- poisonq schema 3: consecutive rollbacks per entity (Service Broker's auto-disable) and
+-- poisonq schema 3: consecutive rollbacks per entity (Service Broker's auto-disable),
+-- deliveries a message had when it was dead-lettered (a dead-letter queue's own retry policy
+-- counts only the deliveries made there, as MSMQ counts aborts since the last move), and
 -- sessions (a lock on a whole session, and its state).
 
 ALTER TABLE entities ADD COLUMN rollbacks INTEGER NOT NULL DEFAULT 0;
+
+ALTER TABLE messages ADD COLUMN dead_lettered_deliveries INTEGER NOT NULL DEFAULT 0;
 
 CREATE TABLE sessions (
     entity_id       INTEGER NOT NULL REFERENCES entities(id) ON DELETE CASCADE,
