@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from poisonq import Broker, EntityNotFoundError, Message
+from poisonq import Broker, EntityNotFoundError, InvalidNameError, InvalidOptionError, Message
 from tests.conftest import assert_balanced
 
 
@@ -77,3 +77,12 @@ def test_forward_dead_lettered_messages_to_moves_what_is_dead_lettered(broker: B
     [moved] = broker.peek("poison")
     assert (moved.state, moved.hop_count, moved.dead_letter_reason) == ("active", 1, "InvalidOrder")
     assert_balanced(broker)
+
+
+def test_a_topic_or_a_subqueue_is_refused_as_a_forwarding_destination(broker: Broker) -> None:
+    broker.create_topic("events")
+    broker.create_queue("archive")
+    with pytest.raises(InvalidOptionError, match="forward to a queue"):
+        broker.create_queue("orders", forward_to="events")
+    with pytest.raises(InvalidNameError):
+        broker.create_queue("orders", forward_to="archive/$deadletterqueue")

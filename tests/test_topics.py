@@ -130,3 +130,12 @@ def test_invalid_filters_and_topics_are_refused_at_create_time(broker: Broker) -
     broker.create_topic("events")
     with pytest.raises(FilterError):
         broker.create_subscription("events", "x", filter="region = ")
+
+
+def test_duplicate_detection_on_a_topic_ignores_an_id_seen_in_the_window(broker: Broker) -> None:
+    broker.create_topic("events", requires_duplicate_detection=True)
+    broker.create_subscription("events", "all")
+    broker.sender("events").send([Message(body=b"1", message_id="e-1")] * 2)
+    broker.sender("events").send(Message(body=b"1", message_id="e-1"))
+    assert broker.counts(ALL)["active"] == 1
+    assert_balanced(broker)

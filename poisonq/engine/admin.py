@@ -64,12 +64,20 @@ class Admin(EngineBase):
         if name in (options.forward_to, options.forward_dead_lettered_messages_to):
             raise InvalidOptionError(f"{name!r} cannot forward to itself")
 
-    @staticmethod
-    def _check_destinations(tx: Transaction, options: QueueOptions) -> None:
-        """A forwarding destination must exist when it is configured (Service Bus)."""
+    def _check_destinations(self, tx: Transaction, options: QueueOptions) -> None:
+        """A forwarding destination must exist when it is configured (Service Bus), and be
+        a queue or a subscription: a message moves, it is not copied to a topic's
+        subscriptions."""
         for destination in (options.forward_to, options.forward_dead_lettered_messages_to):
-            if destination is not None and tx.entity(destination) is None:
+            if destination is None:
+                continue
+            found = tx.entity(destination)
+            if found is None:
                 raise EntityNotFoundError(destination)
+            if found.parent_id is not None or self._spec(found).kind is EntityKind.TOPIC:
+                raise InvalidOptionError(
+                    f"forward to a queue or a subscription, not {destination!r}"
+                )
 
     def update_queue(self, name: str, **changes: Any) -> QueueInfo:
         """Change options of a queue, topic or subscription; the rest keep their values."""

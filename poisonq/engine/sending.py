@@ -126,8 +126,14 @@ class Sending(Routing):
         """A copy of each message to every subscription whose filter matches. A filter that
         cannot be evaluated on a message skips that subscription, or dead-letters the copy
         there (``FilterEvaluationException``) if the subscription asks for it. With no
-        subscription matching, the message is discarded, as in Service Bus."""
-        self._rows(messages, topic.options, now)  # the topic's own size limits
+        subscription matching, the message is discarded, as in Service Bus. Duplicate
+        detection on the topic leaves out ids it saw inside its window."""
+        arrivals = self._rows(messages, topic.options, now)  # the topic's own size limits
+        if topic.options.requires_duplicate_detection:
+            fresh = {id(row) for row, _ in self._drop_duplicates(tx, topic, arrivals, now)}
+            messages = [
+                m for m, (row, _) in zip(messages, arrivals, strict=True) if id(row) in fresh
+            ]
         prefix = f"{topic.entity.name}/subscriptions/"
         seqs: list[int] = []
         for entity in tx.entities():
