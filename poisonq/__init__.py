@@ -1,6 +1,6 @@
 """poisonq: a durable message queue with first-class poison-message handling."""
 
-from poisonq.client import AutoLockRenewer, Broker, Receiver, Sender, SessionReceiver, connect
+from poisonq.client import Broker, Receiver, Sender, SessionReceiver, connect
 from poisonq.clock import ManualClock, SystemClock
 from poisonq.errors import (
     EntityDisabledError,
@@ -22,6 +22,7 @@ from poisonq.errors import (
     StoreError,
 )
 from poisonq.filters import CorrelationFilter, SqlFilter
+from poisonq.lock_renewer import AutoLockRenewer
 from poisonq.model import (
     Abandon,
     Complete,

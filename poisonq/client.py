@@ -8,7 +8,6 @@ long-poll wait, which asks the store whether anything changed.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -19,7 +18,6 @@ from poisonq.errors import (
     InvalidOperationError,
     InvalidOptionError,
     MessageLockLostError,
-    PoisonqError,
 )
 from poisonq.failures import failure_from_exception
 from poisonq.filters import Filter, make_filter
@@ -28,6 +26,7 @@ from poisonq.model import (
     EntityKind,
     EntityStatus,
     FailureRecord,
+    FaultAction,
     Lease,
     Message,
     PropertyValue,
@@ -149,12 +148,19 @@ class Broker:
         return self.engine.create_subscription(topic, name, built, rule, flag)
 
     def resolve_poison(
-        self, address: str, sequence_number: int, action: str = "move", *, enable: bool = True
+        self,
+        address: str,
+        sequence_number: int,
+        action: FaultAction = "move",
+        *,
+        enable: bool = True,
     ) -> QueueInfo:
         """The operator's way out of a fault: ``move`` message ``sequence_number`` to the
         dead-letter queue, ``drop`` it or ``resubmit`` it (fresh delivery count, back of the
         queue), and with ``enable`` make the queue active again, all in one transaction."""
-        return self.engine.resolve_poison(address, sequence_number, action, enable)  # type: ignore[arg-type]
+        if action not in ("move", "drop", "resubmit"):
+            raise InvalidOptionError(f"action must be move, drop or resubmit, not {action!r}")
+        return self.engine.resolve_poison(address, sequence_number, action, enable)
 
     def get_queue(self, address: str) -> QueueInfo:
         return self.engine.get_queue(address)
@@ -552,97 +558,3 @@ class SessionReceiver(Receiver):
 
     def close(self) -> None:
         self._engine.close_session(self.address, self.session_id, self._token)
-
-
-class AutoLockRenewer:
-    """Renews the locks of registered messages in a background thread until they are settled
-    or ``max_lock_renewal_duration`` has passed (as the Service Bus SDK's renewer does)."""
-
-    def __init__(
-        self,
-        max_lock_renewal_duration: Duration = 300.0,
-        on_lock_renew_failure: Callable[[ReceivedMessage, PoisonqError], None] | None = None,
-        check_interval: float = 0.5,
-    ) -> None:
-        self.max_lock_renewal_duration = to_seconds(
-            max_lock_renewal_duration, "max_lock_renewal_duration"
-        )
-        self.on_lock_renew_failure = on_lock_renew_failure
-        self._interval = check_interval
-        self._entries: dict[tuple[int, str], tuple[Receiver, ReceivedMessage, float]] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def register(
-        self,
-        receiver: Receiver,
-        messages: Messages,
-        max_lock_renewal_duration: Duration | None = None,
-    ) -> None:
-        """Keep renewing these messages' locks until they are settled or the time is up."""
-        limit = (
-            self.max_lock_renewal_duration
-            if max_lock_renewal_duration is None
-            else to_seconds(max_lock_renewal_duration, "max_lock_renewal_duration")
-        )
-        until = time.monotonic() + limit
-        with self._lock:
-            for message in _as_list(messages):
-                if message.lock_token is None:
-                    raise InvalidOperationError(f"message {message.sequence_number} holds no lock")
-                self._entries[(message.sequence_number, message.lock_token)] = (
-                    receiver,
-                    message,
-                    until,
-                )
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="poisonq-lock-renewer", daemon=True
-                )
-                self._thread.start()
-
-    def unregister(self, messages: Messages) -> None:
-        with self._lock:
-            for message in _as_list(messages):
-                self._entries.pop((message.sequence_number, message.lock_token or ""), None)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            self.renew_due()
-
-    def renew_due(self) -> None:
-        """One pass: renew every registered lock that is past half its lock duration."""
-        with self._lock:
-            entries = list(self._entries.items())
-        for key, (receiver, message, until) in entries:
-            if time.monotonic() >= until:
-                self.unregister(message)
-                continue
-            assert message.locked_until is not None
-            remaining = message.locked_until.timestamp() - receiver.broker.clock.now()
-            if remaining > receiver.effective_lock_duration() / 2:
-                continue
-            try:
-                receiver.renew_lock(message)
-            except PoisonqError as exc:
-                # A settled message has no lock left to renew: that is the normal end.
-                with self._lock:
-                    self._entries.pop(key, None)
-                if self.on_lock_renew_failure is not None:
-                    self.on_lock_renew_failure(message, exc)
-                else:
-                    log.debug("stopped renewing message %s: %s", message.sequence_number, exc)
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        with self._lock:
-            self._entries.clear()
-
-    def __enter__(self) -> AutoLockRenewer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

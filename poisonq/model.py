@@ -11,11 +11,13 @@ import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import TypeAlias
+from typing import Literal, TypeAlias
 
 from poisonq.errors import InvalidOptionError
 
 PropertyValue: TypeAlias = str | int | float | bool | None
+FaultAction: TypeAlias = Literal["move", "drop", "resubmit"]
+"""What an operator does with the message a queue faulted on (``Broker.resolve_poison``)."""
 Duration: TypeAlias = int | float | timedelta
 
 

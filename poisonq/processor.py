@@ -22,9 +22,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from poisonq.client import AutoLockRenewer, Broker, Receiver, SessionReceiver
+from poisonq.client import Broker, Receiver, SessionReceiver
 from poisonq.errors import InvalidOptionError, PermanentError
 from poisonq.failures import failure_from_exception
+from poisonq.lock_renewer import AutoLockRenewer
 from poisonq.model import (
     Abandon,
     Complete,

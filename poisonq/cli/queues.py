@@ -13,7 +13,7 @@ from rich.text import Text
 
 from poisonq.cli.app import App, apply_options
 from poisonq.cli.output import emit, iso_time, json_option, table
-from poisonq.model import ReceiveErrorHandling
+from poisonq.model import FaultAction, ReceiveErrorHandling
 from poisonq.options import QueueOptions, RetryPolicy
 from poisonq.reports import QueueInfo
 
@@ -297,7 +297,13 @@ def queue_delete(app: App, /, name: str, yes: bool) -> None:
 @json_option
 @click.pass_obj
 def queue_resolve(
-    app: App, /, name: str, sequence_number: int, action: str, keep_disabled: bool, as_json: bool
+    app: App,
+    /,
+    name: str,
+    sequence_number: int,
+    action: FaultAction,
+    keep_disabled: bool,
+    as_json: bool,
 ) -> None:
     """Get a faulted queue going again.
 

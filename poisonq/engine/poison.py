@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Literal
 
 from poisonq.engine.base import Target, lock_expired
 from poisonq.engine.routing import Routing
@@ -19,6 +18,7 @@ from poisonq.model import (
     DeadLetterReason,
     EntityStatus,
     FailureRecord,
+    FaultAction,
     MessageState,
     ReceiveErrorHandling,
     StatusEventKind,
@@ -30,7 +30,6 @@ from poisonq.store.base import LockInfo, MessageFilter, Transaction
 
 log = logging.getLogger(__name__)
 
-FaultAction = Literal["move", "drop", "resubmit"]
 _EVERYTHING = 1 << 62
 
 
