@@ -556,5 +556,11 @@ class SessionReceiver(Receiver):
         )
         self.session_locked_until = from_timestamp(until)
 
+    def renew_lock(self, messages: Messages) -> None:
+        """Extend these messages' locks (raising if one is lost) and the session lock with
+        them, so a long handler (or :class:`AutoLockRenewer`) keeps the session too."""
+        super().renew_lock(messages)
+        self.renew_session_lock()
+
     def close(self) -> None:
         self._engine.close_session(self.address, self.session_id, self._token)

@@ -160,3 +160,16 @@ def test_a_batch_with_a_poison_message_is_rolled_back_and_re_read_in_halves(
     assert [d.text for d in broker.peek("orders/$deadletterqueue")] == ["a4"]
     assert stats.completed == 5
     assert_balanced(broker)
+
+
+def test_renewing_a_message_lock_in_a_session_renews_the_session_lock(
+    broker: Broker, sessions: str, clock: ManualClock
+) -> None:
+    _send(broker, ("a", "a1"), ("a", "a2"))
+    receiver = broker.accept_session(sessions, "a")
+    [first] = receiver.receive()
+    clock.advance(20)
+    receiver.renew_lock(first)
+    clock.advance(20)
+    receiver.complete(first)
+    assert [m.text for m in receiver.receive()] == ["a2"]  # the session is still held

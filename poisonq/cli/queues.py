@@ -184,9 +184,9 @@ COUNT_COLUMNS = ("active", "scheduled", "locked", "deferred", "dead_lettered", "
 
 
 def _queues_table(queues: list[QueueInfo]) -> Table:
-    rows = [[q.name, q.status, *(q.counts[c] for c in COUNT_COLUMNS)] for q in queues]
+    rows = [[q.name, q.kind, q.status, *(q.counts[c] for c in COUNT_COLUMNS)] for q in queues]
     headers = [c.replace("_", " ") for c in COUNT_COLUMNS]
-    return table("queues", ["name", "status", *headers], rows)
+    return table("queues", ["name", "kind", "status", *headers], rows)
 
 
 @click.group()
