@@ -37,7 +37,7 @@ from poisonq.model import (
     from_timestamp,
     to_seconds,
 )
-from poisonq.names import parse_address
+from poisonq.names import NAMESPACE_DEADLETTER, parse_address
 from poisonq.options import MAX_LOCK_DURATION, QueueOptions
 from poisonq.reports import AuditReport, QueueInfo
 from poisonq.store import open_store
@@ -332,6 +332,10 @@ class Broker:
         task, at most ``rate`` messages per second. Filters: ``reason``, ``subject``,
         ``fingerprint``, ``min_sequence``, ``max_sequence``, ``since``, ``until``.
         With ``wait=False`` the task runs in a thread; ``task.cancel()`` stops it."""
+        if to is None and queue == NAMESPACE_DEADLETTER:
+            raise InvalidOptionError(
+                "the namespace dead-letter queue has no queue of its own: resubmit with to=QUEUE"
+            )
         task = resubmit_task(self.engine, self._dlq(queue), _filter(where), to, rate)
         return task.run(wait=wait, progress=progress)
 
@@ -347,9 +351,10 @@ class Broker:
         return task.run(wait=True, progress=progress)
 
     def _dlq(self, queue: str) -> str:
-        """``orders`` means its dead-letter queue here; a subqueue address stays as it is."""
+        """``orders`` means its dead-letter queue here; a subqueue address (or the namespace
+        dead-letter queue) stays as it is."""
         address = parse_address(queue)
-        if address.subqueue is None:
+        if address.subqueue is None and address.entity != NAMESPACE_DEADLETTER:
             address = parse_address(queue, SubQueue.DEADLETTER)
         return str(address)
 

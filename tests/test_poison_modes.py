@@ -105,6 +105,11 @@ def test_reject_without_a_sender_queue_goes_to_the_namespace_dead_letter_queue(
     assert broker.counts("$deadletterqueue")["dead_lettered"] == 2
     [queue] = broker.list_queues()  # the namespace dead-letter queue is not a queue
     assert queue.name == "orders"
+    assert [g.key for g in broker.dead_letter_groups("$deadletterqueue")] == ["Rejected"]
+    with pytest.raises(InvalidOptionError, match="to=QUEUE"):
+        broker.resubmit("$deadletterqueue")
+    assert broker.resubmit("$deadletterqueue", to="orders", rate=None).done == 2
+    assert broker.counts("orders")["active"] == 2
     assert_balanced(broker)
 
 
