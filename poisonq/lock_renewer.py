@@ -10,15 +10,12 @@ from typing import TYPE_CHECKING
 
 from poisonq.errors import InvalidOperationError, PoisonqError
 from poisonq.model import Duration, ReceivedMessage, to_seconds
+from poisonq.receivers import Messages, as_list
 
 if TYPE_CHECKING:
-    from poisonq.client import Messages, Receiver
+    from poisonq.receivers import Receiver
 
 log = logging.getLogger(__name__)
-
-
-def _as_list(messages: Messages) -> list[ReceivedMessage]:
-    return [messages] if isinstance(messages, ReceivedMessage) else list(messages)
 
 
 class AutoLockRenewer:
@@ -55,7 +52,7 @@ class AutoLockRenewer:
         )
         until = time.monotonic() + limit
         with self._lock:
-            for message in _as_list(messages):
+            for message in as_list(messages):
                 if message.lock_token is None:
                     raise InvalidOperationError(f"message {message.sequence_number} holds no lock")
                 self._entries[(message.sequence_number, message.lock_token)] = (
@@ -71,7 +68,7 @@ class AutoLockRenewer:
 
     def unregister(self, messages: Messages) -> None:
         with self._lock:
-            for message in _as_list(messages):
+            for message in as_list(messages):
                 self._entries.pop((message.sequence_number, message.lock_token or ""), None)
 
     def _run(self) -> None:

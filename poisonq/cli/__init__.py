@@ -61,6 +61,8 @@ def cli(ctx: click.Context, url: str) -> None:
       poisonq dlq list orders --by fingerprint
       poisonq dlq show orders 42
       poisonq dlq resubmit orders --reason MaxDeliveryCountExceeded --rate 200
+      poisonq queue resolve orders 42 --action resubmit
+      poisonq topic subscribe events eu --filter "region = 'eu'"
       poisonq audit
       poisonq pipeline run jobs/orders.py:transform --queue orders \
         --schema 'id long, total double' --output out/orders
