@@ -328,9 +328,9 @@ class Broker:
 
     def _dlq(self, queue: str) -> str:
         """``orders`` means its dead-letter queue here; a subqueue address (or the namespace
-        dead-letter queue) stays as it is."""
+        dead-letter queue, see :func:`parse_address`) stays as it is."""
         address = parse_address(queue)
-        if address.subqueue is None and address.entity != NAMESPACE_DEADLETTER:
+        if address.subqueue is None:
             address = parse_address(queue, SubQueue.DEADLETTER)
         return str(address)
 

@@ -73,8 +73,8 @@ def parse_address(address: str, subqueue: SubQueue | str | None = None) -> Addre
     """Split ``address`` into entity and subqueue; ``subqueue`` may name it separately."""
     if not isinstance(address, str):
         raise InvalidNameError(repr(address), "an address must be a string")
-    if address == NAMESPACE_DEADLETTER and subqueue is None:
-        return Address(address)
+    if address == NAMESPACE_DEADLETTER and subqueue in (None, SubQueue.DEADLETTER):
+        return Address(address)  # a dead-letter queue itself, with no subqueues
     found: SubQueue | None = None
     for suffix, kind in _SUFFIXES.items():
         if address.endswith(suffix):

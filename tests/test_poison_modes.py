@@ -12,6 +12,8 @@ from poisonq import (
     Message,
     MessageNotFoundError,
     PoisonMessageError,
+    Processor,
+    ReceivedMessage,
     RetryPolicy,
 )
 from tests.conftest import assert_balanced
@@ -172,3 +174,23 @@ def test_move_or_cycles_on_the_dead_letter_queue_is_a_configuration_error(
 ) -> None:
     with pytest.raises(InvalidOptionError, match="dead_letter_retry"):
         broker.create_queue("orders", dead_letter_retry=policy)
+
+
+def test_a_processor_on_a_faulted_queue_stops_with_the_poison_message_error(
+    broker: Broker,
+) -> None:
+    broker.create_queue("orders", retry=_policy("fault", 1))
+    seqs = broker.sender("orders").send([Message(body=b"bad"), Message(body=b"good")])
+    poisoned: list[int] = []
+
+    def handle(message: ReceivedMessage) -> None:
+        raise ValueError("cannot parse")
+
+    processor = Processor(
+        broker, "orders", handle, on_poison=lambda m, e: poisoned.append(m.sequence_number)
+    )
+    with pytest.raises(PoisonMessageError) as caught:
+        processor.run(until_idle=True)
+    assert caught.value.sequence_number == seqs[0] and poisoned == [seqs[0]]
+    assert broker.counts("orders")["active"] == 2
+    assert_balanced(broker)

@@ -57,9 +57,13 @@ def test_a_session_receiver_gets_its_sessions_messages_in_order(
     assert_balanced(broker)
 
 
-def test_a_plain_receiver_is_refused_on_a_session_queue(broker: Broker, sessions: str) -> None:
+def test_a_plain_receiver_or_a_lease_is_refused_on_a_session_queue(
+    broker: Broker, sessions: str
+) -> None:
     with pytest.raises(InvalidOperationError, match="sessions"):
         broker.receiver(sessions).receive()
+    with pytest.raises(InvalidOperationError, match="sessions"):
+        broker.acquire_lease(sessions, "spark", 1, max_messages=10)
 
 
 def test_a_locked_session_cannot_be_accepted_by_another_receiver(

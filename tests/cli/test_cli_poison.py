@@ -62,3 +62,15 @@ def test_topic_create_and_subscribe_with_filters(url: str, api: Broker) -> None:
     assert api.counts("events/subscriptions/orders")["active"] == 1
     bad = run(url, "topic", "subscribe", "events", "bad", "--filter", "region = = 1", code=2)
     assert_one_error_line(bad, "invalid filter")
+
+
+def test_dlq_list_and_show_read_the_namespace_dead_letter_queue(url: str, api: Broker) -> None:
+    run(url, "queue", "create", "orders", "--max-delivery-count", "1",
+        "--receive-error-handling", "reject")  # fmt: skip
+    (seq,) = api.sender("orders").send(Message(body=b"bad"))
+    receiver = api.receiver("orders")
+    receiver.abandon(receiver.receive())
+    [group] = run_json(url, "dlq", "list", "$deadletterqueue")
+    assert (group["key"], group["count"]) == ("Rejected", 1)
+    shown = run_json(url, "dlq", "show", "$deadletterqueue", str(seq))
+    assert shown["dead_letter_source"] == "orders"
