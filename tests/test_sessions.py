@@ -7,6 +7,7 @@ import pytest
 from poisonq import (
     Broker,
     InvalidOperationError,
+    InvalidOptionError,
     ManualClock,
     Message,
     MessageLockLostError,
@@ -177,3 +178,11 @@ def test_renewing_a_message_lock_in_a_session_renews_the_session_lock(
     clock.advance(20)
     receiver.complete(first)
     assert [m.text for m in receiver.receive()] == ["a2"]  # the session is still held
+
+
+def test_requires_session_is_fixed_when_the_queue_is_created(broker: Broker, sessions: str) -> None:
+    with pytest.raises(InvalidOptionError, match="requires_session"):
+        broker.update_queue(sessions, requires_session=False)
+    broker.create_queue("plain")
+    with pytest.raises(InvalidOptionError, match="requires_session"):
+        broker.update_queue("plain", requires_session=True)

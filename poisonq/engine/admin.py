@@ -84,6 +84,9 @@ class Admin(EngineBase):
         with self.store.transaction() as tx:
             target = self._main(tx, name)
             options = QueueOptions.build(target.options, **changes)
+            if options.requires_session != target.options.requires_session:
+                # As in Service Bus: messages already held were sent for the other mode.
+                raise InvalidOptionError("requires_session is fixed when the queue is created")
             self._check_forwarding(options, name)
             self._check_destinations(tx, options)
             spec = dataclasses.replace(target.spec, options=options)
