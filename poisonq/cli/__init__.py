@@ -22,6 +22,7 @@ from poisonq.cli.messages import peek, receive, send
 from poisonq.cli.ops import audit, demo
 from poisonq.cli.pipeline import pipeline
 from poisonq.cli.queues import queue
+from poisonq.cli.topics import topic
 from poisonq.client import DEFAULT_URL
 from poisonq.errors import PoisonqError
 
@@ -60,6 +61,8 @@ def cli(ctx: click.Context, url: str) -> None:
       poisonq dlq list orders --by fingerprint
       poisonq dlq show orders 42
       poisonq dlq resubmit orders --reason MaxDeliveryCountExceeded --rate 200
+      poisonq queue resolve orders 42 --action resubmit
+      poisonq topic subscribe events eu --filter "region = 'eu'"
       poisonq audit
       poisonq pipeline run jobs/orders.py:transform --queue orders \
         --schema 'id long, total double' --output out/orders
@@ -67,7 +70,7 @@ def cli(ctx: click.Context, url: str) -> None:
     ctx.obj = App(url, ctx)
 
 
-for _command in (queue, send, receive, peek, dlq, audit, pipeline, demo):
+for _command in (queue, topic, send, receive, peek, dlq, audit, pipeline, demo):
     cli.add_command(_command)
 
 

@@ -36,7 +36,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
 import poisonq
-from poisonq.errors import InvalidOptionError, PoisonqError
+from poisonq.errors import EntityDisabledError, InvalidOptionError, PoisonqError
 from poisonq.guard import Transform
 from poisonq.model import Abandon, FailureRecord, Lease
 from poisonq.spark.source import absolute_url
@@ -52,13 +52,20 @@ class _NotPoison(Exception):
 
 
 class PipelineStoppedError(PoisonqError):
-    """``max_failed_batches`` batches in a row failed as a whole; the report says why."""
+    """The runner stopped: ``max_failed_batches`` batches in a row failed as a whole, or the
+    queue stopped delivering (faulted on a poison message, auto-disabled, disabled). The
+    report says what was done until then; ``cause`` is the queue's error, if that was it."""
 
-    def __init__(self, report: PipelineReport, error: str) -> None:
-        super().__init__(
-            f"stopped after {report.failed_batches_in_a_row} failed batches in a row: {error}"
-        )
+    def __init__(
+        self, report: PipelineReport, error: str, cause: EntityDisabledError | None = None
+    ) -> None:
+        if cause is None:
+            error = (
+                f"stopped after {report.failed_batches_in_a_row} failed batches in a row: {error}"
+            )
+        super().__init__(error)
         self.report = report
+        self.cause = cause
 
 
 @dataclass
@@ -144,9 +151,14 @@ class Pipeline:
             if lease is not None and broker.lease_sequence_numbers(lease):
                 self._batch(broker, lease, report)
             while max_batches is None or report.batches < max_batches:
-                lease = broker.acquire_lease(
-                    self.queue, self.consumer, number + 1, self.batch_size, self.lock_duration
-                )
+                try:
+                    lease = broker.acquire_lease(
+                        self.queue, self.consumer, number + 1, self.batch_size, self.lock_duration
+                    )
+                except EntityDisabledError as exc:
+                    report.dead_lettered = _dead_letters(broker, self.queue) - dead_before
+                    report.elapsed = time.monotonic() - started
+                    raise PipelineStoppedError(report, f"stopped: {exc}", exc) from exc
                 if lease is None:
                     if until_idle:
                         break
