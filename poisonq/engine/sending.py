@@ -19,7 +19,7 @@ from poisonq.errors import (
     MessageTooLargeError,
     QuotaExceededError,
 )
-from poisonq.filters import FilterEvaluationError
+from poisonq.filters import SYSTEM_FIELDS, FilterEvaluationError
 from poisonq.model import (
     DeadLetterReason,
     EntityKind,
@@ -164,14 +164,7 @@ class Sending(Routing):
 def filter_values(message: Message) -> dict[str, PropertyValue]:
     """What a subscription filter sees: the user properties and the ``sys.`` fields."""
     values: dict[str, PropertyValue] = dict(message.properties)
-    for name in (
-        "subject",
-        "message_id",
-        "correlation_id",
-        "content_type",
-        "session_id",
-        "reply_to",
-    ):
+    for name in SYSTEM_FIELDS:
         values[f"sys.{name}"] = getattr(message, name)
     return values
 
