@@ -98,12 +98,11 @@ class Leasing(Receiving):
         now = self.clock.now()
         with self.store.transaction() as tx:
             entity = self._resolve(tx, lease.entity).entity
-            seqs = _held(tx, entity, lease, now)
-            if not seqs:
-                return 0
-            if entity.rollbacks:
+            span = (lease.min_sequence, lease.max_sequence)
+            completed = tx.complete_span(entity.id, lease.lock_token, *span, now)
+            if completed and entity.rollbacks:
                 tx.reset_rollbacks(entity.id)
-            return len(tx.complete(entity.id, lease.lock_token, seqs, now))
+            return completed
 
 
 def _held(tx: Transaction, entity: EntityRecord, lease: Lease, now: float) -> list[int]:

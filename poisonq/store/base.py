@@ -344,6 +344,11 @@ class Transaction(ABC):
         """Sequence numbers in ``[lo, hi]`` still validly locked under ``token``, ascending."""
 
     @abstractmethod
+    def complete_span(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> int:
+        """:meth:`complete` every message in ``[lo, hi]`` validly locked under ``token`` (a
+        lease's bulk completion, without listing them); returns how many."""
+
+    @abstractmethod
     def lease_rows(
         self, entity_id: int, token: str, lo: int, hi: int, now: float
     ) -> list[tuple[Any, ...]]:

@@ -346,10 +346,18 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
         return (count, lo, hi) if count else (0, 0, -1)
 
     def complete(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
+        return self._complete(entity_id, token, now, f"seq IN {SEQS}", seqs_json(seqs))
+
+    def complete_span(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> int:
+        return len(self._complete(entity_id, token, now, "seq BETWEEN ? AND ?", lo, hi))
+
+    def _complete(
+        self, entity_id: int, token: str, now: float, which: str, *params: object
+    ) -> list[int]:
         rows = self._db.execute(
             "DELETE FROM messages WHERE entity_id = ? AND state = 'locked' AND lock_token = ?"
-            f" AND locked_until > ? AND seq IN {SEQS} RETURNING seq, size, body_id",
-            (entity_id, token, now, seqs_json(seqs)),
+            f" AND locked_until > ? AND {which} RETURNING seq, size, body_id",
+            (entity_id, token, now, *params),
         ).fetchall()
         self._delete_bodies([row[2] for row in rows])
         self._bump(entity_id, completed=len(rows), size_bytes=-sum(row[1] for row in rows))
