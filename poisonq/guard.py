@@ -36,6 +36,7 @@ from poisonq.failures import failure_from_exception
 from poisonq.model import FailureRecord
 
 Transform = Callable[[dict[str, Any]], dict[str, Any] | None]
+RowTransform = Callable[[Any], dict[str, Any] | None]  # what the guard runs: any row type
 WINDOW = 256  # rows per round trip to the child: the work a crash can lose
 _BETWEEN_WINDOWS = -1
 _HEADER = struct.Struct("!I")
@@ -62,7 +63,7 @@ Result = Ok | Failed | Crashed
 
 
 def apply(
-    transform: Transform, row: dict[str, Any], permanent: tuple[type[BaseException], ...]
+    transform: RowTransform, row: Any, permanent: tuple[type[BaseException], ...]
 ) -> Ok | Failed:
     """One row through the transform, its exception turned into data. A
     :class:`PermanentError`, or one of the ``permanent`` types, is permanent."""
@@ -74,14 +75,14 @@ def apply(
 
 
 def run_inline(
-    transform: Transform, rows: Sequence[dict[str, Any]], permanent: tuple[type[BaseException], ...]
+    transform: RowTransform, rows: Sequence[Any], permanent: tuple[type[BaseException], ...]
 ) -> list[Result]:
     """Without isolation: a crash still ends the worker (for platforms without fork)."""
     return [apply(transform, row, permanent) for row in rows]
 
 
 def run_isolated(
-    transform: Transform, rows: Sequence[dict[str, Any]], permanent: tuple[type[BaseException], ...]
+    transform: RowTransform, rows: Sequence[Any], permanent: tuple[type[BaseException], ...]
 ) -> list[Result]:
     """Every row's result, in order, with crashing rows as :class:`Crashed`."""
     return _helper(transform, permanent).run(rows)
@@ -90,7 +91,7 @@ def run_isolated(
 _HELPERS: dict[bytes, Helper] = {}
 
 
-def _helper(transform: Transform, permanent: tuple[type[BaseException], ...]) -> Helper:
+def _helper(transform: RowTransform, permanent: tuple[type[BaseException], ...]) -> Helper:
     from pyspark import cloudpickle  # pickles functions by value, as Spark ships them
 
     key: bytes = cloudpickle.dumps((transform, permanent))  # type: ignore[no-untyped-call]
@@ -117,7 +118,7 @@ class Helper:
     def alive(self) -> bool:
         return self._process.poll() is None
 
-    def run(self, rows: Sequence[dict[str, Any]]) -> list[Result]:
+    def run(self, rows: Sequence[Any]) -> list[Result]:
         results: list[Result | None] = [None] * len(rows)
         windows = deque(
             range(start, min(start + WINDOW, len(rows))) for start in range(0, len(rows), WINDOW)
@@ -194,7 +195,7 @@ def helper_main() -> None:
 
 
 def _child(
-    transform: Transform,
+    transform: RowTransform,
     permanent: tuple[type[BaseException], ...],
     progress: mmap.mmap,
     replies: int,
