@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	scripts/ensure-java
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,spark]'
+	$(BIN)/pip install --quiet -e '.[dev,spark,server]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -24,6 +24,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 test: lint
+	scripts/ensure-chromium
 	$(BIN)/pytest
 
 bench: $(STAMP)

@@ -171,6 +171,11 @@ class Engine:
                 if e.parent_id is None
             ]
 
+    def list_entities(self) -> list[QueueInfo]:
+        """Every queue and subqueue, by name, read in one transaction."""
+        with self.store.transaction() as tx:
+            return [self._info(tx, self._resolve(tx, e.name)) for e in tx.entities()]
+
     def counts(self, address: str) -> dict[str, int]:
         with self.store.transaction() as tx:
             return self._counts(tx, self._resolve(tx, address))
@@ -692,6 +697,25 @@ class Engine:
     def dead_letter_groups(self, address: str, by: str) -> list[DeadLetterGroup]:
         with self.store.transaction() as tx:
             return tx.dead_letter_groups(self._resolve(tx, address).entity.id, by)
+
+    def find(
+        self, address: str, where: MessageFilter, after_seq: int, limit: int
+    ) -> list[ReceivedMessage]:
+        """Unlocked held messages of ``address`` matching ``where`` after ``after_seq``,
+        oldest first, at most ``limit``: the messages a bulk task with ``where`` would take."""
+        _check_count(limit, "limit")
+        with self.store.transaction() as tx:
+            entity = self._resolve(tx, address).entity
+            found = (
+                tx.message(entity.id, entity.name, seq)
+                for seq in tx.select(entity.id, where, after_seq, limit)
+            )
+            return [message for message in found if message is not None]
+
+    def count_matching(self, address: str, where: MessageFilter) -> int:
+        """How many unlocked held messages of ``address`` match ``where``."""
+        with self.store.transaction() as tx:
+            return tx.count_matching(self._resolve(tx, address).entity.id, where)
 
     def start_task(
         self, kind: str, address: str, where: MessageFilter, spec: dict[str, Any]

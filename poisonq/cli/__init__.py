@@ -22,6 +22,7 @@ from poisonq.cli.messages import peek, receive, send
 from poisonq.cli.ops import audit, demo
 from poisonq.cli.pipeline import pipeline
 from poisonq.cli.queues import queue
+from poisonq.cli.serve import serve
 from poisonq.client import DEFAULT_URL
 from poisonq.errors import PoisonqError
 
@@ -61,13 +62,14 @@ def cli(ctx: click.Context, url: str) -> None:
       poisonq dlq show orders 42
       poisonq dlq resubmit orders --reason MaxDeliveryCountExceeded --rate 200
       poisonq audit
+      poisonq serve --port 8080 --open-reads
       poisonq pipeline run jobs/orders.py:transform --queue orders \
         --schema 'id long, total double' --output out/orders
     """
     ctx.obj = App(url, ctx)
 
 
-for _command in (queue, send, receive, peek, dlq, audit, pipeline, demo):
+for _command in (queue, send, receive, peek, dlq, audit, serve, pipeline, demo):
     cli.add_command(_command)
 
 
