@@ -3,13 +3,15 @@ ASGI test client, and a dead-letter queue filled the way failing consumers fill 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from poisonq import Broker, Message
+import poisonq
+from poisonq import Broker, ManualClock, Message
 from poisonq.server import create_app
 
 TOKEN = "s3cret-token"
@@ -69,3 +71,31 @@ def dead(broker: Broker, queue: str) -> dict[str, list[int]]:
     )
     receiver.dead_letter(receiver.receive(max_messages=1), "InvalidOrder", MALICIOUS)
     return {"MaxDeliveryCountExceeded": poisoned, "InvalidOrder": invalid, "hostile": hostile}
+
+
+class GatedClock(ManualClock):
+    """A manual clock whose ``sleep`` (the rate limiter's pause) waits until the test lets
+    it go, so a test can look at a task between two of its chunks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sleeping = threading.Event()
+        self.go = threading.Event()
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeping.set()
+        assert self.go.wait(10), "the test never released the task"
+        super().sleep(seconds)
+
+
+@pytest.fixture
+def gated(url: str) -> Iterator[tuple[Broker, GatedClock]]:
+    """A broker on a :class:`GatedClock` with ten messages dead-lettered as ``Broken``."""
+    clock = GatedClock()
+    with poisonq.connect(url, clock=clock) as broker:
+        broker.create_queue("orders")
+        broker.sender("orders").send([Message(body=str(n)) for n in range(10)])
+        receiver = broker.receiver("orders")
+        receiver.dead_letter(receiver.receive(max_messages=10), "Broken")
+        yield broker, clock
+        clock.go.set()  # never leave a task thread waiting

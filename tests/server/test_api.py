@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import base64
-import threading
 
 import pytest
 from fastapi.testclient import TestClient
 
-import poisonq
-from poisonq import Broker, ManualClock
+from poisonq import Broker
 from poisonq.server import create_app
 from tests.conftest import assert_balanced
-from tests.server.conftest import AUTH, MALICIOUS, TOKEN
+from tests.server.conftest import AUTH, MALICIOUS, TOKEN, GatedClock
 
 DLQ = "orders/$deadletterqueue"
 
@@ -186,45 +184,25 @@ def test_resubmit_to_another_queue(
     assert_balanced(broker)
 
 
-class GatedClock(ManualClock):
-    """A manual clock whose ``sleep`` (the rate limiter's pause) waits until the test lets
-    it go, so a test can look at a task between two of its chunks."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.sleeping = threading.Event()
-        self.go = threading.Event()
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeping.set()
-        assert self.go.wait(10), "the test never released the task"
-        super().sleep(seconds)
-
-
-def test_resubmit_progress_and_cancel(url: str) -> None:
-    clock = GatedClock()
-    with poisonq.connect(url, clock=clock) as broker:
-        broker.create_queue("orders")
-        broker.sender("orders").send([poisonq.Message(body=str(n)) for n in range(10)])
-        receiver = broker.receiver("orders")
-        receiver.dead_letter(receiver.receive(max_messages=10), "Broken")
-        with TestClient(create_app(broker, token=TOKEN)) as client:
-            # 5 messages a second: one message per chunk, then a pause (which waits here).
-            started = client.post(
-                "/api/queues/orders/deadletters/resubmit", json={"rate": 5}, headers=AUTH
-            ).json()
-            assert clock.sleeping.wait(10)
-            running = client.get(f"/api/tasks/{started['id']}", headers=AUTH).json()
-            assert (running["status"], running["done"], running["total"]) == ("running", 1, 10)
-            cancelled = client.post(f"/api/tasks/{started['id']}/cancel", headers=AUTH).json()
-            assert cancelled["status"] == "cancelled"
-            clock.go.set()
-            client.app.state.poisonq._running[started["id"]].wait(10)  # type: ignore[attr-defined]
-            final = client.get(f"/api/tasks/{started['id']}", headers=AUTH).json()
-        assert (final["status"], final["done"]) == ("cancelled", 1)
-        assert broker.counts("orders")["active"] == 1
-        assert broker.counts("orders")["dead_lettered"] == 9
-        assert_balanced(broker)
+def test_resubmit_progress_and_cancel(gated: tuple[Broker, GatedClock]) -> None:
+    broker, clock = gated
+    with TestClient(create_app(broker, token=TOKEN)) as client:
+        # 5 messages a second: one message per chunk, then a pause (which waits here).
+        started = client.post(
+            "/api/queues/orders/deadletters/resubmit", json={"rate": 5}, headers=AUTH
+        ).json()
+        assert clock.sleeping.wait(10)
+        running = client.get(f"/api/tasks/{started['id']}", headers=AUTH).json()
+        assert (running["status"], running["done"], running["total"]) == ("running", 1, 10)
+        cancelled = client.post(f"/api/tasks/{started['id']}/cancel", headers=AUTH).json()
+        assert cancelled["status"] == "cancelled"
+        clock.go.set()
+        client.app.state.poisonq._running[started["id"]].wait(10)  # type: ignore[attr-defined]
+        final = client.get(f"/api/tasks/{started['id']}", headers=AUTH).json()
+    assert (final["status"], final["done"]) == ("cancelled", 1)
+    assert broker.counts("orders")["active"] == 1
+    assert broker.counts("orders")["dead_lettered"] == 9
+    assert_balanced(broker)
 
 
 # Auth ---------------------------------------------------------------------------------------
