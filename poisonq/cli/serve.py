@@ -18,7 +18,13 @@ def _is_loopback(host: str) -> bool:
 
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=8080,
+    show_default=True,
+    help="Port to listen on.",
+)
 @click.option(
     "--token",
     envvar="POISONQ_TOKEN",
