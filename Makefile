@@ -19,8 +19,8 @@ demo: $(STAMP)
 	$(BIN)/poisonq demo --dir demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check poisonq tests bench
-	$(BIN)/ruff format --check poisonq tests bench
+	$(BIN)/ruff check poisonq tests bench scripts
+	$(BIN)/ruff format --check poisonq tests bench scripts
 	$(BIN)/mypy
 
 test: lint

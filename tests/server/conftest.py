@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 import poisonq
 from poisonq import Broker, ManualClock, Message
 from poisonq.server import create_app
+from poisonq.server.background import BackgroundServer
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -101,38 +102,7 @@ def gated(url: str) -> Iterator[tuple[Broker, GatedClock]]:
         clock.go.set()  # never leave a task thread waiting
 
 
-class LiveServer:
-    """uvicorn serving an app on 127.0.0.1 in a thread, on a port the OS picked."""
-
-    def __init__(self, app: FastAPI) -> None:
-        import socket
-
-        import uvicorn
-
-        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._socket.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
-        config = uvicorn.Config(app, log_level="warning", lifespan="on")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True
-        )
-
-    def __enter__(self) -> LiveServer:
-        self._thread.start()
-        for _ in range(200):  # at most 10 s
-            if self._server.started:
-                return self
-            self._thread.join(0.05)
-        raise RuntimeError("uvicorn did not start in 10 s")
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.should_exit = True
-        self._thread.join(10)
-        self._socket.close()
-
-
 @pytest.fixture
-def live(app: FastAPI) -> Iterator[LiveServer]:
-    with LiveServer(app) as server:
+def live(app: FastAPI) -> Iterator[BackgroundServer]:
+    with BackgroundServer(app) as server:
         yield server

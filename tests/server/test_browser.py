@@ -6,43 +6,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from poisonq import Broker
+from poisonq.server.background import BackgroundServer
 from tests.conftest import assert_balanced
-from tests.server.conftest import MALICIOUS, TOKEN, LiveServer
+from tests.server.chromium import launch
+from tests.server.conftest import MALICIOUS, TOKEN
 
 pytestmark = pytest.mark.browser
-
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-def launch(playwright_chromium: object) -> Browser:
-    """Chromium from Debian, never a downloaded one."""
-    if not CHROMIUM.exists():
-        pytest.fail("no /usr/bin/chromium: run scripts/ensure-chromium (make test does)")
-    return playwright_chromium.launch(  # type: ignore[attr-defined, no-any-return]
-        executable_path=str(CHROMIUM), args=ARGS
-    )
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     with sync_playwright() as playwright:
-        opened = launch(playwright.chromium)
+        opened = launch(playwright)
         yield opened
         opened.close()
 
@@ -56,7 +36,7 @@ def page(browser: Browser) -> Iterator[Page]:
     context.close()
 
 
-def log_in(page: Page, live: LiveServer) -> None:
+def log_in(page: Page, live: BackgroundServer) -> None:
     page.goto(f"{live.url}/ui/")
     expect(page).to_have_url(re.compile(r"/ui/login"))
     page.fill("input[name=token]", TOKEN)
@@ -65,7 +45,7 @@ def log_in(page: Page, live: LiveServer) -> None:
 
 
 def test_resubmit_from_the_explorer(
-    page: Page, live: LiveServer, broker: Broker, dead: dict[str, list[int]]
+    page: Page, live: BackgroundServer, broker: Broker, dead: dict[str, list[int]]
 ) -> None:
     log_in(page, live)
     page.click("#queues a.dead")  # the dead-letter depth of orders
@@ -87,7 +67,7 @@ def test_resubmit_from_the_explorer(
 
 
 def test_a_malicious_body_renders_as_text_and_never_runs(
-    page: Page, live: LiveServer, dead: dict[str, list[int]]
+    page: Page, live: BackgroundServer, dead: dict[str, list[int]]
 ) -> None:
     log_in(page, live)
     page.goto(f"{live.url}/ui/deadletters?queue=orders&reason=InvalidOrder")
@@ -101,7 +81,7 @@ def test_a_malicious_body_renders_as_text_and_never_runs(
     assert page.evaluate("() => document.scripts.length") == 0
 
 
-def test_the_policy_blocks_a_script_even_if_one_got_in(page: Page, live: LiveServer) -> None:
+def test_the_policy_blocks_a_script_even_if_one_got_in(page: Page, live: BackgroundServer) -> None:
     """Defence in depth: were a script ever to reach a page, the CSP would stop it."""
     violations: list[str] = []
     page.on("console", lambda message: violations.append(message.text))
