@@ -403,7 +403,9 @@ class Engine:
                     log.warning("dropped poison message(s) %s from %s", chosen, entity.name)
                 case _:
                     raise AssertionError(f"{action} is refused at queue creation")
-        return sorted(seq for chosen in poisoned.values() for seq in chosen)
+        given_up = sorted(seq for chosen in poisoned.values() for seq in chosen)
+        tx.count_poisoned(entity.id, len(given_up))
+        return given_up
 
     def receive_deferred(
         self, address: str, sequence_numbers: Sequence[int], lock_duration: float | None = None
@@ -438,6 +440,7 @@ class Engine:
                     now,
                     lock_token=token,
                 )
+                tx.count_poisoned(entity.id, len(spent))
             return [m for m in got if m.delivery_count <= limit]
 
     def peek(

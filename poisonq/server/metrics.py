@@ -30,6 +30,8 @@ _COUNTERS = {
     "dead_lettered": "Messages the entity dead-lettered",
     "resubmitted": "Dead-lettered messages resubmitted from the entity",
     "lock_expiries": "Locks that expired (each counts as an abandon)",
+    "abandoned": "Messages abandoned by a receiver (lock expiries are counted apart)",
+    "poisoned": "Poison events: messages that used every attempt (dead-lettered or dropped)",
 }
 
 

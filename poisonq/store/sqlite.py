@@ -60,7 +60,7 @@ _MESSAGE_COLUMNS = (
 _ENTITY_COLUMNS = (
     "id, name, parent_id, subqueue, status, status_cause, options, created_at, updated_at, "
     "sent, moved_in, completed, dropped, moved_out, dead_lettered, resubmitted, lock_expiries, "
-    "size_bytes"
+    "size_bytes, abandoned, poisoned"
 )
 _HELD = "('scheduled', 'active', 'locked', 'deferred', 'dead_lettered')"
 _LIVE = "('scheduled', 'active', 'locked', 'deferred')"
@@ -137,7 +137,7 @@ def _entity(row: Sequence[Any]) -> EntityRecord:
         options=row[6],
         created_at=row[7],
         updated_at=row[8],
-        ledger=Ledger(*row[9:18]),
+        ledger=Ledger(*row[9:20]),
     )
 
 
@@ -493,6 +493,8 @@ class SqliteTransaction(Transaction):
         ).rowcount
         if lock_expired:
             self._bump(entity_id, lock_expiries=changed)
+        else:
+            self._bump(entity_id, abandoned=changed)
         return changed
 
     def defer(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> int:
@@ -555,6 +557,9 @@ class SqliteTransaction(Transaction):
         self._bump(entity_id, moved_out=moved, dead_lettered=moved, size_bytes=-size)
         self._bump(target_id, moved_in=moved, size_bytes=size)
         return [row[0] for row in rows]
+
+    def count_poisoned(self, entity_id: int, count: int) -> None:
+        self._bump(entity_id, poisoned=count)
 
     def drop(self, entity_id: int, seqs: Sequence[int]) -> int:
         rows = self._db.execute(

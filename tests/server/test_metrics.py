@@ -10,7 +10,7 @@ import textwrap
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from poisonq import Broker, ManualClock, Message
+from poisonq import Broker, ManualClock, Message, RetryPolicy
 from tests.server.conftest import AUTH
 
 
@@ -74,6 +74,33 @@ def test_lifetime_counters(
     assert value(samples, "poisonq_resubmitted_total", **dlq) == 3
     assert value(samples, "poisonq_moved_in_total", **main) == 3
     assert value(samples, "poisonq_dropped_total", **main) == 0
+    # The fixture abandoned three messages three times each, and the third poisoned them.
+    assert value(samples, "poisonq_abandoned_total", **main) == 9
+    assert value(samples, "poisonq_poisoned_total", **main) == 3
+
+
+def test_poison_events_count_dropped_poison_and_spent_deferred_messages(
+    client: TestClient, broker: Broker
+) -> None:
+    broker.create_queue(
+        "audit", retry=RetryPolicy(receive_retry_count=0, receive_error_handling="drop")
+    )
+    broker.create_queue("orders", max_delivery_count=1)
+    broker.sender("audit").send([Message(body=b"a")] * 2)
+    broker.sender("orders").send(Message(body=b"o"))
+    audit = broker.receiver("audit")
+    audit.abandon(audit.receive(max_messages=2), error=TimeoutError("slow"))
+    orders = broker.receiver("orders")
+    deferred = orders.receive()
+    orders.defer(deferred)
+    assert orders.receive_deferred(deferred[0].sequence_number) == []  # spent: dead-lettered
+    samples = scrape(client)
+    assert value(samples, "poisonq_poisoned_total", queue="audit", subqueue="main") == 2
+    assert value(samples, "poisonq_dropped_total", queue="audit", subqueue="main") == 2
+    assert value(samples, "poisonq_abandoned_total", queue="audit", subqueue="main") == 2
+    assert value(samples, "poisonq_poisoned_total", queue="orders", subqueue="main") == 1
+    reason = "MaxDeliveryCountExceeded"
+    assert value(samples, "poisonq_dead_letters", queue="orders", reason=reason) == 1
 
 
 def test_counters_include_what_other_processes_did(
