@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import parse_qsl, urlencode
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader
 
@@ -27,6 +27,7 @@ from poisonq.server.auth import SESSION_COOKIE
 from poisonq.server.state import ServerState, server_state
 
 State = Annotated[ServerState, Depends(server_state)]
+NonNegative = Annotated[int, Query(ge=0)]
 PAGE = 50
 FILTERS = ("reason", "subject", "fingerprint", "min_sequence", "max_sequence")
 _INT_FILTERS = ("min_sequence", "max_sequence")
@@ -75,7 +76,7 @@ def body_view(body: bytes) -> tuple[str, str]:
 
 
 def _page(request: Request, template: str, status_code: int = 200, **context: Any) -> Response:
-    state: ServerState = request.app.state.poisonq
+    state = server_state(request)
     logged_in = state.auth.session_ok(request)
     html = _templates.get_template(template).render(
         logged_in=logged_in,
@@ -117,7 +118,7 @@ class LoginNeeded(Exception):
 
 
 def _reader(request: Request) -> None:
-    state: ServerState = request.app.state.poisonq
+    state = server_state(request)
     if not state.auth.open_reads and not state.auth.session_ok(request):
         raise LoginNeeded(request.url.path + (f"?{request.url.query}" if request.url.query else ""))
 
@@ -128,7 +129,7 @@ class Unauthorized(Exception):
 
 def _writer(request: Request, form: Form) -> None:
     """A change needs the session cookie and the CSRF value in the form."""
-    state: ServerState = request.app.state.poisonq
+    state = server_state(request)
     if not (state.auth.session_ok(request) and state.auth.csrf_ok(form.get("csrf", ""))):
         raise Unauthorized()
 
@@ -162,10 +163,11 @@ def overview(request: Request, state: State) -> Response:
 
 
 @router.get("/deadletters", dependencies=[Reader])
-def explorer(request: Request, state: State, queue: str, by: str = "reason") -> Response:
+def explorer(
+    request: Request, state: State, queue: str, by: str = "reason", after: NonNegative = 0
+) -> Response:
     params = dict(request.query_params)
     where = _filters(params)
-    after = int(params.get("after", "0") or 0)
     groups = state.broker.dead_letter_groups(queue, by)
     messages = state.broker.dead_letters(queue, after=after, limit=PAGE, **where)
     matching = state.broker.count_dead_letters(queue, **where)

@@ -223,3 +223,20 @@ def test_errors_are_pages_with_escaped_text(open_client: TestClient, queue: str)
     bad = open_client.get("/ui/deadletters?queue=%3Cscript%3E")
     assert bad.status_code == 400 and "<script>" not in bad.text and "&lt;script&gt;" in bad.text
     assert open_client.get("/ui/confirm?queue=orders&action=drop").status_code == 400
+
+
+def test_the_explorer_pages_through_many_messages(open_client: TestClient, broker: Broker) -> None:
+    broker.create_queue("orders")
+    broker.sender("orders").send([Message(body=str(n)) for n in range(55)])
+    receiver = broker.receiver("orders")
+    receiver.dead_letter(receiver.receive(max_messages=55), "Broken")
+    first = open_client.get("/ui/deadletters?queue=orders").text
+    rows = re.findall(r'<a href="message\?address=[^"]+">(\d+)</a>', first)
+    assert rows == [str(n) for n in range(1, 51)]
+    following = re.search(r'<a href="([^"]+)">next page', first)
+    assert following
+    second = open_client.get("/ui/deadletters" + following.group(1).replace("&amp;", "&")).text
+    assert re.findall(r'<a href="message\?address=[^"]+">(\d+)</a>', second) == [
+        str(n) for n in range(51, 56)
+    ]
+    assert "next page" not in second
