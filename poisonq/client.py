@@ -35,7 +35,7 @@ from poisonq.options import QueueOptions
 from poisonq.receivers import Messages, Receiver, Sender, SessionReceiver, lock_seconds
 from poisonq.reports import AuditReport, QueueInfo
 from poisonq.store import open_store
-from poisonq.store.base import DeadLetterGroup, MessageFilter, Store
+from poisonq.store.base import DeadLetterGroup, MessageFilter, Store, TaskRecord
 from poisonq.tasks import BulkTask, purge_task, resubmit_task
 
 log = logging.getLogger(__name__)
@@ -146,6 +146,11 @@ class Broker:
 
     def delete_queue(self, name: str) -> None:
         self.engine.delete_queue(name)
+
+    def entities(self) -> list[QueueInfo]:
+        """Every queue and each of its subqueues (dead-letter, retry, transfer dead-letter)
+        with counts and ledger, by name: what an operator's overview and metrics show."""
+        return self.engine.list_entities()
 
     def set_status(
         self, address: str, status: EntityStatus | str, cause: str | None = None
@@ -301,6 +306,18 @@ class Broker:
             raise InvalidOptionError(f"group by reason, subject or fingerprint, not {by!r}")
         return self.engine.dead_letter_groups(self._dlq(queue), by)
 
+    def dead_letters(
+        self, queue: str, *, after: int = 0, limit: int = 100, **where: Any
+    ) -> list[ReceivedMessage]:
+        """Dead-lettered messages of ``queue`` after sequence number ``after`` matching the
+        filters of :meth:`resubmit` (at most ``limit``, oldest first): the messages a
+        resubmit or purge with the same filters would take."""
+        return self.engine.find(self._dlq(queue), _filter(where), after, limit)
+
+    def count_dead_letters(self, queue: str, **where: Any) -> int:
+        """How many dead-lettered messages of ``queue`` match the filters of :meth:`resubmit`."""
+        return self.engine.count_matching(self._dlq(queue), _filter(where))
+
     def resubmit(
         self,
         queue: str,
@@ -319,6 +336,8 @@ class Broker:
             raise InvalidOptionError(
                 "the namespace dead-letter queue has no queue of its own: resubmit with to=QUEUE"
             )
+        if to is not None:
+            self.get_queue(to)  # an unknown target fails here, not in the task's first chunk
         task = resubmit_task(self.engine, self._dlq(queue), _filter(where), to, rate)
         return task.run(wait=wait, progress=progress)
 
@@ -332,6 +351,15 @@ class Broker:
         """Drop dead-lettered messages of ``queue`` that match the filters (all by default)."""
         task = purge_task(self.engine, self._dlq(queue), _filter(where))
         return task.run(wait=True, progress=progress)
+
+    def task(self, task_id: int) -> TaskRecord:
+        """A resubmit or purge task's progress, whichever process runs it."""
+        return self.engine.task(task_id)
+
+    def cancel_task(self, task_id: int) -> TaskRecord:
+        """Cancel a running task; the process running it stops after its current chunk, and
+        what was moved stays moved. A finished task stays as it finished."""
+        return self.engine.finish_task(task_id, "cancelled")
 
     def _dlq(self, queue: str) -> str:
         """``orders`` means its dead-letter queue here; a subqueue address (or the namespace

@@ -18,6 +18,7 @@ helper per transform (a cache, not state: a lost helper is started again).
 
 from __future__ import annotations
 
+import atexit
 import gc
 import mmap
 import os
@@ -91,12 +92,20 @@ def run_isolated(
 _HELPERS: dict[bytes, Helper] = {}
 
 
+@atexit.register
+def _close_helpers() -> None:
+    while _HELPERS:
+        _HELPERS.popitem()[1].close()
+
+
 def _helper(transform: RowTransform, permanent: tuple[type[BaseException], ...]) -> Helper:
     from pyspark import cloudpickle  # pickles functions by value, as Spark ships them
 
     key: bytes = cloudpickle.dumps((transform, permanent))  # type: ignore[no-untyped-call]
     helper = _HELPERS.get(key)
     if helper is None or not helper.alive:
+        if helper is not None:
+            helper.close()
         helper = _HELPERS[key] = Helper(key)
     return helper
 
@@ -117,6 +126,17 @@ class Helper:
     @property
     def alive(self) -> bool:
         return self._process.poll() is None
+
+    def close(self) -> None:
+        """End the helper: the end of its input ends its child, then itself."""
+        assert self._process.stdin is not None and self._process.stdout is not None
+        self._process.stdin.close()
+        try:
+            self._process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        self._process.stdout.close()
 
     def run(self, rows: Sequence[Any]) -> list[Result]:
         results: list[Result | None] = [None] * len(rows)

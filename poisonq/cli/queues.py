@@ -12,7 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from poisonq.cli.app import App, apply_options
-from poisonq.cli.output import emit, iso_time, json_option, table
+from poisonq.cli.output import emit, json_option, table
+from poisonq.jsonview import queue_json
 from poisonq.model import FaultAction, ReceiveErrorHandling
 from poisonq.options import QueueOptions, RetryPolicy
 from poisonq.reports import QueueInfo
@@ -144,28 +145,9 @@ def _queue_changes(options: dict[str, Any], policy: RetryPolicy | None = None) -
     return given
 
 
-def _queue_json(info: QueueInfo) -> dict[str, Any]:
-    options = info.options.to_json()
-    options["max_delivery_count"] = info.options.max_delivery_count
-    return {
-        "name": info.name,
-        "kind": info.kind,
-        "subqueue": info.subqueue,
-        "status": info.status,
-        "status_cause": info.status_cause,
-        "event": info.event.to_json() if info.event else None,
-        "filter": info.filter,
-        "options": options,
-        "counts": info.counts,
-        "ledger": dataclasses.asdict(info.ledger),
-        "created_at": iso_time(info.created_at),
-        "updated_at": iso_time(info.updated_at),
-    }
-
-
 def _queue_detail(info: QueueInfo) -> RenderableType:
     """The queue's status and options (the retry policy flattened) beside its counts."""
-    data = _queue_json(info)
+    data = queue_json(info)
     options = data.pop("options")
     retry = {f"retry.{k}": v for k, v in options.pop("retry").items()}
     event = {f"event.{k}": v for k, v in (data.pop("event") or {}).items()}
@@ -177,7 +159,7 @@ def _queue_detail(info: QueueInfo) -> RenderableType:
 
 
 def _show_queue(app: App, info: QueueInfo, as_json: bool) -> None:
-    emit(app, as_json, _queue_json(info), lambda: _queue_detail(info))
+    emit(app, as_json, queue_json(info), lambda: _queue_detail(info))
 
 
 COUNT_COLUMNS = ("active", "scheduled", "locked", "deferred", "dead_lettered", "completed")
@@ -213,7 +195,7 @@ def queue_create(app: App, /, name: str, as_json: bool, **options: Any) -> None:
 def queue_list(app: App, /, as_json: bool) -> None:
     """List queues with their status and message counts."""
     queues = app.broker.list_queues()
-    emit(app, as_json, [_queue_json(q) for q in queues], lambda: _queues_table(queues))
+    emit(app, as_json, [queue_json(q) for q in queues], lambda: _queues_table(queues))
 
 
 @queue.command("show")

@@ -132,6 +132,11 @@ class Admin(EngineBase):
                 if e.parent_id is None and e.subqueue is None
             ]
 
+    def list_entities(self) -> list[QueueInfo]:
+        """Every queue, topic, subscription and subqueue, by name, read in one transaction."""
+        with self.store.transaction() as tx:
+            return [self._info(tx, self._resolve(tx, e.name)) for e in tx.entities()]
+
     def counts(self, address: str) -> dict[str, int]:
         with self.store.transaction() as tx:
             return self._counts(tx, self._resolve(tx, address))

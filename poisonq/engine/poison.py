@@ -75,6 +75,7 @@ class Poisoning(Routing):
         if poisoned:
             action = policy.receive_error_handling
             self._poison(tx, target, self._with_sessions(tx, target, poisoned), action, failure)
+            tx.count_poisoned(entity.id, len(poisoned))
         return sorted(poisoned)
 
     def _with_sessions(self, tx: Transaction, target: Target, seqs: list[int]) -> list[int]:

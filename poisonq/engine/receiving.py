@@ -82,6 +82,7 @@ class Receiving(Poisoning):
                 reason = DeadLetterReason.MAX_DELIVERY_COUNT_EXCEEDED
                 why = f"deferred after its last delivery ({limit} attempts)"
                 self._dead_letter(tx, target, spent, reason, why, None, now, lock_token=token)
+                tx.count_poisoned(entity.id, len(spent))
             return [m for m in got if m.delivery_count <= limit]
 
     def peek(

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from poisonq.engine.base import EngineBase
+from poisonq.engine.base import EngineBase, check_count
 from poisonq.errors import EntityDisabledError, TaskNotFoundError
+from poisonq.model import ReceivedMessage
 from poisonq.store.base import DeadLetterGroup, MessageFilter, TaskRecord
 
 
@@ -13,6 +14,25 @@ class Tasks(EngineBase):
     def dead_letter_groups(self, address: str, by: str) -> list[DeadLetterGroup]:
         with self.store.transaction() as tx:
             return tx.dead_letter_groups(self._resolve(tx, address).entity.id, by)
+
+    def find(
+        self, address: str, where: MessageFilter, after_seq: int, limit: int
+    ) -> list[ReceivedMessage]:
+        """Unlocked held messages of ``address`` matching ``where`` after ``after_seq``,
+        oldest first, at most ``limit``: the messages a bulk task with ``where`` would take."""
+        check_count(limit, "limit")
+        with self.store.transaction() as tx:
+            entity = self._resolve(tx, address).entity
+            found = (
+                tx.message(entity.id, entity.name, seq)
+                for seq in tx.select(entity.id, where, after_seq, limit)
+            )
+            return [message for message in found if message is not None]
+
+    def count_matching(self, address: str, where: MessageFilter) -> int:
+        """How many unlocked held messages of ``address`` match ``where``."""
+        with self.store.transaction() as tx:
+            return tx.count_matching(self._resolve(tx, address).entity.id, where)
 
     def start_task(
         self, kind: str, address: str, where: MessageFilter, spec: dict[str, Any]

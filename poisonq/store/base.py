@@ -48,6 +48,8 @@ class Ledger:
     resubmitted: int = 0
     lock_expiries: int = 0
     size_bytes: int = 0
+    abandoned: int = 0  # abandons by a receiver; lock expiries are counted apart
+    poisoned: int = 0  # messages the retry policy dead-lettered or dropped
 
 
 @dataclass(frozen=True, slots=True)
@@ -395,6 +397,10 @@ class Transaction(ABC):
         """Move held messages into the dead-letter queue ``target_id``; with ``lock_token``,
         only those validly locked under it. Each keeps its ``delivery_count`` as
         ``dead_lettered_deliveries``. Returns the sequence numbers moved."""
+
+    @abstractmethod
+    def count_poisoned(self, entity_id: int, count: int) -> None:
+        """Add ``count`` poison events (messages the retry policy gave up on) to the ledger."""
 
     @abstractmethod
     def drop(self, entity_id: int, seqs: Sequence[int]) -> int:

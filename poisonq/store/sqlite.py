@@ -384,6 +384,8 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
         ).rowcount
         if lock_expired:
             self._bump(entity_id, lock_expiries=changed)
+        else:
+            self._bump(entity_id, abandoned=changed)
         return changed
 
     def defer(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> int:
@@ -447,6 +449,9 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
         self._bump(entity_id, moved_out=moved, dead_lettered=moved, size_bytes=-size)
         self._bump(target_id, moved_in=moved, size_bytes=size)
         return [row[0] for row in rows]
+
+    def count_poisoned(self, entity_id: int, count: int) -> None:
+        self._bump(entity_id, poisoned=count)
 
     def drop(self, entity_id: int, seqs: Sequence[int]) -> int:
         rows = self._db.execute(

@@ -21,7 +21,7 @@ MESSAGE_COLUMNS = (
 ENTITY_COLUMNS = (
     "id, name, parent_id, subqueue, status, status_cause, options, created_at, updated_at, "
     "sent, moved_in, completed, dropped, moved_out, dead_lettered, resubmitted, lock_expiries, "
-    "size_bytes, rollbacks"
+    "size_bytes, abandoned, poisoned, rollbacks"
 )
 HELD = "('scheduled', 'active', 'locked', 'deferred', 'dead_lettered')"
 LIVE = "('scheduled', 'active', 'locked', 'deferred')"
@@ -98,8 +98,8 @@ def entity_row(row: Sequence[Any]) -> EntityRecord:
         options=row[6],
         created_at=row[7],
         updated_at=row[8],
-        ledger=Ledger(*row[9:18]),
-        rollbacks=row[18],
+        ledger=Ledger(*row[9:20]),
+        rollbacks=row[20],
     )
 
 
