@@ -101,15 +101,40 @@ def _close_helpers() -> None:
 
 
 def _helper(transform: RowTransform, permanent: tuple[type[BaseException], ...]) -> Helper:
-    from pyspark import cloudpickle  # pickles functions by value, as Spark ships them
+    import cloudpickle
 
-    key: bytes = cloudpickle.dumps((transform, permanent))  # type: ignore[no-untyped-call]
+    key: bytes = cloudpickle.dumps((transform, permanent))
     helper = _HELPERS.get(key)
     if helper is None or not helper.alive:
         if helper is not None:
             helper.close()
-        helper = _HELPERS[key] = Helper(key)
+        helper = _HELPERS[key] = _start(key, transform, permanent)
     return helper
+
+
+def _start(
+    light: bytes, transform: RowTransform, permanent: tuple[type[BaseException], ...]
+) -> Helper:
+    """A helper running the transform. cloudpickle pickles functions by value, as Spark ships
+    them; the copy inside pyspark would make the helper import pyspark, which doubles the cost
+    of every fork, so it is used only when the helper cannot load the light pickle (a module
+    that pyspark's copy was told to pickle by value)."""
+    try:
+        return Helper(light)
+    except _Unloadable:
+        from pyspark import cloudpickle as spark_cloudpickle
+
+        heavy: bytes = spark_cloudpickle.dumps((transform, permanent))  # type: ignore[no-untyped-call]
+        try:
+            return Helper(heavy)
+        except _Unloadable as exc:
+            raise RuntimeError(
+                f"the guard's helper process cannot load the transform: {exc}"
+            ) from None
+
+
+class _Unloadable(Exception):
+    """The helper process could not unpickle the transform."""
 
 
 class Helper:
@@ -124,6 +149,10 @@ class Helper:
             stdout=subprocess.PIPE,
         )
         self._send(pickled_transform)
+        match self._receive():
+            case ("unloadable", why):
+                self.close()
+                raise _Unloadable(why)
         self._rows = 0  # run by the children so far, and how many of them crashed
         self._crashes = 0
 
@@ -211,7 +240,12 @@ def helper_main() -> None:
     first = _read_frame(0)
     if first is None:
         return
-    transform, permanent = pickle.loads(first)
+    try:
+        transform, permanent = pickle.loads(first)
+    except Exception as exc:  # a module it refers to is missing here: the caller retries
+        _write_frame(replies, pickle.dumps(("unloadable", f"{type(exc).__name__}: {exc}")))
+        return
+    _write_frame(replies, pickle.dumps(("ready",)))
     gc.freeze()  # a child's collections must not write to (and so copy) the helper's pages
     with mmap.mmap(-1, _PROGRESS.size) as progress:  # shared with the children
         while True:

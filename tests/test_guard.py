@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import sys
+import types
 from typing import Any
 
 import pytest
+from pyspark import cloudpickle as spark_cloudpickle
 
 from poisonq import PermanentError
 from poisonq.guard import WINDOW, Crashed, Failed, Ok, run_inline, run_isolated
@@ -109,3 +112,18 @@ def loud(row: dict[str, Any]) -> dict[str, Any]:
 def test_a_transform_that_prints_does_not_corrupt_the_results() -> None:
     results = run_isolated(loud, [{"n": n} for n in range(50)], ())
     assert results == [Ok({"n": n}) for n in range(50)]
+
+
+def test_a_transform_only_pyspark_can_ship_still_runs_in_the_helper() -> None:
+    # A module the helper cannot import, which Spark was told to ship by value: the light
+    # pickle refers to it by name, so the helper falls back to pyspark's pickle.
+    module = types.ModuleType("poisonq_test_unimportable")
+    exec("def double(row):\n    return {'n': row['n'] * 2}\n", module.__dict__)
+    sys.modules[module.__name__] = module
+    spark_cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
+    try:
+        results = run_isolated(module.double, rows(3), ())
+    finally:
+        spark_cloudpickle.unregister_pickle_by_value(module)  # type: ignore[no-untyped-call]
+        del sys.modules[module.__name__]
+    assert results == [Ok({"n": 0}), Ok({"n": 2}), Ok({"n": 4})]
