@@ -30,6 +30,7 @@ test: lint
 bench: $(STAMP)
 	$(BIN)/python bench/queue_throughput.py
 	$(BIN)/python bench/pipeline_throughput.py
+	$(BIN)/python bench/pipeline_floors.py
 
 clean:
 	rm -rf $(VENV) demo .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,105 @@
+"""The floors under the pipeline's speed on this machine, without poisonq's code in the way.
+
+- SQLite: lock and then complete 100,000 messages durably (WAL, ``synchronous=FULL``) with bare
+  SQL on poisonq's own schema: the least a store of per-message locks can cost per message.
+- fork: one cycle of fork, exit and wait of a Python process, bare and after ``import
+  poisonq`` (what the crash guard's helper holds when a transform refers to
+  ``poisonq.PermanentError``): the least a crash that kills its process can cost.
+
+Prints one line: ``sqlite_lock_complete_us_per_msg=… fork_cycle_ms_bare=…
+fork_cycle_ms_poisonq=…``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import resources
+from pathlib import Path
+
+FORK_CYCLES = 300
+_FORK_LOOP = f"""
+import gc, os, sys, time
+if sys.argv[1:]:
+    import poisonq
+gc.freeze()
+started = time.perf_counter()
+for _ in range({FORK_CYCLES}):
+    pid = os.fork()
+    if pid == 0:
+        os._exit(1)
+    os.waitpid(pid, 0)
+print((time.perf_counter() - started) / {FORK_CYCLES} * 1e3)
+"""
+
+
+def sqlite_floor(count: int) -> float:
+    """Microseconds per message to lock ``count`` messages and complete them."""
+    schema = resources.files("poisonq.store").joinpath("migrations/sqlite/0001_initial.sql")
+    with tempfile.TemporaryDirectory() as work:
+        db = sqlite3.connect(Path(work) / "floor.db", isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.executescript(schema.read_text())
+        db.execute(
+            "INSERT INTO entities (id, name, options, created_at, updated_at)"
+            " VALUES (1, 'orders', '{}', 0, 0)"
+        )
+        body = b'{"order_id": 123456, "customer": "C01234", "amount": 12.3}'
+        db.execute("BEGIN")
+        db.executemany(
+            "INSERT INTO bodies (id, body) VALUES (?, ?)", ((n, body) for n in range(1, count + 1))
+        )
+        db.executemany(
+            "INSERT INTO messages (entity_id, state, message_id, body_id, size, enqueued_at)"
+            " VALUES (1, 'active', ?, ?, 60, 0)",
+            ((str(n), n) for n in range(1, count + 1)),
+        )
+        db.execute("COMMIT")
+        started = time.perf_counter()
+        db.execute("BEGIN IMMEDIATE")
+        db.execute(
+            "UPDATE messages SET state = 'locked', lock_token = 't', locked_until = 1e12,"
+            " delivery_count = delivery_count + 1 WHERE seq IN (SELECT seq FROM messages"
+            " WHERE entity_id = 1 AND state = 'active' ORDER BY seq LIMIT ?) RETURNING seq",
+            (count,),
+        ).fetchall()
+        db.execute("COMMIT")
+        db.execute("BEGIN IMMEDIATE")
+        db.execute(
+            "DELETE FROM messages WHERE entity_id = 1 AND state = 'locked' AND lock_token = 't'"
+            " AND seq BETWEEN 1 AND ? RETURNING body_id",
+            (count,),
+        ).fetchall()
+        db.execute("DELETE FROM bodies WHERE id BETWEEN 1 AND ?", (count,))
+        db.execute("COMMIT")
+        elapsed = time.perf_counter() - started
+        db.close()
+    return elapsed / count * 1e6
+
+
+def fork_cycle(*modules: str) -> float:
+    """Milliseconds per fork, exit and wait, in a fresh interpreter."""
+    out = subprocess.run(
+        [sys.executable, "-c", _FORK_LOOP, *modules], capture_output=True, text=True, check=True
+    )
+    return float(out.stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=100_000)
+    args = parser.parse_args()
+    print(
+        f"sqlite_lock_complete_us_per_msg={sqlite_floor(args.messages):.1f}"
+        f" fork_cycle_ms_bare={fork_cycle():.2f}"
+        f" fork_cycle_ms_poisonq={fork_cycle('poisonq'):.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
