@@ -23,6 +23,7 @@ class StatusEvent:
     description: str
     sequence_number: int | None = None
     rollbacks: int | None = None
+    pending: tuple[int, ...] = ()  # further poison messages of a fault, in their turn
 
     def to_text(self) -> str:
         return json.dumps(
@@ -32,6 +33,7 @@ class StatusEvent:
                 "description": self.description,
                 "sequence_number": self.sequence_number,
                 "rollbacks": self.rollbacks,
+                "pending": list(self.pending),
             }
         )
 
@@ -49,6 +51,7 @@ class StatusEvent:
                 str(data["description"]),
                 data.get("sequence_number"),
                 data.get("rollbacks"),
+                tuple(int(seq) for seq in data.get("pending", ())),
             )
         except (ValueError, KeyError, TypeError):
             return cls(StatusEventKind.OPERATOR, time, text)
@@ -61,6 +64,7 @@ class StatusEvent:
             "description": self.description,
             "sequence_number": self.sequence_number,
             "rollbacks": self.rollbacks,
+            "pending": list(self.pending),
         }
 
 

@@ -72,6 +72,31 @@ def test_an_operator_resolves_a_fault_by_sequence_number(
     assert_balanced(broker)
 
 
+def test_messages_poisoned_together_fault_the_queue_in_turn(broker: Broker) -> None:
+    broker.create_queue("orders", retry=_policy("fault"))
+    first, second, third = broker.sender("orders").send([Message(body=b"bad")] * 3)
+    assert _poison(broker) == [first, second, third]  # one batch, poisoned at once
+    faulted = broker.get_queue("orders").event
+    assert faulted is not None and faulted.sequence_number == first
+    assert faulted.pending == (second, third)
+
+    info = broker.resolve_poison("orders", first, "move")
+    # Still faulted: the others used every delivery too and must not be delivered again.
+    assert info.status == "receive_disabled"
+    assert info.event is not None and info.event.sequence_number == second
+    with pytest.raises(PoisonMessageError) as caught:
+        broker.receiver("orders").receive()
+    assert caught.value.sequence_number == second
+    broker.resolve_poison("orders", third, "drop")  # any order the operator likes
+    info = broker.resolve_poison("orders", second, "resubmit")
+    assert info.status == "active" and info.event is None
+    [again] = broker.receiver("orders").receive()
+    assert again.delivery_count == 1
+    counts = broker.counts("orders")
+    assert (counts["dead_lettered"], counts["dropped"]) == (1, 1)
+    assert_balanced(broker)
+
+
 def test_drop_removes_counts_and_logs_the_poison_message(
     broker: Broker, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -112,7 +112,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.max_seq = 0
         self.completed = {MAIN: 0, DEAD: 0}
         self.dropped = 0
-        self.faulted: int | None = None  # the sequence number the queue faulted on
+        self.faulted: list[int] = []  # the poison messages the queue faulted on, in turn
         # Every delivery since the last invariant check: (delivery_count, expires_at, now).
         self.deliveries: list[tuple[int, float | None, float]] = []
 
@@ -226,22 +226,22 @@ class QueueMachine(RuleBasedStateMachine):
                 self._to_dead_letter(m, DeadLetterReason.REJECTED)
                 m.where = REJECTED
             case "fault":
-                if self.faulted is None:
-                    self.faulted = m.seq  # the message stays, active
+                if m.seq not in self.faulted:
+                    self.faulted.append(m.seq)  # the message stays, active
         return True
 
     def _housekeep(self, where: str) -> bool:
         """What the engine does at the start of a receive on ``where``, in the same order;
         returns whether the queue can still be received from (a lock expiry may fault it)."""
         now = self.now
-        faulted_before = self.faulted
+        faulted_before = bool(self.faulted)
         for m in self._in(where, MessageState.LOCKED):
             assert m.locked_until is not None
             if m.locked_until <= now:
                 self._release(m)
         if where == DEAD:
             return True  # no TTL and no scheduling in a dead-letter queue
-        if self.faulted is not None and faulted_before is None:
+        if self.faulted and not faulted_before:
             return False
         for m in self._in(RETRY, MessageState.SCHEDULED):
             assert m.visible_at is not None
@@ -349,29 +349,38 @@ class QueueMachine(RuleBasedStateMachine):
 
     def _refused_as_faulted(self, receiver: Receiver) -> bool:
         """A faulted queue refuses receives with the poison message's sequence number."""
-        if self.faulted is None:
+        if not self.faulted:
             return False
         with pytest.raises(PoisonMessageError) as caught:
             receiver.receive()
-        assert caught.value.sequence_number == self.faulted
+        assert caught.value.sequence_number == self.faulted[0]
         return True
 
-    @precondition(lambda self: self.ready and self.faulted is not None)
+    @precondition(lambda self: self.ready and bool(self.faulted))
     @rule(action=st.sampled_from(["move", "drop", "resubmit"]))
     def resolve_fault(self, action: str) -> None:
-        """The operator acts on the poison message by sequence number and enables the queue;
-        if the message left meanwhile (its TTL ran out), the operator only enables it."""
-        seq = self.faulted
-        assert seq is not None
-        m = self.msgs.get(seq)
-        self.faulted = None
-        if m is None or m.where != MAIN or m.state is not MessageState.ACTIVE:
-            with pytest.raises(MessageNotFoundError):
-                self.broker.resolve_poison(Q, seq, action)
+        """The operator acts on the poison message by sequence number; the queue is enabled
+        once no other poison message of the fault waits. A message that left meanwhile is
+        refused as unknown and the operator goes on to the next (or only enables it)."""
+
+        def waiting(seq: int) -> bool:
+            m = self.msgs.get(seq)
+            return m is not None and m.where == MAIN and m.state is MessageState.ACTIVE
+
+        while self.faulted:
+            seq = self.faulted.pop(0)
+            if not waiting(seq):
+                with pytest.raises(MessageNotFoundError):
+                    self.broker.resolve_poison(Q, seq, action)
+                continue
+            m = self.msgs[seq]
+            info = self.broker.resolve_poison(Q, seq, action)
+            self.faulted = [s for s in self.faulted if waiting(s)]
+            assert info.status == ("receive_disabled" if self.faulted else "active")
+            break
+        else:
             self.broker.enable(Q)
             return
-        info = self.broker.resolve_poison(Q, seq, action)
-        assert info.status == "active"
         match action:
             case "move":
                 self._to_dead_letter(m, DeadLetterReason.MAX_DELIVERY_COUNT_EXCEEDED)

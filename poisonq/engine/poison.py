@@ -6,6 +6,7 @@ lazy housekeeping, and the operator's way out of a fault.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import defaultdict
 from collections.abc import Sequence
@@ -26,7 +27,7 @@ from poisonq.model import (
 )
 from poisonq.options import MoveToRetry, Poison, Redeliver
 from poisonq.reports import QueueInfo, StatusEvent
-from poisonq.store.base import LockInfo, MessageFilter, Transaction
+from poisonq.store.base import EntityRecord, LockInfo, MessageFilter, Transaction
 
 log = logging.getLogger(__name__)
 
@@ -114,10 +115,28 @@ class Poisoning(Routing):
             case ReceiveErrorHandling.REJECT:
                 self._reject(tx, target, seqs, description, now)
             case ReceiveErrorHandling.FAULT:
-                why = f"poison message {seqs[0]}" + (f": {description}" if description else "")
-                event = StatusEvent(StatusEventKind.FAULT, now, why, sequence_number=seqs[0])
-                self._disable_receive(tx, target, event)
-                log.error("%s faulted on %s", entity.name, why)
+                self._fault(tx, target, seqs, description, now)
+
+    def _fault(
+        self, tx: Transaction, target: Target, seqs: list[int], description: str | None, now: float
+    ) -> None:
+        """The queue refuses receives until an operator has acted on each poison message.
+        Messages poisoned together, or while the queue is faulted, wait their turn in the
+        event's ``pending``: none of them may be delivered again."""
+        entity = tx.entity_by_id(target.entity.id)
+        event = StatusEvent.from_text(entity.status_cause, now)
+        if not entity.status.can_receive and event and event.kind is StatusEventKind.FAULT:
+            known = {event.sequence_number, *event.pending}
+            pending = (*event.pending, *(seq for seq in seqs if seq not in known))
+            faulted = dataclasses.replace(event, pending=pending)
+            tx.set_status(entity.id, entity.status, faulted.to_text(), now)
+            return
+        why = f"poison message {seqs[0]}" + (f": {description}" if description else "")
+        event = StatusEvent(
+            StatusEventKind.FAULT, now, why, sequence_number=seqs[0], pending=tuple(seqs[1:])
+        )
+        self._disable_receive(tx, target, event)
+        log.error("%s faulted on %s", entity.name, why)
 
     def _reject(
         self, tx: Transaction, target: Target, seqs: list[int], description: str | None, now: float
@@ -223,8 +242,32 @@ class Poisoning(Routing):
                     ttl = target.options.default_message_ttl
                     expires = None if ttl is None else now + ttl
                     tx.resubmit(entity.id, [sequence_number], home.id, now, expires)
-            if enable:
+            left = self._still_poisoned(tx, entity, sequence_number, now)
+            if left:
+                why = f"poison message {left[0]} (message {sequence_number} was {action}d)"
+                event = StatusEvent(
+                    StatusEventKind.FAULT, now, why, sequence_number=left[0], pending=left[1:]
+                )
+                tx.set_status(entity.id, EntityStatus.RECEIVE_DISABLED, event.to_text(), now)
+            elif enable:
                 tx.set_status(entity.id, EntityStatus.ACTIVE, None, now)
                 tx.reset_rollbacks(entity.id)
             log.warning("%s message %d of %s by an operator", action, sequence_number, entity.name)
             return self._info(tx, self._resolve(tx, address))
+
+    def _still_poisoned(
+        self, tx: Transaction, entity: EntityRecord, resolved: int, now: float
+    ) -> tuple[int, ...]:
+        """The poison messages of the entity's fault that wait for the operator after
+        ``resolved``: those still held there and not locked."""
+        event = StatusEvent.from_text(entity.status_cause, now)
+        if event is None or event.kind is not StatusEventKind.FAULT:
+            return ()
+        left = []
+        for seq in (event.sequence_number, *event.pending):
+            if seq is None or seq == resolved:
+                continue
+            found = tx.message(entity.id, entity.name, seq)
+            if found is not None and found.state is not MessageState.LOCKED:
+                left.append(seq)
+        return tuple(left)
