@@ -1,0 +1,643 @@
+"""The SQL of the PostgreSQL store: one :class:`PostgresTransaction` per store transaction.
+
+The statements follow the SQLite store's one for one (same tables, columns and guards), so a
+method added there ports by translating placeholders: ``?`` → ``%s``, ``json_each(?)`` →
+``= ANY(%s)`` with a list, ``json_insert`` → ``jsonb ||``. What differs is concurrency.
+SQLite runs one writer at a time; here transactions run side by side under READ COMMITTED, so:
+
+- receiving locks rows with ``FOR UPDATE SKIP LOCKED``: competing receivers take disjoint
+  batches without waiting for each other;
+- every read that a later statement of the same transaction acts on (expired locks and TTLs,
+  the locks a settlement names, the messages a bulk task selects) locks its rows
+  (``FOR UPDATE``), so no other transaction can change them in between;
+- the ledger is kept in memory during the transaction and written in one statement just
+  before ``COMMIT``: the entity row is the one row every transaction on a queue updates, and
+  holding its lock only for the commit itself keeps concurrent consumers from queueing behind
+  each other's whole transactions. Entities are updated in id order, so two transactions
+  never wait for each other's entity rows in a cycle.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from psycopg import Connection, Pipeline, errors
+
+from poisonq.errors import EntityExistsError
+from poisonq.model import EntityStatus, Lease, MessageState, ReceivedMessage, SubQueue
+from poisonq.store.base import (
+    DeadLetterGroup,
+    EntityRecord,
+    Ledger,
+    LockInfo,
+    MessageFilter,
+    NewMessage,
+    TaskRecord,
+    Transaction,
+)
+
+# The row mappers are the SQLite store's: these column lists return the same values in the
+# same order (``failures::text`` is the JSON text SQLite keeps).
+from poisonq.store.sqlite import _entity as entity_from_row
+from poisonq.store.sqlite import _message as message_from_row
+
+NOTIFY_CHANNEL = "poisonq"
+
+_MESSAGE_COLUMNS = (
+    "seq, message_id, body, content_type, subject, properties, session_id, correlation_id,"
+    " reply_to, state, enqueued_at, scheduled_at, expires_at, delivery_count, abort_count,"
+    " move_count, resubmit_count, hop_count, lock_token, locked_until, dead_letter_reason,"
+    " dead_letter_description, dead_letter_source, failures::text"
+)
+_ENTITY_COLUMNS = (
+    "id, name, parent_id, subqueue, status, status_cause, options, created_at, updated_at, "
+    "sent, moved_in, completed, dropped, moved_out, dead_lettered, resubmitted, lock_expiries, "
+    "size_bytes"
+)
+_LEDGER = Ledger.__slots__
+_FLUSH_LEDGER = (
+    "UPDATE entities SET "
+    + ", ".join(f"{name} = {name} + %s" for name in _LEDGER)
+    + " WHERE id = %s"
+)
+_HELD = "('scheduled', 'active', 'locked', 'deferred', 'dead_lettered')"
+_LIVE = "('scheduled', 'active', 'locked', 'deferred')"
+_GROUP_KEYS = {
+    "reason": ("dead_letter_reason", "dead_letter_reason"),
+    "subject": ("subject", "subject"),
+    "fingerprint": ("last_fingerprint", "last_error_type"),
+}
+_STATES = {s.value: s for s in MessageState}
+# Appends a failure record (a JSON object, or NULL for none) to the history, and keeps the
+# columns dead-letter analysis groups by.
+_RECORD_FAILURE = (
+    " failures = CASE WHEN %(failure)s::jsonb IS NULL THEN failures"
+    "   ELSE coalesce(failures, '[]'::jsonb) || jsonb_build_array(%(failure)s::jsonb) END,"
+    " last_error_type = coalesce(%(failure)s::jsonb ->> 'error_type', last_error_type),"
+    " last_fingerprint = coalesce(%(failure)s::jsonb ->> 'fingerprint', last_fingerprint)"
+)
+
+
+def _failure_json(failure: dict[str, Any] | None) -> str | None:
+    # jsonb refuses the escape \u0000, which an exception message may well contain.
+    return json.dumps(failure).replace("\\u0000", "\\ufffd") if failure else None
+
+
+def _filter_sql(where: MessageFilter) -> tuple[str, list[Any]]:
+    clauses: list[str] = []
+    params: list[Any] = []
+    for column, value, op in (
+        ("dead_letter_reason", where.reason, "="),
+        ("subject", where.subject, "="),
+        ("last_fingerprint", where.fingerprint, "="),
+        ("seq", where.min_sequence, ">="),
+        ("seq", where.max_sequence, "<="),
+        ("coalesce(dead_lettered_at, enqueued_at)", where.since, ">="),
+        ("coalesce(dead_lettered_at, enqueued_at)", where.until, "<"),
+    ):
+        if value is not None:
+            clauses.append(f" AND {column} {op} %s")
+            params.append(value)
+    return "".join(clauses), params
+
+
+class PostgresTransaction(Transaction):
+    def __init__(self, conn: Connection[Any], pipeline: Pipeline) -> None:
+        self._db = conn
+        self._pipeline = pipeline
+        self._ledger: dict[int, dict[str, int]] = defaultdict(lambda: dict.fromkeys(_LEDGER, 0))
+        self.notify = False  # whether this transaction made a message receivable
+
+    def _all(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
+        return self._db.execute(sql, params).fetchall()
+
+    def _count(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> int:
+        """Run a statement and return how many rows it changed (which waits for it)."""
+        cur = self._db.execute(sql, params)
+        self._pipeline.sync()
+        return cur.rowcount
+
+    def _bump(self, entity_id: int, **deltas: int) -> None:
+        """Add ``deltas`` to the entity's ledger at commit (see the module docstring)."""
+        ledger = self._ledger[entity_id]
+        for name, delta in deltas.items():
+            ledger[name] += delta
+
+    def flush_ledger(self) -> None:
+        """Write the ledger changes so far, entities in id order, in one round trip."""
+        changes = [
+            (*ledger.values(), entity_id)
+            for entity_id, ledger in sorted(self._ledger.items())
+            if any(ledger.values())
+        ]
+        self._ledger.clear()
+        if changes:
+            with self._db.cursor() as cur:
+                cur.executemany(_FLUSH_LEDGER, changes)
+
+    # Entities -----------------------------------------------------------------------------
+    def insert_entity(
+        self,
+        name: str,
+        parent_id: int | None,
+        subqueue: SubQueue | None,
+        options: str,
+        now: float,
+    ) -> int:
+        try:
+            with self._db.transaction():  # a savepoint: the error must not abort the rest
+                (row,) = self._all(
+                    "INSERT INTO entities (name, parent_id, subqueue, options, created_at,"
+                    " updated_at) VALUES (%s, %s, %s, %s, %s, %s) RETURNING id",
+                    (name, parent_id, subqueue, options, now, now),
+                )
+        except errors.UniqueViolation as exc:
+            raise EntityExistsError(name) from exc
+        return int(row[0])
+
+    def entity(self, name: str) -> EntityRecord | None:
+        self.flush_ledger()
+        rows = self._all(f"SELECT {_ENTITY_COLUMNS} FROM entities WHERE name = %s", (name,))
+        return entity_from_row(rows[0]) if rows else None
+
+    def entity_by_id(self, entity_id: int) -> EntityRecord:
+        self.flush_ledger()
+        (row,) = self._all(f"SELECT {_ENTITY_COLUMNS} FROM entities WHERE id = %s", (entity_id,))
+        return entity_from_row(row)
+
+    def entities(self) -> list[EntityRecord]:
+        self.flush_ledger()
+        return [
+            entity_from_row(row)
+            for row in self._all(f"SELECT {_ENTITY_COLUMNS} FROM entities ORDER BY name")
+        ]
+
+    def set_options(self, entity_id: int, options: str, now: float) -> None:
+        self._db.execute(
+            "UPDATE entities SET options = %s, updated_at = %s WHERE id = %s",
+            (options, now, entity_id),
+        )
+
+    def set_status(
+        self, entity_id: int, status: EntityStatus, cause: str | None, now: float
+    ) -> None:
+        self._db.execute(
+            "UPDATE entities SET status = %s, status_cause = %s, updated_at = %s WHERE id = %s",
+            (status.value, cause, now, entity_id),
+        )
+        self.notify = True  # an enabled queue may have messages to receive
+
+    def delete_entity(self, entity_id: int) -> None:
+        # Messages, leases, duplicate-detection ids and tasks go with it (ON DELETE CASCADE).
+        self._ledger.clear()
+        self._db.execute(
+            "DELETE FROM entities WHERE id = %(id)s OR parent_id = %(id)s", {"id": entity_id}
+        )
+
+    def held_counts(self, entity_id: int) -> dict[MessageState, int]:
+        rows = self._all(
+            "SELECT state, count(*) FROM messages WHERE entity_id = %s GROUP BY state",
+            (entity_id,),
+        )
+        return {_STATES[state]: n for state, n in rows}
+
+    # Sending ------------------------------------------------------------------------------
+    def insert_messages(self, entity_id: int, rows: Sequence[NewMessage], now: float) -> list[int]:
+        # One statement for the whole batch: each column is bound as one array and the rows
+        # are rebuilt with unnest, so the statement text (and its prepared plan) never changes
+        # with the batch size. A column no message uses is bound as NULL, which unnest pads.
+        def column(name: str) -> list[Any] | None:
+            values = [getattr(m, name) for m in rows]
+            return values if any(v is not None for v in values) else None
+
+        scheduled = column("scheduled_at")
+        seqs = self._all(
+            "INSERT INTO messages (entity_id, enqueued_at, state, message_id, body, size,"
+            " content_type, subject, properties, session_id, correlation_id, reply_to,"
+            " scheduled_at, visible_at, expires_at)"
+            " SELECT %s, %s, r.state, r.message_id, r.body, r.size, r.content_type, r.subject,"
+            " r.properties, r.session_id, r.correlation_id, r.reply_to, r.scheduled_at,"
+            " r.scheduled_at, r.expires_at"
+            " FROM unnest(%s::text[], %s::text[], %s::bytea[], %s::int[], %s::text[], %s::text[],"
+            " %s::text[], %s::text[], %s::text[], %s::text[], %s::float8[], %s::float8[])"
+            " WITH ORDINALITY AS r(state, message_id, body, size, content_type, subject,"
+            " properties, session_id, correlation_id, reply_to, scheduled_at, expires_at, n)"
+            " ORDER BY r.n RETURNING seq",
+            (
+                entity_id,
+                now,
+                [m.state.value for m in rows],
+                [m.message_id for m in rows],
+                [m.body for m in rows],
+                [m.size for m in rows],
+                column("content_type"),
+                column("subject"),
+                column("properties"),
+                column("session_id"),
+                column("correlation_id"),
+                column("reply_to"),
+                scheduled,
+                column("expires_at"),
+            ),
+        )
+        self._bump(entity_id, sent=len(rows), size_bytes=sum(m.size for m in rows))
+        self.notify = True
+        # Identity values are drawn in the order the rows are inserted (ORDER BY r.n).
+        return sorted(row[0] for row in seqs)
+
+    def seen_message_ids(self, entity_id: int, message_ids: Sequence[str], now: float) -> set[str]:
+        rows = self._all(
+            "SELECT message_id FROM seen_message_ids WHERE entity_id = %s AND expires_at > %s"
+            " AND message_id = ANY(%s)",
+            (entity_id, now, list(message_ids)),
+        )
+        return {row[0] for row in rows}
+
+    def remember_message_ids(
+        self, entity_id: int, message_ids: Sequence[str], expires_at: float
+    ) -> None:
+        self._db.execute(
+            "INSERT INTO seen_message_ids (entity_id, message_id, expires_at)"
+            " SELECT %s, unnest(%s::text[]), %s ON CONFLICT (entity_id, message_id)"
+            " DO UPDATE SET expires_at = excluded.expires_at",
+            (entity_id, list(message_ids), expires_at),
+        )
+
+    def forget_message_ids(self, now: float) -> int:
+        return self._count("DELETE FROM seen_message_ids WHERE expires_at <= %s", (now,))
+
+    # Receiving ----------------------------------------------------------------------------
+    def lock_ready(
+        self,
+        entity_id: int,
+        name: str,
+        ready: MessageState,
+        limit: int,
+        token: str,
+        locked_until: float,
+    ) -> list[ReceivedMessage]:
+        rows = self._all(
+            "UPDATE messages SET state = 'locked', lock_token = %s, locked_until = %s,"
+            " delivery_count = delivery_count + 1"
+            " WHERE seq IN (SELECT seq FROM messages WHERE entity_id = %s AND state = %s"
+            f" ORDER BY seq LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING {_MESSAGE_COLUMNS}",
+            (token, locked_until, entity_id, ready.value, limit),
+        )
+        rows.sort(key=lambda row: row[0])
+        return [message_from_row(row, name) for row in rows]
+
+    def take_ready(
+        self, entity_id: int, name: str, ready: MessageState, limit: int
+    ) -> list[ReceivedMessage]:
+        rows = self._all(
+            "DELETE FROM messages WHERE seq IN (SELECT seq FROM messages WHERE entity_id = %s"
+            " AND state = %s ORDER BY seq LIMIT %s FOR UPDATE SKIP LOCKED)"
+            f" RETURNING {_MESSAGE_COLUMNS}, size",
+            (entity_id, ready.value, limit),
+        )
+        rows.sort(key=lambda row: row[0])
+        self._bump(entity_id, completed=len(rows), size_bytes=-sum(row[-1] for row in rows))
+        taken = [message_from_row(row[:-1], name) for row in rows]
+        for message in taken:
+            message.delivery_count += 1
+            message.state = MessageState.COMPLETED
+        return taken
+
+    def lock_deferred(
+        self, entity_id: int, name: str, seqs: Sequence[int], token: str, locked_until: float
+    ) -> list[ReceivedMessage]:
+        rows = self._all(
+            "UPDATE messages SET state = 'locked', lock_token = %s, locked_until = %s,"
+            " delivery_count = delivery_count + 1"
+            " WHERE entity_id = %s AND state = 'deferred' AND seq = ANY(%s)"
+            f" RETURNING {_MESSAGE_COLUMNS}",
+            (token, locked_until, entity_id, list(seqs)),
+        )
+        rows.sort(key=lambda row: row[0])
+        return [message_from_row(row, name) for row in rows]
+
+    def peek(self, entity_id: int, name: str, from_seq: int, limit: int) -> list[ReceivedMessage]:
+        rows = self._all(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE entity_id = %s AND seq >= %s"
+            " ORDER BY seq LIMIT %s",
+            (entity_id, from_seq, limit),
+        )
+        return [message_from_row(row, name) for row in rows]
+
+    def seq_span(self, entity_id: int) -> tuple[int, int, int]:
+        ((count, lo, hi),) = self._all(
+            "SELECT count(*), min(seq), max(seq) FROM messages WHERE entity_id = %s",
+            (entity_id,),
+        )
+        return (count, lo, hi) if count else (0, 0, -1)
+
+    def message(self, entity_id: int, name: str, seq: int) -> ReceivedMessage | None:
+        rows = self._all(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE entity_id = %s AND seq = %s",
+            (entity_id, seq),
+        )
+        return message_from_row(rows[0], name) if rows else None
+
+    def locked(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[LockInfo]:
+        # FOR UPDATE: the settlement that follows acts on exactly these rows, and no lock
+        # sweep of another transaction can release them in between.
+        rows = self._all(
+            "SELECT seq, delivery_count, move_count FROM messages WHERE entity_id = %s"
+            " AND state = 'locked' AND lock_token = %s AND locked_until > %s AND seq = ANY(%s)"
+            " ORDER BY seq FOR UPDATE",
+            (entity_id, token, now, list(seqs)),
+        )
+        return [LockInfo(*row) for row in rows]
+
+    def expired_locks(self, entity_id: int, now: float) -> list[LockInfo]:
+        # SKIP LOCKED: an expired lock that another transaction is already releasing (or its
+        # owner is settling, and will find lost) is that transaction's to handle.
+        rows = self._all(
+            "SELECT seq, delivery_count, move_count FROM messages WHERE entity_id = %s"
+            " AND state = 'locked' AND locked_until <= %s ORDER BY seq FOR UPDATE SKIP LOCKED",
+            (entity_id, now),
+        )
+        return [LockInfo(*row) for row in rows]
+
+    def expired_messages(self, entity_id: int, now: float) -> list[int]:
+        rows = self._all(
+            "SELECT seq FROM messages WHERE entity_id = %s AND expires_at <= %s"
+            " AND state IN ('scheduled', 'active', 'deferred') ORDER BY seq"
+            " FOR UPDATE SKIP LOCKED",
+            (entity_id, now),
+        )
+        return [row[0] for row in rows]
+
+    def promote_scheduled(self, entity_id: int, now: float) -> int:
+        promoted = self._count(
+            "UPDATE messages SET state = 'active' WHERE entity_id = %s AND state = 'scheduled'"
+            " AND visible_at <= %s",
+            (entity_id, now),
+        )
+        self.notify = self.notify or promoted > 0
+        return promoted
+
+    # Leases -------------------------------------------------------------------------------
+    def lock_ready_seqs(
+        self, entity_id: int, ready: MessageState, limit: int, token: str, locked_until: float
+    ) -> list[int]:
+        rows = self._all(
+            "UPDATE messages SET state = 'locked', lock_token = %s, locked_until = %s,"
+            " delivery_count = delivery_count + 1"
+            " WHERE seq IN (SELECT seq FROM messages WHERE entity_id = %s AND state = %s"
+            " ORDER BY seq LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING seq",
+            (token, locked_until, entity_id, ready.value, limit),
+        )
+        return sorted(row[0] for row in rows)
+
+    def insert_lease(self, entity_id: int, lease: Lease) -> None:
+        self._db.execute(
+            "INSERT INTO leases (entity_id, consumer, number, lock_token, count, min_seq,"
+            " max_seq, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+            (
+                entity_id,
+                lease.consumer,
+                lease.number,
+                lease.lock_token,
+                lease.count,
+                lease.min_sequence,
+                lease.max_sequence,
+                lease.created_at,
+            ),
+        )
+
+    def lease(self, entity_id: int, name: str, consumer: str, number: int | None) -> Lease | None:
+        rows = self._all(
+            "SELECT consumer, number, lock_token, count, min_seq, max_seq, created_at"
+            " FROM leases WHERE entity_id = %(entity)s AND consumer = %(consumer)s"
+            " AND (%(number)s::bigint IS NULL OR number = %(number)s)"
+            " ORDER BY number DESC LIMIT 1",
+            {"entity": entity_id, "consumer": consumer, "number": number},
+        )
+        return Lease(name, *rows[0]) if rows else None
+
+    def delete_leases(self, entity_id: int, consumer: str, before: int) -> None:
+        self._db.execute(
+            "DELETE FROM leases WHERE entity_id = %s AND consumer = %s AND number < %s",
+            (entity_id, consumer, before),
+        )
+
+    def lease_seqs(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> list[int]:
+        rows = self._all(
+            "SELECT seq FROM messages WHERE entity_id = %s AND state = 'locked'"
+            " AND seq BETWEEN %s AND %s AND lock_token = %s AND locked_until > %s ORDER BY seq",
+            (entity_id, lo, hi, token, now),
+        )
+        return [row[0] for row in rows]
+
+    def lease_rows(
+        self, entity_id: int, token: str, lo: int, hi: int, now: float
+    ) -> list[tuple[Any, ...]]:
+        return self._all(
+            "SELECT seq, message_id, body, content_type, subject, properties, session_id,"
+            " correlation_id, enqueued_at, delivery_count FROM messages"
+            " WHERE entity_id = %s AND state = 'locked' AND seq BETWEEN %s AND %s"
+            " AND lock_token = %s AND locked_until > %s ORDER BY seq",
+            (entity_id, lo, hi, token, now),
+        )
+
+    # Settling -----------------------------------------------------------------------------
+    def complete(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
+        rows = self._all(
+            "DELETE FROM messages WHERE entity_id = %s AND state = 'locked' AND lock_token = %s"
+            " AND locked_until > %s AND seq = ANY(%s) RETURNING seq, size",
+            (entity_id, token, now, list(seqs)),
+        )
+        self._bump(entity_id, completed=len(rows), size_bytes=-sum(row[1] for row in rows))
+        return [row[0] for row in rows]
+
+    def release(
+        self,
+        entity_id: int,
+        seqs: Sequence[int],
+        ready: MessageState,
+        failure: dict[str, Any] | None,
+        lock_expired: bool,
+    ) -> int:
+        changed = self._count(
+            "UPDATE messages SET state = %(ready)s, lock_token = NULL, locked_until = NULL,"
+            f" abort_count = abort_count + 1, {_RECORD_FAILURE}"
+            " WHERE entity_id = %(entity)s AND state = 'locked' AND seq = ANY(%(seqs)s)",
+            {
+                "ready": ready.value,
+                "failure": _failure_json(failure),
+                "entity": entity_id,
+                "seqs": list(seqs),
+            },
+        )
+        if lock_expired:
+            self._bump(entity_id, lock_expiries=changed)
+        self.notify = True
+        return changed
+
+    def defer(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> int:
+        return self._count(
+            "UPDATE messages SET state = 'deferred', lock_token = NULL, locked_until = NULL"
+            " WHERE entity_id = %s AND state = 'locked' AND lock_token = %s AND locked_until > %s"
+            " AND seq = ANY(%s)",
+            (entity_id, token, now, list(seqs)),
+        )
+
+    def renew(
+        self, entity_id: int, token: str, seqs: Sequence[int], now: float, locked_until: float
+    ) -> int:
+        return self._count(
+            "UPDATE messages SET locked_until = %s WHERE entity_id = %s AND state = 'locked'"
+            " AND lock_token = %s AND locked_until > %s AND seq = ANY(%s)",
+            (locked_until, entity_id, token, now, list(seqs)),
+        )
+
+    def dead_letter(
+        self,
+        entity_id: int,
+        seqs: Sequence[int],
+        target_id: int,
+        reason: str,
+        description: str | None,
+        source: str,
+        failure: dict[str, Any] | None,
+        now: float,
+        lock_token: str | None = None,
+    ) -> list[int]:
+        rows = self._all(
+            "UPDATE messages SET entity_id = %(target)s, state = 'dead_lettered',"
+            " lock_token = NULL, locked_until = NULL, dead_letter_reason = %(reason)s,"
+            # Without a description, the last recorded failure describes the message.
+            " dead_letter_description = coalesce(%(description)s,"
+            "   (failures -> -1 ->> 'error_type') || ': ' || (failures -> -1 ->> 'message')),"
+            f" dead_letter_source = %(source)s, dead_lettered_at = %(now)s, {_RECORD_FAILURE}"
+            f" WHERE entity_id = %(entity)s AND state IN {_LIVE}"
+            " AND (%(token)s::text IS NULL"
+            "   OR (state = 'locked' AND lock_token = %(token)s AND locked_until > %(now)s))"
+            " AND seq = ANY(%(seqs)s) RETURNING seq, size",
+            {
+                "target": target_id,
+                "reason": reason,
+                "description": description,
+                "source": source,
+                "now": now,
+                "failure": _failure_json(failure),
+                "entity": entity_id,
+                "token": lock_token,
+                "seqs": list(seqs),
+            },
+        )
+        moved, size = len(rows), sum(row[1] for row in rows)
+        self._bump(entity_id, moved_out=moved, dead_lettered=moved, size_bytes=-size)
+        self._bump(target_id, moved_in=moved, size_bytes=size)
+        self.notify = self.notify or moved > 0
+        return sorted(row[0] for row in rows)
+
+    def drop(self, entity_id: int, seqs: Sequence[int]) -> int:
+        rows = self._all(
+            f"DELETE FROM messages WHERE entity_id = %s AND state IN {_HELD} AND seq = ANY(%s)"
+            " RETURNING size",
+            (entity_id, list(seqs)),
+        )
+        self._bump(entity_id, dropped=len(rows), size_bytes=-sum(row[0] for row in rows))
+        return len(rows)
+
+    def resubmit(
+        self,
+        entity_id: int,
+        seqs: Sequence[int],
+        target_id: int,
+        now: float,
+        expires_at: float | None,
+    ) -> int:
+        # One statement moves the rows: the copies get new, ascending sequence numbers (in
+        # the old order), so a resubmitted message joins the back of the queue as a new send.
+        rows = self._all(
+            "WITH gone AS (DELETE FROM messages WHERE entity_id = %(entity)s"
+            " AND state IN ('active', 'deferred', 'dead_lettered') AND seq = ANY(%(seqs)s)"
+            " RETURNING *)"
+            " INSERT INTO messages (entity_id, state, message_id, body, size, content_type,"
+            " subject, properties, session_id, correlation_id, reply_to, enqueued_at, expires_at,"
+            " abort_count, resubmit_count, hop_count, last_error_type, last_fingerprint, failures)"
+            " SELECT %(target)s, 'active', message_id, body, size, content_type, subject,"
+            " properties, session_id, correlation_id, reply_to, %(now)s, %(expires)s,"
+            " abort_count, resubmit_count + 1, hop_count, last_error_type, last_fingerprint,"
+            " failures FROM gone ORDER BY seq RETURNING size",
+            {
+                "entity": entity_id,
+                "seqs": list(seqs),
+                "target": target_id,
+                "now": now,
+                "expires": expires_at,
+            },
+        )
+        moved, size = len(rows), sum(row[0] for row in rows)
+        self._bump(entity_id, moved_out=moved, resubmitted=moved, size_bytes=-size)
+        self._bump(target_id, moved_in=moved, size_bytes=size)
+        self.notify = self.notify or moved > 0
+        return moved
+
+    # Dead-letter analysis and tasks ------------------------------------------------------
+    def dead_letter_groups(self, entity_id: int, by: str) -> list[DeadLetterGroup]:
+        key, label = _GROUP_KEYS[by]
+        rows = self._all(
+            f"SELECT {key}, max({label}), count(*),"
+            " min(coalesce(dead_lettered_at, enqueued_at)),"
+            " max(coalesce(dead_lettered_at, enqueued_at))"
+            f" FROM messages WHERE entity_id = %s GROUP BY {key}"
+            f" ORDER BY count(*) DESC, {key} NULLS FIRST",
+            (entity_id,),
+        )
+        return [DeadLetterGroup(*row) for row in rows]
+
+    def select(self, entity_id: int, where: MessageFilter, after_seq: int, limit: int) -> list[int]:
+        clauses, params = _filter_sql(where)
+        # Locked here, so a receiver cannot take them before the task moves or drops them.
+        rows = self._all(
+            "SELECT seq FROM messages WHERE entity_id = %s AND state != 'locked' AND seq > %s"
+            f"{clauses} ORDER BY seq LIMIT %s FOR UPDATE SKIP LOCKED",
+            (entity_id, after_seq, *params, limit),
+        )
+        return [row[0] for row in rows]
+
+    def count_matching(self, entity_id: int, where: MessageFilter) -> int:
+        clauses, params = _filter_sql(where)
+        ((n,),) = self._all(
+            f"SELECT count(*) FROM messages WHERE entity_id = %s AND state != 'locked'{clauses}",
+            (entity_id, *params),
+        )
+        return int(n)
+
+    def insert_task(
+        self, kind: str, entity_id: int, spec: dict[str, Any], total: int, now: float
+    ) -> int:
+        ((task_id,),) = self._all(
+            "INSERT INTO tasks (kind, entity_id, status, spec, total, created_at, updated_at)"
+            " VALUES (%s, %s, 'running', %s, %s, %s, %s) RETURNING id",
+            (kind, entity_id, json.dumps(spec), total, now, now),
+        )
+        return int(task_id)
+
+    def task(self, task_id: int) -> TaskRecord | None:
+        rows = self._all(
+            "SELECT id, kind, entity_id, status, spec, total, done, created_at, updated_at, error"
+            " FROM tasks WHERE id = %s",
+            (task_id,),
+        )
+        if not rows:
+            return None
+        task_id, kind, entity_id, status, spec, total, done, created, updated, error = rows[0]
+        return TaskRecord(
+            task_id, kind, entity_id, status, json.loads(spec), total, done, created, updated, error
+        )
+
+    def update_task(
+        self, task_id: int, done: int, status: str, error: str | None, now: float
+    ) -> None:
+        self._db.execute(
+            "UPDATE tasks SET done = %s, status = %s, error = %s, updated_at = %s WHERE id = %s",
+            (done, status, error, now, task_id),
+        )
