@@ -5,21 +5,33 @@ completes them in batches, then sends ``--dead-letter`` more and dead-letters th
 received. Prints one machine-readable line:
 
     store=sqlite produce_msgs_per_s=... consume_complete_msgs_per_s=... dlq_move_msgs_per_s=...
+
+With a PostgreSQL store (``--url postgresql://...``, or ``--postgres`` for a temporary
+server started from the machine's binaries, durable as installed) it then runs the plain pgmq
+SQL pattern (``bench/pgmq_pattern.py``) on the same server with the same batches and prints
+a second line with its rates and poisonq's ratio to them:
+
+    pgmq_produce_msgs_per_s=... ratio_produce=... ratio_consume_complete=... ratio_dlq_move=...
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import tempfile
 import time
+from collections.abc import Iterator
+
+import pgmq_pattern
 
 import poisonq
 from poisonq import Message
 
+PHASES = ("produce", "consume_complete", "dlq_move")
 
-def _send(broker: poisonq.Broker, queue: str, count: int, size: int, batch: int) -> float:
-    body = os.urandom(size // 2).hex().encode()[:size]
+
+def _send(broker: poisonq.Broker, queue: str, count: int, body: bytes, batch: int) -> float:
     sender = broker.sender(queue)
     started = time.perf_counter()
     for start in range(0, count, batch):
@@ -46,34 +58,58 @@ def _drain(broker: poisonq.Broker, queue: str, count: int, batch: int, dead_lett
     return count / (time.perf_counter() - started)
 
 
+def _poisonq(url: str, args: argparse.Namespace, body: bytes) -> dict[str, float]:
+    with poisonq.connect(url) as broker:
+        queue = f"bench-{os.getpid()}-{int(time.time())}"
+        broker.create_queue(queue)
+        try:
+            produce = _send(broker, queue, args.messages, body, args.batch)
+            consume = _drain(broker, queue, args.messages, args.batch, dead_letter=False)
+            _send(broker, queue, args.dead_letter, body, args.batch)
+            move = _drain(broker, queue, args.dead_letter, args.batch, dead_letter=True)
+            assert broker.audit().ok, "the ledger does not balance"
+        finally:
+            broker.delete_queue(queue)
+    return dict(zip(PHASES, (produce, consume, move), strict=True))
+
+
+@contextlib.contextmanager
+def _store_url(args: argparse.Namespace, tmp: str) -> Iterator[str]:
+    if not args.postgres:
+        yield args.url or f"sqlite:///{tmp}/bench.db"
+        return
+    from poisonq.testing.pgserver import TemporaryServer
+
+    with TemporaryServer() as server:
+        yield server.create_database("bench")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--url", help="store URL (default: a fresh SQLite file, synchronous=FULL)")
+    parser.add_argument(
+        "--postgres", action="store_true", help="start a temporary PostgreSQL server and use it"
+    )
     parser.add_argument("--messages", type=int, default=50_000)
     parser.add_argument("--dead-letter", type=int, default=10_000)
     parser.add_argument("--size", type=int, default=512)
     parser.add_argument("--batch", type=int, default=100)
     args = parser.parse_args()
+    body = os.urandom(args.size // 2 + 1).hex()[: args.size]
 
-    with tempfile.TemporaryDirectory() as tmp:
-        url = args.url or f"sqlite:///{tmp}/bench.db"
-        with poisonq.connect(url) as broker:
-            queue = f"bench-{os.getpid()}-{int(time.time())}"
-            broker.create_queue(queue)
-            try:
-                produce = _send(broker, queue, args.messages, args.size, args.batch)
-                consume = _drain(broker, queue, args.messages, args.batch, dead_letter=False)
-                _send(broker, queue, args.dead_letter, args.size, args.batch)
-                move = _drain(broker, queue, args.dead_letter, args.batch, dead_letter=True)
-                assert broker.audit().ok, "the ledger does not balance"
-            finally:
-                broker.delete_queue(queue)
-            store = url.split(":", 1)[0]
+    with tempfile.TemporaryDirectory() as tmp, _store_url(args, tmp) as url:
+        rates = _poisonq(url, args, body.encode())
+        store = url.split(":", 1)[0]
+        print(f"store={store} " + " ".join(f"{k}_msgs_per_s={v:.0f}" for k, v in rates.items()))
+        if store in ("postgresql", "postgres"):
+            plain = pgmq_pattern.run(url, args.messages, args.dead_letter, body, args.batch)
+            ratios = {k: rates[k] / plain[k] for k in PHASES}
             print(
-                f"store={store} produce_msgs_per_s={produce:.0f} "
-                f"consume_complete_msgs_per_s={consume:.0f} dlq_move_msgs_per_s={move:.0f}"
+                " ".join(f"pgmq_{k}_msgs_per_s={v:.0f}" for k, v in plain.items())
+                + " "
+                + " ".join(f"ratio_{k}={v:.2f}" for k, v in ratios.items())
             )
 
 

@@ -1,8 +1,8 @@
 """The SQL of the PostgreSQL store: one :class:`PostgresTransaction` per store transaction.
 
 The statements follow the SQLite store's one for one (same tables, columns and guards), so a
-method added there ports by translating placeholders: ``?`` → ``%s``, ``json_each(?)`` →
-``= ANY(%s)`` with a list, ``json_insert`` → ``jsonb ||``. What differs is concurrency.
+method added there ports by translating placeholders: ``?`` → ``%b``, ``json_each(?)`` →
+``= ANY(%b)`` with a list, ``json_insert`` → ``jsonb ||``. What differs is concurrency.
 SQLite runs one writer at a time; here transactions run side by side under READ COMMITTED, so:
 
 - receiving locks rows with ``FOR UPDATE SKIP LOCKED``: competing receivers take disjoint
@@ -24,7 +24,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from psycopg import Connection, Pipeline, errors
+from psycopg import Connection, Cursor, Pipeline, errors
 
 from poisonq.errors import EntityExistsError
 from poisonq.model import EntityStatus, Lease, MessageState, ReceivedMessage, SubQueue
@@ -60,8 +60,8 @@ _ENTITY_COLUMNS = (
 _LEDGER = Ledger.__slots__
 _FLUSH_LEDGER = (
     "UPDATE entities SET "
-    + ", ".join(f"{name} = {name} + %s" for name in _LEDGER)
-    + " WHERE id = %s"
+    + ", ".join(f"{name} = {name} + %b" for name in _LEDGER)
+    + " WHERE id = %b"
 )
 _HELD = "('scheduled', 'active', 'locked', 'deferred', 'dead_lettered')"
 _LIVE = "('scheduled', 'active', 'locked', 'deferred')"
@@ -74,10 +74,10 @@ _STATES = {s.value: s for s in MessageState}
 # Appends a failure record (a JSON object, or NULL for none) to the history, and keeps the
 # columns dead-letter analysis groups by.
 _RECORD_FAILURE = (
-    " failures = CASE WHEN %(failure)s::jsonb IS NULL THEN failures"
-    "   ELSE coalesce(failures, '[]'::jsonb) || jsonb_build_array(%(failure)s::jsonb) END,"
-    " last_error_type = coalesce(%(failure)s::jsonb ->> 'error_type', last_error_type),"
-    " last_fingerprint = coalesce(%(failure)s::jsonb ->> 'fingerprint', last_fingerprint)"
+    " failures = CASE WHEN %(failure)b::jsonb IS NULL THEN failures"
+    "   ELSE coalesce(failures, '[]'::jsonb) || jsonb_build_array(%(failure)b::jsonb) END,"
+    " last_error_type = coalesce(%(failure)b::jsonb ->> 'error_type', last_error_type),"
+    " last_fingerprint = coalesce(%(failure)b::jsonb ->> 'fingerprint', last_fingerprint)"
 )
 
 
@@ -99,7 +99,7 @@ def _filter_sql(where: MessageFilter) -> tuple[str, list[Any]]:
         ("coalesce(dead_lettered_at, enqueued_at)", where.until, "<"),
     ):
         if value is not None:
-            clauses.append(f" AND {column} {op} %s")
+            clauses.append(f" AND {column} {op} %b")
             params.append(value)
     return "".join(clauses), params
 
@@ -110,15 +110,32 @@ class PostgresTransaction(Transaction):
         self._pipeline = pipeline
         self._ledger: dict[int, dict[str, int]] = defaultdict(lambda: dict.fromkeys(_LEDGER, 0))
         self.notify = False  # whether this transaction made a message receivable
+        self._statements = 0
+        # (entity, now, statements run, nothing scheduled due, nothing expired): see
+        # expired_locks.
+        self._probe: tuple[int, float, int, bool, bool] | None = None
+
+    def _run(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Cursor[Any]:
+        """Queue a statement in the pipeline (nothing waits for it until a result is read)."""
+        self._statements += 1
+        return self._db.execute(sql, params, binary=True)
 
     def _all(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
-        return self._db.execute(sql, params).fetchall()
+        return self._run(sql, params).fetchall()
 
     def _count(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> int:
         """Run a statement and return how many rows it changed (which waits for it)."""
-        cur = self._db.execute(sql, params)
+        cur = self._run(sql, params)
         self._pipeline.sync()
         return cur.rowcount
+
+    def _quiet(self, entity_id: int, now: float) -> tuple[bool, bool] | None:
+        """What the probe sent with :meth:`expired_locks` found (no scheduled message due,
+        no message past its TTL), if nothing ran since that could change the answer."""
+        probe = self._probe
+        if probe is None or probe[:3] != (entity_id, now, self._statements):
+            return None
+        return probe[3], probe[4]
 
     def _bump(self, entity_id: int, **deltas: int) -> None:
         """Add ``deltas`` to the entity's ledger at commit (see the module docstring)."""
@@ -135,6 +152,7 @@ class PostgresTransaction(Transaction):
         ]
         self._ledger.clear()
         if changes:
+            self._statements += 1
             with self._db.cursor() as cur:
                 cur.executemany(_FLUSH_LEDGER, changes)
 
@@ -151,7 +169,7 @@ class PostgresTransaction(Transaction):
             with self._db.transaction():  # a savepoint: the error must not abort the rest
                 (row,) = self._all(
                     "INSERT INTO entities (name, parent_id, subqueue, options, created_at,"
-                    " updated_at) VALUES (%s, %s, %s, %s, %s, %s) RETURNING id",
+                    " updated_at) VALUES (%b, %b, %b, %b, %b, %b) RETURNING id",
                     (name, parent_id, subqueue, options, now, now),
                 )
         except errors.UniqueViolation as exc:
@@ -160,12 +178,12 @@ class PostgresTransaction(Transaction):
 
     def entity(self, name: str) -> EntityRecord | None:
         self.flush_ledger()
-        rows = self._all(f"SELECT {_ENTITY_COLUMNS} FROM entities WHERE name = %s", (name,))
+        rows = self._all(f"SELECT {_ENTITY_COLUMNS} FROM entities WHERE name = %b", (name,))
         return entity_from_row(rows[0]) if rows else None
 
     def entity_by_id(self, entity_id: int) -> EntityRecord:
         self.flush_ledger()
-        (row,) = self._all(f"SELECT {_ENTITY_COLUMNS} FROM entities WHERE id = %s", (entity_id,))
+        (row,) = self._all(f"SELECT {_ENTITY_COLUMNS} FROM entities WHERE id = %b", (entity_id,))
         return entity_from_row(row)
 
     def entities(self) -> list[EntityRecord]:
@@ -176,16 +194,16 @@ class PostgresTransaction(Transaction):
         ]
 
     def set_options(self, entity_id: int, options: str, now: float) -> None:
-        self._db.execute(
-            "UPDATE entities SET options = %s, updated_at = %s WHERE id = %s",
+        self._run(
+            "UPDATE entities SET options = %b, updated_at = %b WHERE id = %b",
             (options, now, entity_id),
         )
 
     def set_status(
         self, entity_id: int, status: EntityStatus, cause: str | None, now: float
     ) -> None:
-        self._db.execute(
-            "UPDATE entities SET status = %s, status_cause = %s, updated_at = %s WHERE id = %s",
+        self._run(
+            "UPDATE entities SET status = %b, status_cause = %b, updated_at = %b WHERE id = %b",
             (status.value, cause, now, entity_id),
         )
         self.notify = True  # an enabled queue may have messages to receive
@@ -193,13 +211,11 @@ class PostgresTransaction(Transaction):
     def delete_entity(self, entity_id: int) -> None:
         # Messages, leases, duplicate-detection ids and tasks go with it (ON DELETE CASCADE).
         self._ledger.clear()
-        self._db.execute(
-            "DELETE FROM entities WHERE id = %(id)s OR parent_id = %(id)s", {"id": entity_id}
-        )
+        self._run("DELETE FROM entities WHERE id = %(id)b OR parent_id = %(id)b", {"id": entity_id})
 
     def held_counts(self, entity_id: int) -> dict[MessageState, int]:
         rows = self._all(
-            "SELECT state, count(*) FROM messages WHERE entity_id = %s GROUP BY state",
+            "SELECT state, count(*) FROM messages WHERE entity_id = %b GROUP BY state",
             (entity_id,),
         )
         return {_STATES[state]: n for state, n in rows}
@@ -218,11 +234,11 @@ class PostgresTransaction(Transaction):
             "INSERT INTO messages (entity_id, enqueued_at, state, message_id, body, size,"
             " content_type, subject, properties, session_id, correlation_id, reply_to,"
             " scheduled_at, visible_at, expires_at)"
-            " SELECT %s, %s, r.state, r.message_id, r.body, r.size, r.content_type, r.subject,"
+            " SELECT %b, %b, r.state, r.message_id, r.body, r.size, r.content_type, r.subject,"
             " r.properties, r.session_id, r.correlation_id, r.reply_to, r.scheduled_at,"
             " r.scheduled_at, r.expires_at"
-            " FROM unnest(%s::text[], %s::text[], %s::bytea[], %s::int[], %s::text[], %s::text[],"
-            " %s::text[], %s::text[], %s::text[], %s::text[], %s::float8[], %s::float8[])"
+            " FROM unnest(%b::text[], %b::text[], %b::bytea[], %b::int[], %b::text[], %b::text[],"
+            " %b::text[], %b::text[], %b::text[], %b::text[], %b::float8[], %b::float8[])"
             " WITH ORDINALITY AS r(state, message_id, body, size, content_type, subject,"
             " properties, session_id, correlation_id, reply_to, scheduled_at, expires_at, n)"
             " ORDER BY r.n RETURNING seq",
@@ -250,8 +266,8 @@ class PostgresTransaction(Transaction):
 
     def seen_message_ids(self, entity_id: int, message_ids: Sequence[str], now: float) -> set[str]:
         rows = self._all(
-            "SELECT message_id FROM seen_message_ids WHERE entity_id = %s AND expires_at > %s"
-            " AND message_id = ANY(%s)",
+            "SELECT message_id FROM seen_message_ids WHERE entity_id = %b AND expires_at > %b"
+            " AND message_id = ANY(%b)",
             (entity_id, now, list(message_ids)),
         )
         return {row[0] for row in rows}
@@ -259,15 +275,15 @@ class PostgresTransaction(Transaction):
     def remember_message_ids(
         self, entity_id: int, message_ids: Sequence[str], expires_at: float
     ) -> None:
-        self._db.execute(
+        self._run(
             "INSERT INTO seen_message_ids (entity_id, message_id, expires_at)"
-            " SELECT %s, unnest(%s::text[]), %s ON CONFLICT (entity_id, message_id)"
+            " SELECT %b, unnest(%b::text[]), %b ON CONFLICT (entity_id, message_id)"
             " DO UPDATE SET expires_at = excluded.expires_at",
             (entity_id, list(message_ids), expires_at),
         )
 
     def forget_message_ids(self, now: float) -> int:
-        return self._count("DELETE FROM seen_message_ids WHERE expires_at <= %s", (now,))
+        return self._count("DELETE FROM seen_message_ids WHERE expires_at <= %b", (now,))
 
     # Receiving ----------------------------------------------------------------------------
     def lock_ready(
@@ -280,10 +296,10 @@ class PostgresTransaction(Transaction):
         locked_until: float,
     ) -> list[ReceivedMessage]:
         rows = self._all(
-            "UPDATE messages SET state = 'locked', lock_token = %s, locked_until = %s,"
+            "UPDATE messages SET state = 'locked', lock_token = %b, locked_until = %b,"
             " delivery_count = delivery_count + 1"
-            " WHERE seq IN (SELECT seq FROM messages WHERE entity_id = %s AND state = %s"
-            f" ORDER BY seq LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING {_MESSAGE_COLUMNS}",
+            " WHERE seq IN (SELECT seq FROM messages WHERE entity_id = %b AND state = %b"
+            f" ORDER BY seq LIMIT %b FOR UPDATE SKIP LOCKED) RETURNING {_MESSAGE_COLUMNS}",
             (token, locked_until, entity_id, ready.value, limit),
         )
         rows.sort(key=lambda row: row[0])
@@ -293,8 +309,8 @@ class PostgresTransaction(Transaction):
         self, entity_id: int, name: str, ready: MessageState, limit: int
     ) -> list[ReceivedMessage]:
         rows = self._all(
-            "DELETE FROM messages WHERE seq IN (SELECT seq FROM messages WHERE entity_id = %s"
-            " AND state = %s ORDER BY seq LIMIT %s FOR UPDATE SKIP LOCKED)"
+            "DELETE FROM messages WHERE seq IN (SELECT seq FROM messages WHERE entity_id = %b"
+            " AND state = %b ORDER BY seq LIMIT %b FOR UPDATE SKIP LOCKED)"
             f" RETURNING {_MESSAGE_COLUMNS}, size",
             (entity_id, ready.value, limit),
         )
@@ -310,9 +326,9 @@ class PostgresTransaction(Transaction):
         self, entity_id: int, name: str, seqs: Sequence[int], token: str, locked_until: float
     ) -> list[ReceivedMessage]:
         rows = self._all(
-            "UPDATE messages SET state = 'locked', lock_token = %s, locked_until = %s,"
+            "UPDATE messages SET state = 'locked', lock_token = %b, locked_until = %b,"
             " delivery_count = delivery_count + 1"
-            " WHERE entity_id = %s AND state = 'deferred' AND seq = ANY(%s)"
+            " WHERE entity_id = %b AND state = 'deferred' AND seq = ANY(%b)"
             f" RETURNING {_MESSAGE_COLUMNS}",
             (token, locked_until, entity_id, list(seqs)),
         )
@@ -321,22 +337,22 @@ class PostgresTransaction(Transaction):
 
     def peek(self, entity_id: int, name: str, from_seq: int, limit: int) -> list[ReceivedMessage]:
         rows = self._all(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE entity_id = %s AND seq >= %s"
-            " ORDER BY seq LIMIT %s",
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE entity_id = %b AND seq >= %b"
+            " ORDER BY seq LIMIT %b",
             (entity_id, from_seq, limit),
         )
         return [message_from_row(row, name) for row in rows]
 
     def seq_span(self, entity_id: int) -> tuple[int, int, int]:
         ((count, lo, hi),) = self._all(
-            "SELECT count(*), min(seq), max(seq) FROM messages WHERE entity_id = %s",
+            "SELECT count(*), min(seq), max(seq) FROM messages WHERE entity_id = %b",
             (entity_id,),
         )
         return (count, lo, hi) if count else (0, 0, -1)
 
     def message(self, entity_id: int, name: str, seq: int) -> ReceivedMessage | None:
         rows = self._all(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE entity_id = %s AND seq = %s",
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE entity_id = %b AND seq = %b",
             (entity_id, seq),
         )
         return message_from_row(rows[0], name) if rows else None
@@ -345,8 +361,8 @@ class PostgresTransaction(Transaction):
         # FOR UPDATE: the settlement that follows acts on exactly these rows, and no lock
         # sweep of another transaction can release them in between.
         rows = self._all(
-            "SELECT seq, delivery_count, move_count FROM messages WHERE entity_id = %s"
-            " AND state = 'locked' AND lock_token = %s AND locked_until > %s AND seq = ANY(%s)"
+            "SELECT seq, delivery_count, move_count FROM messages WHERE entity_id = %b"
+            " AND state = 'locked' AND lock_token = %b AND locked_until > %b AND seq = ANY(%b)"
             " ORDER BY seq FOR UPDATE",
             (entity_id, token, now, list(seqs)),
         )
@@ -355,16 +371,30 @@ class PostgresTransaction(Transaction):
     def expired_locks(self, entity_id: int, now: float) -> list[LockInfo]:
         # SKIP LOCKED: an expired lock that another transaction is already releasing (or its
         # owner is settling, and will find lost) is that transaction's to handle.
-        rows = self._all(
-            "SELECT seq, delivery_count, move_count FROM messages WHERE entity_id = %s"
-            " AND state = 'locked' AND locked_until <= %s ORDER BY seq FOR UPDATE SKIP LOCKED",
+        locks = self._run(
+            "SELECT seq, delivery_count, move_count FROM messages WHERE entity_id = %b"
+            " AND state = 'locked' AND locked_until <= %b ORDER BY seq FOR UPDATE SKIP LOCKED",
             (entity_id, now),
         )
-        return [LockInfo(*row) for row in rows]
+        # The rest of a receive's housekeeping (promote_scheduled, expired_messages) usually
+        # finds nothing: ask now, in the same round trip, whether it will. Each answer is used
+        # only while no other statement has run since.
+        (probe,) = self._all(
+            "SELECT NOT EXISTS (SELECT FROM messages WHERE entity_id = %(e)b"
+            "   AND state = 'scheduled' AND visible_at <= %(now)b),"
+            " NOT EXISTS (SELECT FROM messages WHERE entity_id = %(e)b AND expires_at <= %(now)b"
+            "   AND state IN ('scheduled', 'active', 'deferred'))",
+            {"e": entity_id, "now": now},
+        )
+        self._probe = (entity_id, now, self._statements, *probe)
+        return [LockInfo(*row) for row in locks.fetchall()]
 
     def expired_messages(self, entity_id: int, now: float) -> list[int]:
+        quiet = self._quiet(entity_id, now)
+        if quiet is not None and quiet[1]:
+            return []
         rows = self._all(
-            "SELECT seq FROM messages WHERE entity_id = %s AND expires_at <= %s"
+            "SELECT seq FROM messages WHERE entity_id = %b AND expires_at <= %b"
             " AND state IN ('scheduled', 'active', 'deferred') ORDER BY seq"
             " FOR UPDATE SKIP LOCKED",
             (entity_id, now),
@@ -372,9 +402,12 @@ class PostgresTransaction(Transaction):
         return [row[0] for row in rows]
 
     def promote_scheduled(self, entity_id: int, now: float) -> int:
+        quiet = self._quiet(entity_id, now)
+        if quiet is not None and quiet[0]:
+            return 0
         promoted = self._count(
-            "UPDATE messages SET state = 'active' WHERE entity_id = %s AND state = 'scheduled'"
-            " AND visible_at <= %s",
+            "UPDATE messages SET state = 'active' WHERE entity_id = %b AND state = 'scheduled'"
+            " AND visible_at <= %b",
             (entity_id, now),
         )
         self.notify = self.notify or promoted > 0
@@ -385,18 +418,18 @@ class PostgresTransaction(Transaction):
         self, entity_id: int, ready: MessageState, limit: int, token: str, locked_until: float
     ) -> list[int]:
         rows = self._all(
-            "UPDATE messages SET state = 'locked', lock_token = %s, locked_until = %s,"
+            "UPDATE messages SET state = 'locked', lock_token = %b, locked_until = %b,"
             " delivery_count = delivery_count + 1"
-            " WHERE seq IN (SELECT seq FROM messages WHERE entity_id = %s AND state = %s"
-            " ORDER BY seq LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING seq",
+            " WHERE seq IN (SELECT seq FROM messages WHERE entity_id = %b AND state = %b"
+            " ORDER BY seq LIMIT %b FOR UPDATE SKIP LOCKED) RETURNING seq",
             (token, locked_until, entity_id, ready.value, limit),
         )
         return sorted(row[0] for row in rows)
 
     def insert_lease(self, entity_id: int, lease: Lease) -> None:
-        self._db.execute(
+        self._run(
             "INSERT INTO leases (entity_id, consumer, number, lock_token, count, min_seq,"
-            " max_seq, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+            " max_seq, created_at) VALUES (%b, %b, %b, %b, %b, %b, %b, %b)",
             (
                 entity_id,
                 lease.consumer,
@@ -412,23 +445,23 @@ class PostgresTransaction(Transaction):
     def lease(self, entity_id: int, name: str, consumer: str, number: int | None) -> Lease | None:
         rows = self._all(
             "SELECT consumer, number, lock_token, count, min_seq, max_seq, created_at"
-            " FROM leases WHERE entity_id = %(entity)s AND consumer = %(consumer)s"
-            " AND (%(number)s::bigint IS NULL OR number = %(number)s)"
+            " FROM leases WHERE entity_id = %(entity)b AND consumer = %(consumer)b"
+            " AND (%(number)b::bigint IS NULL OR number = %(number)b)"
             " ORDER BY number DESC LIMIT 1",
             {"entity": entity_id, "consumer": consumer, "number": number},
         )
         return Lease(name, *rows[0]) if rows else None
 
     def delete_leases(self, entity_id: int, consumer: str, before: int) -> None:
-        self._db.execute(
-            "DELETE FROM leases WHERE entity_id = %s AND consumer = %s AND number < %s",
+        self._run(
+            "DELETE FROM leases WHERE entity_id = %b AND consumer = %b AND number < %b",
             (entity_id, consumer, before),
         )
 
     def lease_seqs(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> list[int]:
         rows = self._all(
-            "SELECT seq FROM messages WHERE entity_id = %s AND state = 'locked'"
-            " AND seq BETWEEN %s AND %s AND lock_token = %s AND locked_until > %s ORDER BY seq",
+            "SELECT seq FROM messages WHERE entity_id = %b AND state = 'locked'"
+            " AND seq BETWEEN %b AND %b AND lock_token = %b AND locked_until > %b ORDER BY seq",
             (entity_id, lo, hi, token, now),
         )
         return [row[0] for row in rows]
@@ -439,16 +472,16 @@ class PostgresTransaction(Transaction):
         return self._all(
             "SELECT seq, message_id, body, content_type, subject, properties, session_id,"
             " correlation_id, enqueued_at, delivery_count FROM messages"
-            " WHERE entity_id = %s AND state = 'locked' AND seq BETWEEN %s AND %s"
-            " AND lock_token = %s AND locked_until > %s ORDER BY seq",
+            " WHERE entity_id = %b AND state = 'locked' AND seq BETWEEN %b AND %b"
+            " AND lock_token = %b AND locked_until > %b ORDER BY seq",
             (entity_id, lo, hi, token, now),
         )
 
     # Settling -----------------------------------------------------------------------------
     def complete(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
         rows = self._all(
-            "DELETE FROM messages WHERE entity_id = %s AND state = 'locked' AND lock_token = %s"
-            " AND locked_until > %s AND seq = ANY(%s) RETURNING seq, size",
+            "DELETE FROM messages WHERE entity_id = %b AND state = 'locked' AND lock_token = %b"
+            " AND locked_until > %b AND seq = ANY(%b) RETURNING seq, size",
             (entity_id, token, now, list(seqs)),
         )
         self._bump(entity_id, completed=len(rows), size_bytes=-sum(row[1] for row in rows))
@@ -463,9 +496,9 @@ class PostgresTransaction(Transaction):
         lock_expired: bool,
     ) -> int:
         changed = self._count(
-            "UPDATE messages SET state = %(ready)s, lock_token = NULL, locked_until = NULL,"
+            "UPDATE messages SET state = %(ready)b, lock_token = NULL, locked_until = NULL,"
             f" abort_count = abort_count + 1, {_RECORD_FAILURE}"
-            " WHERE entity_id = %(entity)s AND state = 'locked' AND seq = ANY(%(seqs)s)",
+            " WHERE entity_id = %(entity)b AND state = 'locked' AND seq = ANY(%(seqs)b)",
             {
                 "ready": ready.value,
                 "failure": _failure_json(failure),
@@ -481,8 +514,8 @@ class PostgresTransaction(Transaction):
     def defer(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> int:
         return self._count(
             "UPDATE messages SET state = 'deferred', lock_token = NULL, locked_until = NULL"
-            " WHERE entity_id = %s AND state = 'locked' AND lock_token = %s AND locked_until > %s"
-            " AND seq = ANY(%s)",
+            " WHERE entity_id = %b AND state = 'locked' AND lock_token = %b AND locked_until > %b"
+            " AND seq = ANY(%b)",
             (entity_id, token, now, list(seqs)),
         )
 
@@ -490,8 +523,8 @@ class PostgresTransaction(Transaction):
         self, entity_id: int, token: str, seqs: Sequence[int], now: float, locked_until: float
     ) -> int:
         return self._count(
-            "UPDATE messages SET locked_until = %s WHERE entity_id = %s AND state = 'locked'"
-            " AND lock_token = %s AND locked_until > %s AND seq = ANY(%s)",
+            "UPDATE messages SET locked_until = %b WHERE entity_id = %b AND state = 'locked'"
+            " AND lock_token = %b AND locked_until > %b AND seq = ANY(%b)",
             (locked_until, entity_id, token, now, list(seqs)),
         )
 
@@ -508,16 +541,16 @@ class PostgresTransaction(Transaction):
         lock_token: str | None = None,
     ) -> list[int]:
         rows = self._all(
-            "UPDATE messages SET entity_id = %(target)s, state = 'dead_lettered',"
-            " lock_token = NULL, locked_until = NULL, dead_letter_reason = %(reason)s,"
+            "UPDATE messages SET entity_id = %(target)b, state = 'dead_lettered',"
+            " lock_token = NULL, locked_until = NULL, dead_letter_reason = %(reason)b,"
             # Without a description, the last recorded failure describes the message.
-            " dead_letter_description = coalesce(%(description)s,"
+            " dead_letter_description = coalesce(%(description)b,"
             "   (failures -> -1 ->> 'error_type') || ': ' || (failures -> -1 ->> 'message')),"
-            f" dead_letter_source = %(source)s, dead_lettered_at = %(now)s, {_RECORD_FAILURE}"
-            f" WHERE entity_id = %(entity)s AND state IN {_LIVE}"
-            " AND (%(token)s::text IS NULL"
-            "   OR (state = 'locked' AND lock_token = %(token)s AND locked_until > %(now)s))"
-            " AND seq = ANY(%(seqs)s) RETURNING seq, size",
+            f" dead_letter_source = %(source)b, dead_lettered_at = %(now)b, {_RECORD_FAILURE}"
+            f" WHERE entity_id = %(entity)b AND state IN {_LIVE}"
+            " AND (%(token)b::text IS NULL"
+            "   OR (state = 'locked' AND lock_token = %(token)b AND locked_until > %(now)b))"
+            " AND seq = ANY(%(seqs)b) RETURNING seq, size",
             {
                 "target": target_id,
                 "reason": reason,
@@ -538,7 +571,7 @@ class PostgresTransaction(Transaction):
 
     def drop(self, entity_id: int, seqs: Sequence[int]) -> int:
         rows = self._all(
-            f"DELETE FROM messages WHERE entity_id = %s AND state IN {_HELD} AND seq = ANY(%s)"
+            f"DELETE FROM messages WHERE entity_id = %b AND state IN {_HELD} AND seq = ANY(%b)"
             " RETURNING size",
             (entity_id, list(seqs)),
         )
@@ -556,14 +589,14 @@ class PostgresTransaction(Transaction):
         # One statement moves the rows: the copies get new, ascending sequence numbers (in
         # the old order), so a resubmitted message joins the back of the queue as a new send.
         rows = self._all(
-            "WITH gone AS (DELETE FROM messages WHERE entity_id = %(entity)s"
-            " AND state IN ('active', 'deferred', 'dead_lettered') AND seq = ANY(%(seqs)s)"
+            "WITH gone AS (DELETE FROM messages WHERE entity_id = %(entity)b"
+            " AND state IN ('active', 'deferred', 'dead_lettered') AND seq = ANY(%(seqs)b)"
             " RETURNING *)"
             " INSERT INTO messages (entity_id, state, message_id, body, size, content_type,"
             " subject, properties, session_id, correlation_id, reply_to, enqueued_at, expires_at,"
             " abort_count, resubmit_count, hop_count, last_error_type, last_fingerprint, failures)"
-            " SELECT %(target)s, 'active', message_id, body, size, content_type, subject,"
-            " properties, session_id, correlation_id, reply_to, %(now)s, %(expires)s,"
+            " SELECT %(target)b, 'active', message_id, body, size, content_type, subject,"
+            " properties, session_id, correlation_id, reply_to, %(now)b, %(expires)b,"
             " abort_count, resubmit_count + 1, hop_count, last_error_type, last_fingerprint,"
             " failures FROM gone ORDER BY seq RETURNING size",
             {
@@ -587,7 +620,7 @@ class PostgresTransaction(Transaction):
             f"SELECT {key}, max({label}), count(*),"
             " min(coalesce(dead_lettered_at, enqueued_at)),"
             " max(coalesce(dead_lettered_at, enqueued_at))"
-            f" FROM messages WHERE entity_id = %s GROUP BY {key}"
+            f" FROM messages WHERE entity_id = %b GROUP BY {key}"
             f" ORDER BY count(*) DESC, {key} NULLS FIRST",
             (entity_id,),
         )
@@ -597,8 +630,8 @@ class PostgresTransaction(Transaction):
         clauses, params = _filter_sql(where)
         # Locked here, so a receiver cannot take them before the task moves or drops them.
         rows = self._all(
-            "SELECT seq FROM messages WHERE entity_id = %s AND state != 'locked' AND seq > %s"
-            f"{clauses} ORDER BY seq LIMIT %s FOR UPDATE SKIP LOCKED",
+            "SELECT seq FROM messages WHERE entity_id = %b AND state != 'locked' AND seq > %b"
+            f"{clauses} ORDER BY seq LIMIT %b FOR UPDATE SKIP LOCKED",
             (entity_id, after_seq, *params, limit),
         )
         return [row[0] for row in rows]
@@ -606,7 +639,7 @@ class PostgresTransaction(Transaction):
     def count_matching(self, entity_id: int, where: MessageFilter) -> int:
         clauses, params = _filter_sql(where)
         ((n,),) = self._all(
-            f"SELECT count(*) FROM messages WHERE entity_id = %s AND state != 'locked'{clauses}",
+            f"SELECT count(*) FROM messages WHERE entity_id = %b AND state != 'locked'{clauses}",
             (entity_id, *params),
         )
         return int(n)
@@ -616,7 +649,7 @@ class PostgresTransaction(Transaction):
     ) -> int:
         ((task_id,),) = self._all(
             "INSERT INTO tasks (kind, entity_id, status, spec, total, created_at, updated_at)"
-            " VALUES (%s, %s, 'running', %s, %s, %s, %s) RETURNING id",
+            " VALUES (%b, %b, 'running', %b, %b, %b, %b) RETURNING id",
             (kind, entity_id, json.dumps(spec), total, now, now),
         )
         return int(task_id)
@@ -624,7 +657,7 @@ class PostgresTransaction(Transaction):
     def task(self, task_id: int) -> TaskRecord | None:
         rows = self._all(
             "SELECT id, kind, entity_id, status, spec, total, done, created_at, updated_at, error"
-            " FROM tasks WHERE id = %s",
+            " FROM tasks WHERE id = %b",
             (task_id,),
         )
         if not rows:
@@ -637,7 +670,7 @@ class PostgresTransaction(Transaction):
     def update_task(
         self, task_id: int, done: int, status: str, error: str | None, now: float
     ) -> None:
-        self._db.execute(
-            "UPDATE tasks SET done = %s, status = %s, error = %s, updated_at = %s WHERE id = %s",
+        self._run(
+            "UPDATE tasks SET done = %b, status = %b, error = %b, updated_at = %b WHERE id = %b",
             (done, status, error, now, task_id),
         )
