@@ -59,10 +59,20 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'queues.db'}"
 
 
+def store_url(request: pytest.FixtureRequest) -> str:
+    """The URL of a fresh store of the kind ``request.param`` names."""
+    return str(request.getfixturevalue(f"{request.param.replace('postgresql', 'pg')}_url"))
+
+
 @pytest.fixture(params=STORES)
 def url(request: pytest.FixtureRequest) -> str:
     """The store under test: each test using it runs once per store."""
-    return str(request.getfixturevalue(f"{request.param.replace('postgresql', 'pg')}_url"))
+    return store_url(request)
+
+
+# For modules whose ``url`` is SQLite only (the Spark suite, slow per test): run one test on
+# both stores anyway.
+on_both_stores = pytest.mark.parametrize("url", STORES, indirect=True)
 
 
 @pytest.fixture

@@ -19,11 +19,18 @@ from pyspark.sql.functions import spark_partition_id
 import poisonq
 from poisonq import Broker, Message
 from poisonq.failures import failure_from_exception
-from tests.conftest import assert_balanced
+from tests.conftest import assert_balanced, on_both_stores, store_url
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row, SparkSession
     from pyspark.sql.streaming import StreamingQuery
+
+
+# Spark tests take seconds each, so this module runs on SQLite; the tests marked
+# ``on_both_stores`` also run on PostgreSQL, whose executors read from the server.
+@pytest.fixture(params=["sqlite"])
+def url(request: pytest.FixtureRequest) -> str:
+    return store_url(request)
 
 
 @pytest.fixture
@@ -62,6 +69,7 @@ def seqs_of(rows: list[Row]) -> list[int]:
 # Batch read ---------------------------------------------------------------------------------
 
 
+@on_both_stores
 def test_a_batch_read_peeks_every_message_with_its_columns(
     spark: SparkSession, live: Broker, url: str
 ) -> None:
@@ -291,6 +299,7 @@ def run_to_failure(query: StreamingQuery) -> None:
         query.stop()
 
 
+@on_both_stores
 def test_a_stream_reads_leases_of_at_most_max_messages_and_completes_them(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
@@ -320,6 +329,7 @@ def test_a_stream_reads_leases_of_at_most_max_messages_and_completes_them(
     assert_balanced(live)
 
 
+@on_both_stores
 def test_a_restart_from_the_checkpoint_replays_the_failed_lease(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
@@ -386,6 +396,7 @@ def write(df: DataFrame, url: str, queue: str = "orders") -> None:
     df.write.format("poisonq").option("url", url).option("queue", queue).mode("append").save()
 
 
+@on_both_stores
 def test_a_write_sends_each_row_with_its_columns(
     spark: SparkSession, live: Broker, url: str
 ) -> None:
