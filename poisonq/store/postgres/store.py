@@ -60,25 +60,22 @@ class PostgresStore(Store):
         self._listen_lock = threading.Lock()
         self._changes = 0
         try:
-            self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
-                conninfo,
-                min_size=1,
-                max_size=pool_size,
-                kwargs={"autocommit": False, "prepare_threshold": 0},
-                configure=_configure(settings),
-                open=False,
-                name="poisonq",
-            )
-            self._pool.open(wait=True, timeout=30.0)
-            self._migrate()
-        except (psycopg.Error, psycopg.errors.Error) as exc:
-            self._pool.close()
+            # One plain connection first: it migrates, and a server that cannot be reached
+            # fails here at once with libpq's reason (a pool would retry in the background).
+            with psycopg.connect(conninfo, autocommit=False) as conn:
+                self._migrate(conn)
+        except psycopg.Error as exc:
             raise StoreError(f"cannot open PostgreSQL store {self._name}: {exc}") from exc
-        except Exception as exc:
-            self._pool.close()
-            if isinstance(exc, SchemaVersionError):
-                raise
-            raise StoreError(f"cannot open PostgreSQL store {self._name}: {exc}") from exc
+        self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            conninfo,
+            min_size=1,
+            max_size=pool_size,
+            kwargs={"autocommit": False, "prepare_threshold": 0},
+            configure=_configure(settings),
+            open=False,
+            name="poisonq",
+        )
+        self._pool.open(wait=False)
 
     @classmethod
     def from_url(cls, url: str) -> PostgresStore:
@@ -102,7 +99,7 @@ class PostgresStore(Store):
         return cls(url, int(pool_size), synchronous)
 
     # Schema -------------------------------------------------------------------------------
-    def _migrate(self) -> None:
+    def _migrate(self, conn: psycopg.Connection[Any]) -> None:
         """Apply the numbered scripts this database has not seen, in one transaction; an
         advisory lock makes processes that start together take turns."""
         folder = resources.files("poisonq.store") / "migrations" / "postgres"
@@ -110,7 +107,7 @@ class PostgresStore(Store):
             (p for p in folder.iterdir() if p.name.endswith(".sql")), key=lambda p: p.name
         )
         latest = int(scripts[-1].name.split("_")[0])
-        with self._pool.connection() as conn, conn.transaction():
+        with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
             conn.execute("CREATE TABLE IF NOT EXISTS poisonq_schema (version integer NOT NULL)")
             row = conn.execute("SELECT max(version) FROM poisonq_schema").fetchone()
