@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from psycopg import Connection, Cursor, Pipeline, errors
 
@@ -111,9 +111,10 @@ class PostgresTransaction(Transaction):
         self._ledger: dict[int, dict[str, int]] = defaultdict(lambda: dict.fromkeys(_LEDGER, 0))
         self.notify = False  # whether this transaction made a message receivable
         self._statements = 0
-        # (entity, now, statements run, nothing scheduled due, nothing expired): see
-        # expired_locks.
-        self._probe: tuple[int, float, int, bool, bool] | None = None
+        # Answers fetched ahead of the call that needs them, in a round trip that was made
+        # anyway; valid only while no other statement has run (see _recall).
+        self._ahead: dict[tuple[Any, ...], Any] = {}
+        self._ahead_at = 0
 
     def _run(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Cursor[Any]:
         """Queue a statement in the pipeline (nothing waits for it until a result is read)."""
@@ -129,13 +130,17 @@ class PostgresTransaction(Transaction):
         self._pipeline.sync()
         return cur.rowcount
 
-    def _quiet(self, entity_id: int, now: float) -> tuple[bool, bool] | None:
-        """What the probe sent with :meth:`expired_locks` found (no scheduled message due,
-        no message past its TTL), if nothing ran since that could change the answer."""
-        probe = self._probe
-        if probe is None or probe[:3] != (entity_id, now, self._statements):
+    def _remember(self, key: tuple[Any, ...], value: Any) -> None:
+        if self._ahead_at != self._statements:
+            self._ahead, self._ahead_at = {}, self._statements
+        self._ahead[key] = value
+
+    def _recall(self, key: tuple[Any, ...]) -> Any:
+        """A value fetched ahead, if no statement has run since: then the database would
+        give the same answer now, inside this transaction."""
+        if self._ahead_at != self._statements:
             return None
-        return probe[3], probe[4]
+        return self._ahead.pop(key, None)
 
     def _bump(self, entity_id: int, **deltas: int) -> None:
         """Add ``deltas`` to the entity's ledger at commit (see the module docstring)."""
@@ -178,11 +183,31 @@ class PostgresTransaction(Transaction):
 
     def entity(self, name: str) -> EntityRecord | None:
         self.flush_ledger()
-        rows = self._all(f"SELECT {_ENTITY_COLUMNS} FROM entities WHERE name = %b", (name,))
-        return entity_from_row(rows[0]) if rows else None
+        known = self._recall(("entity", name))
+        if known is not None:
+            return cast(EntityRecord, known)
+        # The engine resolves a queue's subqueues (or a subqueue's queue) right after the
+        # entity itself: fetch the whole family in the same round trip.
+        rows = self._all(
+            "WITH named AS (SELECT id, parent_id FROM entities WHERE name = %b)"
+            f" SELECT {_ENTITY_COLUMNS} FROM entities WHERE id IN (SELECT id FROM named)"
+            " OR id IN (SELECT parent_id FROM named) OR parent_id IN (SELECT id FROM named)",
+            (name,),
+        )
+        found = None
+        for record in map(entity_from_row, rows):
+            if record.name == name:
+                found = record
+            else:
+                self._remember(("entity", record.name), record)
+                self._remember(("entity_id", record.id), record)
+        return found
 
     def entity_by_id(self, entity_id: int) -> EntityRecord:
         self.flush_ledger()
+        known = self._recall(("entity_id", entity_id))
+        if known is not None:
+            return cast(EntityRecord, known)
         (row,) = self._all(f"SELECT {_ENTITY_COLUMNS} FROM entities WHERE id = %b", (entity_id,))
         return entity_from_row(row)
 
@@ -368,7 +393,10 @@ class PostgresTransaction(Transaction):
         )
         return [LockInfo(*row) for row in rows]
 
-    def expired_locks(self, entity_id: int, now: float) -> list[LockInfo]:
+    def _sweep_ahead(self, entity_id: int, now: float) -> Cursor[Any]:
+        """Queue a receive's housekeeping reads: the expired locks (returned, to be fetched)
+        and whether any scheduled message is due or any message past its TTL (remembered).
+        promote_scheduled and expired_messages usually find nothing, and then cost nothing."""
         # SKIP LOCKED: an expired lock that another transaction is already releasing (or its
         # owner is settling, and will find lost) is that transaction's to handle.
         locks = self._run(
@@ -376,22 +404,25 @@ class PostgresTransaction(Transaction):
             " AND state = 'locked' AND locked_until <= %b ORDER BY seq FOR UPDATE SKIP LOCKED",
             (entity_id, now),
         )
-        # The rest of a receive's housekeeping (promote_scheduled, expired_messages) usually
-        # finds nothing: ask now, in the same round trip, whether it will. Each answer is used
-        # only while no other statement has run since.
-        (probe,) = self._all(
+        (quiet,) = self._all(
             "SELECT NOT EXISTS (SELECT FROM messages WHERE entity_id = %(e)b"
             "   AND state = 'scheduled' AND visible_at <= %(now)b),"
             " NOT EXISTS (SELECT FROM messages WHERE entity_id = %(e)b AND expires_at <= %(now)b"
             "   AND state IN ('scheduled', 'active', 'deferred'))",
             {"e": entity_id, "now": now},
         )
-        self._probe = (entity_id, now, self._statements, *probe)
-        return [LockInfo(*row) for row in locks.fetchall()]
+        self._remember(("nothing due", entity_id, now), quiet[0])
+        self._remember(("nothing expired", entity_id, now), quiet[1])
+        return locks
+
+    def expired_locks(self, entity_id: int, now: float) -> list[LockInfo]:
+        known = self._recall(("expired locks", entity_id, now))
+        if known is not None:
+            return cast(list[LockInfo], known)
+        return [LockInfo(*row) for row in self._sweep_ahead(entity_id, now).fetchall()]
 
     def expired_messages(self, entity_id: int, now: float) -> list[int]:
-        quiet = self._quiet(entity_id, now)
-        if quiet is not None and quiet[1]:
+        if self._recall(("nothing expired", entity_id, now)):
             return []
         rows = self._all(
             "SELECT seq FROM messages WHERE entity_id = %b AND expires_at <= %b"
@@ -402,8 +433,7 @@ class PostgresTransaction(Transaction):
         return [row[0] for row in rows]
 
     def promote_scheduled(self, entity_id: int, now: float) -> int:
-        quiet = self._quiet(entity_id, now)
-        if quiet is not None and quiet[0]:
+        if self._recall(("nothing due", entity_id, now)):
             return 0
         promoted = self._count(
             "UPDATE messages SET state = 'active' WHERE entity_id = %b AND state = 'scheduled'"
@@ -479,11 +509,17 @@ class PostgresTransaction(Transaction):
 
     # Settling -----------------------------------------------------------------------------
     def complete(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
-        rows = self._all(
+        done = self._run(
             "DELETE FROM messages WHERE entity_id = %b AND state = 'locked' AND lock_token = %b"
             " AND locked_until > %b AND seq = ANY(%b) RETURNING seq, size",
             (entity_id, token, now, list(seqs)),
         )
+        # complete_and_receive: the receive that follows starts with its housekeeping reads,
+        # so they travel in this round trip. Locking the expired locks a moment early is
+        # harmless when no receive follows: the transaction ends right after.
+        expired = [LockInfo(*row) for row in self._sweep_ahead(entity_id, now).fetchall()]
+        self._remember(("expired locks", entity_id, now), expired)
+        rows = done.fetchall()
         self._bump(entity_id, completed=len(rows), size_bytes=-sum(row[1] for row in rows))
         return [row[0] for row in rows]
 
