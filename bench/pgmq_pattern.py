@@ -5,14 +5,14 @@ jsonb``) and runs each operation as one statement in its own transaction: send i
 batch, read moves the visibility time of the oldest visible rows (``FOR UPDATE SKIP
 LOCKED``), delete removes them, and archive (its dead-letter move) deletes and inserts into an
 archive table in one statement. This module runs those statements, as pgmq's functions do,
-over one autocommit connection with the same batches as the queue benchmark.
+over one autocommit connection (prepared, as pgmq's functions are), with the same batches as
+the queue benchmark.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from typing import Any
 
 import psycopg
 
@@ -55,35 +55,34 @@ ARCHIVE = (
 )
 
 
-def _send(conn: psycopg.Connection[Any], count: int, body: str, batch: int) -> float:
-    message = json.dumps({"body": body})
-    started = time.perf_counter()
-    for start in range(0, count, batch):
-        conn.execute(SEND, ([message] * min(batch, count - start),)).fetchall()
-    return count / (time.perf_counter() - started)
+class PgmqQueue:
+    """One pgmq-style queue on one autocommit connection, with its archive table."""
 
+    def __init__(self, url: str) -> None:
+        self.conn = psycopg.connect(url, autocommit=True, prepare_threshold=0)
+        self.conn.execute("DROP TABLE IF EXISTS pgmq_q, pgmq_a")
+        self.conn.execute(SCHEMA.encode(), prepare=False)
 
-def _drain(conn: psycopg.Connection[Any], count: int, batch: int, settle: str) -> float:
-    done = 0
-    started = time.perf_counter()
-    while rows := conn.execute(READ, (batch,)).fetchall():
-        done += len(rows)
-        conn.execute(settle, ([row[0] for row in rows],)).fetchall()
-    if done != count:
-        raise SystemExit(f"pgmq: expected {count} messages, read {done}")
-    return count / (time.perf_counter() - started)
+    def send(self, count: int, body: str, batch: int) -> float:
+        """Send ``count`` messages in batches; returns messages per second."""
+        message = json.dumps({"body": body})
+        started = time.perf_counter()
+        for start in range(0, count, batch):
+            self.conn.execute(SEND, ([message] * min(batch, count - start),)).fetchall()
+        return count / (time.perf_counter() - started)
 
+    def drain(self, count: int, batch: int, archive: bool) -> float:
+        """Read every message in batches and delete (or archive) each batch."""
+        settle = ARCHIVE if archive else DELETE
+        done = 0
+        started = time.perf_counter()
+        while rows := self.conn.execute(READ, (batch,)).fetchall():
+            done += len(rows)
+            self.conn.execute(settle, ([row[0] for row in rows],)).fetchall()
+        if done != count:
+            raise SystemExit(f"pgmq: expected {count} messages, read {done}")
+        return count / (time.perf_counter() - started)
 
-def run(url: str, messages: int, dead_letter: int, body: str, batch: int) -> dict[str, float]:
-    """Produce, consume+delete, then produce and archive; messages per second of each."""
-    with psycopg.connect(url, autocommit=True, prepare_threshold=0) as conn:
-        conn.execute("DROP TABLE IF EXISTS pgmq_q, pgmq_a")
-        conn.execute(SCHEMA.encode(), prepare=False)
-        try:
-            produce = _send(conn, messages, body, batch)
-            consume = _drain(conn, messages, batch, DELETE)
-            _send(conn, dead_letter, body, batch)
-            move = _drain(conn, dead_letter, batch, ARCHIVE)
-        finally:
-            conn.execute("DROP TABLE pgmq_q, pgmq_a")
-    return {"produce": produce, "consume_complete": consume, "dlq_move": move}
+    def close(self) -> None:
+        self.conn.execute("DROP TABLE pgmq_q, pgmq_a")
+        self.conn.close()

@@ -8,7 +8,8 @@ received. Prints one machine-readable line:
 
 With a PostgreSQL store (``--url postgresql://...``, or ``--postgres`` for a temporary
 server started from the machine's binaries, durable as installed) it then runs the plain pgmq
-SQL pattern (``bench/pgmq_pattern.py``) on the same server with the same batches and prints
+SQL pattern (``bench/pgmq_pattern.py``) on the same server with the same batches, each phase
+right after poisonq's (so both meet the same load on a shared machine), and prints
 a second line with its rates and poisonq's ratio to them:
 
     pgmq_produce_msgs_per_s=... ratio_produce=... ratio_consume_complete=... ratio_dlq_move=...
@@ -26,7 +27,7 @@ from collections.abc import Iterator
 import pgmq_pattern
 
 import poisonq
-from poisonq import Message
+from poisonq import DeadLetter, Message
 
 PHASES = ("produce", "consume_complete", "dlq_move")
 
@@ -40,8 +41,8 @@ def _send(broker: poisonq.Broker, queue: str, count: int, body: bytes, batch: in
 
 
 def _drain(broker: poisonq.Broker, queue: str, count: int, batch: int, dead_letter: bool) -> float:
-    """Receive ``count`` messages in batches and complete (or dead-letter) them. Completion
-    of one batch shares a transaction with receiving the next, as a consumer loop would."""
+    """Receive ``count`` messages in batches and complete (or dead-letter) them. Settling
+    one batch shares a transaction with receiving the next, as a consumer loop would."""
     receiver = broker.receiver(queue)
     done = 0
     started = time.perf_counter()
@@ -49,8 +50,11 @@ def _drain(broker: poisonq.Broker, queue: str, count: int, batch: int, dead_lett
     while messages:
         done += len(messages)
         if dead_letter:
-            receiver.dead_letter(messages, reason="Bench", description="moved by the benchmark")
-            messages = receiver.receive(max_messages=batch)
+            moves = [
+                DeadLetter(m.sequence_number, m.lock_token or "", "Bench", "moved by the benchmark")
+                for m in messages
+            ]
+            messages = receiver.settle_and_receive(moves, max_messages=batch)
         else:
             messages = receiver.complete_and_receive(messages, max_messages=batch)
     if done != count:
@@ -58,19 +62,32 @@ def _drain(broker: poisonq.Broker, queue: str, count: int, batch: int, dead_lett
     return count / (time.perf_counter() - started)
 
 
-def _poisonq(url: str, args: argparse.Namespace, body: bytes) -> dict[str, float]:
-    with poisonq.connect(url) as broker:
-        queue = f"bench-{os.getpid()}-{int(time.time())}"
-        broker.create_queue(queue)
-        try:
-            produce = _send(broker, queue, args.messages, body, args.batch)
-            consume = _drain(broker, queue, args.messages, args.batch, dead_letter=False)
-            _send(broker, queue, args.dead_letter, body, args.batch)
-            move = _drain(broker, queue, args.dead_letter, args.batch, dead_letter=True)
-            assert broker.audit().ok, "the ledger does not balance"
-        finally:
-            broker.delete_queue(queue)
-    return dict(zip(PHASES, (produce, consume, move), strict=True))
+def _phases(
+    broker: poisonq.Broker, pgmq: pgmq_pattern.PgmqQueue | None, args: argparse.Namespace
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Run each phase on poisonq, then at once on pgmq (when given), so that both meet the
+    same load on a shared machine. Returns the rates of each."""
+    body = os.urandom(args.size // 2 + 1).hex()[: args.size]
+    queue = f"bench-{os.getpid()}-{int(time.time())}"
+    broker.create_queue(queue)
+    ours: dict[str, float] = {}
+    theirs: dict[str, float] = {}
+    try:
+        ours["produce"] = _send(broker, queue, args.messages, body.encode(), args.batch)
+        if pgmq:
+            theirs["produce"] = pgmq.send(args.messages, body, args.batch)
+        ours["consume_complete"] = _drain(broker, queue, args.messages, args.batch, False)
+        if pgmq:
+            theirs["consume_complete"] = pgmq.drain(args.messages, args.batch, archive=False)
+        _send(broker, queue, args.dead_letter, body.encode(), args.batch)
+        ours["dlq_move"] = _drain(broker, queue, args.dead_letter, args.batch, True)
+        if pgmq:
+            pgmq.send(args.dead_letter, body, args.batch)
+            theirs["dlq_move"] = pgmq.drain(args.dead_letter, args.batch, archive=True)
+        assert broker.audit().ok, "the ledger does not balance"
+    finally:
+        broker.delete_queue(queue)
+    return ours, theirs
 
 
 @contextlib.contextmanager
@@ -97,19 +114,23 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=512)
     parser.add_argument("--batch", type=int, default=100)
     args = parser.parse_args()
-    body = os.urandom(args.size // 2 + 1).hex()[: args.size]
 
     with tempfile.TemporaryDirectory() as tmp, _store_url(args, tmp) as url:
-        rates = _poisonq(url, args, body.encode())
         store = url.split(":", 1)[0]
+        postgres = store in ("postgresql", "postgres")
+        pgmq = pgmq_pattern.PgmqQueue(url) if postgres else None
+        try:
+            with poisonq.connect(url) as broker:
+                rates, plain = _phases(broker, pgmq, args)
+        finally:
+            if pgmq:
+                pgmq.close()
         print(f"store={store} " + " ".join(f"{k}_msgs_per_s={v:.0f}" for k, v in rates.items()))
-        if store in ("postgresql", "postgres"):
-            plain = pgmq_pattern.run(url, args.messages, args.dead_letter, body, args.batch)
-            ratios = {k: rates[k] / plain[k] for k in PHASES}
+        if plain:
             print(
                 " ".join(f"pgmq_{k}_msgs_per_s={v:.0f}" for k, v in plain.items())
                 + " "
-                + " ".join(f"ratio_{k}={v:.2f}" for k, v in ratios.items())
+                + " ".join(f"ratio_{k}={rates[k] / plain[k]:.2f}" for k in PHASES)
             )
 
 

@@ -360,8 +360,24 @@ class Receiver:
         lost, :class:`MessageLockLostError` is raised and nothing is completed or received."""
         return self._receive(max_messages, max_wait, self._locks(messages))
 
+    def settle_and_receive(
+        self,
+        settlements: Sequence[Settlement],
+        max_messages: int = 1,
+        max_wait: Duration | None = None,
+    ) -> list[ReceivedMessage]:
+        """Settle messages, each its own way (as :meth:`Broker.settle`), and receive the next
+        ones in one transaction: a consumer loop that dead-letters or abandons some of a
+        batch still commits once per batch. If a lock was lost,
+        :class:`MessageLockLostError` is raised and nothing is settled or received."""
+        return self._receive(max_messages, max_wait, [], list(settlements))
+
     def _receive(
-        self, max_messages: int, max_wait: Duration | None, complete: list[tuple[int, str]]
+        self,
+        max_messages: int,
+        max_wait: Duration | None,
+        complete: list[tuple[int, str]],
+        settle: list[Settlement] | None = None,
     ) -> list[ReceivedMessage]:
         wait = 0.0 if max_wait is None else to_seconds(max_wait, "max_wait")
         deadline = time.monotonic() + wait
@@ -369,9 +385,9 @@ class Receiver:
         while True:
             marker = self.broker.store.change_marker()
             got = self._engine.receive(
-                self.address, max_messages, delete, self.lock_duration, complete
+                self.address, max_messages, delete, self.lock_duration, complete, settle or ()
             )
-            complete = []
+            complete, settle = [], None
             left = deadline - time.monotonic()
             if got or left <= 0:
                 return got

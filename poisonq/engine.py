@@ -300,12 +300,14 @@ class Engine:
         delete: bool = False,
         lock_duration: float | None = None,
         complete: Sequence[Lock] = (),
+        settle: Sequence[Settlement] = (),
     ) -> list[ReceivedMessage]:
         """Lock (or, with ``delete``, remove) up to ``max_messages`` messages, oldest first.
 
-        ``complete`` names locks to complete in the same transaction first, so a consumer
-        loop commits once per batch instead of twice; if one of them is lost, nothing is
-        completed or received.
+        ``complete`` names locks to complete, and ``settle`` settlements to make (as
+        :meth:`settle` does), in the same transaction first, so a consumer loop commits once
+        per batch instead of twice; if one of their locks is lost, nothing is settled or
+        received.
         """
         _check_count(max_messages, "max_messages")
         now = self.clock.now()
@@ -314,6 +316,8 @@ class Engine:
             entity = target.entity
             if complete:
                 self._complete(tx, entity, complete, now)
+            if settle:
+                self._settle(tx, target, settle, now)
             if not entity.status.can_receive:
                 raise EntityDisabledError(entity.name, entity.status, "receive")
             self._housekeep(tx, target, now)
@@ -543,37 +547,45 @@ class Engine:
         the sequence numbers the retry policy poisoned."""
         now = self.clock.now()
         with self.store.transaction() as tx:
-            target = self._resolve(tx, address)
-            entity = target.entity
-            locks = [(s.sequence_number, s.lock_token) for s in settlements]
-            held = {lock.seq: lock for lock in self._held_locks(tx, target, locks, now)}
-            done = [s for s in settlements if isinstance(s, Complete)]
-            if done:
-                self._complete(tx, entity, [(s.sequence_number, s.lock_token) for s in done], now)
-            poisoned: list[int] = []
-            for settlement in settlements:
-                match settlement:
-                    case Complete():
-                        continue
-                    case Abandon(seq, _, failure):
-                        poisoned += self._after_failure(tx, target, [held[seq]], failure, False)
-                    case DeadLetter(seq, token, reason, description, failure):
-                        if target.subqueue is not None:
-                            raise InvalidOperationError(
-                                f"messages in {entity.name!r} cannot be dead-lettered again"
-                            )
-                        tx.dead_letter(
-                            entity.id,
-                            [seq],
-                            self._child(tx, target, SubQueue.DEADLETTER).id,
-                            reason,
-                            description,
-                            entity.name,
-                            failure.to_json() if failure else None,
-                            now,
-                            lock_token=token,
-                        )
-            return sorted(poisoned)
+            return self._settle(tx, self._resolve(tx, address), settlements, now)
+
+    def _settle(
+        self, tx: Transaction, target: Target, settlements: Sequence[Settlement], now: float
+    ) -> list[int]:
+        entity = target.entity
+        locks = [(s.sequence_number, s.lock_token) for s in settlements]
+        held = {lock.seq: lock for lock in self._held_locks(tx, target, locks, now)}
+        done = [s for s in settlements if isinstance(s, Complete)]
+        if done:
+            self._complete(tx, entity, [(s.sequence_number, s.lock_token) for s in done], now)
+        poisoned: list[int] = []
+        # Dead-letters alike (same lock, reason, description and failure) move in one call.
+        letters: dict[tuple[str, str, str | None, FailureRecord | None], list[int]] = {}
+        for settlement in settlements:
+            match settlement:
+                case Complete():
+                    continue
+                case Abandon(seq, _, failure):
+                    poisoned += self._after_failure(tx, target, [held[seq]], failure, False)
+                case DeadLetter(seq, token, reason, description, failure):
+                    letters.setdefault((token, reason, description, failure), []).append(seq)
+        if letters and target.subqueue is not None:
+            raise InvalidOperationError(
+                f"messages in {entity.name!r} cannot be dead-lettered again"
+            )
+        for (token, reason, description, failure), seqs in letters.items():
+            tx.dead_letter(
+                entity.id,
+                seqs,
+                self._child(tx, target, SubQueue.DEADLETTER).id,
+                reason,
+                description,
+                entity.name,
+                failure.to_json() if failure else None,
+                now,
+                lock_token=token,
+            )
+        return sorted(poisoned)
 
     # Leases -------------------------------------------------------------------------------
     def acquire_lease(

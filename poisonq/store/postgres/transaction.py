@@ -421,6 +421,13 @@ class PostgresTransaction(Transaction):
         self._remember(("nothing expired", entity_id, now), quiet[1])
         return locks
 
+    def _sweep_after(self, entity_id: int, now: float) -> None:
+        """Send a receive's housekeeping reads with a settlement (in its round trip): in
+        complete_and_receive and settle_and_receive the receive follows at once. Locking the
+        expired locks a moment early is harmless when none follows: the transaction ends."""
+        expired = [LockInfo(*row) for row in self._sweep_ahead(entity_id, now).fetchall()]
+        self._remember(("expired locks", entity_id, now), expired)
+
     def expired_locks(self, entity_id: int, now: float) -> list[LockInfo]:
         known = self._recall(("expired locks", entity_id, now))
         if known is not None:
@@ -520,11 +527,7 @@ class PostgresTransaction(Transaction):
             " AND locked_until > %b AND seq = ANY(%b) RETURNING seq, size",
             (entity_id, token, now, list(seqs)),
         )
-        # complete_and_receive: the receive that follows starts with its housekeeping reads,
-        # so they travel in this round trip. Locking the expired locks a moment early is
-        # harmless when no receive follows: the transaction ends right after.
-        expired = [LockInfo(*row) for row in self._sweep_ahead(entity_id, now).fetchall()]
-        self._remember(("expired locks", entity_id, now), expired)
+        self._sweep_after(entity_id, now)
         rows = done.fetchall()
         self._bump(entity_id, completed=len(rows), size_bytes=-sum(row[1] for row in rows))
         return [row[0] for row in rows]
@@ -582,7 +585,7 @@ class PostgresTransaction(Transaction):
         now: float,
         lock_token: str | None = None,
     ) -> list[int]:
-        rows = self._all(
+        moving = self._run(
             "UPDATE messages SET entity_id = %(target)b, state = 'dead_lettered',"
             " lock_token = NULL, locked_until = NULL, dead_letter_reason = %(reason)b,"
             # Without a description, the last recorded failure describes the message.
@@ -605,6 +608,9 @@ class PostgresTransaction(Transaction):
                 "seqs": list(seqs),
             },
         )
+        if lock_token is not None:  # a receiver's settlement: a receive may follow
+            self._sweep_after(entity_id, now)
+        rows = moving.fetchall()
         moved, size = len(rows), sum(row[1] for row in rows)
         self._bump(entity_id, moved_out=moved, dead_lettered=moved, size_bytes=-size)
         self._bump(target_id, moved_in=moved, size_bytes=size)
