@@ -277,3 +277,30 @@ def test_settle_and_receive_settles_each_way_and_locks_the_next_in_one_transacti
     counts = broker.counts(queue)
     assert (counts["completed"], counts["dead_lettered"], counts["locked"]) == (1, 1, 2)
     assert_balanced(broker)
+
+
+def test_an_audit_balances_while_others_send_and_complete(broker: Broker, queue: str) -> None:
+    """Each audit reads every ledger and every count as of one moment, even while other
+    threads (other connections, on PostgreSQL) commit."""
+    stop = threading.Event()
+
+    def work() -> None:
+        receiver = broker.receiver(queue)
+        for _ in range(200):  # bounded: stops by itself
+            if stop.is_set():
+                return
+            _send(broker, queue, 5)
+            receiver.complete(receiver.receive(max_messages=5))
+
+    workers = [threading.Thread(target=work) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    try:
+        reports = [broker.audit() for _ in range(30)]
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join(30)
+    assert all(report.ok for report in reports), [r for r in reports if not r.ok]
+    assert reports[-1].sent > 0
+    assert_balanced(broker)

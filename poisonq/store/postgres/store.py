@@ -26,7 +26,8 @@ from psycopg_pool import ConnectionPool
 
 from poisonq.errors import InvalidOptionError, SchemaVersionError, StoreError
 from poisonq.store.base import Store, Transaction
-from poisonq.store.postgres.transaction import NOTIFY_CHANNEL, PostgresTransaction
+from poisonq.store.postgres.runner import NOTIFY_CHANNEL
+from poisonq.store.postgres.transaction import PostgresTransaction
 
 # Our options in the URL's query; the rest of the query goes to libpq.
 _POOL_SIZE = "pool_size"

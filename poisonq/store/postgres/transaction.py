@@ -10,41 +10,32 @@ SQLite runs one writer at a time; here transactions run side by side under READ 
 - every read that a later statement of the same transaction acts on (expired locks and TTLs,
   the locks a settlement names, the messages a bulk task selects) locks its rows
   (``FOR UPDATE``), so no other transaction can change them in between;
-- the ledger is kept in memory during the transaction and written in one statement just
-  before ``COMMIT``: the entity row is the one row every transaction on a queue updates, and
-  holding its lock only for the commit itself keeps concurrent consumers from queueing behind
-  each other's whole transactions. Entities are updated in id order, so two transactions
-  never wait for each other's entity rows in a cycle.
+- the ledger is written just before ``COMMIT`` (``runner.py``): the entity row is the one row
+  every transaction on a queue updates, and holding its lock only for the commit itself keeps
+  concurrent consumers from queueing behind each other's whole transactions. Entities are
+  updated in id order, so two transactions never wait for each other's entity rows in a cycle.
+
+Leases, dead-letter analysis and bulk tasks are in ``batches.py``; running statements, the
+ledger and answers fetched ahead in ``runner.py``.
 """
 
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any, cast
 
-from psycopg import Connection, Cursor, Pipeline, errors
+from psycopg import Cursor, errors
 
 from poisonq.errors import EntityExistsError
-from poisonq.model import EntityStatus, Lease, MessageState, ReceivedMessage, SubQueue
-from poisonq.store.base import (
-    DeadLetterGroup,
-    EntityRecord,
-    Ledger,
-    LockInfo,
-    MessageFilter,
-    NewMessage,
-    TaskRecord,
-    Transaction,
-)
+from poisonq.model import EntityStatus, MessageState, ReceivedMessage, SubQueue
+from poisonq.store.base import EntityRecord, LockInfo, NewMessage, Transaction
+from poisonq.store.postgres.batches import BatchQueries
 
 # The row mappers are the SQLite store's: these column lists return the same values in the
 # same order (``failures::text`` is the JSON text SQLite keeps).
 from poisonq.store.sqlite import _entity as entity_from_row
 from poisonq.store.sqlite import _message as message_from_row
-
-NOTIFY_CHANNEL = "poisonq"
 
 _MESSAGE_COLUMNS = (
     "seq, message_id, body, content_type, subject, properties, session_id, correlation_id,"
@@ -57,19 +48,8 @@ _ENTITY_COLUMNS = (
     "sent, moved_in, completed, dropped, moved_out, dead_lettered, resubmitted, lock_expiries, "
     "size_bytes"
 )
-_LEDGER = Ledger.__slots__
-_FLUSH_LEDGER = (
-    "UPDATE entities SET "
-    + ", ".join(f"{name} = {name} + %b" for name in _LEDGER)
-    + " WHERE id = %b"
-)
 _HELD = "('scheduled', 'active', 'locked', 'deferred', 'dead_lettered')"
 _LIVE = "('scheduled', 'active', 'locked', 'deferred')"
-_GROUP_KEYS = {
-    "reason": ("dead_letter_reason", "dead_letter_reason"),
-    "subject": ("subject", "subject"),
-    "fingerprint": ("last_fingerprint", "last_error_type"),
-}
 _STATES = {s.value: s for s in MessageState}
 # The messages of an entity past their TTL, by the partial index on expires_at. OFFSET 0 keeps
 # the planner from merging a state condition in here: on a table it has no statistics for yet
@@ -92,81 +72,7 @@ def _failure_json(failure: dict[str, Any] | None) -> str | None:
     return json.dumps(failure).replace("\\u0000", "\\ufffd") if failure else None
 
 
-def _filter_sql(where: MessageFilter) -> tuple[str, list[Any]]:
-    clauses: list[str] = []
-    params: list[Any] = []
-    for column, value, op in (
-        ("dead_letter_reason", where.reason, "="),
-        ("subject", where.subject, "="),
-        ("last_fingerprint", where.fingerprint, "="),
-        ("seq", where.min_sequence, ">="),
-        ("seq", where.max_sequence, "<="),
-        ("coalesce(dead_lettered_at, enqueued_at)", where.since, ">="),
-        ("coalesce(dead_lettered_at, enqueued_at)", where.until, "<"),
-    ):
-        if value is not None:
-            clauses.append(f" AND {column} {op} %b")
-            params.append(value)
-    return "".join(clauses), params
-
-
-class PostgresTransaction(Transaction):
-    def __init__(self, conn: Connection[Any], pipeline: Pipeline) -> None:
-        self._db = conn
-        self._pipeline = pipeline
-        self._ledger: dict[int, dict[str, int]] = defaultdict(lambda: dict.fromkeys(_LEDGER, 0))
-        self.notify = False  # whether this transaction made a message receivable
-        self._statements = 0
-        # Answers fetched ahead of the call that needs them, in a round trip that was made
-        # anyway; valid only while no other statement has run (see _recall).
-        self._ahead: dict[tuple[Any, ...], Any] = {}
-        self._ahead_at = 0
-
-    def _run(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Cursor[Any]:
-        """Queue a statement in the pipeline (nothing waits for it until a result is read)."""
-        self._statements += 1
-        return self._db.execute(sql, params, binary=True)
-
-    def _all(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
-        return self._run(sql, params).fetchall()
-
-    def _count(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> int:
-        """Run a statement and return how many rows it changed (which waits for it)."""
-        cur = self._run(sql, params)
-        self._pipeline.sync()
-        return cur.rowcount
-
-    def _remember(self, key: tuple[Any, ...], value: Any) -> None:
-        if self._ahead_at != self._statements:
-            self._ahead, self._ahead_at = {}, self._statements
-        self._ahead[key] = value
-
-    def _recall(self, key: tuple[Any, ...]) -> Any:
-        """A value fetched ahead, if no statement has run since: then the database would
-        give the same answer now, inside this transaction."""
-        if self._ahead_at != self._statements:
-            return None
-        return self._ahead.pop(key, None)
-
-    def _bump(self, entity_id: int, **deltas: int) -> None:
-        """Add ``deltas`` to the entity's ledger at commit (see the module docstring)."""
-        ledger = self._ledger[entity_id]
-        for name, delta in deltas.items():
-            ledger[name] += delta
-
-    def flush_ledger(self) -> None:
-        """Write the ledger changes so far, entities in id order, in one round trip."""
-        changes = [
-            (*ledger.values(), entity_id)
-            for entity_id, ledger in sorted(self._ledger.items())
-            if any(ledger.values())
-        ]
-        self._ledger.clear()
-        if changes:
-            self._statements += 1
-            with self._db.cursor() as cur:
-                cur.executemany(_FLUSH_LEDGER, changes)
-
+class PostgresTransaction(BatchQueries, Transaction):
     # Entities -----------------------------------------------------------------------------
     def insert_entity(
         self,
@@ -218,11 +124,23 @@ class PostgresTransaction(Transaction):
         return entity_from_row(row)
 
     def entities(self) -> list[EntityRecord]:
+        # With the messages each entity holds, by state, read in the same statement: an audit
+        # compares the two, and under READ COMMITTED separate statements could see other
+        # transactions' commits in between and report a ledger out of balance that is not.
         self.flush_ledger()
-        return [
-            entity_from_row(row)
-            for row in self._all(f"SELECT {_ENTITY_COLUMNS} FROM entities ORDER BY name")
-        ]
+        rows = self._all(
+            f"SELECT {_ENTITY_COLUMNS}, (SELECT coalesce(jsonb_object_agg(state, n), '{{}}')"
+            " FROM (SELECT state, count(*) AS n FROM messages"
+            " WHERE messages.entity_id = entities.id GROUP BY state) AS held)"
+            " FROM entities ORDER BY name"
+        )
+        records = []
+        for row in rows:
+            record = entity_from_row(row[:-1])
+            held = {_STATES[state]: n for state, n in row[-1].items()}
+            self._remember(("held", record.id), held)
+            records.append(record)
+        return records
 
     def set_options(self, entity_id: int, options: str, now: float) -> None:
         self._run(
@@ -245,6 +163,9 @@ class PostgresTransaction(Transaction):
         self._run("DELETE FROM entities WHERE id = %(id)b OR parent_id = %(id)b", {"id": entity_id})
 
     def held_counts(self, entity_id: int) -> dict[MessageState, int]:
+        known = self._recall(("held", entity_id))
+        if known is not None:
+            return cast(dict[MessageState, int], known)
         rows = self._all(
             "SELECT state, count(*) FROM messages WHERE entity_id = %b GROUP BY state",
             (entity_id,),
@@ -456,70 +377,6 @@ class PostgresTransaction(Transaction):
         self.notify = self.notify or promoted > 0
         return promoted
 
-    # Leases -------------------------------------------------------------------------------
-    def lock_ready_seqs(
-        self, entity_id: int, ready: MessageState, limit: int, token: str, locked_until: float
-    ) -> list[int]:
-        rows = self._all(
-            "UPDATE messages SET state = 'locked', lock_token = %b, locked_until = %b,"
-            " delivery_count = delivery_count + 1"
-            " WHERE seq IN (SELECT seq FROM messages WHERE entity_id = %b AND state = %b"
-            " ORDER BY seq LIMIT %b FOR UPDATE SKIP LOCKED) RETURNING seq",
-            (token, locked_until, entity_id, ready.value, limit),
-        )
-        return sorted(row[0] for row in rows)
-
-    def insert_lease(self, entity_id: int, lease: Lease) -> None:
-        self._run(
-            "INSERT INTO leases (entity_id, consumer, number, lock_token, count, min_seq,"
-            " max_seq, created_at) VALUES (%b, %b, %b, %b, %b, %b, %b, %b)",
-            (
-                entity_id,
-                lease.consumer,
-                lease.number,
-                lease.lock_token,
-                lease.count,
-                lease.min_sequence,
-                lease.max_sequence,
-                lease.created_at,
-            ),
-        )
-
-    def lease(self, entity_id: int, name: str, consumer: str, number: int | None) -> Lease | None:
-        rows = self._all(
-            "SELECT consumer, number, lock_token, count, min_seq, max_seq, created_at"
-            " FROM leases WHERE entity_id = %(entity)b AND consumer = %(consumer)b"
-            " AND (%(number)b::bigint IS NULL OR number = %(number)b)"
-            " ORDER BY number DESC LIMIT 1",
-            {"entity": entity_id, "consumer": consumer, "number": number},
-        )
-        return Lease(name, *rows[0]) if rows else None
-
-    def delete_leases(self, entity_id: int, consumer: str, before: int) -> None:
-        self._run(
-            "DELETE FROM leases WHERE entity_id = %b AND consumer = %b AND number < %b",
-            (entity_id, consumer, before),
-        )
-
-    def lease_seqs(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> list[int]:
-        rows = self._all(
-            "SELECT seq FROM messages WHERE entity_id = %b AND state = 'locked'"
-            " AND seq BETWEEN %b AND %b AND lock_token = %b AND locked_until > %b ORDER BY seq",
-            (entity_id, lo, hi, token, now),
-        )
-        return [row[0] for row in rows]
-
-    def lease_rows(
-        self, entity_id: int, token: str, lo: int, hi: int, now: float
-    ) -> list[tuple[Any, ...]]:
-        return self._all(
-            "SELECT seq, message_id, body, content_type, subject, properties, session_id,"
-            " correlation_id, enqueued_at, delivery_count FROM messages"
-            " WHERE entity_id = %b AND state = 'locked' AND seq BETWEEN %b AND %b"
-            " AND lock_token = %b AND locked_until > %b ORDER BY seq",
-            (entity_id, lo, hi, token, now),
-        )
-
     # Settling -----------------------------------------------------------------------------
     def complete(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
         done = self._run(
@@ -660,65 +517,3 @@ class PostgresTransaction(Transaction):
         self._bump(target_id, moved_in=moved, size_bytes=size)
         self.notify = self.notify or moved > 0
         return moved
-
-    # Dead-letter analysis and tasks ------------------------------------------------------
-    def dead_letter_groups(self, entity_id: int, by: str) -> list[DeadLetterGroup]:
-        key, label = _GROUP_KEYS[by]
-        rows = self._all(
-            f"SELECT {key}, max({label}), count(*),"
-            " min(coalesce(dead_lettered_at, enqueued_at)),"
-            " max(coalesce(dead_lettered_at, enqueued_at))"
-            f" FROM messages WHERE entity_id = %b GROUP BY {key}"
-            f" ORDER BY count(*) DESC, {key} NULLS FIRST",
-            (entity_id,),
-        )
-        return [DeadLetterGroup(*row) for row in rows]
-
-    def select(self, entity_id: int, where: MessageFilter, after_seq: int, limit: int) -> list[int]:
-        clauses, params = _filter_sql(where)
-        # Locked here, so a receiver cannot take them before the task moves or drops them.
-        rows = self._all(
-            "SELECT seq FROM messages WHERE entity_id = %b AND state != 'locked' AND seq > %b"
-            f"{clauses} ORDER BY seq LIMIT %b FOR UPDATE SKIP LOCKED",
-            (entity_id, after_seq, *params, limit),
-        )
-        return [row[0] for row in rows]
-
-    def count_matching(self, entity_id: int, where: MessageFilter) -> int:
-        clauses, params = _filter_sql(where)
-        ((n,),) = self._all(
-            f"SELECT count(*) FROM messages WHERE entity_id = %b AND state != 'locked'{clauses}",
-            (entity_id, *params),
-        )
-        return int(n)
-
-    def insert_task(
-        self, kind: str, entity_id: int, spec: dict[str, Any], total: int, now: float
-    ) -> int:
-        ((task_id,),) = self._all(
-            "INSERT INTO tasks (kind, entity_id, status, spec, total, created_at, updated_at)"
-            " VALUES (%b, %b, 'running', %b, %b, %b, %b) RETURNING id",
-            (kind, entity_id, json.dumps(spec), total, now, now),
-        )
-        return int(task_id)
-
-    def task(self, task_id: int) -> TaskRecord | None:
-        rows = self._all(
-            "SELECT id, kind, entity_id, status, spec, total, done, created_at, updated_at, error"
-            " FROM tasks WHERE id = %b",
-            (task_id,),
-        )
-        if not rows:
-            return None
-        task_id, kind, entity_id, status, spec, total, done, created, updated, error = rows[0]
-        return TaskRecord(
-            task_id, kind, entity_id, status, json.loads(spec), total, done, created, updated, error
-        )
-
-    def update_task(
-        self, task_id: int, done: int, status: str, error: str | None, now: float
-    ) -> None:
-        self._run(
-            "UPDATE tasks SET done = %b, status = %b, error = %b, updated_at = %b WHERE id = %b",
-            (done, status, error, now, task_id),
-        )
