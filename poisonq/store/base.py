@@ -359,7 +359,8 @@ class Transaction(ABC):
 
 
 class Store(ABC):
-    """A connection to one store. Thread-safe; transactions are serialized per store."""
+    """A connection to one store. Thread-safe: SQLite serializes the transactions of a store,
+    PostgreSQL runs them side by side on pooled connections."""
 
     url: str
 
