@@ -383,7 +383,9 @@ class Receiver:
         deadline = time.monotonic() + wait
         delete = self.receive_mode is ReceiveMode.RECEIVE_AND_DELETE
         while True:
-            marker = self.broker.store.change_marker()
+            # Only a receive that may wait needs the marker (on PostgreSQL, asking for it
+            # opens the store's listening connection).
+            marker = self.broker.store.change_marker() if wait > 0 else None
             got = self._engine.receive(
                 self.address, max_messages, delete, self.lock_duration, complete, settle or ()
             )
