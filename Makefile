@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	scripts/ensure-java
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,spark]'
+	$(BIN)/pip install --quiet -e '.[dev,spark,server]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -19,12 +19,13 @@ demo: $(STAMP)
 	$(BIN)/poisonq demo --dir demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check poisonq tests bench
-	$(BIN)/ruff format --check poisonq tests bench
+	$(BIN)/ruff check poisonq tests bench scripts
+	$(BIN)/ruff format --check poisonq tests bench scripts
 	$(BIN)/mypy
 
 test: lint
 	scripts/ensure-postgres
+	scripts/ensure-chromium
 	$(BIN)/pytest
 
 bench: $(STAMP)

@@ -1,11 +1,12 @@
 """poisonq: a durable message queue with first-class poison-message handling."""
 
-from poisonq.client import AutoLockRenewer, Broker, Receiver, Sender, connect
+from poisonq.client import Broker, Receiver, Sender, SessionReceiver, connect
 from poisonq.clock import ManualClock, SystemClock
 from poisonq.errors import (
     EntityDisabledError,
     EntityExistsError,
     EntityNotFoundError,
+    FilterError,
     InvalidNameError,
     InvalidOperationError,
     InvalidOptionError,
@@ -13,15 +14,21 @@ from poisonq.errors import (
     MessageNotFoundError,
     MessageTooLargeError,
     PermanentError,
+    PoisonMessageError,
     PoisonqError,
     QuotaExceededError,
+    SessionCannotBeLockedError,
+    SessionLockLostError,
     StoreError,
 )
+from poisonq.filters import CorrelationFilter, SqlFilter
+from poisonq.lock_renewer import AutoLockRenewer
 from poisonq.model import (
     Abandon,
     Complete,
     DeadLetter,
     DeadLetterReason,
+    EntityKind,
     EntityStatus,
     FailureRecord,
     Lease,
@@ -41,13 +48,16 @@ __all__ = [
     "AutoLockRenewer",
     "Broker",
     "Complete",
+    "CorrelationFilter",
     "DeadLetter",
     "DeadLetterReason",
     "EntityDisabledError",
     "EntityExistsError",
+    "EntityKind",
     "EntityNotFoundError",
     "EntityStatus",
     "FailureRecord",
+    "FilterError",
     "InvalidNameError",
     "InvalidOperationError",
     "InvalidOptionError",
@@ -59,6 +69,7 @@ __all__ = [
     "MessageState",
     "MessageTooLargeError",
     "PermanentError",
+    "PoisonMessageError",
     "PoisonqError",
     "Processor",
     "ProcessorStats",
@@ -70,7 +81,11 @@ __all__ = [
     "Receiver",
     "RetryPolicy",
     "Sender",
+    "SessionCannotBeLockedError",
+    "SessionLockLostError",
+    "SessionReceiver",
     "Settlement",
+    "SqlFilter",
     "StoreError",
     "SubQueue",
     "SystemClock",

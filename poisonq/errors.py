@@ -52,6 +52,50 @@ class EntityDisabledError(PoisonqError):
         self.operation = operation
 
 
+class PoisonMessageError(EntityDisabledError):
+    """The entity faulted on a poison message (``receive_error_handling = fault``): it stays
+    ``receive_disabled`` until an operator moves, drops or resubmits message
+    ``sequence_number`` and enables the entity again."""
+
+    def __init__(self, name: str, sequence_number: int) -> None:
+        PoisonqError.__init__(
+            self,
+            f"cannot receive on {name!r}: it faulted on poison message {sequence_number}; "
+            f"move, drop or resubmit message {sequence_number}, then enable the queue",
+        )
+        self.name = name
+        self.status = "receive_disabled"
+        self.operation = "receive"
+        self.sequence_number = sequence_number
+
+
+class SessionLockLostError(PoisonqError):
+    """The session lock expired, was never held, or is held by another receiver."""
+
+    def __init__(self, name: str, session_id: str) -> None:
+        super().__init__(f"lock lost or not held on session {session_id!r} of {name!r}")
+        self.name = name
+        self.session_id = session_id
+
+
+class SessionCannotBeLockedError(PoisonqError):
+    """Another receiver holds the session under a valid lock."""
+
+    def __init__(self, name: str, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} of {name!r} is locked by another receiver")
+        self.name = name
+        self.session_id = session_id
+
+
+class FilterError(InvalidOptionError):
+    """A subscription filter's text does not parse; ``position`` is where it went wrong."""
+
+    def __init__(self, text: str, position: int, why: str) -> None:
+        super().__init__(f"invalid filter {text!r} at {position}: {why}")
+        self.text = text
+        self.position = position
+
+
 class MessageTooLargeError(PoisonqError):
     """A message is larger than the entity's ``max_message_size``; nothing was sent."""
 

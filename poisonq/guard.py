@@ -3,21 +3,23 @@
 Python exceptions are easy: they are caught per row and become data (:class:`Failed`). A
 crash is not: ``os._exit``, a segfault in a native library or the out-of-memory killer end the
 Python worker, Spark fails the task and with it the whole micro-batch. So the transform runs
-in a forked child process that streams its results back through a pipe in chunks, and writes
-the index of the row it is on into a word of shared memory before each row. When the child
-dies, that word names the row that killed it (:class:`Crashed`); the results it sent are
-kept, the rows it finished but had not sent yet are run again, and a new child goes on after
-the crashing row. No extra Spark job is needed.
+in a child process that takes rows in windows of :data:`WINDOW` through a pipe, sends each
+window's results back, and writes the position of the row it is on into a word of shared
+memory before each row. When the child dies, that word names the row that killed it
+(:class:`Crashed`); the rows of that window before it are sent again, and a new child goes on.
+No extra Spark job is needed, and a crash costs one fork and at most a window of lost work.
 
 The children are forked from a lean helper process, not from the Spark worker: a fork costs
 in proportion to the memory of the process forked, about 15 ms for a Python worker with
-pyarrow and pandas loaded against about 2.5 ms for the helper, and a crashing message
-crashes once per delivery. Each Python worker keeps one helper per transform (a cache, not
-state: a lost helper is started again).
+pyarrow and pandas loaded against 1-2 ms for the helper, which holds nothing but the
+transform, and a crashing message crashes once per delivery. Each Python worker keeps one
+helper per transform (a cache, not state: a lost helper is started again).
 """
 
 from __future__ import annotations
 
+import atexit
+import gc
 import mmap
 import os
 import pickle
@@ -25,16 +27,19 @@ import struct
 import subprocess
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, BinaryIO
+from typing import Any
 
 from poisonq.errors import PermanentError
 from poisonq.failures import failure_from_exception
 from poisonq.model import FailureRecord
 
 Transform = Callable[[dict[str, Any]], dict[str, Any] | None]
-CHUNK = 1024
+RowTransform = Callable[[Any], dict[str, Any] | None]  # what the guard runs: any row type
+WINDOW = 256  # rows per round trip to the child: the work a crash can lose
+_BETWEEN_WINDOWS = -1
 _HEADER = struct.Struct("!I")
 _PROGRESS = struct.Struct("q")
 
@@ -59,7 +64,7 @@ Result = Ok | Failed | Crashed
 
 
 def apply(
-    transform: Transform, row: dict[str, Any], permanent: tuple[type[BaseException], ...]
+    transform: RowTransform, row: Any, permanent: tuple[type[BaseException], ...]
 ) -> Ok | Failed:
     """One row through the transform, its exception turned into data. A
     :class:`PermanentError`, or one of the ``permanent`` types, is permanent."""
@@ -71,14 +76,14 @@ def apply(
 
 
 def run_inline(
-    transform: Transform, rows: Sequence[dict[str, Any]], permanent: tuple[type[BaseException], ...]
+    transform: RowTransform, rows: Sequence[Any], permanent: tuple[type[BaseException], ...]
 ) -> list[Result]:
     """Without isolation: a crash still ends the worker (for platforms without fork)."""
     return [apply(transform, row, permanent) for row in rows]
 
 
 def run_isolated(
-    transform: Transform, rows: Sequence[dict[str, Any]], permanent: tuple[type[BaseException], ...]
+    transform: RowTransform, rows: Sequence[Any], permanent: tuple[type[BaseException], ...]
 ) -> list[Result]:
     """Every row's result, in order, with crashing rows as :class:`Crashed`."""
     return _helper(transform, permanent).run(rows)
@@ -87,18 +92,27 @@ def run_isolated(
 _HELPERS: dict[bytes, Helper] = {}
 
 
-def _helper(transform: Transform, permanent: tuple[type[BaseException], ...]) -> Helper:
+@atexit.register
+def _close_helpers() -> None:
+    while _HELPERS:
+        _HELPERS.popitem()[1].close()
+
+
+def _helper(transform: RowTransform, permanent: tuple[type[BaseException], ...]) -> Helper:
     from pyspark import cloudpickle  # pickles functions by value, as Spark ships them
 
     key: bytes = cloudpickle.dumps((transform, permanent))  # type: ignore[no-untyped-call]
     helper = _HELPERS.get(key)
     if helper is None or not helper.alive:
+        if helper is not None:
+            helper.close()
         helper = _HELPERS[key] = Helper(key)
     return helper
 
 
 class Helper:
-    """The lean process that forks a child per run of the transform."""
+    """The lean process that keeps one child running the transform, and forks a new one when
+    a child dies."""
 
     def __init__(self, pickled_transform: bytes) -> None:
         self._process = subprocess.Popen(
@@ -107,34 +121,46 @@ class Helper:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
-        self._send_bytes(pickled_transform)
+        self._send(pickled_transform)
 
     @property
     def alive(self) -> bool:
         return self._process.poll() is None
 
-    def run(self, rows: Sequence[dict[str, Any]]) -> list[Result]:
-        results: dict[int, Result] = {}
-        self._send(("rows", list(rows)))
-        while len(results) < len(rows):
-            todo = [index for index in range(len(rows)) if index not in results]
-            self._send(("run", todo))
-            while isinstance(frame := self._receive(), list):
-                for index, item in frame:
-                    results[index] = item if isinstance(item, Failed) else Ok(item)
-            _, status, at = frame
-            if len(results) < len(rows):
-                if at < 0:
-                    raise RuntimeError(
-                        f"the transform process died before its first row ({status})"
-                    )
-                results[todo[at]] = Crashed(_crash_record(status))
-        return [results[index] for index in range(len(rows))]
+    def close(self) -> None:
+        """End the helper: the end of its input ends its child, then itself."""
+        assert self._process.stdin is not None and self._process.stdout is not None
+        self._process.stdin.close()
+        try:
+            self._process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        self._process.stdout.close()
 
-    def _send(self, message: tuple[str, Any]) -> None:
-        self._send_bytes(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
+    def run(self, rows: Sequence[Any]) -> list[Result]:
+        results: list[Result | None] = [None] * len(rows)
+        windows = deque(
+            range(start, min(start + WINDOW, len(rows))) for start in range(0, len(rows), WINDOW)
+        )
+        while windows:
+            window = windows.popleft()
+            self._send(pickle.dumps([rows[index] for index in window], pickle.HIGHEST_PROTOCOL))
+            match self._receive():
+                case ("done", outputs):
+                    for index, item in zip(window, outputs, strict=True):
+                        results[index] = item if isinstance(item, Failed) else Ok(item)
+                case ("crashed", status, at) if at >= 0:
+                    results[window[at]] = Crashed(_crash_record(status))
+                    windows.extendleft(part for part in (window[at + 1 :], window[:at]) if part)
+                case ("crashed", status, _):
+                    self._process.kill()
+                    raise RuntimeError(f"the transform process died outside a row ({status})")
+        done = [result for result in results if result is not None]
+        assert len(done) == len(rows), "every row has a result"
+        return done
 
-    def _send_bytes(self, data: bytes) -> None:
+    def _send(self, data: bytes) -> None:
         pipe = self._process.stdin
         assert pipe is not None
         pipe.write(_HEADER.pack(len(data)) + data)
@@ -142,7 +168,7 @@ class Helper:
 
     def _receive(self) -> Any:
         assert self._process.stdout is not None
-        frame = _read_frame(self._process.stdout)
+        frame = _read_frame(self._process.stdout.fileno())
         if frame is None:
             raise RuntimeError(f"the transform helper process ended ({self._process.wait()})")
         return pickle.loads(frame)
@@ -162,55 +188,48 @@ def _crash_record(status: int) -> FailureRecord:
 
 
 def helper_main() -> None:
-    """The helper: load the transform, then fork a child for every run it is asked for."""
-    frames = os.dup(1)
-    os.dup2(2, 1)  # a transform that prints must not write into the frames
-    requests = sys.stdin.buffer
-    first = _read_frame(requests)
+    """The helper: load the transform, then keep a child running it until the rows end."""
+    replies = os.dup(1)
+    os.dup2(2, 1)  # a transform that prints must not write into the replies
+    first = _read_frame(0)
     if first is None:
         return
     transform, permanent = pickle.loads(first)
-    rows: list[dict[str, Any]] = []
+    gc.freeze()  # a child's collections must not write to (and so copy) the helper's pages
     with mmap.mmap(-1, _PROGRESS.size) as progress:  # shared with the children
-        while (frame := _read_frame(requests)) is not None:
-            kind, payload = pickle.loads(frame)
-            if kind == "rows":
-                rows = payload
-                continue
-            _PROGRESS.pack_into(progress, 0, -1)
+        while True:
+            _PROGRESS.pack_into(progress, 0, _BETWEEN_WINDOWS)
             pid = os.fork()
             if pid == 0:  # the child: never returns, never runs the helper's cleanup
                 code = 0
                 try:
-                    _child(transform, rows, payload, permanent, progress, frames)
+                    _child(transform, permanent, progress, replies)
                 except BaseException:
                     code = 70
                 os._exit(code)
             _, status = os.waitpid(pid, 0)
             (at,) = _PROGRESS.unpack_from(progress, 0)
-            _write_frame(frames, pickle.dumps(("end", status, at)))
+            if at == _BETWEEN_WINDOWS and status == 0:
+                return  # the rows ended
+            _write_frame(replies, pickle.dumps(("crashed", status, at)))
 
 
 def _child(
-    transform: Transform,
-    rows: Sequence[dict[str, Any]],
-    todo: list[int],
+    transform: RowTransform,
     permanent: tuple[type[BaseException], ...],
     progress: mmap.mmap,
-    fd: int,
+    replies: int,
 ) -> None:
     # A good row travels as its bare output: pickling a dataclass per row would cost more
     # than a typical transform.
-    pending: list[tuple[int, Failed | dict[str, Any] | None]] = []
-    for position, index in enumerate(todo):
-        _PROGRESS.pack_into(progress, 0, position)
-        result = apply(transform, rows[index], permanent)
-        pending.append((index, result.output if isinstance(result, Ok) else result))
-        if len(pending) >= CHUNK:
-            _write_frame(fd, pickle.dumps(pending, pickle.HIGHEST_PROTOCOL))
-            pending = []
-    if pending:
-        _write_frame(fd, pickle.dumps(pending, pickle.HIGHEST_PROTOCOL))
+    while (frame := _read_frame(0)) is not None:
+        outputs: list[Failed | dict[str, Any] | None] = []
+        for position, row in enumerate(pickle.loads(frame)):
+            _PROGRESS.pack_into(progress, 0, position)
+            result = apply(transform, row, permanent)
+            outputs.append(result.output if isinstance(result, Ok) else result)
+        _PROGRESS.pack_into(progress, 0, _BETWEEN_WINDOWS)
+        _write_frame(replies, pickle.dumps(("done", outputs), pickle.HIGHEST_PROTOCOL))
 
 
 def _write_frame(fd: int, data: bytes) -> None:
@@ -219,10 +238,22 @@ def _write_frame(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _read_frame(pipe: BinaryIO | IO[bytes]) -> bytes | None:
-    header = pipe.read(_HEADER.size)
-    if len(header) < _HEADER.size:
+def _read_frame(fd: int) -> bytes | None:
+    """One length-prefixed frame, read with exact-size reads: a child must never take bytes
+    of the next window into a buffer that dies with it."""
+    header = _read_exact(fd, _HEADER.size)
+    if header is None:
         return None
     (size,) = _HEADER.unpack(header)
-    data = pipe.read(size)
-    return data if len(data) == size else None
+    return _read_exact(fd, size)
+
+
+def _read_exact(fd: int, size: int) -> bytes | None:
+    parts = []
+    while size:
+        part = os.read(fd, min(size, 1 << 20))
+        if not part:
+            return None
+        parts.append(part)
+        size -= len(part)
+    return b"".join(parts)

@@ -11,11 +11,13 @@ import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import TypeAlias
+from typing import Literal, TypeAlias
 
 from poisonq.errors import InvalidOptionError
 
 PropertyValue: TypeAlias = str | int | float | bool | None
+FaultAction: TypeAlias = Literal["move", "drop", "resubmit"]
+"""What an operator does with the message a queue faulted on (``Broker.resolve_poison``)."""
 Duration: TypeAlias = int | float | timedelta
 
 
@@ -48,6 +50,8 @@ class DeadLetterReason(StrEnum):
     SESSION_ID_IS_NULL = "SessionIdIsNull"
     MAX_TRANSFER_HOP_COUNT_EXCEEDED = "MaxTransferHopCountExceeded"
     REJECTED = "Rejected"
+    TRANSFER_FAILED = "TransferFailed"
+    FILTER_EVALUATION_EXCEPTION = "FilterEvaluationException"
 
 
 class ReceiveMode(StrEnum):
@@ -81,6 +85,22 @@ class EntityStatus(StrEnum):
     @property
     def can_receive(self) -> bool:
         return self in (EntityStatus.ACTIVE, EntityStatus.SEND_DISABLED)
+
+
+class EntityKind(StrEnum):
+    """What an entity is: a queue, a topic (fans out to subscriptions) or a subscription."""
+
+    QUEUE = "queue"
+    TOPIC = "topic"
+    SUBSCRIPTION = "subscription"
+
+
+class StatusEventKind(StrEnum):
+    """Why an entity's status last changed."""
+
+    FAULT = "fault"
+    AUTO_DISABLED = "auto_disabled"
+    OPERATOR = "operator"
 
 
 class SubQueue(StrEnum):

@@ -14,6 +14,10 @@ from dataclasses import dataclass
 from poisonq.errors import InvalidNameError
 from poisonq.model import SubQueue
 
+NAMESPACE_DEADLETTER = "$deadletterqueue"
+"""The namespace dead-letter queue: where ``reject`` sends a message whose ``reply_to`` names
+no queue (MSMQ's system dead-letter queue)."""
+
 _NAME = re.compile(r"[A-Za-z0-9._\-/]{1,260}")
 
 # Longest first: the transfer dead-letter suffix ends like the dead-letter one.
@@ -69,6 +73,8 @@ def parse_address(address: str, subqueue: SubQueue | str | None = None) -> Addre
     """Split ``address`` into entity and subqueue; ``subqueue`` may name it separately."""
     if not isinstance(address, str):
         raise InvalidNameError(repr(address), "an address must be a string")
+    if address == NAMESPACE_DEADLETTER and subqueue in (None, SubQueue.DEADLETTER):
+        return Address(address)  # a dead-letter queue itself, with no subqueues
     found: SubQueue | None = None
     for suffix, kind in _SUFFIXES.items():
         if address.endswith(suffix):

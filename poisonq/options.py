@@ -140,6 +140,8 @@ class QueueOptions:
     max_properties_size: int = 64 * KIB
     max_size: int = 1024 * KIB * KIB
     auto_disable_after_rollbacks: int | None = None
+    dead_letter_retry: RetryPolicy | None = None
+    per_message_poisoning: bool = False
 
     def __post_init__(self) -> None:
         lock = to_seconds(self.lock_duration, "lock_duration")
@@ -161,6 +163,7 @@ class QueueOptions:
             "dead_lettering_on_message_expiration",
             "requires_duplicate_detection",
             "requires_session",
+            "per_message_poisoning",
         ):
             if not isinstance(getattr(self, flag), bool):
                 raise InvalidOptionError(f"{flag} must be true or false")
@@ -172,6 +175,8 @@ class QueueOptions:
         _count(self.max_size, "max_size", minimum=1)
         if self.auto_disable_after_rollbacks is not None:
             _count(self.auto_disable_after_rollbacks, "auto_disable_after_rollbacks", minimum=1)
+        if self.dead_letter_retry is not None:
+            _check_dead_letter_policy(self.dead_letter_retry)
 
     @property
     def max_delivery_count(self) -> int:
@@ -186,7 +191,11 @@ class QueueOptions:
     ) -> QueueOptions:
         """Options from ``base`` (or defaults) with ``changes`` applied and validated.
 
-        ``max_delivery_count=N`` is shorthand for ``retry=RetryPolicy.service_bus(N)``.
+        ``max_delivery_count=N`` sets the attempts per cycle (``receive_retry_count = N - 1``)
+        and keeps the rest of the policy: on a new queue that is the default Service Bus
+        policy (N immediate attempts, no cycles, move), as DESIGN.md says; on an existing
+        queue its cycles and error handling stay as they were (a ``drop`` queue stays
+        ``drop``). Giving ``retry`` as well is ambiguous and refused.
         """
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(changes) - names)
@@ -195,16 +204,39 @@ class QueueOptions:
         if max_delivery_count is not None:
             if "retry" in changes:
                 raise InvalidOptionError("give either max_delivery_count or retry, not both")
-            changes["retry"] = RetryPolicy.service_bus(max_delivery_count)
+            _count(max_delivery_count, "max_delivery_count", minimum=1)
+            policy = (base or cls()).retry
+            changes["retry"] = dataclasses.replace(
+                policy, receive_retry_count=max_delivery_count - 1
+            )
         return dataclasses.replace(base or cls(), **changes)
 
     def to_json(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data["retry"] = self.retry.to_json()
+        if self.dead_letter_retry is not None:
+            data["dead_letter_retry"] = self.dead_letter_retry.to_json()
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> QueueOptions:
         data = dict(data)
         data["retry"] = RetryPolicy.from_json(data["retry"])
+        if data.get("dead_letter_retry") is not None:
+            data["dead_letter_retry"] = RetryPolicy.from_json(data["dead_letter_retry"])
         return cls(**data)
+
+
+def _check_dead_letter_policy(policy: object) -> None:
+    """Reading a dead-letter (poison) queue, only immediate retries and drop, reject or
+    fault apply (WCF): there is no retry subqueue to cycle through, and ``move`` would move
+    the message into the queue it is already in."""
+    if not isinstance(policy, RetryPolicy):
+        raise InvalidOptionError(f"dead_letter_retry must be a RetryPolicy, not {policy!r}")
+    if policy.max_retry_cycles:
+        raise InvalidOptionError("dead_letter_retry cannot have retry cycles (max_retry_cycles=0)")
+    if policy.receive_error_handling is ReceiveErrorHandling.MOVE:
+        raise InvalidOptionError(
+            "dead_letter_retry cannot use 'move' (the message is in the dead-letter queue "
+            "already); use drop, reject or fault"
+        )

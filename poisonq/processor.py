@@ -22,9 +22,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from poisonq.client import AutoLockRenewer, Broker, Receiver
+from poisonq.client import Broker, Receiver, SessionReceiver
 from poisonq.errors import InvalidOptionError, PermanentError
 from poisonq.failures import failure_from_exception
+from poisonq.lock_renewer import AutoLockRenewer
 from poisonq.model import (
     Abandon,
     Complete,
@@ -33,6 +34,7 @@ from poisonq.model import (
     FailureRecord,
     ReceivedMessage,
     Settlement,
+    to_seconds,
 )
 
 log = logging.getLogger(__name__)
@@ -156,10 +158,32 @@ class Processor:
         return total
 
     def _pump(self, renewer: AutoLockRenewer, until_idle: bool) -> ProcessorStats:
+        if self.broker.get_queue(self.address).options.requires_session:
+            return self._pump_sessions(renewer, until_idle)
+        return self._pump_one(self.broker.receiver(self.address), renewer, until_idle)
+
+    def _pump_sessions(self, renewer: AutoLockRenewer, until_idle: bool) -> ProcessorStats:
+        """A session queue: one session at a time, its messages in order, until it is
+        empty; then the next session nobody holds."""
         stats = ProcessorStats()
-        receiver = self.broker.receiver(self.address)
         while not self._stop.is_set():
-            messages = receiver.receive(self.batch_size, self.max_wait)
+            session = self.broker.accept_next_session(self.address)
+            if session is None:
+                if until_idle:
+                    break
+                self._stop.wait(to_seconds(self.max_wait, "max_wait"))
+                continue
+            with session:
+                stats.add(self._pump_one(session, renewer, until_idle=True))
+        return stats
+
+    def _pump_one(
+        self, receiver: Receiver, renewer: AutoLockRenewer, until_idle: bool
+    ) -> ProcessorStats:
+        stats = ProcessorStats()
+        wait = 0.0 if isinstance(receiver, SessionReceiver) else self.max_wait
+        while not self._stop.is_set():
+            messages = receiver.receive(self.batch_size, wait)
             if not messages:
                 if until_idle:
                     break

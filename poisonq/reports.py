@@ -2,12 +2,66 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
-from poisonq.model import EntityStatus, SubQueue
+from poisonq.model import EntityKind, EntityStatus, StatusEventKind, SubQueue, from_timestamp
 from poisonq.options import QueueOptions
 from poisonq.store.base import Ledger
+
+
+@dataclass(frozen=True, slots=True)
+class StatusEvent:
+    """Why an entity's status changed: a fault on a poison message (with its sequence
+    number), an auto-disable after consecutive rollbacks, or an operator. The engine keeps it
+    as JSON in the entity's ``status_cause``."""
+
+    kind: StatusEventKind
+    time: float
+    description: str
+    sequence_number: int | None = None
+    rollbacks: int | None = None
+
+    def to_text(self) -> str:
+        return json.dumps(
+            {
+                "kind": self.kind.value,
+                "time": self.time,
+                "description": self.description,
+                "sequence_number": self.sequence_number,
+                "rollbacks": self.rollbacks,
+            }
+        )
+
+    @classmethod
+    def from_text(cls, text: str | None, time: float) -> StatusEvent | None:
+        """The event a ``status_cause`` holds; plain text (an operator's note) becomes an
+        operator event."""
+        if not text:
+            return None
+        try:
+            data: dict[str, Any] = json.loads(text)
+            return cls(
+                StatusEventKind(data["kind"]),
+                float(data["time"]),
+                str(data["description"]),
+                data.get("sequence_number"),
+                data.get("rollbacks"),
+            )
+        except (ValueError, KeyError, TypeError):
+            return cls(StatusEventKind.OPERATOR, time, text)
+
+    def to_json(self) -> dict[str, Any]:
+        when = from_timestamp(self.time)
+        return {
+            "kind": self.kind.value,
+            "time": when.isoformat() if when else None,
+            "description": self.description,
+            "sequence_number": self.sequence_number,
+            "rollbacks": self.rollbacks,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +77,9 @@ class QueueInfo:
     ledger: Ledger
     created_at: datetime
     updated_at: datetime
+    kind: EntityKind = EntityKind.QUEUE
+    event: StatusEvent | None = None
+    filter: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

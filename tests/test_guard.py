@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from poisonq import PermanentError
-from poisonq.guard import CHUNK, Crashed, Failed, Ok, run_inline, run_isolated
+from poisonq.guard import WINDOW, Crashed, Failed, Ok, run_inline, run_isolated
 
 
 def transform(row: dict[str, Any]) -> dict[str, Any] | None:
@@ -44,10 +44,17 @@ def kinds(results: list[Any]) -> dict[str, list[int]]:
 
 @pytest.mark.parametrize(
     "crash",
-    [set(), {0}, {5}, {CHUNK - 1, CHUNK}, {3, 4, 5}, {1, CHUNK + 10, 2 * CHUNK + 3, 999}],
+    [
+        set(),
+        {0},
+        {5},
+        {WINDOW - 1, WINDOW},
+        {3, 4, 5},
+        {1, WINDOW + 10, 2 * WINDOW + 3, 3 * WINDOW - 1},
+    ],
 )
 def test_crashing_rows_are_isolated_and_the_rest_processed(crash: set[int]) -> None:
-    count = 3 * CHUNK
+    count = 3 * WINDOW
     results = run_isolated(transform, rows(count, crash=crash, permanent={2}, transient={9}), ())
     assert len(results) == count
     found = kinds(results)

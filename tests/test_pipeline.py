@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 
 import poisonq
 from poisonq import Broker, Message
-from poisonq.spark.pipeline import Pipeline, PipelineStoppedError
+from poisonq.spark.pipeline import MAX_GUILTY_PER_BATCH, Pipeline, PipelineStoppedError
 from tests.conftest import assert_balanced, on_both_stores, store_url
 
 # Executors cannot import this test module: ship its functions by value.
@@ -176,7 +176,57 @@ def test_a_broken_sink_stops_the_pipeline_and_loses_nothing(
     assert_balanced(live)
 
 
+def test_a_failure_of_every_job_is_not_bisected_down_to_every_message(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    n = 200
+    send(live, {}, n)
+    pipeline = Pipeline(
+        spark, url=url, queue="orders", transform=transform, schema=SCHEMA,
+        output=str(tmp_path / "out"), output_format="no-such-format", max_failed_batches=1,
+    )  # fmt: skip
+    with pytest.raises(PipelineStoppedError) as stopped:
+        pipeline.run()
+    report = stopped.value.report
+    assert report.failed_batches == 1
+    # Isolation gives up once more messages fail alone than poison explains.
+    isolated = MAX_GUILTY_PER_BATCH + 1
+    assert report.isolation_jobs <= 2 * isolated * math.ceil(math.log2(n)) < 2 * n
+    assert live.counts("orders")["active"] == n
+    assert_balanced(live)
+
+
 def test_bad_options_are_refused(spark: SparkSession, url: str) -> None:
     with pytest.raises(poisonq.InvalidOptionError, match="batch_size"):
         Pipeline(spark, url=url, queue="orders", transform=transform, schema=SCHEMA,
                  output="out", batch_size=0)  # fmt: skip
+
+
+def test_retry_cycles_keep_the_leases_going_and_a_fault_stops_the_pipeline_with_a_report(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """A flaky message waits out a retry cycle (delay 0) and succeeds in a later lease; a
+    queue that faults on a poison message stops the runner with the fault, not a spin."""
+    cycles = poisonq.RetryPolicy(receive_retry_count=0, max_retry_cycles=1)
+    send(live, {2: "flaky"}, 10, retry=cycles)
+    pipeline = Pipeline(
+        spark, url=url, queue="orders", transform=transform, schema=SCHEMA,
+        output=str(tmp_path / "out"), batch_size=10,
+    )  # fmt: skip
+    report = pipeline.run()
+    assert output(spark, tmp_path / "out") == Counter(range(10))
+    assert (report.completed, report.retried) == (10, 1)
+    assert live.counts("orders")["completed"] == 10
+
+    fault = poisonq.RetryPolicy(receive_retry_count=0, receive_error_handling="fault")  # type: ignore[arg-type]
+    live.update_queue("orders", retry=fault)
+    (bad,) = live.sender("orders").send(
+        Message(body=json.dumps({"n": 99, "customer": "C", "kind": "flaky"}))
+    )
+    with pytest.raises(PipelineStoppedError) as caught:
+        pipeline.run()
+    assert isinstance(caught.value.cause, poisonq.PoisonMessageError)
+    assert caught.value.cause.sequence_number == bad
+    assert caught.value.report.retried == 1
+    assert live.counts("orders")["active"] == 1  # the poison message waits for an operator
+    assert_balanced(live)

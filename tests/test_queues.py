@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+import poisonq
 from poisonq import (
     Broker,
     EntityDisabledError,
@@ -59,9 +60,11 @@ def test_update_changes_only_what_it_names(broker: Broker) -> None:
         broker.update_queue("orders;poison", lock_duration=5)
 
 
-def test_features_of_later_releases_are_refused_clearly(broker: Broker) -> None:
-    with pytest.raises(InvalidOptionError, match="not available yet"):
-        broker.create_queue("orders", requires_session=True)
+def test_a_forwarding_destination_must_exist_and_not_be_the_queue_itself(broker: Broker) -> None:
+    with pytest.raises(poisonq.EntityNotFoundError):
+        broker.create_queue("orders", forward_to="nowhere")
+    with pytest.raises(InvalidOptionError, match="itself"):
+        broker.create_queue("orders", forward_dead_lettered_messages_to="orders")
 
 
 def test_disabled_states_refuse_what_they_say(broker: Broker) -> None:

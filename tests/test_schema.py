@@ -51,7 +51,7 @@ def test_reopening_keeps_data_and_schema_version(tmp_path: Path) -> None:
     with poisonq.connect(url) as broker:
         assert broker.counts("orders")["active"] == 1
     db = sqlite3.connect(tmp_path / "q.db")
-    assert db.execute("SELECT version FROM poisonq_schema").fetchall() == [(1,), (2,)]
+    assert db.execute("SELECT version FROM poisonq_schema").fetchall() == [(1,), (2,), (3,), (4,)]
 
 
 def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
@@ -144,7 +144,10 @@ def test_an_older_store_is_upgraded_in_place(url: str) -> None:
         broker.sender("orders").send(poisonq.Message(body=b"x"))
         lease = broker.acquire_lease("orders", "c1", 1, max_messages=10)  # needs schema 2
         assert lease is not None and lease.count == 1
-    assert _raw(url, "SELECT version FROM poisonq_schema ORDER BY version") == [(1,), (2,)]
+    folder = resources.files("poisonq.store") / "migrations" / kind
+    latest = len([p for p in folder.iterdir() if p.name.endswith(".sql")])
+    versions = _raw(url, "SELECT version FROM poisonq_schema ORDER BY version")
+    assert versions == [(v,) for v in range(1, latest + 1)]
     assert _raw(url, "SELECT name FROM entities WHERE name = 'kept'") == [("kept",)]
 
 
@@ -182,3 +185,38 @@ def test_sqlite_users_do_not_import_psycopg(tmp_path: Path) -> None:
         "assert 'psycopg' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_file_of_schema_2_upgrades_to_the_same_schema_as_a_fresh_install(tmp_path: Path) -> None:
+    """Migration 0003 on an old file gives what a fresh install has."""
+    from importlib import resources
+
+    old = sqlite3.connect(tmp_path / "old.db")
+    folder = resources.files("poisonq.store") / "migrations" / "sqlite"
+    old.execute("CREATE TABLE poisonq_schema (version INTEGER NOT NULL) STRICT")
+    for version in (1, 2):
+        script = next(p for p in folder.iterdir() if p.name.startswith(f"000{version}_"))
+        old.executescript(script.read_text())
+        old.execute("INSERT INTO poisonq_schema (version) VALUES (?)", (version,))
+    old.execute(
+        "INSERT INTO entities (name, options, created_at, updated_at) VALUES ('q', '{}', 0, 0)"
+    )
+    old.commit()
+    old.close()
+    SqliteStore(tmp_path / "old.db").close()
+    SqliteStore(tmp_path / "new.db").close()
+
+    def schema(path: Path) -> list[tuple[str, str]]:
+        db = sqlite3.connect(path)
+        rows = db.execute(
+            "SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY name"
+        ).fetchall()
+        columns = [
+            (table, str(db.execute(f"PRAGMA table_info({table})").fetchall()))
+            for (table, _) in rows
+        ]
+        return sorted(columns)
+
+    assert schema(tmp_path / "old.db") == schema(tmp_path / "new.db")
+    db = sqlite3.connect(tmp_path / "old.db")
+    assert db.execute("SELECT rollbacks FROM entities").fetchall() == [(0,)]

@@ -6,6 +6,8 @@ own broker on the system clock (the ``live`` fixture) rather than the ``broker``
 
 from __future__ import annotations
 
+import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -19,6 +21,8 @@ from pyspark.sql.functions import spark_partition_id
 import poisonq
 from poisonq import Broker, Message
 from poisonq.failures import failure_from_exception
+from poisonq.spark import source
+from poisonq.spark.source import SourceOptions, StreamReader
 from tests.conftest import assert_balanced, on_both_stores, store_url
 
 if TYPE_CHECKING:
@@ -327,6 +331,40 @@ def test_a_stream_reads_leases_of_at_most_max_messages_and_completes_them(
     assert live.lease("orders", "t1") is not None and live.lease("orders", "t1", 3) is not None
     assert live.lease("orders", "t1", 4) is None  # nothing left to lease
     assert_balanced(live)
+
+
+def test_an_idle_stream_looks_again_only_when_the_store_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(source, "IDLE_RECHECK", 3600.0)  # only a change may end the idling
+    path = tmp_path / "idle.db"
+    url = f"sqlite:///{path}"
+    with poisonq.connect(url) as broker:
+        broker.create_queue("orders")
+        reader = StreamReader(SourceOptions.parse({"url": url, "queue": "orders"}))
+        limit = reader.getDefaultReadLimit()
+        try:
+            assert reader.latestOffset({"lease": 0}, limit) == {"lease": 0}  # empty
+            # Another connection holds the write lock: an idle look must not need it (a
+            # write transaction would wait for it for the store's 30 s busy timeout).
+            blocker = sqlite3.connect(path, isolation_level=None)
+            blocker.execute("BEGIN IMMEDIATE")
+            looks: list[dict[str, int]] = []
+            look = threading.Thread(
+                target=lambda: looks.append(reader.latestOffset({"lease": 0}, limit))
+            )
+            look.start()
+            look.join(timeout=10)
+            answered_while_locked = not look.is_alive()
+            blocker.execute("ROLLBACK")
+            blocker.close()
+            look.join()
+            assert answered_while_locked and looks == [{"lease": 0}]
+            broker.sender("orders").send(Message(body=b"new"))
+            assert reader.latestOffset({"lease": 0}, limit) == {"lease": 1}
+        finally:
+            reader.stop()
+        assert broker.counts("orders")["locked"] == 1
 
 
 @on_both_stores

@@ -10,6 +10,12 @@ two receives (a lock past its time still shows as ``locked``, an expired message
 ``active``) is the same in both, and no operation can act on those messages meanwhile: their
 locks are lost and nobody can receive them before housekeeping runs.
 
+The queue's retry policy is drawn too: immediate retries, retry cycles through the retry
+subqueue (``orders;retry``) with a growing delay, and each poison action: ``move`` (the
+dead-letter queue), ``drop``, ``reject`` (no message has a ``reply_to``, so the namespace
+dead-letter queue) and ``fault`` (the queue refuses receives until an operator resolves the
+message by its sequence number).
+
 Two paths of ``receive_deferred`` are left to their own tests at the end of this file rather
 than modelled: a deferred message past its TTL (refused) and a deferred message that already
 used every delivery (dead-lettered instead of delivered).
@@ -47,6 +53,7 @@ from poisonq import (
     MessageLockLostError,
     MessageNotFoundError,
     MessageState,
+    PoisonMessageError,
     ReceivedMessage,
     Receiver,
     RetryPolicy,
@@ -59,7 +66,9 @@ if TYPE_CHECKING:
 Q = "orders"
 DLQ = "orders/$deadletterqueue"
 QUEUE_LOCK = 30.0
-MAIN, DEAD, GONE = "main", "dlq", "gone"
+RETRY_Q = "orders;retry"
+NAMESPACE_DLQ = "$deadletterqueue"
+MAIN, DEAD, GONE, RETRY, REJECTED = "main", "dlq", "gone", "retry", "rejected"
 
 
 @dataclass
@@ -68,10 +77,11 @@ class Model:
 
     seq: int
     message_id: str
-    where: str  # MAIN, DEAD (the dead-letter queue) or GONE (completed or dropped)
+    where: str  # MAIN, DEAD, RETRY, REJECTED (namespace DLQ) or GONE (completed, dropped)
     state: MessageState
     delivery_count: int = 0
     abort_count: int = 0
+    move_count: int = 0
     resubmit_count: int = 0
     expires_at: float | None = None
     visible_at: float | None = None
@@ -112,6 +122,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.max_seq = 0
         self.completed = {MAIN: 0, DEAD: 0}
         self.dropped = 0
+        self.faulted: int | None = None  # the sequence number the queue faulted on
         # Every delivery since the last invariant check: (delivery_count, expires_at, now).
         self.deliveries: list[tuple[int, float | None, float]] = []
 
@@ -128,23 +139,34 @@ class QueueMachine(RuleBasedStateMachine):
     @initialize(
         max_delivery_count=st.integers(1, 4),
         default_ttl=st.none() | st.sampled_from([30, 60]) | st.integers(20, 200),
-        drop_poison=st.booleans(),
+        handling=st.sampled_from(["move", "drop", "reject", "fault"]),
+        cycles=st.sampled_from([0, 0, 1, 2]),
+        cycle_delay=st.sampled_from([10, 30]),
+        growth=st.sampled_from([1, 2]),
         expiry_dead_letters=st.booleans(),
     )
     def create(
         self,
         max_delivery_count: int,
         default_ttl: int | None,
-        drop_poison: bool,
+        handling: str,
+        cycles: int,
+        cycle_delay: int,
+        growth: int,
         expiry_dead_letters: bool,
     ) -> None:
-        self.max_dc = max_delivery_count
+        self.per_cycle = max_delivery_count
+        self.max_dc = max_delivery_count * (cycles + 1)  # total attempts
+        self.cycles, self.cycle_delay, self.growth = cycles, cycle_delay, growth
         self.default_ttl = default_ttl
-        self.drop_poison = drop_poison
+        self.handling = handling
         self.expiry_dead_letters = expiry_dead_letters
         retry = RetryPolicy(
             receive_retry_count=max_delivery_count - 1,
-            receive_error_handling="drop" if drop_poison else "move",
+            max_retry_cycles=cycles,
+            retry_cycle_delay=cycle_delay,
+            retry_cycle_delay_multiplier=growth,
+            receive_error_handling=handling,  # type: ignore[arg-type]
         )
         self.broker.create_queue(
             Q,
@@ -203,23 +225,43 @@ class QueueMachine(RuleBasedStateMachine):
             m.state = MessageState.DEAD_LETTERED  # a dead-letter queue never poisons
             return False
         m.state = MessageState.ACTIVE
-        if m.delivery_count < self.max_dc:
+        if m.delivery_count < self.per_cycle * (m.move_count + 1):
             return False
-        if self.drop_poison:
-            self._drop(m)
-        else:
-            self._to_dead_letter(m, DeadLetterReason.MAX_DELIVERY_COUNT_EXCEEDED)
+        if m.move_count < self.cycles:
+            m.visible_at = self.now + self.cycle_delay * self.growth**m.move_count
+            m.where, m.state = RETRY, MessageState.SCHEDULED
+            m.move_count += 1
+            return False
+        match self.handling:
+            case "drop":
+                self._drop(m)
+            case "move":
+                self._to_dead_letter(m, DeadLetterReason.MAX_DELIVERY_COUNT_EXCEEDED)
+            case "reject":
+                self._to_dead_letter(m, DeadLetterReason.REJECTED)
+                m.where = REJECTED
+            case "fault":
+                if self.faulted is None:
+                    self.faulted = m.seq  # the message stays, active
         return True
 
-    def _housekeep(self, where: str) -> None:
-        """What the engine does at the start of a receive on ``where``, in the same order."""
+    def _housekeep(self, where: str) -> bool:
+        """What the engine does at the start of a receive on ``where``, in the same order;
+        returns whether the queue can still be received from (a lock expiry may fault it)."""
         now = self.now
+        faulted_before = self.faulted
         for m in self._in(where, MessageState.LOCKED):
             assert m.locked_until is not None
             if m.locked_until <= now:
                 self._release(m)
         if where == DEAD:
-            return  # no TTL and no scheduling in a dead-letter queue
+            return True  # no TTL and no scheduling in a dead-letter queue
+        if self.faulted is not None and faulted_before is None:
+            return False
+        for m in self._in(RETRY, MessageState.SCHEDULED):
+            assert m.visible_at is not None
+            if m.visible_at <= now:
+                m.where, m.state = MAIN, MessageState.ACTIVE
         for m in self._in(MAIN, MessageState.SCHEDULED):
             assert m.visible_at is not None
             if m.visible_at <= now:
@@ -231,6 +273,7 @@ class QueueMachine(RuleBasedStateMachine):
                     self._to_dead_letter(m, DeadLetterReason.TTL_EXPIRED)
                 else:
                     self._drop(m)
+        return True
 
     def _delivered(
         self, entity: str, got: list[ReceivedMessage], expected: list[Model], lock: float | None
@@ -313,16 +356,63 @@ class QueueMachine(RuleBasedStateMachine):
         """Peek-lock receive, ``wait`` seconds after the previous step (so that locks taken
         earlier expire, and the same messages come back, more often than by chance)."""
         self.clock.advance(wait)
-        self._housekeep(MAIN)
-        expected = self._in(MAIN, MessageState.ACTIVE)[:n]
+        if self._refused_as_faulted(self._receiver(MAIN, lock)):
+            return
+        expected = self._in(MAIN, MessageState.ACTIVE)[:n] if self._housekeep(MAIN) else []
         got = self._receiver(MAIN, lock).receive(max_messages=n)
         self._delivered(MAIN, got, expected, lock)
 
+    def _refused_as_faulted(self, receiver: Receiver) -> bool:
+        """A faulted queue refuses receives with the poison message's sequence number."""
+        if self.faulted is None:
+            return False
+        with pytest.raises(PoisonMessageError) as caught:
+            receiver.receive()
+        assert caught.value.sequence_number == self.faulted
+        return True
+
+    @precondition(lambda self: self.ready and self.faulted is not None)
+    @rule(action=st.sampled_from(["move", "drop", "resubmit"]))
+    def resolve_fault(self, action: str) -> None:
+        """The operator acts on the poison message by sequence number and enables the queue;
+        if the message left meanwhile (its TTL ran out), the operator only enables it."""
+        seq = self.faulted
+        assert seq is not None
+        m = self.msgs.get(seq)
+        self.faulted = None
+        if m is None or m.where != MAIN or m.state is not MessageState.ACTIVE:
+            with pytest.raises(MessageNotFoundError):
+                self.broker.resolve_poison(Q, seq, action)
+            self.broker.enable(Q)
+            return
+        info = self.broker.resolve_poison(Q, seq, action)
+        assert info.status == "active"
+        match action:
+            case "move":
+                self._to_dead_letter(m, DeadLetterReason.MAX_DELIVERY_COUNT_EXCEEDED)
+            case "drop":
+                self._drop(m)
+            case "resubmit":
+                [copy] = self.broker.peek(Q, from_sequence=self.max_seq + 1, max_messages=1)
+                del self.msgs[seq]
+                expires = None if self.default_ttl is None else self.now + self.default_ttl
+                self.msgs[copy.sequence_number] = Model(
+                    seq=copy.sequence_number,
+                    message_id=m.message_id,
+                    where=MAIN,
+                    state=MessageState.ACTIVE,
+                    abort_count=m.abort_count,
+                    resubmit_count=m.resubmit_count + 1,
+                    expires_at=expires,
+                )
+                self.max_seq = copy.sequence_number
+
     @rule(n=st.integers(1, 5))
     def receive_and_delete(self, n: int) -> None:
-        self._housekeep(MAIN)
-        expected = self._in(MAIN, MessageState.ACTIVE)[:n]
         receiver = self.broker.receiver(Q, receive_mode="receive_and_delete")
+        if self._refused_as_faulted(receiver):
+            return
+        expected = self._in(MAIN, MessageState.ACTIVE)[:n] if self._housekeep(MAIN) else []
         got = receiver.receive(max_messages=n)
         assert [g.sequence_number for g in got] == [m.seq for m in expected]
         for g, m in zip(got, expected, strict=True):
@@ -516,7 +606,10 @@ class QueueMachine(RuleBasedStateMachine):
 
         def view(m: Model | ReceivedMessage) -> tuple[object, ...]:
             if isinstance(m, Model):
-                return (m.seq, m.message_id, m.state, m.delivery_count, m.abort_count, m.reason)
+                return (
+                    m.seq, m.message_id, m.state, m.delivery_count, m.abort_count,
+                    m.move_count, m.reason,
+                )  # fmt: skip
             reason = m.dead_letter_reason
             return (
                 m.sequence_number,
@@ -524,10 +617,18 @@ class QueueMachine(RuleBasedStateMachine):
                 m.state,
                 m.delivery_count,
                 m.abort_count,
+                m.move_count,
                 reason,
             )
 
-        for entity, address in ((MAIN, Q), (DEAD, DLQ)):
+        for entity, address in (
+            (MAIN, Q),
+            (DEAD, DLQ),
+            (RETRY, RETRY_Q),
+            (REJECTED, NAMESPACE_DLQ),
+        ):
+            if entity == REJECTED and not any(m.where == REJECTED for m in self.msgs.values()):
+                continue  # the namespace dead-letter queue exists once something is rejected
             peeked = self.broker.peek(address, max_messages=10_000)
             held = sorted((m for m in self.msgs.values() if m.where == entity), key=lambda m: m.seq)
             assert [view(p) for p in peeked] == [view(m) for m in held]
@@ -545,6 +646,9 @@ class QueueMachine(RuleBasedStateMachine):
             return
         main, dlq = self.broker.counts(Q), self.broker.counts(DLQ)
         held = main["active"] + main["scheduled"] + main["locked"] + main["deferred"]
+        held += sum(self.broker.counts(RETRY_Q)[s] for s in ("scheduled", "active"))
+        if any(m.where == REJECTED for m in self.msgs.values()):
+            held += self.broker.counts(NAMESPACE_DLQ)["dead_lettered"]
         completed = main["completed"] + dlq["completed"]
         dropped = main["dropped"] + dlq["dropped"]
         assert self.sent == completed + main["dead_lettered"] + dropped + held

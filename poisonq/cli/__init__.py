@@ -22,6 +22,8 @@ from poisonq.cli.messages import peek, receive, send
 from poisonq.cli.ops import audit, demo
 from poisonq.cli.pipeline import pipeline
 from poisonq.cli.queues import queue
+from poisonq.cli.serve import serve
+from poisonq.cli.topics import topic
 from poisonq.client import DEFAULT_URL
 from poisonq.errors import PoisonqError
 
@@ -60,14 +62,17 @@ def cli(ctx: click.Context, url: str) -> None:
       poisonq dlq list orders --by fingerprint
       poisonq dlq show orders 42
       poisonq dlq resubmit orders --reason MaxDeliveryCountExceeded --rate 200
+      poisonq queue resolve orders 42 --action resubmit
+      poisonq topic subscribe events eu --filter "region = 'eu'"
       poisonq audit
+      poisonq serve --port 8080 --open-reads
       poisonq pipeline run jobs/orders.py:transform --queue orders \
         --schema 'id long, total double' --output out/orders
     """
     ctx.obj = App(url, ctx)
 
 
-for _command in (queue, send, receive, peek, dlq, audit, pipeline, demo):
+for _command in (queue, topic, send, receive, peek, dlq, audit, serve, pipeline, demo):
     cli.add_command(_command)
 
 

@@ -6,7 +6,6 @@ and keeps what was already moved.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -18,14 +17,13 @@ from rich.text import Text
 from poisonq.cli.app import App, apply_options
 from poisonq.cli.output import (
     emit,
-    iso_time,
     json_option,
     message_detail,
-    message_json,
     progress,
     short_time,
     table,
 )
+from poisonq.jsonview import group_json, message_json, task_json
 from poisonq.model import SubQueue
 from poisonq.names import parse_address
 from poisonq.store.base import DeadLetterGroup
@@ -68,12 +66,6 @@ def _filters(given: dict[str, Any]) -> dict[str, Any]:
     return where
 
 
-def _task_json(task: BulkTask) -> dict[str, Any]:
-    record = task.record
-    times = {"created_at": iso_time(record.created_at), "updated_at": iso_time(record.updated_at)}
-    return {**dataclasses.asdict(record), **times}
-
-
 TaskStart = Callable[[Callable[[BulkTask], None]], BulkTask]
 
 
@@ -92,7 +84,7 @@ def _run_task(app: App, description: str, start: TaskStart, as_json: bool) -> No
         raise task.error
     record = task.record
     summary = f"{record.kind} task {record.id} {record.status}: {record.done} of {record.total}"
-    emit(app, as_json, _task_json(task), lambda: Text(f"{summary} message(s)"))
+    emit(app, as_json, task_json(task.record), lambda: Text(f"{summary} message(s)"))
 
 
 @click.group()
@@ -131,14 +123,7 @@ def dlq_list(app: App, /, queue_name: str, by: str, as_json: bool) -> None:
     group first.
     """
     groups = app.broker.dead_letter_groups(queue_name, by)
-    data = [
-        {
-            **dataclasses.asdict(g),
-            "first_seen": iso_time(g.first_seen),
-            "last_seen": iso_time(g.last_seen),
-        }
-        for g in groups
-    ]
+    data = [group_json(g) for g in groups]
     emit(app, as_json, data, lambda: _groups_table(queue_name, by, groups))
 
 

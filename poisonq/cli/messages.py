@@ -17,8 +17,9 @@ import click
 from rich.text import Text
 
 from poisonq.cli.app import App
-from poisonq.cli.output import emit, json_option, message_json, messages_table, progress
+from poisonq.cli.output import emit, json_option, messages_table, progress
 from poisonq.errors import InvalidOptionError, PoisonqError
+from poisonq.jsonview import message_json
 from poisonq.model import Message, PropertyValue, ReceiveMode
 
 SEND_BATCH = 500

@@ -7,8 +7,6 @@ as rich markup.
 
 from __future__ import annotations
 
-import base64
-import dataclasses
 import json
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -24,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from poisonq.cli.app import App
+from poisonq.jsonview import message_json
 from poisonq.model import FailureRecord, ReceivedMessage
 
 BODY_PREVIEW = 60
@@ -66,15 +65,6 @@ def progress(app: App, description: str) -> Iterator[Update]:
         yield update
 
 
-def iso_time(value: datetime | float | None) -> str | None:
-    """ISO 8601 in UTC for JSON (a float is seconds since the epoch)."""
-    if value is None:
-        return None
-    if not isinstance(value, datetime):
-        value = datetime.fromtimestamp(value, UTC)
-    return value.isoformat()
-
-
 def short_time(value: datetime | float | None) -> str:
     """A short local time for tables: the time of day for today, else date and minute (as
     ``ls -l`` does), so that tables fit a terminal; JSON has the exact time."""
@@ -107,26 +97,6 @@ def table(title: str, columns: list[str], rows: Iterable[Iterable[Any]]) -> Tabl
 
 
 # Messages ---------------------------------------------------------------------------------
-def _body_json(body: bytes) -> dict[str, str]:
-    """A body as UTF-8 text, or base64 when it is not text."""
-    try:
-        return {"body": body.decode("utf-8"), "body_encoding": "utf-8"}
-    except UnicodeDecodeError:
-        return {"body": base64.b64encode(body).decode(), "body_encoding": "base64"}
-
-
-def message_json(message: ReceivedMessage) -> dict[str, Any]:
-    data: dict[str, Any] = {}
-    for field in dataclasses.fields(message):
-        value = getattr(message, field.name)
-        data[field.name] = iso_time(value) if isinstance(value, datetime) else value
-    data.update(_body_json(message.body))
-    data["failures"] = [
-        {**failure.to_json(), "time": iso_time(failure.time)} for failure in message.failures
-    ]
-    return data
-
-
 def _preview(message: ReceivedMessage) -> str:
     text = " ".join(message.text.split())
     return text if len(text) <= BODY_PREVIEW else text[: BODY_PREVIEW - 1] + "…"

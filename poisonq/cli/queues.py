@@ -12,8 +12,10 @@ from rich.table import Table
 from rich.text import Text
 
 from poisonq.cli.app import App, apply_options
-from poisonq.cli.output import emit, iso_time, json_option, table
-from poisonq.options import QueueOptions
+from poisonq.cli.output import emit, json_option, table
+from poisonq.jsonview import queue_json
+from poisonq.model import FaultAction, ReceiveErrorHandling
+from poisonq.options import QueueOptions, RetryPolicy
 from poisonq.reports import QueueInfo
 
 NEVER = "never"
@@ -82,54 +84,91 @@ _QUEUE_OPTIONS = (
         type=int,
         help="Disable receiving after N abandons in a row with no completion [default: off].",
     ),
+    click.option(
+        "--receive-retry-count",
+        type=click.IntRange(min=0),
+        help="Immediate redeliveries per cycle (max-delivery-count - 1) [default: 9].",
+    ),
+    click.option(
+        "--max-retry-cycles",
+        type=click.IntRange(min=0),
+        help="Cycles through the retry subqueue before poisoning [default: 0].",
+    ),
+    click.option("--retry-cycle-delay", type=float, help="Seconds a message waits between cycles."),
+    click.option(
+        "--retry-cycle-delay-multiplier",
+        type=float,
+        help="Growth of the delay per cycle (>= 1) [default: 1].",
+    ),
+    click.option(
+        "--receive-error-handling",
+        type=click.Choice([h.value for h in ReceiveErrorHandling]),
+        help="What happens to a poison message [default: move].",
+    ),
+    click.option(
+        "--requires-session/--no-requires-session",
+        default=None,
+        help="Receive by session; a message without session_id is dead-lettered.",
+    ),
+    click.option(
+        "--per-message-poisoning/--no-per-message-poisoning",
+        default=None,
+        help="Poison only the message, not its whole session [default: whole session].",
+    ),
+    click.option("--forward-to", help="Forward every message to this queue."),
+    click.option(
+        "--forward-dead-lettered-messages-to", help="Forward dead-lettered messages here."
+    ),
 )
 queue_options = apply_options(_QUEUE_OPTIONS)
+_RETRY_FIELDS = (
+    "receive_retry_count",
+    "max_retry_cycles",
+    "retry_cycle_delay",
+    "retry_cycle_delay_multiplier",
+    "receive_error_handling",
+)
 
 
-def _queue_changes(options: dict[str, Any]) -> dict[str, Any]:
-    """The queue options given on the command line (``never`` meaning none)."""
-    return {k: (None if v == NEVER else v) for k, v in options.items() if v is not None}
-
-
-def _queue_json(info: QueueInfo) -> dict[str, Any]:
-    options = info.options.to_json()
-    options["max_delivery_count"] = info.options.max_delivery_count
-    return {
-        "name": info.name,
-        "subqueue": info.subqueue,
-        "status": info.status,
-        "status_cause": info.status_cause,
-        "options": options,
-        "counts": info.counts,
-        "ledger": dataclasses.asdict(info.ledger),
-        "created_at": iso_time(info.created_at),
-        "updated_at": iso_time(info.updated_at),
+def _queue_changes(options: dict[str, Any], policy: RetryPolicy | None = None) -> dict[str, Any]:
+    """The queue options given on the command line (``never`` meaning none). Retry fields
+    change ``policy`` (the queue's own on update, the default on create), and
+    ``--max-delivery-count`` given with them sets ``receive_retry_count``."""
+    given: dict[str, Any] = {
+        k: (None if v == NEVER else v) for k, v in options.items() if v is not None
     }
+    retry: dict[str, Any] = {name: given.pop(name) for name in _RETRY_FIELDS if name in given}
+    if retry:
+        if "max_delivery_count" in given:
+            retry.setdefault("receive_retry_count", given.pop("max_delivery_count") - 1)
+        given["retry"] = dataclasses.replace(policy or RetryPolicy(), **retry)
+    return given
 
 
 def _queue_detail(info: QueueInfo) -> RenderableType:
     """The queue's status and options (the retry policy flattened) beside its counts."""
-    data = _queue_json(info)
+    data = queue_json(info)
     options = data.pop("options")
     retry = {f"retry.{k}": v for k, v in options.pop("retry").items()}
+    event = {f"event.{k}": v for k, v in (data.pop("event") or {}).items()}
     plain = [(k, v) for k, v in data.items() if not isinstance(v, dict)]
-    rows = [*plain, *options.items(), *retry.items()]
+    rows = [*plain, *event.items(), *options.items(), *retry.items()]
     about = table(f"queue {info.name}", ["property", "value"], rows)
     counts = table("messages", ["state", "count"], info.counts.items())
     return Columns([about, counts])
 
 
 def _show_queue(app: App, info: QueueInfo, as_json: bool) -> None:
-    emit(app, as_json, _queue_json(info), lambda: _queue_detail(info))
+    emit(app, as_json, queue_json(info), lambda: _queue_detail(info))
 
 
 COUNT_COLUMNS = ("active", "scheduled", "locked", "deferred", "dead_lettered", "completed")
 
 
 def _queues_table(queues: list[QueueInfo]) -> Table:
-    rows = [[q.name, q.status, *(q.counts[c] for c in COUNT_COLUMNS)] for q in queues]
+    rows = [[q.name, q.kind, q.status, *(q.counts[c] for c in COUNT_COLUMNS)] for q in queues]
     headers = [c.replace("_", " ") for c in COUNT_COLUMNS]
-    return table("queues", ["name", "status", *headers], rows)
+    return table("queues", ["name", "kind", "status", *headers], rows)
 
 
 @click.group()
@@ -156,7 +195,7 @@ def queue_create(app: App, /, name: str, as_json: bool, **options: Any) -> None:
 def queue_list(app: App, /, as_json: bool) -> None:
     """List queues with their status and message counts."""
     queues = app.broker.list_queues()
-    emit(app, as_json, [_queue_json(q) for q in queues], lambda: _queues_table(queues))
+    emit(app, as_json, [queue_json(q) for q in queues], lambda: _queues_table(queues))
 
 
 @queue.command("show")
@@ -181,7 +220,7 @@ def queue_update(app: App, /, name: str, as_json: bool, **options: Any) -> None:
 
     Options not given keep their values.
     """
-    changes = _queue_changes(options)
+    changes = _queue_changes(options, app.broker.get_queue(name).options.retry)
     if not changes:
         raise click.UsageError("give at least one option to change (see --help)")
     _show_queue(app, app.broker.update_queue(name, **changes), as_json)
@@ -224,3 +263,34 @@ def queue_delete(app: App, /, name: str, yes: bool) -> None:
         click.confirm(f"Delete queue {name!r} and all its messages?", abort=True, err=True)
     app.broker.delete_queue(name)
     app.out.print(Text(f"deleted queue {name}"))
+
+
+@queue.command("resolve")
+@click.argument("name")
+@click.argument("sequence_number", metavar="SEQ", type=int)
+@click.option(
+    "--action",
+    type=click.Choice(["move", "drop", "resubmit"]),
+    default="move",
+    show_default=True,
+    help="move: to the dead-letter queue; drop: delete; resubmit: back of the queue.",
+)
+@click.option("--keep-disabled", is_flag=True, help="Do not enable the queue afterwards.")
+@json_option
+@click.pass_obj
+def queue_resolve(
+    app: App,
+    /,
+    name: str,
+    sequence_number: int,
+    action: FaultAction,
+    keep_disabled: bool,
+    as_json: bool,
+) -> None:
+    """Get a faulted queue going again.
+
+    Moves, drops or resubmits poison message SEQ of NAME (the sequence number the fault
+    reports) and enables the queue, in one transaction.
+    """
+    info = app.broker.resolve_poison(name, sequence_number, action, enable=not keep_disabled)
+    _show_queue(app, info, as_json)

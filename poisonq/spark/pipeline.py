@@ -14,8 +14,10 @@ overwrites its own output instead of adding to it.
 When a batch job fails as a whole anyway (the sink, the JVM, a crash the guard cannot see),
 the batch is bisected into smaller jobs by sequence range until the messages whose jobs fail
 alone are found. Only they are abandoned with the job's error; then the batch runs again
-without them. A batch in which every message fails alone is not blamed on its messages but
-counted as a failed batch; ``max_failed_batches`` consecutive failed batches stop the runner
+without them. A batch in which every message fails alone, or more than
+:data:`MAX_GUILTY_PER_BATCH` do, is not blamed on its messages but counted as a failed batch
+(a broken sink or transform fails every job, and bisecting it down to single messages would
+cost two jobs per message); ``max_failed_batches`` consecutive failed batches stop the runner
 with a report (Service Broker's safety net).
 """
 
@@ -34,7 +36,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
 import poisonq
-from poisonq.errors import InvalidOptionError, PoisonqError
+from poisonq.errors import EntityDisabledError, InvalidOptionError, PoisonqError
 from poisonq.guard import Transform
 from poisonq.model import Abandon, FailureRecord, Lease
 from poisonq.spark.source import absolute_url
@@ -42,16 +44,28 @@ from poisonq.spark.transform import LeaseTransform, pipeline_source
 
 log = logging.getLogger(__name__)
 JobError = (PySparkException, Py4JError)
+MAX_GUILTY_PER_BATCH = 16
+
+
+class _NotPoison(Exception):
+    """Isolation found more guilty messages than poison explains."""
 
 
 class PipelineStoppedError(PoisonqError):
-    """``max_failed_batches`` batches in a row failed as a whole; the report says why."""
+    """The runner stopped: ``max_failed_batches`` batches in a row failed as a whole, or the
+    queue stopped delivering (faulted on a poison message, auto-disabled, disabled). The
+    report says what was done until then; ``cause`` is the queue's error, if that was it."""
 
-    def __init__(self, report: PipelineReport, error: str) -> None:
-        super().__init__(
-            f"stopped after {report.failed_batches_in_a_row} failed batches in a row: {error}"
-        )
+    def __init__(
+        self, report: PipelineReport, error: str, cause: EntityDisabledError | None = None
+    ) -> None:
+        if cause is None:
+            error = (
+                f"stopped after {report.failed_batches_in_a_row} failed batches in a row: {error}"
+            )
+        super().__init__(error)
         self.report = report
+        self.cause = cause
 
 
 @dataclass
@@ -137,9 +151,14 @@ class Pipeline:
             if lease is not None and broker.lease_sequence_numbers(lease):
                 self._batch(broker, lease, report)
             while max_batches is None or report.batches < max_batches:
-                lease = broker.acquire_lease(
-                    self.queue, self.consumer, number + 1, self.batch_size, self.lock_duration
-                )
+                try:
+                    lease = broker.acquire_lease(
+                        self.queue, self.consumer, number + 1, self.batch_size, self.lock_duration
+                    )
+                except EntityDisabledError as exc:
+                    report.dead_lettered = _dead_letters(broker, self.queue) - dead_before
+                    report.elapsed = time.monotonic() - started
+                    raise PipelineStoppedError(report, f"stopped: {exc}", exc) from exc
                 if lease is None:
                     if until_idle:
                         break
@@ -199,7 +218,8 @@ class Pipeline:
         self, broker: poisonq.Broker, lease: Lease, error: BaseException, report: PipelineReport
     ) -> bool:
         """Bisect the failed batch into smaller jobs; abandon the messages that fail alone.
-        False when every message fails alone: then the batch, not a message, is at fault."""
+        False when every message, or more than :data:`MAX_GUILTY_PER_BATCH`, fail alone:
+        then the batch, not a message, is at fault."""
         held = broker.lease_sequence_numbers(lease)
         guilty: list[int] = []
         scratch = f"{self.output}/_isolation"
@@ -213,14 +233,19 @@ class Pipeline:
                 except JobError:
                     if len(part) == 1:
                         guilty.append(part[0])
+                        if len(guilty) > MAX_GUILTY_PER_BATCH:
+                            raise _NotPoison from None
                         return False
             middle = len(part) // 2
             left = passes(part[:middle], False)
             passes(part[middle:], left)
             return False
 
-        if held:
-            passes(held, False)
+        try:
+            if held:
+                passes(held, False)
+        except _NotPoison:
+            return False
         if len(held) > 1 and len(guilty) == len(held):
             return False
         failure = _job_failure(error)

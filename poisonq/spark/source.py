@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -45,6 +46,7 @@ T = TypeVar("T", int, float)
 ARROW_BATCH_ROWS = 10_000
 ROWS_PER_PARTITION = 50_000
 MAX_PARTITIONS = 16
+IDLE_RECHECK = 1.0  # seconds an idle stream trusts an unchanged store
 WRITABLE_COLUMNS = frozenset(
     {
         "body",
@@ -232,10 +234,28 @@ class BatchReader(DataSourceReader):
 
 
 class StreamReader(DataSourceStreamReader):
-    """Each micro-batch is one lease of at most ``maxMessagesPerBatch`` messages."""
+    """Each micro-batch is one lease of at most ``maxMessagesPerBatch`` messages.
+
+    Spark asks for the latest offset on every trigger, data or not: about every 15 ms for an
+    idle query. So after finding the queue empty, the planning process keeps its connection
+    and looks again only when the store changed (or :data:`IDLE_RECHECK` seconds passed, for
+    messages that become receivable without a commit: scheduled ones, expired locks); an idle
+    query then costs a read of a counter, not a write transaction. This cache is not state:
+    a new process starts without it and simply looks.
+    """
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
+        self._broker: poisonq.Broker | None = None
+        self._idle: tuple[int, object, float] | None = None  # (start, marker, when)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"options": self.options}  # ``read`` runs elsewhere and needs only the options
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.options = state["options"]
+        self._broker = None
+        self._idle = None
 
     def initialOffset(self) -> dict[str, int]:
         return {"lease": 0}
@@ -246,17 +266,29 @@ class StreamReader(DataSourceStreamReader):
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         done = start["lease"]
         wanted = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        with self.options.connect() as broker:
-            if done:
-                self._complete(broker, done)
-            lease = broker.acquire_lease(
-                self.options.address,
-                self.options.consumer,
-                done + 1,
-                wanted or self.options.max_messages_per_batch,
-                self.options.lock_duration,
-            )
-        return start if lease is None else {"lease": lease.number}
+        if self._broker is None:
+            self._broker = self.options.connect()
+        broker = self._broker
+        if self._idle is not None:
+            since, marker, when = self._idle
+            fresh = time.monotonic() - when < IDLE_RECHECK
+            if since == done and fresh and broker.change_marker() == marker:
+                return start
+        if done and (self._idle is None or self._idle[0] != done):
+            self._complete(broker, done)
+        lease = broker.acquire_lease(
+            self.options.address,
+            self.options.consumer,
+            done + 1,
+            wanted or self.options.max_messages_per_batch,
+            self.options.lock_duration,
+        )
+        if lease is not None:
+            self._idle = None
+            return {"lease": lease.number}
+        # Taken after the look: a commit in between shows only at the next recheck.
+        self._idle = (done, broker.change_marker(), time.monotonic())
+        return start
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[SequenceRange]:
         if start == end:
@@ -276,6 +308,11 @@ class StreamReader(DataSourceStreamReader):
         if end["lease"]:
             with self.options.connect() as broker:
                 self._complete(broker, end["lease"])
+
+    def stop(self) -> None:
+        if self._broker is not None:
+            self._broker.close()
+            self._broker = None
 
     def _complete(self, broker: poisonq.Broker, number: int) -> None:
         lease = broker.lease(self.options.address, self.options.consumer, number)

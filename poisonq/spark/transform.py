@@ -13,11 +13,9 @@ that succeeded stay locked under the lease until the driver has written the batc
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any, ClassVar
 
@@ -28,9 +26,9 @@ from pyspark.sql.types import StructType
 
 import poisonq
 from poisonq.guard import Crashed, Failed, Ok, Transform, run_inline, run_isolated
+from poisonq.lease_rows import OnLeaseRows
 from poisonq.model import Abandon, DeadLetter, FailureRecord, Settlement
 from poisonq.spark.source import ARROW_BATCH_ROWS, BatchReader, SequenceRange, SourceOptions
-from poisonq.store.base import LEASE_COLUMNS
 
 _ARROW_ERRORS = (pa.ArrowException, TypeError, ValueError, KeyError)
 
@@ -49,15 +47,14 @@ class LeaseTransform:
         return to_arrow_schema(self.output)
 
     def apply(
-        self, messages: list[dict[str, Any]], lock_token: str, failed: list[Settlement]
+        self, rows: list[tuple[Any, ...]], lock_token: str, failed: list[Settlement]
     ) -> pa.RecordBatch:
-        """The output rows of ``messages``; their failures are added to ``failed``."""
+        """The output rows of lease ``rows``; their failures are added to ``failed``."""
         run = run_isolated if self.isolate else run_inline
         good: list[tuple[int, dict[str, Any]]] = []
-        for message, result in zip(
-            messages, run(self.transform, messages, self.permanent), strict=True
-        ):
-            seq = message["sequence_number"]
+        results = run(OnLeaseRows(self.transform), rows, self.permanent)
+        for row, result in zip(rows, results, strict=True):
+            seq = row[0]  # LEASE_COLUMNS begin with the sequence number
             match result:
                 case Ok(dict() as output):
                     good.append((seq, output))
@@ -95,14 +92,6 @@ def _dead_letter(seq: int, lock_token: str, failure: FailureRecord) -> DeadLette
     return DeadLetter(seq, lock_token, reason, description, failure)
 
 
-def _message(row: tuple[Any, ...]) -> dict[str, Any]:
-    """A lease row as the dict a transform gets."""
-    message = dict(zip(LEASE_COLUMNS, row, strict=True))
-    message["properties"] = json.loads(message["properties"] or "{}")
-    message["enqueued_time"] = datetime.fromtimestamp(message["enqueued_time"], UTC)
-    return message
-
-
 class PipelineSource(DataSource):
     """Reads a lease (options as for the ``poisonq`` source, with ``lease``) and yields the
     transform's output. Subclassed per pipeline by :func:`pipeline_source`."""
@@ -133,8 +122,7 @@ class PipelineReader(BatchReader):
         with poisonq.connect(self.options.url) as broker:
             rows = broker.lease_rows(lease, partition.lo, partition.hi)
         for start in range(0, len(rows), ARROW_BATCH_ROWS):
-            messages = [_message(row) for row in rows[start : start + ARROW_BATCH_ROWS]]
-            yield self.work.apply(messages, lease.lock_token, failed)
+            yield self.work.apply(rows[start : start + ARROW_BATCH_ROWS], lease.lock_token, failed)
         if failed:
             with poisonq.connect(self.options.url) as broker:
                 broker.settle_held(self.options.address, failed)

@@ -48,6 +48,8 @@ class Ledger:
     resubmitted: int = 0
     lock_expiries: int = 0
     size_bytes: int = 0
+    abandoned: int = 0  # abandons by a receiver; lock expiries are counted apart
+    poisoned: int = 0  # messages the retry policy dead-lettered or dropped
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +66,7 @@ class EntityRecord:
     created_at: float
     updated_at: float
     ledger: Ledger
+    rollbacks: int = 0  # abandons and lock expiries since the last completion
 
 
 @dataclass(slots=True)
@@ -86,11 +89,14 @@ class NewMessage:
 
 @dataclass(frozen=True, slots=True)
 class LockInfo:
-    """The counters the retry policy decides on, for one locked message."""
+    """The counters the retry policy decides on, for one locked message.
+    ``dead_lettered_deliveries`` is ``delivery_count`` as it was when the message was
+    dead-lettered (0 before that)."""
 
     seq: int
     delivery_count: int
     move_count: int
+    dead_lettered_deliveries: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +121,17 @@ class MessageFilter:
     max_sequence: int | None = None
     since: float | None = None
     until: float | None = None
+    session_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    """A session of a session-enabled entity: who holds its lock, and its stored state."""
+
+    session_id: str
+    lock_token: str | None
+    locked_until: float | None
+    state: bytes | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,9 +220,11 @@ class Transaction(ABC):
         limit: int,
         token: str,
         locked_until: float,
+        session_id: str | None = None,
     ) -> list[ReceivedMessage]:
         """Lock up to ``limit`` messages in state ``ready`` (``active``, or ``dead_lettered``
-        in a dead-letter queue), oldest first: ``delivery_count += 1``."""
+        in a dead-letter queue), oldest first: ``delivery_count += 1``. With ``session_id``,
+        only that session's messages."""
 
     @abstractmethod
     def take_ready(
@@ -245,6 +264,64 @@ class Transaction(ABC):
     def promote_scheduled(self, entity_id: int, now: float) -> int:
         """Make scheduled messages whose time has come active."""
 
+    @abstractmethod
+    def due_scheduled(self, entity_id: int, now: float) -> list[int]:
+        """Scheduled messages whose ``visible_at`` has come, ascending (the retry subqueue
+        hands them back to their queue)."""
+
+    # Moves between entities, the rollback counter ----------------------------------------
+    @abstractmethod
+    def move(
+        self,
+        entity_id: int,
+        seqs: Sequence[int],
+        target_id: int,
+        state: MessageState | None,
+        visible_at: float | None,
+        move_count: int = 0,
+        hop_count: int = 0,
+    ) -> list[int]:
+        """Move unlocked held messages to ``target_id``, keeping their sequence numbers and
+        fields; ``state`` and ``visible_at`` replace theirs unless ``None``, ``move_count`` and
+        ``hop_count`` are added to theirs. Counted as moved out / moved in. Returns the
+        sequence numbers moved, ascending."""
+
+    @abstractmethod
+    def add_rollbacks(self, entity_id: int, count: int) -> int:
+        """Add ``count`` to the entity's consecutive rollbacks; returns the new total."""
+
+    @abstractmethod
+    def reset_rollbacks(self, entity_id: int) -> None:
+        """A completion ends the run of rollbacks."""
+
+    # Sessions -----------------------------------------------------------------------------
+    @abstractmethod
+    def lock_session(
+        self, entity_id: int, session_id: str | None, token: str, locked_until: float, now: float
+    ) -> str | None:
+        """Lock session ``session_id`` (creating its record) unless another token holds it
+        validly; with ``None``, the oldest session with a message in state ``active`` that
+        nobody holds. Returns the session locked, or ``None``."""
+
+    @abstractmethod
+    def session(self, entity_id: int, session_id: str) -> SessionRecord | None: ...
+
+    @abstractmethod
+    def renew_session(
+        self, entity_id: int, session_id: str, token: str, now: float, locked_until: float
+    ) -> int:
+        """Extend a validly held session lock and the message locks taken under it."""
+
+    @abstractmethod
+    def set_session_state(
+        self, entity_id: int, session_id: str, token: str, now: float, state: bytes | None
+    ) -> int:
+        """Store the session's state if ``token`` validly holds it; returns rows changed."""
+
+    @abstractmethod
+    def release_session(self, entity_id: int, session_id: str, token: str) -> int:
+        """Give up the session lock (its locked messages keep their locks until they end)."""
+
     # Leases -------------------------------------------------------------------------------
     @abstractmethod
     def lock_ready_seqs(
@@ -267,6 +344,11 @@ class Transaction(ABC):
     @abstractmethod
     def lease_seqs(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> list[int]:
         """Sequence numbers in ``[lo, hi]`` still validly locked under ``token``, ascending."""
+
+    @abstractmethod
+    def complete_span(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> int:
+        """:meth:`complete` every message in ``[lo, hi]`` validly locked under ``token`` (a
+        lease's bulk completion, without listing them); returns how many."""
 
     @abstractmethod
     def lease_rows(
@@ -313,7 +395,12 @@ class Transaction(ABC):
         lock_token: str | None = None,
     ) -> list[int]:
         """Move held messages into the dead-letter queue ``target_id``; with ``lock_token``,
-        only those validly locked under it. Returns the sequence numbers moved."""
+        only those validly locked under it. Each keeps its ``delivery_count`` as
+        ``dead_lettered_deliveries``. Returns the sequence numbers moved."""
+
+    @abstractmethod
+    def count_poisoned(self, entity_id: int, count: int) -> None:
+        """Add ``count`` poison events (messages the retry policy gave up on) to the ledger."""
 
     @abstractmethod
     def drop(self, entity_id: int, seqs: Sequence[int]) -> int:

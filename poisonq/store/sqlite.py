@@ -17,7 +17,6 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from importlib import resources
 from operator import attrgetter
 from pathlib import Path
@@ -32,138 +31,37 @@ from poisonq.errors import (
 )
 from poisonq.model import (
     EntityStatus,
-    FailureRecord,
-    Lease,
     MessageState,
     ReceivedMessage,
     SubQueue,
 )
 from poisonq.store.base import (
-    DeadLetterGroup,
     EntityRecord,
-    Ledger,
     LockInfo,
-    MessageFilter,
     NewMessage,
     Store,
-    TaskRecord,
     Transaction,
 )
-
-_MESSAGE_COLUMNS = (
-    "seq, message_id, (SELECT body FROM bodies WHERE bodies.id = messages.body_id), "
-    "content_type, subject, properties, session_id, correlation_id, reply_to, state, "
-    "enqueued_at, scheduled_at, expires_at, delivery_count, abort_count, move_count, "
-    "resubmit_count, hop_count, lock_token, locked_until, dead_letter_reason, "
-    "dead_letter_description, dead_letter_source, failures"
+from poisonq.store.sqlite_leases import SqliteLeases
+from poisonq.store.sqlite_rows import (
+    ENTITY_COLUMNS,
+    HELD,
+    INSERT_CHUNK,
+    LEDGER_COLUMNS,
+    LIVE,
+    MESSAGE_COLUMNS,
+    OPTIONAL_COLUMNS,
+    SEQS,
+    STATES,
+    entity_row,
+    message_row,
+    seqs_json,
 )
-_ENTITY_COLUMNS = (
-    "id, name, parent_id, subqueue, status, status_cause, options, created_at, updated_at, "
-    "sent, moved_in, completed, dropped, moved_out, dead_lettered, resubmitted, lock_expiries, "
-    "size_bytes"
-)
-_HELD = "('scheduled', 'active', 'locked', 'deferred', 'dead_lettered')"
-_LIVE = "('scheduled', 'active', 'locked', 'deferred')"
-_SEQS = "(SELECT value FROM json_each(?))"
-_LEDGER_COLUMNS = frozenset(Ledger.__slots__)
-_GROUP_KEYS = {
-    "reason": ("dead_letter_reason", "dead_letter_reason"),
-    "subject": ("subject", "subject"),
-    "fingerprint": ("last_fingerprint", "last_error_type"),
-}
-
-_STATES = {s.value: s for s in MessageState}
-_datetime = datetime.fromtimestamp
-_INSERT_CHUNK = 250  # rows per INSERT statement, well under SQLite's 32,766 parameters
-# Columns a sender may leave empty: a batch inserts only those some message in it uses, since
-# binding parameters is a large part of the cost of an insert.
-_OPTIONAL_COLUMNS = (
-    "content_type",
-    "subject",
-    "properties",
-    "session_id",
-    "correlation_id",
-    "reply_to",
-    "scheduled_at",
-    "expires_at",
-)
+from poisonq.store.sqlite_sessions import SqliteSessions
+from poisonq.store.sqlite_tasks import SqliteTasks
 
 
-def _message(row: Sequence[Any], entity: str) -> ReceivedMessage:
-    """Build a received message from a row of ``_MESSAGE_COLUMNS`` (hot: runs per message)."""
-    (
-        seq, message_id, body, content_type, subject, props, session_id, correlation_id,
-        reply_to, state, enqueued_at, scheduled_at, expires_at, delivery_count, abort_count,
-        move_count, resubmit_count, hop_count, lock_token, locked_until, reason, description,
-        source, failures,
-    ) = row  # fmt: skip
-    return ReceivedMessage(
-        seq,
-        entity,
-        message_id,
-        body,
-        content_type,
-        subject,
-        json.loads(props) if props else {},
-        session_id,
-        correlation_id,
-        reply_to,
-        _STATES[state],
-        _datetime(enqueued_at, UTC),
-        None if scheduled_at is None else _datetime(scheduled_at, UTC),
-        None if expires_at is None else _datetime(expires_at, UTC),
-        delivery_count,
-        abort_count,
-        move_count,
-        resubmit_count,
-        hop_count,
-        lock_token,
-        None if locked_until is None else _datetime(locked_until, UTC),
-        reason,
-        description,
-        source,
-        [FailureRecord.from_json(f) for f in json.loads(failures)] if failures else [],
-    )
-
-
-def _entity(row: Sequence[Any]) -> EntityRecord:
-    return EntityRecord(
-        id=row[0],
-        name=row[1],
-        parent_id=row[2],
-        subqueue=SubQueue(row[3]) if row[3] else None,
-        status=EntityStatus(row[4]),
-        status_cause=row[5],
-        options=row[6],
-        created_at=row[7],
-        updated_at=row[8],
-        ledger=Ledger(*row[9:18]),
-    )
-
-
-def _seqs(seqs: Sequence[int]) -> str:
-    return json.dumps(list(seqs))
-
-
-def _filter_sql(where: MessageFilter) -> tuple[str, list[Any]]:
-    clauses: list[str] = []
-    params: list[Any] = []
-    for column, value, op in (
-        ("dead_letter_reason", where.reason, "="),
-        ("subject", where.subject, "="),
-        ("last_fingerprint", where.fingerprint, "="),
-        ("seq", where.min_sequence, ">="),
-        ("seq", where.max_sequence, "<="),
-        ("coalesce(dead_lettered_at, enqueued_at)", where.since, ">="),
-        ("coalesce(dead_lettered_at, enqueued_at)", where.until, "<"),
-    ):
-        if value is not None:
-            clauses.append(f" AND {column} {op} ?")
-            params.append(value)
-    return "".join(clauses), params
-
-
-class SqliteTransaction(Transaction):
+class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._db = conn
 
@@ -172,7 +70,7 @@ class SqliteTransaction(Transaction):
         deltas = {k: v for k, v in deltas.items() if v}
         if not deltas:
             return
-        assert set(deltas) <= _LEDGER_COLUMNS
+        assert set(deltas) <= LEDGER_COLUMNS
         sets = ", ".join(f"{name} = {name} + ?" for name in deltas)
         self._db.execute(f"UPDATE entities SET {sets} WHERE id = ?", (*deltas.values(), entity_id))
 
@@ -198,19 +96,19 @@ class SqliteTransaction(Transaction):
 
     def entity(self, name: str) -> EntityRecord | None:
         row = self._db.execute(
-            f"SELECT {_ENTITY_COLUMNS} FROM entities WHERE name = ?", (name,)
+            f"SELECT {ENTITY_COLUMNS} FROM entities WHERE name = ?", (name,)
         ).fetchone()
-        return _entity(row) if row else None
+        return entity_row(row) if row else None
 
     def entity_by_id(self, entity_id: int) -> EntityRecord:
         row = self._db.execute(
-            f"SELECT {_ENTITY_COLUMNS} FROM entities WHERE id = ?", (entity_id,)
+            f"SELECT {ENTITY_COLUMNS} FROM entities WHERE id = ?", (entity_id,)
         ).fetchone()
-        return _entity(row)
+        return entity_row(row)
 
     def entities(self) -> list[EntityRecord]:
-        rows = self._db.execute(f"SELECT {_ENTITY_COLUMNS} FROM entities ORDER BY name")
-        return [_entity(row) for row in rows]
+        rows = self._db.execute(f"SELECT {ENTITY_COLUMNS} FROM entities ORDER BY name")
+        return [entity_row(row) for row in rows]
 
     def set_options(self, entity_id: int, options: str, now: float) -> None:
         self._db.execute(
@@ -240,22 +138,22 @@ class SqliteTransaction(Transaction):
             "SELECT state, count(*) FROM messages WHERE entity_id = ? GROUP BY state",
             (entity_id,),
         )
-        return {_STATES[state]: n for state, n in rows}
+        return {STATES[state]: n for state, n in rows}
 
     # Sending ------------------------------------------------------------------------------
     def insert_messages(self, entity_id: int, rows: Sequence[NewMessage], now: float) -> list[int]:
         # Multi-row VALUES statements: about 1.5x the rows per second of executemany, which
         # steps the statement once per row. One writer at a time, so the bodies and messages
         # get consecutive ids (AUTOINCREMENT on messages; the largest id plus one on bodies).
-        optional = [c for c in _OPTIONAL_COLUMNS if set(map(attrgetter(c), rows)) != {None}]
+        optional = [c for c in OPTIONAL_COLUMNS if set(map(attrgetter(c), rows)) != {None}]
         columns = ["state", "message_id", "body_id", "size", *optional]
         if "scheduled_at" in optional:
             columns.append("visible_at")  # a scheduled message becomes visible when scheduled
             optional.append("scheduled_at")
         row_marks = f"(?1, ?2, {', '.join('?' * len(columns))})"
         insert = f"INSERT INTO messages (entity_id, enqueued_at, {', '.join(columns)}) VALUES "
-        for start in range(0, len(rows), _INSERT_CHUNK):
-            chunk = rows[start : start + _INSERT_CHUNK]
+        for start in range(0, len(rows), INSERT_CHUNK):
+            chunk = rows[start : start + INSERT_CHUNK]
             bodies = self._db.execute(
                 "INSERT INTO bodies (body) VALUES " + ", ".join(["(?)"] * len(chunk)),
                 [m.body for m in chunk],
@@ -272,12 +170,12 @@ class SqliteTransaction(Transaction):
         return list(range(last - len(rows) + 1, last + 1))
 
     def _delete_bodies(self, body_ids: list[int]) -> None:
-        self._db.execute(f"DELETE FROM bodies WHERE id IN {_SEQS}", (json.dumps(body_ids),))
+        self._db.execute(f"DELETE FROM bodies WHERE id IN {SEQS}", (json.dumps(body_ids),))
 
     def seen_message_ids(self, entity_id: int, message_ids: Sequence[str], now: float) -> set[str]:
         rows = self._db.execute(
             "SELECT message_id FROM seen_message_ids WHERE entity_id = ? AND expires_at > ?"
-            f" AND message_id IN {_SEQS}",
+            f" AND message_id IN {SEQS}",
             (entity_id, now, json.dumps(list(message_ids))),
         )
         return {row[0] for row in rows}
@@ -305,29 +203,33 @@ class SqliteTransaction(Transaction):
         limit: int,
         token: str,
         locked_until: float,
+        session_id: str | None = None,
     ) -> list[ReceivedMessage]:
+        session = " AND session_id = ?" if session_id is not None else ""
+        params: tuple[object, ...] = (token, locked_until, entity_id, ready)
+        params += (session_id,) if session_id is not None else ()
         rows = self._db.execute(
             "UPDATE messages SET state = 'locked', lock_token = ?, locked_until = ?,"
             " delivery_count = delivery_count + 1"
-            " WHERE seq IN (SELECT seq FROM messages WHERE entity_id = ? AND state = ?"
-            f" ORDER BY seq LIMIT ?) RETURNING {_MESSAGE_COLUMNS}",
-            (token, locked_until, entity_id, ready, limit),
+            f" WHERE seq IN (SELECT seq FROM messages WHERE entity_id = ? AND state = ?{session}"
+            f" ORDER BY seq LIMIT ?) RETURNING {MESSAGE_COLUMNS}",
+            (*params, limit),
         ).fetchall()
         rows.sort(key=lambda row: row[0])
-        return [_message(row, name) for row in rows]
+        return [message_row(row, name) for row in rows]
 
     def take_ready(
         self, entity_id: int, name: str, ready: MessageState, limit: int
     ) -> list[ReceivedMessage]:
         rows = self._db.execute(
             "DELETE FROM messages WHERE seq IN (SELECT seq FROM messages WHERE entity_id = ?"
-            f" AND state = ? ORDER BY seq LIMIT ?) RETURNING {_MESSAGE_COLUMNS}, size, body_id",
+            f" AND state = ? ORDER BY seq LIMIT ?) RETURNING {MESSAGE_COLUMNS}, size, body_id",
             (entity_id, ready, limit),
         ).fetchall()
         rows.sort(key=lambda row: row[0])
         self._delete_bodies([row[-1] for row in rows])
         self._bump(entity_id, completed=len(rows), size_bytes=-sum(row[-2] for row in rows))
-        taken = [_message(row[:-2], name) for row in rows]
+        taken = [message_row(row[:-2], name) for row in rows]
         for message in taken:
             message.delivery_count += 1
             message.state = MessageState.COMPLETED
@@ -339,39 +241,41 @@ class SqliteTransaction(Transaction):
         rows = self._db.execute(
             "UPDATE messages SET state = 'locked', lock_token = ?, locked_until = ?,"
             " delivery_count = delivery_count + 1"
-            f" WHERE entity_id = ? AND state = 'deferred' AND seq IN {_SEQS}"
-            f" RETURNING {_MESSAGE_COLUMNS}",
-            (token, locked_until, entity_id, _seqs(seqs)),
+            f" WHERE entity_id = ? AND state = 'deferred' AND seq IN {SEQS}"
+            f" RETURNING {MESSAGE_COLUMNS}",
+            (token, locked_until, entity_id, seqs_json(seqs)),
         ).fetchall()
         rows.sort(key=lambda row: row[0])
-        return [_message(row, name) for row in rows]
+        return [message_row(row, name) for row in rows]
 
     def peek(self, entity_id: int, name: str, from_seq: int, limit: int) -> list[ReceivedMessage]:
         rows = self._db.execute(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE entity_id = ? AND seq >= ?"
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE entity_id = ? AND seq >= ?"
             " ORDER BY seq LIMIT ?",
             (entity_id, from_seq, limit),
         )
-        return [_message(row, name) for row in rows]
+        return [message_row(row, name) for row in rows]
 
     def message(self, entity_id: int, name: str, seq: int) -> ReceivedMessage | None:
         row = self._db.execute(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE entity_id = ? AND seq = ?",
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE entity_id = ? AND seq = ?",
             (entity_id, seq),
         ).fetchone()
-        return _message(row, name) if row else None
+        return message_row(row, name) if row else None
 
     def locked(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[LockInfo]:
         rows = self._db.execute(
-            "SELECT seq, delivery_count, move_count FROM messages WHERE entity_id = ?"
-            f" AND state = 'locked' AND lock_token = ? AND locked_until > ? AND seq IN {_SEQS}",
-            (entity_id, token, now, _seqs(seqs)),
+            "SELECT seq, delivery_count, move_count, dead_lettered_deliveries FROM messages"
+            " WHERE entity_id = ?"
+            f" AND state = 'locked' AND lock_token = ? AND locked_until > ? AND seq IN {SEQS}",
+            (entity_id, token, now, seqs_json(seqs)),
         )
         return [LockInfo(*row) for row in rows]
 
     def expired_locks(self, entity_id: int, now: float) -> list[LockInfo]:
         rows = self._db.execute(
-            "SELECT seq, delivery_count, move_count FROM messages WHERE entity_id = ?"
+            "SELECT seq, delivery_count, move_count, dead_lettered_deliveries FROM messages"
+            " WHERE entity_id = ?"
             " AND state = 'locked' AND locked_until <= ? ORDER BY seq",
             (entity_id, now),
         )
@@ -392,6 +296,48 @@ class SqliteTransaction(Transaction):
             (entity_id, now),
         ).rowcount
 
+    def due_scheduled(self, entity_id: int, now: float) -> list[int]:
+        rows = self._db.execute(
+            "SELECT seq FROM messages WHERE entity_id = ? AND state = 'scheduled'"
+            " AND visible_at <= ? ORDER BY seq",
+            (entity_id, now),
+        )
+        return [row[0] for row in rows]
+
+    # Moves between entities, the rollback counter ----------------------------------------
+    def move(
+        self,
+        entity_id: int,
+        seqs: Sequence[int],
+        target_id: int,
+        state: MessageState | None,
+        visible_at: float | None,
+        move_count: int = 0,
+        hop_count: int = 0,
+    ) -> list[int]:
+        rows = self._db.execute(
+            "UPDATE messages SET entity_id = ?, state = coalesce(?, state),"
+            " visible_at = coalesce(?, visible_at),"
+            " move_count = move_count + ?, hop_count = hop_count + ?"
+            f" WHERE entity_id = ? AND state IN {HELD} AND state != 'locked'"
+            f" AND seq IN {SEQS} RETURNING seq, size",
+            (target_id, state, visible_at, move_count, hop_count, entity_id, seqs_json(seqs)),
+        ).fetchall()
+        moved, size = len(rows), sum(row[1] for row in rows)
+        self._bump(entity_id, moved_out=moved, size_bytes=-size)
+        self._bump(target_id, moved_in=moved, size_bytes=size)
+        return sorted(row[0] for row in rows)
+
+    def add_rollbacks(self, entity_id: int, count: int) -> int:
+        (total,) = self._db.execute(
+            "UPDATE entities SET rollbacks = rollbacks + ? WHERE id = ? RETURNING rollbacks",
+            (count, entity_id),
+        ).fetchone()
+        return int(total)
+
+    def reset_rollbacks(self, entity_id: int) -> None:
+        self._db.execute("UPDATE entities SET rollbacks = 0 WHERE id = ?", (entity_id,))
+
     # Settling -----------------------------------------------------------------------------
     def seq_span(self, entity_id: int) -> tuple[int, int, int]:
         count, lo, hi = self._db.execute(
@@ -399,74 +345,19 @@ class SqliteTransaction(Transaction):
         ).fetchone()
         return (count, lo, hi) if count else (0, 0, -1)
 
-    def lock_ready_seqs(
-        self, entity_id: int, ready: MessageState, limit: int, token: str, locked_until: float
+    def complete(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
+        return self._complete(entity_id, token, now, f"seq IN {SEQS}", seqs_json(seqs))
+
+    def complete_span(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> int:
+        return len(self._complete(entity_id, token, now, "seq BETWEEN ? AND ?", lo, hi))
+
+    def _complete(
+        self, entity_id: int, token: str, now: float, which: str, *params: object
     ) -> list[int]:
         rows = self._db.execute(
-            "UPDATE messages SET state = 'locked', lock_token = ?, locked_until = ?,"
-            " delivery_count = delivery_count + 1"
-            " WHERE seq IN (SELECT seq FROM messages WHERE entity_id = ? AND state = ?"
-            " ORDER BY seq LIMIT ?) RETURNING seq",
-            (token, locked_until, entity_id, ready, limit),
-        ).fetchall()
-        return sorted(row[0] for row in rows)
-
-    def insert_lease(self, entity_id: int, lease: Lease) -> None:
-        self._db.execute(
-            "INSERT INTO leases (entity_id, consumer, number, lock_token, count, min_seq,"
-            " max_seq, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                entity_id,
-                lease.consumer,
-                lease.number,
-                lease.lock_token,
-                lease.count,
-                lease.min_sequence,
-                lease.max_sequence,
-                lease.created_at,
-            ),
-        )
-
-    def lease(self, entity_id: int, name: str, consumer: str, number: int | None) -> Lease | None:
-        row = self._db.execute(
-            "SELECT consumer, number, lock_token, count, min_seq, max_seq, created_at"
-            " FROM leases WHERE entity_id = ? AND consumer = ? AND (? IS NULL OR number = ?)"
-            " ORDER BY number DESC LIMIT 1",
-            (entity_id, consumer, number, number),
-        ).fetchone()
-        return None if row is None else Lease(name, *row)
-
-    def delete_leases(self, entity_id: int, consumer: str, before: int) -> None:
-        self._db.execute(
-            "DELETE FROM leases WHERE entity_id = ? AND consumer = ? AND number < ?",
-            (entity_id, consumer, before),
-        )
-
-    def lease_seqs(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> list[int]:
-        rows = self._db.execute(
-            "SELECT seq FROM messages WHERE entity_id = ? AND state = 'locked'"
-            " AND seq BETWEEN ? AND ? AND lock_token = ? AND locked_until > ? ORDER BY seq",
-            (entity_id, lo, hi, token, now),
-        )
-        return [row[0] for row in rows]
-
-    def lease_rows(
-        self, entity_id: int, token: str, lo: int, hi: int, now: float
-    ) -> list[tuple[Any, ...]]:
-        return self._db.execute(
-            "SELECT seq, message_id, body, content_type, subject, properties, session_id,"
-            " correlation_id, enqueued_at, delivery_count"
-            " FROM messages JOIN bodies ON bodies.id = messages.body_id"
-            " WHERE entity_id = ? AND state = 'locked' AND seq BETWEEN ? AND ?"
-            " AND lock_token = ? AND locked_until > ? ORDER BY seq",
-            (entity_id, lo, hi, token, now),
-        ).fetchall()
-
-    def complete(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
-        rows = self._db.execute(
             "DELETE FROM messages WHERE entity_id = ? AND state = 'locked' AND lock_token = ?"
-            f" AND locked_until > ? AND seq IN {_SEQS} RETURNING seq, size, body_id",
-            (entity_id, token, now, _seqs(seqs)),
+            f" AND locked_until > ? AND {which} RETURNING seq, size, body_id",
+            (entity_id, token, now, *params),
         ).fetchall()
         self._delete_bodies([row[2] for row in rows])
         self._bump(entity_id, completed=len(rows), size_bytes=-sum(row[1] for row in rows))
@@ -488,19 +379,21 @@ class SqliteTransaction(Transaction):
             "   ELSE json_insert(coalesce(failures, '[]'), '$[#]', json(?1)) END,"
             " last_error_type = coalesce(json_extract(?1, '$.error_type'), last_error_type),"
             " last_fingerprint = coalesce(json_extract(?1, '$.fingerprint'), last_fingerprint)"
-            f" WHERE entity_id = ?2 AND state = 'locked' AND seq IN {_SEQS.replace('?', '?3')}",
-            (record, entity_id, _seqs(seqs), ready),
+            f" WHERE entity_id = ?2 AND state = 'locked' AND seq IN {SEQS.replace('?', '?3')}",
+            (record, entity_id, seqs_json(seqs), ready),
         ).rowcount
         if lock_expired:
             self._bump(entity_id, lock_expiries=changed)
+        else:
+            self._bump(entity_id, abandoned=changed)
         return changed
 
     def defer(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> int:
         return self._db.execute(
             "UPDATE messages SET state = 'deferred', lock_token = NULL, locked_until = NULL"
             " WHERE entity_id = ? AND state = 'locked' AND lock_token = ? AND locked_until > ?"
-            f" AND seq IN {_SEQS}",
-            (entity_id, token, now, _seqs(seqs)),
+            f" AND seq IN {SEQS}",
+            (entity_id, token, now, seqs_json(seqs)),
         ).rowcount
 
     def renew(
@@ -508,8 +401,8 @@ class SqliteTransaction(Transaction):
     ) -> int:
         return self._db.execute(
             "UPDATE messages SET locked_until = ? WHERE entity_id = ? AND state = 'locked'"
-            f" AND lock_token = ? AND locked_until > ? AND seq IN {_SEQS}",
-            (locked_until, entity_id, token, now, _seqs(seqs)),
+            f" AND lock_token = ? AND locked_until > ? AND seq IN {SEQS}",
+            (locked_until, entity_id, token, now, seqs_json(seqs)),
         ).rowcount
 
     def dead_letter(
@@ -532,13 +425,14 @@ class SqliteTransaction(Transaction):
             " dead_letter_description = coalesce(?3, json_extract(failures, '$[#-1].error_type')"
             "   || ': ' || json_extract(failures, '$[#-1].message')),"
             " dead_letter_source = ?4, dead_lettered_at = ?5,"
+            " dead_lettered_deliveries = delivery_count,"
             " failures = CASE WHEN ?6 IS NULL THEN failures"
             "   ELSE json_insert(coalesce(failures, '[]'), '$[#]', json(?6)) END,"
             " last_error_type = coalesce(json_extract(?6, '$.error_type'), last_error_type),"
             " last_fingerprint = coalesce(json_extract(?6, '$.fingerprint'), last_fingerprint)"
-            f" WHERE entity_id = ?7 AND state IN {_LIVE}"
+            f" WHERE entity_id = ?7 AND state IN {LIVE}"
             " AND (?9 IS NULL OR (state = 'locked' AND lock_token = ?9 AND locked_until > ?5))"
-            f" AND seq IN {_SEQS.replace('?', '?8')} RETURNING seq, size",
+            f" AND seq IN {SEQS.replace('?', '?8')} RETURNING seq, size",
             (
                 target_id,
                 reason,
@@ -547,7 +441,7 @@ class SqliteTransaction(Transaction):
                 now,
                 record,
                 entity_id,
-                _seqs(seqs),
+                seqs_json(seqs),
                 lock_token,
             ),
         ).fetchall()
@@ -556,11 +450,14 @@ class SqliteTransaction(Transaction):
         self._bump(target_id, moved_in=moved, size_bytes=size)
         return [row[0] for row in rows]
 
+    def count_poisoned(self, entity_id: int, count: int) -> None:
+        self._bump(entity_id, poisoned=count)
+
     def drop(self, entity_id: int, seqs: Sequence[int]) -> int:
         rows = self._db.execute(
-            f"DELETE FROM messages WHERE entity_id = ? AND state IN {_HELD} AND seq IN {_SEQS}"
+            f"DELETE FROM messages WHERE entity_id = ? AND state IN {HELD} AND seq IN {SEQS}"
             " RETURNING size, body_id",
-            (entity_id, _seqs(seqs)),
+            (entity_id, seqs_json(seqs)),
         ).fetchall()
         self._delete_bodies([row[1] for row in rows])
         self._bump(entity_id, dropped=len(rows), size_bytes=-sum(row[0] for row in rows))
@@ -575,9 +472,9 @@ class SqliteTransaction(Transaction):
         expires_at: float | None,
     ) -> int:
         guard = (
-            f"entity_id = ? AND state IN ('active', 'deferred', 'dead_lettered') AND seq IN {_SEQS}"
+            f"entity_id = ? AND state IN ('active', 'deferred', 'dead_lettered') AND seq IN {SEQS}"
         )
-        params = (entity_id, _seqs(seqs))
+        params = (entity_id, seqs_json(seqs))
         # INSERT ... SELECT in sequence order gives the copies new, ascending sequence numbers:
         # a resubmitted message joins the back of the queue, as a new send would. The copy
         # takes over the body, so only the old message rows are deleted.
@@ -597,67 +494,6 @@ class SqliteTransaction(Transaction):
         self._bump(entity_id, moved_out=moved, resubmitted=moved, size_bytes=-size)
         self._bump(target_id, moved_in=moved, size_bytes=size)
         return moved
-
-    # Dead-letter analysis and tasks ------------------------------------------------------
-    def dead_letter_groups(self, entity_id: int, by: str) -> list[DeadLetterGroup]:
-        key, label = _GROUP_KEYS[by]
-        rows = self._db.execute(
-            f"SELECT {key}, max({label}), count(*),"
-            " min(coalesce(dead_lettered_at, enqueued_at)),"
-            " max(coalesce(dead_lettered_at, enqueued_at))"
-            f" FROM messages WHERE entity_id = ? GROUP BY {key} ORDER BY count(*) DESC, {key}",
-            (entity_id,),
-        )
-        return [DeadLetterGroup(*row) for row in rows]
-
-    def select(self, entity_id: int, where: MessageFilter, after_seq: int, limit: int) -> list[int]:
-        clauses, params = _filter_sql(where)
-        rows = self._db.execute(
-            "SELECT seq FROM messages WHERE entity_id = ? AND state != 'locked' AND seq > ?"
-            f"{clauses} ORDER BY seq LIMIT ?",
-            (entity_id, after_seq, *params, limit),
-        )
-        return [row[0] for row in rows]
-
-    def count_matching(self, entity_id: int, where: MessageFilter) -> int:
-        clauses, params = _filter_sql(where)
-        (n,) = self._db.execute(
-            f"SELECT count(*) FROM messages WHERE entity_id = ? AND state != 'locked'{clauses}",
-            (entity_id, *params),
-        ).fetchone()
-        return int(n)
-
-    def insert_task(
-        self, kind: str, entity_id: int, spec: dict[str, Any], total: int, now: float
-    ) -> int:
-        cur = self._db.execute(
-            "INSERT INTO tasks (kind, entity_id, status, spec, total, created_at, updated_at)"
-            " VALUES (?, ?, 'running', ?, ?, ?, ?)",
-            (kind, entity_id, json.dumps(spec), total, now, now),
-        )
-        assert cur.lastrowid is not None
-        return cur.lastrowid
-
-    def task(self, task_id: int) -> TaskRecord | None:
-        row = self._db.execute(
-            "SELECT id, kind, entity_id, status, spec, total, done, created_at, updated_at, error"
-            " FROM tasks WHERE id = ?",
-            (task_id,),
-        ).fetchone()
-        if row is None:
-            return None
-        task_id, kind, entity_id, status, spec, total, done, created, updated, error = row
-        return TaskRecord(
-            task_id, kind, entity_id, status, json.loads(spec), total, done, created, updated, error
-        )
-
-    def update_task(
-        self, task_id: int, done: int, status: str, error: str | None, now: float
-    ) -> None:
-        self._db.execute(
-            "UPDATE tasks SET done = ?, status = ?, error = ?, updated_at = ? WHERE id = ?",
-            (done, status, error, now, task_id),
-        )
 
 
 class SqliteStore(Store):

@@ -30,6 +30,8 @@ def test_queue_create_maps_every_option(url: str) -> None:
         "max_properties_size": 500,
         "max_size": 100000,
         "auto_disable_after_rollbacks": 4,
+        "dead_letter_retry": None,
+        "per_message_poisoning": False,
         "retry": None,
     }
     assert created["options"]["retry"]["receive_retry_count"] == 4

@@ -1,0 +1,61 @@
+"""``poisonq serve``: the HTTP API, the web UI and ``/metrics`` in one process."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import click
+
+from poisonq.cli.app import App
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=8080,
+    show_default=True,
+    help="Port to listen on.",
+)
+@click.option(
+    "--token",
+    envvar="POISONQ_TOKEN",
+    help="Bearer token for writes (and reads); a random one is made and printed if not given"
+    " (also from POISONQ_TOKEN).",
+)
+@click.option("--open-reads", is_flag=True, help="Let anyone read (the UI, GET /api, /metrics).")
+@click.pass_obj
+def serve(app: App, /, host: str, port: int, token: str | None, open_reads: bool) -> None:
+    """Serve the HTTP API, the dead-letter explorer and metrics.
+
+    Listens on 127.0.0.1 unless --host says otherwise. Writes (send, resubmit, purge,
+    cancel) need the token; reads too unless --open-reads. The API's OpenAPI document is at
+    /api/openapi.json, the web UI at /ui/, Prometheus metrics at /metrics.
+    """
+    try:
+        import uvicorn
+
+        from poisonq.server import create_app
+        from poisonq.server.auth import new_token
+    except ImportError as exc:
+        raise click.ClickException(
+            f"poisonq serve needs the server extra: pip install 'poisonq[server]' ({exc})"
+        ) from None
+    given = token is not None
+    token = token or new_token()
+    server = create_app(app.broker, token=token, open_reads=open_reads)
+    shown = f"[{host}]" if ":" in host else host
+    app.err.print(f"poisonq serving at http://{shown}:{port}/ui/", soft_wrap=True)
+    if not given:
+        app.err.print(f"token (for writes{'' if open_reads else ' and reads'}): {token}")
+    if not _is_loopback(host):
+        app.err.print(f"warning: listening on {host}, not only this machine", style="yellow")
+    uvicorn.run(server, host=host, port=port, log_level="info")

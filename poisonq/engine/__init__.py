@@ -1,0 +1,36 @@
+"""Queue semantics: the message state machine of DESIGN.md on top of any store.
+
+Every public method runs exactly one store transaction, so every transition is atomic. The
+engine decides *which* guarded transition to run (the retry policy's decision, TTL handling,
+dead-letter targets, forwarding, sessions); the store runs it and keeps the ledger. Lazy
+housekeeping (expired locks, messages back from the retry subqueue, due scheduled messages,
+expired TTLs) runs at the start of each receive on that entity, inside the same transaction,
+so no message is ever delivered with an expired TTL and an expired lock always counts as an
+abandon before the message can be received again.
+
+The engine is one class assembled from one module per concept:
+
+- :mod:`~poisonq.engine.base`: resolving addresses, status events, shared checks
+- :mod:`~poisonq.engine.routing`: dead-lettering, auto-forwarding, the namespace DLQ
+- :mod:`~poisonq.engine.poison`: retry cycles, poison actions, auto-disable, housekeeping
+- :mod:`~poisonq.engine.sending`, :mod:`~poisonq.engine.settling`,
+  :mod:`~poisonq.engine.receiving` (a receive may settle the last batch first),
+  :mod:`~poisonq.engine.sessions`, :mod:`~poisonq.engine.leases`, :mod:`~poisonq.engine.admin`,
+  :mod:`~poisonq.engine.tasks`
+"""
+
+from __future__ import annotations
+
+from poisonq.engine.admin import Admin
+from poisonq.engine.base import Lock, Target
+from poisonq.engine.leases import Leasing
+from poisonq.engine.sending import Sending
+from poisonq.engine.sessions import Sessions
+from poisonq.engine.tasks import Tasks
+
+
+class Engine(Admin, Sending, Sessions, Leasing, Tasks):
+    """The state machine. Thread-safe as far as the store is (each call is one transaction)."""
+
+
+__all__ = ["Engine", "Lock", "Target"]

@@ -1,0 +1,117 @@
+"""Leases: numbered batches of messages one consumer (a Spark query, a pipeline) locks at
+once under one token, durable so a restarted consumer replays them."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from poisonq.engine.base import check_count
+from poisonq.engine.receiving import Receiving
+from poisonq.errors import InvalidOperationError
+from poisonq.model import Lease
+from poisonq.names import validate_name
+from poisonq.store.base import EntityRecord, Transaction
+
+
+class Leasing(Receiving):
+    def acquire_lease(
+        self,
+        address: str,
+        consumer: str,
+        number: int,
+        max_messages: int,
+        lock_duration: float | None = None,
+    ) -> Lease | None:
+        """Lease ``number`` of ``consumer``: up to ``max_messages`` messages locked under one
+        token. Asking again for a lease that exists returns it with its locks renewed (a
+        restarted consumer replays it); a new lease forgets the consumer's older ones, which
+        are settled by then. ``None`` when nothing is receivable."""
+        validate_name(consumer)
+        check_count(number, "a lease number")
+        check_count(max_messages, "max_messages")
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            target = self._resolve(tx, address)
+            entity = target.entity
+            until = now + (lock_duration or target.options.lock_duration)
+            lease = tx.lease(entity.id, entity.name, consumer, number)
+            if lease is not None:
+                self._renew_lease(tx, entity, lease, now, until)
+                return lease
+            if target.sessions:
+                raise InvalidOperationError(
+                    f"{entity.name!r} requires sessions; leases do not lock by session"
+                )
+            self._check_receivable(target)
+            if not self._housekeep(tx, target, now):
+                return None
+            token = str(uuid.uuid4())
+            seqs = tx.lock_ready_seqs(entity.id, target.ready, max_messages, token, until)
+            if not seqs:
+                return None
+            lease = Lease(entity.name, consumer, number, token, len(seqs), seqs[0], seqs[-1], now)
+            tx.insert_lease(entity.id, lease)
+            tx.delete_leases(entity.id, consumer, before=number)
+            return lease
+
+    def lease(self, address: str, consumer: str, number: int | None) -> Lease | None:
+        with self.store.transaction() as tx:
+            entity = self._resolve(tx, address).entity
+            return tx.lease(entity.id, entity.name, consumer, number)
+
+    def lease_sequence_numbers(
+        self, lease: Lease, lo: int | None = None, hi: int | None = None
+    ) -> list[int]:
+        """The lease's messages in ``[lo, hi]`` that it still holds under a valid lock."""
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            entity = self._resolve(tx, lease.entity).entity
+            return tx.lease_seqs(entity.id, lease.lock_token, *_span(lease, lo, hi), now)
+
+    def lease_rows(
+        self, lease: Lease, lo: int | None = None, hi: int | None = None
+    ) -> list[tuple[Any, ...]]:
+        """The messages the lease still holds in ``[lo, hi]``, as :data:`LEASE_COLUMNS`."""
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            entity = self._resolve(tx, lease.entity).entity
+            return tx.lease_rows(entity.id, lease.lock_token, *_span(lease, lo, hi), now)
+
+    def renew_lease(self, lease: Lease, lock_duration: float | None = None) -> int:
+        """Extend the locks the lease still holds; returns how many."""
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            target = self._resolve(tx, lease.entity)
+            until = now + (lock_duration or target.options.lock_duration)
+            return self._renew_lease(tx, target.entity, lease, now, until)
+
+    def _renew_lease(
+        self, tx: Transaction, entity: EntityRecord, lease: Lease, now: float, until: float
+    ) -> int:
+        seqs = _held(tx, entity, lease, now)
+        return tx.renew(entity.id, lease.lock_token, seqs, now, until) if seqs else 0
+
+    def complete_lease(self, lease: Lease) -> int:
+        """Complete every message the lease still holds (the others were settled apart, or
+        their locks ran out and they will be delivered again). Returns how many."""
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            entity = self._resolve(tx, lease.entity).entity
+            span = (lease.min_sequence, lease.max_sequence)
+            completed = tx.complete_span(entity.id, lease.lock_token, *span, now)
+            if completed and entity.rollbacks:
+                tx.reset_rollbacks(entity.id)
+            return completed
+
+
+def _held(tx: Transaction, entity: EntityRecord, lease: Lease, now: float) -> list[int]:
+    """The lease's messages still locked under its token."""
+    return tx.lease_seqs(entity.id, lease.lock_token, lease.min_sequence, lease.max_sequence, now)
+
+
+def _span(lease: Lease, lo: int | None, hi: int | None) -> tuple[int, int]:
+    return (
+        lease.min_sequence if lo is None else max(lo, lease.min_sequence),
+        lease.max_sequence if hi is None else min(hi, lease.max_sequence),
+    )

@@ -1,0 +1,230 @@
+"""What happens after a failed delivery: the retry policy's decision (redeliver, park in the
+retry subqueue for a cycle, or poison), the four poison actions of WCF (move, drop, reject,
+fault), whole-session poisoning, Service Broker's auto-disable after consecutive rollbacks,
+lazy housekeeping, and the operator's way out of a fault.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+
+from poisonq.engine.base import Target, lock_expired
+from poisonq.engine.routing import Routing
+from poisonq.errors import InvalidOperationError, InvalidOptionError, MessageNotFoundError
+from poisonq.failures import describe
+from poisonq.model import (
+    DeadLetterReason,
+    EntityStatus,
+    FailureRecord,
+    FaultAction,
+    MessageState,
+    ReceiveErrorHandling,
+    StatusEventKind,
+    SubQueue,
+)
+from poisonq.options import MoveToRetry, Poison, Redeliver
+from poisonq.reports import QueueInfo, StatusEvent
+from poisonq.store.base import LockInfo, MessageFilter, Transaction
+
+log = logging.getLogger(__name__)
+
+_EVERYTHING = 1 << 62
+
+
+class Poisoning(Routing):
+    def _after_failure(
+        self,
+        tx: Transaction,
+        target: Target,
+        locks: Sequence[LockInfo],
+        failure: FailureRecord | None,
+        lock_expired: bool,
+    ) -> list[int]:
+        """An abandon or a lock expiry: back to ready (``abort_count += 1``), counted as a
+        rollback, then the retry policy decides per message. Returns the sequence numbers
+        poisoned (whatever the action did with them)."""
+        entity = target.entity
+        seqs = [lock.seq for lock in locks]
+        record = failure.to_json() if failure else None
+        tx.release(entity.id, seqs, target.ready, record, lock_expired)
+        now = self.clock.now()
+        self._count_rollbacks(tx, target, len(seqs), now)
+        policy = target.policy
+        if policy is None:
+            return []
+        poisoned: list[int] = []
+        parked: dict[float, list[int]] = defaultdict(list)
+        # In a dead-letter queue only the deliveries made there count (MSMQ resets a
+        # message's abort count when it moves to another subqueue).
+        dead = target.ready is MessageState.DEAD_LETTERED
+        for lock in locks:
+            deliveries = lock.delivery_count - (lock.dead_lettered_deliveries if dead else 0)
+            match policy.decide(deliveries, lock.move_count):
+                case Redeliver():
+                    pass
+                case MoveToRetry(delay):
+                    parked[delay].append(lock.seq)
+                case Poison():
+                    poisoned.append(lock.seq)
+        if parked:
+            retry = self._child(tx, target, SubQueue.RETRY)
+            for delay, chosen in parked.items():
+                tx.move(entity.id, chosen, retry.id, MessageState.SCHEDULED, now + delay, 1)
+        if poisoned:
+            action = policy.receive_error_handling
+            self._poison(tx, target, self._with_sessions(tx, target, poisoned), action, failure)
+            tx.count_poisoned(entity.id, len(poisoned))
+        return sorted(poisoned)
+
+    def _with_sessions(self, tx: Transaction, target: Target, seqs: list[int]) -> list[int]:
+        """In a session queue a poisoned message takes its whole session with it (WCF),
+        unless the queue asks for ``per_message_poisoning``: the session's other messages
+        that nobody holds under a lock go the same way."""
+        if not target.sessions or target.options.per_message_poisoning:
+            return seqs
+        entity = target.entity
+        chosen = set(seqs)
+        for seq in seqs:
+            message = tx.message(entity.id, entity.name, seq)
+            if message is not None and message.session_id is not None:
+                where = MessageFilter(session_id=message.session_id)
+                chosen.update(tx.select(entity.id, where, 0, _EVERYTHING))
+        return sorted(chosen)
+
+    def _poison(
+        self,
+        tx: Transaction,
+        target: Target,
+        seqs: list[int],
+        action: ReceiveErrorHandling,
+        failure: FailureRecord | None,
+    ) -> None:
+        entity = target.entity
+        now = self.clock.now()
+        description = describe(failure) if failure else None
+        match action:
+            case ReceiveErrorHandling.MOVE:
+                reason = DeadLetterReason.MAX_DELIVERY_COUNT_EXCEEDED
+                self._dead_letter(tx, target, seqs, reason, description, None, now)
+            case ReceiveErrorHandling.DROP:
+                tx.drop(entity.id, seqs)
+                log.warning("dropped poison message(s) %s from %s", seqs, entity.name)
+            case ReceiveErrorHandling.REJECT:
+                self._reject(tx, target, seqs, description, now)
+            case ReceiveErrorHandling.FAULT:
+                why = f"poison message {seqs[0]}" + (f": {description}" if description else "")
+                event = StatusEvent(StatusEventKind.FAULT, now, why, sequence_number=seqs[0])
+                self._disable_receive(tx, target, event)
+                log.error("%s faulted on %s", entity.name, why)
+
+    def _reject(
+        self, tx: Transaction, target: Target, seqs: list[int], description: str | None, now: float
+    ) -> None:
+        """To the sender's dead-letter queue: that of the queue named by ``reply_to``, else
+        the namespace dead-letter queue (MSMQ's negative acknowledgement)."""
+        entity = target.entity
+        by_destination: dict[int, list[int]] = defaultdict(list)
+        for seq in seqs:
+            message = tx.message(entity.id, entity.name, seq)
+            sender = tx.entity(message.reply_to) if message and message.reply_to else None
+            if sender is not None and sender.parent_id is None and sender.subqueue is None:
+                dlq = self._child(
+                    tx, Target(sender, sender, self._spec(sender)), SubQueue.DEADLETTER
+                )
+            else:
+                dlq = self._namespace_dlq(tx, now)
+            by_destination[dlq.id].append(seq)
+        for dlq_id, chosen in by_destination.items():
+            if target.ready is MessageState.DEAD_LETTERED:
+                # Read from a dead-letter queue: it keeps its reason and changes place.
+                tx.move(entity.id, chosen, dlq_id, None, None)
+                continue
+            reason = DeadLetterReason.REJECTED
+            tx.dead_letter(entity.id, chosen, dlq_id, reason, description, entity.name, None, now)
+
+    def _count_rollbacks(self, tx: Transaction, target: Target, count: int, now: float) -> None:
+        """Service Broker's safety net: ``auto_disable_after_rollbacks`` rollbacks in a row
+        (abandons or lock expiries with no completion between) disable receiving."""
+        limit = target.options.auto_disable_after_rollbacks
+        if limit is None or target.subqueue is not None:
+            return
+        total = tx.add_rollbacks(target.entity.id, count)
+        if total >= limit:
+            why = f"{total} rollbacks in a row with no completion (limit {limit})"
+            event = StatusEvent(StatusEventKind.AUTO_DISABLED, now, why, rollbacks=total)
+            self._disable_receive(tx, target, event)
+
+    def _housekeep(self, tx: Transaction, target: Target, now: float) -> bool:
+        """Expired locks count as abandons; messages whose retry cycle delay has passed come
+        back from the retry subqueue; due scheduled messages become active; messages past
+        their TTL are dead-lettered or dropped before anyone can receive them.
+
+        Returns whether the entity can still be received from: counting expired locks may
+        fault or auto-disable it. The caller then hands out nothing but commits, so the
+        expiries stay counted (raising would roll them back)."""
+        entity = target.entity
+        expired = tx.expired_locks(entity.id, now)
+        if expired:
+            self._after_failure(tx, target, expired, lock_expired(now), lock_expired=True)
+            if not tx.entity_by_id(entity.id).status.can_receive:
+                return False
+        if target.subqueue is not None:
+            return True  # no TTL or scheduling in subqueues
+        if target.options.retry.max_retry_cycles:
+            retry = self._child(tx, target, SubQueue.RETRY)
+            due = tx.due_scheduled(retry.id, now)
+            if due:
+                tx.move(retry.id, due, entity.id, MessageState.ACTIVE, None)
+        tx.promote_scheduled(entity.id, now)
+        stale = tx.expired_messages(entity.id, now)
+        if not stale:
+            return True
+        if target.options.dead_lettering_on_message_expiration:
+            reason = DeadLetterReason.TTL_EXPIRED
+            description = "the message expired before it was received"
+            self._dead_letter(tx, target, stale, reason, description, None, now)
+        else:
+            tx.drop(entity.id, stale)
+            log.info("dropped expired message(s) %s from %s", stale, entity.name)
+        return True
+
+    # The operator's way out of a fault ----------------------------------------------------
+    def resolve_poison(
+        self, address: str, sequence_number: int, action: FaultAction, enable: bool = True
+    ) -> QueueInfo:
+        """Act on message ``sequence_number`` of a faulted entity, in one transaction:
+        ``move`` it to the dead-letter queue (``MaxDeliveryCountExceeded``), ``drop`` it, or
+        ``resubmit`` it (a new sequence number at the back, a fresh delivery count); then,
+        with ``enable``, make the entity active again."""
+        if action not in ("move", "drop", "resubmit"):
+            raise InvalidOptionError(f"action must be move, drop or resubmit, not {action!r}")
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            target = self._resolve(tx, address)
+            entity = target.entity
+            found = tx.message(entity.id, entity.name, sequence_number)
+            if found is None or found.state is MessageState.LOCKED:
+                raise MessageNotFoundError(entity.name, sequence_number)
+            match action:
+                case "move":
+                    if target.subqueue is not None:
+                        raise InvalidOperationError(
+                            f"{entity.name!r} is a subqueue; drop or resubmit the message"
+                        )
+                    reason = DeadLetterReason.MAX_DELIVERY_COUNT_EXCEEDED
+                    why = "moved by an operator after a fault"
+                    self._dead_letter(tx, target, [sequence_number], reason, why, None, now)
+                case "drop":
+                    tx.drop(entity.id, [sequence_number])
+                case "resubmit":
+                    home = target.queue if target.subqueue is not None else entity
+                    ttl = target.options.default_message_ttl
+                    expires = None if ttl is None else now + ttl
+                    tx.resubmit(entity.id, [sequence_number], home.id, now, expires)
+            if enable:
+                tx.set_status(entity.id, EntityStatus.ACTIVE, None, now)
+                tx.reset_rollbacks(entity.id)
+            log.warning("%s message %d of %s by an operator", action, sequence_number, entity.name)
+            return self._info(tx, self._resolve(tx, address))

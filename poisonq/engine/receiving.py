@@ -1,0 +1,102 @@
+"""Receiving: peek-lock and receive-and-delete, deferred messages by sequence number, peek."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+from poisonq.engine.base import Lock, check_count
+from poisonq.engine.settling import Settling
+from poisonq.errors import InvalidOperationError, MessageNotFoundError
+from poisonq.model import DeadLetterReason, ReceivedMessage, Settlement
+
+
+class Receiving(Settling):
+    def receive(
+        self,
+        address: str,
+        max_messages: int,
+        delete: bool = False,
+        lock_duration: float | None = None,
+        complete: Sequence[Lock] = (),
+        settle: Sequence[Settlement] = (),
+    ) -> list[ReceivedMessage]:
+        """Lock (or, with ``delete``, remove) up to ``max_messages`` messages, oldest first.
+
+        ``complete`` names locks to complete, and ``settle`` settlements to make (as
+        :meth:`settle` does), in the same transaction first, so a consumer loop commits once
+        per batch instead of twice; if one of their locks is lost, nothing is settled or
+        received. A faulted entity raises :class:`PoisonMessageError`; a
+        session-enabled queue is received from through a session (:meth:`accept_session`).
+        """
+        check_count(max_messages, "max_messages")
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            target = self._resolve(tx, address)
+            entity = target.entity
+            if complete:
+                self._complete(tx, entity, complete, now)
+            if settle:
+                self._settle(tx, target, settle, now)
+            if target.sessions:
+                raise InvalidOperationError(
+                    f"{entity.name!r} requires sessions; accept a session to receive from it"
+                )
+            self._check_receivable(target)
+            if not self._housekeep(tx, target, now):
+                return []
+            if delete:
+                return tx.take_ready(entity.id, entity.name, target.ready, max_messages)
+            token = str(uuid.uuid4())
+            until = now + (lock_duration or target.options.lock_duration)
+            return tx.lock_ready(entity.id, entity.name, target.ready, max_messages, token, until)
+
+    def receive_deferred(
+        self, address: str, sequence_numbers: Sequence[int], lock_duration: float | None = None
+    ) -> list[ReceivedMessage]:
+        """Lock deferred messages by sequence number; a missing one (or one past its time to
+        live) raises :class:`MessageNotFoundError` and locks nothing. A deferred message
+        that has used every delivery is dead-lettered instead of delivered again."""
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            target = self._resolve(tx, address)
+            self._housekeep(tx, target, now)
+            token = str(uuid.uuid4())
+            until = now + (lock_duration or target.options.lock_duration)
+            entity = target.entity
+            got = tx.lock_deferred(entity.id, entity.name, sequence_numbers, token, until)
+            missing = sorted(set(sequence_numbers) - {m.sequence_number for m in got})
+            if missing:
+                raise MessageNotFoundError(entity.name, missing[0])
+            if target.subqueue is not None:
+                return got
+            limit = target.options.retry.total_attempts
+            spent = [m.sequence_number for m in got if m.delivery_count > limit]
+            if spent:
+                reason = DeadLetterReason.MAX_DELIVERY_COUNT_EXCEEDED
+                why = f"deferred after its last delivery ({limit} attempts)"
+                self._dead_letter(tx, target, spent, reason, why, None, now, lock_token=token)
+                tx.count_poisoned(entity.id, len(spent))
+            return [m for m in got if m.delivery_count <= limit]
+
+    def peek(
+        self, address: str, from_sequence: int = 0, max_messages: int = 1
+    ) -> list[ReceivedMessage]:
+        """Held messages from ``from_sequence`` on, without locking or counting a delivery."""
+        check_count(max_messages, "max_messages")
+        with self.store.transaction() as tx:
+            entity = self._resolve(tx, address).entity
+            return tx.peek(entity.id, entity.name, from_sequence, max_messages)
+
+    def sequence_span(self, address: str) -> tuple[int, int, int]:
+        """(count, lowest, highest) sequence number held; (0, 0, -1) when empty."""
+        with self.store.transaction() as tx:
+            return tx.seq_span(self._resolve(tx, address).entity.id)
+
+    def message(self, address: str, sequence_number: int) -> ReceivedMessage:
+        with self.store.transaction() as tx:
+            entity = self._resolve(tx, address).entity
+            found = tx.message(entity.id, entity.name, sequence_number)
+            if found is None:
+                raise MessageNotFoundError(entity.name, sequence_number)
+            return found

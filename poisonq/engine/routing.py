@@ -1,0 +1,152 @@
+"""Where messages go between entities: dead-lettering (and forwarding what was
+dead-lettered), auto-forwarding with its hop limit, and the namespace dead-letter queue.
+
+Every move here runs inside the caller's transaction, so a forwarded message is never seen
+in its source and a dead-lettered one is never in two places.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+
+from poisonq.engine.base import MAX_HOPS, EngineBase, Target
+from poisonq.errors import EntityNotFoundError
+from poisonq.model import DeadLetterReason, EntityKind, MessageState, SubQueue
+from poisonq.names import NAMESPACE_DEADLETTER
+from poisonq.options import QueueOptions
+from poisonq.store.base import EntityRecord, Transaction
+
+log = logging.getLogger(__name__)
+
+
+class Routing(EngineBase):
+    def _dead_letter(
+        self,
+        tx: Transaction,
+        target: Target,
+        seqs: Sequence[int],
+        reason: str,
+        description: str | None,
+        failure: dict[str, object] | None,
+        now: float,
+        lock_token: str | None = None,
+    ) -> list[int]:
+        """Held messages of the target → its queue's dead-letter queue; then on to
+        ``forward_dead_lettered_messages_to`` if the queue names one."""
+        dlq = self._child(tx, target, SubQueue.DEADLETTER)
+        moved = tx.dead_letter(
+            target.entity.id,
+            seqs,
+            dlq.id,
+            reason,
+            description,
+            target.entity.name,
+            failure,
+            now,
+            lock_token=lock_token,
+        )
+        destination = target.options.forward_dead_lettered_messages_to
+        if moved and destination:
+            hops = {seq: self._hops(tx, dlq, seq) for seq in moved}
+            self._forward(tx, target, dlq, hops, destination, now, strict=False)
+        return moved
+
+    @staticmethod
+    def _hops(tx: Transaction, entity: EntityRecord, seq: int) -> int:
+        message = tx.message(entity.id, entity.name, seq)
+        return 0 if message is None else message.hop_count
+
+    def _forward(
+        self,
+        tx: Transaction,
+        source: Target,
+        holder: EntityRecord,
+        hops: dict[int, int],
+        destination: str,
+        now: float,
+        strict: bool,
+    ) -> None:
+        """Move messages held by ``holder`` (the source or its dead-letter queue) to
+        ``destination``, ``hop_count += 1``, and on if the destination forwards too.
+
+        A message already forwarded :data:`MAX_HOPS` times is dead-lettered with
+        ``MaxTransferHopCountExceeded``; a disabled or full destination sends the messages to
+        the source's transfer dead-letter queue. A destination that does not exist fails the
+        send (``strict``); forwarding a dead-letter, it leaves the message where it is.
+        """
+        dead_lettered = holder.subqueue is SubQueue.DEADLETTER
+        over = [seq for seq, hop in hops.items() if hop >= MAX_HOPS]
+        if over:
+            description = f"forwarded {MAX_HOPS} times already; not forwarded to {destination}"
+            self._to_transfer_dlq(
+                tx, source, holder, over, DeadLetterReason.MAX_TRANSFER_HOP_COUNT_EXCEEDED,
+                description, now,
+            )  # fmt: skip
+        going = {seq: hop for seq, hop in hops.items() if hop < MAX_HOPS}
+        if not going:
+            return
+        dest = tx.entity(destination)
+        if dest is None or dest.parent_id is not None:
+            if strict:
+                raise EntityNotFoundError(destination)
+            log.warning("cannot forward to %s: no such queue", destination)
+            return
+        dest_target = Target(dest, dest, self._spec(dest))
+        problem = self._cannot_take(dest_target, holder, list(going), tx)
+        if problem:
+            self._to_transfer_dlq(
+                tx, source, holder, list(going), DeadLetterReason.TRANSFER_FAILED, problem, now
+            )
+            return
+        state = MessageState.ACTIVE if dead_lettered else None
+        moved = tx.move(holder.id, list(going), dest.id, state, None, hop_count=1)
+        onward = dest_target.options.forward_to
+        if moved and onward:
+            self._forward(
+                tx, dest_target, dest, {seq: going[seq] + 1 for seq in moved}, onward, now, strict
+            )
+
+    def _cannot_take(
+        self, dest: Target, holder: EntityRecord, seqs: list[int], tx: Transaction
+    ) -> str | None:
+        """Why ``dest`` cannot take these messages now, or ``None``."""
+        entity = dest.entity
+        if dest.kind is not EntityKind.QUEUE and dest.kind is not EntityKind.SUBSCRIPTION:
+            return f"{entity.name} is a {dest.kind}, not a queue"
+        if not entity.status.can_send:
+            return f"destination {entity.name} is {entity.status}"
+        size = 0
+        for seq in seqs:
+            message = tx.message(holder.id, holder.name, seq)
+            size += len(message.body) if message else 0
+        if entity.ledger.size_bytes + size > dest.options.max_size:
+            return f"destination {entity.name} is full (max_size {dest.options.max_size} bytes)"
+        return None
+
+    def _to_transfer_dlq(
+        self,
+        tx: Transaction,
+        source: Target,
+        holder: EntityRecord,
+        seqs: list[int],
+        reason: str,
+        description: str,
+        now: float,
+    ) -> None:
+        transfer = self._child(tx, source, SubQueue.TRANSFER_DEADLETTER)
+        if holder.subqueue is SubQueue.DEADLETTER:
+            # Already dead-lettered (with its own reason): it only changes place.
+            tx.move(holder.id, seqs, transfer.id, MessageState.DEAD_LETTERED, None)
+            return
+        tx.dead_letter(holder.id, seqs, transfer.id, reason, description, holder.name, None, now)
+
+    def _namespace_dlq(self, tx: Transaction, now: float) -> EntityRecord:
+        """The namespace dead-letter queue, created the first time it is needed."""
+        found = tx.entity(NAMESPACE_DEADLETTER)
+        if found is not None:
+            return found
+        options = json.dumps({**QueueOptions().to_json(), "kind": EntityKind.QUEUE.value})
+        entity_id = tx.insert_entity(NAMESPACE_DEADLETTER, None, SubQueue.DEADLETTER, options, now)
+        return tx.entity_by_id(entity_id)

@@ -1,0 +1,135 @@
+"""Sessions: a receiver locks a whole session of a session-enabled queue and gets its
+messages in order; the session keeps a state; its lock is renewed as one.
+
+The messages a session receiver locks carry the session's lock token and lock end, so they
+are settled like any other locked message, and renewing the session renews them too. When a
+session lock runs out, its messages' locks run out with it and count as abandons.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+from poisonq.engine.base import Lock, Target, check_count
+from poisonq.engine.receiving import Receiving
+from poisonq.errors import (
+    InvalidOperationError,
+    InvalidOptionError,
+    SessionCannotBeLockedError,
+    SessionLockLostError,
+)
+from poisonq.model import ReceivedMessage, Settlement
+from poisonq.store.base import SessionRecord, Transaction
+
+
+class Sessions(Receiving):
+    def accept_session(
+        self, address: str, session_id: str | None, lock_duration: float | None = None
+    ) -> tuple[str, str, float] | None:
+        """Lock session ``session_id``, or with ``None`` the next session that has a message
+        waiting and no holder. Returns (session id, lock token, locked until); ``None`` when
+        no session is waiting. A named session held by another receiver raises
+        :class:`SessionCannotBeLockedError`."""
+        if session_id is not None and (not isinstance(session_id, str) or not session_id):
+            raise InvalidOptionError(f"session_id must be a non-empty string: {session_id!r}")
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            target = self._session_target(tx, address)
+            self._check_receivable(target)
+            if not self._housekeep(tx, target, now):
+                return None
+            token = str(uuid.uuid4())
+            until = now + (lock_duration or target.options.lock_duration)
+            got = tx.lock_session(target.entity.id, session_id, token, until, now)
+            if got is None:
+                if session_id is not None:
+                    raise SessionCannotBeLockedError(target.entity.name, session_id)
+                return None
+            return got, token, until
+
+    def receive_session(
+        self,
+        address: str,
+        session_id: str,
+        token: str,
+        max_messages: int,
+        complete: Sequence[Lock] = (),
+        settle: Sequence[Settlement] = (),
+    ) -> list[ReceivedMessage]:
+        """Up to ``max_messages`` of the session's messages, in order, locked under the
+        session's lock (``complete`` and ``settle`` as in :meth:`receive`)."""
+        check_count(max_messages, "max_messages")
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            target = self._session_target(tx, address)
+            entity = target.entity
+            if complete:
+                self._complete(tx, entity, complete, now)
+            if settle:
+                self._settle(tx, target, settle, now)
+            self._check_receivable(target)
+            if not self._housekeep(tx, target, now):
+                return []
+            held = self._held_session(tx, target, session_id, token, now)
+            assert held.locked_until is not None
+            ready = target.ready
+            return tx.lock_ready(
+                entity.id, entity.name, ready, max_messages, token, held.locked_until, session_id
+            )
+
+    def session_state(self, address: str, session_id: str, token: str) -> bytes | None:
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            target = self._session_target(tx, address)
+            return self._held_session(tx, target, session_id, token, now).state
+
+    def set_session_state(
+        self, address: str, session_id: str, token: str, state: bytes | None
+    ) -> None:
+        if state is not None and not isinstance(state, bytes):
+            raise InvalidOptionError(f"session state must be bytes or None, not {state!r}")
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            target = self._session_target(tx, address)
+            if not tx.set_session_state(target.entity.id, session_id, token, now, state):
+                raise SessionLockLostError(target.entity.name, session_id)
+
+    def renew_session_lock(
+        self, address: str, session_id: str, token: str, lock_duration: float | None = None
+    ) -> float:
+        """Extend the session lock, and the locks of the messages taken under it; returns
+        the new end."""
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            target = self._session_target(tx, address)
+            until = now + (lock_duration or target.options.lock_duration)
+            if not tx.renew_session(target.entity.id, session_id, token, now, until):
+                raise SessionLockLostError(target.entity.name, session_id)
+            return until
+
+    def close_session(self, address: str, session_id: str, token: str) -> None:
+        """Give the session up so another receiver can accept it."""
+        with self.store.transaction() as tx:
+            target = self._session_target(tx, address)
+            tx.release_session(target.entity.id, session_id, token)
+
+    def _session_target(self, tx: Transaction, address: str) -> Target:
+        target = self._resolve(tx, address)
+        if not target.sessions:
+            raise InvalidOperationError(f"{target.entity.name!r} does not require sessions")
+        return target
+
+    @staticmethod
+    def _held_session(
+        tx: Transaction, target: Target, session_id: str, token: str, now: float
+    ) -> SessionRecord:
+        found = tx.session(target.entity.id, session_id)
+        if (
+            found is None
+            or found.lock_token != token
+            or found.locked_until is None
+            or found.locked_until <= now
+        ):
+            raise SessionLockLostError(target.entity.name, session_id)
+        return found

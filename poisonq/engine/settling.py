@@ -1,0 +1,138 @@
+"""Settling: complete, abandon, defer, dead-letter, renew a lock, or many of them each its
+own way in one transaction. Receiving builds on this module, not the other way round: a
+receive may settle the previous batch first, in its own transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from poisonq.engine.base import Lock, Target, all_or_raise, by_token
+from poisonq.engine.poison import Poisoning
+from poisonq.errors import InvalidOperationError
+from poisonq.model import Abandon, Complete, DeadLetter, FailureRecord, Settlement
+from poisonq.store.base import EntityRecord, LockInfo, Transaction
+
+
+class Settling(Poisoning):
+    def complete(self, address: str, locks: Sequence[Lock]) -> None:
+        """locked → completed for every lock, or (a lock lost) nothing at all."""
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            self._complete(tx, self._resolve(tx, address).entity, locks, now)
+
+    def _complete(
+        self, tx: Transaction, entity: EntityRecord, locks: Sequence[Lock], now: float
+    ) -> None:
+        """locked → completed, all or nothing; a completion ends a run of rollbacks."""
+        for token, seqs in by_token(locks).items():
+            all_or_raise(seqs, tx.complete(entity.id, token, seqs, now))
+        if entity.rollbacks:
+            tx.reset_rollbacks(entity.id)
+
+    def abandon(
+        self, address: str, locks: Sequence[Lock], failure: FailureRecord | None
+    ) -> list[int]:
+        """locked → active (``abort_count += 1``), or poisoned if every attempt is used.
+        Returns the sequence numbers that were poisoned."""
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            target = self._resolve(tx, address)
+            held = self._held_locks(tx, target, locks, now)
+            return self._after_failure(tx, target, held, failure, lock_expired=False)
+
+    def defer(self, address: str, locks: Sequence[Lock]) -> None:
+        """locked → deferred: kept until received again by sequence number."""
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            entity = self._resolve(tx, address).entity
+            for token, seqs in by_token(locks).items():
+                if tx.defer(entity.id, token, seqs, now) != len(seqs):
+                    all_or_raise(seqs, [i.seq for i in tx.locked(entity.id, token, seqs, now)])
+
+    def dead_letter(
+        self,
+        address: str,
+        locks: Sequence[Lock],
+        reason: str | None,
+        description: str | None,
+        failure: FailureRecord | None,
+    ) -> None:
+        """locked → dead-lettered in the queue's dead-letter queue, with reason and description."""
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            target = self._resolve(tx, address)
+            if target.subqueue is not None:
+                raise InvalidOperationError(
+                    f"messages in {target.entity.name!r} cannot be dead-lettered again"
+                )
+            record = failure.to_json() if failure else None
+            for token, seqs in by_token(locks).items():
+                reason = reason or "DeadLetteredByReceiver"
+                moved = self._dead_letter(
+                    tx, target, seqs, reason, description, record, now, lock_token=token
+                )
+                all_or_raise(seqs, moved)
+
+    def renew_lock(
+        self, address: str, locks: Sequence[Lock], lock_duration: float | None = None
+    ) -> float:
+        """Move ``locked_until`` on by the lock duration; returns the new time."""
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            target = self._resolve(tx, address)
+            until = now + (lock_duration or target.options.lock_duration)
+            for token, seqs in by_token(locks).items():
+                if tx.renew(target.entity.id, token, seqs, now, until) != len(seqs):
+                    held = tx.locked(target.entity.id, token, seqs, now)
+                    all_or_raise(seqs, [h.seq for h in held])
+            return until
+
+    def settle(self, address: str, settlements: Sequence[Settlement]) -> list[int]:
+        """Settle many messages, each its own way, in one transaction: complete, abandon
+        (with its own failure) or dead-letter (with its own reason). If any lock was lost,
+        :class:`MessageLockLostError` names all the lost ones and nothing changes. Returns
+        the sequence numbers the retry policy poisoned."""
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            return self._settle(tx, self._resolve(tx, address), settlements, now)
+
+    def _settle(
+        self, tx: Transaction, target: Target, settlements: Sequence[Settlement], now: float
+    ) -> list[int]:
+        """:meth:`settle` inside the caller's transaction (a receive settles the previous
+        batch this way before it locks the next one)."""
+        entity = target.entity
+        locks = [(s.sequence_number, s.lock_token) for s in settlements]
+        held = {lock.seq: lock for lock in self._held_locks(tx, target, locks, now)}
+        done = [s for s in settlements if isinstance(s, Complete)]
+        if done:
+            self._complete(tx, entity, [(s.sequence_number, s.lock_token) for s in done], now)
+        poisoned: list[int] = []
+        # Dead-letters alike (same lock, reason, description and failure) move in one call.
+        letters: dict[tuple[str, str, str | None, FailureRecord | None], list[int]] = {}
+        for settlement in settlements:
+            match settlement:
+                case Complete():
+                    continue
+                case Abandon(seq, _, failure):
+                    poisoned += self._after_failure(tx, target, [held[seq]], failure, False)
+                case DeadLetter(seq, token, reason, description, failure):
+                    letters.setdefault((token, reason, description, failure), []).append(seq)
+        if letters and target.subqueue is not None:
+            raise InvalidOperationError(
+                f"messages in {entity.name!r} cannot be dead-lettered again"
+            )
+        for (token, reason, description, failure), seqs in letters.items():
+            record = failure.to_json() if failure else None
+            self._dead_letter(tx, target, seqs, reason, description, record, now, lock_token=token)
+        return sorted(poisoned)
+
+    def _held_locks(
+        self, tx: Transaction, target: Target, locks: Sequence[Lock], now: float
+    ) -> list[LockInfo]:
+        held: list[LockInfo] = []
+        for token, seqs in by_token(locks).items():
+            valid = tx.locked(target.entity.id, token, seqs, now)
+            all_or_raise(seqs, [v.seq for v in valid])
+            held.extend(valid)
+        return held

@@ -1,0 +1,96 @@
+"""Dead-letter analysis and bulk tasks (resubmit, purge), one chunk per transaction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from poisonq.engine.base import EngineBase, check_count
+from poisonq.errors import EntityDisabledError, TaskNotFoundError
+from poisonq.model import ReceivedMessage
+from poisonq.store.base import DeadLetterGroup, MessageFilter, TaskRecord
+
+
+class Tasks(EngineBase):
+    def dead_letter_groups(self, address: str, by: str) -> list[DeadLetterGroup]:
+        with self.store.transaction() as tx:
+            return tx.dead_letter_groups(self._resolve(tx, address).entity.id, by)
+
+    def find(
+        self, address: str, where: MessageFilter, after_seq: int, limit: int
+    ) -> list[ReceivedMessage]:
+        """Unlocked held messages of ``address`` matching ``where`` after ``after_seq``,
+        oldest first, at most ``limit``: the messages a bulk task with ``where`` would take."""
+        check_count(limit, "limit")
+        with self.store.transaction() as tx:
+            entity = self._resolve(tx, address).entity
+            found = (
+                tx.message(entity.id, entity.name, seq)
+                for seq in tx.select(entity.id, where, after_seq, limit)
+            )
+            return [message for message in found if message is not None]
+
+    def count_matching(self, address: str, where: MessageFilter) -> int:
+        """How many unlocked held messages of ``address`` match ``where``."""
+        with self.store.transaction() as tx:
+            return tx.count_matching(self._resolve(tx, address).entity.id, where)
+
+    def start_task(
+        self, kind: str, address: str, where: MessageFilter, spec: dict[str, Any]
+    ) -> TaskRecord:
+        """Record a bulk task over the messages of ``address`` matching ``where``."""
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            entity = self._resolve(tx, address).entity
+            total = tx.count_matching(entity.id, where)
+            task_id = tx.insert_task(kind, entity.id, spec, total, now)
+            task = tx.task(task_id)
+            assert task is not None
+            return task
+
+    def task(self, task_id: int) -> TaskRecord:
+        with self.store.transaction() as tx:
+            task = tx.task(task_id)
+            if task is None:
+                raise TaskNotFoundError(task_id)
+            return task
+
+    def finish_task(self, task_id: int, status: str, error: str | None = None) -> TaskRecord:
+        """Mark a running task completed, cancelled or failed (a finished one stays as it is)."""
+        with self.store.transaction() as tx:
+            task = tx.task(task_id)
+            if task is None:
+                raise TaskNotFoundError(task_id)
+            if task.status == "running":
+                tx.update_task(task_id, task.done, status, error, self.clock.now())
+            return tx.task(task_id)  # type: ignore[return-value]
+
+    def task_step(
+        self, task_id: int, address: str, where: MessageFilter, after_seq: int, limit: int
+    ) -> list[int]:
+        """Run the next chunk of a task: move (resubmit) or drop (purge) up to ``limit``
+        matching messages after ``after_seq``, and record the progress in the same
+        transaction. Returns the sequence numbers handled; none once the task is cancelled
+        or nothing is left."""
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            task = tx.task(task_id)
+            if task is None:
+                raise TaskNotFoundError(task_id)
+            if task.status != "running":
+                return []
+            source = self._resolve(tx, address)
+            seqs = tx.select(source.entity.id, where, after_seq, limit)
+            if not seqs:
+                return []
+            if task.kind == "resubmit":
+                to = task.spec.get("to")
+                target = self._main(tx, to) if to else self._resolve(tx, source.queue.name)
+                if not target.entity.status.can_send:
+                    raise EntityDisabledError(target.entity.name, target.entity.status, "resubmit")
+                ttl = target.options.default_message_ttl
+                expires_at = None if ttl is None else now + ttl
+                done = tx.resubmit(source.entity.id, seqs, target.entity.id, now, expires_at)
+            else:
+                done = tx.drop(source.entity.id, seqs)
+            tx.update_task(task_id, task.done + done, "running", None, now)
+            return seqs

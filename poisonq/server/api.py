@@ -1,0 +1,140 @@
+"""The JSON API under ``/api``: entities and counts, send and peek, the dead-letter queue
+(groups, listing, message detail with its failure history), resubmit and purge as tracked
+tasks. Reads need the token unless the server opened them; writes always do.
+
+Entity names may contain ``/`` (subscription paths), so a queue is the path up to the
+route's fixed suffix (``/api/queues/events/subscriptions/audit/counts``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from poisonq.jsonview import group_json, message_json, queue_json, task_json
+from poisonq.names import parse_address
+from poisonq.server.schemas import (
+    Filters,
+    GroupOut,
+    PurgeRequest,
+    ResubmitRequest,
+    SendRequest,
+    SendResult,
+    TaskOut,
+)
+from poisonq.server.state import ServerState, server_state
+
+_bearer = HTTPBearer(auto_error=False, description="The token the server printed at start.")
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+State = Annotated[ServerState, Depends(server_state)]
+MAX_LIST = 1000
+
+
+def _read(request: Request, state: State, _: Credentials) -> None:
+    state.auth.require_read(request)
+
+
+def _write(request: Request, state: State, _: Credentials) -> None:
+    state.auth.require_write(request)
+
+
+reads = APIRouter(prefix="/api", dependencies=[Depends(_read)], tags=["read"])
+writes = APIRouter(prefix="/api", dependencies=[Depends(_write)], tags=["write"])
+Limit = Annotated[int, Query(ge=1, le=MAX_LIST)]
+
+
+@reads.get("/entities", summary="Every queue and subqueue with counts and ledger")
+def entities(state: State) -> list[dict[str, Any]]:
+    return [queue_json(info) for info in state.broker.entities()]
+
+
+@reads.get("/queues/{queue:path}/counts", summary="Messages held by state")
+def counts(state: State, queue: str) -> dict[str, int]:
+    return state.broker.counts(queue)
+
+
+@reads.get("/queues/{queue:path}/messages", summary="Peek: messages without locking them")
+def peek(
+    state: State,
+    queue: str,
+    subqueue: Literal["deadletter", "retry", "transfer_deadletter"] | None = None,
+    from_sequence: Annotated[int, Query(ge=0)] = 0,
+    limit: Limit = 100,
+) -> list[dict[str, Any]]:
+    address = str(parse_address(queue, subqueue))
+    return [
+        message_json(m)
+        for m in state.broker.peek(address, from_sequence=from_sequence, max_messages=limit)
+    ]
+
+
+@reads.get("/queues/{queue:path}/messages/{sequence_number}", summary="One message")
+def message(
+    state: State,
+    queue: str,
+    sequence_number: int,
+    subqueue: Literal["deadletter", "retry", "transfer_deadletter"] | None = None,
+) -> dict[str, Any]:
+    """Every field of one message, with its failure history."""
+    return message_json(state.broker.message(str(parse_address(queue, subqueue)), sequence_number))
+
+
+@reads.get("/queues/{queue:path}/deadletters/groups", summary="Dead-letters in groups")
+def groups(
+    state: State, queue: str, by: Literal["reason", "subject", "fingerprint"] = "reason"
+) -> list[GroupOut]:
+    """Dead-lettered messages grouped by reason, subject or failure fingerprint, with
+    counts and when the first and last of each group were dead-lettered."""
+    return [GroupOut(**group_json(g)) for g in state.broker.dead_letter_groups(queue, by)]
+
+
+@reads.get("/queues/{queue:path}/deadletters", summary="Dead-lettered messages")
+def dead_letters(
+    state: State,
+    queue: str,
+    filters: Annotated[Filters, Query()],
+    after: Annotated[int, Query(ge=0, description="sequence number to list after")] = 0,
+    limit: Limit = 100,
+) -> list[dict[str, Any]]:
+    """The dead-lettered messages a resubmit or purge with these filters would take."""
+    found = state.broker.dead_letters(queue, after=after, limit=limit, **filters.where())
+    return [message_json(m) for m in found]
+
+
+@reads.get("/tasks/{task_id}", summary="A resubmit or purge task's progress")
+def task(state: State, task_id: int) -> TaskOut:
+    return TaskOut(**task_json(state.broker.task(task_id)))
+
+
+@writes.post("/queues/{queue:path}/messages", summary="Send a batch", status_code=201)
+def send(state: State, queue: str, batch: SendRequest) -> SendResult:
+    """Send one batch in one transaction. A duplicate ignored by duplicate detection gets no
+    sequence number."""
+    messages = [m.to_message() for m in batch.messages]
+    return SendResult(sequence_numbers=state.broker.sender(queue).send(messages))
+
+
+@writes.post(
+    "/queues/{queue:path}/deadletters/resubmit", summary="Resubmit dead-letters", status_code=202
+)
+def resubmit(state: State, queue: str, request: ResubmitRequest) -> TaskOut:
+    """Start moving the matching dead-lettered messages back to their queue (or ``to``) at
+    most ``rate`` per second, with a fresh delivery count and their failure history. The
+    answer is the task: follow it at ``/api/tasks/{id}``, stop it with ``.../cancel``."""
+    record = state.start_resubmit(queue, to=request.to, rate=request.rate, where=request.where())
+    return TaskOut(**task_json(record))
+
+
+@writes.post("/queues/{queue:path}/deadletters/purge", summary="Purge dead-letters")
+def purge(state: State, queue: str, filters: PurgeRequest) -> TaskOut:
+    """Drop the matching dead-lettered messages (all of them with no filter); counted as
+    dropped in the ledger."""
+    return TaskOut(**task_json(state.purge(queue, filters.where())))
+
+
+@writes.post("/tasks/{task_id}/cancel", summary="Cancel a running task")
+def cancel(state: State, task_id: int) -> TaskOut:
+    """The task stops after its current chunk; what was moved stays moved."""
+    return TaskOut(**task_json(state.broker.cancel_task(task_id)))

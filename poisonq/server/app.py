@@ -1,0 +1,131 @@
+"""The application factory: ``create_app(broker_or_url, token=..., open_reads=...)``.
+
+One process serves the JSON API (``/api``, OpenAPI at ``/api/openapi.json``), the web UI
+(``/ui``) and ``/metrics``. Every answer carries a Content-Security-Policy that allows no
+script at all (the UI has none) and no framing, so even a body that slipped past escaping
+could not run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from poisonq.client import Broker, connect
+from poisonq.errors import (
+    EntityDisabledError,
+    EntityExistsError,
+    InvalidOperationError,
+    MessageLockLostError,
+    MessageTooLargeError,
+    PoisonqError,
+    QuotaExceededError,
+    StoreError,
+)
+from poisonq.server import api, ui
+from poisonq.server.auth import Auth, new_token
+from poisonq.server.metrics import registry
+from poisonq.server.state import ServerState
+
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'none'; style-src 'self'; img-src 'self';"
+    " form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+def status_for(exc: PoisonqError) -> int:
+    """The HTTP status of a broker error: the caller's mistake (4xx) or the store's (503)."""
+    match exc:
+        case LookupError():  # entity, message or task not found
+            return 404
+        case EntityExistsError() | EntityDisabledError() | InvalidOperationError():
+            return 409
+        case MessageLockLostError():
+            return 409
+        case MessageTooLargeError() | QuotaExceededError():
+            return 413
+        case StoreError():
+            return 503
+        case _:
+            return 400
+
+
+def create_app(
+    broker_or_url: Broker | str, *, token: str | None = None, open_reads: bool = False
+) -> FastAPI:
+    """The server for a broker (or a store URL, opened here and closed at shutdown).
+
+    ``token`` guards writes, and reads unless ``open_reads``; without one a random token is
+    made: read it from ``app.state.poisonq.auth`` or, with ``poisonq serve``, from what it
+    prints at start.
+    """
+    owns = isinstance(broker_or_url, str)
+    broker = connect(broker_or_url) if isinstance(broker_or_url, str) else broker_or_url
+    state = ServerState(broker, Auth(token or new_token(), open_reads), owns_broker=owns)
+    metrics = registry(broker)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        state.close()
+
+    app = FastAPI(
+        title="poisonq",
+        summary="Queues, dead-letters, resubmit and purge of a poisonq store.",
+        version="0.1.0",
+        openapi_url="/api/openapi.json",
+        docs_url=None,  # the interactive docs load scripts from a CDN; the CSP forbids both
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    app.state.poisonq = state
+    app.include_router(api.reads)
+    app.include_router(api.writes)
+    app.include_router(ui.router)
+    app.mount("/ui/static", StaticFiles(packages=[("poisonq.server", "static")]), name="static")
+
+    @app.middleware("http")
+    async def security_headers(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        response = await call_next(request)
+        for name, value in SECURITY_HEADERS.items():
+            response.headers.setdefault(name, value)
+        return response
+
+    @app.exception_handler(PoisonqError)
+    async def broker_error(request: Request, exc: PoisonqError) -> Response:
+        status = status_for(exc)
+        if request.url.path.startswith("/ui"):
+            return ui.error_page(request, status, type(exc).__name__, str(exc))
+        return JSONResponse({"error": type(exc).__name__, "detail": str(exc)}, status)
+
+    app.add_exception_handler(ui.LoginNeeded, ui.login_redirect)  # type: ignore[arg-type]
+    app.add_exception_handler(ui.Unauthorized, ui.unauthorized_page)  # type: ignore[arg-type]
+
+    @app.get("/", include_in_schema=False)
+    def root() -> Response:
+        return RedirectResponse("/ui/", 307)
+
+    @app.get("/metrics", tags=["read"], summary="Prometheus metrics", response_class=Response)
+    def prometheus(request: Request) -> Response:
+        """Depth per entity, subqueue and state, dead-letters by reason, and the lifetime
+        counters of every entity, read from the store at each scrape."""
+        state.auth.require_read(request)
+        return Response(generate_latest(metrics), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+__all__ = ["create_app"]

@@ -1,0 +1,97 @@
+"""``/metrics`` in Prometheus' text format, read from the store at each scrape.
+
+Every number comes from the store, not from counters in this process: the messages were
+sent, completed and dead-lettered by other processes (workers, Spark executors), and the
+store's per-entity ledger is bumped in the same transaction as each transition, so a scrape
+of any server on the same store sees the same, exact totals, and a restart resets nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from poisonq.client import Broker
+from poisonq.model import HELD_STATES, EntityStatus, MessageState
+from poisonq.names import parse_address
+
+_LABELS = ["queue", "subqueue"]
+# What each lifetime counter of the ledger counts (the ledger's field names are the metric
+# names: ``poisonq_sent_total`` ...); ``size_bytes`` is a level, exported as a gauge.
+_COUNTERS = {
+    "sent": "Messages sent to the entity",
+    "moved_in": "Messages moved into the entity (dead-lettered into it, resubmitted to it)",
+    "completed": "Messages completed",
+    "dropped": "Messages dropped (poison with the drop action, expired, purged)",
+    "moved_out": "Messages moved out of the entity (dead-lettered, resubmitted)",
+    "dead_lettered": "Messages the entity dead-lettered",
+    "resubmitted": "Dead-lettered messages resubmitted from the entity",
+    "lock_expiries": "Locks that expired (each counts as an abandon)",
+    "abandoned": "Messages abandoned by a receiver (lock expiries are counted apart)",
+    "poisoned": "Poison events: messages that used every attempt (dead-lettered or dropped)",
+}
+
+
+class BrokerCollector(Collector):
+    """Depth per entity, subqueue and state; dead-letters by reason; the ledger's totals."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def collect(self) -> Iterator[Metric]:
+        entities = self.broker.entities()
+        depth = GaugeMetricFamily(
+            "poisonq_messages",
+            "Messages held, by queue, subqueue (main for the queue itself) and state",
+            labels=[*_LABELS, "state"],
+        )
+        status = GaugeMetricFamily(
+            "poisonq_entity_status",
+            "1 for the entity's current status (active, disabled, send_disabled, ...)",
+            labels=[*_LABELS, "status"],
+        )
+        size = GaugeMetricFamily(
+            "poisonq_size_bytes", "Bytes of the messages the entity holds", labels=_LABELS
+        )
+        counters = {
+            name: CounterMetricFamily(f"poisonq_{name}", help_text, labels=_LABELS)
+            for name, help_text in _COUNTERS.items()
+        }
+        for info in entities:
+            address = parse_address(info.name)
+            labels = [address.entity, address.subqueue.value if address.subqueue else "main"]
+            states = [*HELD_STATES, *([MessageState.DEAD_LETTERED] if address.subqueue else [])]
+            for state in states:
+                held = info.counts.get(state.value, 0)
+                depth.add_metric([*labels, state.value], held)
+            for value in EntityStatus:
+                status.add_metric([*labels, value.value], 1.0 if info.status is value else 0.0)
+            size.add_metric(labels, info.ledger.size_bytes)
+            for name, family in counters.items():
+                family.add_metric(labels, getattr(info.ledger, name))
+        yield depth
+        yield status
+        yield size
+        yield from counters.values()
+        yield self._dead_letters([parse_address(i.name).entity for i in entities])
+
+    def _dead_letters(self, queues: list[str]) -> Metric:
+        family = GaugeMetricFamily(
+            "poisonq_dead_letters",
+            "Messages held in the queue's dead-letter queue, by dead-letter reason",
+            labels=["queue", "reason"],
+        )
+        for queue in dict.fromkeys(queues):
+            for group in self.broker.dead_letter_groups(queue, "reason"):
+                family.add_metric([queue, group.key or ""], group.count)
+        return family
+
+
+def registry(broker: Broker) -> CollectorRegistry:
+    """A registry of its own per server (no global state): the broker's metrics only."""
+    built = CollectorRegistry(auto_describe=False)
+    built.register(BrokerCollector(broker))
+    return built

@@ -1,0 +1,126 @@
+"""Rows of the SQLite store: the column lists its statements select, and the functions that
+turn rows into records. Shared by the transaction's modules; hot paths are marked."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from poisonq.model import EntityStatus, FailureRecord, MessageState, ReceivedMessage, SubQueue
+from poisonq.store.base import EntityRecord, Ledger, MessageFilter
+
+MESSAGE_COLUMNS = (
+    "seq, message_id, (SELECT body FROM bodies WHERE bodies.id = messages.body_id), "
+    "content_type, subject, properties, session_id, correlation_id, reply_to, state, "
+    "enqueued_at, scheduled_at, expires_at, delivery_count, abort_count, move_count, "
+    "resubmit_count, hop_count, lock_token, locked_until, dead_letter_reason, "
+    "dead_letter_description, dead_letter_source, failures"
+)
+ENTITY_COLUMNS = (
+    "id, name, parent_id, subqueue, status, status_cause, options, created_at, updated_at, "
+    "sent, moved_in, completed, dropped, moved_out, dead_lettered, resubmitted, lock_expiries, "
+    "size_bytes, abandoned, poisoned, rollbacks"
+)
+HELD = "('scheduled', 'active', 'locked', 'deferred', 'dead_lettered')"
+LIVE = "('scheduled', 'active', 'locked', 'deferred')"
+SEQS = "(SELECT value FROM json_each(?))"
+LEDGER_COLUMNS = frozenset(Ledger.__slots__)
+GROUP_KEYS = {
+    "reason": ("dead_letter_reason", "dead_letter_reason"),
+    "subject": ("subject", "subject"),
+    "fingerprint": ("last_fingerprint", "last_error_type"),
+}
+
+STATES = {s.value: s for s in MessageState}
+_datetime = datetime.fromtimestamp
+INSERT_CHUNK = 250  # rows per INSERT statement, well under SQLite's 32,766 parameters
+# Columns a sender may leave empty: a batch inserts only those some message in it uses, since
+# binding parameters is a large part of the cost of an insert.
+OPTIONAL_COLUMNS = (
+    "content_type",
+    "subject",
+    "properties",
+    "session_id",
+    "correlation_id",
+    "reply_to",
+    "scheduled_at",
+    "expires_at",
+)
+
+
+def message_row(row: Sequence[Any], entity: str) -> ReceivedMessage:
+    """Build a received message from a row of ``MESSAGE_COLUMNS`` (hot: runs per message)."""
+    (
+        seq, message_id, body, content_type, subject, props, session_id, correlation_id,
+        reply_to, state, enqueued_at, scheduled_at, expires_at, delivery_count, abort_count,
+        move_count, resubmit_count, hop_count, lock_token, locked_until, reason, description,
+        source, failures,
+    ) = row  # fmt: skip
+    return ReceivedMessage(
+        seq,
+        entity,
+        message_id,
+        body,
+        content_type,
+        subject,
+        json.loads(props) if props else {},
+        session_id,
+        correlation_id,
+        reply_to,
+        STATES[state],
+        _datetime(enqueued_at, UTC),
+        None if scheduled_at is None else _datetime(scheduled_at, UTC),
+        None if expires_at is None else _datetime(expires_at, UTC),
+        delivery_count,
+        abort_count,
+        move_count,
+        resubmit_count,
+        hop_count,
+        lock_token,
+        None if locked_until is None else _datetime(locked_until, UTC),
+        reason,
+        description,
+        source,
+        [FailureRecord.from_json(f) for f in json.loads(failures)] if failures else [],
+    )
+
+
+def entity_row(row: Sequence[Any]) -> EntityRecord:
+    return EntityRecord(
+        id=row[0],
+        name=row[1],
+        parent_id=row[2],
+        subqueue=SubQueue(row[3]) if row[3] else None,
+        status=EntityStatus(row[4]),
+        status_cause=row[5],
+        options=row[6],
+        created_at=row[7],
+        updated_at=row[8],
+        ledger=Ledger(*row[9:20]),
+        rollbacks=row[20],
+    )
+
+
+def seqs_json(seqs: Sequence[int]) -> str:
+    return json.dumps(list(seqs))
+
+
+def filter_sql(where: MessageFilter) -> tuple[str, list[Any]]:
+    clauses: list[str] = []
+    params: list[Any] = []
+    for column, value, op in (
+        ("dead_letter_reason", where.reason, "="),
+        ("subject", where.subject, "="),
+        ("last_fingerprint", where.fingerprint, "="),
+        ("seq", where.min_sequence, ">="),
+        ("seq", where.max_sequence, "<="),
+        ("coalesce(dead_lettered_at, enqueued_at)", where.since, ">="),
+        ("coalesce(dead_lettered_at, enqueued_at)", where.until, "<"),
+        ("session_id", where.session_id, "="),
+    ):
+        if value is not None:
+            clauses.append(f" AND {column} {op} ?")
+            params.append(value)
+    return "".join(clauses), params

@@ -1,0 +1,77 @@
+"""Dead-letter analysis and bulk tasks in the SQLite store."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from poisonq.store.base import DeadLetterGroup, MessageFilter, TaskRecord
+from poisonq.store.sqlite_rows import GROUP_KEYS, filter_sql
+
+
+class SqliteTasks:
+    """The dead-letter grouping, selection and task methods of
+    :class:`poisonq.store.sqlite.SqliteTransaction`."""
+
+    _db: sqlite3.Connection
+
+    def dead_letter_groups(self, entity_id: int, by: str) -> list[DeadLetterGroup]:
+        key, label = GROUP_KEYS[by]
+        rows = self._db.execute(
+            f"SELECT {key}, max({label}), count(*),"
+            " min(coalesce(dead_lettered_at, enqueued_at)),"
+            " max(coalesce(dead_lettered_at, enqueued_at))"
+            f" FROM messages WHERE entity_id = ? GROUP BY {key} ORDER BY count(*) DESC, {key}",
+            (entity_id,),
+        )
+        return [DeadLetterGroup(*row) for row in rows]
+
+    def select(self, entity_id: int, where: MessageFilter, after_seq: int, limit: int) -> list[int]:
+        clauses, params = filter_sql(where)
+        rows = self._db.execute(
+            "SELECT seq FROM messages WHERE entity_id = ? AND state != 'locked' AND seq > ?"
+            f"{clauses} ORDER BY seq LIMIT ?",
+            (entity_id, after_seq, *params, limit),
+        )
+        return [row[0] for row in rows]
+
+    def count_matching(self, entity_id: int, where: MessageFilter) -> int:
+        clauses, params = filter_sql(where)
+        (n,) = self._db.execute(
+            f"SELECT count(*) FROM messages WHERE entity_id = ? AND state != 'locked'{clauses}",
+            (entity_id, *params),
+        ).fetchone()
+        return int(n)
+
+    def insert_task(
+        self, kind: str, entity_id: int, spec: dict[str, Any], total: int, now: float
+    ) -> int:
+        cur = self._db.execute(
+            "INSERT INTO tasks (kind, entity_id, status, spec, total, created_at, updated_at)"
+            " VALUES (?, ?, 'running', ?, ?, ?, ?)",
+            (kind, entity_id, json.dumps(spec), total, now, now),
+        )
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    def task(self, task_id: int) -> TaskRecord | None:
+        row = self._db.execute(
+            "SELECT id, kind, entity_id, status, spec, total, done, created_at, updated_at, error"
+            " FROM tasks WHERE id = ?",
+            (task_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        task_id, kind, entity_id, status, spec, total, done, created, updated, error = row
+        return TaskRecord(
+            task_id, kind, entity_id, status, json.loads(spec), total, done, created, updated, error
+        )
+
+    def update_task(
+        self, task_id: int, done: int, status: str, error: str | None, now: float
+    ) -> None:
+        self._db.execute(
+            "UPDATE tasks SET done = ?, status = ?, error = ?, updated_at = ? WHERE id = ?",
+            (done, status, error, now, task_id),
+        )

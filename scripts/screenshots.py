@@ -1,0 +1,139 @@
+"""Screenshots of the web UI for the README: a demo store with realistic dead-letters,
+served in this process and photographed in Debian's Chromium.
+
+    .venv/bin/python scripts/screenshots.py        # writes docs/*.png
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # for tests.server.chromium, shared with the browser tests
+
+from playwright.sync_api import sync_playwright  # noqa: E402
+
+import poisonq  # noqa: E402
+from poisonq import Broker, Message  # noqa: E402
+from poisonq.server import create_app  # noqa: E402
+from poisonq.server.background import BackgroundServer  # noqa: E402
+from tests.server.chromium import launch  # noqa: E402
+
+TOKEN = "screenshots"
+CUSTOMERS = {f"cust-{n}" for n in range(1, 40)}
+
+
+class UpstreamTimeout(Exception):
+    """The payment provider did not answer."""
+
+
+def find_customer(order: dict[str, object]) -> None:
+    if order["customer"] not in CUSTOMERS:
+        raise KeyError(order["customer"])
+
+
+def check_amount(order: dict[str, object]) -> None:
+    amount = float(order["amount"])  # type: ignore[arg-type]
+    if amount <= 0:
+        raise ValueError(f"amount must be positive, got {amount}")
+
+
+def charge(order: dict[str, object]) -> None:
+    raise UpstreamTimeout(f"payments.example did not answer in 30 s (order {order['id']})")
+
+
+def handle(message: poisonq.ReceivedMessage) -> None:
+    order = json.loads(message.body)
+    find_customer(order)
+    check_amount(order)
+    if order.get("card") == "declined":
+        charge(order)
+
+
+def fill(broker: Broker) -> None:
+    """Orders, payments and invoices, with the failures a real feed has."""
+    rng = random.Random(7)
+    broker.create_queue("orders", max_delivery_count=3, lock_duration=30)
+    broker.create_queue("payments", max_delivery_count=5)
+    broker.create_queue("invoices", default_message_ttl=0.01)
+    broker.create_queue("shipping/labels")
+    orders = []
+    for n in range(1, 161):
+        order = {
+            "id": f"PO-{20000 + n}",
+            "customer": rng.choice(sorted(CUSTOMERS)) if n % 9 else f"cust-{700 + n}",
+            "amount": round(rng.uniform(5, 900), 2) if n % 13 else -rng.randint(1, 50),
+            "card": "declined" if n % 17 == 0 else "ok",
+            "lines": [{"sku": f"SKU-{rng.randint(100, 999)}", "qty": rng.randint(1, 4)}],
+        }
+        orders.append(
+            Message(
+                body=json.dumps(order),
+                subject="order.created",
+                message_id=order["id"],
+                properties={"region": rng.choice(["eu", "us"])},
+            )
+        )
+    orders.append(
+        Message(
+            body="<order id=PO-9 total=12.50/>",
+            subject="order.created",
+            content_type="application/xml",
+        )
+    )
+    broker.sender("orders").send(orders)
+    poisonq.Processor(
+        broker,
+        "orders",
+        handle,
+        batch_size=50,
+        permanent=(KeyError, ValueError, json.JSONDecodeError),
+    ).run(until_idle=True)
+    # payments: 40 arrive, some still waiting, some dead-lettered by the application.
+    broker.sender("payments").send(
+        [Message(body=json.dumps({"payment": n}), subject="payment.captured") for n in range(40)]
+    )
+    receiver = broker.receiver("payments")
+    for message in receiver.receive(max_messages=12):
+        if message.sequence_number % 3 == 0:
+            receiver.dead_letter(message, "FraudSuspected", "risk score 0.97 over 0.90")
+        else:
+            receiver.complete(message)
+    broker.sender("invoices").send(
+        [Message(body=f"invoice {n}", subject="invoice") for n in range(6)]
+    )
+    broker.clock.sleep(0.05)
+    broker.receiver("invoices").receive(max_messages=1)  # the expired ones are dead-lettered
+    broker.sender("shipping/labels").send([Message(body="label", subject="label")] * 7)
+
+
+def main() -> None:
+    docs = ROOT / "docs"
+    docs.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory() as folder:
+        broker = poisonq.connect(f"sqlite:///{folder}/demo.db")
+        fill(broker)
+        with BackgroundServer(create_app(broker, token=TOKEN)) as server, sync_playwright() as pw:
+            browser = launch(pw)
+            page = browser.new_page(viewport={"width": 1360, "height": 760}, device_scale_factor=1)
+            page.goto(f"{server.url}/ui/login")
+            page.fill("input[name=token]", TOKEN)
+            page.click("#login")
+            page.screenshot(path=docs / "overview.png", full_page=True)
+            page.goto(f"{server.url}/ui/deadletters?queue=orders&by=fingerprint")
+            page.click("#groups a >> nth=0")
+            page.screenshot(path=docs / "explorer.png", full_page=True)
+            page.goto(f"{server.url}/ui/deadletters?queue=orders&reason=MaxDeliveryCountExceeded")
+            page.click("#messages a >> nth=0")
+            page.screenshot(path=docs / "message.png", full_page=True)
+            browser.close()
+        broker.close()
+    print("wrote", ", ".join(str(p.relative_to(ROOT)) for p in sorted(docs.glob("*.png"))))
+
+
+if __name__ == "__main__":
+    main()

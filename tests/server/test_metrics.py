@@ -1,0 +1,133 @@
+"""``/metrics``: Prometheus text read from the store at each scrape, so numbers written by
+other processes are there and exact."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from poisonq import Broker, ManualClock, Message, RetryPolicy
+from tests.server.conftest import AUTH
+
+
+def scrape(client: TestClient) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    answer = client.get("/metrics", headers=AUTH)
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("text/plain; version=")
+    samples = {}
+    for family in text_string_to_metric_families(answer.text):
+        for sample in family.samples:
+            samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return samples
+
+
+def value(
+    samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str
+) -> float:
+    return samples[(name, frozenset(labels.items()))]
+
+
+def test_depth_per_entity_subqueue_and_state(
+    client: TestClient, broker: Broker, dead: dict[str, list[int]]
+) -> None:
+    broker.sender("orders").send([Message(body=str(n)) for n in range(4)])
+    broker.receiver("orders").receive(max_messages=1)
+    samples = scrape(client)
+    main = {"queue": "orders", "subqueue": "main"}
+    assert value(samples, "poisonq_messages", **main, state="active") == 3
+    assert value(samples, "poisonq_messages", **main, state="locked") == 1
+    dlq = {"queue": "orders", "subqueue": "deadletter"}
+    assert value(samples, "poisonq_messages", **dlq, state="dead_lettered") == 6
+    assert value(samples, "poisonq_entity_status", **main, status="active") == 1
+    assert value(samples, "poisonq_entity_status", **main, status="disabled") == 0
+    assert value(samples, "poisonq_size_bytes", **main) > 0
+
+
+def test_dead_letters_by_reason(client: TestClient, dead: dict[str, list[int]]) -> None:
+    samples = scrape(client)
+    assert value(samples, "poisonq_dead_letters", queue="orders", reason="InvalidOrder") == 3
+    reason = "MaxDeliveryCountExceeded"
+    assert value(samples, "poisonq_dead_letters", queue="orders", reason=reason) == 3
+
+
+def test_lifetime_counters(
+    client: TestClient, broker: Broker, clock: ManualClock, dead: dict[str, list[int]]
+) -> None:
+    sender, receiver = broker.sender("orders"), broker.receiver("orders")
+    sender.send([Message(body=str(n)) for n in range(3)])
+    receiver.complete(receiver.receive(max_messages=2))
+    receiver.receive(max_messages=1)
+    clock.advance(31)  # the lock (30 s) expires and counts as an abandon at the next receive
+    receiver.receive(max_messages=1)
+    broker.resubmit("orders", reason="InvalidOrder", rate=None)
+    main = {"queue": "orders", "subqueue": "main"}
+    dlq = {"queue": "orders", "subqueue": "deadletter"}
+    samples = scrape(client)
+    assert value(samples, "poisonq_sent_total", **main) == 9
+    assert value(samples, "poisonq_completed_total", **main) == 2
+    assert value(samples, "poisonq_lock_expiries_total", **main) == 1
+    assert value(samples, "poisonq_dead_lettered_total", **main) == 6
+    assert value(samples, "poisonq_resubmitted_total", **dlq) == 3
+    assert value(samples, "poisonq_moved_in_total", **main) == 3
+    assert value(samples, "poisonq_dropped_total", **main) == 0
+    # The fixture abandoned three messages three times each, and the third poisoned them.
+    assert value(samples, "poisonq_abandoned_total", **main) == 9
+    assert value(samples, "poisonq_poisoned_total", **main) == 3
+
+
+def test_poison_events_count_dropped_poison_and_spent_deferred_messages(
+    client: TestClient, broker: Broker
+) -> None:
+    broker.create_queue(
+        "audit", retry=RetryPolicy(receive_retry_count=0, receive_error_handling="drop")
+    )
+    broker.create_queue("orders", max_delivery_count=1)
+    broker.sender("audit").send([Message(body=b"a")] * 2)
+    broker.sender("orders").send(Message(body=b"o"))
+    audit = broker.receiver("audit")
+    audit.abandon(audit.receive(max_messages=2), error=TimeoutError("slow"))
+    orders = broker.receiver("orders")
+    deferred = orders.receive()
+    orders.defer(deferred)
+    assert orders.receive_deferred(deferred[0].sequence_number) == []  # spent: dead-lettered
+    samples = scrape(client)
+    assert value(samples, "poisonq_poisoned_total", queue="audit", subqueue="main") == 2
+    assert value(samples, "poisonq_dropped_total", queue="audit", subqueue="main") == 2
+    assert value(samples, "poisonq_abandoned_total", queue="audit", subqueue="main") == 2
+    assert value(samples, "poisonq_poisoned_total", queue="orders", subqueue="main") == 1
+    reason = "MaxDeliveryCountExceeded"
+    assert value(samples, "poisonq_dead_letters", queue="orders", reason=reason) == 1
+
+
+def test_counters_include_what_other_processes_did(
+    client: TestClient, url: str, queue: str
+) -> None:
+    assert value(scrape(client), "poisonq_sent_total", queue="orders", subqueue="main") == 0
+    script = textwrap.dedent(
+        f"""
+        import poisonq
+        with poisonq.connect({url!r}) as broker:
+            broker.sender("orders").send([poisonq.Message(body=b"x")] * 5)
+            receiver = broker.receiver("orders")
+            receiver.complete(receiver.receive(max_messages=2))
+            receiver.dead_letter(receiver.receive(max_messages=1), "Broken")
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    samples = scrape(client)
+    main = {"queue": "orders", "subqueue": "main"}
+    assert value(samples, "poisonq_sent_total", **main) == 5
+    assert value(samples, "poisonq_completed_total", **main) == 2
+    assert value(samples, "poisonq_messages", **main, state="active") == 2
+    assert value(samples, "poisonq_dead_letters", queue="orders", reason="Broken") == 1
+
+
+def test_metrics_need_the_token_unless_reads_are_open(
+    client: TestClient, open_client: TestClient, queue: str
+) -> None:
+    assert client.get("/metrics").status_code == 401
+    assert open_client.get("/metrics").status_code == 200

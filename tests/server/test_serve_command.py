@@ -1,0 +1,68 @@
+"""``poisonq serve`` as an operator runs it: a real process on 127.0.0.1 that prints its URL
+and the token it made, and answers the API with that token only."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from queue import Queue
+
+import pytest
+
+from poisonq import Broker, Message
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def served(url: str, queue: str, broker: Broker) -> Iterator[tuple[str, str]]:
+    """(base URL, token) of ``poisonq serve`` running on the test's store."""
+    broker.sender(queue).send(Message(body="x"))
+    port = _free_port()
+    poisonq = [sys.executable, "-c", "from poisonq.cli import main; main()"]
+    command = [*poisonq, "--url", url, "serve", "--port", str(port)]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        stderr = process.stderr
+        lines: Queue[str] = Queue()
+        threading.Thread(target=lambda: [lines.put(x) for x in stderr], daemon=True).start()
+        printed: list[str] = []
+        while not any("Uvicorn running on" in line for line in printed):
+            printed.append(lines.get(timeout=30))
+        text = "".join(printed)
+        address = re.search(r"serving at (http://127\.0\.0\.1:\d+)/ui/", text)
+        token = re.search(r"token \(for writes and reads\): (\S+)", text)
+        assert address and token, text
+        assert address.group(1) == f"http://127.0.0.1:{port}"
+        yield address.group(1), token.group(1)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        stderr.close()
+
+
+def _get(address: str, token: str | None) -> urllib.request.Request:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return urllib.request.Request(address, headers=headers)
+
+
+def test_serve_prints_its_url_and_token_and_needs_it(served: tuple[str, str]) -> None:
+    base, token = served
+    with urllib.request.urlopen(_get(f"{base}/api/queues/orders/counts", token)) as answer:
+        assert json.load(answer)["active"] == 1
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(_get(f"{base}/api/queues/orders/counts", None))
+    assert refused.value.code == 401
+    refused.value.close()

@@ -1,0 +1,242 @@
+"""The web UI through the ASGI test client: pages, escaping, login, CSRF, resubmit and purge
+with confirmation. (The same flows run in a real browser in test_browser.py.)"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from fastapi.testclient import TestClient
+
+from poisonq import Broker, Message
+from poisonq.server import create_app
+from poisonq.server.auth import SESSION_COOKIE
+from poisonq.server.ui import body_view
+from tests.conftest import assert_balanced
+from tests.server.conftest import TOKEN, GatedClock
+
+DLQ = "orders/$deadletterqueue"
+
+
+def login(client: TestClient) -> str:
+    """Log in through the form; returns the CSRF value the pages then carry."""
+    answer = client.post("/ui/login", data={"token": TOKEN, "next": "/ui/"})
+    assert answer.status_code == 200  # followed the redirect to the overview
+    found = re.search(r'name="csrf" value="([0-9a-f]+)"', answer.text)
+    assert found, answer.text
+    return found.group(1)
+
+
+def test_pages_need_a_login_when_reads_are_closed(client: TestClient, queue: str) -> None:
+    answer = client.get("/ui/deadletters?queue=orders", follow_redirects=False)
+    assert answer.status_code == 303
+    assert answer.headers["location"] == "/ui/login?next=%2Fui%2Fdeadletters%3Fqueue%3Dorders"
+    assert client.get("/", follow_redirects=False).headers["location"] == "/ui/"
+
+
+def test_login_sets_a_strict_httponly_cookie_not_the_token(client: TestClient, queue: str) -> None:
+    wrong = client.post("/ui/login", data={"token": "guess", "next": "/ui/"})
+    assert wrong.status_code == 401 and "not the token" in wrong.text
+    answer = client.post(
+        "/ui/login",
+        data={"token": TOKEN, "next": "/ui/deadletters?queue=orders"},
+        follow_redirects=False,
+    )
+    assert answer.status_code == 303
+    assert answer.headers["location"] == "/ui/deadletters?queue=orders"
+    cookie = answer.headers["set-cookie"]
+    assert cookie.startswith(f"{SESSION_COOKIE}=")
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
+    assert TOKEN not in cookie
+    assert client.get("/ui/deadletters?queue=orders").status_code == 200
+
+
+@pytest.mark.parametrize("target", ["https://evil.example/", "//evil.example/ui/", "/api/x"])
+def test_login_redirects_only_inside_the_ui(client: TestClient, target: str) -> None:
+    answer = client.post("/ui/login", data={"token": TOKEN, "next": target}, follow_redirects=False)
+    assert answer.headers["location"] == "/ui/"
+
+
+def test_overview_shows_depths_per_subqueue(
+    open_client: TestClient, broker: Broker, dead: dict[str, list[int]]
+) -> None:
+    broker.sender("orders").send([Message(body="x"), Message(body="y")])
+    page = open_client.get("/ui/")
+    assert page.status_code == 200
+    row = re.search(
+        r"<tr>\s*<td><a href=\"/ui/deadletters\?queue=orders\">orders</a>(.*?)</tr>",
+        page.text,
+        re.S,
+    )
+    assert row, page.text
+    numbers = re.findall(r'<td class="n[^"]*">\s*(?:<a[^>]*>)?(\d+)', row.group(1))
+    # active, scheduled, locked, deferred, dead-letter, retry, transfer DLQ, completed, dropped
+    assert numbers == ["2", "0", "0", "0", "6", "0", "0", "0", "0"]
+
+
+def test_every_page_forbids_scripts(open_client: TestClient, dead: dict[str, list[int]]) -> None:
+    for path in (
+        "/ui/",
+        "/ui/deadletters?queue=orders",
+        f"/ui/message?address={DLQ}&seq=1",
+        "/ui/login",
+        "/ui/confirm?queue=orders&action=purge",
+    ):
+        answer = open_client.get(path)
+        assert answer.status_code == 200, path
+        policy = answer.headers["content-security-policy"]
+        assert "script-src 'none'" in policy and "default-src 'none'" in policy
+        assert answer.headers["x-frame-options"] == "DENY"
+        assert "<script" not in answer.text.lower()
+
+
+def test_explorer_groups_and_lists_and_escapes(
+    open_client: TestClient, dead: dict[str, list[int]]
+) -> None:
+    page = open_client.get("/ui/deadletters?queue=orders&by=subject").text
+    assert "<b>refund</b>" not in page
+    assert "&lt;b&gt;refund&lt;/b&gt;" in page
+    assert "<script" not in page and "onerror=" not in page.replace("onerror=&#34;", "")
+    assert "&lt;script&gt;window.__pwned = true&lt;/script&gt;" in page
+    assert re.search(r'id="matching">6<', page)
+    reasons = open_client.get("/ui/deadletters?queue=orders&reason=InvalidOrder").text
+    assert re.search(r'id="matching">3<', reasons)
+    assert "MaxDeliveryCountExceeded" in reasons  # the group table still lists every group
+    fingerprints = open_client.get("/ui/deadletters?queue=orders&by=fingerprint").text
+    assert "KeyError" in fingerprints and "ValueError" in fingerprints
+
+
+def test_explorer_without_login_offers_no_change(
+    open_client: TestClient, dead: dict[str, list[int]]
+) -> None:
+    page = open_client.get("/ui/deadletters?queue=orders").text
+    assert "Log in to resubmit or purge" in page
+    assert 'id="resubmit"' not in page
+
+
+def test_message_page_shows_pretty_json_properties_and_history(
+    open_client: TestClient, dead: dict[str, list[int]]
+) -> None:
+    seq = dead["MaxDeliveryCountExceeded"][0]
+    page = open_client.get(f"/ui/message?address={DLQ}&seq={seq}").text
+    assert '<pre class="body" id="body">{\n  &#34;id&#34;: 0\n}</pre>' in page
+    assert page.count('<span class="err">KeyError</span>') == 3
+    assert "&#39;cust-42&#39;" in page
+    assert "MaxDeliveryCountExceeded" in page
+
+
+def test_message_page_escapes_a_hostile_body_and_properties(
+    open_client: TestClient, dead: dict[str, list[int]]
+) -> None:
+    seq = dead["hostile"][0]
+    page = open_client.get(f"/ui/message?address={DLQ}&seq={seq}").text
+    assert "<script" not in page and "<img" not in page
+    escaped = "&lt;script&gt;window.__pwned = true&lt;/script&gt;&lt;img src=x"
+    assert page.count(escaped) == 3  # body, property, dead-letter description
+
+
+def test_body_views() -> None:
+    assert body_view(b'{"a":[1,2]}') == ("json", '{\n  "a": [\n    1,\n    2\n  ]\n}')
+    assert body_view(b"plain <text>") == ("text", "plain <text>")
+    assert body_view(b"\xff\x00") == ("binary", "/wA=")
+
+
+def test_resubmit_through_the_ui_with_confirmation(
+    client: TestClient, broker: Broker, dead: dict[str, list[int]]
+) -> None:
+    csrf = login(client)
+    explorer = client.get("/ui/deadletters?queue=orders&reason=MaxDeliveryCountExceeded").text
+    link = re.search(r'id="resubmit" href="([^"]+)"', explorer)
+    assert link
+    confirm = client.get("/ui/" + link.group(1).replace("&amp;", "&"))
+    assert re.search(r"Send <strong>3</strong> dead-lettered message", confirm.text)
+    assert f'name="csrf" value="{csrf}"' in confirm.text
+    form = {"csrf": csrf, "queue": "orders", "reason": "MaxDeliveryCountExceeded", "rate": ""}
+    answer = client.post("/ui/resubmit", data=form, follow_redirects=False)
+    assert answer.status_code == 303
+    task_id = int(answer.headers["location"].split("/")[3].split("?")[0])
+    client.app.state.poisonq._running[task_id].wait(10)  # type: ignore[attr-defined]
+    page = client.get(answer.headers["location"]).text
+    assert 'id="task-status">completed<' in page and "3 of 3" in page
+    assert 'http-equiv="refresh"' not in page  # only a running task's page reloads itself
+    assert broker.counts("orders")["active"] == 3
+    assert broker.counts("orders")["dead_lettered"] == 3
+    assert_balanced(broker)
+
+
+def test_purge_one_message_from_its_page(
+    client: TestClient, broker: Broker, dead: dict[str, list[int]]
+) -> None:
+    csrf = login(client)
+    seq = dead["hostile"][0]
+    page = client.get(f"/ui/message?address={DLQ}&seq={seq}").text
+    link = re.search(r'id="purge" href="([^"]+)"', page)
+    assert link
+    confirm = client.get("/ui/" + link.group(1).replace("&amp;", "&")).text
+    assert "Drop <strong>1</strong>" in confirm
+    form = {"csrf": csrf, "queue": "orders", "min_sequence": str(seq), "max_sequence": str(seq)}
+    answer = client.post("/ui/purge", data=form)
+    assert 'id="task-status">completed<' in answer.text
+    assert [m.sequence_number for m in broker.peek(DLQ, max_messages=10)] == sorted(
+        dead["MaxDeliveryCountExceeded"] + dead["InvalidOrder"]
+    )
+    assert_balanced(broker)
+
+
+@pytest.mark.parametrize("path", ["/ui/resubmit", "/ui/purge", "/ui/tasks/1/cancel", "/ui/logout"])
+def test_ui_changes_need_the_session_and_the_csrf_value(
+    client: TestClient,
+    open_client: TestClient,
+    broker: Broker,
+    dead: dict[str, list[int]],
+    path: str,
+) -> None:
+    form = {"queue": "orders"}
+    assert open_client.post(path, data={**form, "csrf": "x"}).status_code == 401
+    csrf = login(client)
+    assert client.post(path, data=form).status_code == 401  # no CSRF value
+    assert client.post(path, data={**form, "csrf": csrf[:-1] + "0"}).status_code == 401
+    assert broker.counts("orders")["dead_lettered"] == 6
+
+
+def test_cancel_from_the_task_page(gated: tuple[Broker, GatedClock]) -> None:
+    broker, clock = gated
+    with TestClient(create_app(broker, token=TOKEN)) as client:
+        csrf = login(client)
+        task = broker.resubmit("orders", rate=5, wait=False)  # as another process would
+        assert clock.sleeping.wait(10)
+        page = client.get(f"/ui/tasks/{task.id}?queue=orders").text
+        assert 'id="cancel"' in page and 'http-equiv="refresh" content="1"' in page
+        assert "1 of 10" in page
+        form = {"csrf": csrf, "queue": "orders"}
+        answer = client.post(f"/ui/tasks/{task.id}/cancel", data=form)
+        assert 'id="task-status">cancelled<' in answer.text
+        clock.go.set()
+        assert task.wait(10).status == "cancelled"
+    assert broker.counts("orders")["dead_lettered"] == 9
+    assert_balanced(broker)
+
+
+def test_errors_are_pages_with_escaped_text(open_client: TestClient, queue: str) -> None:
+    missing = open_client.get("/ui/deadletters?queue=nope")
+    assert missing.status_code == 404 and "EntityNotFoundError" in missing.text
+    bad = open_client.get("/ui/deadletters?queue=%3Cscript%3E")
+    assert bad.status_code == 400 and "<script>" not in bad.text and "&lt;script&gt;" in bad.text
+    assert open_client.get("/ui/confirm?queue=orders&action=drop").status_code == 400
+
+
+def test_the_explorer_pages_through_many_messages(open_client: TestClient, broker: Broker) -> None:
+    broker.create_queue("orders")
+    broker.sender("orders").send([Message(body=str(n)) for n in range(55)])
+    receiver = broker.receiver("orders")
+    receiver.dead_letter(receiver.receive(max_messages=55), "Broken")
+    first = open_client.get("/ui/deadletters?queue=orders").text
+    rows = re.findall(r'<a href="message\?address=[^"]+">(\d+)</a>', first)
+    assert rows == [str(n) for n in range(1, 51)]
+    following = re.search(r'<a href="([^"]+)">next page', first)
+    assert following
+    second = open_client.get("/ui/deadletters" + following.group(1).replace("&amp;", "&")).text
+    assert re.findall(r'<a href="message\?address=[^"]+">(\d+)</a>', second) == [
+        str(n) for n in range(51, 56)
+    ]
+    assert "next page" not in second

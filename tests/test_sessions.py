@@ -1,0 +1,188 @@
+"""Sessions: one receiver holds a whole session, in order, with state and lock renewal."""
+
+from __future__ import annotations
+
+import pytest
+
+from poisonq import (
+    Broker,
+    InvalidOperationError,
+    InvalidOptionError,
+    ManualClock,
+    Message,
+    MessageLockLostError,
+    Processor,
+    ReceivedMessage,
+    RetryPolicy,
+    SessionCannotBeLockedError,
+    SessionLockLostError,
+)
+from tests.conftest import assert_balanced
+
+
+@pytest.fixture
+def sessions(broker: Broker) -> str:
+    broker.create_queue("orders", requires_session=True, max_delivery_count=2, lock_duration=30)
+    return "orders"
+
+
+def _send(broker: Broker, *pairs: tuple[str, str]) -> list[int]:
+    return broker.sender("orders").send([Message(body=b, session_id=s) for s, b in pairs])
+
+
+def test_a_message_without_session_id_is_dead_lettered_session_id_is_null(
+    broker: Broker, sessions: str
+) -> None:
+    broker.sender(sessions).send([Message(body=b"x"), Message(body=b"y", session_id="a")])
+    [dead] = broker.peek("orders/$deadletterqueue")
+    assert dead.dead_letter_reason == "SessionIdIsNull"
+    assert broker.counts(sessions)["active"] == 1
+    assert_balanced(broker)
+
+
+def test_a_session_receiver_gets_its_sessions_messages_in_order(
+    broker: Broker, sessions: str
+) -> None:
+    _send(broker, ("a", "a1"), ("b", "b1"), ("a", "a2"), ("a", "a3"))
+    with broker.accept_session(sessions, "a") as receiver:
+        got = receiver.receive(max_messages=10)
+        assert [m.text for m in got] == ["a1", "a2", "a3"]
+        receiver.abandon(got[0])
+        receiver.complete(got[1:])
+        [again] = receiver.receive(max_messages=10)
+        assert again.text == "a1"
+        receiver.complete(again)
+    nxt = broker.accept_next_session(sessions)
+    assert nxt is not None and nxt.session_id == "b"
+    assert broker.accept_next_session(sessions) is None
+    assert_balanced(broker)
+
+
+def test_a_plain_receiver_or_a_lease_is_refused_on_a_session_queue(
+    broker: Broker, sessions: str
+) -> None:
+    with pytest.raises(InvalidOperationError, match="sessions"):
+        broker.receiver(sessions).receive()
+    with pytest.raises(InvalidOperationError, match="sessions"):
+        broker.acquire_lease(sessions, "spark", 1, max_messages=10)
+
+
+def test_a_locked_session_cannot_be_accepted_by_another_receiver(
+    broker: Broker, sessions: str, clock: ManualClock
+) -> None:
+    _send(broker, ("a", "a1"))
+    first = broker.accept_session(sessions, "a")
+    with pytest.raises(SessionCannotBeLockedError):
+        broker.accept_session(sessions, "a")
+    assert broker.accept_next_session(sessions) is None
+    clock.advance(30)
+    second = broker.accept_session(sessions, "a")
+    with pytest.raises(SessionLockLostError):
+        first.receive()
+    assert len(second.receive()) == 1
+
+
+def test_session_state_is_kept_across_session_locks(broker: Broker, sessions: str) -> None:
+    _send(broker, ("a", "a1"))
+    with broker.accept_session(sessions, "a") as receiver:
+        assert receiver.get_session_state() is None
+        receiver.set_session_state(b"step 2")
+    with broker.accept_session(sessions, "a") as receiver:
+        assert receiver.get_session_state() == b"step 2"
+
+
+def test_renewing_the_session_lock_renews_its_message_locks(
+    broker: Broker, sessions: str, clock: ManualClock
+) -> None:
+    _send(broker, ("a", "a1"))
+    receiver = broker.accept_session(sessions, "a")
+    [message] = receiver.receive()
+    clock.advance(20)
+    receiver.renew_session_lock()
+    clock.advance(20)
+    receiver.complete(message)
+    clock.advance(31)
+    with pytest.raises(SessionLockLostError):
+        receiver.renew_session_lock()
+    with pytest.raises(MessageLockLostError):
+        receiver.complete(message)
+
+
+def test_a_poisoned_message_takes_its_whole_session_with_it(broker: Broker, sessions: str) -> None:
+    _send(broker, ("a", "a1"), ("a", "a2"), ("a", "a3"), ("b", "b1"))
+    receiver = broker.accept_session(sessions, "a")
+    for _ in range(2):
+        [first] = receiver.receive()
+        receiver.abandon(first, error=ValueError("bad"))
+    dead = broker.peek("orders/$deadletterqueue")
+    assert [d.text for d in dead] == ["a1", "a2", "a3"]
+    assert broker.counts(sessions)["active"] == 1
+    assert_balanced(broker)
+
+
+def test_per_message_poisoning_moves_only_the_poisoned_message(broker: Broker) -> None:
+    broker.create_queue(
+        "orders", requires_session=True, per_message_poisoning=True,
+        retry=RetryPolicy(receive_retry_count=0),
+    )  # fmt: skip
+    _send(broker, ("a", "a1"), ("a", "a2"))
+    receiver = broker.accept_session("orders", "a")
+    receiver.abandon(receiver.receive(), error=ValueError("bad"))
+    assert [d.text for d in broker.peek("orders/$deadletterqueue")] == ["a1"]
+    assert [m.text for m in receiver.receive()] == ["a2"]
+
+
+def test_the_processor_processes_a_session_queue_in_order(broker: Broker, sessions: str) -> None:
+    _send(broker, ("a", "a1"), ("b", "b1"), ("a", "a2"), ("b", "b2"))
+    seen: list[str] = []
+
+    def handle(message: ReceivedMessage) -> None:
+        seen.append(message.text)
+
+    stats = Processor(broker, sessions, handle, batch_size=10, max_wait=0).run(until_idle=True)
+    assert stats.completed == 4
+    assert [s for s in seen if s[0] == "a"] == ["a1", "a2"]
+    assert [s for s in seen if s[0] == "b"] == ["b1", "b2"]
+    assert_balanced(broker)
+
+
+def test_a_batch_with_a_poison_message_is_rolled_back_and_re_read_in_halves(
+    broker: Broker, sessions: str
+) -> None:
+    _send(broker, *[("a", f"a{n}") for n in range(6)])
+    runs: list[int] = []
+
+    def handle(batch: list[ReceivedMessage]) -> None:
+        runs.append(len(batch))
+        if any(m.text == "a4" for m in batch):
+            raise ValueError("a4 is poison")
+
+    broker.update_queue(sessions, per_message_poisoning=True)
+    stats = Processor(broker, sessions, handle, batch=True, batch_size=6, max_wait=0).run(
+        until_idle=True
+    )
+    assert runs[0] == 6 and 3 in runs
+    assert [d.text for d in broker.peek("orders/$deadletterqueue")] == ["a4"]
+    assert stats.completed == 5
+    assert_balanced(broker)
+
+
+def test_renewing_a_message_lock_in_a_session_renews_the_session_lock(
+    broker: Broker, sessions: str, clock: ManualClock
+) -> None:
+    _send(broker, ("a", "a1"), ("a", "a2"))
+    receiver = broker.accept_session(sessions, "a")
+    [first] = receiver.receive()
+    clock.advance(20)
+    receiver.renew_lock(first)
+    clock.advance(20)
+    receiver.complete(first)
+    assert [m.text for m in receiver.receive()] == ["a2"]  # the session is still held
+
+
+def test_requires_session_is_fixed_when_the_queue_is_created(broker: Broker, sessions: str) -> None:
+    with pytest.raises(InvalidOptionError, match="requires_session"):
+        broker.update_queue(sessions, requires_session=False)
+    broker.create_queue("plain")
+    with pytest.raises(InvalidOptionError, match="requires_session"):
+        broker.update_queue("plain", requires_session=True)
