@@ -8,30 +8,14 @@ from typing import Any
 from poisonq.model import Lease, MessageState
 from poisonq.store.base import DeadLetterGroup, MessageFilter, TaskRecord
 from poisonq.store.postgres.runner import StatementRunner
-
-_GROUP_KEYS = {
-    "reason": ("dead_letter_reason", "dead_letter_reason"),
-    "subject": ("subject", "subject"),
-    "fingerprint": ("last_fingerprint", "last_error_type"),
-}
+from poisonq.store.sqlite_rows import GROUP_KEYS, filter_sql
 
 
 def _filter_sql(where: MessageFilter) -> tuple[str, list[Any]]:
-    clauses: list[str] = []
-    params: list[Any] = []
-    for column, value, op in (
-        ("dead_letter_reason", where.reason, "="),
-        ("subject", where.subject, "="),
-        ("last_fingerprint", where.fingerprint, "="),
-        ("seq", where.min_sequence, ">="),
-        ("seq", where.max_sequence, "<="),
-        ("coalesce(dead_lettered_at, enqueued_at)", where.since, ">="),
-        ("coalesce(dead_lettered_at, enqueued_at)", where.until, "<"),
-    ):
-        if value is not None:
-            clauses.append(f" AND {column} {op} %b")
-            params.append(value)
-    return "".join(clauses), params
+    """The SQLite store's filter clauses, with PostgreSQL's placeholder (they hold no other
+    question mark: column names and operators only)."""
+    clauses, params = filter_sql(where)
+    return clauses.replace("?", "%b"), params
 
 
 class BatchQueries(StatementRunner):
@@ -101,7 +85,7 @@ class BatchQueries(StatementRunner):
 
     # Dead-letter analysis and tasks ------------------------------------------------------
     def dead_letter_groups(self, entity_id: int, by: str) -> list[DeadLetterGroup]:
-        key, label = _GROUP_KEYS[by]
+        key, label = GROUP_KEYS[by]
         rows = self._all(
             f"SELECT {key}, max({label}), count(*),"
             " min(coalesce(dead_lettered_at, enqueued_at)),"

@@ -15,8 +15,8 @@ SQLite runs one writer at a time; here transactions run side by side under READ 
   concurrent consumers from queueing behind each other's whole transactions. Entities are
   updated in id order, so two transactions never wait for each other's entity rows in a cycle.
 
-Leases, dead-letter analysis and bulk tasks are in ``batches.py``; running statements, the
-ledger and answers fetched ahead in ``runner.py``.
+Leases, dead-letter analysis and bulk tasks are in ``batches.py``, sessions in
+``sessions.py``; running statements, the ledger and answers fetched ahead in ``runner.py``.
 """
 
 from __future__ import annotations
@@ -31,11 +31,15 @@ from poisonq.errors import EntityExistsError
 from poisonq.model import EntityStatus, MessageState, ReceivedMessage, SubQueue
 from poisonq.store.base import EntityRecord, LockInfo, NewMessage, Transaction
 from poisonq.store.postgres.batches import BatchQueries
+from poisonq.store.postgres.sessions import SessionQueries
 
-# The row mappers are the SQLite store's: these column lists return the same values in the
-# same order (``failures::text`` is the JSON text SQLite keeps).
-from poisonq.store.sqlite import _entity as entity_from_row
-from poisonq.store.sqlite import _message as message_from_row
+# The row mappers and the entity columns are the SQLite store's: the message columns below
+# return the same values in the same order (``failures::text`` is the JSON text SQLite keeps).
+from poisonq.store.sqlite_rows import ENTITY_COLUMNS as _ENTITY_COLUMNS
+from poisonq.store.sqlite_rows import HELD as _HELD
+from poisonq.store.sqlite_rows import LIVE as _LIVE
+from poisonq.store.sqlite_rows import entity_row as entity_from_row
+from poisonq.store.sqlite_rows import message_row as message_from_row
 
 _MESSAGE_COLUMNS = (
     "seq, message_id, body, content_type, subject, properties, session_id, correlation_id,"
@@ -43,13 +47,8 @@ _MESSAGE_COLUMNS = (
     " move_count, resubmit_count, hop_count, lock_token, locked_until, dead_letter_reason,"
     " dead_letter_description, dead_letter_source, failures::text"
 )
-_ENTITY_COLUMNS = (
-    "id, name, parent_id, subqueue, status, status_cause, options, created_at, updated_at, "
-    "sent, moved_in, completed, dropped, moved_out, dead_lettered, resubmitted, lock_expiries, "
-    "size_bytes"
-)
-_HELD = "('scheduled', 'active', 'locked', 'deferred', 'dead_lettered')"
-_LIVE = "('scheduled', 'active', 'locked', 'deferred')"
+# The counters the retry policy decides on (LockInfo), for a settlement or a lock sweep.
+_LOCK_COLUMNS = "seq, delivery_count, move_count, dead_lettered_deliveries"
 _STATES = {s.value: s for s in MessageState}
 # The messages of an entity past their TTL, by the partial index on expires_at. OFFSET 0 keeps
 # the planner from merging a state condition in here: on a table it has no statistics for yet
@@ -72,7 +71,7 @@ def _failure_json(failure: dict[str, Any] | None) -> str | None:
     return json.dumps(failure).replace("\\u0000", "\\ufffd") if failure else None
 
 
-class PostgresTransaction(BatchQueries, Transaction):
+class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
     # Entities -----------------------------------------------------------------------------
     def insert_entity(
         self,
@@ -246,13 +245,17 @@ class PostgresTransaction(BatchQueries, Transaction):
         limit: int,
         token: str,
         locked_until: float,
+        session_id: str | None = None,
     ) -> list[ReceivedMessage]:
+        session = "" if session_id is None else " AND session_id = %b"
+        params: tuple[object, ...] = (token, locked_until, entity_id, ready.value)
+        params += () if session_id is None else (session_id,)
         rows = self._all(
             "UPDATE messages SET state = 'locked', lock_token = %b, locked_until = %b,"
             " delivery_count = delivery_count + 1"
-            " WHERE seq IN (SELECT seq FROM messages WHERE entity_id = %b AND state = %b"
+            f" WHERE seq IN (SELECT seq FROM messages WHERE entity_id = %b AND state = %b{session}"
             f" ORDER BY seq LIMIT %b FOR UPDATE SKIP LOCKED) RETURNING {_MESSAGE_COLUMNS}",
-            (token, locked_until, entity_id, ready.value, limit),
+            (*params, limit),
         )
         rows.sort(key=lambda row: row[0])
         return [message_from_row(row, name) for row in rows]
@@ -313,7 +316,7 @@ class PostgresTransaction(BatchQueries, Transaction):
         # FOR UPDATE: the settlement that follows acts on exactly these rows, and no lock
         # sweep of another transaction can release them in between.
         rows = self._all(
-            "SELECT seq, delivery_count, move_count FROM messages WHERE entity_id = %b"
+            f"SELECT {_LOCK_COLUMNS} FROM messages WHERE entity_id = %b"
             " AND state = 'locked' AND lock_token = %b AND locked_until > %b AND seq = ANY(%b)"
             " ORDER BY seq FOR UPDATE",
             (entity_id, token, now, list(seqs)),
@@ -327,7 +330,7 @@ class PostgresTransaction(BatchQueries, Transaction):
         # SKIP LOCKED: an expired lock that another transaction is already releasing (or its
         # owner is settling, and will find lost) is that transaction's to handle.
         locks = self._run(
-            "SELECT seq, delivery_count, move_count FROM messages WHERE entity_id = %b"
+            f"SELECT {_LOCK_COLUMNS} FROM messages WHERE entity_id = %b"
             " AND state = 'locked' AND locked_until <= %b ORDER BY seq FOR UPDATE SKIP LOCKED",
             (entity_id, now),
         )
@@ -377,14 +380,87 @@ class PostgresTransaction(BatchQueries, Transaction):
         self.notify = self.notify or promoted > 0
         return promoted
 
+    def due_scheduled(self, entity_id: int, now: float) -> list[int]:
+        # Locked, for the move that follows; one another receive is moving already is its own.
+        rows = self._all(
+            "SELECT seq FROM messages WHERE entity_id = %b AND state = 'scheduled'"
+            " AND visible_at <= %b ORDER BY seq FOR UPDATE SKIP LOCKED",
+            (entity_id, now),
+        )
+        return [row[0] for row in rows]
+
+    # Moves between entities, the rollback counter ----------------------------------------
+    def move(
+        self,
+        entity_id: int,
+        seqs: Sequence[int],
+        target_id: int,
+        state: MessageState | None,
+        visible_at: float | None,
+        move_count: int = 0,
+        hop_count: int = 0,
+    ) -> list[int]:
+        rows = self._all(
+            "UPDATE messages SET entity_id = %(target)b, state = coalesce(%(state)b::text, state),"
+            " visible_at = coalesce(%(visible)b::float8, visible_at),"
+            " move_count = move_count + %(moves)b, hop_count = hop_count + %(hops)b"
+            f" WHERE entity_id = %(entity)b AND state IN {_HELD} AND state != 'locked'"
+            " AND seq = ANY(%(seqs)b) RETURNING seq, size",
+            {
+                "target": target_id,
+                "state": None if state is None else state.value,
+                "visible": visible_at,
+                "moves": move_count,
+                "hops": hop_count,
+                "entity": entity_id,
+                "seqs": list(seqs),
+            },
+        )
+        moved, size = len(rows), sum(row[1] for row in rows)
+        self._bump(entity_id, moved_out=moved, size_bytes=-size)
+        self._bump(target_id, moved_in=moved, size_bytes=size)
+        self.notify = self.notify or moved > 0
+        return sorted(row[0] for row in rows)
+
+    def add_rollbacks(self, entity_id: int, count: int) -> int:
+        # Written at once, not with the ledger at commit: the engine decides on the total.
+        ((total,),) = self._all(
+            "UPDATE entities SET rollbacks = rollbacks + %b WHERE id = %b RETURNING rollbacks",
+            (count, entity_id),
+        )
+        return int(total)
+
+    def reset_rollbacks(self, entity_id: int) -> None:
+        self._run(
+            "UPDATE entities SET rollbacks = 0 WHERE id = %b AND rollbacks != 0", (entity_id,)
+        )
+
     # Settling -----------------------------------------------------------------------------
     def complete(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
-        done = self._run(
-            "DELETE FROM messages WHERE entity_id = %b AND state = 'locked' AND lock_token = %b"
-            " AND locked_until > %b AND seq = ANY(%b) RETURNING seq, size",
-            (entity_id, token, now, list(seqs)),
-        )
+        done = self._delete_locked(entity_id, token, now, "seq = ANY(%b)", list(seqs))
         self._sweep_after(entity_id, now)
+        return self._completed(entity_id, done)
+
+    def complete_span(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> int:
+        return len(
+            self._completed(
+                entity_id,
+                self._delete_locked(entity_id, token, now, "seq BETWEEN %b AND %b", lo, hi),
+            )
+        )
+
+    def _delete_locked(
+        self, entity_id: int, token: str, now: float, which: str, *params: object
+    ) -> Cursor[Any]:
+        """Queue the deletion of the messages ``which`` names that are validly locked under
+        ``token`` (a completion); :meth:`_completed` reads its result."""
+        return self._run(
+            "DELETE FROM messages WHERE entity_id = %b AND state = 'locked' AND lock_token = %b"
+            f" AND locked_until > %b AND {which} RETURNING seq, size",
+            (entity_id, token, now, *params),
+        )
+
+    def _completed(self, entity_id: int, done: Cursor[Any]) -> list[int]:
         rows = done.fetchall()
         self._bump(entity_id, completed=len(rows), size_bytes=-sum(row[1] for row in rows))
         return [row[0] for row in rows]
@@ -410,6 +486,8 @@ class PostgresTransaction(BatchQueries, Transaction):
         )
         if lock_expired:
             self._bump(entity_id, lock_expiries=changed)
+        else:
+            self._bump(entity_id, abandoned=changed)
         self.notify = True
         return changed
 
@@ -448,7 +526,8 @@ class PostgresTransaction(BatchQueries, Transaction):
             # Without a description, the last recorded failure describes the message.
             " dead_letter_description = coalesce(%(description)b,"
             "   (failures -> -1 ->> 'error_type') || ': ' || (failures -> -1 ->> 'message')),"
-            f" dead_letter_source = %(source)b, dead_lettered_at = %(now)b, {_RECORD_FAILURE}"
+            " dead_letter_source = %(source)b, dead_lettered_at = %(now)b,"
+            f" dead_lettered_deliveries = delivery_count, {_RECORD_FAILURE}"
             f" WHERE entity_id = %(entity)b AND state IN {_LIVE}"
             " AND (%(token)b::text IS NULL"
             "   OR (state = 'locked' AND lock_token = %(token)b AND locked_until > %(now)b))"
@@ -473,6 +552,9 @@ class PostgresTransaction(BatchQueries, Transaction):
         self._bump(target_id, moved_in=moved, size_bytes=size)
         self.notify = self.notify or moved > 0
         return sorted(row[0] for row in rows)
+
+    def count_poisoned(self, entity_id: int, count: int) -> None:
+        self._bump(entity_id, poisoned=count)
 
     def drop(self, entity_id: int, seqs: Sequence[int]) -> int:
         rows = self._all(
