@@ -65,6 +65,15 @@ def test_crashing_rows_are_isolated_and_the_rest_processed(crash: set[int]) -> N
         assert results[n] == Ok(None if n % 7 == 6 else {"n": n * 2})
 
 
+def test_frequent_crashes_shrink_the_window_and_every_row_still_gets_its_result() -> None:
+    count = 4 * WINDOW
+    crash = set(range(5, count, 37))  # about one row in 37: windows of a dozen rows or so
+    results = run_isolated(transform, rows(count, crash=crash), ())
+    found = kinds(results)
+    assert found["crashed"] == sorted(crash)
+    assert set(found["ok"]) == set(range(count)) - crash
+
+
 def test_a_crash_record_says_how_the_worker_died() -> None:
     [result] = run_isolated(transform, rows(1, crash={0}), ())
     assert isinstance(result, Crashed)
