@@ -279,6 +279,27 @@ def test_settle_and_receive_settles_each_way_and_locks_the_next_in_one_transacti
     assert_balanced(broker)
 
 
+def test_a_settlement_without_abandons_names_every_lost_lock(broker: Broker, queue: str) -> None:
+    """Without an abandon no lock is read first: the guarded completions and moves find the
+    lost ones, and all of them are named before anything commits."""
+    _send(broker, queue, 4)
+    receiver = broker.receiver(queue)
+    got = receiver.receive(max_messages=4)
+    seqs = [m.sequence_number for m in got]
+    batch: list[Settlement] = [
+        Complete(seqs[0], "not-a-token"),
+        Complete(seqs[1], got[1].lock_token or ""),
+        DeadLetter(seqs[2], "not-a-token", "Invalid"),
+        DeadLetter(seqs[3], got[3].lock_token or "", "Invalid"),
+    ]
+    with pytest.raises(MessageLockLostError) as caught:
+        receiver.settle_and_receive(batch, max_messages=2)
+    assert caught.value.sequence_numbers == [seqs[0], seqs[2]]
+    counts = broker.counts(queue)
+    assert (counts["completed"], counts["dead_lettered"], counts["locked"]) == (0, 0, 4)
+    assert_balanced(broker)
+
+
 def test_an_audit_balances_while_others_send_and_complete(broker: Broker, queue: str) -> None:
     """Each audit reads every ledger and every count as of one moment, even while other
     threads (other connections, on PostgreSQL) commit."""
