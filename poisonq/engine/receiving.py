@@ -49,7 +49,9 @@ class Receiving(Settling):
                 return tx.take_ready(entity.id, entity.name, target.ready, max_messages)
             token = str(uuid.uuid4())
             until = now + (lock_duration or target.options.lock_duration)
-            return tx.lock_ready(entity.id, entity.name, target.ready, max_messages, token, until)
+            return tx.lock_ready(
+                entity.id, entity.name, target.ready, max_messages, token, until, last=True
+            )
 
     def receive_deferred(
         self, address: str, sequence_numbers: Sequence[int], lock_duration: float | None = None

@@ -75,7 +75,14 @@ class Sessions(Receiving):
             assert held.locked_until is not None
             ready = target.ready
             return tx.lock_ready(
-                entity.id, entity.name, ready, max_messages, token, held.locked_until, session_id
+                entity.id,
+                entity.name,
+                ready,
+                max_messages,
+                token,
+                held.locked_until,
+                session_id,
+                last=True,
             )
 
     def session_state(self, address: str, session_id: str, token: str) -> bytes | None:

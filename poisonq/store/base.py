@@ -221,10 +221,15 @@ class Transaction(ABC):
         token: str,
         locked_until: float,
         session_id: str | None = None,
+        *,
+        last: bool = False,
     ) -> list[ReceivedMessage]:
         """Lock up to ``limit`` messages in state ``ready`` (``active``, or ``dead_lettered``
         in a dead-letter queue), oldest first: ``delivery_count += 1``. With ``session_id``,
-        only that session's messages."""
+        only that session's messages.
+
+        ``last`` says the caller runs nothing more in this transaction: a store whose commit
+        costs a round trip may commit with this statement (a receive's last step)."""
 
     @abstractmethod
     def take_ready(

@@ -204,6 +204,8 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
         token: str,
         locked_until: float,
         session_id: str | None = None,
+        *,
+        last: bool = False,  # a local commit: nothing to fold it into
     ) -> list[ReceivedMessage]:
         session = " AND session_id = ?" if session_id is not None else ""
         params: tuple[object, ...] = (token, locked_until, entity_id, ready)

@@ -7,7 +7,9 @@ travels with the next statement that is waited for. Two more things save round t
 - the ledger is kept in memory during the transaction and written in one statement just
   before ``COMMIT`` (see :meth:`StatementRunner.flush_ledger`);
 - an answer the next call will need can be fetched ahead, in a round trip made anyway, and is
-  used only if no statement has run since (:meth:`StatementRunner._recall`).
+  used only if no statement has run since (:meth:`StatementRunner._recall`);
+- a statement the caller says is the transaction's last (a receive's lock) travels with the
+  ledger, the notification and ``COMMIT`` (:meth:`StatementRunner._last_or_all`).
 """
 
 from __future__ import annotations
@@ -44,14 +46,39 @@ class StatementRunner:
         # anyway; valid only while no other statement has run (see _recall).
         self._ahead: dict[tuple[Any, ...], Any] = {}
         self._ahead_at = 0
+        self.committed = False
 
     def _run(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Cursor[Any]:
         """Queue a statement in the pipeline (nothing waits for it until a result is read)."""
+        if self.committed:
+            raise RuntimeError("a statement after the one the caller said was the last")
         self._statements += 1
         return self._db.execute(sql, params, binary=True)
 
     def _all(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
         return self._run(sql, params).fetchall()
+
+    def _last_or_all(
+        self, last: bool, sql: str, params: Sequence[Any] | dict[str, Any] = ()
+    ) -> list[tuple[Any, ...]]:
+        """:meth:`_all`; with ``last``, the transaction commits in the same round trip (the
+        statement must not change the ledger: that is written before it)."""
+        cur = self._run(sql, params)
+        if last:
+            self.commit()
+        return cur.fetchall()
+
+    def commit(self) -> None:
+        """Write the ledger, notify the listeners if a message became receivable, and
+        commit: one round trip, with any statement still queued. The store calls it at the
+        end of the transaction unless a last statement did already."""
+        if self.committed:
+            return
+        self.flush_ledger()
+        if self.notify:
+            self._db.execute("SELECT pg_notify(%s, '')", (NOTIFY_CHANNEL,))
+        self._db.commit()
+        self.committed = True
 
     def _count(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> int:
         """Run a statement and return how many rows it changed (which waits for it)."""

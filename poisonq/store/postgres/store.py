@@ -132,10 +132,7 @@ class PostgresStore(Store):
                     with conn.pipeline() as pipeline:
                         tx = PostgresTransaction(conn, pipeline)
                         yield tx
-                        tx.flush_ledger()
-                        if tx.notify:
-                            conn.execute("SELECT pg_notify(%s, '')", (NOTIFY_CHANNEL,))
-                        conn.commit()
+                        tx.commit()
                 except BaseException:
                     if not conn.closed:
                         conn.rollback()

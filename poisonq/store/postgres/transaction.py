@@ -246,11 +246,14 @@ class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
         token: str,
         locked_until: float,
         session_id: str | None = None,
+        *,
+        last: bool = False,
     ) -> list[ReceivedMessage]:
         session = "" if session_id is None else " AND session_id = %b"
         params: tuple[object, ...] = (token, locked_until, entity_id, ready.value)
         params += () if session_id is None else (session_id,)
-        rows = self._all(
+        rows = self._last_or_all(
+            last,
             "UPDATE messages SET state = 'locked', lock_token = %b, locked_until = %b,"
             " delivery_count = delivery_count + 1"
             f" WHERE seq IN (SELECT seq FROM messages WHERE entity_id = %b AND state = %b{session}"
