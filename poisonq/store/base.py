@@ -194,8 +194,11 @@ class Transaction(ABC):
 
     # Sending ------------------------------------------------------------------------------
     @abstractmethod
-    def insert_messages(self, entity_id: int, rows: Sequence[NewMessage], now: float) -> list[int]:
-        """Insert messages (counted as sent); returns their sequence numbers in order."""
+    def insert_messages(
+        self, entity_id: int, rows: Sequence[NewMessage], now: float, *, last: bool = False
+    ) -> list[int]:
+        """Insert messages (counted as sent); returns their sequence numbers in order.
+        ``last`` as in :meth:`lock_ready` (a send that neither forwards nor dead-letters)."""
 
     @abstractmethod
     def seen_message_ids(self, entity_id: int, message_ids: Sequence[str], now: float) -> set[str]:

@@ -172,7 +172,9 @@ class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
         return {_STATES[state]: n for state, n in rows}
 
     # Sending ------------------------------------------------------------------------------
-    def insert_messages(self, entity_id: int, rows: Sequence[NewMessage], now: float) -> list[int]:
+    def insert_messages(
+        self, entity_id: int, rows: Sequence[NewMessage], now: float, *, last: bool = False
+    ) -> list[int]:
         # One statement for the whole batch: each column is bound as one array and the rows
         # are rebuilt with unnest, so the statement text (and its prepared plan) never changes
         # with the batch size. A column no message uses is bound as NULL, which unnest pads.
@@ -181,7 +183,12 @@ class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
             return values if any(v is not None for v in values) else None
 
         scheduled = column("scheduled_at")
-        seqs = self._all(
+        # Counted before it runs (the sizes are known), so that with ``last`` the ledger can
+        # travel with the statement and COMMIT.
+        self._bump(entity_id, sent=len(rows), size_bytes=sum(m.size for m in rows))
+        self.notify = True
+        seqs = self._last_or_all(
+            last,
             "INSERT INTO messages (entity_id, enqueued_at, state, message_id, body, size,"
             " content_type, subject, properties, session_id, correlation_id, reply_to,"
             " scheduled_at, visible_at, expires_at)"
@@ -210,8 +217,6 @@ class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
                 column("expires_at"),
             ),
         )
-        self._bump(entity_id, sent=len(rows), size_bytes=sum(m.size for m in rows))
-        self.notify = True
         # Identity values are drawn in the order the rows are inserted (ORDER BY r.n).
         return sorted(row[0] for row in seqs)
 
