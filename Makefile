@@ -24,6 +24,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 test: lint
+	scripts/ensure-postgres
 	scripts/ensure-chromium
 	$(BIN)/pytest
 

@@ -5,21 +5,34 @@ completes them in batches, then sends ``--dead-letter`` more and dead-letters th
 received. Prints one machine-readable line:
 
     store=sqlite produce_msgs_per_s=... consume_complete_msgs_per_s=... dlq_move_msgs_per_s=...
+
+With a PostgreSQL store (``--url postgresql://...``, or ``--postgres`` for a temporary
+server started from the machine's binaries, durable as installed) it then runs the plain pgmq
+SQL pattern (``bench/pgmq_pattern.py``) on the same server with the same batches, each phase
+right after poisonq's (so both meet the same load on a shared machine), and prints
+a second line with its rates and poisonq's ratio to them:
+
+    pgmq_produce_msgs_per_s=... ratio_produce=... ratio_consume_complete=... ratio_dlq_move=...
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import tempfile
 import time
+from collections.abc import Iterator
+
+import pgmq_pattern
 
 import poisonq
-from poisonq import Message
+from poisonq import DeadLetter, Message
+
+PHASES = ("produce", "consume_complete", "dlq_move")
 
 
-def _send(broker: poisonq.Broker, queue: str, count: int, size: int, batch: int) -> float:
-    body = os.urandom(size // 2).hex().encode()[:size]
+def _send(broker: poisonq.Broker, queue: str, count: int, body: bytes, batch: int) -> float:
     sender = broker.sender(queue)
     started = time.perf_counter()
     for start in range(0, count, batch):
@@ -28,8 +41,8 @@ def _send(broker: poisonq.Broker, queue: str, count: int, size: int, batch: int)
 
 
 def _drain(broker: poisonq.Broker, queue: str, count: int, batch: int, dead_letter: bool) -> float:
-    """Receive ``count`` messages in batches and complete (or dead-letter) them. Completion
-    of one batch shares a transaction with receiving the next, as a consumer loop would."""
+    """Receive ``count`` messages in batches and complete (or dead-letter) them. Settling
+    one batch shares a transaction with receiving the next, as a consumer loop would."""
     receiver = broker.receiver(queue)
     done = 0
     started = time.perf_counter()
@@ -37,8 +50,11 @@ def _drain(broker: poisonq.Broker, queue: str, count: int, batch: int, dead_lett
     while messages:
         done += len(messages)
         if dead_letter:
-            receiver.dead_letter(messages, reason="Bench", description="moved by the benchmark")
-            messages = receiver.receive(max_messages=batch)
+            moves = [
+                DeadLetter(m.sequence_number, m.lock_token or "", "Bench", "moved by the benchmark")
+                for m in messages
+            ]
+            messages = receiver.settle_and_receive(moves, max_messages=batch)
         else:
             messages = receiver.complete_and_receive(messages, max_messages=batch)
     if done != count:
@@ -46,34 +62,75 @@ def _drain(broker: poisonq.Broker, queue: str, count: int, batch: int, dead_lett
     return count / (time.perf_counter() - started)
 
 
+def _phases(
+    broker: poisonq.Broker, pgmq: pgmq_pattern.PgmqQueue | None, args: argparse.Namespace
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Run each phase on poisonq, then at once on pgmq (when given), so that both meet the
+    same load on a shared machine. Returns the rates of each."""
+    body = os.urandom(args.size // 2 + 1).hex()[: args.size]
+    queue = f"bench-{os.getpid()}-{int(time.time())}"
+    broker.create_queue(queue)
+    ours: dict[str, float] = {}
+    theirs: dict[str, float] = {}
+    try:
+        ours["produce"] = _send(broker, queue, args.messages, body.encode(), args.batch)
+        if pgmq:
+            theirs["produce"] = pgmq.send(args.messages, body, args.batch)
+        ours["consume_complete"] = _drain(broker, queue, args.messages, args.batch, False)
+        if pgmq:
+            theirs["consume_complete"] = pgmq.drain(args.messages, args.batch, archive=False)
+        _send(broker, queue, args.dead_letter, body.encode(), args.batch)
+        ours["dlq_move"] = _drain(broker, queue, args.dead_letter, args.batch, True)
+        if pgmq:
+            pgmq.send(args.dead_letter, body, args.batch)
+            theirs["dlq_move"] = pgmq.drain(args.dead_letter, args.batch, archive=True)
+        assert broker.audit().ok, "the ledger does not balance"
+    finally:
+        broker.delete_queue(queue)
+    return ours, theirs
+
+
+@contextlib.contextmanager
+def _store_url(args: argparse.Namespace, tmp: str) -> Iterator[str]:
+    if not args.postgres:
+        yield args.url or f"sqlite:///{tmp}/bench.db"
+        return
+    from poisonq.testing.pgserver import TemporaryServer
+
+    with TemporaryServer() as server:
+        yield server.create_database("bench")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--url", help="store URL (default: a fresh SQLite file, synchronous=FULL)")
+    parser.add_argument(
+        "--postgres", action="store_true", help="start a temporary PostgreSQL server and use it"
+    )
     parser.add_argument("--messages", type=int, default=50_000)
     parser.add_argument("--dead-letter", type=int, default=10_000)
     parser.add_argument("--size", type=int, default=512)
     parser.add_argument("--batch", type=int, default=100)
     args = parser.parse_args()
 
-    with tempfile.TemporaryDirectory() as tmp:
-        url = args.url or f"sqlite:///{tmp}/bench.db"
-        with poisonq.connect(url) as broker:
-            queue = f"bench-{os.getpid()}-{int(time.time())}"
-            broker.create_queue(queue)
-            try:
-                produce = _send(broker, queue, args.messages, args.size, args.batch)
-                consume = _drain(broker, queue, args.messages, args.batch, dead_letter=False)
-                _send(broker, queue, args.dead_letter, args.size, args.batch)
-                move = _drain(broker, queue, args.dead_letter, args.batch, dead_letter=True)
-                assert broker.audit().ok, "the ledger does not balance"
-            finally:
-                broker.delete_queue(queue)
-            store = url.split(":", 1)[0]
+    with tempfile.TemporaryDirectory() as tmp, _store_url(args, tmp) as url:
+        store = url.split(":", 1)[0]
+        postgres = store in ("postgresql", "postgres")
+        pgmq = pgmq_pattern.PgmqQueue(url) if postgres else None
+        try:
+            with poisonq.connect(url) as broker:
+                rates, plain = _phases(broker, pgmq, args)
+        finally:
+            if pgmq:
+                pgmq.close()
+        print(f"store={store} " + " ".join(f"{k}_msgs_per_s={v:.0f}" for k, v in rates.items()))
+        if plain:
             print(
-                f"store={store} produce_msgs_per_s={produce:.0f} "
-                f"consume_complete_msgs_per_s={consume:.0f} dlq_move_msgs_per_s={move:.0f}"
+                " ".join(f"pgmq_{k}_msgs_per_s={v:.0f}" for k, v in plain.items())
+                + " "
+                + " ".join(f"ratio_{k}={rates[k] / plain[k]:.2f}" for k in PHASES)
             )
 
 

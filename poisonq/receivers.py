@@ -15,6 +15,7 @@ from poisonq.model import (
     Message,
     ReceivedMessage,
     ReceiveMode,
+    Settlement,
     SubQueue,
     from_timestamp,
     to_seconds,
@@ -116,16 +117,34 @@ class Receiver:
         lost, :class:`MessageLockLostError` is raised and nothing is completed or received."""
         return self._receive(max_messages, max_wait, self._locks(messages))
 
+    def settle_and_receive(
+        self,
+        settlements: Sequence[Settlement],
+        max_messages: int = 1,
+        max_wait: Duration | None = None,
+    ) -> list[ReceivedMessage]:
+        """Settle messages, each its own way (as :meth:`Broker.settle`), and receive the next
+        ones in one transaction: a consumer loop that dead-letters or abandons some of a
+        batch still commits once per batch. If a lock was lost,
+        :class:`MessageLockLostError` is raised and nothing is settled or received."""
+        return self._receive(max_messages, max_wait, [], list(settlements))
+
     def _receive(
-        self, max_messages: int, max_wait: Duration | None, complete: list[tuple[int, str]]
+        self,
+        max_messages: int,
+        max_wait: Duration | None,
+        complete: list[tuple[int, str]],
+        settle: list[Settlement] | None = None,
     ) -> list[ReceivedMessage]:
         wait = 0.0 if max_wait is None else to_seconds(max_wait, "max_wait")
         deadline = time.monotonic() + wait
         delete = self.receive_mode is ReceiveMode.RECEIVE_AND_DELETE
         while True:
-            marker = self.broker.store.change_marker()
-            got = self._fetch(max_messages, delete, complete)
-            complete = []
+            # Only a receive that may wait needs the marker (on PostgreSQL, asking for it
+            # opens the store's listening connection).
+            marker = self.broker.store.change_marker() if wait > 0 else None
+            got = self._fetch(max_messages, delete, complete, settle or [])
+            complete, settle = [], None
             left = deadline - time.monotonic()
             if got or left <= 0:
                 return got
@@ -134,10 +153,14 @@ class Receiver:
             self.broker.store.wait_for_change(marker, min(left, 0.1))
 
     def _fetch(
-        self, max_messages: int, delete: bool, complete: list[tuple[int, str]]
+        self,
+        max_messages: int,
+        delete: bool,
+        complete: list[tuple[int, str]],
+        settle: list[Settlement],
     ) -> list[ReceivedMessage]:
         return self._engine.receive(
-            self.address, max_messages, delete, self.lock_duration, complete
+            self.address, max_messages, delete, self.lock_duration, complete, settle
         )
 
     def receive_deferred(self, sequence_numbers: int | Sequence[int]) -> list[ReceivedMessage]:
@@ -226,10 +249,14 @@ class SessionReceiver(Receiver):
         self.close()
 
     def _fetch(
-        self, max_messages: int, delete: bool, complete: list[tuple[int, str]]
+        self,
+        max_messages: int,
+        delete: bool,
+        complete: list[tuple[int, str]],
+        settle: list[Settlement],
     ) -> list[ReceivedMessage]:
         return self._engine.receive_session(
-            self.address, self.session_id, self._token, max_messages, complete
+            self.address, self.session_id, self._token, max_messages, complete, settle
         )
 
     def get_session_state(self) -> bytes | None:

@@ -1,5 +1,6 @@
-"""Several processes on one SQLite file: competing consumers, a consumer killed with SIGKILL,
-and the guarantee that no two receivers hold the same message under valid locks.
+"""Several processes on one store: competing consumers, a consumer killed with SIGKILL, random
+abandons and lock expiries under load, and the guarantee that no two receivers hold the same
+message under valid locks. Every test runs on a SQLite file and on a PostgreSQL database.
 
 Workers are separate processes started with ``spawn`` (a fresh interpreter each, as separate
 services would be) and use the real clock. They write what they did to a JSON file of their
@@ -32,6 +33,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 SPAWN = multiprocessing.get_context("spawn")
 START_TIMEOUT = 60.0  # a spawned interpreter imports pytest and poisonq before it is ready
 RUN_TIMEOUT = 50.0
+CHURN_TIMEOUT = 240.0
+ABANDON, EXPIRE = 0.03, 0.01  # the share of deliveries abandoned, and left to expire
 
 
 # Workers (module level, so that spawned interpreters can import them) -------------------------
@@ -125,6 +128,39 @@ def _hold(url: str, queue: str, out: str, start: Barrier, seed: int) -> None:
     Path(out).write_text(json.dumps(held))
 
 
+def _churn(url: str, queue: str, out: str, start: Barrier, seed: int) -> None:
+    """Receive batches and, for each message, mostly complete it, sometimes abandon it, and
+    now and then walk away from it so that its lock expires. Records ``done`` per message
+    once its completion committed and ``abandoned`` per abandon. Stops when the queue has
+    nothing active, scheduled or locked left."""
+    rng = random.Random(seed)
+    with poisonq.connect(url) as broker, open(out, "a", buffering=1) as log:
+        receiver = broker.receiver(queue)
+        start.wait(START_TIMEOUT)
+        deadline = time.monotonic() + CHURN_TIMEOUT
+        while time.monotonic() < deadline:
+            got = receiver.receive(max_messages=rng.randint(20, 100), max_wait=0.5)
+            if not got:
+                counts = broker.counts(queue)
+                if counts["active"] + counts["locked"] + counts["scheduled"] == 0:
+                    return
+                continue
+            fate = [rng.random() for _ in got]
+            complete = [m for m, f in zip(got, fate, strict=True) if f >= ABANDON + EXPIRE]
+            abandon = [m for m, f in zip(got, fate, strict=True) if f < ABANDON]
+            try:
+                if abandon:
+                    receiver.abandon(abandon, error=RuntimeError("random abandon"))
+                    for m in abandon:
+                        log.write(json.dumps({"kind": "abandoned", **_record(m)}) + "\n")
+                receiver.complete(complete)
+                for m in complete:
+                    log.write(json.dumps({"kind": "done", **_record(m)}) + "\n")
+            except MessageLockLostError:
+                pass  # slower than the lock: nothing changed, the messages come back
+        raise TimeoutError(f"{queue} was not drained within {CHURN_TIMEOUT} s")
+
+
 # Helpers --------------------------------------------------------------------------------------
 def _send(broker: Broker, queue: str, n: int, chunk: int = 1000) -> list[int]:
     seqs: list[int] = []
@@ -137,14 +173,16 @@ def _send(broker: Broker, queue: str, n: int, chunk: int = 1000) -> list[int]:
     return seqs
 
 
-def _run(processes: list[Any], start: Barrier | None = None) -> None:
+def _run(
+    processes: list[Any], start: Barrier | None = None, run_timeout: float = RUN_TIMEOUT
+) -> None:
     """Start, release together, and join every process; kill any still alive at the end."""
     try:
         for process in processes:
             process.start()
         if start is not None:
             start.wait(START_TIMEOUT)
-        deadline = time.monotonic() + START_TIMEOUT + RUN_TIMEOUT
+        deadline = time.monotonic() + START_TIMEOUT + run_timeout
         for process in processes:
             process.join(max(0.0, deadline - time.monotonic()))
         assert all(not p.is_alive() for p in processes), "a worker did not finish in time"
@@ -182,8 +220,7 @@ def _consumers(
 
 
 # Tests ----------------------------------------------------------------------------------------
-def test_four_processes_complete_20000_messages_exactly_once(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'queues.db'}"
+def test_four_processes_complete_20000_messages_exactly_once(url: str, tmp_path: Path) -> None:
     n = 20_000
     with poisonq.connect(url) as broker:
         broker.create_queue("work")
@@ -209,9 +246,8 @@ def test_four_processes_complete_20000_messages_exactly_once(tmp_path: Path) -> 
 
 
 def test_locks_of_a_killed_receiver_expire_and_its_messages_are_delivered_again(
-    tmp_path: Path,
+    url: str, tmp_path: Path
 ) -> None:
-    url = f"sqlite:///{tmp_path / 'queues.db'}"
     with poisonq.connect(url) as broker:
         broker.create_queue("crash", lock_duration=2, max_delivery_count=5)
         seqs = _send(broker, "crash", 50)
@@ -259,9 +295,10 @@ def test_locks_of_a_killed_receiver_expire_and_its_messages_are_delivered_again(
         assert_balanced(broker)
 
 
-def test_a_consumer_killed_at_any_moment_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+def test_a_consumer_killed_at_any_moment_loses_and_duplicates_nothing(
+    url: str, tmp_path: Path
+) -> None:
     """SIGKILL lands wherever the busy consumer is: between transactions or inside one."""
-    url = f"sqlite:///{tmp_path / 'queues.db'}"
     n = 3000
     with poisonq.connect(url) as broker:
         broker.create_queue("busy", lock_duration=1, max_delivery_count=10)
@@ -307,8 +344,7 @@ def test_a_consumer_killed_at_any_moment_loses_and_duplicates_nothing(tmp_path: 
         assert_balanced(broker)
 
 
-def test_competing_processes_never_hold_the_same_message(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'queues.db'}"
+def test_competing_processes_never_hold_the_same_message(url: str, tmp_path: Path) -> None:
     n = 2000
     with poisonq.connect(url) as broker:
         broker.create_queue("locks", lock_duration=120)  # nothing expires during the test
@@ -340,4 +376,38 @@ def test_competing_processes_never_hold_the_same_message(tmp_path: Path) -> None
         broker.receiver("locks").complete(with_tokens)
         counts = broker.counts("locks")
         assert (counts["completed"], counts["locked"]) == (n, 0)
+        assert_balanced(broker)
+
+
+@pytest.mark.timeout(400)
+def test_many_processes_with_abandons_and_lock_expiries_complete_50000_messages_once(
+    url: str, tmp_path: Path
+) -> None:
+    """8 consumers on PostgreSQL (4 on SQLite, which has one writer at a time) share 50,000
+    messages; about 3 % of deliveries are abandoned and 1 % left to expire (2 s locks)."""
+    n, consumers = 50_000, 8 if url.startswith("postgresql") else 4
+    with poisonq.connect(url) as broker:
+        broker.create_queue("churn", lock_duration=2, max_delivery_count=100)
+        seqs = _send(broker, "churn", n, chunk=5000)
+        start = SPAWN.Barrier(consumers + 1)
+        outs = [tmp_path / f"churn-{i}.jsonl" for i in range(consumers)]
+        processes = [
+            SPAWN.Process(target=_churn, args=(url, "churn", str(out), start, i))
+            for i, out in enumerate(outs)
+        ]
+        _run(processes, start, CHURN_TIMEOUT)
+
+        records = [r for out in outs for r in _lines(out)]
+        done = Counter(r["seq"] for r in records if r["kind"] == "done")
+        assert done.keys() == set(seqs), "a message was lost"
+        assert max(done.values()) == 1, "a message was completed twice"
+        info = broker.get_queue("churn")
+        assert info.counts["completed"] == n
+        assert sum(info.counts[s] for s in ("active", "locked", "scheduled", "deferred")) == 0
+        assert info.counts["dead_lettered"] == 0
+        # The churn really happened: abandons and lock expiries, all redelivered and finished.
+        abandoned = sum(r["kind"] == "abandoned" for r in records)
+        assert abandoned > n * ABANDON / 2
+        assert info.ledger.lock_expiries > n * EXPIRE / 2
+        assert sum(p.exitcode == 0 for p in processes) == consumers
         assert_balanced(broker)

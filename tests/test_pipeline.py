@@ -21,7 +21,7 @@ from pyspark.sql import SparkSession
 import poisonq
 from poisonq import Broker, Message
 from poisonq.spark.pipeline import MAX_GUILTY_PER_BATCH, Pipeline, PipelineStoppedError
-from tests.conftest import assert_balanced
+from tests.conftest import assert_balanced, on_both_stores, store_url
 
 # Executors cannot import this test module: ship its functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -48,6 +48,13 @@ def transform(message: dict[str, Any]) -> dict[str, Any] | None:
 
 
 SCHEMA = "n long, customer string"
+
+
+# Spark tests take seconds each, so this module runs on SQLite; the tests marked
+# ``on_both_stores`` also run on PostgreSQL, whose executors read from the server.
+@pytest.fixture(params=["sqlite"])
+def url(request: pytest.FixtureRequest) -> str:
+    return store_url(request)
 
 
 @pytest.fixture
@@ -77,6 +84,7 @@ def dead(broker: Broker) -> dict[str, poisonq.ReceivedMessage]:
     return {m.message_id: m for m in broker.peek("orders/$deadletterqueue", max_messages=1000)}
 
 
+@on_both_stores
 def test_each_outcome_is_settled_by_what_the_transform_did(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:

@@ -7,8 +7,11 @@ import threading
 import pytest
 
 from poisonq import (
+    Abandon,
     AutoLockRenewer,
     Broker,
+    Complete,
+    DeadLetter,
     EntityNotFoundError,
     InvalidOperationError,
     InvalidOptionError,
@@ -17,6 +20,7 @@ from poisonq import (
     MessageLockLostError,
     MessageNotFoundError,
     MessageState,
+    Settlement,
 )
 from tests.conftest import assert_balanced
 
@@ -241,3 +245,83 @@ def test_auto_lock_renewer_reports_a_lost_lock(
         renewer.renew_due()
         renewer.renew_due()  # once reported, never again
     assert failures == [messages[0].sequence_number]
+
+
+def test_settle_and_receive_settles_each_way_and_locks_the_next_in_one_transaction(
+    broker: Broker, queue: str
+) -> None:
+    seqs = _send(broker, queue, 6)
+    receiver = broker.receiver(queue)
+    first = receiver.receive(max_messages=3)
+    settlements: list[Settlement] = [
+        Complete(first[0].sequence_number, first[0].lock_token or ""),
+        DeadLetter(first[1].sequence_number, first[1].lock_token or "", "Invalid", "no customer"),
+        Abandon(first[2].sequence_number, first[2].lock_token or "", None),
+    ]
+    got = receiver.settle_and_receive(settlements, max_messages=2)
+    # The abandoned message went back to the front, so it is received again at once.
+    assert [m.sequence_number for m in got] == [seqs[2], seqs[3]]
+    assert [m.delivery_count for m in got] == [2, 1]
+    counts = broker.counts(queue)
+    assert (counts["completed"], counts["dead_lettered"], counts["locked"]) == (1, 1, 2)
+    [dead] = broker.peek(f"{queue}/$deadletterqueue")
+    assert (dead.sequence_number, dead.dead_letter_reason) == (seqs[1], "Invalid")
+
+    # One lost lock: nothing is settled and nothing received.
+    lost = [
+        DeadLetter(got[0].sequence_number, "not-a-token", "Invalid"),
+        Complete(got[1].sequence_number, got[1].lock_token or ""),
+    ]
+    with pytest.raises(MessageLockLostError):
+        receiver.settle_and_receive(lost, max_messages=2)
+    counts = broker.counts(queue)
+    assert (counts["completed"], counts["dead_lettered"], counts["locked"]) == (1, 1, 2)
+    assert_balanced(broker)
+
+
+def test_a_settlement_without_abandons_names_every_lost_lock(broker: Broker, queue: str) -> None:
+    """Without an abandon no lock is read first: the guarded completions and moves find the
+    lost ones, and all of them are named before anything commits."""
+    _send(broker, queue, 4)
+    receiver = broker.receiver(queue)
+    got = receiver.receive(max_messages=4)
+    seqs = [m.sequence_number for m in got]
+    batch: list[Settlement] = [
+        Complete(seqs[0], "not-a-token"),
+        Complete(seqs[1], got[1].lock_token or ""),
+        DeadLetter(seqs[2], "not-a-token", "Invalid"),
+        DeadLetter(seqs[3], got[3].lock_token or "", "Invalid"),
+    ]
+    with pytest.raises(MessageLockLostError) as caught:
+        receiver.settle_and_receive(batch, max_messages=2)
+    assert caught.value.sequence_numbers == [seqs[0], seqs[2]]
+    counts = broker.counts(queue)
+    assert (counts["completed"], counts["dead_lettered"], counts["locked"]) == (0, 0, 4)
+    assert_balanced(broker)
+
+
+def test_an_audit_balances_while_others_send_and_complete(broker: Broker, queue: str) -> None:
+    """Each audit reads every ledger and every count as of one moment, even while other
+    threads (other connections, on PostgreSQL) commit."""
+    stop = threading.Event()
+
+    def work() -> None:
+        receiver = broker.receiver(queue)
+        for _ in range(200):  # bounded: stops by itself
+            if stop.is_set():
+                return
+            _send(broker, queue, 5)
+            receiver.complete(receiver.receive(max_messages=5))
+
+    workers = [threading.Thread(target=work) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    try:
+        reports = [broker.audit() for _ in range(30)]
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join(30)
+    assert all(report.ok for report in reports), [r for r in reports if not r.ok]
+    assert reports[-1].sent > 0
+    assert_balanced(broker)

@@ -1,9 +1,13 @@
-"""The schema: its CHECK constraints match the enums, and migrations are versioned."""
+"""The schema of both stores: CHECK constraints match the enums, migrations are versioned and
+an older store is upgraded in place; store URLs are checked."""
 
 from __future__ import annotations
 
 import re
 import sqlite3
+import subprocess
+import sys
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -70,6 +74,117 @@ def test_store_urls(tmp_path: Path) -> None:
     broker = poisonq.connect(f"sqlite:///{tmp_path}/sub/dir/x.db?synchronous=normal")
     assert (tmp_path / "sub" / "dir" / "x.db").exists()
     broker.close()
+
+
+# Both stores ------------------------------------------------------------------------------------
+def _raw(url: str, sql: str) -> list[tuple[object, ...]]:
+    """Run ``sql`` on the store's database directly and return its rows."""
+    if url.startswith("sqlite:///"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as db:
+            return db.execute(sql).fetchall()
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        cur = conn.execute(sql.encode())
+        return cur.fetchall() if cur.description else []
+
+
+def _script(kind: str, version: int) -> str:
+    folder = resources.files("poisonq.store") / "migrations" / kind
+    (script,) = [p for p in folder.iterdir() if p.name.startswith(f"{version:04d}_")]
+    return script.read_text()
+
+
+def test_postgres_check_constraints_match_the_enums(pg_url: str) -> None:
+    poisonq.connect(pg_url).close()
+    rows = _raw(
+        pg_url,
+        "SELECT conrelid::regclass::text, pg_get_constraintdef(oid) FROM pg_constraint"
+        " WHERE contype = 'c' AND conrelid::regclass::text IN ('messages', 'entities')",
+    )
+
+    def values(table: str, column: str) -> set[str]:
+        (ddl,) = [str(d) for t, d in rows if t == table and f"({column} = " in str(d)]
+        return set(re.findall(r"'([^']+)'::text", ddl))
+
+    assert values("messages", "state") == {s.value for s in MessageState}
+    assert values("entities", "status") == {s.value for s in EntityStatus}
+    assert values("entities", "subqueue") == {s.value for s in SubQueue}
+
+
+def test_the_two_stores_have_the_same_migrations() -> None:
+    names = {
+        kind: sorted(
+            p.name
+            for p in (resources.files("poisonq.store") / "migrations" / kind).iterdir()
+            if p.name.endswith(".sql")
+        )
+        for kind in ("sqlite", "postgres")
+    }
+    assert names["sqlite"] == names["postgres"]
+
+
+def test_an_older_store_is_upgraded_in_place(url: str) -> None:
+    """A file or database at schema version 1 (before leases) keeps its data and gains the
+    later migrations when a newer poisonq opens it."""
+    kind = "sqlite" if url.startswith("sqlite") else "postgres"
+    old = _script(kind, 1) + ";\nCREATE TABLE poisonq_schema (version INTEGER NOT NULL)"
+    old += ";\nINSERT INTO poisonq_schema (version) VALUES (1)"
+    if kind == "sqlite":
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as db:
+            db.executescript(old)
+    else:
+        _raw(url, old)
+    _raw(
+        url,
+        "INSERT INTO entities (name, options, created_at, updated_at) VALUES ('kept', '{}', 0, 0)",
+    )
+    with poisonq.connect(url) as broker:
+        broker.create_queue("orders")
+        broker.sender("orders").send(poisonq.Message(body=b"x"))
+        lease = broker.acquire_lease("orders", "c1", 1, max_messages=10)  # needs schema 2
+        assert lease is not None and lease.count == 1
+    folder = resources.files("poisonq.store") / "migrations" / kind
+    latest = len([p for p in folder.iterdir() if p.name.endswith(".sql")])
+    versions = _raw(url, "SELECT version FROM poisonq_schema ORDER BY version")
+    assert versions == [(v,) for v in range(1, latest + 1)]
+    assert _raw(url, "SELECT name FROM entities WHERE name = 'kept'") == [("kept",)]
+
+
+def test_a_newer_postgres_schema_is_refused(pg_url: str) -> None:
+    poisonq.connect(pg_url).close()
+    _raw(pg_url, "INSERT INTO poisonq_schema (version) VALUES (999)")
+    with pytest.raises(SchemaVersionError, match="999"):
+        poisonq.connect(pg_url)
+
+
+def test_postgres_urls(pg_url: str) -> None:
+    with pytest.raises(poisonq.InvalidOptionError, match="no host"):
+        poisonq.connect("postgresql:///db")
+    with pytest.raises(poisonq.InvalidOptionError, match="pool_size"):
+        poisonq.connect(pg_url + "&pool_size=0")
+    with pytest.raises(poisonq.InvalidOptionError, match="synchronous_commit"):
+        poisonq.connect(pg_url + "&synchronous_commit=maybe")
+    with pytest.raises(poisonq.StoreError, match="cannot open PostgreSQL store"):
+        poisonq.connect("postgresql://nobody:secret@127.0.0.1:1/none?connect_timeout=2")
+    with poisonq.connect(pg_url.replace("postgresql://", "postgres://") + "&pool_size=2") as b:
+        b.create_queue("orders")
+        assert b.counts("orders")["active"] == 0
+
+
+def test_a_password_never_shows_in_an_error() -> None:
+    with pytest.raises(poisonq.StoreError) as caught:
+        poisonq.connect("postgresql://nobody:secret@127.0.0.1:1/none?connect_timeout=2")
+    assert "secret" not in str(caught.value) and "***" in str(caught.value)
+
+
+def test_sqlite_users_do_not_import_psycopg(tmp_path: Path) -> None:
+    code = (
+        "import sys, poisonq\n"
+        f"poisonq.connect('sqlite:///{tmp_path}/q.db').close()\n"
+        "assert 'psycopg' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_a_file_of_schema_2_upgrades_to_the_same_schema_as_a_fresh_install(tmp_path: Path) -> None:

@@ -23,11 +23,18 @@ from poisonq import Broker, Message
 from poisonq.failures import failure_from_exception
 from poisonq.spark import source
 from poisonq.spark.source import SourceOptions, StreamReader
-from tests.conftest import assert_balanced
+from tests.conftest import assert_balanced, on_both_stores, store_url
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row, SparkSession
     from pyspark.sql.streaming import StreamingQuery
+
+
+# Spark tests take seconds each, so this module runs on SQLite; the tests marked
+# ``on_both_stores`` also run on PostgreSQL, whose executors read from the server.
+@pytest.fixture(params=["sqlite"])
+def url(request: pytest.FixtureRequest) -> str:
+    return store_url(request)
 
 
 @pytest.fixture
@@ -66,6 +73,7 @@ def seqs_of(rows: list[Row]) -> list[int]:
 # Batch read ---------------------------------------------------------------------------------
 
 
+@on_both_stores
 def test_a_batch_read_peeks_every_message_with_its_columns(
     spark: SparkSession, live: Broker, url: str
 ) -> None:
@@ -295,6 +303,7 @@ def run_to_failure(query: StreamingQuery) -> None:
         query.stop()
 
 
+@on_both_stores
 def test_a_stream_reads_leases_of_at_most_max_messages_and_completes_them(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
@@ -358,6 +367,7 @@ def test_an_idle_stream_looks_again_only_when_the_store_changed(
         assert broker.counts("orders")["locked"] == 1
 
 
+@on_both_stores
 def test_a_restart_from_the_checkpoint_replays_the_failed_lease(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
@@ -424,6 +434,7 @@ def write(df: DataFrame, url: str, queue: str = "orders") -> None:
     df.write.format("poisonq").option("url", url).option("queue", queue).mode("append").save()
 
 
+@on_both_stores
 def test_a_write_sends_each_row_with_its_columns(
     spark: SparkSession, live: Broker, url: str
 ) -> None:

@@ -1,4 +1,5 @@
-"""A hypothesis state machine over one queue on a real SQLite file, checked against a model.
+"""A hypothesis state machine over one queue on a real store, checked against a model: a SQLite
+file, and (with fewer examples, each in a fresh schema) a PostgreSQL database.
 
 The model is a dictionary of every message the test sent, with the state and counters the
 contract (DESIGN.md, "The message state machine") says it must have. Housekeeping in the engine
@@ -25,14 +26,23 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
+import uuid
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
 
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 import poisonq
 from poisonq import (
@@ -49,6 +59,9 @@ from poisonq import (
     RetryPolicy,
 )
 from tests.conftest import assert_balanced
+
+if TYPE_CHECKING:
+    from poisonq.testing.pgserver import TemporaryServer
 
 Q = "orders"
 DLQ = "orders/$deadletterqueue"
@@ -100,10 +113,7 @@ class QueueMachine(RuleBasedStateMachine):
         super().__init__()
         self.dir = Path(tempfile.mkdtemp(prefix="poisonq-sm-"))
         self.clock = ManualClock()
-        # synchronous=normal: a real file in WAL mode, without an fsync per commit (durability
-        # across a power cut is not what this test is about, and shrinking runs it many times).
-        url = f"sqlite:///{self.dir / 'q.db'}?synchronous=normal"
-        self.broker: Broker = poisonq.connect(url, clock=self.clock)
+        self.broker: Broker = poisonq.connect(self.store_url(), clock=self.clock)
         self.ready = False
         self.msgs: dict[int, Model] = {}
         self.handles: list[Handle] = []
@@ -115,6 +125,11 @@ class QueueMachine(RuleBasedStateMachine):
         self.faulted: list[int] = []  # the poison messages the queue faulted on, in turn
         # Every delivery since the last invariant check: (delivery_count, expires_at, now).
         self.deliveries: list[tuple[int, float | None, float]] = []
+
+    def store_url(self) -> str:
+        # synchronous=normal: a real file in WAL mode, without an fsync per commit (durability
+        # across a power cut is not what this test is about, and shrinking runs it many times).
+        return f"sqlite:///{self.dir / 'q.db'}?synchronous=normal"
 
     def teardown(self) -> None:
         self.broker.close()
@@ -661,6 +676,29 @@ QueueMachine.TestCase.settings = settings(
 )
 # A failure is shrunk for up to 5 minutes (hypothesis' own limit): let it finish and report.
 TestQueueStateMachine = pytest.mark.timeout(600)(QueueMachine.TestCase)
+
+
+class PostgresQueueMachine(QueueMachine):
+    """The same machine on PostgreSQL, each example in a schema of its own."""
+
+    server: ClassVar[TemporaryServer | None] = None
+
+    def store_url(self) -> str:
+        assert self.server is not None, "set by the test below"
+        schema = f"machine_{uuid.uuid4().hex[:16]}"
+        self.server.execute(f"CREATE SCHEMA {schema}", database="poisonq")
+        return self.server.database_url("poisonq") + f"?options=-csearch_path%3D{schema}"
+
+
+@pytest.mark.timeout(600)
+def test_the_state_machine_on_postgresql(
+    pg_server: TemporaryServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(PostgresQueueMachine, "server", pg_server)
+    run_state_machine_as_test(
+        PostgresQueueMachine,
+        settings=settings(QueueMachine.TestCase.settings, max_examples=30),
+    )
 
 
 # Contract violations the machine steers around ------------------------------------------------

@@ -13,9 +13,10 @@ The engine is one class assembled from one module per concept:
 - :mod:`~poisonq.engine.base`: resolving addresses, status events, shared checks
 - :mod:`~poisonq.engine.routing`: dead-lettering, auto-forwarding, the namespace DLQ
 - :mod:`~poisonq.engine.poison`: retry cycles, poison actions, auto-disable, housekeeping
-- :mod:`~poisonq.engine.sending`, :mod:`~poisonq.engine.receiving`,
-  :mod:`~poisonq.engine.settling`, :mod:`~poisonq.engine.sessions`,
-  :mod:`~poisonq.engine.leases`, :mod:`~poisonq.engine.admin`, :mod:`~poisonq.engine.tasks`
+- :mod:`~poisonq.engine.sending`, :mod:`~poisonq.engine.settling`,
+  :mod:`~poisonq.engine.receiving` (a receive may settle the last batch first),
+  :mod:`~poisonq.engine.sessions`, :mod:`~poisonq.engine.leases`, :mod:`~poisonq.engine.admin`,
+  :mod:`~poisonq.engine.tasks`
 """
 
 from __future__ import annotations
@@ -25,11 +26,10 @@ from poisonq.engine.base import Lock, Target
 from poisonq.engine.leases import Leasing
 from poisonq.engine.sending import Sending
 from poisonq.engine.sessions import Sessions
-from poisonq.engine.settling import Settling
 from poisonq.engine.tasks import Tasks
 
 
-class Engine(Admin, Sending, Sessions, Settling, Leasing, Tasks):
+class Engine(Admin, Sending, Sessions, Leasing, Tasks):
     """The state machine. Thread-safe as far as the store is (each call is one transaction)."""
 
 

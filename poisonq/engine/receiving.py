@@ -5,14 +5,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from poisonq.engine.base import Lock, all_or_raise, by_token, check_count
-from poisonq.engine.poison import Poisoning
+from poisonq.engine.base import Lock, check_count
+from poisonq.engine.settling import Settling
 from poisonq.errors import InvalidOperationError, MessageNotFoundError
-from poisonq.model import DeadLetterReason, ReceivedMessage
-from poisonq.store.base import EntityRecord, Transaction
+from poisonq.model import DeadLetterReason, ReceivedMessage, Settlement
 
 
-class Receiving(Poisoning):
+class Receiving(Settling):
     def receive(
         self,
         address: str,
@@ -20,12 +19,14 @@ class Receiving(Poisoning):
         delete: bool = False,
         lock_duration: float | None = None,
         complete: Sequence[Lock] = (),
+        settle: Sequence[Settlement] = (),
     ) -> list[ReceivedMessage]:
         """Lock (or, with ``delete``, remove) up to ``max_messages`` messages, oldest first.
 
-        ``complete`` names locks to complete in the same transaction first, so a consumer
-        loop commits once per batch instead of twice; if one of them is lost, nothing is
-        completed or received. A faulted entity raises :class:`PoisonMessageError`; a
+        ``complete`` names locks to complete, and ``settle`` settlements to make (as
+        :meth:`settle` does), in the same transaction first, so a consumer loop commits once
+        per batch instead of twice; if one of their locks is lost, nothing is settled or
+        received. A faulted entity raises :class:`PoisonMessageError`; a
         session-enabled queue is received from through a session (:meth:`accept_session`).
         """
         check_count(max_messages, "max_messages")
@@ -35,6 +36,8 @@ class Receiving(Poisoning):
             entity = target.entity
             if complete:
                 self._complete(tx, entity, complete, now)
+            if settle:
+                self._settle(tx, target, settle, now)
             if target.sessions:
                 raise InvalidOperationError(
                     f"{entity.name!r} requires sessions; accept a session to receive from it"
@@ -46,16 +49,9 @@ class Receiving(Poisoning):
                 return tx.take_ready(entity.id, entity.name, target.ready, max_messages)
             token = str(uuid.uuid4())
             until = now + (lock_duration or target.options.lock_duration)
-            return tx.lock_ready(entity.id, entity.name, target.ready, max_messages, token, until)
-
-    def _complete(
-        self, tx: Transaction, entity: EntityRecord, locks: Sequence[Lock], now: float
-    ) -> None:
-        """locked → completed, all or nothing; a completion ends a run of rollbacks."""
-        for token, seqs in by_token(locks).items():
-            all_or_raise(seqs, tx.complete(entity.id, token, seqs, now))
-        if entity.rollbacks:
-            tx.reset_rollbacks(entity.id)
+            return tx.lock_ready(
+                entity.id, entity.name, target.ready, max_messages, token, until, last=True
+            )
 
     def receive_deferred(
         self, address: str, sequence_numbers: Sequence[int], lock_duration: float | None = None

@@ -52,11 +52,15 @@ class Sending(Routing):
                 raise EntityDisabledError(target.entity.name, target.entity.status, "send")
             if target.kind is EntityKind.TOPIC:
                 return self._publish(tx, target, messages, now)
-            return self._enqueue(tx, target, self._rows(messages, target.options, now), now)
+            rows = self._rows(messages, target.options, now)
+            return self._enqueue(tx, target, rows, now, last=True)
 
     def _enqueue(
-        self, tx: Transaction, target: Target, rows: list[Arrival], now: float
+        self, tx: Transaction, target: Target, rows: list[Arrival], now: float, last: bool = False
     ) -> list[int]:
+        """Insert the rows, dead-letter those refused on arrival, forward the rest if the
+        queue says so. ``last``: the caller runs nothing after, so when neither follows the
+        insert is the transaction's last statement (see ``Transaction.lock_ready``)."""
         options = target.options
         if options.requires_duplicate_detection:
             rows = self._drop_duplicates(tx, target, rows, now)
@@ -65,7 +69,9 @@ class Sending(Routing):
             raise QuotaExceededError(target.entity.name, total, options.max_size)
         if not rows:
             return []
-        seqs = tx.insert_messages(target.entity.id, [row for row, _ in rows], now)
+        destination = options.forward_to
+        last = last and not destination and all(why is None for _, why in rows)
+        seqs = tx.insert_messages(target.entity.id, [row for row, _ in rows], now, last=last)
         refused: dict[str, list[int]] = {}
         for seq, (_, why) in zip(seqs, rows, strict=True):
             if why is not None:
@@ -74,7 +80,6 @@ class Sending(Routing):
             self._dead_letter(
                 tx, target, chosen, reason, _arrival_description(reason, options), None, now
             )
-        destination = options.forward_to
         if destination:
             dead = {seq for chosen in refused.values() for seq in chosen}
             hops = {seq: 0 for seq in seqs if seq not in dead}

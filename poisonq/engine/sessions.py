@@ -19,7 +19,7 @@ from poisonq.errors import (
     SessionCannotBeLockedError,
     SessionLockLostError,
 )
-from poisonq.model import ReceivedMessage
+from poisonq.model import ReceivedMessage, Settlement
 from poisonq.store.base import SessionRecord, Transaction
 
 
@@ -55,9 +55,10 @@ class Sessions(Receiving):
         token: str,
         max_messages: int,
         complete: Sequence[Lock] = (),
+        settle: Sequence[Settlement] = (),
     ) -> list[ReceivedMessage]:
         """Up to ``max_messages`` of the session's messages, in order, locked under the
-        session's lock (``complete`` as in :meth:`receive`)."""
+        session's lock (``complete`` and ``settle`` as in :meth:`receive`)."""
         check_count(max_messages, "max_messages")
         now = self.clock.now()
         with self.store.transaction() as tx:
@@ -65,6 +66,8 @@ class Sessions(Receiving):
             entity = target.entity
             if complete:
                 self._complete(tx, entity, complete, now)
+            if settle:
+                self._settle(tx, target, settle, now)
             self._check_receivable(target)
             if not self._housekeep(tx, target, now):
                 return []
@@ -72,7 +75,14 @@ class Sessions(Receiving):
             assert held.locked_until is not None
             ready = target.ready
             return tx.lock_ready(
-                entity.id, entity.name, ready, max_messages, token, held.locked_until, session_id
+                entity.id,
+                entity.name,
+                ready,
+                max_messages,
+                token,
+                held.locked_until,
+                session_id,
+                last=True,
             )
 
     def session_state(self, address: str, session_id: str, token: str) -> bytes | None:

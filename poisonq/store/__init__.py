@@ -6,7 +6,8 @@ from poisonq.store.base import Store
 
 
 def open_store(url: str) -> Store:
-    """Open the store a URL names: ``sqlite:///path`` (or a bare path)."""
+    """Open the store a URL names: ``sqlite:///path`` (or a bare path), or
+    ``postgresql://user@host/database`` (psycopg is imported only then)."""
     from poisonq.errors import InvalidOptionError
 
     if url.startswith("sqlite://") or "://" not in url:
@@ -14,7 +15,13 @@ def open_store(url: str) -> Store:
 
         return SqliteStore.from_url(url)
     scheme = url.split("://", 1)[0]
-    raise InvalidOptionError(f"unsupported store URL scheme {scheme!r}; use sqlite:///path")
+    if scheme in ("postgresql", "postgres"):
+        from poisonq.store.postgres import PostgresStore
+
+        return PostgresStore.from_url(url)
+    raise InvalidOptionError(
+        f"unsupported store URL scheme {scheme!r}; use sqlite:///path or postgresql://host/db"
+    )
 
 
 __all__ = ["Store", "open_store"]

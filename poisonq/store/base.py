@@ -194,8 +194,11 @@ class Transaction(ABC):
 
     # Sending ------------------------------------------------------------------------------
     @abstractmethod
-    def insert_messages(self, entity_id: int, rows: Sequence[NewMessage], now: float) -> list[int]:
-        """Insert messages (counted as sent); returns their sequence numbers in order."""
+    def insert_messages(
+        self, entity_id: int, rows: Sequence[NewMessage], now: float, *, last: bool = False
+    ) -> list[int]:
+        """Insert messages (counted as sent); returns their sequence numbers in order.
+        ``last`` as in :meth:`lock_ready` (a send that neither forwards nor dead-letters)."""
 
     @abstractmethod
     def seen_message_ids(self, entity_id: int, message_ids: Sequence[str], now: float) -> set[str]:
@@ -221,10 +224,15 @@ class Transaction(ABC):
         token: str,
         locked_until: float,
         session_id: str | None = None,
+        *,
+        last: bool = False,
     ) -> list[ReceivedMessage]:
         """Lock up to ``limit`` messages in state ``ready`` (``active``, or ``dead_lettered``
         in a dead-letter queue), oldest first: ``delivery_count += 1``. With ``session_id``,
-        only that session's messages."""
+        only that session's messages.
+
+        ``last`` says the caller runs nothing more in this transaction: a store whose commit
+        costs a round trip may commit with this statement (a receive's last step)."""
 
     @abstractmethod
     def take_ready(
@@ -446,7 +454,8 @@ class Transaction(ABC):
 
 
 class Store(ABC):
-    """A connection to one store. Thread-safe; transactions are serialized per store."""
+    """A connection to one store. Thread-safe: SQLite serializes the transactions of a store,
+    PostgreSQL runs them side by side on pooled connections."""
 
     url: str
 

@@ -141,7 +141,10 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
         return {STATES[state]: n for state, n in rows}
 
     # Sending ------------------------------------------------------------------------------
-    def insert_messages(self, entity_id: int, rows: Sequence[NewMessage], now: float) -> list[int]:
+    def insert_messages(
+        self, entity_id: int, rows: Sequence[NewMessage], now: float, *, last: bool = False
+    ) -> list[int]:
+        # (``last`` changes nothing here: the commit is local.)
         # Multi-row VALUES statements: about 1.5x the rows per second of executemany, which
         # steps the statement once per row. One writer at a time, so the bodies and messages
         # get consecutive ids (AUTOINCREMENT on messages; the largest id plus one on bodies).
@@ -164,10 +167,10 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
             for i, m in enumerate(chunk):
                 params += (m.state, m.message_id, body_id + i, m.size)
                 params += [getattr(m, c) for c in optional]
-            last = self._db.execute(insert + ", ".join([row_marks] * len(chunk)), params).lastrowid
-        assert last is not None
+            top = self._db.execute(insert + ", ".join([row_marks] * len(chunk)), params).lastrowid
+        assert top is not None
         self._bump(entity_id, sent=len(rows), size_bytes=sum(m.size for m in rows))
-        return list(range(last - len(rows) + 1, last + 1))
+        return list(range(top - len(rows) + 1, top + 1))
 
     def _delete_bodies(self, body_ids: list[int]) -> None:
         self._db.execute(f"DELETE FROM bodies WHERE id IN {SEQS}", (json.dumps(body_ids),))
@@ -204,6 +207,8 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
         token: str,
         locked_until: float,
         session_id: str | None = None,
+        *,
+        last: bool = False,  # a local commit: nothing to fold it into
     ) -> list[ReceivedMessage]:
         session = " AND session_id = ?" if session_id is not None else ""
         params: tuple[object, ...] = (token, locked_until, entity_id, ready)

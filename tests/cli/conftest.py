@@ -1,6 +1,7 @@
-"""What the CLI tests share: running ``poisonq`` in-process with click's runner against a
-real SQLite file, and queues whose messages were dead-lettered through the Python API (as a
-failing consumer would) for the CLI to inspect, as an operator on call would.
+"""What the CLI tests share: running ``poisonq`` in-process with click's runner against each
+store (the parametrized ``url`` fixture: a SQLite file, a PostgreSQL database), and queues
+whose messages were dead-lettered through the Python API (as a failing consumer would) for the
+CLI to inspect, as an operator on call would.
 """
 
 from __future__ import annotations

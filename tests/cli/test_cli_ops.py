@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -18,18 +17,18 @@ import poisonq.cli.ops
 from poisonq import Broker, Message
 from poisonq.cli import cli
 from tests.cli.conftest import run, run_json
+from tests.conftest import execute_behind_the_back
 
 
 def test_audit_passes_then_fails_when_a_message_vanishes(
-    url: str, api: Broker, orders: str, tmp_path: Path
+    url: str, api: Broker, orders: str
 ) -> None:
     api.sender(orders).send([Message(body=b"a"), Message(body=b"b")])
     report = run_json(url, "audit")
     assert report["ok"] is True and report["sent"] == 2 and report["held"] == 2
     assert "balanced" in run(url, "audit").stdout
     # A message lost behind the library's back: the ledger no longer balances.
-    with sqlite3.connect(tmp_path / "queues.db") as db:
-        db.execute("DELETE FROM messages WHERE seq = (SELECT min(seq) FROM messages)")
+    execute_behind_the_back(url, "DELETE FROM messages WHERE seq = (SELECT min(seq) FROM messages)")
     failing = run(url, "audit", "--json", code=1)
     assert json.loads(failing.stdout)["ok"] is False
     assert "OUT OF BALANCE" in run(url, "audit", code=1).stdout

@@ -1,0 +1,5 @@
+"""The PostgreSQL store (psycopg 3): the same queues across many processes and hosts."""
+
+from poisonq.store.postgres.store import PostgresStore
+
+__all__ = ["PostgresStore"]

@@ -1,0 +1,146 @@
+"""Statements over whole batches: Spark leases, dead-letter analysis and bulk tasks."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from poisonq.model import Lease, MessageState
+from poisonq.store.base import DeadLetterGroup, MessageFilter, TaskRecord
+from poisonq.store.postgres.runner import StatementRunner
+from poisonq.store.sqlite_rows import GROUP_KEYS, filter_sql
+
+
+def _filter_sql(where: MessageFilter) -> tuple[str, list[Any]]:
+    """The SQLite store's filter clauses, with PostgreSQL's placeholder (they hold no other
+    question mark: column names and operators only)."""
+    clauses, params = filter_sql(where)
+    return clauses.replace("?", "%b"), params
+
+
+class BatchQueries(StatementRunner):
+    # Leases -------------------------------------------------------------------------------
+    def lock_ready_seqs(
+        self, entity_id: int, ready: MessageState, limit: int, token: str, locked_until: float
+    ) -> list[int]:
+        rows = self._all(
+            "UPDATE messages SET state = 'locked', lock_token = %b, locked_until = %b,"
+            " delivery_count = delivery_count + 1"
+            " WHERE seq IN (SELECT seq FROM messages WHERE entity_id = %b AND state = %b"
+            " ORDER BY seq LIMIT %b FOR UPDATE SKIP LOCKED) RETURNING seq",
+            (token, locked_until, entity_id, ready.value, limit),
+        )
+        return sorted(row[0] for row in rows)
+
+    def insert_lease(self, entity_id: int, lease: Lease) -> None:
+        self._run(
+            "INSERT INTO leases (entity_id, consumer, number, lock_token, count, min_seq,"
+            " max_seq, created_at) VALUES (%b, %b, %b, %b, %b, %b, %b, %b)",
+            (
+                entity_id,
+                lease.consumer,
+                lease.number,
+                lease.lock_token,
+                lease.count,
+                lease.min_sequence,
+                lease.max_sequence,
+                lease.created_at,
+            ),
+        )
+
+    def lease(self, entity_id: int, name: str, consumer: str, number: int | None) -> Lease | None:
+        rows = self._all(
+            "SELECT consumer, number, lock_token, count, min_seq, max_seq, created_at"
+            " FROM leases WHERE entity_id = %(entity)b AND consumer = %(consumer)b"
+            " AND (%(number)b::bigint IS NULL OR number = %(number)b)"
+            " ORDER BY number DESC LIMIT 1",
+            {"entity": entity_id, "consumer": consumer, "number": number},
+        )
+        return Lease(name, *rows[0]) if rows else None
+
+    def delete_leases(self, entity_id: int, consumer: str, before: int) -> None:
+        self._run(
+            "DELETE FROM leases WHERE entity_id = %b AND consumer = %b AND number < %b",
+            (entity_id, consumer, before),
+        )
+
+    def lease_seqs(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> list[int]:
+        rows = self._all(
+            "SELECT seq FROM messages WHERE entity_id = %b AND state = 'locked'"
+            " AND seq BETWEEN %b AND %b AND lock_token = %b AND locked_until > %b ORDER BY seq",
+            (entity_id, lo, hi, token, now),
+        )
+        return [row[0] for row in rows]
+
+    def lease_rows(
+        self, entity_id: int, token: str, lo: int, hi: int, now: float
+    ) -> list[tuple[Any, ...]]:
+        return self._all(
+            "SELECT seq, message_id, body, content_type, subject, properties, session_id,"
+            " correlation_id, enqueued_at, delivery_count FROM messages"
+            " WHERE entity_id = %b AND state = 'locked' AND seq BETWEEN %b AND %b"
+            " AND lock_token = %b AND locked_until > %b ORDER BY seq",
+            (entity_id, lo, hi, token, now),
+        )
+
+    # Dead-letter analysis and tasks ------------------------------------------------------
+    def dead_letter_groups(self, entity_id: int, by: str) -> list[DeadLetterGroup]:
+        key, label = GROUP_KEYS[by]
+        rows = self._all(
+            f"SELECT {key}, max({label}), count(*),"
+            " min(coalesce(dead_lettered_at, enqueued_at)),"
+            " max(coalesce(dead_lettered_at, enqueued_at))"
+            f" FROM messages WHERE entity_id = %b GROUP BY {key}"
+            f" ORDER BY count(*) DESC, {key} NULLS FIRST",
+            (entity_id,),
+        )
+        return [DeadLetterGroup(*row) for row in rows]
+
+    def select(self, entity_id: int, where: MessageFilter, after_seq: int, limit: int) -> list[int]:
+        clauses, params = _filter_sql(where)
+        # Locked here, so a receiver cannot take them before the task moves or drops them.
+        rows = self._all(
+            "SELECT seq FROM messages WHERE entity_id = %b AND state != 'locked' AND seq > %b"
+            f"{clauses} ORDER BY seq LIMIT %b FOR UPDATE SKIP LOCKED",
+            (entity_id, after_seq, *params, limit),
+        )
+        return [row[0] for row in rows]
+
+    def count_matching(self, entity_id: int, where: MessageFilter) -> int:
+        clauses, params = _filter_sql(where)
+        ((n,),) = self._all(
+            f"SELECT count(*) FROM messages WHERE entity_id = %b AND state != 'locked'{clauses}",
+            (entity_id, *params),
+        )
+        return int(n)
+
+    def insert_task(
+        self, kind: str, entity_id: int, spec: dict[str, Any], total: int, now: float
+    ) -> int:
+        ((task_id,),) = self._all(
+            "INSERT INTO tasks (kind, entity_id, status, spec, total, created_at, updated_at)"
+            " VALUES (%b, %b, 'running', %b, %b, %b, %b) RETURNING id",
+            (kind, entity_id, json.dumps(spec), total, now, now),
+        )
+        return int(task_id)
+
+    def task(self, task_id: int) -> TaskRecord | None:
+        rows = self._all(
+            "SELECT id, kind, entity_id, status, spec, total, done, created_at, updated_at, error"
+            " FROM tasks WHERE id = %b",
+            (task_id,),
+        )
+        if not rows:
+            return None
+        task_id, kind, entity_id, status, spec, total, done, created, updated, error = rows[0]
+        return TaskRecord(
+            task_id, kind, entity_id, status, json.loads(spec), total, done, created, updated, error
+        )
+
+    def update_task(
+        self, task_id: int, done: int, status: str, error: str | None, now: float
+    ) -> None:
+        self._run(
+            "UPDATE tasks SET done = %b, status = %b, error = %b, updated_at = %b WHERE id = %b",
+            (done, status, error, now, task_id),
+        )

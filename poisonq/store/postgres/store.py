@@ -1,0 +1,201 @@
+"""The PostgreSQL store: many processes on many hosts share one database.
+
+Connections come from a pool (``psycopg_pool``), so the threads of one process (a Processor's
+workers, a lock renewer) run transactions side by side. Each transaction runs in pipeline mode:
+statements whose results nobody waits for (``BEGIN``, the ledger update, ``NOTIFY``) travel
+with the next one that is waited for, and the end of a transaction (ledger, notification,
+``COMMIT``) is one round trip.
+
+Long-polling receivers wait on ``LISTEN``: a transaction that makes a message receivable
+sends ``NOTIFY poisonq`` as it commits, and a waiting receiver wakes at once instead of
+sleeping between polls.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from poisonq.errors import InvalidOptionError, SchemaVersionError, StoreError
+from poisonq.store.base import Store, Transaction
+from poisonq.store.postgres.runner import NOTIFY_CHANNEL
+from poisonq.store.postgres.transaction import PostgresTransaction
+
+# Our options in the URL's query; the rest of the query goes to libpq.
+_POOL_SIZE = "pool_size"
+_SYNCHRONOUS_COMMIT = "synchronous_commit"
+_SYNCHRONOUS_VALUES = ("on", "off", "local", "remote_write", "remote_apply")
+_MIGRATION_LOCK = 0x706F69736F6E71  # an advisory lock key: "poisonq" in ASCII
+
+
+def _redact(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+class PostgresStore(Store):
+    """A store in one PostgreSQL database (the tables live in its default schema)."""
+
+    def __init__(self, url: str, pool_size: int = 4, synchronous_commit: str | None = None) -> None:
+        self.url = url
+        parts = urlsplit(url)
+        query = [
+            (k, v) for k, v in parse_qsl(parts.query) if k not in (_POOL_SIZE, _SYNCHRONOUS_COMMIT)
+        ]
+        conninfo = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(query)))
+        self._name = _redact(url)
+        settings = {} if synchronous_commit is None else {"synchronous_commit": synchronous_commit}
+        self._conninfo = conninfo
+        self._listener: psycopg.Connection[Any] | None = None
+        self._listen_lock = threading.Lock()
+        self._changes = 0
+        try:
+            # One plain connection first: it migrates, and a server that cannot be reached
+            # fails here at once with libpq's reason (a pool would retry in the background).
+            with psycopg.connect(conninfo, autocommit=False) as conn:
+                self._migrate(conn)
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot open PostgreSQL store {self._name}: {exc}") from exc
+        self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            conninfo,
+            min_size=1,
+            max_size=pool_size,
+            kwargs={"autocommit": False, "prepare_threshold": 0},
+            configure=_configure(settings),
+            open=False,
+            name="poisonq",
+        )
+        self._pool.open(wait=False)
+
+    @classmethod
+    def from_url(cls, url: str) -> PostgresStore:
+        """``postgresql://user:password@host:port/database``; query options: ``pool_size``
+        (connections per process, default 4) and ``synchronous_commit=off``, which trades
+        the last commits before a server crash for speed. Other query options go to libpq
+        (``sslmode=require``, ``connect_timeout=5``, ...)."""
+        parts = urlsplit(url)
+        if not parts.hostname and "host=" not in parts.query:
+            raise InvalidOptionError(f"no host in {url!r}; use postgresql://user@host/database")
+        query = dict(parse_qsl(parts.query))
+        pool_size = query.get(_POOL_SIZE, "4")
+        if not pool_size.isdigit() or not 1 <= int(pool_size) <= 100:
+            raise InvalidOptionError(f"pool_size must be an integer in [1, 100]: {pool_size!r}")
+        synchronous = query.get(_SYNCHRONOUS_COMMIT)
+        if synchronous is not None and synchronous not in _SYNCHRONOUS_VALUES:
+            choices = ", ".join(_SYNCHRONOUS_VALUES)
+            raise InvalidOptionError(
+                f"synchronous_commit must be one of {choices}: {synchronous!r}"
+            )
+        return cls(url, int(pool_size), synchronous)
+
+    # Schema -------------------------------------------------------------------------------
+    def _migrate(self, conn: psycopg.Connection[Any]) -> None:
+        """Apply the numbered scripts this database has not seen, in one transaction; an
+        advisory lock makes processes that start together take turns."""
+        folder = resources.files("poisonq.store") / "migrations" / "postgres"
+        scripts = sorted(
+            (p for p in folder.iterdir() if p.name.endswith(".sql")), key=lambda p: p.name
+        )
+        latest = int(scripts[-1].name.split("_")[0])
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            conn.execute("CREATE TABLE IF NOT EXISTS poisonq_schema (version integer NOT NULL)")
+            row = conn.execute("SELECT max(version) FROM poisonq_schema").fetchone()
+            current = (row[0] if row else None) or 0
+            if current > latest:
+                raise SchemaVersionError(
+                    f"{self._name} has schema version {current}; this poisonq knows up to {latest}"
+                )
+            for script in scripts:
+                version = int(script.name.split("_")[0])
+                if version > current:
+                    conn.execute(script.read_text().encode(), prepare=False)
+                    conn.execute("INSERT INTO poisonq_schema (version) VALUES (%s)", (version,))
+
+    # Transactions -------------------------------------------------------------------------
+    @contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        try:
+            with self._pool.connection() as conn:
+                try:
+                    with conn.pipeline() as pipeline:
+                        tx = PostgresTransaction(conn, pipeline)
+                        yield tx
+                        tx.commit()
+                except BaseException:
+                    if not conn.closed:
+                        conn.rollback()
+                    raise
+        except psycopg.DataError as exc:
+            raise InvalidOptionError(f"PostgreSQL cannot store a value: {exc}") from exc
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL error on {self._name}: {exc}") from exc
+
+    # Change notification ------------------------------------------------------------------
+    def _drain(self, timeout: float) -> None:
+        """Count the notifications that arrive within ``timeout`` (0: those already here);
+        return at the first. Called with ``_listen_lock`` held."""
+        if self._listener is None:
+            self._listener = psycopg.connect(self._conninfo, autocommit=True)
+            self._listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        stop = None if timeout == 0 else 1
+        for _ in self._listener.notifies(timeout=timeout, stop_after=stop):
+            self._changes += 1
+
+    def change_marker(self) -> int:
+        """The number of notifications seen so far; the listening connection is opened on
+        the first call, so only processes that wait ever hold one."""
+        try:
+            with self._listen_lock:
+                self._drain(0)
+                return self._changes
+        except psycopg.Error as exc:
+            self._reset_listener()
+            raise StoreError(f"cannot listen on {self._name}: {exc}") from exc
+
+    def wait_for_change(self, marker: object, timeout: float) -> None:
+        # One thread reads the listening connection at a time; the others wait for the lock
+        # and then find the count moved on. A notification that arrived between the
+        # caller's marker and now is already counted, so no commit is ever missed.
+        deadline = time.monotonic() + timeout
+        if not self._listen_lock.acquire(timeout=max(timeout, 0)):
+            return
+        try:
+            left = deadline - time.monotonic()
+            if self._changes == marker and left > 0:
+                self._drain(left)
+        except psycopg.Error as exc:
+            self._reset_listener()
+            raise StoreError(f"cannot listen on {self._name}: {exc}") from exc
+        finally:
+            self._listen_lock.release()
+
+    def _reset_listener(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+
+    def close(self) -> None:
+        with self._listen_lock:
+            self._reset_listener()
+        self._pool.close()
+
+
+def _configure(settings: dict[str, str]) -> Any:
+    def configure(conn: psycopg.Connection[Any]) -> None:
+        for name, value in settings.items():
+            conn.execute("SELECT set_config(%s, %s, false)", (name, value))
+        conn.commit()
+
+    return configure

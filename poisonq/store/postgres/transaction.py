@@ -1,0 +1,609 @@
+"""The SQL of the PostgreSQL store: one :class:`PostgresTransaction` per store transaction.
+
+The statements follow the SQLite store's one for one (same tables, columns and guards), so a
+method added there ports by translating placeholders: ``?`` → ``%b``, ``json_each(?)`` →
+``= ANY(%b)`` with a list, ``json_insert`` → ``jsonb ||``. What differs is concurrency.
+SQLite runs one writer at a time; here transactions run side by side under READ COMMITTED, so:
+
+- receiving locks rows with ``FOR UPDATE SKIP LOCKED``: competing receivers take disjoint
+  batches without waiting for each other;
+- every read that a later statement of the same transaction acts on (expired locks and TTLs,
+  the locks a settlement names, the messages a bulk task selects) locks its rows
+  (``FOR UPDATE``), so no other transaction can change them in between;
+- the ledger is written just before ``COMMIT`` (``runner.py``): the entity row is the one row
+  every transaction on a queue updates, and holding its lock only for the commit itself keeps
+  concurrent consumers from queueing behind each other's whole transactions. Entities are
+  updated in id order, so two transactions never wait for each other's entity rows in a cycle.
+
+Leases, dead-letter analysis and bulk tasks are in ``batches.py``, sessions in
+``sessions.py``; running statements, the ledger and answers fetched ahead in ``runner.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, cast
+
+from psycopg import Cursor, errors
+
+from poisonq.errors import EntityExistsError
+from poisonq.model import EntityStatus, MessageState, ReceivedMessage, SubQueue
+from poisonq.store.base import EntityRecord, LockInfo, NewMessage, Transaction
+from poisonq.store.postgres.batches import BatchQueries
+from poisonq.store.postgres.sessions import SessionQueries
+
+# The row mappers and the entity columns are the SQLite store's: the message columns below
+# return the same values in the same order (``failures::text`` is the JSON text SQLite keeps).
+from poisonq.store.sqlite_rows import ENTITY_COLUMNS as _ENTITY_COLUMNS
+from poisonq.store.sqlite_rows import HELD as _HELD
+from poisonq.store.sqlite_rows import LIVE as _LIVE
+from poisonq.store.sqlite_rows import entity_row as entity_from_row
+from poisonq.store.sqlite_rows import message_row as message_from_row
+
+_MESSAGE_COLUMNS = (
+    "seq, message_id, body, content_type, subject, properties, session_id, correlation_id,"
+    " reply_to, state, enqueued_at, scheduled_at, expires_at, delivery_count, abort_count,"
+    " move_count, resubmit_count, hop_count, lock_token, locked_until, dead_letter_reason,"
+    " dead_letter_description, dead_letter_source, failures::text"
+)
+# The counters the retry policy decides on (LockInfo), for a settlement or a lock sweep.
+_LOCK_COLUMNS = "seq, delivery_count, move_count, dead_lettered_deliveries"
+_STATES = {s.value: s for s in MessageState}
+# The messages of an entity past their TTL, by the partial index on expires_at. OFFSET 0 keeps
+# the planner from merging a state condition in here: on a table it has no statistics for yet
+# (a new queue), it would walk every active message by the state index instead.
+_EXPIRING = (
+    "(SELECT seq, state FROM messages WHERE entity_id = %(e)b AND expires_at <= %(now)b OFFSET 0)"
+)
+# Appends a failure record (a JSON object, or NULL for none) to the history, and keeps the
+# columns dead-letter analysis groups by.
+_RECORD_FAILURE = (
+    " failures = CASE WHEN %(failure)b::jsonb IS NULL THEN failures"
+    "   ELSE coalesce(failures, '[]'::jsonb) || jsonb_build_array(%(failure)b::jsonb) END,"
+    " last_error_type = coalesce(%(failure)b::jsonb ->> 'error_type', last_error_type),"
+    " last_fingerprint = coalesce(%(failure)b::jsonb ->> 'fingerprint', last_fingerprint)"
+)
+
+
+def _failure_json(failure: dict[str, Any] | None) -> str | None:
+    # jsonb refuses the escape \u0000, which an exception message may well contain.
+    return json.dumps(failure).replace("\\u0000", "\\ufffd") if failure else None
+
+
+class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
+    # Entities -----------------------------------------------------------------------------
+    def insert_entity(
+        self,
+        name: str,
+        parent_id: int | None,
+        subqueue: SubQueue | None,
+        options: str,
+        now: float,
+    ) -> int:
+        try:
+            with self._db.transaction():  # a savepoint: the error must not abort the rest
+                (row,) = self._all(
+                    "INSERT INTO entities (name, parent_id, subqueue, options, created_at,"
+                    " updated_at) VALUES (%b, %b, %b, %b, %b, %b) RETURNING id",
+                    (name, parent_id, subqueue, options, now, now),
+                )
+        except errors.UniqueViolation as exc:
+            raise EntityExistsError(name) from exc
+        return int(row[0])
+
+    def entity(self, name: str) -> EntityRecord | None:
+        self.flush_ledger()
+        known = self._recall(("entity", name))
+        if known is not None:
+            return cast(EntityRecord, known)
+        # The engine resolves a queue's subqueues (or a subqueue's queue) right after the
+        # entity itself: fetch the whole family in the same round trip.
+        rows = self._all(
+            "WITH named AS (SELECT id, parent_id FROM entities WHERE name = %b)"
+            f" SELECT {_ENTITY_COLUMNS} FROM entities WHERE id IN (SELECT id FROM named)"
+            " OR id IN (SELECT parent_id FROM named) OR parent_id IN (SELECT id FROM named)",
+            (name,),
+        )
+        found = None
+        for record in map(entity_from_row, rows):
+            if record.name == name:
+                found = record
+            else:
+                self._remember(("entity", record.name), record)
+                self._remember(("entity_id", record.id), record)
+        return found
+
+    def entity_by_id(self, entity_id: int) -> EntityRecord:
+        self.flush_ledger()
+        known = self._recall(("entity_id", entity_id))
+        if known is not None:
+            return cast(EntityRecord, known)
+        (row,) = self._all(f"SELECT {_ENTITY_COLUMNS} FROM entities WHERE id = %b", (entity_id,))
+        return entity_from_row(row)
+
+    def entities(self) -> list[EntityRecord]:
+        # With the messages each entity holds, by state, read in the same statement: an audit
+        # compares the two, and under READ COMMITTED separate statements could see other
+        # transactions' commits in between and report a ledger out of balance that is not.
+        self.flush_ledger()
+        rows = self._all(
+            f"SELECT {_ENTITY_COLUMNS}, (SELECT coalesce(jsonb_object_agg(state, n), '{{}}')"
+            " FROM (SELECT state, count(*) AS n FROM messages"
+            " WHERE messages.entity_id = entities.id GROUP BY state) AS held)"
+            " FROM entities ORDER BY name"
+        )
+        records = []
+        for row in rows:
+            record = entity_from_row(row[:-1])
+            held = {_STATES[state]: n for state, n in row[-1].items()}
+            self._remember(("held", record.id), held)
+            records.append(record)
+        return records
+
+    def set_options(self, entity_id: int, options: str, now: float) -> None:
+        self._run(
+            "UPDATE entities SET options = %b, updated_at = %b WHERE id = %b",
+            (options, now, entity_id),
+        )
+
+    def set_status(
+        self, entity_id: int, status: EntityStatus, cause: str | None, now: float
+    ) -> None:
+        self._run(
+            "UPDATE entities SET status = %b, status_cause = %b, updated_at = %b WHERE id = %b",
+            (status.value, cause, now, entity_id),
+        )
+        self.notify = True  # an enabled queue may have messages to receive
+
+    def delete_entity(self, entity_id: int) -> None:
+        # Messages, leases, duplicate-detection ids and tasks go with it (ON DELETE CASCADE).
+        self._ledger.clear()
+        self._run("DELETE FROM entities WHERE id = %(id)b OR parent_id = %(id)b", {"id": entity_id})
+
+    def held_counts(self, entity_id: int) -> dict[MessageState, int]:
+        known = self._recall(("held", entity_id))
+        if known is not None:
+            return cast(dict[MessageState, int], known)
+        rows = self._all(
+            "SELECT state, count(*) FROM messages WHERE entity_id = %b GROUP BY state",
+            (entity_id,),
+        )
+        return {_STATES[state]: n for state, n in rows}
+
+    # Sending ------------------------------------------------------------------------------
+    def insert_messages(
+        self, entity_id: int, rows: Sequence[NewMessage], now: float, *, last: bool = False
+    ) -> list[int]:
+        # One statement for the whole batch: each column is bound as one array and the rows
+        # are rebuilt with unnest, so the statement text (and its prepared plan) never changes
+        # with the batch size. A column no message uses is bound as NULL, which unnest pads.
+        def column(name: str) -> list[Any] | None:
+            values = [getattr(m, name) for m in rows]
+            return values if any(v is not None for v in values) else None
+
+        scheduled = column("scheduled_at")
+        # Counted before it runs (the sizes are known), so that with ``last`` the ledger can
+        # travel with the statement and COMMIT.
+        self._bump(entity_id, sent=len(rows), size_bytes=sum(m.size for m in rows))
+        self.notify = True
+        seqs = self._last_or_all(
+            last,
+            "INSERT INTO messages (entity_id, enqueued_at, state, message_id, body, size,"
+            " content_type, subject, properties, session_id, correlation_id, reply_to,"
+            " scheduled_at, visible_at, expires_at)"
+            " SELECT %b, %b, r.state, r.message_id, r.body, r.size, r.content_type, r.subject,"
+            " r.properties, r.session_id, r.correlation_id, r.reply_to, r.scheduled_at,"
+            " r.scheduled_at, r.expires_at"
+            " FROM unnest(%b::text[], %b::text[], %b::bytea[], %b::int[], %b::text[], %b::text[],"
+            " %b::text[], %b::text[], %b::text[], %b::text[], %b::float8[], %b::float8[])"
+            " WITH ORDINALITY AS r(state, message_id, body, size, content_type, subject,"
+            " properties, session_id, correlation_id, reply_to, scheduled_at, expires_at, n)"
+            " ORDER BY r.n RETURNING seq",
+            (
+                entity_id,
+                now,
+                [m.state.value for m in rows],
+                [m.message_id for m in rows],
+                [m.body for m in rows],
+                [m.size for m in rows],
+                column("content_type"),
+                column("subject"),
+                column("properties"),
+                column("session_id"),
+                column("correlation_id"),
+                column("reply_to"),
+                scheduled,
+                column("expires_at"),
+            ),
+        )
+        # Identity values are drawn in the order the rows are inserted (ORDER BY r.n).
+        return sorted(row[0] for row in seqs)
+
+    def seen_message_ids(self, entity_id: int, message_ids: Sequence[str], now: float) -> set[str]:
+        rows = self._all(
+            "SELECT message_id FROM seen_message_ids WHERE entity_id = %b AND expires_at > %b"
+            " AND message_id = ANY(%b)",
+            (entity_id, now, list(message_ids)),
+        )
+        return {row[0] for row in rows}
+
+    def remember_message_ids(
+        self, entity_id: int, message_ids: Sequence[str], expires_at: float
+    ) -> None:
+        self._run(
+            "INSERT INTO seen_message_ids (entity_id, message_id, expires_at)"
+            " SELECT %b, unnest(%b::text[]), %b ON CONFLICT (entity_id, message_id)"
+            " DO UPDATE SET expires_at = excluded.expires_at",
+            (entity_id, list(message_ids), expires_at),
+        )
+
+    def forget_message_ids(self, now: float) -> int:
+        return self._count("DELETE FROM seen_message_ids WHERE expires_at <= %b", (now,))
+
+    # Receiving ----------------------------------------------------------------------------
+    def lock_ready(
+        self,
+        entity_id: int,
+        name: str,
+        ready: MessageState,
+        limit: int,
+        token: str,
+        locked_until: float,
+        session_id: str | None = None,
+        *,
+        last: bool = False,
+    ) -> list[ReceivedMessage]:
+        session = "" if session_id is None else " AND session_id = %b"
+        params: tuple[object, ...] = (token, locked_until, entity_id, ready.value)
+        params += () if session_id is None else (session_id,)
+        rows = self._last_or_all(
+            last,
+            "UPDATE messages SET state = 'locked', lock_token = %b, locked_until = %b,"
+            " delivery_count = delivery_count + 1"
+            f" WHERE seq IN (SELECT seq FROM messages WHERE entity_id = %b AND state = %b{session}"
+            f" ORDER BY seq LIMIT %b FOR UPDATE SKIP LOCKED) RETURNING {_MESSAGE_COLUMNS}",
+            (*params, limit),
+        )
+        rows.sort(key=lambda row: row[0])
+        return [message_from_row(row, name) for row in rows]
+
+    def take_ready(
+        self, entity_id: int, name: str, ready: MessageState, limit: int
+    ) -> list[ReceivedMessage]:
+        rows = self._all(
+            "DELETE FROM messages WHERE seq IN (SELECT seq FROM messages WHERE entity_id = %b"
+            " AND state = %b ORDER BY seq LIMIT %b FOR UPDATE SKIP LOCKED)"
+            f" RETURNING {_MESSAGE_COLUMNS}, size",
+            (entity_id, ready.value, limit),
+        )
+        rows.sort(key=lambda row: row[0])
+        self._bump(entity_id, completed=len(rows), size_bytes=-sum(row[-1] for row in rows))
+        taken = [message_from_row(row[:-1], name) for row in rows]
+        for message in taken:
+            message.delivery_count += 1
+            message.state = MessageState.COMPLETED
+        return taken
+
+    def lock_deferred(
+        self, entity_id: int, name: str, seqs: Sequence[int], token: str, locked_until: float
+    ) -> list[ReceivedMessage]:
+        rows = self._all(
+            "UPDATE messages SET state = 'locked', lock_token = %b, locked_until = %b,"
+            " delivery_count = delivery_count + 1"
+            " WHERE entity_id = %b AND state = 'deferred' AND seq = ANY(%b)"
+            f" RETURNING {_MESSAGE_COLUMNS}",
+            (token, locked_until, entity_id, list(seqs)),
+        )
+        rows.sort(key=lambda row: row[0])
+        return [message_from_row(row, name) for row in rows]
+
+    def peek(self, entity_id: int, name: str, from_seq: int, limit: int) -> list[ReceivedMessage]:
+        rows = self._all(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE entity_id = %b AND seq >= %b"
+            " ORDER BY seq LIMIT %b",
+            (entity_id, from_seq, limit),
+        )
+        return [message_from_row(row, name) for row in rows]
+
+    def seq_span(self, entity_id: int) -> tuple[int, int, int]:
+        ((count, lo, hi),) = self._all(
+            "SELECT count(*), min(seq), max(seq) FROM messages WHERE entity_id = %b",
+            (entity_id,),
+        )
+        return (count, lo, hi) if count else (0, 0, -1)
+
+    def message(self, entity_id: int, name: str, seq: int) -> ReceivedMessage | None:
+        rows = self._all(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE entity_id = %b AND seq = %b",
+            (entity_id, seq),
+        )
+        return message_from_row(rows[0], name) if rows else None
+
+    def locked(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[LockInfo]:
+        # FOR UPDATE: the settlement that follows acts on exactly these rows, and no lock
+        # sweep of another transaction can release them in between.
+        rows = self._all(
+            f"SELECT {_LOCK_COLUMNS} FROM messages WHERE entity_id = %b"
+            " AND state = 'locked' AND lock_token = %b AND locked_until > %b AND seq = ANY(%b)"
+            " ORDER BY seq FOR UPDATE",
+            (entity_id, token, now, list(seqs)),
+        )
+        return [LockInfo(*row) for row in rows]
+
+    def _sweep_ahead(self, entity_id: int, now: float) -> Cursor[Any]:
+        """Queue a receive's housekeeping reads: the expired locks (returned, to be fetched)
+        and whether any scheduled message is due or any message past its TTL (remembered).
+        promote_scheduled and expired_messages usually find nothing, and then cost nothing."""
+        # SKIP LOCKED: an expired lock that another transaction is already releasing (or its
+        # owner is settling, and will find lost) is that transaction's to handle.
+        locks = self._run(
+            f"SELECT {_LOCK_COLUMNS} FROM messages WHERE entity_id = %b"
+            " AND state = 'locked' AND locked_until <= %b ORDER BY seq FOR UPDATE SKIP LOCKED",
+            (entity_id, now),
+        )
+        (quiet,) = self._all(
+            "SELECT NOT EXISTS (SELECT FROM messages WHERE entity_id = %(e)b"
+            "   AND state = 'scheduled' AND visible_at <= %(now)b),"
+            f" NOT EXISTS (SELECT FROM {_EXPIRING} m WHERE state IN ('scheduled', 'active',"
+            " 'deferred'))",
+            {"e": entity_id, "now": now},
+        )
+        self._remember(("nothing due", entity_id, now), quiet[0])
+        self._remember(("nothing expired", entity_id, now), quiet[1])
+        return locks
+
+    def _sweep_after(self, entity_id: int, now: float) -> None:
+        """Send a receive's housekeeping reads with a settlement (in its round trip): in
+        complete_and_receive and settle_and_receive the receive follows at once. Locking the
+        expired locks a moment early is harmless when none follows: the transaction ends."""
+        expired = [LockInfo(*row) for row in self._sweep_ahead(entity_id, now).fetchall()]
+        self._remember(("expired locks", entity_id, now), expired)
+
+    def expired_locks(self, entity_id: int, now: float) -> list[LockInfo]:
+        known = self._recall(("expired locks", entity_id, now))
+        if known is not None:
+            return cast(list[LockInfo], known)
+        return [LockInfo(*row) for row in self._sweep_ahead(entity_id, now).fetchall()]
+
+    def expired_messages(self, entity_id: int, now: float) -> list[int]:
+        if self._recall(("nothing expired", entity_id, now)):
+            return []
+        rows = self._all(
+            f"SELECT seq FROM messages WHERE seq IN (SELECT seq FROM {_EXPIRING} m)"
+            " AND state IN ('scheduled', 'active', 'deferred') ORDER BY seq"
+            " FOR UPDATE SKIP LOCKED",
+            {"e": entity_id, "now": now},
+        )
+        return [row[0] for row in rows]
+
+    def promote_scheduled(self, entity_id: int, now: float) -> int:
+        if self._recall(("nothing due", entity_id, now)):
+            return 0
+        promoted = self._count(
+            "UPDATE messages SET state = 'active' WHERE entity_id = %b AND state = 'scheduled'"
+            " AND visible_at <= %b",
+            (entity_id, now),
+        )
+        self.notify = self.notify or promoted > 0
+        return promoted
+
+    def due_scheduled(self, entity_id: int, now: float) -> list[int]:
+        # Locked, for the move that follows; one another receive is moving already is its own.
+        rows = self._all(
+            "SELECT seq FROM messages WHERE entity_id = %b AND state = 'scheduled'"
+            " AND visible_at <= %b ORDER BY seq FOR UPDATE SKIP LOCKED",
+            (entity_id, now),
+        )
+        return [row[0] for row in rows]
+
+    # Moves between entities, the rollback counter ----------------------------------------
+    def move(
+        self,
+        entity_id: int,
+        seqs: Sequence[int],
+        target_id: int,
+        state: MessageState | None,
+        visible_at: float | None,
+        move_count: int = 0,
+        hop_count: int = 0,
+    ) -> list[int]:
+        rows = self._all(
+            "UPDATE messages SET entity_id = %(target)b, state = coalesce(%(state)b::text, state),"
+            " visible_at = coalesce(%(visible)b::float8, visible_at),"
+            " move_count = move_count + %(moves)b, hop_count = hop_count + %(hops)b"
+            f" WHERE entity_id = %(entity)b AND state IN {_HELD} AND state != 'locked'"
+            " AND seq = ANY(%(seqs)b) RETURNING seq, size",
+            {
+                "target": target_id,
+                "state": None if state is None else state.value,
+                "visible": visible_at,
+                "moves": move_count,
+                "hops": hop_count,
+                "entity": entity_id,
+                "seqs": list(seqs),
+            },
+        )
+        moved, size = len(rows), sum(row[1] for row in rows)
+        self._bump(entity_id, moved_out=moved, size_bytes=-size)
+        self._bump(target_id, moved_in=moved, size_bytes=size)
+        self.notify = self.notify or moved > 0
+        return sorted(row[0] for row in rows)
+
+    def add_rollbacks(self, entity_id: int, count: int) -> int:
+        # Written at once, not with the ledger at commit: the engine decides on the total.
+        ((total,),) = self._all(
+            "UPDATE entities SET rollbacks = rollbacks + %b WHERE id = %b RETURNING rollbacks",
+            (count, entity_id),
+        )
+        return int(total)
+
+    def reset_rollbacks(self, entity_id: int) -> None:
+        self._run(
+            "UPDATE entities SET rollbacks = 0 WHERE id = %b AND rollbacks != 0", (entity_id,)
+        )
+
+    # Settling -----------------------------------------------------------------------------
+    def complete(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
+        done = self._delete_locked(entity_id, token, now, "seq = ANY(%b)", list(seqs))
+        self._sweep_after(entity_id, now)
+        return self._completed(entity_id, done)
+
+    def complete_span(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> int:
+        return len(
+            self._completed(
+                entity_id,
+                self._delete_locked(entity_id, token, now, "seq BETWEEN %b AND %b", lo, hi),
+            )
+        )
+
+    def _delete_locked(
+        self, entity_id: int, token: str, now: float, which: str, *params: object
+    ) -> Cursor[Any]:
+        """Queue the deletion of the messages ``which`` names that are validly locked under
+        ``token`` (a completion); :meth:`_completed` reads its result."""
+        return self._run(
+            "DELETE FROM messages WHERE entity_id = %b AND state = 'locked' AND lock_token = %b"
+            f" AND locked_until > %b AND {which} RETURNING seq, size",
+            (entity_id, token, now, *params),
+        )
+
+    def _completed(self, entity_id: int, done: Cursor[Any]) -> list[int]:
+        rows = done.fetchall()
+        self._bump(entity_id, completed=len(rows), size_bytes=-sum(row[1] for row in rows))
+        return [row[0] for row in rows]
+
+    def release(
+        self,
+        entity_id: int,
+        seqs: Sequence[int],
+        ready: MessageState,
+        failure: dict[str, Any] | None,
+        lock_expired: bool,
+    ) -> int:
+        changed = self._count(
+            "UPDATE messages SET state = %(ready)b, lock_token = NULL, locked_until = NULL,"
+            f" abort_count = abort_count + 1, {_RECORD_FAILURE}"
+            " WHERE entity_id = %(entity)b AND state = 'locked' AND seq = ANY(%(seqs)b)",
+            {
+                "ready": ready.value,
+                "failure": _failure_json(failure),
+                "entity": entity_id,
+                "seqs": list(seqs),
+            },
+        )
+        if lock_expired:
+            self._bump(entity_id, lock_expiries=changed)
+        else:
+            self._bump(entity_id, abandoned=changed)
+        self.notify = True
+        return changed
+
+    def defer(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> int:
+        return self._count(
+            "UPDATE messages SET state = 'deferred', lock_token = NULL, locked_until = NULL"
+            " WHERE entity_id = %b AND state = 'locked' AND lock_token = %b AND locked_until > %b"
+            " AND seq = ANY(%b)",
+            (entity_id, token, now, list(seqs)),
+        )
+
+    def renew(
+        self, entity_id: int, token: str, seqs: Sequence[int], now: float, locked_until: float
+    ) -> int:
+        return self._count(
+            "UPDATE messages SET locked_until = %b WHERE entity_id = %b AND state = 'locked'"
+            " AND lock_token = %b AND locked_until > %b AND seq = ANY(%b)",
+            (locked_until, entity_id, token, now, list(seqs)),
+        )
+
+    def dead_letter(
+        self,
+        entity_id: int,
+        seqs: Sequence[int],
+        target_id: int,
+        reason: str,
+        description: str | None,
+        source: str,
+        failure: dict[str, Any] | None,
+        now: float,
+        lock_token: str | None = None,
+    ) -> list[int]:
+        moving = self._run(
+            "UPDATE messages SET entity_id = %(target)b, state = 'dead_lettered',"
+            " lock_token = NULL, locked_until = NULL, dead_letter_reason = %(reason)b,"
+            # Without a description, the last recorded failure describes the message.
+            " dead_letter_description = coalesce(%(description)b,"
+            "   (failures -> -1 ->> 'error_type') || ': ' || (failures -> -1 ->> 'message')),"
+            " dead_letter_source = %(source)b, dead_lettered_at = %(now)b,"
+            f" dead_lettered_deliveries = delivery_count, {_RECORD_FAILURE}"
+            f" WHERE entity_id = %(entity)b AND state IN {_LIVE}"
+            " AND (%(token)b::text IS NULL"
+            "   OR (state = 'locked' AND lock_token = %(token)b AND locked_until > %(now)b))"
+            " AND seq = ANY(%(seqs)b) RETURNING seq, size",
+            {
+                "target": target_id,
+                "reason": reason,
+                "description": description,
+                "source": source,
+                "now": now,
+                "failure": _failure_json(failure),
+                "entity": entity_id,
+                "token": lock_token,
+                "seqs": list(seqs),
+            },
+        )
+        if lock_token is not None:  # a receiver's settlement: a receive may follow
+            self._sweep_after(entity_id, now)
+        rows = moving.fetchall()
+        moved, size = len(rows), sum(row[1] for row in rows)
+        self._bump(entity_id, moved_out=moved, dead_lettered=moved, size_bytes=-size)
+        self._bump(target_id, moved_in=moved, size_bytes=size)
+        self.notify = self.notify or moved > 0
+        return sorted(row[0] for row in rows)
+
+    def count_poisoned(self, entity_id: int, count: int) -> None:
+        self._bump(entity_id, poisoned=count)
+
+    def drop(self, entity_id: int, seqs: Sequence[int]) -> int:
+        rows = self._all(
+            f"DELETE FROM messages WHERE entity_id = %b AND state IN {_HELD} AND seq = ANY(%b)"
+            " RETURNING size",
+            (entity_id, list(seqs)),
+        )
+        self._bump(entity_id, dropped=len(rows), size_bytes=-sum(row[0] for row in rows))
+        return len(rows)
+
+    def resubmit(
+        self,
+        entity_id: int,
+        seqs: Sequence[int],
+        target_id: int,
+        now: float,
+        expires_at: float | None,
+    ) -> int:
+        # One statement moves the rows: the copies get new, ascending sequence numbers (in
+        # the old order), so a resubmitted message joins the back of the queue as a new send.
+        rows = self._all(
+            "WITH gone AS (DELETE FROM messages WHERE entity_id = %(entity)b"
+            " AND state IN ('active', 'deferred', 'dead_lettered') AND seq = ANY(%(seqs)b)"
+            " RETURNING *)"
+            " INSERT INTO messages (entity_id, state, message_id, body, size, content_type,"
+            " subject, properties, session_id, correlation_id, reply_to, enqueued_at, expires_at,"
+            " abort_count, resubmit_count, hop_count, last_error_type, last_fingerprint, failures)"
+            " SELECT %(target)b, 'active', message_id, body, size, content_type, subject,"
+            " properties, session_id, correlation_id, reply_to, %(now)b, %(expires)b,"
+            " abort_count, resubmit_count + 1, hop_count, last_error_type, last_fingerprint,"
+            " failures FROM gone ORDER BY seq RETURNING size",
+            {
+                "entity": entity_id,
+                "seqs": list(seqs),
+                "target": target_id,
+                "now": now,
+                "expires": expires_at,
+            },
+        )
+        moved, size = len(rows), sum(row[0] for row in rows)
+        self._bump(entity_id, moved_out=moved, resubmitted=moved, size_bytes=-size)
+        self._bump(target_id, moved_in=moved, size_bytes=size)
+        self.notify = self.notify or moved > 0
+        return moved
