@@ -20,7 +20,8 @@ from poisonq.cli.app import App
 from poisonq.cli.output import emit, json_option, messages_table, progress
 from poisonq.errors import InvalidOptionError, PoisonqError
 from poisonq.jsonview import message_json
-from poisonq.model import Message, PropertyValue, ReceiveMode
+from poisonq.model import Message, PropertyValue, ReceivedMessage, ReceiveMode
+from poisonq.receivers import Receiver
 
 SEND_BATCH = 500
 TEXT_FIELDS = ("message_id", "subject", "content_type", "correlation_id", "reply_to", "session_id")
@@ -152,6 +153,9 @@ def _send_all(
     "--property", "properties", multiple=True, metavar="KEY=VALUE", help="A property (repeatable)."
 )
 @click.option("--ttl", type=click.FloatRange(min=0, min_open=True), help="Time to live in seconds.")
+@click.option("--session-id", help="Session of the messages (required by a session queue).")
+@click.option("--correlation-id", help="Correlation id.")
+@click.option("--reply-to", help="The sender's queue (where 'reject' dead-letters a poison one).")
 @click.option(
     "--batch-size",
     type=click.IntRange(1, 5000),
@@ -172,6 +176,9 @@ def send(
     content_type: str | None,
     properties: tuple[str, ...],
     ttl: float | None,
+    session_id: str | None,
+    correlation_id: str | None,
+    reply_to: str | None,
     batch_size: int,
     as_json: bool,
 ) -> None:
@@ -194,6 +201,9 @@ def send(
         ("subject", subject),
         ("content_type", content_type),
         ("time_to_live", ttl),
+        ("session_id", session_id),
+        ("correlation_id", correlation_id),
+        ("reply_to", reply_to),
     ):
         if value is not None:
             defaults[name] = value
@@ -242,6 +252,10 @@ SETTLE_CHOICES = ("complete", "abandon", "defer", "none")
     type=click.Choice(SETTLE_CHOICES),
     help="What to do with peek-locked messages [default: complete]; 'none' keeps the lock.",
 )
+@click.option("--session", "session_id", help="Accept this session of a session queue.")
+@click.option(
+    "--next-session", is_flag=True, help="Accept the next session with messages nobody holds."
+)
 @json_option
 @click.pass_obj
 def receive(
@@ -252,28 +266,50 @@ def receive(
     wait: float,
     mode: str,
     settle: str | None,
+    session_id: str | None,
+    next_session: bool,
     as_json: bool,
 ) -> None:
     """Receive messages and settle them.
 
     Receives up to --max messages from ADDRESS and completes them (so a receive consumes
-    them) unless --settle says otherwise.
+    them) unless --settle says otherwise. A session queue is received from by session
+    (--session ID or --next-session), in order; the session is given up afterwards.
     """
     receive_mode = ReceiveMode(mode.replace("-", "_"))
     if receive_mode is ReceiveMode.RECEIVE_AND_DELETE and settle not in (None, "none"):
         raise click.UsageError("messages received with receive-and-delete cannot be settled")
-    receiver = app.broker.receiver(address, receive_mode=receive_mode)
-    messages = receiver.receive(max_messages=max_messages, max_wait=wait)
-    if messages and receive_mode is ReceiveMode.PEEK_LOCK:
-        match settle or "complete":
-            case "complete":
-                receiver.complete(messages)
-            case "abandon":
-                receiver.abandon(messages)
-            case "defer":
-                receiver.defer(messages)
+    sessions = session_id is not None or next_session
+    if sessions and (session_id is not None) == next_session:
+        raise click.UsageError("give --session ID or --next-session, not both")
+    if sessions and receive_mode is ReceiveMode.RECEIVE_AND_DELETE:
+        raise click.UsageError("a session is received from in peek-lock mode")
+    receiver: Receiver | None
+    if session_id is not None:
+        receiver = app.broker.accept_session(address, session_id)
+    elif next_session:
+        receiver = app.broker.accept_next_session(address)
+    else:
+        receiver = app.broker.receiver(address, receive_mode=receive_mode)
+    messages = [] if receiver is None else _receive(receiver, max_messages, wait, settle)
     data = [message_json(m) for m in messages]
     emit(app, as_json, data, lambda: messages_table(f"received from {address}", messages))
+
+
+def _receive(
+    receiver: Receiver, max_messages: int, wait: float, settle: str | None
+) -> list[ReceivedMessage]:
+    with receiver:
+        messages = receiver.receive(max_messages=max_messages, max_wait=wait)
+        if messages and receiver.receive_mode is ReceiveMode.PEEK_LOCK:
+            match settle or "complete":
+                case "complete":
+                    receiver.complete(messages)
+                case "abandon":
+                    receiver.abandon(messages)
+                case "defer":
+                    receiver.defer(messages)
+    return messages
 
 
 @click.command()

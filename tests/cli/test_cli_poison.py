@@ -74,3 +74,19 @@ def test_dlq_list_and_show_read_the_namespace_dead_letter_queue(url: str, api: B
     assert (group["key"], group["count"]) == ("Rejected", 1)
     shown = run_json(url, "dlq", "show", "$deadletterqueue", str(seq))
     assert shown["dead_letter_source"] == "orders"
+
+
+def test_send_and_receive_by_session_on_a_session_queue(url: str, api: Broker) -> None:
+    run(url, "queue", "create", "orders", "--requires-session")
+    run(url, "send", "orders", "a1", "a2", "--session-id", "alice", "--reply-to", "shop")
+    run(url, "send", "orders", "b1", "--session-id", "bob")
+    refused = run(url, "receive", "orders", code=2)
+    assert_one_error_line(refused, "requires sessions")
+    alice = run_json(url, "receive", "orders", "--session", "alice", "--max", "5")
+    assert [m["body"] for m in alice] == ["a1", "a2"]  # in order, completed
+    assert {m["session_id"] for m in alice} == {"alice"} and alice[0]["reply_to"] == "shop"
+    [bob] = run_json(url, "receive", "orders", "--next-session", "--max", "5")
+    assert bob["body"] == "b1"
+    assert run_json(url, "receive", "orders", "--next-session") == []  # none left
+    run(url, "receive", "orders", "--session", "x", "--next-session", code=2)
+    assert api.counts("orders")["completed"] == 3
