@@ -89,7 +89,7 @@ class Leasing(Receiving):
     def _renew_lease(
         self, tx: Transaction, entity: EntityRecord, lease: Lease, now: float, until: float
     ) -> int:
-        seqs = _held(tx, entity, lease, now)
+        seqs = tx.lease_seqs(entity.id, lease.lock_token, *_span(lease), now)
         return tx.renew(entity.id, lease.lock_token, seqs, now, until) if seqs else 0
 
     def complete_lease(self, lease: Lease) -> int:
@@ -98,19 +98,13 @@ class Leasing(Receiving):
         now = self.clock.now()
         with self.store.transaction() as tx:
             entity = self._resolve(tx, lease.entity).entity
-            span = (lease.min_sequence, lease.max_sequence)
-            completed = tx.complete_span(entity.id, lease.lock_token, *span, now)
+            completed = tx.complete_span(entity.id, lease.lock_token, *_span(lease), now)
             if completed and entity.rollbacks:
                 tx.reset_rollbacks(entity.id)
             return completed
 
 
-def _held(tx: Transaction, entity: EntityRecord, lease: Lease, now: float) -> list[int]:
-    """The lease's messages still locked under its token."""
-    return tx.lease_seqs(entity.id, lease.lock_token, lease.min_sequence, lease.max_sequence, now)
-
-
-def _span(lease: Lease, lo: int | None, hi: int | None) -> tuple[int, int]:
+def _span(lease: Lease, lo: int | None = None, hi: int | None = None) -> tuple[int, int]:
     return (
         lease.min_sequence if lo is None else max(lo, lease.min_sequence),
         lease.max_sequence if hi is None else min(hi, lease.max_sequence),

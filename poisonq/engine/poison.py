@@ -87,11 +87,10 @@ class Poisoning(Routing):
             return seqs
         entity = target.entity
         chosen = set(seqs)
-        for seq in seqs:
-            message = tx.message(entity.id, entity.name, seq)
-            if message is not None and message.session_id is not None:
-                where = MessageFilter(session_id=message.session_id)
-                chosen.update(tx.select(entity.id, where, 0, _EVERYTHING))
+        sessions = {m.session_id for m in tx.messages(entity.id, entity.name, seqs)}
+        for session_id in sessions - {None}:
+            where = MessageFilter(session_id=session_id)
+            chosen.update(tx.select(entity.id, where, 0, _EVERYTHING))
         return sorted(chosen)
 
     def _poison(
@@ -145,9 +144,9 @@ class Poisoning(Routing):
         the namespace dead-letter queue (MSMQ's negative acknowledgement)."""
         entity = target.entity
         by_destination: dict[int, list[int]] = defaultdict(list)
-        for seq in seqs:
-            message = tx.message(entity.id, entity.name, seq)
-            sender = tx.entity(message.reply_to) if message and message.reply_to else None
+        for message in tx.messages(entity.id, entity.name, seqs):
+            seq = message.sequence_number
+            sender = tx.entity(message.reply_to) if message.reply_to else None
             if sender is not None and sender.parent_id is None and sender.subqueue is None:
                 dlq = self._child(
                     tx, Target(sender, sender, self._spec(sender)), SubQueue.DEADLETTER
@@ -263,11 +262,7 @@ class Poisoning(Routing):
         event = StatusEvent.from_text(entity.status_cause, now)
         if event is None or event.kind is not StatusEventKind.FAULT:
             return ()
-        left = []
-        for seq in (event.sequence_number, *event.pending):
-            if seq is None or seq == resolved:
-                continue
-            found = tx.message(entity.id, entity.name, seq)
-            if found is not None and found.state is not MessageState.LOCKED:
-                left.append(seq)
-        return tuple(left)
+        named = [s for s in (event.sequence_number, *event.pending) if s not in (None, resolved)]
+        held = tx.messages(entity.id, entity.name, named)
+        waiting = {m.sequence_number for m in held if m.state is not MessageState.LOCKED}
+        return tuple(seq for seq in named if seq in waiting)

@@ -49,14 +49,9 @@ class Routing(EngineBase):
         )
         destination = target.options.forward_dead_lettered_messages_to
         if moved and destination:
-            hops = {seq: self._hops(tx, dlq, seq) for seq in moved}
+            hops = {m.sequence_number: m.hop_count for m in tx.messages(dlq.id, dlq.name, moved)}
             self._forward(tx, target, dlq, hops, destination, now, strict=False)
         return moved
-
-    @staticmethod
-    def _hops(tx: Transaction, entity: EntityRecord, seq: int) -> int:
-        message = tx.message(entity.id, entity.name, seq)
-        return 0 if message is None else message.hop_count
 
     def _forward(
         self,
@@ -117,10 +112,7 @@ class Routing(EngineBase):
             return f"{entity.name} is a {dest.kind}, not a queue"
         if not entity.status.can_send:
             return f"destination {entity.name} is {entity.status}"
-        size = 0
-        for seq in seqs:
-            message = tx.message(holder.id, holder.name, seq)
-            size += len(message.body) if message else 0
+        size = sum(len(m.body) for m in tx.messages(holder.id, holder.name, seqs))
         if entity.ledger.size_bytes + size > dest.options.max_size:
             return f"destination {entity.name} is full (max_size {dest.options.max_size} bytes)"
         return None

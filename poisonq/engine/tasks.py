@@ -23,11 +23,9 @@ class Tasks(EngineBase):
         check_count(limit, "limit")
         with self.store.transaction() as tx:
             entity = self._resolve(tx, address).entity
-            found = (
-                tx.message(entity.id, entity.name, seq)
-                for seq in tx.select(entity.id, where, after_seq, limit)
+            return tx.messages(
+                entity.id, entity.name, tx.select(entity.id, where, after_seq, limit)
             )
-            return [message for message in found if message is not None]
 
     def count_matching(self, address: str, where: MessageFilter) -> int:
         """How many unlocked held messages of ``address`` match ``where``."""

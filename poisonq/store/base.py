@@ -258,6 +258,10 @@ class Transaction(ABC):
     def message(self, entity_id: int, name: str, seq: int) -> ReceivedMessage | None: ...
 
     @abstractmethod
+    def messages(self, entity_id: int, name: str, seqs: Sequence[int]) -> list[ReceivedMessage]:
+        """Those of ``seqs`` the entity holds, ascending: one query for a batch."""
+
+    @abstractmethod
     def locked(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[LockInfo]:
         """Those of ``seqs`` locked under ``token`` with a lock still valid at ``now``."""
 

@@ -268,6 +268,14 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
         ).fetchone()
         return message_row(row, name) if row else None
 
+    def messages(self, entity_id: int, name: str, seqs: Sequence[int]) -> list[ReceivedMessage]:
+        rows = self._db.execute(
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE entity_id = ? AND seq IN {SEQS}"
+            " ORDER BY seq",
+            (entity_id, seqs_json(seqs)),
+        )
+        return [message_row(row, name) for row in rows]
+
     def locked(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[LockInfo]:
         rows = self._db.execute(
             "SELECT seq, delivery_count, move_count, dead_lettered_deliveries FROM messages"

@@ -320,6 +320,14 @@ class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
         )
         return message_from_row(rows[0], name) if rows else None
 
+    def messages(self, entity_id: int, name: str, seqs: Sequence[int]) -> list[ReceivedMessage]:
+        rows = self._all(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE entity_id = %b AND seq = ANY(%b)"
+            " ORDER BY seq",
+            (entity_id, list(seqs)),
+        )
+        return [message_from_row(row, name) for row in rows]
+
     def locked(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[LockInfo]:
         # FOR UPDATE: the settlement that follows acts on exactly these rows, and no lock
         # sweep of another transaction can release them in between.
