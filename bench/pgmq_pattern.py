@@ -60,8 +60,12 @@ class PgmqQueue:
 
     def __init__(self, url: str) -> None:
         self.conn = psycopg.connect(url, autocommit=True, prepare_threshold=0)
+
+    def fresh(self) -> PgmqQueue:
+        """Start again from empty tables (a new round of the benchmark)."""
         self.conn.execute("DROP TABLE IF EXISTS pgmq_q, pgmq_a")
         self.conn.execute(SCHEMA.encode(), prepare=False)
+        return self
 
     def send(self, count: int, body: str, batch: int) -> float:
         """Send ``count`` messages in batches; returns messages per second."""
@@ -84,5 +88,5 @@ class PgmqQueue:
         return count / (time.perf_counter() - started)
 
     def close(self) -> None:
-        self.conn.execute("DROP TABLE pgmq_q, pgmq_a")
+        self.conn.execute("DROP TABLE IF EXISTS pgmq_q, pgmq_a")
         self.conn.close()

@@ -7,12 +7,16 @@ received. Prints one machine-readable line:
     store=sqlite produce_msgs_per_s=... consume_complete_msgs_per_s=... dlq_move_msgs_per_s=...
 
 With a PostgreSQL store (``--url postgresql://...``, or ``--postgres`` for a temporary
-server started from the machine's binaries, durable as installed) it then runs the plain pgmq
+server started from the machine's binaries, durable as installed) it also runs the plain pgmq
 SQL pattern (``bench/pgmq_pattern.py``) on the same server with the same batches, each phase
-right after poisonq's (so both meet the same load on a shared machine), and prints
-a second line with its rates and poisonq's ratio to them:
+right beside poisonq's (so both meet the same load on a shared machine), and prints a second
+line with its rates and poisonq's ratio to them:
 
     pgmq_produce_msgs_per_s=... ratio_produce=... ratio_consume_complete=... ratio_dlq_move=...
+
+The machine's speed drifts by ±20 % from one second to the next on a shared host, so the
+phases run ``--rounds`` times (who goes first alternates) and each number printed is the
+median over the rounds; a ratio is the median of the rounds' ratios.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ import contextlib
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from statistics import median
 
 import pgmq_pattern
 
@@ -62,28 +67,48 @@ def _drain(broker: poisonq.Broker, queue: str, count: int, batch: int, dead_lett
     return count / (time.perf_counter() - started)
 
 
-def _phases(
-    broker: poisonq.Broker, pgmq: pgmq_pattern.PgmqQueue | None, args: argparse.Namespace
+def _round(
+    broker: poisonq.Broker,
+    pgmq: pgmq_pattern.PgmqQueue | None,
+    args: argparse.Namespace,
+    ours_first: bool,
 ) -> tuple[dict[str, float], dict[str, float]]:
-    """Run each phase on poisonq, then at once on pgmq (when given), so that both meet the
-    same load on a shared machine. Returns the rates of each."""
+    """Run each phase on poisonq and, when given, at once on pgmq (the order as told), so
+    that both meet the same load. Returns the rates of each."""
     body = os.urandom(args.size // 2 + 1).hex()[: args.size]
-    queue = f"bench-{os.getpid()}-{int(time.time())}"
+    queue = f"bench-{os.getpid()}-{time.monotonic_ns()}"
     broker.create_queue(queue)
     ours: dict[str, float] = {}
     theirs: dict[str, float] = {}
+    plain = pgmq.fresh() if pgmq else None
+
+    def both(phase: str, mine: Callable[[], float], other: Callable[[], float]) -> None:
+        if plain is None:
+            ours[phase] = mine()
+        elif ours_first:
+            ours[phase], theirs[phase] = mine(), other()
+        else:
+            theirs[phase], ours[phase] = other(), mine()
+
     try:
-        ours["produce"] = _send(broker, queue, args.messages, body.encode(), args.batch)
-        if pgmq:
-            theirs["produce"] = pgmq.send(args.messages, body, args.batch)
-        ours["consume_complete"] = _drain(broker, queue, args.messages, args.batch, False)
-        if pgmq:
-            theirs["consume_complete"] = pgmq.drain(args.messages, args.batch, archive=False)
+        both(
+            "produce",
+            lambda: _send(broker, queue, args.messages, body.encode(), args.batch),
+            lambda: plain.send(args.messages, body, args.batch) if plain else 0.0,
+        )
+        both(
+            "consume_complete",
+            lambda: _drain(broker, queue, args.messages, args.batch, False),
+            lambda: plain.drain(args.messages, args.batch, archive=False) if plain else 0.0,
+        )
         _send(broker, queue, args.dead_letter, body.encode(), args.batch)
-        ours["dlq_move"] = _drain(broker, queue, args.dead_letter, args.batch, True)
-        if pgmq:
-            pgmq.send(args.dead_letter, body, args.batch)
-            theirs["dlq_move"] = pgmq.drain(args.dead_letter, args.batch, archive=True)
+        if plain:
+            plain.send(args.dead_letter, body, args.batch)
+        both(
+            "dlq_move",
+            lambda: _drain(broker, queue, args.dead_letter, args.batch, True),
+            lambda: plain.drain(args.dead_letter, args.batch, archive=True) if plain else 0.0,
+        )
         assert broker.audit().ok, "the ledger does not balance"
     finally:
         broker.delete_queue(queue)
@@ -113,24 +138,32 @@ def main() -> None:
     parser.add_argument("--dead-letter", type=int, default=10_000)
     parser.add_argument("--size", type=int, default=512)
     parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="runs of every phase; medians are printed"
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp, _store_url(args, tmp) as url:
         store = url.split(":", 1)[0]
         postgres = store in ("postgresql", "postgres")
         pgmq = pgmq_pattern.PgmqQueue(url) if postgres else None
+        rounds = []
         try:
             with poisonq.connect(url) as broker:
-                rates, plain = _phases(broker, pgmq, args)
+                for number in range(args.rounds):
+                    rounds.append(_round(broker, pgmq, args, ours_first=number % 2 == 0))
         finally:
             if pgmq:
                 pgmq.close()
+        rates = {k: median(ours[k] for ours, _ in rounds) for k in PHASES}
         print(f"store={store} " + " ".join(f"{k}_msgs_per_s={v:.0f}" for k, v in rates.items()))
-        if plain:
+        if pgmq:
+            plain = {k: median(theirs[k] for _, theirs in rounds) for k in PHASES}
+            ratios = {k: median(ours[k] / theirs[k] for ours, theirs in rounds) for k in PHASES}
             print(
                 " ".join(f"pgmq_{k}_msgs_per_s={v:.0f}" for k, v in plain.items())
                 + " "
-                + " ".join(f"ratio_{k}={rates[k] / plain[k]:.2f}" for k in PHASES)
+                + " ".join(f"ratio_{k}={ratios[k]:.2f}" for k in PHASES)
             )
 
 

@@ -51,7 +51,13 @@ def test_reopening_keeps_data_and_schema_version(tmp_path: Path) -> None:
     with poisonq.connect(url) as broker:
         assert broker.counts("orders")["active"] == 1
     db = sqlite3.connect(tmp_path / "q.db")
-    assert db.execute("SELECT version FROM poisonq_schema").fetchall() == [(1,), (2,), (3,), (4,)]
+    assert db.execute("SELECT version FROM poisonq_schema").fetchall() == [
+        (1,),
+        (2,),
+        (3,),
+        (4,),
+        (5,),
+    ]
 
 
 def test_a_newer_schema_is_refused(tmp_path: Path) -> None:

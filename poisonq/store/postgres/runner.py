@@ -77,7 +77,8 @@ class StatementRunner:
         self.flush_ledger()
         if self.notify:
             self._db.execute("SELECT pg_notify(%s, '')", (NOTIFY_CHANNEL,))
-        self._db.commit()
+        self._db.execute("COMMIT")
+        self._pipeline.sync()
         self.committed = True
 
     def _count(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> int:

@@ -4,7 +4,9 @@ Connections come from a pool (``psycopg_pool``), so the threads of one process (
 workers, a lock renewer) run transactions side by side. Each transaction runs in pipeline mode:
 statements whose results nobody waits for (``BEGIN``, the ledger update, ``NOTIFY``) travel
 with the next one that is waited for, and the end of a transaction (ledger, notification,
-``COMMIT``) is one round trip.
+``COMMIT``) is one round trip. The connections are in autocommit mode and the store sends
+``BEGIN`` and ``COMMIT`` itself: psycopg would wait for the answer to its own ``BEGIN`` before
+sending anything else, a round trip per transaction for nothing.
 
 Long-polling receivers wait on ``LISTEN``: a transaction that makes a message receivable
 sends ``NOTIFY poisonq`` as it commits, and a waiting receiver wakes at once instead of
@@ -71,7 +73,7 @@ class PostgresStore(Store):
             conninfo,
             min_size=1,
             max_size=pool_size,
-            kwargs={"autocommit": False, "prepare_threshold": 0},
+            kwargs={"autocommit": True, "prepare_threshold": 0},
             configure=_configure(settings),
             open=False,
             name="poisonq",
@@ -130,12 +132,13 @@ class PostgresStore(Store):
             with self._pool.connection() as conn:
                 try:
                     with conn.pipeline() as pipeline:
+                        conn.execute("BEGIN")
                         tx = PostgresTransaction(conn, pipeline)
                         yield tx
                         tx.commit()
                 except BaseException:
                     if not conn.closed:
-                        conn.rollback()
+                        conn.execute("ROLLBACK")
                     raise
         except psycopg.DataError as exc:
             raise InvalidOptionError(f"PostgreSQL cannot store a value: {exc}") from exc
@@ -196,6 +199,5 @@ def _configure(settings: dict[str, str]) -> Any:
     def configure(conn: psycopg.Connection[Any]) -> None:
         for name, value in settings.items():
             conn.execute("SELECT set_config(%s, %s, false)", (name, value))
-        conn.commit()
 
     return configure

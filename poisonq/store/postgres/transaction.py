@@ -13,7 +13,12 @@ SQLite runs one writer at a time; here transactions run side by side under READ 
 - the ledger is written just before ``COMMIT`` (``runner.py``): the entity row is the one row
   every transaction on a queue updates, and holding its lock only for the commit itself keeps
   concurrent consumers from queueing behind each other's whole transactions. Entities are
-  updated in id order, so two transactions never wait for each other's entity rows in a cycle.
+  updated in id order, so two transactions never wait for each other's entity rows in a cycle;
+- messages have no foreign key to their entity (schema 5): a statement that adds messages to an
+  entity holds that entity row (``FOR KEY SHARE``, see ``_TARGET``) and adds nothing if it is
+  gone, and :meth:`PostgresTransaction.delete_entity` deletes the entity rows before their
+  messages, so a deletion waits for the transactions adding to it and then deletes what they
+  added.
 
 Leases, dead-letter analysis and bulk tasks are in ``batches.py``, sessions in
 ``sessions.py``; running statements, the ledger and answers fetched ahead in ``runner.py``.
@@ -25,9 +30,9 @@ import json
 from collections.abc import Sequence
 from typing import Any, cast
 
-from psycopg import Cursor, errors
+from psycopg import Cursor
 
-from poisonq.errors import EntityExistsError
+from poisonq.errors import EntityExistsError, StoreError
 from poisonq.model import EntityStatus, MessageState, ReceivedMessage, SubQueue
 from poisonq.store.base import EntityRecord, LockInfo, NewMessage, Transaction
 from poisonq.store.postgres.batches import BatchQueries
@@ -66,6 +71,12 @@ _RECORD_FAILURE = (
 )
 
 
+# The entity a statement adds messages to, held against deletion until the transaction ends
+# (one lock per statement where a foreign key would check every row). Joined into the
+# statement, so that a deleted entity gets no rows: see _check_target.
+_TARGET = "(SELECT id FROM entities WHERE id = %(target)b FOR KEY SHARE) AS target"
+
+
 def _failure_json(failure: dict[str, Any] | None) -> str | None:
     # jsonb refuses the escape \u0000, which an exception message may well contain.
     return json.dumps(failure).replace("\\u0000", "\\ufffd") if failure else None
@@ -81,16 +92,14 @@ class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
         options: str,
         now: float,
     ) -> int:
-        try:
-            with self._db.transaction():  # a savepoint: the error must not abort the rest
-                (row,) = self._all(
-                    "INSERT INTO entities (name, parent_id, subqueue, options, created_at,"
-                    " updated_at) VALUES (%b, %b, %b, %b, %b, %b) RETURNING id",
-                    (name, parent_id, subqueue, options, now, now),
-                )
-        except errors.UniqueViolation as exc:
-            raise EntityExistsError(name) from exc
-        return int(row[0])
+        rows = self._all(
+            "INSERT INTO entities (name, parent_id, subqueue, options, created_at, updated_at)"
+            " VALUES (%b, %b, %b, %b, %b, %b) ON CONFLICT (name) DO NOTHING RETURNING id",
+            (name, parent_id, subqueue, options, now, now),
+        )
+        if not rows:
+            raise EntityExistsError(name)
+        return int(rows[0][0])
 
     def entity(self, name: str) -> EntityRecord | None:
         self.flush_ledger()
@@ -157,9 +166,16 @@ class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
         self.notify = True  # an enabled queue may have messages to receive
 
     def delete_entity(self, entity_id: int) -> None:
-        # Messages, leases, duplicate-detection ids and tasks go with it (ON DELETE CASCADE).
+        # The entity rows first: this waits for every transaction that holds them to add
+        # messages (_TARGET), and the messages are deleted by a later statement, which sees
+        # what those transactions committed. Leases, duplicate-detection ids, sessions and
+        # tasks go with the entity rows (ON DELETE CASCADE).
         self._ledger.clear()
-        self._run("DELETE FROM entities WHERE id = %(id)b OR parent_id = %(id)b", {"id": entity_id})
+        gone = self._all(
+            "DELETE FROM entities WHERE id = %(id)b OR parent_id = %(id)b RETURNING id",
+            {"id": entity_id},
+        )
+        self._run("DELETE FROM messages WHERE entity_id = ANY(%b)", ([row[0] for row in gone],))
 
     def held_counts(self, entity_id: int) -> dict[MessageState, int]:
         known = self._recall(("held", entity_id))
@@ -192,31 +208,34 @@ class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
             "INSERT INTO messages (entity_id, enqueued_at, state, message_id, body, size,"
             " content_type, subject, properties, session_id, correlation_id, reply_to,"
             " scheduled_at, visible_at, expires_at)"
-            " SELECT %b, %b, r.state, r.message_id, r.body, r.size, r.content_type, r.subject,"
-            " r.properties, r.session_id, r.correlation_id, r.reply_to, r.scheduled_at,"
-            " r.scheduled_at, r.expires_at"
-            " FROM unnest(%b::text[], %b::text[], %b::bytea[], %b::int[], %b::text[], %b::text[],"
-            " %b::text[], %b::text[], %b::text[], %b::text[], %b::float8[], %b::float8[])"
+            " SELECT target.id, %(now)b, r.state, r.message_id, r.body, r.size, r.content_type,"
+            " r.subject, r.properties, r.session_id, r.correlation_id, r.reply_to,"
+            " r.scheduled_at, r.scheduled_at, r.expires_at"
+            f" FROM {_TARGET}, unnest(%(state)b::text[], %(id)b::text[], %(body)b::bytea[],"
+            " %(size)b::int[], %(type)b::text[], %(subject)b::text[], %(props)b::text[],"
+            " %(session)b::text[], %(correlation)b::text[], %(reply)b::text[],"
+            " %(scheduled)b::float8[], %(expires)b::float8[])"
             " WITH ORDINALITY AS r(state, message_id, body, size, content_type, subject,"
             " properties, session_id, correlation_id, reply_to, scheduled_at, expires_at, n)"
             " ORDER BY r.n RETURNING seq",
-            (
-                entity_id,
-                now,
-                [m.state.value for m in rows],
-                [m.message_id for m in rows],
-                [m.body for m in rows],
-                [m.size for m in rows],
-                column("content_type"),
-                column("subject"),
-                column("properties"),
-                column("session_id"),
-                column("correlation_id"),
-                column("reply_to"),
-                scheduled,
-                column("expires_at"),
-            ),
+            {
+                "target": entity_id,
+                "now": now,
+                "state": [m.state.value for m in rows],
+                "id": [m.message_id for m in rows],
+                "body": [m.body for m in rows],
+                "size": [m.size for m in rows],
+                "type": column("content_type"),
+                "subject": column("subject"),
+                "props": column("properties"),
+                "session": column("session_id"),
+                "correlation": column("correlation_id"),
+                "reply": column("reply_to"),
+                "scheduled": scheduled,
+                "expires": column("expires_at"),
+            },
         )
+        self._check_target(entity_id, len(rows), len(seqs))
         # Identity values are drawn in the order the rows are inserted (ORDER BY r.n).
         return sorted(row[0] for row in seqs)
 
@@ -417,11 +436,11 @@ class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
         hop_count: int = 0,
     ) -> list[int]:
         rows = self._all(
-            "UPDATE messages SET entity_id = %(target)b, state = coalesce(%(state)b::text, state),"
+            "UPDATE messages SET entity_id = target.id, state = coalesce(%(state)b::text, state),"
             " visible_at = coalesce(%(visible)b::float8, visible_at),"
             " move_count = move_count + %(moves)b, hop_count = hop_count + %(hops)b"
-            f" WHERE entity_id = %(entity)b AND state IN {_HELD} AND state != 'locked'"
-            " AND seq = ANY(%(seqs)b) RETURNING seq, size",
+            f" FROM {_TARGET} WHERE entity_id = %(entity)b AND state IN {_HELD}"
+            " AND state != 'locked' AND seq = ANY(%(seqs)b) RETURNING seq, size",
             {
                 "target": target_id,
                 "state": None if state is None else state.value,
@@ -432,6 +451,7 @@ class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
                 "seqs": list(seqs),
             },
         )
+        self._check_target(target_id, len(seqs), len(rows))
         moved, size = len(rows), sum(row[1] for row in rows)
         self._bump(entity_id, moved_out=moved, size_bytes=-size)
         self._bump(target_id, moved_in=moved, size_bytes=size)
@@ -480,6 +500,17 @@ class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
         rows = done.fetchall()
         self._bump(entity_id, completed=len(rows), size_bytes=-sum(row[1] for row in rows))
         return [row[0] for row in rows]
+
+    def _check_target(self, target_id: int, asked: int, added: int) -> None:
+        """Raise if a statement joined with ``_TARGET`` added fewer messages than asked
+        because the target entity was deleted meanwhile (fewer can also be right: messages
+        no longer in the state the statement asks for)."""
+        if added < asked and (
+            self.committed or not self._all("SELECT FROM entities WHERE id = %b", (target_id,))
+        ):
+            raise StoreError(
+                f"entity #{target_id} was deleted while this transaction ran; nothing was added"
+            )
 
     def release(
         self,
@@ -537,14 +568,14 @@ class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
         lock_token: str | None = None,
     ) -> list[int]:
         moving = self._run(
-            "UPDATE messages SET entity_id = %(target)b, state = 'dead_lettered',"
+            "UPDATE messages SET entity_id = target.id, state = 'dead_lettered',"
             " lock_token = NULL, locked_until = NULL, dead_letter_reason = %(reason)b,"
             # Without a description, the last recorded failure describes the message.
             " dead_letter_description = coalesce(%(description)b,"
             "   (failures -> -1 ->> 'error_type') || ': ' || (failures -> -1 ->> 'message')),"
             " dead_letter_source = %(source)b, dead_lettered_at = %(now)b,"
             f" dead_lettered_deliveries = delivery_count, {_RECORD_FAILURE}"
-            f" WHERE entity_id = %(entity)b AND state IN {_LIVE}"
+            f" FROM {_TARGET} WHERE entity_id = %(entity)b AND state IN {_LIVE}"
             " AND (%(token)b::text IS NULL"
             "   OR (state = 'locked' AND lock_token = %(token)b AND locked_until > %(now)b))"
             " AND seq = ANY(%(seqs)b) RETURNING seq, size",
@@ -563,6 +594,7 @@ class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
         if lock_token is not None:  # a receiver's settlement: a receive may follow
             self._sweep_after(entity_id, now)
         rows = moving.fetchall()
+        self._check_target(target_id, len(seqs), len(rows))
         moved, size = len(rows), sum(row[1] for row in rows)
         self._bump(entity_id, moved_out=moved, dead_lettered=moved, size_bytes=-size)
         self._bump(target_id, moved_in=moved, size_bytes=size)
@@ -592,13 +624,13 @@ class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
         # One statement moves the rows: the copies get new, ascending sequence numbers (in
         # the old order), so a resubmitted message joins the back of the queue as a new send.
         rows = self._all(
-            "WITH gone AS (DELETE FROM messages WHERE entity_id = %(entity)b"
+            f"WITH gone AS (DELETE FROM messages USING {_TARGET} WHERE entity_id = %(entity)b"
             " AND state IN ('active', 'deferred', 'dead_lettered') AND seq = ANY(%(seqs)b)"
-            " RETURNING *)"
+            " RETURNING messages.*, target.id AS target_id)"
             " INSERT INTO messages (entity_id, state, message_id, body, size, content_type,"
             " subject, properties, session_id, correlation_id, reply_to, enqueued_at, expires_at,"
             " abort_count, resubmit_count, hop_count, last_error_type, last_fingerprint, failures)"
-            " SELECT %(target)b, 'active', message_id, body, size, content_type, subject,"
+            " SELECT target_id, 'active', message_id, body, size, content_type, subject,"
             " properties, session_id, correlation_id, reply_to, %(now)b, %(expires)b,"
             " abort_count, resubmit_count + 1, hop_count, last_error_type, last_fingerprint,"
             " failures FROM gone ORDER BY seq RETURNING size",
@@ -610,6 +642,7 @@ class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
                 "expires": expires_at,
             },
         )
+        self._check_target(target_id, len(seqs), len(rows))
         moved, size = len(rows), sum(row[0] for row in rows)
         self._bump(entity_id, moved_out=moved, resubmitted=moved, size_bytes=-size)
         self._bump(target_id, moved_in=moved, size_bytes=size)

@@ -1,0 +1,4 @@
+-- poisonq schema 5: nothing changes in SQLite. PostgreSQL's schema 5 replaces the foreign key
+-- from messages to entities with one lock per statement; SQLite keeps the key (one writer at a
+-- time, and its check is a probe of a small index). The number is kept so that both stores
+-- count the same versions.
