@@ -15,7 +15,7 @@ travels with the next statement that is waited for. Two more things save round t
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from psycopg import Connection, Cursor, Pipeline
@@ -36,9 +36,10 @@ class StatementRunner:
     """The connection of one transaction, with the pending ledger and the answers fetched
     ahead. The store's SQL lives in its subclasses."""
 
-    def __init__(self, conn: Connection[Any], pipeline: Pipeline) -> None:
+    def __init__(self, conn: Connection[Any], pipeline: Pipeline, end: Callable[[], None]) -> None:
         self._db = conn
         self._pipeline = pipeline
+        self._end = end  # leaves pipeline mode: one sync, every result read
         self._ledger: dict[int, dict[str, int]] = defaultdict(lambda: dict.fromkeys(_LEDGER, 0))
         self.notify = False  # whether this transaction made a message receivable
         self._statements = 0
@@ -78,7 +79,7 @@ class StatementRunner:
         if self.notify:
             self._db.execute("SELECT pg_notify(%s, '')", (NOTIFY_CHANNEL,))
         self._db.execute("COMMIT")
-        self._pipeline.sync()
+        self._end()
         self.committed = True
 
     def _count(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> int:

@@ -4,9 +4,10 @@ Connections come from a pool (``psycopg_pool``), so the threads of one process (
 workers, a lock renewer) run transactions side by side. Each transaction runs in pipeline mode:
 statements whose results nobody waits for (``BEGIN``, the ledger update, ``NOTIFY``) travel
 with the next one that is waited for, and the end of a transaction (ledger, notification,
-``COMMIT``) is one round trip. The connections are in autocommit mode and the store sends
-``BEGIN`` and ``COMMIT`` itself: psycopg would wait for the answer to its own ``BEGIN`` before
-sending anything else, a round trip per transaction for nothing.
+``COMMIT``) is one round trip, the one that leaves pipeline mode. The connections are in
+autocommit mode and the store sends ``BEGIN`` and ``COMMIT`` itself: psycopg would wait for the
+answer to its own ``BEGIN`` before sending anything else, and sync once more after its
+``COMMIT``, two round trips per transaction for nothing.
 
 Long-polling receivers wait on ``LISTEN``: a transaction that makes a message receivable
 sends ``NOTIFY poisonq`` as it commits, and a waiting receiver wakes at once instead of
@@ -18,7 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -131,9 +132,12 @@ class PostgresStore(Store):
         try:
             with self._pool.connection() as conn:
                 try:
-                    with conn.pipeline() as pipeline:
+                    # The transaction's commit ends the pipeline (``end``): leaving pipeline
+                    # mode syncs, and that sync is the one that carries COMMIT.
+                    with ExitStack() as stack:
+                        pipeline = stack.enter_context(conn.pipeline())
                         conn.execute("BEGIN")
-                        tx = PostgresTransaction(conn, pipeline)
+                        tx = PostgresTransaction(conn, pipeline, end=stack.close)
                         yield tx
                         tx.commit()
                 except BaseException:
