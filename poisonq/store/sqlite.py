@@ -55,6 +55,7 @@ from poisonq.store.sqlite_rows import (
     STATES,
     entity_row,
     message_row,
+    message_rows,
     seqs_json,
 )
 from poisonq.store.sqlite_sessions import SqliteSessions
@@ -221,7 +222,7 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
             (*params, limit),
         ).fetchall()
         rows.sort(key=lambda row: row[0])
-        return [message_row(row, name) for row in rows]
+        return message_rows(rows, name)
 
     def take_ready(
         self, entity_id: int, name: str, ready: MessageState, limit: int
@@ -234,7 +235,7 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
         rows.sort(key=lambda row: row[0])
         self._delete_bodies([row[-1] for row in rows])
         self._bump(entity_id, completed=len(rows), size_bytes=-sum(row[-2] for row in rows))
-        taken = [message_row(row[:-2], name) for row in rows]
+        taken = message_rows((row[:-2] for row in rows), name)
         for message in taken:
             message.delivery_count += 1
             message.state = MessageState.COMPLETED
@@ -251,7 +252,7 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
             (token, locked_until, entity_id, seqs_json(seqs)),
         ).fetchall()
         rows.sort(key=lambda row: row[0])
-        return [message_row(row, name) for row in rows]
+        return message_rows(rows, name)
 
     def peek(self, entity_id: int, name: str, from_seq: int, limit: int) -> list[ReceivedMessage]:
         rows = self._db.execute(
@@ -259,7 +260,7 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
             " ORDER BY seq LIMIT ?",
             (entity_id, from_seq, limit),
         )
-        return [message_row(row, name) for row in rows]
+        return message_rows(rows, name)
 
     def message(self, entity_id: int, name: str, seq: int) -> ReceivedMessage | None:
         row = self._db.execute(
@@ -274,7 +275,7 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
             " ORDER BY seq",
             (entity_id, seqs_json(seqs)),
         )
-        return [message_row(row, name) for row in rows]
+        return message_rows(rows, name)
 
     def locked(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[LockInfo]:
         rows = self._db.execute(

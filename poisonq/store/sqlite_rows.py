@@ -4,7 +4,7 @@ turn rows into records. Shared by the transaction's modules; hot paths are marke
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -50,8 +50,36 @@ OPTIONAL_COLUMNS = (
 )
 
 
+def message_rows(rows: Iterable[Sequence[Any]], entity: str) -> list[ReceivedMessage]:
+    """Build received messages from rows of ``MESSAGE_COLUMNS`` (hot: runs per message).
+
+    The messages of a batch were mostly sent together and are locked together, so their
+    times repeat: each distinct time becomes a ``datetime`` once."""
+    times: dict[float, datetime] = {}
+
+    def when(stamp: float | None) -> datetime | None:
+        if stamp is None:
+            return None
+        found = times.get(stamp)
+        if found is None:
+            found = times[stamp] = _datetime(stamp, UTC)
+        return found
+
+    return [_message(row, entity, when) for row in rows]
+
+
 def message_row(row: Sequence[Any], entity: str) -> ReceivedMessage:
-    """Build a received message from a row of ``MESSAGE_COLUMNS`` (hot: runs per message)."""
+    """One received message from a row of ``MESSAGE_COLUMNS``."""
+    return _message(row, entity, _utc)
+
+
+def _utc(stamp: float | None) -> datetime | None:
+    return None if stamp is None else _datetime(stamp, UTC)
+
+
+def _message(
+    row: Sequence[Any], entity: str, when: Callable[[float | None], datetime | None]
+) -> ReceivedMessage:
     (
         seq, message_id, body, content_type, subject, props, session_id, correlation_id,
         reply_to, state, enqueued_at, scheduled_at, expires_at, delivery_count, abort_count,
@@ -70,16 +98,16 @@ def message_row(row: Sequence[Any], entity: str) -> ReceivedMessage:
         correlation_id,
         reply_to,
         STATES[state],
-        _datetime(enqueued_at, UTC),
-        None if scheduled_at is None else _datetime(scheduled_at, UTC),
-        None if expires_at is None else _datetime(expires_at, UTC),
+        when(enqueued_at),  # type: ignore[arg-type]  # never NULL
+        when(scheduled_at),
+        when(expires_at),
         delivery_count,
         abort_count,
         move_count,
         resubmit_count,
         hop_count,
         lock_token,
-        None if locked_until is None else _datetime(locked_until, UTC),
+        when(locked_until),
         reason,
         description,
         source,

@@ -117,7 +117,5 @@ class StatementRunner:
             if any(ledger.values())
         ]
         self._ledger.clear()
-        if changes:
-            self._statements += 1
-            with self._db.cursor() as cur:
-                cur.executemany(_FLUSH_LEDGER, changes)
+        for change in changes:  # queued: cheaper than executemany for the usual one or two
+            self._run(_FLUSH_LEDGER, change)

@@ -35,7 +35,7 @@ from psycopg import Cursor
 from poisonq.errors import EntityExistsError, StoreError
 from poisonq.model import EntityStatus, MessageState, ReceivedMessage, SubQueue
 from poisonq.store.base import EntityRecord, LockInfo, NewMessage, Transaction
-from poisonq.store.postgres.batches import BatchQueries
+from poisonq.store.postgres.batches import BatchQueries, ready_seqs
 from poisonq.store.postgres.sessions import SessionQueries
 
 # The row mappers and the entity columns are the SQLite store's: the message columns below
@@ -45,6 +45,7 @@ from poisonq.store.sqlite_rows import HELD as _HELD
 from poisonq.store.sqlite_rows import LIVE as _LIVE
 from poisonq.store.sqlite_rows import entity_row as entity_from_row
 from poisonq.store.sqlite_rows import message_row as message_from_row
+from poisonq.store.sqlite_rows import message_rows
 
 _MESSAGE_COLUMNS = (
     "seq, message_id, body, content_type, subject, properties, session_id, correlation_id,"
@@ -273,32 +274,35 @@ class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
         *,
         last: bool = False,
     ) -> list[ReceivedMessage]:
-        session = "" if session_id is None else " AND session_id = %b"
-        params: tuple[object, ...] = (token, locked_until, entity_id, ready.value)
-        params += () if session_id is None else (session_id,)
+        pick = ready_seqs(session=session_id is not None)
         rows = self._last_or_all(
             last,
-            "UPDATE messages SET state = 'locked', lock_token = %b, locked_until = %b,"
-            " delivery_count = delivery_count + 1"
-            f" WHERE seq IN (SELECT seq FROM messages WHERE entity_id = %b AND state = %b{session}"
-            f" ORDER BY seq LIMIT %b FOR UPDATE SKIP LOCKED) RETURNING {_MESSAGE_COLUMNS}",
-            (*params, limit),
+            "UPDATE messages SET state = 'locked', lock_token = %(token)b,"
+            " locked_until = %(until)b, delivery_count = delivery_count + 1"
+            f" WHERE seq = ANY({pick}) RETURNING {_MESSAGE_COLUMNS}",
+            {
+                "token": token,
+                "until": locked_until,
+                "entity": entity_id,
+                "session": session_id,
+                "ready": ready.value,
+                "limit": limit,
+            },
         )
         rows.sort(key=lambda row: row[0])
-        return [message_from_row(row, name) for row in rows]
+        return message_rows(rows, name)
 
     def take_ready(
         self, entity_id: int, name: str, ready: MessageState, limit: int
     ) -> list[ReceivedMessage]:
         rows = self._all(
-            "DELETE FROM messages WHERE seq IN (SELECT seq FROM messages WHERE entity_id = %b"
-            " AND state = %b ORDER BY seq LIMIT %b FOR UPDATE SKIP LOCKED)"
+            f"DELETE FROM messages WHERE seq = ANY({ready_seqs()})"
             f" RETURNING {_MESSAGE_COLUMNS}, size",
-            (entity_id, ready.value, limit),
+            {"entity": entity_id, "ready": ready.value, "limit": limit},
         )
         rows.sort(key=lambda row: row[0])
         self._bump(entity_id, completed=len(rows), size_bytes=-sum(row[-1] for row in rows))
-        taken = [message_from_row(row[:-1], name) for row in rows]
+        taken = message_rows((row[:-1] for row in rows), name)
         for message in taken:
             message.delivery_count += 1
             message.state = MessageState.COMPLETED
@@ -315,7 +319,7 @@ class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
             (token, locked_until, entity_id, list(seqs)),
         )
         rows.sort(key=lambda row: row[0])
-        return [message_from_row(row, name) for row in rows]
+        return message_rows(rows, name)
 
     def peek(self, entity_id: int, name: str, from_seq: int, limit: int) -> list[ReceivedMessage]:
         rows = self._all(
@@ -323,7 +327,7 @@ class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
             " ORDER BY seq LIMIT %b",
             (entity_id, from_seq, limit),
         )
-        return [message_from_row(row, name) for row in rows]
+        return message_rows(rows, name)
 
     def seq_span(self, entity_id: int) -> tuple[int, int, int]:
         ((count, lo, hi),) = self._all(
@@ -345,7 +349,7 @@ class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
             " ORDER BY seq",
             (entity_id, list(seqs)),
         )
-        return [message_from_row(row, name) for row in rows]
+        return message_rows(rows, name)
 
     def locked(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[LockInfo]:
         # FOR UPDATE: the settlement that follows acts on exactly these rows, and no lock
@@ -358,40 +362,41 @@ class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
         )
         return [LockInfo(*row) for row in rows]
 
-    def _sweep_ahead(self, entity_id: int, now: float) -> Cursor[Any]:
-        """Queue a receive's housekeeping reads: the expired locks (returned, to be fetched)
-        and whether any scheduled message is due or any message past its TTL (remembered).
-        promote_scheduled and expired_messages usually find nothing, and then cost nothing."""
+    def _sweep(self, entity_id: int, now: float) -> list[LockInfo]:
+        """A receive's housekeeping reads, in one statement: the expired locks (returned),
+        and whether any scheduled message is due or any message is past its TTL (remembered:
+        promote_scheduled and expired_messages usually find nothing, and then cost nothing)."""
         # SKIP LOCKED: an expired lock that another transaction is already releasing (or its
         # owner is settling, and will find lost) is that transaction's to handle.
-        locks = self._run(
-            f"SELECT {_LOCK_COLUMNS} FROM messages WHERE entity_id = %b"
-            " AND state = 'locked' AND locked_until <= %b ORDER BY seq FOR UPDATE SKIP LOCKED",
-            (entity_id, now),
-        )
-        (quiet,) = self._all(
-            "SELECT NOT EXISTS (SELECT FROM messages WHERE entity_id = %(e)b"
-            "   AND state = 'scheduled' AND visible_at <= %(now)b),"
-            f" NOT EXISTS (SELECT FROM {_EXPIRING} m WHERE state IN ('scheduled', 'active',"
-            " 'deferred'))",
+        rows = self._all(
+            "SELECT l.seq, l.delivery_count, l.move_count, l.dead_lettered_deliveries,"
+            " f.nothing_due, f.nothing_expired FROM (SELECT NOT EXISTS (SELECT FROM messages"
+            "   WHERE entity_id = %(e)b AND state = 'scheduled' AND visible_at <= %(now)b)"
+            f"   AS nothing_due, NOT EXISTS (SELECT FROM {_EXPIRING} m"
+            "   WHERE state IN ('scheduled', 'active', 'deferred')) AS nothing_expired) AS f"
+            # The locked messages as a range of messages_by_state, as in ready_seqs.
+            f" LEFT JOIN LATERAL (SELECT {_LOCK_COLUMNS} FROM messages"
+            "   WHERE (entity_id, state, seq) > (%(e)b, 'locked', 0)"
+            f"   AND (entity_id, state, seq) < (%(e)b, 'locked', {2**63 - 1})"
+            "   AND locked_until <= %(now)b ORDER BY entity_id, state, seq"
+            "   FOR UPDATE SKIP LOCKED) AS l ON true ORDER BY l.seq",
             {"e": entity_id, "now": now},
         )
-        self._remember(("nothing due", entity_id, now), quiet[0])
-        self._remember(("nothing expired", entity_id, now), quiet[1])
-        return locks
+        self._remember(("nothing due", entity_id, now), rows[0][4])
+        self._remember(("nothing expired", entity_id, now), rows[0][5])
+        return [LockInfo(*row[:4]) for row in rows if row[0] is not None]
 
     def _sweep_after(self, entity_id: int, now: float) -> None:
-        """Send a receive's housekeeping reads with a settlement (in its round trip): in
+        """Run a receive's housekeeping reads with a settlement (in its round trip): in
         complete_and_receive and settle_and_receive the receive follows at once. Locking the
         expired locks a moment early is harmless when none follows: the transaction ends."""
-        expired = [LockInfo(*row) for row in self._sweep_ahead(entity_id, now).fetchall()]
-        self._remember(("expired locks", entity_id, now), expired)
+        self._remember(("expired locks", entity_id, now), self._sweep(entity_id, now))
 
     def expired_locks(self, entity_id: int, now: float) -> list[LockInfo]:
         known = self._recall(("expired locks", entity_id, now))
         if known is not None:
             return cast(list[LockInfo], known)
-        return [LockInfo(*row) for row in self._sweep_ahead(entity_id, now).fetchall()]
+        return self._sweep(entity_id, now)
 
     def expired_messages(self, entity_id: int, now: float) -> list[int]:
         if self._recall(("nothing expired", entity_id, now)):
