@@ -367,10 +367,11 @@ def test_competing_processes_never_hold_the_same_message(url: str, tmp_path: Pat
         tokens = {r["seq"]: r["lock_token"] for records in held for r in records}
         assert all(r["delivery_count"] == 1 for records in held for r in records)
 
-        # The broker agrees on who holds what; and since no lock expired, every recorded lock
+        # The broker agrees that all are held; and since no lock expired, every recorded lock
         # is valid now, at once: completing all of them with the recorded tokens succeeds.
         peeked = broker.peek("locks", max_messages=n)
-        assert {m.sequence_number: m.lock_token for m in peeked} == tokens
+        assert {m.sequence_number for m in peeked} == set(tokens)
+        assert all(m.state == "locked" and m.lock_token is None for m in peeked)
         assert broker.counts("locks")["locked"] == n
         with_tokens = [dataclasses.replace(m, lock_token=tokens[m.sequence_number]) for m in peeked]
         broker.receiver("locks").complete(with_tokens)

@@ -63,6 +63,18 @@ def test_peek_neither_locks_nor_counts(broker: Broker, queue: str) -> None:
     assert broker.counts(queue)["active"] == 3
 
 
+def test_peek_shows_a_lock_but_never_its_token(broker: Broker, queue: str) -> None:
+    _send(broker, queue, 1)
+    (held,) = broker.receiver(queue).receive()
+    (seen,) = broker.peek(queue)
+    assert seen.state == "locked" and seen.locked_until == held.locked_until
+    assert seen.lock_token is None
+    assert broker.message(queue, held.sequence_number).lock_token is None
+    with pytest.raises(InvalidOperationError):  # a peeked message cannot be settled
+        broker.receiver(queue).complete([seen])
+    broker.receiver(queue).complete([held])
+
+
 def test_bad_receive_arguments(broker: Broker, queue: str) -> None:
     with pytest.raises(InvalidOptionError):
         broker.receiver(queue).receive(max_messages=0)

@@ -84,11 +84,13 @@ class Receiving(Settling):
     def peek(
         self, address: str, from_sequence: int = 0, max_messages: int = 1
     ) -> list[ReceivedMessage]:
-        """Held messages from ``from_sequence`` on, without locking or counting a delivery."""
+        """Held messages from ``from_sequence`` on, without locking or counting a delivery.
+        A locked message shows when its lock ends but not its lock token: that is its
+        receiver's, and whoever holds it can settle the message."""
         check_count(max_messages, "max_messages")
         with self.store.transaction() as tx:
             entity = self._resolve(tx, address).entity
-            return tx.peek(entity.id, entity.name, from_sequence, max_messages)
+            return _without_tokens(tx.peek(entity.id, entity.name, from_sequence, max_messages))
 
     def sequence_span(self, address: str) -> tuple[int, int, int]:
         """(count, lowest, highest) sequence number held; (0, 0, -1) when empty."""
@@ -101,4 +103,11 @@ class Receiving(Settling):
             found = tx.message(entity.id, entity.name, sequence_number)
             if found is None:
                 raise MessageNotFoundError(entity.name, sequence_number)
-            return found
+            return _without_tokens([found])[0]
+
+
+def _without_tokens(messages: list[ReceivedMessage]) -> list[ReceivedMessage]:
+    """Messages as a reader who does not hold their locks sees them (peek, message detail)."""
+    for message in messages:
+        message.lock_token = None
+    return messages
