@@ -485,6 +485,15 @@ def test_a_write_of_the_wrong_columns_fails_naming_them(
     assert live.counts("orders")["active"] == 0
 
 
+def test_a_write_in_overwrite_mode_is_refused(spark: SparkSession, live: Broker, url: str) -> None:
+    live.sender("orders").send(Message(body=b"kept"))
+    df = spark.createDataFrame([(b"x",)], "body binary")
+    writer = df.write.format("poisonq").option("url", url).option("queue", "orders")
+    with pytest.raises(Exception, match="never replaces what the queue holds"):
+        writer.mode("overwrite").save()
+    assert live.counts("orders")["active"] == 1
+
+
 def test_a_write_with_a_time_to_live_column_sets_the_expiry(
     spark: SparkSession, live: Broker, url: str
 ) -> None:

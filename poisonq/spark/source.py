@@ -204,6 +204,11 @@ class PoisonqDataSource(DataSource):
                 f"write a DataFrame with a body column and any of {sorted(WRITABLE_COLUMNS)}"
                 + (f"; unknown columns {sorted(unknown)}" if unknown else "")
             )
+        if overwrite:
+            raise InvalidOptionError(
+                "a write sends its rows to the queue (mode 'append'); it never replaces what the"
+                " queue holds: purge it first if that is meant (poisonq dlq purge, or a purge task)"
+            )
         return QueueWriter(SourceOptions.parse(self.options))
 
 
