@@ -82,24 +82,28 @@ def _round(
     theirs: dict[str, float] = {}
     plain = pgmq.fresh() if pgmq else None
 
-    def both(phase: str, mine: Callable[[], float], other: Callable[[], float]) -> None:
+    def both(
+        phase: str,
+        mine: Callable[[], float],
+        other: Callable[[pgmq_pattern.PgmqQueue], float],
+    ) -> None:
         if plain is None:
             ours[phase] = mine()
         elif ours_first:
-            ours[phase], theirs[phase] = mine(), other()
+            ours[phase], theirs[phase] = mine(), other(plain)
         else:
-            theirs[phase], ours[phase] = other(), mine()
+            theirs[phase], ours[phase] = other(plain), mine()
 
     try:
         both(
             "produce",
             lambda: _send(broker, queue, args.messages, body.encode(), args.batch),
-            lambda: plain.send(args.messages, body, args.batch) if plain else 0.0,
+            lambda q: q.send(args.messages, body, args.batch),
         )
         both(
             "consume_complete",
             lambda: _drain(broker, queue, args.messages, args.batch, False),
-            lambda: plain.drain(args.messages, args.batch, archive=False) if plain else 0.0,
+            lambda q: q.drain(args.messages, args.batch, archive=False),
         )
         _send(broker, queue, args.dead_letter, body.encode(), args.batch)
         if plain:
@@ -107,7 +111,7 @@ def _round(
         both(
             "dlq_move",
             lambda: _drain(broker, queue, args.dead_letter, args.batch, True),
-            lambda: plain.drain(args.dead_letter, args.batch, archive=True) if plain else 0.0,
+            lambda q: q.drain(args.dead_letter, args.batch, archive=True),
         )
         assert broker.audit().ok, "the ledger does not balance"
     finally:

@@ -106,13 +106,14 @@ def spark() -> Iterator[SparkSession]:
     session.stop()
 
 
-def execute_behind_the_back(url: str, sql: str) -> None:
-    """Run ``sql`` on the store's database directly, as an outside program (or a bug) would."""
+def execute_behind_the_back(url: str, sql: str) -> list[tuple[object, ...]]:
+    """Run ``sql`` on the store's database directly, as an outside program (or a bug) would;
+    returns its rows."""
     if url.startswith("sqlite:///"):
         with sqlite3.connect(url.removeprefix("sqlite:///")) as db:
-            db.execute(sql)
-        return
+            return db.execute(sql).fetchall()
     import psycopg
 
     with psycopg.connect(url) as conn:
-        conn.execute(sql.encode())
+        cur = conn.execute(sql.encode())
+        return cur.fetchall() if cur.description else []

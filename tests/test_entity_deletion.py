@@ -7,7 +7,6 @@ messages. These tests race the two through the store's transactions.
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 
 import pytest
@@ -17,19 +16,13 @@ from poisonq import Broker, Message
 from poisonq.errors import StoreError
 from poisonq.model import MessageState
 from poisonq.store.base import NewMessage
-from tests.conftest import assert_balanced
+from tests.conftest import assert_balanced, execute_behind_the_back
 
 
 def _message_rows(url: str) -> int:
     """How many message rows the store holds, read directly from its tables."""
-    if url.startswith("sqlite:///"):
-        with sqlite3.connect(url.removeprefix("sqlite:///")) as db:
-            return int(db.execute("SELECT count(*) FROM messages").fetchone()[0])
-    import psycopg
-
-    with psycopg.connect(url) as conn:
-        row = conn.execute("SELECT count(*) FROM messages").fetchone()
-        return int(row[0]) if row else 0
+    ((count,),) = execute_behind_the_back(url, "SELECT count(*) FROM messages")
+    return int(count)  # type: ignore[call-overload]
 
 
 def _rows(count: int) -> list[NewMessage]:

@@ -16,6 +16,7 @@ import poisonq
 from poisonq.errors import SchemaVersionError
 from poisonq.model import EntityStatus, MessageState, SubQueue
 from poisonq.store.sqlite import SqliteStore
+from tests.conftest import execute_behind_the_back
 
 
 def _check_values(db: sqlite3.Connection, table: str, column: str) -> set[str]:
@@ -83,18 +84,6 @@ def test_store_urls(tmp_path: Path) -> None:
 
 
 # Both stores ------------------------------------------------------------------------------------
-def _raw(url: str, sql: str) -> list[tuple[object, ...]]:
-    """Run ``sql`` on the store's database directly and return its rows."""
-    if url.startswith("sqlite:///"):
-        with sqlite3.connect(url.removeprefix("sqlite:///")) as db:
-            return db.execute(sql).fetchall()
-    import psycopg
-
-    with psycopg.connect(url) as conn:
-        cur = conn.execute(sql.encode())
-        return cur.fetchall() if cur.description else []
-
-
 def _script(kind: str, version: int) -> str:
     folder = resources.files("poisonq.store") / "migrations" / kind
     (script,) = [p for p in folder.iterdir() if p.name.startswith(f"{version:04d}_")]
@@ -103,7 +92,7 @@ def _script(kind: str, version: int) -> str:
 
 def test_postgres_check_constraints_match_the_enums(pg_url: str) -> None:
     poisonq.connect(pg_url).close()
-    rows = _raw(
+    rows = execute_behind_the_back(
         pg_url,
         "SELECT conrelid::regclass::text, pg_get_constraintdef(oid) FROM pg_constraint"
         " WHERE contype = 'c' AND conrelid::regclass::text IN ('messages', 'entities')",
@@ -140,8 +129,8 @@ def test_an_older_store_is_upgraded_in_place(url: str) -> None:
         with sqlite3.connect(url.removeprefix("sqlite:///")) as db:
             db.executescript(old)
     else:
-        _raw(url, old)
-    _raw(
+        execute_behind_the_back(url, old)
+    execute_behind_the_back(
         url,
         "INSERT INTO entities (name, options, created_at, updated_at) VALUES ('kept', '{}', 0, 0)",
     )
@@ -152,14 +141,16 @@ def test_an_older_store_is_upgraded_in_place(url: str) -> None:
         assert lease is not None and lease.count == 1
     folder = resources.files("poisonq.store") / "migrations" / kind
     latest = len([p for p in folder.iterdir() if p.name.endswith(".sql")])
-    versions = _raw(url, "SELECT version FROM poisonq_schema ORDER BY version")
+    versions = execute_behind_the_back(url, "SELECT version FROM poisonq_schema ORDER BY version")
     assert versions == [(v,) for v in range(1, latest + 1)]
-    assert _raw(url, "SELECT name FROM entities WHERE name = 'kept'") == [("kept",)]
+    assert execute_behind_the_back(url, "SELECT name FROM entities WHERE name = 'kept'") == [
+        ("kept",)
+    ]
 
 
 def test_a_newer_postgres_schema_is_refused(pg_url: str) -> None:
     poisonq.connect(pg_url).close()
-    _raw(pg_url, "INSERT INTO poisonq_schema (version) VALUES (999)")
+    execute_behind_the_back(pg_url, "INSERT INTO poisonq_schema (version) VALUES (999)")
     with pytest.raises(SchemaVersionError, match="999"):
         poisonq.connect(pg_url)
 

@@ -34,10 +34,7 @@ class Receiving(Settling):
         with self.store.transaction() as tx:
             target = self._resolve(tx, address)
             entity = target.entity
-            if complete:
-                self._complete(tx, entity, complete, now)
-            if settle:
-                self._settle(tx, target, settle, now)
+            self._settle_previous(tx, target, complete, settle, now)
             if target.sessions:
                 raise InvalidOperationError(
                     f"{entity.name!r} requires sessions; accept a session to receive from it"

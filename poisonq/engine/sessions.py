@@ -64,10 +64,7 @@ class Sessions(Receiving):
         with self.store.transaction() as tx:
             target = self._session_target(tx, address)
             entity = target.entity
-            if complete:
-                self._complete(tx, entity, complete, now)
-            if settle:
-                self._settle(tx, target, settle, now)
+            self._settle_previous(tx, target, complete, settle, now)
             self._check_receivable(target)
             if not self._housekeep(tx, target, now):
                 return []

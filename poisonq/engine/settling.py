@@ -107,6 +107,20 @@ class Settling(Poisoning):
         with self.store.transaction() as tx:
             return self._settle(tx, self._resolve(tx, address), settlements, now)
 
+    def _settle_previous(
+        self,
+        tx: Transaction,
+        target: Target,
+        complete: Sequence[Lock],
+        settle: Sequence[Settlement],
+        now: float,
+    ) -> None:
+        """A receive's settlement of the previous batch, first in its transaction."""
+        if complete:
+            self._complete(tx, target.entity, complete, now)
+        if settle:
+            self._settle(tx, target, settle, now)
+
     def _settle(
         self, tx: Transaction, target: Target, settlements: Sequence[Settlement], now: float
     ) -> list[int]:

@@ -14,8 +14,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
+from poisonq.errors import SchemaVersionError
 from poisonq.model import EntityStatus, Lease, MessageState, ReceivedMessage, SubQueue
 
 # The columns of :meth:`Transaction.lease_rows`, in order. Times are epoch seconds and
@@ -455,6 +457,22 @@ class Transaction(ABC):
     def update_task(
         self, task_id: int, done: int, status: str, error: str | None, now: float
     ) -> None: ...
+
+
+def pending_migrations(kind: str, current: int, store: str) -> list[tuple[int, str]]:
+    """The numbered scripts of ``poisonq/store/migrations/<kind>/`` above schema version
+    ``current``, as (version, SQL) in order. A store at a version newer than this poisonq
+    knows is refused (:class:`SchemaVersionError`), never downgraded."""
+    folder = resources.files("poisonq.store") / "migrations" / kind
+    scripts = sorted(
+        (int(p.name.split("_")[0]), p) for p in folder.iterdir() if p.name.endswith(".sql")
+    )
+    latest = scripts[-1][0]
+    if current > latest:
+        raise SchemaVersionError(
+            f"{store} has schema version {current}; this poisonq knows up to {latest}"
+        )
+    return [(version, p.read_text()) for version, p in scripts if version > current]
 
 
 class Store(ABC):

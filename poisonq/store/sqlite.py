@@ -17,7 +17,6 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from importlib import resources
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,6 @@ from urllib.parse import parse_qs, urlsplit
 from poisonq.errors import (
     EntityExistsError,
     InvalidOptionError,
-    SchemaVersionError,
     StoreError,
 )
 from poisonq.model import (
@@ -41,6 +39,7 @@ from poisonq.store.base import (
     NewMessage,
     Store,
     Transaction,
+    pending_migrations,
 )
 from poisonq.store.sqlite_leases import SqliteLeases
 from poisonq.store.sqlite_rows import (
@@ -557,23 +556,11 @@ class SqliteStore(Store):
                 "CREATE TABLE IF NOT EXISTS poisonq_schema (version INTEGER NOT NULL) STRICT"
             )
             row = self._db.execute("SELECT max(version) FROM poisonq_schema").fetchone()
-            current = row[0] or 0
-            folder = resources.files("poisonq.store") / "migrations" / "sqlite"
-            scripts = sorted(
-                (p for p in folder.iterdir() if p.name.endswith(".sql")), key=lambda p: p.name
-            )
-            latest = int(scripts[-1].name.split("_")[0])
-            if current > latest:
-                raise SchemaVersionError(
-                    f"{self.path} has schema version {current}; this poisonq knows up to {latest}"
-                )
-            for script in scripts:
-                version = int(script.name.split("_")[0])
-                if version > current:
-                    for statement in script.read_text().split(";\n"):
-                        if statement.strip():
-                            self._db.execute(statement)
-                    self._db.execute("INSERT INTO poisonq_schema (version) VALUES (?)", (version,))
+            for version, script in pending_migrations("sqlite", row[0] or 0, str(self.path)):
+                for statement in script.split(";\n"):
+                    if statement.strip():
+                        self._db.execute(statement)
+                self._db.execute("INSERT INTO poisonq_schema (version) VALUES (?)", (version,))
             self._db.execute("COMMIT")
         except BaseException:
             self._db.execute("ROLLBACK")

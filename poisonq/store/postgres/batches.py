@@ -18,30 +18,38 @@ def _filter_sql(where: MessageFilter) -> tuple[str, list[Any]]:
     return clauses.replace("?", "%b"), params
 
 
+def in_index_order(columns: str, key: str, also: str = "") -> str:
+    """``WHERE`` and ``ORDER BY`` for the messages whose leading ``columns`` equal ``key``
+    (and that meet the condition ``also``), in the order of the index on ``columns`` (its
+    last column is ``seq``).
+
+    They are named as a range of that index (a row comparison on its columns), never as
+    equalities: with ``entity_id = ... AND state = ...`` the planner may walk the primary key
+    in sequence order instead, filtering, and when its statistics are stale (a queue drained
+    or dead-lettered since the last ANALYZE) that walk passes every message of other entities
+    and states first, a scan of the table per receive. A range of the index leaves it no
+    other ordered path."""
+    return (
+        f"WHERE ({columns}) > ({key}, 0) AND ({columns}) < ({key}, {2**63 - 1})"
+        + (f" AND {also}" if also else "")
+        + f" ORDER BY {columns}"
+    )
+
+
 def ready_seqs(*, session: bool = False) -> str:
     """The sequence numbers of the ``limit`` oldest messages of ``entity`` in state ``ready``
     (of one ``session``), locked for the statement they are part of, as an array.
-
-    The messages are named as a range of the index that holds them in that order (a row
-    comparison on its columns), never as ``entity_id = ... AND state = ...``: with equalities
-    the planner may walk the primary key in sequence order instead, filtering, and when its
-    statistics are stale (a queue drained or dead-lettered since the last ANALYZE) that walk
-    passes every message of other entities and states first, a scan of the table per receive.
-    A range of the index leaves it no other ordered path. ``ARRAY(...)`` runs the subquery
-    once: as ``seq IN (subquery)`` a plan may run it again per row and lock more than
-    ``limit`` (seen: 20,000 locked by a receive of 100).
-    """
-    columns, key = (
-        ("entity_id, session_id, state, seq", "%(entity)b, %(session)b, %(ready)b")
-        if session
-        else ("entity_id, state, seq", "%(entity)b, %(ready)b")
-    )
-    return (
-        f"ARRAY(SELECT seq FROM messages WHERE ({columns}) > ({key}, 0)"
-        f" AND ({columns}) < ({key}, {2**63 - 1})"
-        + (" AND session_id IS NOT NULL" if session else "")
-        + f" ORDER BY {columns} LIMIT %(limit)b FOR UPDATE SKIP LOCKED)"
-    )
+    ``ARRAY(...)`` runs the subquery once: as ``seq IN (subquery)`` a plan may run it again
+    per row and lock more than ``limit`` (seen: 20,000 locked by a receive of 100)."""
+    if session:  # messages_by_session, which holds only messages with a session id
+        order = in_index_order(
+            "entity_id, session_id, state, seq",
+            "%(entity)b, %(session)b, %(ready)b",
+            also="session_id IS NOT NULL",
+        )
+    else:  # messages_by_state
+        order = in_index_order("entity_id, state, seq", "%(entity)b, %(ready)b")
+    return f"ARRAY(SELECT seq FROM messages {order} LIMIT %(limit)b FOR UPDATE SKIP LOCKED)"
 
 
 class BatchQueries(StatementRunner):
@@ -49,19 +57,38 @@ class BatchQueries(StatementRunner):
     def lock_ready_seqs(
         self, entity_id: int, ready: MessageState, limit: int, token: str, locked_until: float
     ) -> list[int]:
-        rows = self._all(
+        rows = self._lock_ready("seq", entity_id, ready, limit, token, locked_until)
+        return sorted(row[0] for row in rows)
+
+    def _lock_ready(
+        self,
+        returning: str,
+        entity_id: int,
+        ready: MessageState,
+        limit: int,
+        token: str,
+        locked_until: float,
+        session_id: str | None = None,
+        *,
+        last: bool = False,
+    ) -> list[tuple[Any, ...]]:
+        """Lock the ``limit`` oldest ready messages (of one session) under ``token`` until
+        ``locked_until``, counting a delivery; returns the ``returning`` columns of each."""
+        return self._last_or_all(
+            last,
             "UPDATE messages SET state = 'locked', lock_token = %(token)b,"
             " locked_until = %(until)b, delivery_count = delivery_count + 1"
-            f" WHERE seq = ANY({ready_seqs()}) RETURNING seq",
+            f" WHERE seq = ANY({ready_seqs(session=session_id is not None)})"
+            f" RETURNING {returning}",
             {
                 "token": token,
                 "until": locked_until,
                 "entity": entity_id,
+                "session": session_id,
                 "ready": ready.value,
                 "limit": limit,
             },
         )
-        return sorted(row[0] for row in rows)
 
     def insert_lease(self, entity_id: int, lease: Lease) -> None:
         self._run(

@@ -20,15 +20,14 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from importlib import resources
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from poisonq.errors import InvalidOptionError, SchemaVersionError, StoreError
-from poisonq.store.base import Store, Transaction
+from poisonq.errors import InvalidOptionError, StoreError
+from poisonq.store.base import Store, Transaction, pending_migrations
 from poisonq.store.postgres.runner import NOTIFY_CHANNEL
 from poisonq.store.postgres.transaction import PostgresTransaction
 
@@ -106,25 +105,14 @@ class PostgresStore(Store):
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
         """Apply the numbered scripts this database has not seen, in one transaction; an
         advisory lock makes processes that start together take turns."""
-        folder = resources.files("poisonq.store") / "migrations" / "postgres"
-        scripts = sorted(
-            (p for p in folder.iterdir() if p.name.endswith(".sql")), key=lambda p: p.name
-        )
-        latest = int(scripts[-1].name.split("_")[0])
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
             conn.execute("CREATE TABLE IF NOT EXISTS poisonq_schema (version integer NOT NULL)")
             row = conn.execute("SELECT max(version) FROM poisonq_schema").fetchone()
             current = (row[0] if row else None) or 0
-            if current > latest:
-                raise SchemaVersionError(
-                    f"{self._name} has schema version {current}; this poisonq knows up to {latest}"
-                )
-            for script in scripts:
-                version = int(script.name.split("_")[0])
-                if version > current:
-                    conn.execute(script.read_text().encode(), prepare=False)
-                    conn.execute("INSERT INTO poisonq_schema (version) VALUES (%s)", (version,))
+            for version, script in pending_migrations("postgres", current, self._name):
+                conn.execute(script.encode(), prepare=False)
+                conn.execute("INSERT INTO poisonq_schema (version) VALUES (%s)", (version,))
 
     # Transactions -------------------------------------------------------------------------
     @contextmanager

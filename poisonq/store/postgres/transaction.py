@@ -35,7 +35,7 @@ from psycopg import Cursor
 from poisonq.errors import EntityExistsError, StoreError
 from poisonq.model import EntityStatus, MessageState, ReceivedMessage, SubQueue
 from poisonq.store.base import EntityRecord, LockInfo, NewMessage, Transaction
-from poisonq.store.postgres.batches import BatchQueries, ready_seqs
+from poisonq.store.postgres.batches import BatchQueries, in_index_order, ready_seqs
 from poisonq.store.postgres.sessions import SessionQueries
 
 # The row mappers and the entity columns are the SQLite store's: the message columns below
@@ -76,6 +76,12 @@ _RECORD_FAILURE = (
 # (one lock per statement where a foreign key would check every row). Joined into the
 # statement, so that a deleted entity gets no rows: see _check_target.
 _TARGET = "(SELECT id FROM entities WHERE id = %(target)b FOR KEY SHARE) AS target"
+
+
+# The entity's locked messages past their lock, oldest first (see in_index_order).
+_LOCKED_IN_ORDER = in_index_order(
+    "entity_id, state, seq", "%(e)b, 'locked'", also="locked_until <= %(now)b"
+)
 
 
 def _failure_json(failure: dict[str, Any] | None) -> str | None:
@@ -274,20 +280,8 @@ class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
         *,
         last: bool = False,
     ) -> list[ReceivedMessage]:
-        pick = ready_seqs(session=session_id is not None)
-        rows = self._last_or_all(
-            last,
-            "UPDATE messages SET state = 'locked', lock_token = %(token)b,"
-            " locked_until = %(until)b, delivery_count = delivery_count + 1"
-            f" WHERE seq = ANY({pick}) RETURNING {_MESSAGE_COLUMNS}",
-            {
-                "token": token,
-                "until": locked_until,
-                "entity": entity_id,
-                "session": session_id,
-                "ready": ready.value,
-                "limit": limit,
-            },
+        rows = self._lock_ready(
+            _MESSAGE_COLUMNS, entity_id, ready, limit, token, locked_until, session_id, last=last
         )
         rows.sort(key=lambda row: row[0])
         return message_rows(rows, name)
@@ -374,11 +368,7 @@ class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
             "   WHERE entity_id = %(e)b AND state = 'scheduled' AND visible_at <= %(now)b)"
             f"   AS nothing_due, NOT EXISTS (SELECT FROM {_EXPIRING} m"
             "   WHERE state IN ('scheduled', 'active', 'deferred')) AS nothing_expired) AS f"
-            # The locked messages as a range of messages_by_state, as in ready_seqs.
-            f" LEFT JOIN LATERAL (SELECT {_LOCK_COLUMNS} FROM messages"
-            "   WHERE (entity_id, state, seq) > (%(e)b, 'locked', 0)"
-            f"   AND (entity_id, state, seq) < (%(e)b, 'locked', {2**63 - 1})"
-            "   AND locked_until <= %(now)b ORDER BY entity_id, state, seq"
+            f" LEFT JOIN LATERAL (SELECT {_LOCK_COLUMNS} FROM messages {_LOCKED_IN_ORDER}"
             "   FOR UPDATE SKIP LOCKED) AS l ON true ORDER BY l.seq",
             {"e": entity_id, "now": now},
         )
