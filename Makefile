@@ -30,6 +30,9 @@ test: lint
 
 bench: $(STAMP)
 	$(BIN)/python bench/queue_throughput.py
+	scripts/ensure-postgres
+	$(BIN)/python bench/queue_throughput.py --postgres
+	$(BIN)/python bench/queue_floors.py
 	$(BIN)/python bench/pipeline_throughput.py
 	$(BIN)/python bench/pipeline_floors.py
 
