@@ -3,8 +3,9 @@
 - SQLite: lock and then complete 100,000 messages durably (WAL, ``synchronous=FULL``) with bare
   SQL on poisonq's own schema: the least a store of per-message locks can cost per message.
 - fork: one cycle of fork, exit and wait of a Python process, bare and after ``import
-  poisonq`` (what the crash guard's helper holds when a transform refers to
-  ``poisonq.PermanentError``): the least a crash that kills its process can cost.
+  poisonq.guard`` (what the crash guard's helper holds; a transform that refers to
+  ``poisonq.PermanentError`` adds ``poisonq.errors``, which the guard has already): the least a
+  crash that kills its process can cost.
 
 Prints one line: ``sqlite_lock_complete_us_per_msg=… fork_cycle_ms_bare=…
 fork_cycle_ms_poisonq=…``.
@@ -25,7 +26,7 @@ FORK_CYCLES = 300
 _FORK_LOOP = f"""
 import gc, os, sys, time
 if sys.argv[1:]:
-    import poisonq
+    import poisonq.guard  # what the crash guard's helper loads
 gc.freeze()
 started = time.perf_counter()
 for _ in range({FORK_CYCLES}):

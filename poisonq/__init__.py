@@ -1,47 +1,59 @@
-"""poisonq: a durable message queue with first-class poison-message handling."""
+"""poisonq: a durable message queue with first-class poison-message handling.
 
-from poisonq.client import Broker, Receiver, Sender, SessionReceiver, connect
-from poisonq.clock import ManualClock, SystemClock
-from poisonq.errors import (
-    EntityDisabledError,
-    EntityExistsError,
-    EntityNotFoundError,
-    FilterError,
-    InvalidNameError,
-    InvalidOperationError,
-    InvalidOptionError,
-    MessageLockLostError,
-    MessageNotFoundError,
-    MessageTooLargeError,
-    PermanentError,
-    PoisonMessageError,
-    PoisonqError,
-    QuotaExceededError,
-    SessionCannotBeLockedError,
-    SessionLockLostError,
-    StoreError,
-)
-from poisonq.filters import CorrelationFilter, SqlFilter
-from poisonq.lock_renewer import AutoLockRenewer
-from poisonq.model import (
-    Abandon,
-    Complete,
-    DeadLetter,
-    DeadLetterReason,
-    EntityKind,
-    EntityStatus,
-    FailureRecord,
-    Lease,
-    Message,
-    MessageState,
-    ReceivedMessage,
-    ReceiveErrorHandling,
-    ReceiveMode,
-    Settlement,
-    SubQueue,
-)
-from poisonq.options import QueueOptions, RetryPolicy
-from poisonq.processor import Processor, ProcessorStats
+The public names are imported when first used (PEP 562): ``import poisonq`` alone loads this
+file only, so a process that needs one small module (the crash guard's helper, unpickling a
+transform that raises ``poisonq.PermanentError``) does not load the client, the engine and the
+stores, and stays small and quick to fork. Type checkers read the imports below.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from poisonq.client import Broker, Receiver, Sender, SessionReceiver, connect
+    from poisonq.clock import ManualClock, SystemClock
+    from poisonq.errors import (
+        EntityDisabledError,
+        EntityExistsError,
+        EntityNotFoundError,
+        FilterError,
+        InvalidNameError,
+        InvalidOperationError,
+        InvalidOptionError,
+        MessageLockLostError,
+        MessageNotFoundError,
+        MessageTooLargeError,
+        PermanentError,
+        PoisonMessageError,
+        PoisonqError,
+        QuotaExceededError,
+        SessionCannotBeLockedError,
+        SessionLockLostError,
+        StoreError,
+    )
+    from poisonq.filters import CorrelationFilter, SqlFilter
+    from poisonq.lock_renewer import AutoLockRenewer
+    from poisonq.model import (
+        Abandon,
+        Complete,
+        DeadLetter,
+        DeadLetterReason,
+        EntityKind,
+        EntityStatus,
+        FailureRecord,
+        Lease,
+        Message,
+        MessageState,
+        ReceivedMessage,
+        ReceiveErrorHandling,
+        ReceiveMode,
+        Settlement,
+        SubQueue,
+    )
+    from poisonq.options import QueueOptions, RetryPolicy
+    from poisonq.processor import Processor, ProcessorStats
 
 __all__ = [
     "Abandon",
@@ -91,3 +103,31 @@ __all__ = [
     "SystemClock",
     "connect",
 ]
+
+# The modules the names come from, lightest first: a name is taken from the first that has
+# it, so looking up an error or a model class never loads the client.
+_MODULES = (
+    "poisonq.errors",
+    "poisonq.model",
+    "poisonq.clock",
+    "poisonq.options",
+    "poisonq.filters",
+    "poisonq.client",
+    "poisonq.lock_renewer",
+    "poisonq.processor",
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        for module_name in _MODULES:
+            module = importlib.import_module(module_name)
+            if hasattr(module, name):
+                value = getattr(module, name)
+                globals()[name] = value  # the next look-up is a plain one
+                return value
+    raise AttributeError(f"module 'poisonq' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -36,6 +36,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
 import poisonq
+from poisonq.client import DEFAULT_URL
 from poisonq.errors import InvalidOptionError
 from poisonq.model import Lease, Message
 from poisonq.names import parse_address
@@ -85,7 +86,7 @@ class SourceOptions:
             raise InvalidOptionError('the poisonq data source needs .option("queue", NAME)')
         address = str(parse_address(queue, get("subqueue")))
         return cls(
-            url=absolute_url(get("url") or poisonq.client.DEFAULT_URL),
+            url=absolute_url(get("url") or DEFAULT_URL),
             address=address,
             consumer=get("consumer") or "spark",
             max_messages_per_batch=_int(get, "maxMessagesPerBatch") or 10_000,

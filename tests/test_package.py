@@ -1,0 +1,53 @@
+"""The package's public names: all of them resolve, and importing the package loads little."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import poisonq
+
+
+@pytest.mark.parametrize("name", poisonq.__all__)
+def test_every_public_name_resolves_to_its_module_object(name: str) -> None:
+    value = getattr(poisonq, name)
+    # A class or function names its module; an alias such as Settlement (a union) does not.
+    home = sys.modules[getattr(value, "__module__", "poisonq.model")]
+    if not home.__name__.startswith("poisonq."):
+        home = sys.modules["poisonq.model"]
+    assert getattr(home, name) is value
+    assert name in dir(poisonq)
+
+
+def test_an_unknown_name_raises_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'Brokerr'"):
+        poisonq.Brokerr  # noqa: B018
+
+
+def _loaded_after(code: str) -> set[str]:
+    """The poisonq modules (and heavy dependencies) a fresh interpreter has after ``code``."""
+    probe = (
+        f"{code}\nimport json, sys\n"
+        "print(json.dumps([m for m in sys.modules"
+        " if m.startswith(('poisonq', 'psycopg', 'sqlite3', 'rich', 'click'))]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
+    return set(json.loads(out))
+
+
+def test_importing_the_package_or_an_error_loads_neither_client_nor_stores() -> None:
+    # What the crash guard's helper does when it unpickles a transform that raises
+    # poisonq.PermanentError: it must stay small, it forks a child per crash.
+    assert _loaded_after("import poisonq") == {"poisonq"}
+    loaded = _loaded_after("import poisonq; poisonq.PermanentError")
+    assert loaded == {"poisonq", "poisonq.errors"}
+
+
+def test_the_client_loads_when_first_used() -> None:
+    loaded = _loaded_after("import poisonq; poisonq.connect")
+    assert {"poisonq.client", "poisonq.engine"} <= loaded
