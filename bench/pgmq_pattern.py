@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
+from statistics import median
 
 import psycopg
 
@@ -55,6 +57,48 @@ ARCHIVE = (
 )
 
 
+PHASES = ("produce", "consume_complete", "dlq_move")
+Rates = dict[str, float]
+
+
+def beside(
+    rates: tuple[Rates, Rates],
+    ours_first: bool,
+    phase: str,
+    mine: Callable[[], float],
+    theirs: Callable[[], float],
+) -> None:
+    """Run one phase for poisonq and for pgmq right after each other, in the order told (so
+    that both meet the same load on a shared machine), and keep each one's rate."""
+    ours, plain = rates
+    if ours_first:
+        ours[phase], plain[phase] = mine(), theirs()
+    else:
+        plain[phase], ours[phase] = theirs(), mine()
+
+
+def medians(rounds: list[tuple[Rates, Rates]]) -> tuple[Rates, Rates, Rates]:
+    """poisonq's and pgmq's median rate per phase over the rounds, and the median of the
+    rounds' ratios (pgmq's and the ratios empty when pgmq did not run)."""
+    ours_only = {k: median(ours[k] for ours, _ in rounds) for k in PHASES}
+    if not rounds[0][1]:
+        return ours_only, {}, {}
+    return (
+        ours_only,
+        {k: median(plain[k] for _, plain in rounds) for k in PHASES},
+        {k: median(ours[k] / plain[k] for ours, plain in rounds) for k in PHASES},
+    )
+
+
+def rate_fields(prefix: str, rates: Rates) -> str:
+    """``{prefix}{phase}_msgs_per_s=…`` for every phase."""
+    return " ".join(f"{prefix}{k}_msgs_per_s={v:.0f}" for k, v in rates.items())
+
+
+def ratio_fields(ratios: Rates) -> str:
+    return " ".join(f"ratio_{k}={v:.2f}" for k, v in ratios.items())
+
+
 class PgmqQueue:
     """One pgmq-style queue on one autocommit connection, with its archive table."""
 
@@ -62,9 +106,13 @@ class PgmqQueue:
         self.conn = psycopg.connect(url, autocommit=True, prepare_threshold=0)
 
     def fresh(self) -> PgmqQueue:
-        """Start again from empty tables (a new round of the benchmark)."""
+        """Start a round of a comparison from clean tables: pgmq's new, and poisonq's (in the
+        same database) vacuumed. Without the vacuum, poisonq's round met the dead rows of the
+        last one, and autovacuum working on them beside the measurement (dead-letter ratios of
+        0.6 among 0.9s)."""
         self.conn.execute("DROP TABLE IF EXISTS pgmq_q, pgmq_a")
         self.conn.execute(SCHEMA.encode(), prepare=False)
+        self.conn.execute("VACUUM (ANALYZE) messages, entities")
         return self
 
     def send(self, count: int, body: str, batch: int) -> float:

@@ -30,7 +30,6 @@ import os
 import time
 import uuid
 from collections.abc import Callable
-from statistics import median
 from typing import Any
 
 import pgmq_pattern
@@ -42,7 +41,6 @@ from poisonq.names import subqueue_name
 from poisonq.store.postgres.transaction import _MESSAGE_COLUMNS
 from poisonq.testing.pgserver import TemporaryServer
 
-PHASES = ("produce", "consume_complete", "dlq_move")
 INSERT = (
     "INSERT INTO messages (entity_id, enqueued_at, state, message_id, body, size)"
     " SELECT %b, %b, 'active', unnest(%b::text[]), unnest(%b::bytea[]), %b"
@@ -121,11 +119,10 @@ def _round(
     pgmq: pgmq_pattern.PgmqQueue,
     args: argparse.Namespace,
     first: bool,
-) -> tuple[dict[str, float], dict[str, float]]:
+) -> tuple[pgmq_pattern.Rates, pgmq_pattern.Rates]:
     """One run of every phase on a new queue (made and deleted through the client, so the
     bare statements never leave anything behind), each phase beside pgmq's."""
     queue = f"floor-{os.getpid()}-{time.monotonic_ns()}"
-    floor.conn.execute("VACUUM (ANALYZE) messages, entities")  # as clean as pgmq's new tables
     broker.create_queue(queue)
     try:
         return _phases(queue, floor, pgmq.fresh(), args, first)
@@ -135,7 +132,7 @@ def _round(
 
 def _phases(
     queue: str, floor: Floor, plain: pgmq_pattern.PgmqQueue, args: argparse.Namespace, first: bool
-) -> tuple[dict[str, float], dict[str, float]]:
+) -> tuple[pgmq_pattern.Rates, pgmq_pattern.Rates]:
     body = os.urandom(args.size // 2 + 1).hex()[: args.size]
     with floor.conn.cursor() as cur:
         rows = cur.execute(
@@ -144,14 +141,11 @@ def _phases(
         ).fetchall()
     ids = {name: entity_id for entity_id, name in rows}
     main, dlq = ids[queue], ids[subqueue_name(queue, SubQueue.DEADLETTER)]
-    ours: dict[str, float] = {}
-    theirs: dict[str, float] = {}
+    ours: pgmq_pattern.Rates = {}
+    theirs: pgmq_pattern.Rates = {}
 
     def both(phase: str, mine: Callable[[], float], other: Callable[[], float]) -> None:
-        if first:
-            ours[phase], theirs[phase] = mine(), other()
-        else:
-            theirs[phase], ours[phase] = other(), mine()
+        pgmq_pattern.beside((ours, theirs), first, phase, mine, other)
 
     n, b = args.messages, args.batch
     both(
@@ -193,15 +187,10 @@ def main() -> None:
         stack.callback(floor.close)
         stack.callback(pgmq.close)
         rounds = [_round(broker, floor, pgmq, args, n % 2 == 0) for n in range(args.rounds)]
-    rates = {k: median(ours[k] for ours, _ in rounds) for k in PHASES}
-    plain = {k: median(theirs[k] for _, theirs in rounds) for k in PHASES}
-    ratios = {k: median(ours[k] / theirs[k] for ours, theirs in rounds) for k in PHASES}
+    rates, plain, ratios = pgmq_pattern.medians(rounds)
     print(
-        " ".join(f"floor_{k}_msgs_per_s={v:.0f}" for k, v in rates.items())
-        + " "
-        + " ".join(f"pgmq_{k}_msgs_per_s={v:.0f}" for k, v in plain.items())
-        + " "
-        + " ".join(f"ratio_{k}={v:.2f}" for k, v in ratios.items())
+        f"{pgmq_pattern.rate_fields('floor_', rates)} {pgmq_pattern.rate_fields('pgmq_', plain)}"
+        f" {pgmq_pattern.ratio_fields(ratios)}"
     )
 
 

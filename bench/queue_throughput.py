@@ -29,14 +29,11 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from statistics import median
 
 import pgmq_pattern
 
 import poisonq
 from poisonq import DeadLetter, Message
-
-PHASES = ("produce", "consume_complete", "dlq_move")
 
 
 def _send(broker: poisonq.Broker, queue: str, count: int, body: bytes, batch: int) -> float:
@@ -74,20 +71,15 @@ def _round(
     pgmq: pgmq_pattern.PgmqQueue | None,
     args: argparse.Namespace,
     ours_first: bool,
-) -> tuple[dict[str, float], dict[str, float]]:
+) -> tuple[pgmq_pattern.Rates, pgmq_pattern.Rates]:
     """Run each phase on poisonq and, when given, at once on pgmq (the order as told), so
     that both meet the same load. Returns the rates of each."""
     body = os.urandom(args.size // 2 + 1).hex()[: args.size]
     queue = f"bench-{os.getpid()}-{time.monotonic_ns()}"
     broker.create_queue(queue)
-    ours: dict[str, float] = {}
-    theirs: dict[str, float] = {}
+    ours: pgmq_pattern.Rates = {}
+    theirs: pgmq_pattern.Rates = {}
     plain = pgmq.fresh() if pgmq else None
-    if plain:
-        # pgmq's tables are new in every round; poisonq's are vacuumed so that they start as
-        # clean (without it, a round meets the dead rows of the last one, and autovacuum
-        # working on them beside the measurement: dead-letter ratios of 0.6 among 0.9s).
-        plain.conn.execute("VACUUM (ANALYZE) messages, entities")
 
     def both(
         phase: str,
@@ -96,10 +88,8 @@ def _round(
     ) -> None:
         if plain is None:
             ours[phase] = mine()
-        elif ours_first:
-            ours[phase], theirs[phase] = mine(), other(plain)
         else:
-            theirs[phase], ours[phase] = other(plain), mine()
+            pgmq_pattern.beside((ours, theirs), ours_first, phase, mine, lambda: other(plain))
 
     try:
         both(
@@ -166,16 +156,10 @@ def main() -> None:
         finally:
             if pgmq:
                 pgmq.close()
-        rates = {k: median(ours[k] for ours, _ in rounds) for k in PHASES}
-        print(f"store={store} " + " ".join(f"{k}_msgs_per_s={v:.0f}" for k, v in rates.items()))
+        rates, plain, ratios = pgmq_pattern.medians(rounds)
+        print(f"store={store} {pgmq_pattern.rate_fields('', rates)}")
         if pgmq:
-            plain = {k: median(theirs[k] for _, theirs in rounds) for k in PHASES}
-            ratios = {k: median(ours[k] / theirs[k] for ours, theirs in rounds) for k in PHASES}
-            print(
-                " ".join(f"pgmq_{k}_msgs_per_s={v:.0f}" for k, v in plain.items())
-                + " "
-                + " ".join(f"ratio_{k}={ratios[k]:.2f}" for k in PHASES)
-            )
+            print(f"{pgmq_pattern.rate_fields('pgmq_', plain)} {pgmq_pattern.ratio_fields(ratios)}")
 
 
 if __name__ == "__main__":
