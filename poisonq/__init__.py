@@ -49,6 +49,7 @@ if TYPE_CHECKING:
         ReceivedMessage,
         ReceiveErrorHandling,
         ReceiveMode,
+        Release,
         Settlement,
         SubQueue,
     )
@@ -91,6 +92,7 @@ __all__ = [
     "ReceiveMode",
     "ReceivedMessage",
     "Receiver",
+    "Release",
     "RetryPolicy",
     "Sender",
     "SessionCannotBeLockedError",

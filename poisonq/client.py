@@ -237,9 +237,9 @@ class Broker:
 
     def settle(self, address: str, settlements: Sequence[Settlement]) -> list[int]:
         """Settle many locked messages, each its own way (:class:`Complete`,
-        :class:`Abandon`, :class:`DeadLetter`), in one transaction. A lost lock raises
-        :class:`MessageLockLostError` and changes nothing. Returns the sequence numbers
-        the retry policy poisoned."""
+        :class:`Abandon`, :class:`DeadLetter`, :class:`Release`), in one transaction. A
+        lost lock raises :class:`MessageLockLostError` and changes nothing. Returns the
+        sequence numbers the retry policy poisoned."""
         return self.engine.settle(address, settlements)
 
     def settle_held(
@@ -298,6 +298,11 @@ class Broker:
     def complete_lease(self, lease: Lease) -> int:
         """Complete what the lease still holds; returns how many were completed."""
         return self.engine.complete_lease(lease)
+
+    def release_lease(self, lease: Lease, lo: int | None = None, hi: int | None = None) -> int:
+        """Give back what the lease still holds in ``[lo, hi]`` (all of it by default) as if
+        never delivered: no delivery counted, no failure recorded. Returns how many."""
+        return self.engine.release_lease(lease, lo, hi)
 
     # Dead-letter operations ---------------------------------------------------------------
     def dead_letter_groups(self, queue: str, by: str = "reason") -> list[DeadLetterGroup]:

@@ -271,4 +271,13 @@ class DeadLetter:
     failure: FailureRecord | None = None
 
 
-Settlement = Complete | Abandon | DeadLetter
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Back to the queue as if never delivered: no delivery counted, no failure recorded.
+    For a consumer that found the fault in itself (a defect), not in the message."""
+
+    sequence_number: int
+    lock_token: str
+
+
+Settlement = Complete | Abandon | DeadLetter | Release

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import poisonq
-from poisonq import Abandon, Broker, Complete, DeadLetter, ManualClock, Message
+from poisonq import Abandon, Broker, Complete, DeadLetter, ManualClock, Message, Release
 from poisonq.failures import failure_from_exception
 from poisonq.store.base import LEASE_COLUMNS
 from tests.conftest import assert_balanced
@@ -153,3 +153,51 @@ def test_bad_lease_requests_get_typed_errors(
 ) -> None:
     with pytest.raises(error):
         broker.acquire_lease(queue, consumer, number, max_messages=1)
+
+
+def test_release_gives_messages_back_without_counting_a_delivery(
+    broker: Broker, clock: ManualClock
+) -> None:
+    """A consumer that finds the fault in itself gives its messages back untouched: on a
+    queue of one delivery, a release never dead-letters, never counts a rollback, never
+    records a failure."""
+    broker.create_queue("once", max_delivery_count=1, auto_disable_after_rollbacks=1)
+    fill(broker, "once", 3)
+    receiver = broker.receiver("once")
+    batch = receiver.receive(max_messages=3)
+    broker.settle(
+        "once",
+        [Complete(batch[0].sequence_number, batch[0].lock_token or "")]
+        + [Release(m.sequence_number, m.lock_token or "") for m in batch[1:]],
+    )
+    assert broker.counts("once")["active"] == 2
+    assert broker.get_queue("once").status == "active"  # no rollback counted
+    again = receiver.receive(max_messages=3)
+    assert [(m.message_id, m.delivery_count, m.abort_count) for m in again] == [
+        ("m1", 1, 0),
+        ("m2", 1, 0),
+    ]
+    assert all(not m.failures for m in again)
+    clock.advance(61)  # a lost lock: the release changes nothing and says so
+    with pytest.raises(poisonq.MessageLockLostError):
+        broker.settle("once", [Release(m.sequence_number, m.lock_token or "") for m in again])
+    assert_balanced(broker)
+
+
+def test_release_lease_gives_back_a_span_of_what_the_lease_holds(
+    broker: Broker, queue: str
+) -> None:
+    seqs = fill(broker, queue, 6)
+    lease = broker.acquire_lease(queue, "pipeline", 1, max_messages=6)
+    assert lease is not None
+    receiver = broker.receiver(queue)
+    broker.settle(queue, [Complete(seqs[0], lease.lock_token)])
+    assert broker.release_lease(lease, hi=seqs[2]) == 2  # seqs[1], seqs[2]
+    assert broker.lease_sequence_numbers(lease) == seqs[3:]
+    assert broker.release_lease(lease) == 3
+    assert broker.lease_sequence_numbers(lease) == []
+    again = receiver.receive(max_messages=10)
+    assert [m.sequence_number for m in again] == seqs[1:]
+    assert {m.delivery_count for m in again} == {1}
+    assert broker.counts(queue)["completed"] == 1
+    assert_balanced(broker)

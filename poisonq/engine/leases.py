@@ -103,6 +103,18 @@ class Leasing(Receiving):
                 tx.reset_rollbacks(entity.id)
             return completed
 
+    def release_lease(self, lease: Lease, lo: int | None = None, hi: int | None = None) -> int:
+        """Give back what the lease still holds in ``[lo, hi]`` as if it had never been
+        delivered (no delivery counted, no failure, no rollback): for a consumer that found
+        the fault in itself, or that narrows a lease. Returns how many."""
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            target = self._resolve(tx, lease.entity)
+            span = _span(lease, lo, hi)
+            return len(
+                tx.release(target.entity.id, lease.lock_token, *span, None, target.ready, now)
+            )
+
 
 def _span(lease: Lease, lo: int | None = None, hi: int | None = None) -> tuple[int, int]:
     return (

@@ -49,7 +49,7 @@ class Poisoning(Routing):
         entity = target.entity
         seqs = [lock.seq for lock in locks]
         record = failure.to_json() if failure else None
-        tx.release(entity.id, seqs, target.ready, record, lock_expired)
+        tx.abandon(entity.id, seqs, target.ready, record, lock_expired)
         now = self.clock.now()
         self._count_rollbacks(tx, target, len(seqs), now)
         policy = target.policy

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from poisonq.engine.base import Lock, Target, all_or_raise, by_token
 from poisonq.engine.poison import Poisoning
 from poisonq.errors import InvalidOperationError, MessageLockLostError
-from poisonq.model import Abandon, Complete, DeadLetter, FailureRecord, Settlement
+from poisonq.model import Abandon, Complete, DeadLetter, FailureRecord, Release, Settlement
 from poisonq.store.base import EntityRecord, LockInfo, Transaction
 
 
@@ -100,7 +100,8 @@ class Settling(Poisoning):
 
     def settle(self, address: str, settlements: Sequence[Settlement]) -> list[int]:
         """Settle many messages, each its own way, in one transaction: complete, abandon
-        (with its own failure) or dead-letter (with its own reason). If any lock was lost,
+        (with its own failure), dead-letter (with its own reason) or release (back to the
+        queue, no delivery counted). If any lock was lost,
         :class:`MessageLockLostError` names all the lost ones and nothing changes. Returns
         the sequence numbers the retry policy poisoned."""
         now = self.clock.now()
@@ -139,6 +140,7 @@ class Settling(Poisoning):
             held = {lock.seq: lock for lock in self._held_locks(tx, target, locks, now)}
         done = [(s.sequence_number, s.lock_token) for s in settlements if isinstance(s, Complete)]
         lost = self._complete_held(tx, entity, done, now) if done else []
+        released: dict[str, list[int]] = {}
         poisoned: list[int] = []
         # Dead-letters alike (same lock, reason, description and failure) move in one call.
         letters: dict[tuple[str, str, str | None, FailureRecord | None], list[int]] = {}
@@ -150,6 +152,11 @@ class Settling(Poisoning):
                     poisoned += self._after_failure(tx, target, [held[seq]], failure, False)
                 case DeadLetter(seq, token, reason, description, failure):
                     letters.setdefault((token, reason, description, failure), []).append(seq)
+                case Release(seq, token):
+                    released.setdefault(token, []).append(seq)
+        for token, seqs in released.items():
+            back = tx.release(entity.id, token, min(seqs), max(seqs), seqs, target.ready, now)
+            lost += set(seqs) - set(back)
         if letters and target.subqueue is not None:
             raise InvalidOperationError(
                 f"messages in {entity.name!r} cannot be dead-lettered again"

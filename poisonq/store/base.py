@@ -377,7 +377,7 @@ class Transaction(ABC):
         """Complete validly locked messages; returns the sequence numbers completed."""
 
     @abstractmethod
-    def release(
+    def abandon(
         self,
         entity_id: int,
         seqs: Sequence[int],
@@ -386,6 +386,21 @@ class Transaction(ABC):
         lock_expired: bool,
     ) -> int:
         """Locked → ``ready`` (an abandon): ``abort_count += 1``, failure appended."""
+
+    @abstractmethod
+    def release(
+        self,
+        entity_id: int,
+        token: str,
+        lo: int,
+        hi: int,
+        seqs: Sequence[int] | None,
+        ready: MessageState,
+        now: float,
+    ) -> list[int]:
+        """Locked → ``ready`` as if never delivered: ``delivery_count -= 1``, no abort, no
+        failure. Only messages in ``[lo, hi]`` (and in ``seqs``, if given) validly locked
+        under ``token``; returns their sequence numbers."""
 
     @abstractmethod
     def defer(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> int: ...

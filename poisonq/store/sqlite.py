@@ -376,7 +376,7 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
         self._bump(entity_id, completed=len(rows), size_bytes=-sum(row[1] for row in rows))
         return [row[0] for row in rows]
 
-    def release(
+    def abandon(
         self,
         entity_id: int,
         seqs: Sequence[int],
@@ -400,6 +400,26 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
         else:
             self._bump(entity_id, abandoned=changed)
         return changed
+
+    def release(
+        self,
+        entity_id: int,
+        token: str,
+        lo: int,
+        hi: int,
+        seqs: Sequence[int] | None,
+        ready: MessageState,
+        now: float,
+    ) -> list[int]:
+        listed = "" if seqs is None else f" AND seq IN {SEQS}"
+        rows = self._db.execute(
+            "UPDATE messages SET state = ?, lock_token = NULL, locked_until = NULL,"
+            " delivery_count = delivery_count - 1"
+            " WHERE entity_id = ? AND state = 'locked' AND lock_token = ? AND locked_until > ?"
+            f" AND seq BETWEEN ? AND ?{listed} RETURNING seq",
+            (ready, entity_id, token, now, lo, hi, *([] if seqs is None else [seqs_json(seqs)])),
+        ).fetchall()
+        return sorted(row[0] for row in rows)
 
     def defer(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> int:
         return self._db.execute(

@@ -514,7 +514,7 @@ class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
                 f"entity #{target_id} was deleted while this transaction ran; nothing was added"
             )
 
-    def release(
+    def abandon(
         self,
         entity_id: int,
         seqs: Sequence[int],
@@ -539,6 +539,37 @@ class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
             self._bump(entity_id, abandoned=changed)
         self.notify = True
         return changed
+
+    def release(
+        self,
+        entity_id: int,
+        token: str,
+        lo: int,
+        hi: int,
+        seqs: Sequence[int] | None,
+        ready: MessageState,
+        now: float,
+    ) -> list[int]:
+        listed = "" if seqs is None else " AND seq = ANY(%(seqs)b)"
+        rows = self._all(
+            "UPDATE messages SET state = %(ready)b, lock_token = NULL, locked_until = NULL,"
+            " delivery_count = delivery_count - 1"
+            " WHERE entity_id = %(entity)b AND state = 'locked' AND lock_token = %(token)b"
+            " AND locked_until > %(now)b AND seq BETWEEN %(lo)b AND %(hi)b"
+            f"{listed} RETURNING seq",
+            {
+                "ready": ready.value,
+                "entity": entity_id,
+                "token": token,
+                "now": now,
+                "lo": lo,
+                "hi": hi,
+                "seqs": None if seqs is None else list(seqs),
+            },
+        )
+        if rows:
+            self.notify = True
+        return sorted(row[0] for row in rows)
 
     def defer(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> int:
         return self._count(
