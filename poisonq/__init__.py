@@ -54,7 +54,7 @@ if TYPE_CHECKING:
         SubQueue,
     )
     from poisonq.options import QueueOptions, RetryPolicy
-    from poisonq.processor import Processor, ProcessorStats
+    from poisonq.processor import Processor, ProcessorStats, ProcessorStoppedError
 
 __all__ = [
     "Abandon",
@@ -86,6 +86,7 @@ __all__ = [
     "PoisonqError",
     "Processor",
     "ProcessorStats",
+    "ProcessorStoppedError",
     "QueueOptions",
     "QuotaExceededError",
     "ReceiveErrorHandling",

@@ -12,6 +12,11 @@ re-read one message at a time; bisection finds k bad messages among n in O(k log
 messages of the halves that succeed are completed, so only the guilty ones count a failed
 attempt. A batch handler therefore has to tolerate seeing a message again in a smaller batch,
 as it has to tolerate any redelivery.
+
+A defect is not poison (:mod:`poisonq.defects`): when most of the last messages handled fail
+the same way, the failed messages of the batch are given back without a delivery counted,
+the rest of the batch is settled, and :meth:`Processor.run` raises
+:class:`ProcessorStoppedError`.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from poisonq.client import Broker, Receiver, SessionReceiver
-from poisonq.errors import InvalidOptionError, PermanentError
+from poisonq.defects import DEFAULT_MAX_FAILURE_RATIO, Defect, FailureWindow, check_ratio
+from poisonq.errors import InvalidOptionError, PermanentError, PoisonqError
 from poisonq.failures import failure_from_exception
 from poisonq.lock_renewer import AutoLockRenewer
 from poisonq.model import (
@@ -33,6 +39,8 @@ from poisonq.model import (
     Duration,
     FailureRecord,
     ReceivedMessage,
+    ReceiveErrorHandling,
+    Release,
     Settlement,
     to_seconds,
 )
@@ -43,6 +51,7 @@ MessageHandler = Callable[[ReceivedMessage], Any]
 BatchHandler = Callable[[list[ReceivedMessage]], Any]
 PoisonHook = Callable[[ReceivedMessage, BaseException], Any]
 MAX_DESCRIPTION = 4_096
+DEFECT_WINDOW = 100  # the fewest recent messages a defect is judged on
 
 
 @dataclass(frozen=True)
@@ -81,10 +90,23 @@ class ProcessorStats:
     poisoned: int = 0
     handler_runs: int = 0
     lock_lost: int = 0
+    released: int = 0
 
     def add(self, other: ProcessorStats) -> None:
         for field in fields(self):
             setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
+
+
+class ProcessorStoppedError(PoisonqError):
+    """Most of the messages handled last failed the same way: a defect in the handler (or
+    what it calls), not poison. The batch's failed messages were given back without a
+    delivery counted; ``defect`` has the first failure with its traceback, ``stats`` what
+    the run did."""
+
+    def __init__(self, defect: Defect, stats: ProcessorStats) -> None:
+        super().__init__(f"processor stopped: {defect}; the failed messages are back in the queue")
+        self.defect = defect
+        self.stats = stats
 
 
 class Processor:
@@ -96,6 +118,9 @@ class Processor:
     ``max_lock_renewal_duration`` seconds. ``on_poison(message, error)`` is called after each
     message that this processor dead-lettered or that its abandon poisoned; an exception from
     the hook propagates (the message is already settled, so nothing is lost).
+    ``max_failure_ratio`` (``None``: never) is the share of the last messages handled (the
+    batch, and at least :data:`DEFECT_WINDOW`) that may fail the same way before the run
+    stops with :class:`ProcessorStoppedError` instead of spending their deliveries.
     """
 
     def __init__(
@@ -111,6 +136,7 @@ class Processor:
         on_poison: PoisonHook | None = None,
         max_lock_renewal_duration: Duration = 300.0,
         max_wait: Duration = 1.0,
+        max_failure_ratio: float | None = DEFAULT_MAX_FAILURE_RATIO,
     ) -> None:
         if batch_size < 1:
             raise InvalidOptionError("batch_size must be at least 1")
@@ -126,6 +152,7 @@ class Processor:
         self.on_poison = on_poison
         self.max_lock_renewal_duration = max_lock_renewal_duration
         self.max_wait = max_wait
+        self.max_failure_ratio = check_ratio(max_failure_ratio)
         self._stop = threading.Event()
 
     def stop(self) -> None:
@@ -134,38 +161,60 @@ class Processor:
 
     def run(self, until_idle: bool = False) -> ProcessorStats:
         """Pump until :meth:`stop` is called or, with ``until_idle``, until a receive waits
-        ``max_wait`` and finds nothing. Returns what was done."""
+        ``max_wait`` and finds nothing. Returns what was done; raises
+        :class:`ProcessorStoppedError` on a defect (every thread stops)."""
         self._stop.clear()
-        total = ProcessorStats()
+        per_thread: list[ProcessorStats] = []
+        stopped: list[ProcessorStoppedError] = []
+
+        def pump(renewer: AutoLockRenewer) -> None:
+            stats = ProcessorStats()
+            per_thread.append(stats)
+            try:
+                self._pump(renewer, until_idle, stats)
+            except ProcessorStoppedError as exc:
+                stopped.append(exc)
+                self._stop.set()
+
         with AutoLockRenewer(self.max_lock_renewal_duration) as renewer:
             if self.concurrency == 1:
-                total.add(self._pump(renewer, until_idle))
-                return total
-            results: list[ProcessorStats] = []
+                pump(renewer)
             threads = [
-                threading.Thread(
-                    target=lambda: results.append(self._pump(renewer, until_idle)),
-                    name=f"poisonq-processor-{n}",
-                )
-                for n in range(self.concurrency)
+                threading.Thread(target=pump, args=(renewer,), name=f"poisonq-processor-{n}")
+                for n in range(self.concurrency if self.concurrency > 1 else 0)
             ]
             for thread in threads:
                 thread.start()
             for thread in threads:
                 thread.join()
-        for result in results:
-            total.add(result)
+        total = ProcessorStats()
+        for stats in per_thread:
+            total.add(stats)
+        if stopped:
+            raise ProcessorStoppedError(stopped[0].defect, total)
         return total
 
-    def _pump(self, renewer: AutoLockRenewer, until_idle: bool) -> ProcessorStats:
-        if self.broker.get_queue(self.address).options.requires_session:
-            return self._pump_sessions(renewer, until_idle)
-        return self._pump_one(self.broker.receiver(self.address), renewer, until_idle)
+    def _pump(self, renewer: AutoLockRenewer, until_idle: bool, stats: ProcessorStats) -> None:
+        window = FailureWindow(self.max_failure_ratio, max(self.batch_size, DEFECT_WINDOW))
+        options = self.broker.get_queue(self.address).options
+        if options.requires_session:
+            self._pump_sessions(renewer, until_idle, window, stats)
+        else:
+            # A faulting queue stops at its first poison message anyway: holding failures
+            # back would only let more messages fail before it does.
+            hold = options.retry.receive_error_handling is not ReceiveErrorHandling.FAULT
+            receiver = self.broker.receiver(self.address)
+            self._pump_one(receiver, renewer, until_idle, window, stats, hold)
 
-    def _pump_sessions(self, renewer: AutoLockRenewer, until_idle: bool) -> ProcessorStats:
+    def _pump_sessions(
+        self,
+        renewer: AutoLockRenewer,
+        until_idle: bool,
+        window: FailureWindow,
+        stats: ProcessorStats,
+    ) -> None:
         """A session queue: one session at a time, its messages in order, until it is
         empty; then the next session nobody holds."""
-        stats = ProcessorStats()
         while not self._stop.is_set():
             session = self.broker.accept_next_session(self.address)
             if session is None:
@@ -174,28 +223,54 @@ class Processor:
                 self._stop.wait(to_seconds(self.max_wait, "max_wait"))
                 continue
             with session:
-                stats.add(self._pump_one(session, renewer, until_idle=True))
-        return stats
+                self._pump_one(session, renewer, True, window, stats, hold=False)
 
     def _pump_one(
-        self, receiver: Receiver, renewer: AutoLockRenewer, until_idle: bool
-    ) -> ProcessorStats:
-        stats = ProcessorStats()
+        self,
+        receiver: Receiver,
+        renewer: AutoLockRenewer,
+        until_idle: bool,
+        window: FailureWindow,
+        stats: ProcessorStats,
+        hold: bool,
+    ) -> None:
+        """Receive, handle and settle until idle or stopped. Successes are settled with
+        their batch; with ``hold``, failures are held (locked, renewed) while the window
+        cannot yet tell poison from a defect (not in a session: its order must not wait)."""
         wait = 0.0 if isinstance(receiver, SessionReceiver) else self.max_wait
-        while not self._stop.is_set():
-            messages = receiver.receive(self.batch_size, wait)
-            if not messages:
-                if until_idle:
-                    break
-                continue
-            stats.received += len(messages)
-            renewer.register(receiver, messages)
-            try:
+        held: list[tuple[Outcome, FailureRecord | None]] = []
+        try:
+            while not self._stop.is_set():
+                messages = receiver.receive(self.batch_size, wait)
+                if not messages:
+                    if held:  # nothing else to judge them by: settle them as failures
+                        self._settle(receiver, held, stats)
+                        renewer.unregister([o.message for o, _ in held])
+                        held = []
+                    elif until_idle:
+                        break
+                    continue
+                stats.received += len(messages)
+                renewer.register(receiver, messages)
                 outcomes = self._handle(messages, stats)
-            finally:
-                renewer.unregister(messages)
-            self._settle(receiver, outcomes, stats)
-        return stats
+                failures = [self._failure(outcome) for outcome in outcomes]
+                results = list(zip(outcomes, failures, strict=True))
+                done: list[tuple[Outcome, FailureRecord | None]]
+                done = [(o, f) for o, f in results if f is None]
+                held += [(o, f) for o, f in results if f is not None]
+                defect = window.add(failures)
+                if defect is not None:
+                    failed, held = [o for o, _ in held], []
+                    self._give_back(receiver, [o for o, _ in done], failed, stats)
+                    renewer.unregister(messages + [o.message for o in failed])
+                    raise ProcessorStoppedError(defect, stats)
+                if not (hold and window.undecided()):
+                    done, held = done + held, []
+                self._settle(receiver, done, stats)
+                renewer.unregister([o.message for o, _ in done])
+        finally:
+            self._settle(receiver, held, stats)
+            renewer.unregister([o.message for o, _ in held])
 
     def _handle(self, messages: list[ReceivedMessage], stats: ProcessorStats) -> list[Outcome]:
         if not self.batch:
@@ -240,13 +315,20 @@ class Processor:
             return Reject(message, error)
         return Retry(message, error)
 
-    def _settle(self, receiver: Receiver, outcomes: list[Outcome], stats: ProcessorStats) -> None:
-        """Settle the whole batch in one transaction. Messages whose lock ran out while the
-        handler ran are left out (they will be delivered again) and the rest settled."""
-        settlements = [self._settlement(o) for o in outcomes]
+    def _settle(
+        self,
+        receiver: Receiver,
+        outcomes: list[tuple[Outcome, FailureRecord | None]],
+        stats: ProcessorStats,
+    ) -> None:
+        """Settle outcomes in one transaction. Messages whose lock ran out while the handler
+        ran are left out (they will be delivered again) and the rest settled."""
+        if not outcomes:
+            return
+        settlements = [self._settlement(o, f) for o, f in outcomes]
         poisoned, lost = self.broker.settle_held(receiver.address, settlements)
         stats.lock_lost += len(lost)
-        pending = {o.message.sequence_number: o for o in outcomes}
+        pending = {o.message.sequence_number: o for o, _ in outcomes}
         for seq in lost:
             del pending[seq]
         for outcome in pending.values():
@@ -261,7 +343,36 @@ class Processor:
                     if message.sequence_number in poisoned:
                         self._poisoned(message, error, stats)
 
-    def _settlement(self, outcome: Outcome) -> Settlement:
+    def _give_back(
+        self,
+        receiver: Receiver,
+        succeeded: list[Outcome],
+        failed: list[Outcome],
+        stats: ProcessorStats,
+    ) -> None:
+        """A defect: complete what succeeded, release what failed (no delivery counted),
+        in one transaction."""
+        settlements = [self._settlement(o, None) for o in succeeded]
+        settlements += [self._release(o) for o in failed]
+        _, lost = self.broker.settle_held(receiver.address, settlements)
+        stats.lock_lost += len(lost)
+        gone = set(lost)
+        stats.completed += sum(1 for o in succeeded if o.message.sequence_number not in gone)
+        stats.released += sum(1 for o in failed if o.message.sequence_number not in gone)
+
+    def _failure(self, outcome: Outcome) -> FailureRecord | None:
+        match outcome:
+            case Completed():
+                return None
+            case Reject(_, error) | Retry(_, error):
+                return failure_from_exception(error, self.broker.clock.now())
+
+    @staticmethod
+    def _release(outcome: Outcome) -> Release:
+        assert outcome.message.lock_token is not None, "the processor receives in peek-lock mode"
+        return Release(outcome.message.sequence_number, outcome.message.lock_token)
+
+    def _settlement(self, outcome: Outcome, failure: FailureRecord | None) -> Settlement:
         token = outcome.message.lock_token
         seq = outcome.message.sequence_number
         assert token is not None, "the processor receives in peek-lock mode"
@@ -269,10 +380,9 @@ class Processor:
             case Completed():
                 return Complete(seq, token)
             case Reject(_, error):
-                failure = failure_from_exception(error, self.broker.clock.now())
                 return DeadLetter(seq, token, type(error).__name__, _description(failure), failure)
-            case Retry(_, error):
-                return Abandon(seq, token, failure_from_exception(error, self.broker.clock.now()))
+            case Retry():
+                return Abandon(seq, token, failure)
 
     def _poisoned(
         self, message: ReceivedMessage, error: BaseException, stats: ProcessorStats
@@ -282,7 +392,7 @@ class Processor:
             self.on_poison(message, error)
 
 
-def _description(failure: FailureRecord) -> str:
+def _description(failure: FailureRecord | None) -> str:
     """The traceback, cut from the front to fit a dead-letter description."""
-    text = failure.traceback or ""
+    text = failure.traceback if failure else ""
     return text if len(text) <= MAX_DESCRIPTION else "...\n" + text[-MAX_DESCRIPTION:]

@@ -245,3 +245,68 @@ def test_concurrent_pumps_complete_each_message_once(broker: Broker, queue: str)
 def test_bad_options_are_refused(broker: Broker, queue: str, option: dict[str, int]) -> None:
     with pytest.raises(poisonq.InvalidOptionError):
         Processor(broker, queue, print, **option)
+
+
+def _broken(message: ReceivedMessage) -> None:
+    """A handler with a bug: every message fails the same way."""
+    raise NameError("name 'totl' is not defined")
+
+
+@pytest.mark.parametrize("batch_size", [1, 50])
+def test_a_defect_stops_the_processor_without_spending_good_messages(
+    broker: Broker, queue: str, batch_size: int
+) -> None:
+    """A bug that fails every message is not poison: the run stops with the error, and no
+    message is dead-lettered (the queue allows 3 deliveries; before, all 200 were)."""
+    send(broker, queue, 200)
+    with pytest.raises(poisonq.ProcessorStoppedError) as stopped:
+        Processor(broker, queue, _broken, batch_size=batch_size, max_wait=0).run(until_idle=True)
+    defect = stopped.value.defect
+    assert defect.failure.error_type == "NameError"
+    assert "totl" in defect.failure.traceback and "_broken" in defect.failure.traceback
+    assert "NameError" in str(stopped.value)
+    counts = broker.counts(queue)
+    assert counts["dead_lettered"] == 0 and counts["completed"] == 0
+    assert counts["active"] == 200
+    # Failures were held, unsettled, until the defect showed: no delivery was spent.
+    assert {m.delivery_count for m in broker.peek(queue, max_messages=200)} == {0}
+    assert stopped.value.stats.released == (10 if batch_size == 1 else 50)
+    assert_balanced(broker)
+
+
+def test_poison_among_good_messages_does_not_stop_the_processor(
+    broker: Broker, queue: str
+) -> None:
+    """Below the ratio, failures are settled as usual: 20 bad in 100, same fingerprint."""
+    send(broker, queue, 100)
+
+    def handle(message: ReceivedMessage) -> None:
+        if int(message.body) % 5 == 0:
+            raise InvalidCustomer(f"customer of {message.message_id}")
+
+    stats = Processor(broker, queue, handle, batch_size=10, max_wait=0).run(until_idle=True)
+    assert (stats.completed, stats.dead_lettered) == (80, 20)
+    assert_balanced(broker)
+
+
+def test_a_defect_stops_every_thread_and_the_stats_add_up(broker: Broker, queue: str) -> None:
+    send(broker, queue, 300)
+    with pytest.raises(poisonq.ProcessorStoppedError) as stopped:
+        Processor(broker, queue, _broken, batch_size=20, concurrency=3, max_wait=0).run(
+            until_idle=True
+        )
+    stats = stopped.value.stats
+    assert stats.received == stats.released + stats.abandoned + stats.lock_lost
+    assert broker.counts(queue)["dead_lettered"] == 0
+    assert broker.counts(queue)["active"] == 300
+    assert_balanced(broker)
+
+
+def test_max_failure_ratio_none_settles_a_defect_as_failures(broker: Broker, queue: str) -> None:
+    send(broker, queue, 20)
+    stats = Processor(
+        broker, queue, _broken, batch_size=20, max_wait=0, max_failure_ratio=None
+    ).run(until_idle=True)
+    assert stats.poisoned == 20  # three deliveries each, then the dead-letter queue
+    with pytest.raises(poisonq.InvalidOptionError):
+        Processor(broker, queue, _broken, max_failure_ratio=1.5)

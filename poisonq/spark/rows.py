@@ -1,0 +1,240 @@
+"""A transform's return values as rows of the output schema, strictly.
+
+A message is completed without an output row only when its transform returned ``None``.
+Anything else must become exactly one row, or its message fails with
+``OutputSchemaMismatch`` (permanent, so it is dead-lettered) naming the field, the offending
+value and the row, with a fingerprint per field and kind of mismatch so that a transform
+that gets one field wrong for every message is seen as one group (and as a defect, see
+:mod:`poisonq.defects`), not as many poison messages.
+
+- A dict, or a ``Row`` with field names, maps by name and must carry every field of the
+  schema; a key the schema does not have is an error unless ``ignore_extra_fields``.
+- A tuple, a list or a ``Row`` without names maps by position and must have one value per
+  field.
+- Values convert as Arrow converts them, except where that would lose information: a
+  float with a fractional part for an integer field (Arrow truncates it), ``None`` for a
+  ``NOT NULL`` field (Arrow keeps it), and nested structs follow the rules above.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from poisonq.model import FailureRecord
+
+ERROR_TYPE = "OutputSchemaMismatch"
+_ARROW_ERRORS = (pa.ArrowException, TypeError, ValueError, OverflowError)
+_SHOWN = 200  # characters of a value shown in a failure message
+_SHOWN_ROW = 2_000
+
+
+class _Mismatch(Exception):
+    """One value that does not fit; ``kind`` groups alike mismatches."""
+
+    def __init__(self, where: str, kind: str, why: str) -> None:
+        super().__init__(f"{where}: {why}" if where else why)
+        self.where = where
+        self.kind = kind
+
+
+def _shown(value: Any, limit: int = _SHOWN) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _fields_of(value: Any) -> dict[str, Any] | None:
+    """A dict or a named ``Row`` as a mapping by name; ``None`` for anything else."""
+    if isinstance(value, dict):
+        return value
+    names = getattr(value, "__fields__", None)
+    if isinstance(value, tuple) and names is not None:
+        return dict(zip(names, value, strict=True))
+    return None
+
+
+@dataclass(frozen=True)
+class OutputSchema:
+    """The output schema of a pipeline and how strictly a transform's rows must fit it."""
+
+    struct: StructType
+    ignore_extra_fields: bool = False
+
+    @cached_property
+    def arrow(self) -> pa.Schema:
+        return to_arrow_schema(self.struct)
+
+    @cached_property
+    def _names(self) -> tuple[str, ...]:
+        return tuple(self.arrow.names)
+
+    @cached_property
+    def _name_set(self) -> frozenset[str]:
+        return frozenset(self._names)
+
+    def batch(
+        self, outputs: Sequence[tuple[int, Any]]
+    ) -> tuple[pa.RecordBatch, list[tuple[int, FailureRecord]]]:
+        """The rows of ``(sequence_number, output)`` that fit, as one record batch, and a
+        failure for each that does not."""
+        rows: list[tuple[Any, ...]] = []
+        kept: list[tuple[int, Any]] = []
+        failed: list[tuple[int, FailureRecord]] = []
+        for seq, output in outputs:
+            try:
+                rows.append(self._row(output))
+                kept.append((seq, output))
+            except _Mismatch as mismatch:
+                failed.append((seq, self._failure(mismatch, output)))
+        arrays, bad = self._columns(rows)
+        if bad:
+            for index, wrong in sorted(bad.items()):
+                failed.append((kept[index][0], self._failure(wrong, kept[index][1])))
+            rows = [row for index, row in enumerate(rows) if index not in bad]
+            arrays, _ = self._columns(rows)
+        return pa.RecordBatch.from_arrays(arrays, schema=self.arrow), failed
+
+    def _row(self, output: Any) -> tuple[Any, ...]:
+        """The output's values in schema order, or :class:`_Mismatch`."""
+        named = _fields_of(output)
+        if named is not None:
+            return self._by_name(named, "", self.arrow)
+        if isinstance(output, (tuple, list)):
+            return self._by_position(output, "", self.arrow)
+        raise _Mismatch(
+            "",
+            f"returned:{type(output).__name__}",
+            f"the transform returned a {type(output).__name__} ({_shown(output)}); return a"
+            " dict, a Row, a tuple or a list of the schema's fields, or None to skip the message",
+        )
+
+    def _by_name(
+        self, values: dict[str, Any], where: str, fields: pa.Schema | pa.StructType
+    ) -> tuple[Any, ...]:
+        names = [f.name for f in fields]
+        keys = values.keys()
+        if fields is self.arrow and keys == self._name_set:
+            return tuple(values[name] for name in names)  # the common case, checked fast
+        missing = [name for name in names if name not in keys]
+        if missing:
+            raise _Mismatch(
+                _join(where, missing[0]), "missing", f"missing field(s) {', '.join(missing)}"
+            )
+        extra = sorted(set(keys) - set(names))
+        if extra and not self.ignore_extra_fields:
+            raise _Mismatch(
+                _join(where, extra[0]),
+                "extra",
+                f"field(s) {', '.join(extra)} are not in the schema"
+                " (ignore_extra_fields=True drops them)",
+            )
+        return tuple(values[name] for name in names)
+
+    def _by_position(
+        self, values: Sequence[Any], where: str, fields: pa.Schema | pa.StructType
+    ) -> tuple[Any, ...]:
+        if len(values) != len(fields):
+            raise _Mismatch(
+                where,
+                "arity",
+                f"{len(values)} value(s) for the {len(fields)} field(s)"
+                f" {', '.join(f.name for f in fields)}",
+            )
+        return tuple(values)
+
+    def _columns(self, rows: list[tuple[Any, ...]]) -> tuple[list[pa.Array], dict[int, _Mismatch]]:
+        """The rows as Arrow columns, and the rows with a value that does not convert (or
+        would lose information), by index. A column is converted whole; its values are
+        looked at one by one only where Arrow failed or converts loosely."""
+        arrays: list[pa.Array] = []
+        bad: dict[int, _Mismatch] = {}
+        for position, field in enumerate(self.arrow):
+            column = [row[position] for row in rows]
+            for index in _suspects(column, field, arrays):
+                if index not in bad:
+                    try:
+                        self._check(column[index], field, field.name)
+                    except _Mismatch as mismatch:
+                        bad[index] = mismatch
+        return arrays, bad
+
+    def _check(self, value: Any, field: pa.Field, where: str) -> None:
+        """One value against its field, nested fields included."""
+        kind = field.type
+        if value is None:
+            if not field.nullable:
+                raise _Mismatch(where, "null", "None for a NOT NULL field")
+            return
+        if pa.types.is_integer(kind) and isinstance(value, float) and not value.is_integer():
+            raise _Mismatch(where, "lossy", f"{value!r} would lose its fraction as {kind}")
+        if pa.types.is_struct(kind):
+            named = _fields_of(value)
+            if named is not None:
+                value = self._by_name(named, where, kind)
+            elif isinstance(value, (tuple, list)):
+                value = self._by_position(value, where, kind)
+            else:
+                raise _Mismatch(
+                    where, f"type:{type(value).__name__}", f"{_shown(value)} is not a struct"
+                )
+            for child, item in zip(kind, value, strict=True):
+                self._check(item, child, _join(where, child.name))
+            return
+        if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+            if isinstance(value, (list, tuple)):
+                for item in value:
+                    self._check(item, kind.value_field, f"{where}[]")
+        elif pa.types.is_map(kind) and isinstance(value, dict):
+            for item in value.values():
+                self._check(item, kind.item_field, f"{where}{{}}")
+        try:
+            pa.array([value], kind)
+        except _ARROW_ERRORS as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise _Mismatch(
+                where, f"type:{type(value).__name__}->{kind}", f"{_shown(value)}: {first}"
+            ) from None
+
+    def _failure(self, mismatch: _Mismatch, output: Any) -> FailureRecord:
+        key = f"{ERROR_TYPE}|{mismatch.where}|{mismatch.kind}"
+        return FailureRecord(
+            time=time.time(),
+            error_type=ERROR_TYPE,
+            message=str(mismatch),
+            traceback=(
+                f"{ERROR_TYPE}: {mismatch}\n"
+                f"the transform returned: {_shown(output, _SHOWN_ROW)}\n"
+                f"the output schema is: {self.struct.simpleString()}"
+            ),
+            fingerprint=hashlib.sha1(key.encode()).hexdigest()[:16],
+        )
+
+
+def _join(where: str, name: str) -> str:
+    return f"{where}.{name}" if where else name
+
+
+def _suspects(column: list[Any], field: pa.Field, arrays: list[pa.Array]) -> Sequence[int]:
+    """Which values of ``column`` need a look of their own; appends the column's Arrow
+    array to ``arrays`` when it converts. Arrow refuses what our rules refuse except that it
+    truncates floats into integers, keeps ``None`` in a ``NOT NULL`` field and ignores
+    missing and extra keys of nested structs."""
+    everything = range(len(column))
+    try:
+        arrays.append(pa.array(column, field.type))
+    except _ARROW_ERRORS:
+        return everything
+    if pa.types.is_nested(field.type):
+        return everything
+    suspects = [] if field.nullable else [i for i, v in enumerate(column) if v is None]
+    if pa.types.is_integer(field.type):
+        suspects += [i for i, v in enumerate(column) if type(v) is float]
+    return suspects
