@@ -16,6 +16,7 @@ from poisonq.model import FailureRecord
 
 MAX_TRACEBACK = 16_384
 MAX_MESSAGE = 4_096
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def root_cause(exc: BaseException) -> BaseException:
@@ -44,9 +45,19 @@ def fingerprint(exc: BaseException) -> str:
     return hashlib.sha1(f"{type_name(root)}|{where}".encode()).hexdigest()[:16]
 
 
+def _from_user_frames(exc: BaseException) -> BaseException:
+    """``exc`` with the leading frames of poisonq's own code (the Processor, the crash
+    guard) cut from its traceback, so that a failure's history starts where the user's
+    code was called. An error raised in poisonq alone keeps every frame."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE):
+        tb = tb.tb_next
+    return exc if tb is None else exc.with_traceback(tb)
+
+
 def failure_from_exception(exc: BaseException, now: float) -> FailureRecord:
     """The failure record of one attempt that raised ``exc``."""
-    text = "".join(traceback.format_exception(exc))
+    text = "".join(traceback.format_exception(_from_user_frames(exc)))
     if len(text) > MAX_TRACEBACK:
         text = "...\n" + text[-MAX_TRACEBACK:]
     return FailureRecord(

@@ -274,9 +274,7 @@ def test_a_defect_stops_the_processor_without_spending_good_messages(
     assert_balanced(broker)
 
 
-def test_poison_among_good_messages_does_not_stop_the_processor(
-    broker: Broker, queue: str
-) -> None:
+def test_poison_among_good_messages_does_not_stop_the_processor(broker: Broker, queue: str) -> None:
     """Below the ratio, failures are settled as usual: 20 bad in 100, same fingerprint."""
     send(broker, queue, 100)
 

@@ -20,9 +20,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from poisonq.cli.app import App
 from poisonq.cli.output import emit, json_option, progress, table
+from poisonq.defects import DEFAULT_MAX_FAILURE_RATIO
 from poisonq.errors import InvalidOptionError, PoisonqError
 
 if TYPE_CHECKING:
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     from poisonq.spark.pipeline import PipelineReport
 
 TARGET_HELP = "expected MODULE:FUNC or path/to/file.py:FUNC"
+PERMANENT_HELP = "--permanent expects MODULE.Type, MODULE:Type or path/to/file.py:Type"
 
 
 class SparkMissingError(PoisonqError):
@@ -50,26 +53,46 @@ def load_transform(target: str) -> Transform:
     the target is malformed or names a missing file, module or attribute; an error raised
     by the module's own code is the user's bug and propagates with its traceback.
     """
+    function = _load(target, TARGET_HELP)
+    if not callable(function):
+        raise InvalidOptionError(f"{target!r} is not a function but {type(function).__name__}")
+    return cast("Transform", function)
+
+
+def load_exception(target: str) -> type[BaseException]:
+    """The exception class named by ``MODULE.Type``, ``MODULE:Type``, ``file.py:Type`` or a
+    builtin's name (``ValueError``)."""
+    if ":" not in target:
+        module, _, name = target.rpartition(".")
+        target = f"{module or 'builtins'}:{name}"
+    found = _load(target, PERMANENT_HELP)
+    if not (isinstance(found, type) and issubclass(found, BaseException)):
+        raise InvalidOptionError(f"--permanent {target!r} is not an exception class")
+    return found
+
+
+def _load(target: str, usage: str) -> Any:
     module_name, sep, name = target.rpartition(":")
     if not sep or not module_name or not name.isidentifier():
-        raise InvalidOptionError(f"{TARGET_HELP}, not {target!r}")
+        raise InvalidOptionError(f"{usage}, not {target!r}")
     if module_name.endswith(".py") or "/" in module_name or os.sep in module_name:
         module = _module_from_file(Path(module_name))
     else:
         module = _import(module_name)
     if not hasattr(module, name):
         raise InvalidOptionError(f"module {module_name!r} has no attribute {name!r}")
-    function = getattr(module, name)
-    if not callable(function):
-        raise InvalidOptionError(f"{target!r} is not a function but {type(function).__name__}")
-    return cast("Transform", function)
+    return getattr(module, name)
 
 
 def _module_from_file(path: Path) -> ModuleType:
+    """The module of a file, loaded once: the transform and the exception types it raises
+    (``--permanent file.py:Type``) must be the same classes."""
     if not path.is_file():
         raise InvalidOptionError(f"no such file {str(path)!r} ({TARGET_HELP})")
     # A private name: a file called json.py must not replace the json module.
-    name = "poisonq_transform_" + re.sub(r"\W", "_", path.stem)
+    name = "poisonq_transform_" + re.sub(r"\W", "_", str(path.resolve()))
+    if name in sys.modules:
+        return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise InvalidOptionError(f"cannot load {str(path)!r} as a Python module")
@@ -144,7 +167,6 @@ def _report_table(title: str, report: PipelineReport) -> Table:
         ("dead-lettered", report.dead_lettered.total()),
         *((f"  {reason or '(none)'}", n) for reason, n in report.dead_lettered.most_common()),
         ("isolation jobs", report.isolation_jobs),
-        ("failed batches", report.failed_batches),
         ("elapsed (s)", f"{report.elapsed:.1f}"),
         ("msgs/s", f"{report.messages_per_second:,.0f}"),
     ]
@@ -203,11 +225,26 @@ def pipeline() -> None:
     help="Spark output format.",
 )
 @click.option(
-    "--max-failed-batches",
-    type=click.IntRange(min=0),
-    default=5,
+    "--permanent",
+    "permanent_types",
+    multiple=True,
+    metavar="MODULE.Type",
+    help="An exception type that dead-letters at once instead of being retried"
+    " (repeatable), e.g. json.JSONDecodeError or transforms.py:InvalidOrder.",
+)
+@click.option(
+    "--ignore-extra-fields",
+    is_flag=True,
+    help="Drop keys of a returned dict that the schema does not have, instead of"
+    " dead-lettering the message (OutputSchemaMismatch).",
+)
+@click.option(
+    "--max-failure-ratio",
+    type=click.FloatRange(min=0, max=1, min_open=True),
+    default=DEFAULT_MAX_FAILURE_RATIO,
     show_default=True,
-    help="Stop after N batches in a row fail as a whole; 0: never stop.",
+    help="Stop when more than this share of a batch fails the same way (a bug, not poison):"
+    " its messages go back to the queue without a delivery counted. 1: never stop.",
 )
 @click.option(
     "--isolate/--no-isolate",
@@ -233,7 +270,9 @@ def pipeline_run(
     batch_size: int,
     lock_duration: float | None,
     output_format: str,
-    max_failed_batches: int,
+    permanent_types: tuple[str, ...],
+    ignore_extra_fields: bool,
+    max_failure_ratio: float,
     isolate: bool,
     forever: bool,
     as_json: bool,
@@ -241,16 +280,21 @@ def pipeline_run(
     """Run a transform over a queue on Spark.
 
     Imports FUNC from MODULE (a module path or a .py file), which gets each message as a
-    dict (body as bytes, subject, properties, ...) and returns one row of --schema, or None
-    to skip it. Good rows are written to --output; a message whose FUNC raises a
-    PermanentError is dead-lettered at once, any other error is retried by the queue's
-    policy. Runs until the queue is idle, then prints what it did. Ctrl-C stops and prints
-    the report so far; an unfinished batch is replayed by the next run.
+    dict (body as bytes, subject, properties, ...) and returns one row of --schema (a dict
+    with every field, or a tuple/list/Row by position), or None to skip it. Good rows are
+    written to --output/consumer=NAME/lease=N; a message whose FUNC raises a PermanentError
+    (or a --permanent type), or returns a row that does not fit --schema, is dead-lettered
+    at once; any other error is retried by the queue's policy. When most of a batch fails
+    the same way (a bug, not poison), the run stops with the error and its traceback and
+    the batch goes back to the queue without a delivery counted. Runs until the queue is
+    idle, then prints what it did. Ctrl-C stops and prints the report so far; an unfinished
+    batch is replayed by the next run.
     """
     require_pyspark()
     transform = load_transform(target)
+    permanent = tuple(load_exception(name) for name in permanent_types)
     app.broker.get_queue(queue_name)  # an unknown queue fails here, before Spark starts
-    from poisonq.spark.pipeline import Pipeline
+    from poisonq.spark.pipeline import Pipeline, PipelineStoppedError
     from poisonq.spark.session import local_session
 
     spark = local_session()
@@ -265,8 +309,10 @@ def pipeline_run(
         batch_size=batch_size,
         lock_duration=lock_duration,
         output_format=output_format,
+        permanent=permanent,
         isolate=isolate,
-        max_failed_batches=max_failed_batches or None,
+        ignore_extra_fields=ignore_extra_fields,
+        max_failure_ratio=None if max_failure_ratio == 1 else max_failure_ratio,
     )
     seen: list[PipelineReport] = []
     with progress(app, f"pipeline {queue_name}") as update:
@@ -277,6 +323,10 @@ def pipeline_run(
 
         try:
             report, interrupted = runner.run(until_idle=not forever, progress=on_batch), False
+        except PipelineStoppedError as exc:
+            if exc.traceback:  # once, before the one red line the root prints
+                app.err.print(Text(exc.traceback.rstrip(), style="dim"), soft_wrap=True)
+            raise
         except KeyboardInterrupt:
             if not seen:
                 raise

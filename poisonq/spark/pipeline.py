@@ -7,28 +7,31 @@ and the failed messages are settled by the executors (a permanent error dead-let
 other error or a crash abandons, so the queue's retry policy applies). When the job has
 written the batch, the driver completes whatever the lease still holds, in one statement.
 
-Output is idempotent per lease: a batch is written to ``<output>/lease=<n>`` in overwrite
-mode and its messages are completed only afterwards, so a batch replayed after a crash
-overwrites its own output instead of adding to it.
+Output is idempotent per lease and never shared between consumers: a batch is written to
+``<output>/consumer=<name>/lease=<n>`` in overwrite mode and its messages are completed only
+afterwards, so a batch replayed after a crash overwrites its own output instead of adding to
+it, and another consumer's leases (numbered on their own) land beside it.
 
-When a batch job fails as a whole anyway (the sink, the JVM, a crash the guard cannot see),
-the batch is bisected into smaller jobs by sequence range until the messages whose jobs fail
-alone are found. Only they are abandoned with the job's error; then the batch runs again
-without them. A batch in which every message fails alone, or more than
-:data:`MAX_GUILTY_PER_BATCH` do, is not blamed on its messages but counted as a failed batch
-(a broken sink or transform fails every job, and bisecting it down to single messages would
-cost two jobs per message); ``max_failed_batches`` consecutive failed batches stop the runner
-with a report (Service Broker's safety net).
+A defect is not poison (:mod:`poisonq.defects`). When most of a task's messages fail the
+same way, the task fails the job with the defect before anything is settled or written; when
+a job fails as a whole (the sink, the JVM, a crash the guard cannot see) and the first and
+last messages of the batch each fail the same way alone, the job is broken, not a message.
+Either way the lease is released (no delivery counted) and :class:`PipelineStoppedError`
+says why. Otherwise the failed batch is bisected into smaller jobs by sequence range until
+the messages whose jobs fail alone are found; only they are abandoned with the job's error,
+and the batch runs again without them.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from urllib.parse import quote
 
 from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
@@ -36,14 +39,19 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
 import poisonq
+from poisonq.defects import DEFAULT_MAX_FAILURE_RATIO, Defect, check_ratio
 from poisonq.errors import EntityDisabledError, InvalidOptionError, PoisonqError
+from poisonq.failures import MAX_MESSAGE, MAX_TRACEBACK
 from poisonq.guard import Transform
 from poisonq.model import Abandon, FailureRecord, Lease
+from poisonq.names import validate_name
+from poisonq.spark.rows import OutputSchema
 from poisonq.spark.source import absolute_url
-from poisonq.spark.transform import LeaseTransform, pipeline_source
+from poisonq.spark.transform import LeaseTransform, defect_in, pipeline_source
 
 log = logging.getLogger(__name__)
 JobError = (PySparkException, Py4JError)
+_JVM_FRAME = re.compile(r"\s+(at |\.\.\. \d+ more)")
 MAX_GUILTY_PER_BATCH = 16
 
 
@@ -52,20 +60,28 @@ class _NotPoison(Exception):
 
 
 class PipelineStoppedError(PoisonqError):
-    """The runner stopped: ``max_failed_batches`` batches in a row failed as a whole, or the
-    queue stopped delivering (faulted on a poison message, auto-disabled, disabled). The
-    report says what was done until then; ``cause`` is the queue's error, if that was it."""
+    """The runner stopped: a batch showed a defect (its messages are back in the queue, no
+    delivery counted: ``defect`` has the first failure and its traceback), or the queue
+    stopped delivering (faulted on a poison message, auto-disabled, disabled: ``cause`` is
+    the queue's error). ``report`` says what was done until then."""
 
     def __init__(
-        self, report: PipelineReport, error: str, cause: EntityDisabledError | None = None
+        self,
+        report: PipelineReport,
+        error: str,
+        *,
+        cause: EntityDisabledError | None = None,
+        defect: Defect | None = None,
     ) -> None:
-        if cause is None:
-            error = (
-                f"stopped after {report.failed_batches_in_a_row} failed batches in a row: {error}"
-            )
         super().__init__(error)
         self.report = report
         self.cause = cause
+        self.defect = defect
+
+    @property
+    def traceback(self) -> str:
+        """The defect's first failure as its traceback (or job error) shows it."""
+        return self.defect.failure.traceback if self.defect else ""
 
 
 @dataclass
@@ -78,8 +94,6 @@ class PipelineReport:
     retried: int = 0
     dead_lettered: Counter[str] = field(default_factory=Counter)
     isolation_jobs: int = 0
-    failed_batches: int = 0
-    failed_batches_in_a_row: int = 0
     elapsed: float = 0.0
 
     @property
@@ -90,11 +104,15 @@ class PipelineReport:
 class Pipeline:
     """Runs ``transform`` over the messages of ``queue`` into ``output``, one lease per batch.
 
-    ``transform(message) -> dict | None`` gets a message as a dict (``sequence_number``,
-    ``message_id``, ``body`` as bytes, ``subject``, ``properties``, ``delivery_count``,
-    ``enqueued_time``, ...) and returns one output row that fits ``schema`` (a Spark DDL
-    string or ``StructType``), or ``None`` to drop the message from the output while still
-    completing it. It runs on executors, so it must be picklable.
+    ``transform(message)`` gets a message as a dict (``sequence_number``, ``message_id``,
+    ``body`` as bytes, ``subject``, ``properties``, ``delivery_count``, ``enqueued_time``,
+    ...) and returns one output row of ``schema`` (a Spark DDL string or ``StructType``): a
+    dict or named ``Row`` with every field (extra keys are an error unless
+    ``ignore_extra_fields``), or a tuple, list or ``Row`` by position; or ``None`` to
+    complete the message without an output row. Anything else dead-letters the message
+    with ``OutputSchemaMismatch`` (see :mod:`poisonq.spark.rows`). It runs on executors, so
+    it must be picklable. ``max_failure_ratio`` (``None``: never) is the share of a batch
+    that may fail the same way before the runner calls it a defect and stops.
     """
 
     def __init__(
@@ -112,12 +130,12 @@ class Pipeline:
         output_format: str = "parquet",
         permanent: tuple[type[BaseException], ...] = (),
         isolate: bool = True,
-        max_failed_batches: int | None = 5,
+        ignore_extra_fields: bool = False,
+        max_failure_ratio: float | None = DEFAULT_MAX_FAILURE_RATIO,
     ) -> None:
         if batch_size < 1:
             raise InvalidOptionError("batch_size must be at least 1")
-        if max_failed_batches is not None and max_failed_batches < 1:
-            raise InvalidOptionError("max_failed_batches must be at least 1, or None for no limit")
+        validate_name(consumer)
         struct = StructType.fromDDL(schema) if isinstance(schema, str) else schema
         if not isinstance(struct, StructType):
             raise InvalidOptionError(f"schema must describe a struct, not {schema!r}")
@@ -129,8 +147,13 @@ class Pipeline:
         self.batch_size = batch_size
         self.lock_duration = lock_duration
         self.output_format = output_format
-        self.max_failed_batches = max_failed_batches
-        work = LeaseTransform(transform, struct, permanent, isolate)
+        work = LeaseTransform(
+            transform,
+            OutputSchema(struct, ignore_extra_fields),
+            permanent,
+            isolate,
+            check_ratio(max_failure_ratio),
+        )
         self._source = f"poisonq_pipeline_{id(self):x}"
         spark.dataSource.register(pipeline_source(self._source, work))
 
@@ -158,7 +181,7 @@ class Pipeline:
                 except EntityDisabledError as exc:
                     report.dead_lettered = _dead_letters(broker, self.queue) - dead_before
                     report.elapsed = time.monotonic() - started
-                    raise PipelineStoppedError(report, f"stopped: {exc}", exc) from exc
+                    raise PipelineStoppedError(report, f"stopped: {exc}", cause=exc) from exc
                 if lease is None:
                     if until_idle:
                         break
@@ -181,22 +204,42 @@ class Pipeline:
         report.leased += lease.count
         before = _dead_letters(broker, self.queue)
         with _LeaseRenewer(broker, lease, self.lock_duration):
-            for _attempt in range(3):
+            for attempt in range(3):
                 try:
                     self._write(lease, None, self._path(lease))
-                    report.failed_batches_in_a_row = 0
                     break
                 except JobError as exc:
-                    log.warning("batch %d failed as a whole; isolating: %s", lease.number, exc)
-                    if not self._isolate(broker, lease, exc, report):
-                        self._fail_batch(broker, lease, exc, report)
-                        break
+                    defect = defect_in(exc)
+                    if defect is None and attempt < 2:
+                        log.warning("batch %d failed as a whole; isolating: %s", lease.number, exc)
+                        defect = self._isolate(broker, lease, exc, report)
+                    if defect is None and attempt == 2:
+                        defect = _job_defect(exc, broker.lease_sequence_numbers(lease))
+                    if defect is not None:
+                        self._stop(broker, lease, defect, report, exc)
             completed = broker.complete_lease(lease)
         after = _dead_letters(broker, self.queue)
         report.completed += completed
         dead = after - before
         report.retried += max(0, lease.count - completed - dead.total())
         return after
+
+    def _stop(
+        self,
+        broker: poisonq.Broker,
+        lease: Lease,
+        defect: Defect,
+        report: PipelineReport,
+        error: BaseException,
+    ) -> None:
+        """Give the lease back (no delivery counted) and stop with the defect."""
+        released = broker.release_lease(lease)
+        report.dead_lettered = _dead_letters(broker, self.queue)
+        message = (
+            f"stopped at batch {lease.number}: {defect}; {released} message(s) given back"
+            " to the queue without a delivery counted, nothing written for the batch"
+        )
+        raise PipelineStoppedError(report, message, defect=defect) from error
 
     def _write(self, lease: Lease, span: tuple[int, int] | None, path: str) -> None:
         """The batch's one Spark job: read the lease through the transform, write."""
@@ -212,30 +255,43 @@ class Pipeline:
         reader.load().write.mode("overwrite").format(self.output_format).save(path)
 
     def _path(self, lease: Lease) -> str:
-        return f"{self.output}/lease={lease.number}"
+        return f"{self.output}/consumer={quote(self.consumer, safe='')}/lease={lease.number}"
 
     def _isolate(
         self, broker: poisonq.Broker, lease: Lease, error: BaseException, report: PipelineReport
-    ) -> bool:
-        """Bisect the failed batch into smaller jobs; abandon the messages that fail alone.
-        False when every message, or more than :data:`MAX_GUILTY_PER_BATCH`, fail alone:
-        then the batch, not a message, is at fault."""
+    ) -> Defect | None:
+        """Find and abandon the messages whose jobs fail alone. A defect instead when the
+        first and the last message each fail alone the way the batch did (a broken sink or
+        transform fails every job, and bisecting it would cost two jobs per message), when
+        more than :data:`MAX_GUILTY_PER_BATCH` fail alone, or when every message does."""
         held = broker.lease_sequence_numbers(lease)
+        scratch = f"{self.output}/_isolation/consumer={quote(self.consumer, safe='')}"
+        signature = _signature(error)
         guilty: list[int] = []
-        scratch = f"{self.output}/_isolation"
+
+        def fails(part: list[int]) -> BaseException | None:
+            report.isolation_jobs += 1
+            try:
+                self._write(lease, (part[0], part[-1]), scratch)
+                return None
+            except JobError as exc:
+                return exc
+
+        if len(held) >= 3:
+            probes = [fails([seq]) for seq in (held[0], held[-1])]
+            if all(p is not None and _signature(p) == signature for p in probes):
+                return _job_defect(error, held)
 
         def passes(part: list[int], known_to_fail: bool) -> bool:
             if not (known_to_fail and len(part) > 1):
-                report.isolation_jobs += 1
-                try:
-                    self._write(lease, (part[0], part[-1]), scratch)
+                failure = fails(part)
+                if failure is None:
                     return True
-                except JobError:
-                    if len(part) == 1:
-                        guilty.append(part[0])
-                        if len(guilty) > MAX_GUILTY_PER_BATCH:
-                            raise _NotPoison from None
-                        return False
+                if len(part) == 1:
+                    guilty.append(part[0])
+                    if len(guilty) > MAX_GUILTY_PER_BATCH:
+                        raise _NotPoison from None
+                    return False
             middle = len(part) // 2
             left = passes(part[:middle], False)
             passes(part[middle:], left)
@@ -245,38 +301,38 @@ class Pipeline:
             if held:
                 passes(held, False)
         except _NotPoison:
-            return False
+            return _job_defect(error, held)
         if len(held) > 1 and len(guilty) == len(held):
-            return False
+            return _job_defect(error, held)
         failure = _job_failure(error)
         broker.settle_held(self.queue, [Abandon(s, lease.lock_token, failure) for s in guilty])
-        return True
+        return None
 
-    def _fail_batch(
-        self, broker: poisonq.Broker, lease: Lease, error: BaseException, report: PipelineReport
-    ) -> None:
-        """Every message of the batch fails: the sink or the job is broken, not a message.
-        Give the messages back (the retry policy still counts the delivery) and count it."""
-        report.failed_batches += 1
-        report.failed_batches_in_a_row += 1
-        failure = _job_failure(error)
-        held = broker.lease_sequence_numbers(lease)
-        broker.settle_held(self.queue, [Abandon(s, lease.lock_token, failure) for s in held])
-        if self.max_failed_batches and report.failed_batches_in_a_row >= self.max_failed_batches:
-            raise PipelineStoppedError(report, f"{failure.error_type}: {failure.message}")
+
+def _signature(error: BaseException) -> str:
+    """What two job failures share when they fail the same way: the error's first line
+    without the numbers that name stages, tasks and hosts."""
+    return re.sub(r"\d+", "#", _job_failure(error).message)
+
+
+def _job_defect(error: BaseException, held: list[int]) -> Defect:
+    return Defect(_job_failure(error), len(held), len(held))
 
 
 def _job_failure(error: BaseException) -> FailureRecord:
-    """The failure a Spark job error leaves on a message: its first lines, not the JVM stack."""
+    """The failure a Spark job error leaves on a message: its first line as the message,
+    and as the traceback its chain of errors (with any Python traceback in it) without the
+    JVM's frames."""
     text = str(error).strip()
     java = getattr(error, "java_exception", None)  # a Py4JJavaError's message is only "o42.save"
     summary = str(java.toString()) if java is not None else text
     first = next((line for line in summary.splitlines() if line.strip()), type(error).__name__)
+    chain = [line for line in text.splitlines() if not _JVM_FRAME.match(line)]
     return FailureRecord(
         time.time(),
         "BatchJobFailed",
-        first[:1024],
-        traceback=text[:16_384],
+        first[:MAX_MESSAGE],
+        traceback="\n".join(chain)[-MAX_TRACEBACK:],
         fingerprint="batch-job-failed",
     )
 

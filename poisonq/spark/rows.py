@@ -41,7 +41,7 @@ class _Mismatch(Exception):
     """One value that does not fit; ``kind`` groups alike mismatches."""
 
     def __init__(self, where: str, kind: str, why: str) -> None:
-        super().__init__(f"{where}: {why}" if where else why)
+        super().__init__(f"field {where!r}: {why}" if where else why)
         self.where = where
         self.kind = kind
 
@@ -98,8 +98,8 @@ class OutputSchema:
         if bad:
             for index, wrong in sorted(bad.items()):
                 failed.append((kept[index][0], self._failure(wrong, kept[index][1])))
-            rows = [row for index, row in enumerate(rows) if index not in bad]
-            arrays, _ = self._columns(rows)
+            # A row dropped for one column was kept in the columns before it.
+            arrays, _ = self._columns([r for i, r in enumerate(rows) if i not in bad])
         return pa.RecordBatch.from_arrays(arrays, schema=self.arrow), failed
 
     def _row(self, output: Any) -> tuple[Any, ...]:
@@ -158,43 +158,52 @@ class OutputSchema:
         bad: dict[int, _Mismatch] = {}
         for position, field in enumerate(self.arrow):
             column = [row[position] for row in rows]
-            for index in _suspects(column, field, arrays):
-                if index not in bad:
-                    try:
-                        self._check(column[index], field, field.name)
-                    except _Mismatch as mismatch:
-                        bad[index] = mismatch
+            try:
+                array: pa.Array | None = pa.array(column, field.type)
+                suspects = _suspects(column, field)
+            except _ARROW_ERRORS:
+                array, suspects = None, range(len(column))
+            for index in suspects:
+                try:
+                    column[index] = self._check(column[index], field, field.name)
+                except _Mismatch as mismatch:
+                    bad.setdefault(index, mismatch)
+            if array is None or suspects:
+                good = [v for i, v in enumerate(column) if i not in bad]
+                array = pa.array(good, field.type)
+            arrays.append(array)
         return arrays, bad
 
-    def _check(self, value: Any, field: pa.Field, where: str) -> None:
-        """One value against its field, nested fields included."""
+    def _check(self, value: Any, field: pa.Field, where: str) -> Any:
+        """One value against its field, nested fields included; returns it in the form
+        Arrow converts (structs as dicts)."""
         kind = field.type
         if value is None:
             if not field.nullable:
                 raise _Mismatch(where, "null", "None for a NOT NULL field")
-            return
+            return None
         if pa.types.is_integer(kind) and isinstance(value, float) and not value.is_integer():
             raise _Mismatch(where, "lossy", f"{value!r} would lose its fraction as {kind}")
         if pa.types.is_struct(kind):
             named = _fields_of(value)
             if named is not None:
-                value = self._by_name(named, where, kind)
+                values = self._by_name(named, where, kind)
             elif isinstance(value, (tuple, list)):
-                value = self._by_position(value, where, kind)
+                values = self._by_position(value, where, kind)
             else:
                 raise _Mismatch(
                     where, f"type:{type(value).__name__}", f"{_shown(value)} is not a struct"
                 )
-            for child, item in zip(kind, value, strict=True):
-                self._check(item, child, _join(where, child.name))
-            return
-        if pa.types.is_list(kind) or pa.types.is_large_list(kind):
-            if isinstance(value, (list, tuple)):
-                for item in value:
-                    self._check(item, kind.value_field, f"{where}[]")
-        elif pa.types.is_map(kind) and isinstance(value, dict):
-            for item in value.values():
-                self._check(item, kind.item_field, f"{where}{{}}")
+            return {
+                child.name: self._check(item, child, _join(where, child.name))
+                for child, item in zip(kind, values, strict=True)
+            }
+        if (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and isinstance(
+            value, (list, tuple)
+        ):
+            return [self._check(item, kind.value_field, f"{where}[]") for item in value]
+        if pa.types.is_map(kind) and isinstance(value, dict):
+            return {k: self._check(v, kind.item_field, f"{where}{{}}") for k, v in value.items()}
         try:
             pa.array([value], kind)
         except _ARROW_ERRORS as exc:
@@ -202,6 +211,7 @@ class OutputSchema:
             raise _Mismatch(
                 where, f"type:{type(value).__name__}->{kind}", f"{_shown(value)}: {first}"
             ) from None
+        return value
 
     def _failure(self, mismatch: _Mismatch, output: Any) -> FailureRecord:
         key = f"{ERROR_TYPE}|{mismatch.where}|{mismatch.kind}"
@@ -222,18 +232,12 @@ def _join(where: str, name: str) -> str:
     return f"{where}.{name}" if where else name
 
 
-def _suspects(column: list[Any], field: pa.Field, arrays: list[pa.Array]) -> Sequence[int]:
-    """Which values of ``column`` need a look of their own; appends the column's Arrow
-    array to ``arrays`` when it converts. Arrow refuses what our rules refuse except that it
-    truncates floats into integers, keeps ``None`` in a ``NOT NULL`` field and ignores
-    missing and extra keys of nested structs."""
-    everything = range(len(column))
-    try:
-        arrays.append(pa.array(column, field.type))
-    except _ARROW_ERRORS:
-        return everything
+def _suspects(column: list[Any], field: pa.Field) -> Sequence[int]:
+    """Which values of a column Arrow converted need a look of their own. Arrow refuses
+    what our rules refuse except that it truncates floats into integers, keeps ``None`` in a
+    ``NOT NULL`` field and ignores missing and extra keys of nested structs."""
     if pa.types.is_nested(field.type):
-        return everything
+        return range(len(column))
     suspects = [] if field.nullable else [i for i, v in enumerate(column) if v is None]
     if pa.types.is_integer(field.type):
         suspects += [i for i, v in enumerate(column) if type(v) is float]

@@ -8,29 +8,35 @@ again, which costs more than the transform. Each pipeline registers its own subc
 
 The failed messages of a partition are settled in one transaction when the partition has
 been read: a permanent error dead-letters, any other error or a crash abandons. The messages
-that succeeded stay locked under the lease until the driver has written the batch.
+that succeeded stay locked under the lease until the driver has written the batch. When the
+failures show a defect (:mod:`poisonq.defects`), the task raises :class:`DefectFound`
+instead, so the job fails with nothing settled and nothing written, and the driver gives
+the lease back.
 """
 
 from __future__ import annotations
 
-import time
+import base64
+import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any, ClassVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, InputPartition
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 import poisonq
+from poisonq.defects import Defect, find_defect
 from poisonq.guard import Crashed, Failed, Ok, Transform, run_inline, run_isolated
 from poisonq.lease_rows import OnLeaseRows
-from poisonq.model import Abandon, DeadLetter, FailureRecord, Settlement
+from poisonq.model import Abandon, DeadLetter, FailureRecord
+from poisonq.spark.rows import OutputSchema
 from poisonq.spark.source import ARROW_BATCH_ROWS, BatchReader, SequenceRange, SourceOptions
 
-_ARROW_ERRORS = (pa.ArrowException, TypeError, ValueError, KeyError)
+_DEFECT = re.compile(r"poisonq-defect:([A-Za-z0-9+/=]+):end")
+Failure = Abandon | DeadLetter
 
 
 @dataclass(frozen=True)
@@ -38,58 +44,60 @@ class LeaseTransform:
     """What a pipeline runs on each message of a lease (picklable)."""
 
     transform: Transform
-    output: StructType
+    output: OutputSchema
     permanent: tuple[type[BaseException], ...]
     isolate: bool
-
-    @cached_property
-    def arrow_schema(self) -> pa.Schema:
-        return to_arrow_schema(self.output)
+    max_failure_ratio: float | None
 
     def apply(
-        self, rows: list[tuple[Any, ...]], lock_token: str, failed: list[Settlement]
+        self, rows: list[tuple[Any, ...]], lock_token: str, failed: list[Failure]
     ) -> pa.RecordBatch:
-        """The output rows of lease ``rows``; their failures are added to ``failed``."""
+        """The output rows of lease ``rows``; their failures are added to ``failed``. A row
+        that does not fit the output schema is a validation failure, which is permanent:
+        its message is dead-lettered."""
         run = run_isolated if self.isolate else run_inline
-        good: list[tuple[int, dict[str, Any]]] = []
+        good: list[tuple[int, Any]] = []
         results = run(OnLeaseRows(self.transform), rows, self.permanent)
         for row, result in zip(rows, results, strict=True):
             seq = row[0]  # LEASE_COLUMNS begin with the sequence number
             match result:
-                case Ok(dict() as output):
-                    good.append((seq, output))
-                case Ok():
+                case Ok(None):
                     continue  # filtered out: completed without an output row
+                case Ok(output):
+                    good.append((seq, output))
                 case Failed(failure, True):
                     failed.append(_dead_letter(seq, lock_token, failure))
                 case Failed(failure, False) | Crashed(failure):
                     failed.append(Abandon(seq, lock_token, failure))
-        return self._output_batch(good, lock_token, failed)
-
-    def _output_batch(
-        self, good: list[tuple[int, dict[str, Any]]], lock_token: str, failed: list[Settlement]
-    ) -> pa.RecordBatch:
-        """The good rows as Arrow. A row that does not fit the output schema is a validation
-        failure, which is permanent: its message is dead-lettered."""
-        schema = self.arrow_schema
-        try:
-            return pa.RecordBatch.from_pylist([out for _, out in good], schema=schema)
-        except _ARROW_ERRORS:
-            fitting = []
-            for seq, output in good:
-                try:
-                    pa.RecordBatch.from_pylist([output], schema=schema)
-                    fitting.append(output)
-                except _ARROW_ERRORS as exc:
-                    failure = FailureRecord(time.time(), "OutputSchemaMismatch", str(exc)[:4096])
-                    failed.append(_dead_letter(seq, lock_token, failure))
-            return pa.RecordBatch.from_pylist(fitting, schema=schema)
+        batch, unfit = self.output.batch(good)
+        failed += [_dead_letter(seq, lock_token, failure) for seq, failure in unfit]
+        return batch
 
 
 def _dead_letter(seq: int, lock_token: str, failure: FailureRecord) -> DeadLetter:
     reason = failure.error_type.rsplit(".", 1)[-1]
     description = f"{failure.error_type}: {failure.message}"
     return DeadLetter(seq, lock_token, reason, description, failure)
+
+
+class DefectFound(Exception):
+    """Raised in a task whose rows fail like a defect, to fail the job before anything is
+    settled or written; the driver reads the defect back from the job's error text."""
+
+    def __init__(self, defect: Defect) -> None:
+        data = {**defect.failure.to_json(), "failed": defect.failed, "total": defect.total}
+        encoded = base64.b64encode(json.dumps(data).encode()).decode()
+        super().__init__(f"{defect} [poisonq-defect:{encoded}:end]")
+
+
+def defect_in(error: BaseException) -> Defect | None:
+    """The defect a :class:`DefectFound` carried through a failed Spark job, if any."""
+    found = _DEFECT.search(str(error))
+    if found is None:
+        return None
+    data = json.loads(base64.b64decode(found.group(1)))
+    failed, total = data.pop("failed"), data.pop("total")
+    return Defect(FailureRecord.from_json(data), failed, total)
 
 
 class PipelineSource(DataSource):
@@ -104,7 +112,7 @@ class PipelineSource(DataSource):
         return cls.source_name
 
     def schema(self) -> StructType:
-        return self.work.output
+        return self.work.output.struct
 
     def reader(self, schema: StructType) -> PipelineReader:
         return PipelineReader(SourceOptions.parse(self.options), self.work)
@@ -116,13 +124,21 @@ class PipelineReader(BatchReader):
         self.work = work
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Transform the partition's rows; settle its failures in one transaction at the
+        end, unless they show a defect, which fails the task with nothing settled."""
         assert isinstance(partition, SequenceRange) and partition.lease is not None
         lease = partition.lease
-        failed: list[Settlement] = []
+        failed: list[Failure] = []
         with poisonq.connect(self.options.url) as broker:
             rows = broker.lease_rows(lease, partition.lo, partition.hi)
         for start in range(0, len(rows), ARROW_BATCH_ROWS):
-            yield self.work.apply(rows[start : start + ARROW_BATCH_ROWS], lease.lock_token, failed)
+            chunk = rows[start : start + ARROW_BATCH_ROWS]
+            batch = self.work.apply(chunk, lease.lock_token, failed)
+            failures = (f.failure for f in failed if f.failure is not None)
+            defect = find_defect(failures, start + len(chunk), self.work.max_failure_ratio)
+            if defect is not None:
+                raise DefectFound(defect)
+            yield batch
         if failed:
             with poisonq.connect(self.options.url) as broker:
                 broker.settle_held(self.options.address, failed)

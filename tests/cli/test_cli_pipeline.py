@@ -86,11 +86,11 @@ def test_pipeline_run_writes_good_rows_and_dead_letters_the_rest(
     assert (report["batches"], report["leased"]) == (3, 55)
     assert (report["completed"], report["retried"]) == (40, 5)
     assert report["dead_lettered"] == {"BadOrder": 5, "MaxDeliveryCountExceeded": 5}
-    assert (report["failed_batches"], report["interrupted"]) == (0, False)
+    assert report["interrupted"] is False
 
     rows = spark.read.parquet(str(tmp_path / "out")).collect()
     assert sorted(row.n for row in rows) == GOOD
-    assert {row.lease for row in rows} == {1, 2, 3}
+    assert {(row.consumer, row.lease) for row in rows} == {("pipeline", n) for n in (1, 2, 3)}
 
     dead = {m.message_id: m for m in api.peek(DLQ, max_messages=100)}
     assert {i: m.dead_letter_reason for i, m in dead.items()} == {
@@ -134,7 +134,10 @@ def test_pipeline_run_forever_stops_on_ctrl_c_with_the_report(
         # Lease 2 (the five retries) is the last; once its output is committed the runner
         # is settling or idle, not inside a Spark job of the shared session.
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not (output / "lease=2" / "_SUCCESS").exists():
+        while (
+            time.monotonic() < deadline
+            and not (output / "consumer=pipeline" / "lease=2" / "_SUCCESS").exists()
+        ):
             time.sleep(0.1)
         _thread.interrupt_main()
 
@@ -184,17 +187,55 @@ def test_an_unknown_queue_or_a_bad_schema_is_one_error_line(
         assert_one_error_line(bad, f"--schema '{schema}'", fragment)
 
 
-def test_a_pipeline_that_keeps_failing_stops_with_one_error_line(
+def test_a_pipeline_whose_sink_fails_stops_with_one_error_line(
     spark: SparkSession, url: str, api: Broker, orders: str, transform: str, tmp_path: Path
 ) -> None:
     """A sink that cannot be written fails every batch as a whole, whatever its messages:
-    after --max-failed-batches the run stops; the messages are given back, not blamed."""
-    api.sender(orders).send([Message(body=json.dumps({"n": n})) for n in (0, 1)])
-    args = ("--format", "no-such-format", "--max-failed-batches", "1")
-    result = pipeline(url, transform, tmp_path / "out", *args, code=2)
-    assert_one_error_line(result, "stopped after 1 failed batches in a row", "BatchJobFailed")
+    the run stops at once; the messages are given back, not blamed."""
+    api.sender(orders).send([Message(body=json.dumps({"n": n})) for n in range(5)])
+    result = pipeline(url, transform, tmp_path / "out", "--format", "no-such-format", code=2)
+    assert result.stdout == ""
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith("error: stopped at batch 1: 5 of 5 messages failed the same way")
+    assert "BatchJobFailed" in last and "without a delivery counted" in last
     counts = api.counts(orders)
-    assert (counts["active"], counts["dead_lettered"], counts["completed"]) == (2, 0, 0)
+    assert (counts["active"], counts["dead_lettered"], counts["completed"]) == (5, 0, 0)
+
+
+def test_a_bug_in_the_transform_stops_with_its_traceback_printed_once(
+    spark: SparkSession, url: str, api: Broker, fifty: str, tmp_path: Path
+) -> None:
+    """Before, every message was retried until dead-lettered and nothing said why."""
+    path = tmp_path / "buggy.py"
+    path.write_text("def transform(message):\n    return {'n': totl}\n")
+    result = pipeline(url, f"{path}:transform", tmp_path / "out", code=2)
+    assert result.stdout == ""
+    assert result.stderr.count("NameError: name 'totl' is not defined") == 2  # trace, line
+    assert result.stderr.count("Traceback (most recent call last)") == 1
+    assert "return {'n': totl}" in result.stderr
+    assert result.stderr.splitlines()[-1].startswith("error: stopped at batch 1: 50 of 50")
+    counts = api.counts(fifty)
+    assert (counts["active"], counts["dead_lettered"]) == (50, 0)
+    assert {m.delivery_count for m in api.peek(fifty, max_messages=50)} == {0}
+
+
+def test_permanent_exception_types_dead_letter_at_once(
+    spark: SparkSession, url: str, api: Broker, fifty: str, transform: str, tmp_path: Path
+) -> None:
+    path = transform.rpartition(":")[0]
+    report = pipeline(
+        url, transform, tmp_path / "out", "--permanent", "KeyError",
+        "--permanent", f"{path}:BadOrder",
+    )  # fmt: skip
+    assert report["dead_lettered"] == {"BadOrder": 5, "KeyError": 5}
+    assert (report["completed"], report["retried"]) == (40, 0)
+    for bad, fragment in (
+        ("nope.Missing", "cannot import 'nope'"),
+        ("json.dumps", "is not an exception class"),
+        ("json.Nope", "has no attribute 'Nope'"),
+    ):
+        result = pipeline(url, transform, tmp_path / "out", "--permanent", bad, code=2)
+        assert_one_error_line(result, fragment)
 
 
 def test_only_spark_commands_need_pyspark(
