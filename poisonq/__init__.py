@@ -12,7 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from poisonq.client import Broker, Receiver, Sender, SessionReceiver, connect
+    from poisonq.client import NO_VALUE, Broker, Receiver, Sender, SessionReceiver, connect
     from poisonq.clock import ManualClock, SystemClock
     from poisonq.errors import (
         EntityDisabledError,
@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from poisonq.processor import Processor, ProcessorStats
 
 __all__ = [
+    "NO_VALUE",
     "Abandon",
     "AutoLockRenewer",
     "Broker",

@@ -8,7 +8,7 @@ directly except the long-poll wait, which asks the store whether anything change
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from poisonq.clock import Clock, SystemClock
@@ -35,17 +35,29 @@ from poisonq.options import QueueOptions
 from poisonq.receivers import Messages, Receiver, Sender, SessionReceiver, lock_seconds
 from poisonq.reports import AuditReport, QueueInfo
 from poisonq.store import open_store
-from poisonq.store.base import DeadLetterGroup, MessageFilter, Store, TaskRecord
+from poisonq.store.base import NO_VALUE, DeadLetterGroup, MessageFilter, Store, TaskRecord
 from poisonq.tasks import BulkTask, purge_task, resubmit_task
 
 log = logging.getLogger(__name__)
 
 DEFAULT_URL = "sqlite:///poisonq.db"
+VALUE_FILTERS = ("reason", "subject", "fingerprint")
 
 
 def connect(url: str = DEFAULT_URL, *, clock: Clock | None = None) -> Broker:
     """Open the store ``url`` names (``sqlite:///path`` or ``postgresql://...``)."""
     return Broker(open_store(url), clock or SystemClock())
+
+
+def spelled_filters(where: Mapping[str, Any]) -> dict[str, Any]:
+    """Filter keyword arguments as the command line, the HTTP API and the web UI spell them:
+    ``none`` as a reason, subject or fingerprint is :data:`NO_VALUE` (the messages without
+    one)."""
+    spelling = str(NO_VALUE)
+    return {
+        name: NO_VALUE if name in VALUE_FILTERS and value == spelling else value
+        for name, value in where.items()
+    }
 
 
 def _filter(where: dict[str, Any]) -> MessageFilter:
@@ -330,7 +342,8 @@ class Broker:
     ) -> BulkTask:
         """Move dead-lettered messages of ``queue`` back to it (or to ``to``) as a tracked
         task, at most ``rate`` messages per second. Filters: ``reason``, ``subject``,
-        ``fingerprint``, ``min_sequence``, ``max_sequence``, ``since``, ``until``.
+        ``fingerprint`` (each a value, or :data:`NO_VALUE` for the messages without one),
+        ``min_sequence``, ``max_sequence``, ``since``, ``until``.
         With ``wait=False`` the task runs in a thread; ``task.cancel()`` stops it."""
         if to is None and queue == NAMESPACE_DEADLETTER:
             raise InvalidOptionError(
@@ -372,10 +385,12 @@ class Broker:
 
 __all__ = [
     "DEFAULT_URL",
+    "NO_VALUE",
     "Broker",
     "Messages",
     "Receiver",
     "Sender",
     "SessionReceiver",
     "connect",
+    "spelled_filters",
 ]

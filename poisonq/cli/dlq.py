@@ -7,14 +7,14 @@ and keeps what was already moved.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 import click
 from rich.table import Table
 from rich.text import Text
 
-from poisonq.cli.app import App, apply_options
+from poisonq.cli.app import App
+from poisonq.cli.filters import dlq_filters, filter_arguments
 from poisonq.cli.output import (
     emit,
     json_option,
@@ -28,43 +28,6 @@ from poisonq.model import SubQueue
 from poisonq.names import parse_address
 from poisonq.store.base import DeadLetterGroup
 from poisonq.tasks import BulkTask
-
-
-def _timestamp(value: datetime | None) -> float | None:
-    """Seconds since the epoch; a time given without a zone is local time."""
-    return None if value is None else value.astimezone().timestamp()
-
-
-_FILTER_OPTIONS = (
-    click.option("--reason", help="Only messages dead-lettered with this reason."),
-    click.option("--subject", help="Only messages with this subject."),
-    click.option("--fingerprint", help="Only messages whose last failure has this fingerprint."),
-    click.option("--min-sequence", type=int, help="Only sequence numbers >= N."),
-    click.option("--max-sequence", type=int, help="Only sequence numbers <= N."),
-    click.option(
-        "--since",
-        type=click.DateTime(),
-        metavar="TIME",
-        help="Only dead-lettered at or after TIME (local, YYYY-MM-DD[ HH:MM:SS]).",
-    ),
-    click.option(
-        "--until",
-        type=click.DateTime(),
-        metavar="TIME",
-        help="Only dead-lettered before TIME (local, YYYY-MM-DD[ HH:MM:SS]).",
-    ),
-)
-dlq_filters = apply_options(_FILTER_OPTIONS)
-
-
-def _filters(given: dict[str, Any]) -> dict[str, Any]:
-    """Filter keyword arguments for Broker.resubmit/purge from the options given."""
-    where = {k: v for k, v in given.items() if v is not None}
-    for name in ("since", "until"):
-        if name in where:
-            where[name] = _timestamp(where[name])
-    return where
-
 
 TaskStart = Callable[[Callable[[BulkTask], None]], BulkTask]
 
@@ -164,7 +127,7 @@ def dlq_resubmit(
     with a fresh delivery count, at most --rate per second; their failure history is kept.
     Ctrl-C cancels the task; what was moved stays moved.
     """
-    where = _filters(filters)
+    where = filter_arguments(filters)
     _run_task(
         app,
         f"resubmitting from {queue_name}",
@@ -186,7 +149,7 @@ def dlq_purge(app: App, /, queue_name: str, yes: bool, as_json: bool, **filters:
 
     Drops the dead-lettered messages of QUEUE that match the filters (all by default).
     """
-    where = _filters(filters)
+    where = filter_arguments(filters)
     if not yes:
         given = ", ".join(f"{k}={v}" for k, v in filters.items() if v is not None)
         matching = f" matching {given}" if given else ""

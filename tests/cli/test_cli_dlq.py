@@ -85,6 +85,16 @@ def test_dlq_purge(url: str, api: Broker, dead: dict[str, list[int]]) -> None:
     assert api.audit().ok
 
 
+def test_none_selects_the_dead_letters_without_a_value(
+    url: str, api: Broker, dead: dict[str, list[int]]
+) -> None:
+    """``--fingerprint none`` is the "(none)" group of ``dlq list --by fingerprint``."""
+    task = run_json(url, "dlq", "purge", "orders", "--fingerprint", "none", "--yes")
+    assert (task["total"], task["done"], task["spec"]["where"]["fingerprint"]) == (2, 2, "none")
+    left = api.peek(DLQ, max_messages=10)
+    assert sorted(m.sequence_number for m in left) == dead["MaxDeliveryCountExceeded"]
+
+
 def test_dlq_time_filters(url: str, dead: dict[str, list[int]]) -> None:
     future = run_json(url, "dlq", "purge", "orders", "--since", "2999-01-01", "--yes")
     assert future["total"] == 0

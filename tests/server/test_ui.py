@@ -106,6 +106,27 @@ def test_explorer_groups_and_lists_and_escapes(
     assert "KeyError" in fingerprints and "ValueError" in fingerprints
 
 
+def _highlighted(page: str) -> list[str]:
+    """The keys of the groups the explorer shows as selected."""
+    return re.findall(r'<tr class="on">\s*<td><a class="mono" href="[^"]*">([^<]*)</a>', page)
+
+
+def test_the_none_group_link_selects_exactly_its_members(
+    open_client: TestClient, dead: dict[str, list[int]]
+) -> None:
+    page = open_client.get("/ui/deadletters?queue=orders&by=fingerprint").text
+    assert re.search(r'id="matching">6<', page)
+    assert _highlighted(page) == []  # nothing is selected, so no group is highlighted
+    link = re.search(r'<a class="mono" href="([^"]*)">\(none\)</a>', page)
+    assert link and "fingerprint=none" in link.group(1)
+    selected = open_client.get("/ui/deadletters" + link.group(1).replace("&amp;", "&")).text
+    assert re.search(r'id="matching">1<', selected)
+    assert _highlighted(selected) == ["(none)"]
+    assert "fingerprint=none" in selected  # the chip, and the actions' links
+    confirm = open_client.get("/ui/confirm?queue=orders&action=purge&fingerprint=none").text
+    assert "Drop <strong>1</strong>" in confirm
+
+
 def test_explorer_without_login_offers_no_change(
     open_client: TestClient, dead: dict[str, list[int]]
 ) -> None:
