@@ -233,10 +233,11 @@ class Broker:
         return None if got is None else SessionReceiver(self, address, seconds, *got)
 
     def peek(
-        self, address: str, *, from_sequence: int = 0, max_messages: int = 100
+        self, address: str, *, from_sequence: int = 0, max_messages: int = 100, **where: Any
     ) -> list[ReceivedMessage]:
-        """Messages without locking them or counting a delivery."""
-        return self.engine.peek(address, from_sequence, max_messages)
+        """Messages without locking them or counting a delivery; the filters of
+        :meth:`resubmit` (``subject="order"``, ``fingerprint=NO_VALUE``, ...) narrow them."""
+        return self.engine.peek(address, from_sequence, max_messages, _filter(where))
 
     def sequence_span(self, address: str) -> tuple[int, int, int]:
         """(count, lowest, highest) sequence number held by ``address``; (0, 0, -1) if empty.

@@ -269,8 +269,11 @@ class Transaction(ABC):
         """Lock the deferred messages with these sequence numbers."""
 
     @abstractmethod
-    def peek(self, entity_id: int, name: str, from_seq: int, limit: int) -> list[ReceivedMessage]:
-        """Held messages from ``from_seq`` on, without locking or counting."""
+    def peek(
+        self, entity_id: int, name: str, from_seq: int, limit: int, where: MessageFilter
+    ) -> list[ReceivedMessage]:
+        """Held messages from ``from_seq`` on that match ``where``, without locking or
+        counting."""
 
     @abstractmethod
     def seq_span(self, entity_id: int) -> tuple[int, int, int]:

@@ -36,6 +36,7 @@ from poisonq.model import (
 from poisonq.store.base import (
     EntityRecord,
     LockInfo,
+    MessageFilter,
     NewMessage,
     Store,
     Transaction,
@@ -53,6 +54,7 @@ from poisonq.store.sqlite_rows import (
     SEQS,
     STATES,
     entity_row,
+    filter_sql,
     message_row,
     message_rows,
     seqs_json,
@@ -253,11 +255,14 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
         rows.sort(key=lambda row: row[0])
         return message_rows(rows, name)
 
-    def peek(self, entity_id: int, name: str, from_seq: int, limit: int) -> list[ReceivedMessage]:
+    def peek(
+        self, entity_id: int, name: str, from_seq: int, limit: int, where: MessageFilter
+    ) -> list[ReceivedMessage]:
+        clauses, params = filter_sql(where)
         rows = self._db.execute(
             f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE entity_id = ? AND seq >= ?"
-            " ORDER BY seq LIMIT ?",
-            (entity_id, from_seq, limit),
+            f"{clauses} ORDER BY seq LIMIT ?",
+            (entity_id, from_seq, *params, limit),
         )
         return message_rows(rows, name)
 
