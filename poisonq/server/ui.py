@@ -231,13 +231,28 @@ def message_page(request: Request, state: State, address: str, seq: int) -> Resp
     )
 
 
+def _confirm_page(
+    request: Request,
+    state: State,
+    queue: str,
+    action: str,
+    where: dict[str, Any],
+    refused: str | None = None,
+) -> Response:
+    """How many messages the action would take, and the form that takes them. A purge of
+    a whole dead-letter queue asks for that number to be typed (``count``); ``refused`` is
+    what was typed instead, shown with why nothing was dropped."""
+    count = state.broker.count_dead_letters(queue, **where)
+    context = {"queue": queue, "action": action, "where": where, "count": count}
+    status_code = 200 if refused is None else 400
+    return _page(request, "confirm.html", status_code, refused=refused, **context)
+
+
 @router.get("/confirm", dependencies=[Reader])
 def confirm(request: Request, state: State, queue: str, action: str) -> Response:
     if action not in ("resubmit", "purge"):
         raise InvalidOptionError("action must be resubmit or purge")
-    where = _filters(dict(request.query_params))
-    count = state.broker.count_dead_letters(queue, **where)
-    return _page(request, "confirm.html", queue=queue, action=action, where=where, count=count)
+    return _confirm_page(request, state, queue, action, _filters(dict(request.query_params)))
 
 
 @router.get("/tasks/{task_id}", dependencies=[Reader])
@@ -271,9 +286,16 @@ def resubmit(state: State, form: Form) -> Response:
 
 
 @router.post("/purge", dependencies=[Writer])
-def purge(state: State, form: Form) -> Response:
+def purge(request: Request, state: State, form: Form) -> Response:
+    """Drop the selection; a purge with no filter drops only if the number typed is the
+    number of dead letters there are now (else the confirmation again, with why)."""
     queue = form.get("queue", "")
-    record = state.purge(queue, _filters(form))
+    where = _filters(form)
+    if not where:
+        typed = form.get("count", "").strip()
+        if typed != str(state.broker.count_dead_letters(queue)):
+            return _confirm_page(request, state, queue, "purge", where, refused=typed)
+    record = state.purge(queue, where)
     return _to_task(record.id, queue)
 
 

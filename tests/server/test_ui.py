@@ -204,6 +204,38 @@ def test_purge_one_message_from_its_page(
     assert_balanced(broker)
 
 
+def test_purging_a_whole_dead_letter_queue_needs_its_count_typed(
+    client: TestClient, broker: Broker, dead: dict[str, list[int]]
+) -> None:
+    csrf = login(client)
+    confirm = client.get("/ui/confirm?queue=orders&action=purge").text
+    assert "Drop <strong>6</strong>" in confirm
+    assert "type <strong>6</strong> to drop them all" in confirm and 'name="count"' in confirm
+    form = {"csrf": csrf, "queue": "orders"}
+    for typed, why in (("", "type the number"), ("3200", "3200 is not the number")):
+        refused = client.post("/ui/purge", data={**form, "count": typed})
+        assert refused.status_code == 400
+        assert re.search(rf'id="refused">Nothing was dropped: {why} of dead letters', refused.text)
+        assert "now, 6." in refused.text and 'name="count"' in refused.text
+        assert broker.counts("orders")["dead_lettered"] == 6
+    done = client.post("/ui/purge", data={**form, "count": "6"})
+    assert 'id="task-status">completed<' in done.text
+    assert broker.counts("orders")["dead_lettered"] == 0
+    assert_balanced(broker)
+
+
+def test_a_purge_with_a_filter_needs_no_count(
+    client: TestClient, broker: Broker, dead: dict[str, list[int]]
+) -> None:
+    csrf = login(client)
+    confirm = client.get("/ui/confirm?queue=orders&action=purge&reason=InvalidOrder").text
+    assert "Drop <strong>3</strong>" in confirm and 'name="count"' not in confirm
+    form = {"csrf": csrf, "queue": "orders", "reason": "InvalidOrder"}
+    done = client.post("/ui/purge", data=form)
+    assert 'id="task-status">completed<' in done.text
+    assert broker.counts("orders")["dead_lettered"] == 3
+
+
 @pytest.mark.parametrize("path", ["/ui/resubmit", "/ui/purge", "/ui/tasks/1/cancel", "/ui/logout"])
 def test_ui_changes_need_the_session_and_the_csrf_value(
     client: TestClient,
