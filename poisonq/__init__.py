@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         SessionCannotBeLockedError,
         SessionLockLostError,
         StoreError,
+        StoreNotFoundError,
     )
     from poisonq.filters import CorrelationFilter, SqlFilter
     from poisonq.lock_renewer import AutoLockRenewer
@@ -100,6 +101,7 @@ __all__ = [
     "Settlement",
     "SqlFilter",
     "StoreError",
+    "StoreNotFoundError",
     "SubQueue",
     "SystemClock",
     "connect",

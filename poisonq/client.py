@@ -44,9 +44,11 @@ DEFAULT_URL = "sqlite:///poisonq.db"
 VALUE_FILTERS = ("reason", "subject", "fingerprint")
 
 
-def connect(url: str = DEFAULT_URL, *, clock: Clock | None = None) -> Broker:
-    """Open the store ``url`` names (``sqlite:///path`` or ``postgresql://...``)."""
-    return Broker(open_store(url), clock or SystemClock())
+def connect(url: str = DEFAULT_URL, *, clock: Clock | None = None, create: bool = True) -> Broker:
+    """Open the store ``url`` names (``sqlite:///path`` or ``postgresql://...``). With
+    ``create=False`` a SQLite file that does not exist raises :class:`StoreNotFoundError`
+    instead of being made: what a tool that only reads or sends wants."""
+    return Broker(open_store(url, create=create), clock or SystemClock())
 
 
 def spelled_filters(where: Mapping[str, Any]) -> dict[str, Any]:

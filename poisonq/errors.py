@@ -155,6 +155,15 @@ class SchemaVersionError(StoreError):
     """The store was written by a newer poisonq than this one."""
 
 
+class StoreNotFoundError(StoreError):
+    """There is no store at ``location`` and the caller asked not to create one
+    (``poisonq.connect(url, create=False)``)."""
+
+    def __init__(self, location: str) -> None:
+        super().__init__(f"no poisonq store at {location}")
+        self.location = location
+
+
 class PermanentError(Exception):
     """Raised by a handler or transform to say a message can never succeed.
 

@@ -26,6 +26,7 @@ from poisonq.errors import (
     EntityExistsError,
     InvalidOptionError,
     StoreError,
+    StoreNotFoundError,
 )
 from poisonq.model import (
     EntityStatus,
@@ -540,18 +541,23 @@ class SqliteStore(Store):
         self._commits = 0
 
     @classmethod
-    def from_url(cls, url: str) -> SqliteStore:
+    def from_url(cls, url: str, *, create: bool = True) -> SqliteStore:
         """``sqlite:///relative.db``, ``sqlite:////abs/path.db``, or a bare path; the query
-        ``?synchronous=normal`` trades durability of the last commits for speed."""
+        ``?synchronous=normal`` trades durability of the last commits for speed. Without
+        ``create``, a file that does not exist raises :class:`StoreNotFoundError`."""
+        query: dict[str, str] = {}
         if "://" not in url:
-            return cls(url)
-        parts = urlsplit(url)
-        if parts.netloc:
-            raise InvalidOptionError(f"a sqlite URL has no host: {url!r} (use sqlite:///path)")
-        path = parts.path[1:] if parts.path.startswith("/") else parts.path
-        if not path:
-            raise InvalidOptionError(f"no file in {url!r}; use sqlite:///path/to/queues.db")
-        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+            path = url
+        else:
+            parts = urlsplit(url)
+            if parts.netloc:
+                raise InvalidOptionError(f"a sqlite URL has no host: {url!r} (use sqlite:///path)")
+            path = parts.path[1:] if parts.path.startswith("/") else parts.path
+            if not path:
+                raise InvalidOptionError(f"no file in {url!r}; use sqlite:///path/to/queues.db")
+            query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        if not create and not Path(path).exists():
+            raise StoreNotFoundError(str(Path(path).absolute()))
         return cls(path, synchronous=query.get("synchronous", "full"))
 
     def _migrate(self) -> None:
