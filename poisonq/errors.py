@@ -27,11 +27,14 @@ class InvalidOptionError(PoisonqError, ValueError):
 
 
 class EntityNotFoundError(PoisonqError, LookupError):
-    """The named queue (or subqueue) does not exist."""
+    """The named queue (or subqueue) does not exist; ``close`` holds the existing names
+    nearest to it, best first (a typo's likely meaning)."""
 
-    def __init__(self, name: str) -> None:
-        super().__init__(f"entity {name!r} does not exist")
+    def __init__(self, name: str, close: Sequence[str] = ()) -> None:
+        guess = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        super().__init__(f"no queue {name!r}{guess}")
         self.name = name
+        self.close = list(close)
 
 
 class EntityExistsError(PoisonqError):

@@ -40,7 +40,19 @@ def test_every_command_has_help(url: str) -> None:
 
 def test_an_unknown_queue_is_one_error_line_with_exit_code_2(url: str, api: Broker) -> None:
     for args in (["queue", "show", "nope"], ["peek", "nope"], ["dlq", "list", "nope"]):
-        assert_one_error_line(run(url, *args, code=2), "'nope", "does not exist")
+        assert_one_error_line(run(url, *args, code=2), "error: no queue 'nope'")
+
+
+def test_an_unknown_queue_is_named_as_typed_with_the_closest_names(url: str, orders: str) -> None:
+    for args in (
+        ["peek", "ordres"],
+        ["peek", "ordres;poison"],
+        ["dlq", "list", "ordres"],
+        ["dlq", "show", "ordres", "1"],
+        ["send", "ordres", "x"],
+    ):
+        result = run(url, *args, code=2)
+        assert result.stderr == "error: no queue 'ordres'; did you mean 'orders'?\n", args
 
 
 def test_an_invalid_option_is_one_error_line(url: str) -> None:

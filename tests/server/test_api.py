@@ -329,6 +329,15 @@ def test_broker_errors_become_typed_answers(
     assert_balanced(broker)
 
 
+def test_an_unknown_queue_is_named_with_the_closest_names(client: TestClient, queue: str) -> None:
+    answer = client.get("/api/queues/ordres/deadletters/groups", headers=AUTH)
+    assert answer.status_code == 404
+    assert answer.json() == {
+        "error": "EntityNotFoundError",
+        "detail": "no queue 'ordres'; did you mean 'orders'?",
+    }
+
+
 def test_a_disabled_queue_refuses_a_send_with_409(
     client: TestClient, broker: Broker, queue: str
 ) -> None:
