@@ -23,6 +23,7 @@ from poisonq.cli.output import (
     short_time,
     table,
 )
+from poisonq.client import VALUE_FILTERS
 from poisonq.jsonview import group_json, message_json, task_json
 from poisonq.model import SubQueue
 from poisonq.names import parse_address
@@ -105,6 +106,33 @@ def dlq_show(app: App, /, queue_name: str, sequence_number: int, as_json: bool) 
     emit(app, as_json, message_json(message), lambda: message_detail(message))
 
 
+def _given(filters: dict[str, Any]) -> str:
+    """``k=v, ...`` for the filters given (empty for none)."""
+    return ", ".join(f"{k}={v}" for k, v in filters.items() if v is not None)
+
+
+def _matching(
+    app: App, action: str, queue: str, filters: dict[str, Any], where: dict[str, Any]
+) -> int:
+    """How many dead letters of ``queue`` the filters select. When none, the command stops
+    with exit code 1 and shows what is there instead, grouped by the field filtered on
+    (the reason by default), so the next try can be right."""
+    count = app.broker.count_dead_letters(queue, **where)
+    if count:
+        return count
+    by = next((name for name in VALUE_FILTERS if name in where), "reason")
+    groups = app.broker.dead_letter_groups(queue, by)
+    if groups:
+        why = f"no dead letter of {queue!r} matches {_given(filters)}; they are, by {by}:"
+    else:
+        why = f"the dead-letter queue of {queue!r} is empty"
+    app.err.print(Text(f"nothing to {action}: {why}", style="red"), soft_wrap=True)
+    if groups:
+        app.err.print(_groups_table(queue, by, groups))
+    app.ctx.exit(1)
+    raise AssertionError("unreachable: exit raises")
+
+
 @dlq.command("resubmit")
 @click.argument("queue_name", metavar="QUEUE")
 @dlq_filters
@@ -125,9 +153,11 @@ def dlq_resubmit(
 
     Moves the dead-lettered messages of QUEUE that match the filters back to it (or --to)
     with a fresh delivery count, at most --rate per second; their failure history is kept.
-    Ctrl-C cancels the task; what was moved stays moved.
+    Ctrl-C cancels the task; what was moved stays moved. When nothing matches, it shows the
+    dead letters there are and exits with 1.
     """
     where = filter_arguments(filters)
+    _matching(app, "resubmit", queue_name, filters, where)
     _run_task(
         app,
         f"resubmitting from {queue_name}",
@@ -148,12 +178,14 @@ def dlq_purge(app: App, /, queue_name: str, yes: bool, as_json: bool, **filters:
     """Drop dead-lettered messages.
 
     Drops the dead-lettered messages of QUEUE that match the filters (all by default).
+    When nothing matches, it shows the dead letters there are and exits with 1.
     """
     where = filter_arguments(filters)
+    count = _matching(app, "purge", queue_name, filters, where)
     if not yes:
-        given = ", ".join(f"{k}={v}" for k, v in filters.items() if v is not None)
+        given = _given(filters)
         matching = f" matching {given}" if given else ""
-        question = f"Drop the dead-lettered messages of {queue_name!r}{matching}?"
+        question = f"Drop {count} dead-lettered message(s) of {queue_name!r}{matching}?"
         click.confirm(question, abort=True, err=True)
     _run_task(
         app,
