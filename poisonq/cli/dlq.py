@@ -130,7 +130,6 @@ def _matching(
     if groups:
         app.err.print(_groups_table(queue, by, groups))
     app.ctx.exit(1)
-    raise AssertionError("unreachable: exit raises")
 
 
 @dlq.command("resubmit")

@@ -6,7 +6,7 @@ import re
 
 from poisonq.store.base import Store
 
-ACCEPTED_URLS = (
+_ACCEPTED_URLS = (
     "sqlite:///relative/path.db, sqlite:////absolute/path.db, a file path, "
     "or postgresql://user@host/database"
 )
@@ -24,7 +24,7 @@ def open_store(url: str, *, create: bool = True) -> Store:
 
     scheme, sep, _ = url.partition("://")
     if not sep and _URL_LIKE.match(url):
-        raise InvalidOptionError(f"{url!r} is not a store URL; use {ACCEPTED_URLS}")
+        raise InvalidOptionError(f"{url!r} is not a store URL; use {_ACCEPTED_URLS}")
     if not sep or scheme == "sqlite":
         from poisonq.store.sqlite import SqliteStore
 
@@ -33,7 +33,7 @@ def open_store(url: str, *, create: bool = True) -> Store:
         from poisonq.store.postgres import PostgresStore
 
         return PostgresStore.from_url(url)
-    raise InvalidOptionError(f"unsupported store URL scheme {scheme!r}; use {ACCEPTED_URLS}")
+    raise InvalidOptionError(f"unsupported store URL scheme {scheme!r}; use {_ACCEPTED_URLS}")
 
 
 __all__ = ["Store", "open_store"]
