@@ -33,7 +33,8 @@ class App:
     @property
     def broker(self) -> Broker:
         if self._broker is None:
-            command = click.get_current_context().command_path.partition(" ")[2]
+            path = click.get_current_context().command_path  # "poisonq queue create"
+            command = path.removeprefix(self.ctx.command_path).strip()
             broker = connect(self.url, create=command in CREATING)
             self._broker = self.ctx.with_resource(broker)
         return self._broker
