@@ -12,7 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from poisonq.client import Broker, Receiver, Sender, SessionReceiver, connect
+    from poisonq.client import NO_VALUE, Broker, Receiver, Sender, SessionReceiver, connect
     from poisonq.clock import ManualClock, SystemClock
     from poisonq.errors import (
         EntityDisabledError,
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         SessionCannotBeLockedError,
         SessionLockLostError,
         StoreError,
+        StoreNotFoundError,
     )
     from poisonq.filters import CorrelationFilter, SqlFilter
     from poisonq.lock_renewer import AutoLockRenewer
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
     from poisonq.processor import Processor, ProcessorStats, ProcessorStoppedError
 
 __all__ = [
+    "NO_VALUE",
     "Abandon",
     "AutoLockRenewer",
     "Broker",
@@ -102,6 +104,7 @@ __all__ = [
     "Settlement",
     "SqlFilter",
     "StoreError",
+    "StoreNotFoundError",
     "SubQueue",
     "SystemClock",
     "connect",

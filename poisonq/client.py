@@ -8,7 +8,7 @@ directly except the long-poll wait, which asks the store whether anything change
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from poisonq.clock import Clock, SystemClock
@@ -35,17 +35,31 @@ from poisonq.options import QueueOptions
 from poisonq.receivers import Messages, Receiver, Sender, SessionReceiver, lock_seconds
 from poisonq.reports import AuditReport, QueueInfo
 from poisonq.store import open_store
-from poisonq.store.base import DeadLetterGroup, MessageFilter, Store, TaskRecord
+from poisonq.store.base import NO_VALUE, DeadLetterGroup, MessageFilter, Store, TaskRecord
 from poisonq.tasks import BulkTask, purge_task, resubmit_task
 
 log = logging.getLogger(__name__)
 
 DEFAULT_URL = "sqlite:///poisonq.db"
+VALUE_FILTERS = ("reason", "subject", "fingerprint")
 
 
-def connect(url: str = DEFAULT_URL, *, clock: Clock | None = None) -> Broker:
-    """Open the store ``url`` names (``sqlite:///path`` or ``postgresql://...``)."""
-    return Broker(open_store(url), clock or SystemClock())
+def connect(url: str = DEFAULT_URL, *, clock: Clock | None = None, create: bool = True) -> Broker:
+    """Open the store ``url`` names (``sqlite:///path`` or ``postgresql://...``). With
+    ``create=False`` a SQLite file that does not exist raises :class:`StoreNotFoundError`
+    instead of being made: what a tool that only reads or sends wants."""
+    return Broker(open_store(url, create=create), clock or SystemClock())
+
+
+def spelled_filters(where: Mapping[str, Any]) -> dict[str, Any]:
+    """Filter keyword arguments as the command line, the HTTP API and the web UI spell them:
+    ``none`` as a reason, subject or fingerprint is :data:`NO_VALUE` (the messages without
+    one)."""
+    spelling = str(NO_VALUE)
+    return {
+        name: NO_VALUE if name in VALUE_FILTERS and value == spelling else value
+        for name, value in where.items()
+    }
 
 
 def _filter(where: dict[str, Any]) -> MessageFilter:
@@ -221,10 +235,11 @@ class Broker:
         return None if got is None else SessionReceiver(self, address, seconds, *got)
 
     def peek(
-        self, address: str, *, from_sequence: int = 0, max_messages: int = 100
+        self, address: str, *, from_sequence: int = 0, max_messages: int = 100, **where: Any
     ) -> list[ReceivedMessage]:
-        """Messages without locking them or counting a delivery."""
-        return self.engine.peek(address, from_sequence, max_messages)
+        """Messages without locking them or counting a delivery; the filters of
+        :meth:`resubmit` (``subject="order"``, ``fingerprint=NO_VALUE``, ...) narrow them."""
+        return self.engine.peek(address, from_sequence, max_messages, _filter(where))
 
     def sequence_span(self, address: str) -> tuple[int, int, int]:
         """(count, lowest, highest) sequence number held by ``address``; (0, 0, -1) if empty.
@@ -335,7 +350,8 @@ class Broker:
     ) -> BulkTask:
         """Move dead-lettered messages of ``queue`` back to it (or to ``to``) as a tracked
         task, at most ``rate`` messages per second. Filters: ``reason``, ``subject``,
-        ``fingerprint``, ``min_sequence``, ``max_sequence``, ``since``, ``until``.
+        ``fingerprint`` (each a value, or :data:`NO_VALUE` for the messages without one),
+        ``min_sequence``, ``max_sequence``, ``since``, ``until``.
         With ``wait=False`` the task runs in a thread; ``task.cancel()`` stops it."""
         if to is None and queue == NAMESPACE_DEADLETTER:
             raise InvalidOptionError(
@@ -377,10 +393,12 @@ class Broker:
 
 __all__ = [
     "DEFAULT_URL",
+    "NO_VALUE",
     "Broker",
     "Messages",
     "Receiver",
     "Sender",
     "SessionReceiver",
     "connect",
+    "spelled_filters",
 ]

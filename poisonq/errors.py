@@ -27,11 +27,14 @@ class InvalidOptionError(PoisonqError, ValueError):
 
 
 class EntityNotFoundError(PoisonqError, LookupError):
-    """The named queue (or subqueue) does not exist."""
+    """The named queue (or subqueue) does not exist; ``close`` holds the existing names
+    nearest to it, best first (a typo's likely meaning)."""
 
-    def __init__(self, name: str) -> None:
-        super().__init__(f"entity {name!r} does not exist")
+    def __init__(self, name: str, close: Sequence[str] = ()) -> None:
+        guess = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        super().__init__(f"no queue {name!r}{guess}")
         self.name = name
+        self.close = list(close)
 
 
 class EntityExistsError(PoisonqError):
@@ -153,6 +156,15 @@ class StoreError(PoisonqError):
 
 class SchemaVersionError(StoreError):
     """The store was written by a newer poisonq than this one."""
+
+
+class StoreNotFoundError(StoreError):
+    """There is no store at ``location`` and the caller asked not to create one
+    (``poisonq.connect(url, create=False)``)."""
+
+    def __init__(self, location: str) -> None:
+        super().__init__(f"no poisonq store at {location}")
+        self.location = location
 
 
 class PermanentError(Exception):

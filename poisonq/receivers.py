@@ -22,6 +22,7 @@ from poisonq.model import (
 )
 from poisonq.names import parse_address
 from poisonq.options import MAX_LOCK_DURATION
+from poisonq.store.base import MessageFilter
 
 if TYPE_CHECKING:
     from poisonq.client import Broker
@@ -169,7 +170,7 @@ class Receiver:
         return self._engine.receive_deferred(self.address, seqs, self.lock_duration)
 
     def peek(self, max_messages: int = 1, from_sequence: int = 0) -> list[ReceivedMessage]:
-        return self._engine.peek(self.address, from_sequence, max_messages)
+        return self._engine.peek(self.address, from_sequence, max_messages, MessageFilter())
 
     def _locks(self, messages: Messages) -> list[tuple[int, str]]:
         if self.receive_mode is ReceiveMode.RECEIVE_AND_DELETE:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import asdict
 
 from poisonq.engine import Engine
 from poisonq.errors import InvalidOptionError, PoisonqError
@@ -117,11 +116,11 @@ def resubmit_task(
     engine: Engine, address: str, where: MessageFilter, to: str | None, rate: float | None
 ) -> BulkTask:
     rate = _check_rate(rate)
-    spec = {"to": to, "rate": rate, "where": asdict(where)}
+    spec = {"to": to, "rate": rate, "where": where.to_json()}
     record = engine.start_task("resubmit", address, where, spec)
     return BulkTask(engine, address, where, record, rate)
 
 
 def purge_task(engine: Engine, address: str, where: MessageFilter) -> BulkTask:
-    record = engine.start_task("purge", address, where, {"where": asdict(where)})
+    record = engine.start_task("purge", address, where, {"where": where.to_json()})
     return BulkTask(engine, address, where, record, None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from poisonq import (
+    NO_VALUE,
     Broker,
     DeadLetterReason,
     InvalidOperationError,
@@ -166,6 +167,27 @@ def test_groups_by_reason_subject_and_fingerprint(broker: Broker, queue: str) ->
     assert len(keyed) == 1 and keyed[0].count == 2 and keyed[0].label == "KeyError"
     with pytest.raises(InvalidOptionError):
         broker.dead_letter_groups(queue, by="colour")
+
+
+def test_no_value_selects_exactly_the_messages_without_one(broker: Broker, queue: str) -> None:
+    """The "(none)" group of a grouping is selectable: NO_VALUE is "has none", not "any"."""
+    sender = broker.sender(queue)
+    sender.send([Message(body=b"a", subject="order"), Message(body=b"b")])
+    _fail_until_poisoned(broker, queue, KeyError("cust-17"))  # a fingerprint each
+    sender.send([Message(body=b"c"), Message(body=b"d", subject="order")])
+    receiver = broker.receiver(queue)
+    receiver.dead_letter(receiver.receive(max_messages=2), reason="Invalid")  # no fingerprint
+    without = {g.key: g.count for g in broker.dead_letter_groups(queue, "fingerprint")}[None]
+    assert without == broker.count_dead_letters(queue, fingerprint=NO_VALUE) == 2
+    assert broker.count_dead_letters(queue, subject=NO_VALUE) == 2
+    assert broker.count_dead_letters(queue, subject=NO_VALUE, fingerprint=NO_VALUE) == 1
+    assert broker.count_dead_letters(queue, reason=NO_VALUE) == 0
+    task = broker.purge(queue, fingerprint=NO_VALUE)
+    assert task.done == 2 and task.record.spec["where"]["fingerprint"] == "none"
+    assert sorted(m.text for m in broker.peek(DLQ, max_messages=10)) == ["a", "b"]
+    assert broker.resubmit(queue, subject=NO_VALUE, rate=None).done == 1
+    assert [m.text for m in broker.peek(queue)] == ["b"]
+    assert_balanced(broker)
 
 
 def _dead_letter(broker: Broker, queue: str, subjects: list[str]) -> list[int]:

@@ -47,6 +47,25 @@ def test_names_are_validated_and_unique(broker: Broker) -> None:
         broker.get_queue("missing")
 
 
+def test_an_unknown_queue_is_named_as_written_with_the_closest_names(broker: Broker) -> None:
+    for name in ("orders", "returns"):
+        broker.create_queue(name)
+    broker.create_topic("events")
+    broker.create_subscription("events", "audit")
+    for written in ("ordres", "ordres;poison", "ordres/$deadletterqueue", "ordres;retry"):
+        with pytest.raises(EntityNotFoundError) as caught:
+            broker.peek(written)
+        assert str(caught.value) == "no queue 'ordres'; did you mean 'orders'?"
+        assert (caught.value.name, caught.value.close) == ("ordres", ["orders"])
+    with pytest.raises(EntityNotFoundError) as caught:
+        broker.dead_letter_groups("event/subscriptions/audit")
+    assert caught.value.close == ["events/subscriptions/audit"]
+    with pytest.raises(EntityNotFoundError, match=r"^no queue 'zzz'$"):
+        broker.counts("zzz")
+    with pytest.raises(EntityNotFoundError, match="did you mean 'orders'"):
+        broker.create_queue("refunds", forward_to="order")
+
+
 def test_update_changes_only_what_it_names(broker: Broker) -> None:
     broker.create_queue("orders", max_delivery_count=4, default_message_ttl=60)
     info = broker.update_queue("orders", lock_duration=10)

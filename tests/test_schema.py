@@ -83,6 +83,48 @@ def test_store_urls(tmp_path: Path) -> None:
     broker.close()
 
 
+@pytest.mark.parametrize(
+    "url", ["sqlite:/x.db", "sqlite//x.db", "sqlite:x.db", "postgres:/host/db", "http://x"]
+)
+def test_a_malformed_url_is_refused_and_creates_nothing(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(poisonq.InvalidOptionError) as refused:
+        poisonq.connect(url)
+    assert "sqlite:///relative/path.db, sqlite:////absolute/path.db" in str(refused.value)
+    assert "postgresql://user@host/database" in str(refused.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bare_paths_still_name_sqlite_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for path in ("queues.db", "data/queues.db", str(tmp_path / "abs.db")):
+        poisonq.connect(path).close()
+    assert {p.name for p in tmp_path.rglob("*.db")} == {"queues.db", "abs.db"}
+    assert (tmp_path / "data" / "queues.db").exists()
+
+
+def test_create_false_refuses_a_missing_sqlite_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for url, where in (
+        ("sqlite:///nope.db", tmp_path / "nope.db"),
+        ("nope.db", tmp_path / "nope.db"),
+        (f"sqlite:///{tmp_path}/dir/nope.db", tmp_path / "dir" / "nope.db"),
+    ):
+        with pytest.raises(poisonq.StoreNotFoundError) as missing:
+            poisonq.connect(url, create=False)
+        assert str(missing.value) == f"no poisonq store at {where}"
+        assert missing.value.location == str(where)
+    assert list(tmp_path.iterdir()) == []
+    poisonq.connect("sqlite:///there.db").close()
+    poisonq.connect("sqlite:///there.db", create=False).close()
+
+
 # Both stores ------------------------------------------------------------------------------------
 def _script(kind: str, version: int) -> str:
     folder = resources.files("poisonq.store") / "migrations" / kind

@@ -25,7 +25,7 @@ from poisonq.cli.queues import queue
 from poisonq.cli.serve import serve
 from poisonq.cli.topics import topic
 from poisonq.client import DEFAULT_URL
-from poisonq.errors import PoisonqError
+from poisonq.errors import PoisonqError, StoreNotFoundError
 
 
 class _Cli(click.Group):
@@ -36,6 +36,8 @@ class _Cli(click.Group):
             return super().invoke(ctx)
         except PoisonqError as exc:
             line = " ".join(str(exc).split())
+            if isinstance(exc, StoreNotFoundError):
+                line += " (create one with: poisonq queue create NAME)"
             Console(stderr=True).print(Text(f"error: {line}", style="red"), soft_wrap=True)
             ctx.exit(2)
 

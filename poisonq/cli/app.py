@@ -13,6 +13,11 @@ from poisonq.client import Broker, connect
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# The commands that make something in the store, and so may make the store itself. Any other
+# command pointed at a SQLite file that does not exist says so instead of creating it, so a
+# mistyped --url is not an empty store that answers "no queue".
+CREATING = frozenset({"queue create", "topic create", "topic subscribe", "serve", "pipeline run"})
+
 
 @dataclasses.dataclass
 class App:
@@ -28,7 +33,10 @@ class App:
     @property
     def broker(self) -> Broker:
         if self._broker is None:
-            self._broker = self.ctx.with_resource(connect(self.url))
+            path = click.get_current_context().command_path  # "poisonq queue create"
+            command = path.removeprefix(self.ctx.command_path).strip()
+            broker = connect(self.url, create=command in CREATING)
+            self._broker = self.ctx.with_resource(broker)
         return self._broker
 
 

@@ -7,14 +7,14 @@ and keeps what was already moved.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 import click
 from rich.table import Table
 from rich.text import Text
 
-from poisonq.cli.app import App, apply_options
+from poisonq.cli.app import App
+from poisonq.cli.filters import dlq_filters, filter_arguments
 from poisonq.cli.output import (
     emit,
     json_option,
@@ -23,48 +23,12 @@ from poisonq.cli.output import (
     short_time,
     table,
 )
+from poisonq.client import VALUE_FILTERS
 from poisonq.jsonview import group_json, message_json, task_json
 from poisonq.model import SubQueue
 from poisonq.names import parse_address
 from poisonq.store.base import DeadLetterGroup
 from poisonq.tasks import BulkTask
-
-
-def _timestamp(value: datetime | None) -> float | None:
-    """Seconds since the epoch; a time given without a zone is local time."""
-    return None if value is None else value.astimezone().timestamp()
-
-
-_FILTER_OPTIONS = (
-    click.option("--reason", help="Only messages dead-lettered with this reason."),
-    click.option("--subject", help="Only messages with this subject."),
-    click.option("--fingerprint", help="Only messages whose last failure has this fingerprint."),
-    click.option("--min-sequence", type=int, help="Only sequence numbers >= N."),
-    click.option("--max-sequence", type=int, help="Only sequence numbers <= N."),
-    click.option(
-        "--since",
-        type=click.DateTime(),
-        metavar="TIME",
-        help="Only dead-lettered at or after TIME (local, YYYY-MM-DD[ HH:MM:SS]).",
-    ),
-    click.option(
-        "--until",
-        type=click.DateTime(),
-        metavar="TIME",
-        help="Only dead-lettered before TIME (local, YYYY-MM-DD[ HH:MM:SS]).",
-    ),
-)
-dlq_filters = apply_options(_FILTER_OPTIONS)
-
-
-def _filters(given: dict[str, Any]) -> dict[str, Any]:
-    """Filter keyword arguments for Broker.resubmit/purge from the options given."""
-    where = {k: v for k, v in given.items() if v is not None}
-    for name in ("since", "until"):
-        if name in where:
-            where[name] = _timestamp(where[name])
-    return where
-
 
 TaskStart = Callable[[Callable[[BulkTask], None]], BulkTask]
 
@@ -142,6 +106,32 @@ def dlq_show(app: App, /, queue_name: str, sequence_number: int, as_json: bool) 
     emit(app, as_json, message_json(message), lambda: message_detail(message))
 
 
+def _given(filters: dict[str, Any]) -> str:
+    """``k=v, ...`` for the filters given (empty for none)."""
+    return ", ".join(f"{k}={v}" for k, v in filters.items() if v is not None)
+
+
+def _matching(
+    app: App, action: str, queue: str, filters: dict[str, Any], where: dict[str, Any]
+) -> int:
+    """How many dead letters of ``queue`` the filters select. When none, the command stops
+    with exit code 1 and shows what is there instead, grouped by the field filtered on
+    (the reason by default), so the next try can be right."""
+    count = app.broker.count_dead_letters(queue, **where)
+    if count:
+        return count
+    by = next((name for name in VALUE_FILTERS if name in where), "reason")
+    groups = app.broker.dead_letter_groups(queue, by)
+    if groups:
+        why = f"no dead letter of {queue!r} matches {_given(filters)}; they are, by {by}:"
+    else:
+        why = f"the dead-letter queue of {queue!r} is empty"
+    app.err.print(Text(f"nothing to {action}: {why}", style="red"), soft_wrap=True)
+    if groups:
+        app.err.print(_groups_table(queue, by, groups))
+    app.ctx.exit(1)
+
+
 @dlq.command("resubmit")
 @click.argument("queue_name", metavar="QUEUE")
 @dlq_filters
@@ -162,9 +152,11 @@ def dlq_resubmit(
 
     Moves the dead-lettered messages of QUEUE that match the filters back to it (or --to)
     with a fresh delivery count, at most --rate per second; their failure history is kept.
-    Ctrl-C cancels the task; what was moved stays moved.
+    Ctrl-C cancels the task; what was moved stays moved. When nothing matches, it shows the
+    dead letters there are and exits with 1.
     """
-    where = _filters(filters)
+    where = filter_arguments(filters)
+    _matching(app, "resubmit", queue_name, filters, where)
     _run_task(
         app,
         f"resubmitting from {queue_name}",
@@ -185,12 +177,14 @@ def dlq_purge(app: App, /, queue_name: str, yes: bool, as_json: bool, **filters:
     """Drop dead-lettered messages.
 
     Drops the dead-lettered messages of QUEUE that match the filters (all by default).
+    When nothing matches, it shows the dead letters there are and exits with 1.
     """
-    where = _filters(filters)
+    where = filter_arguments(filters)
+    count = _matching(app, "purge", queue_name, filters, where)
     if not yes:
-        given = ", ".join(f"{k}={v}" for k, v in filters.items() if v is not None)
+        given = _given(filters)
         matching = f" matching {given}" if given else ""
-        question = f"Drop the dead-lettered messages of {queue_name!r}{matching}?"
+        question = f"Drop {count} dead-lettered message(s) of {queue_name!r}{matching}?"
         click.confirm(question, abort=True, err=True)
     _run_task(
         app,

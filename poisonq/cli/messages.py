@@ -17,6 +17,7 @@ import click
 from rich.text import Text
 
 from poisonq.cli.app import App
+from poisonq.cli.filters import field_filters, filter_arguments
 from poisonq.cli.output import emit, json_option, messages_table, progress
 from poisonq.errors import InvalidOptionError, PoisonqError
 from poisonq.jsonview import message_json
@@ -329,14 +330,20 @@ def _receive(
     show_default=True,
     help="Start at this sequence number (page on from the last one shown + 1).",
 )
+@field_filters
 @json_option
 @click.pass_obj
-def peek(app: App, /, address: str, max_messages: int, from_sequence: int, as_json: bool) -> None:
+def peek(
+    app: App, /, address: str, max_messages: int, from_sequence: int, as_json: bool, **filters: Any
+) -> None:
     """Look at messages without receiving them.
 
     Shows the messages of ADDRESS (a queue or a subqueue such as 'orders/$deadletterqueue')
-    without locking them or counting a delivery.
+    that match the filters, without locking them or counting a delivery.
     """
-    messages = app.broker.peek(address, from_sequence=from_sequence, max_messages=max_messages)
+    where = filter_arguments(filters)
+    messages = app.broker.peek(
+        address, from_sequence=from_sequence, max_messages=max_messages, **where
+    )
     data = [message_json(m) for m in messages]
     emit(app, as_json, data, lambda: messages_table(f"messages in {address}", messages))

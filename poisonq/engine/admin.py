@@ -6,10 +6,10 @@ import dataclasses
 from typing import Any
 
 from poisonq.engine.base import EngineBase, Spec, Target
-from poisonq.errors import EntityNotFoundError, InvalidOperationError, InvalidOptionError
+from poisonq.errors import InvalidOperationError, InvalidOptionError
 from poisonq.filters import Filter, TrueFilter
 from poisonq.model import EntityKind, EntityStatus, SubQueue
-from poisonq.names import subqueue_name, validate_name
+from poisonq.names import parse_address, subqueue_name, validate_name
 from poisonq.options import QueueOptions
 from poisonq.reports import AuditEntry, AuditReport, QueueInfo
 from poisonq.store.base import Transaction
@@ -73,7 +73,7 @@ class Admin(EngineBase):
                 continue
             found = tx.entity(destination)
             if found is None:
-                raise EntityNotFoundError(destination)
+                raise self._missing(tx, parse_address(destination))
             if found.parent_id is not None or self._spec(found).kind is EntityKind.TOPIC:
                 raise InvalidOptionError(
                     f"forward to a queue or a subscription, not {destination!r}"

@@ -12,6 +12,7 @@ import json
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from difflib import get_close_matches
 from typing import Any
 
 from poisonq.clock import Clock
@@ -34,7 +35,7 @@ from poisonq.model import (
     SubQueue,
     from_timestamp,
 )
-from poisonq.names import NAMESPACE_DEADLETTER, parse_address, subqueue_name
+from poisonq.names import NAMESPACE_DEADLETTER, Address, parse_address, subqueue_name
 from poisonq.options import QueueOptions, RetryPolicy
 from poisonq.reports import QueueInfo, StatusEvent
 from poisonq.store.base import EntityRecord, Store, Transaction
@@ -139,12 +140,22 @@ class EngineBase:
     def _resolve(
         self, tx: Transaction, address: str, subqueue: SubQueue | str | None = None
     ) -> Target:
-        name = str(parse_address(address, subqueue))
-        entity = tx.entity(name)
+        parsed = parse_address(address, subqueue)
+        entity = tx.entity(str(parsed))
         if entity is None:
-            raise EntityNotFoundError(name)
+            raise self._missing(tx, parsed)
         queue = entity if entity.parent_id is None else tx.entity_by_id(entity.parent_id)
         return Target(entity, queue, self._spec(queue))
+
+    @staticmethod
+    def _missing(tx: Transaction, address: Address) -> EntityNotFoundError:
+        """The error for an address that names nothing. Every queue has its subqueues, so
+        what is missing is the queue: it is named as the user wrote it (``ordres`` for
+        ``ordres;poison``), with the queues whose names are closest."""
+        names = [e.name for e in tx.entities() if e.parent_id is None]
+        if address.entity in names:
+            return EntityNotFoundError(str(address))
+        return EntityNotFoundError(address.entity, get_close_matches(address.entity, names))
 
     def _child(self, tx: Transaction, target: Target, subqueue: SubQueue) -> EntityRecord:
         child = tx.entity(subqueue_name(target.queue.name, subqueue))

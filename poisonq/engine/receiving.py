@@ -9,6 +9,7 @@ from poisonq.engine.base import Lock, check_count
 from poisonq.engine.settling import Settling
 from poisonq.errors import InvalidOperationError, MessageNotFoundError
 from poisonq.model import DeadLetterReason, ReceivedMessage, Settlement
+from poisonq.store.base import MessageFilter
 
 
 class Receiving(Settling):
@@ -79,15 +80,17 @@ class Receiving(Settling):
             return [m for m in got if m.delivery_count <= limit]
 
     def peek(
-        self, address: str, from_sequence: int = 0, max_messages: int = 1
+        self, address: str, from_sequence: int, max_messages: int, where: MessageFilter
     ) -> list[ReceivedMessage]:
-        """Held messages from ``from_sequence`` on, without locking or counting a delivery.
+        """Held messages from ``from_sequence`` on that match ``where``, without locking or
+        counting a delivery.
         A locked message shows when its lock ends but not its lock token: that is its
         receiver's, and whoever holds it can settle the message."""
         check_count(max_messages, "max_messages")
         with self.store.transaction() as tx:
             entity = self._resolve(tx, address).entity
-            return _without_tokens(tx.peek(entity.id, entity.name, from_sequence, max_messages))
+            found = tx.peek(entity.id, entity.name, from_sequence, max_messages, where)
+            return _without_tokens(found)
 
     def sequence_span(self, address: str) -> tuple[int, int, int]:
         """(count, lowest, highest) sequence number held; (0, 0, -1) when empty."""

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from poisonq.client import spelled_filters
 from poisonq.errors import InvalidOptionError
 from poisonq.model import Message, PropertyValue
 
@@ -60,12 +61,17 @@ class SendResult(BaseModel):
     sequence_numbers: list[int]
 
 
+_NONE = "; 'none': the messages without one"
+
+
 class Filters(BaseModel):
     """Which dead-lettered messages a listing, resubmit or purge takes (all by default)."""
 
-    reason: str | None = None
-    subject: str | None = None
-    fingerprint: str | None = None
+    reason: str | None = Field(default=None, description="dead-letter reason" + _NONE)
+    subject: str | None = Field(default=None, description="subject" + _NONE)
+    fingerprint: str | None = Field(
+        default=None, description="fingerprint of the last failure" + _NONE
+    )
     min_sequence: int | None = None
     max_sequence: int | None = None
     since: datetime | None = Field(default=None, description="dead-lettered at or after")
@@ -78,7 +84,7 @@ class Filters(BaseModel):
         for name in ("since", "until"):
             if name in given:
                 given[name] = _epoch(given[name])
-        return given
+        return spelled_filters(given)
 
 
 class PurgeRequest(Filters):

@@ -20,11 +20,13 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader
 
+from poisonq.client import spelled_filters
 from poisonq.errors import InvalidOptionError
 from poisonq.model import ReceivedMessage, SubQueue
 from poisonq.names import parse_address
 from poisonq.server.auth import SESSION_COOKIE
 from poisonq.server.state import ServerState, server_state
+from poisonq.store.base import NO_VALUE, NoValue
 
 State = Annotated[ServerState, Depends(server_state)]
 NonNegative = Annotated[int, Query(ge=0)]
@@ -87,7 +89,8 @@ def _page(request: Request, template: str, status_code: int = 200, **context: An
 
 
 def _filters(params: dict[str, str]) -> dict[str, Any]:
-    """The dead-letter filters given (empty fields are not filters)."""
+    """The dead-letter filters given (empty fields are not filters; ``none`` selects the
+    messages without a value, as the ``(none)`` group's link does)."""
     where: dict[str, Any] = {}
     for name in FILTERS:
         value = params.get(name, "").strip()
@@ -99,7 +102,7 @@ def _filters(params: dict[str, str]) -> dict[str, Any]:
                     raise InvalidOptionError(f"{name} must be a whole number") from None
             else:
                 where[name] = value
-    return where
+    return spelled_filters(where)
 
 
 async def _form(request: Request) -> dict[str, str]:
@@ -162,6 +165,12 @@ def overview(request: Request, state: State) -> Response:
     return _page(request, "overview.html", queues=queues, totals=totals)
 
 
+def _group_value(key: str | None) -> str | NoValue:
+    """What selects exactly a group: its key, or :data:`NO_VALUE` for the ``(none)`` group
+    (the messages without a value)."""
+    return NO_VALUE if key is None else key
+
+
 @router.get("/deadletters", dependencies=[Reader])
 def explorer(
     request: Request, state: State, queue: str, by: str = "reason", after: NonNegative = 0
@@ -186,7 +195,9 @@ def explorer(
         messages=messages,
         where=where,
         matching=matching,
-        group_link=lambda key: "?" + urlencode({"queue": queue, "by": by, by: key or ""}),
+        selected=where.get(by),
+        group_value=_group_value,
+        group_link=lambda key: "?" + urlencode({"queue": queue, "by": by, by: _group_value(key)}),
         tab_link=lambda key: "?" + urlencode({"queue": queue, "by": key}),
         actions={
             a: "confirm?" + urlencode({"queue": queue, "action": a, **where})
@@ -220,13 +231,28 @@ def message_page(request: Request, state: State, address: str, seq: int) -> Resp
     )
 
 
+def _confirm_page(
+    request: Request,
+    state: State,
+    queue: str,
+    action: str,
+    where: dict[str, Any],
+    refused: str | None = None,
+) -> Response:
+    """How many messages the action would take, and the form that takes them. A purge of
+    a whole dead-letter queue asks for that number to be typed (``count``); ``refused`` is
+    what was typed instead, shown with why nothing was dropped."""
+    count = state.broker.count_dead_letters(queue, **where)
+    context = {"queue": queue, "action": action, "where": where, "count": count}
+    status_code = 200 if refused is None else 400
+    return _page(request, "confirm.html", status_code, refused=refused, **context)
+
+
 @router.get("/confirm", dependencies=[Reader])
 def confirm(request: Request, state: State, queue: str, action: str) -> Response:
     if action not in ("resubmit", "purge"):
         raise InvalidOptionError("action must be resubmit or purge")
-    where = _filters(dict(request.query_params))
-    count = state.broker.count_dead_letters(queue, **where)
-    return _page(request, "confirm.html", queue=queue, action=action, where=where, count=count)
+    return _confirm_page(request, state, queue, action, _filters(dict(request.query_params)))
 
 
 @router.get("/tasks/{task_id}", dependencies=[Reader])
@@ -260,9 +286,16 @@ def resubmit(state: State, form: Form) -> Response:
 
 
 @router.post("/purge", dependencies=[Writer])
-def purge(state: State, form: Form) -> Response:
+def purge(request: Request, state: State, form: Form) -> Response:
+    """Drop the selection; a purge with no filter drops only if the number typed is the
+    number of dead letters there are now (else the confirmation again, with why)."""
     queue = form.get("queue", "")
-    record = state.purge(queue, _filters(form))
+    where = _filters(form)
+    if not where:
+        typed = form.get("count", "").strip()
+        if typed != str(state.broker.count_dead_letters(queue)):
+            return _confirm_page(request, state, queue, "purge", where, refused=typed)
+    record = state.purge(queue, where)
     return _to_task(record.id, queue)
 
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from enum import Enum
 from importlib import resources
-from typing import Any
+from typing import Any, Final
 
 from poisonq.errors import SchemaVersionError
 from poisonq.model import EntityStatus, Lease, MessageState, ReceivedMessage, SubQueue
@@ -112,18 +113,37 @@ class DeadLetterGroup:
     last_seen: float
 
 
+class NoValue(Enum):
+    """The type of :data:`NO_VALUE`. Its value is how every surface spells it (``none``)."""
+
+    NO_VALUE = "none"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+NO_VALUE: Final = NoValue.NO_VALUE
+"""A filter on ``reason``, ``subject`` or ``fingerprint`` equal to this selects the messages
+that have none (SQL ``IS NULL``), such as the dead letters that never failed and so have no
+fingerprint; ``None`` means no filter on that field."""
+
+
 @dataclass(frozen=True, slots=True)
 class MessageFilter:
-    """Which messages of an entity a bulk operation (resubmit, purge) selects."""
+    """Which messages of an entity a bulk operation (resubmit, purge) or a peek selects."""
 
-    reason: str | None = None
-    subject: str | None = None
-    fingerprint: str | None = None
+    reason: str | NoValue | None = None
+    subject: str | NoValue | None = None
+    fingerprint: str | NoValue | None = None
     min_sequence: int | None = None
     max_sequence: int | None = None
     since: float | None = None
     until: float | None = None
     session_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The filter as a task records it, :data:`NO_VALUE` as its spelling ``none``."""
+        return {k: str(v) if isinstance(v, NoValue) else v for k, v in asdict(self).items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,8 +269,11 @@ class Transaction(ABC):
         """Lock the deferred messages with these sequence numbers."""
 
     @abstractmethod
-    def peek(self, entity_id: int, name: str, from_seq: int, limit: int) -> list[ReceivedMessage]:
-        """Held messages from ``from_seq`` on, without locking or counting."""
+    def peek(
+        self, entity_id: int, name: str, from_seq: int, limit: int, where: MessageFilter
+    ) -> list[ReceivedMessage]:
+        """Held messages from ``from_seq`` on that match ``where``, without locking or
+        counting."""
 
     @abstractmethod
     def seq_span(self, entity_id: int) -> tuple[int, int, int]:

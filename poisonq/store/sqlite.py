@@ -26,6 +26,7 @@ from poisonq.errors import (
     EntityExistsError,
     InvalidOptionError,
     StoreError,
+    StoreNotFoundError,
 )
 from poisonq.model import (
     EntityStatus,
@@ -36,6 +37,7 @@ from poisonq.model import (
 from poisonq.store.base import (
     EntityRecord,
     LockInfo,
+    MessageFilter,
     NewMessage,
     Store,
     Transaction,
@@ -53,6 +55,7 @@ from poisonq.store.sqlite_rows import (
     SEQS,
     STATES,
     entity_row,
+    filter_sql,
     message_row,
     message_rows,
     seqs_json,
@@ -253,11 +256,14 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
         rows.sort(key=lambda row: row[0])
         return message_rows(rows, name)
 
-    def peek(self, entity_id: int, name: str, from_seq: int, limit: int) -> list[ReceivedMessage]:
+    def peek(
+        self, entity_id: int, name: str, from_seq: int, limit: int, where: MessageFilter
+    ) -> list[ReceivedMessage]:
+        clauses, params = filter_sql(where)
         rows = self._db.execute(
             f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE entity_id = ? AND seq >= ?"
-            " ORDER BY seq LIMIT ?",
-            (entity_id, from_seq, limit),
+            f"{clauses} ORDER BY seq LIMIT ?",
+            (entity_id, from_seq, *params, limit),
         )
         return message_rows(rows, name)
 
@@ -555,18 +561,23 @@ class SqliteStore(Store):
         self._commits = 0
 
     @classmethod
-    def from_url(cls, url: str) -> SqliteStore:
+    def from_url(cls, url: str, *, create: bool = True) -> SqliteStore:
         """``sqlite:///relative.db``, ``sqlite:////abs/path.db``, or a bare path; the query
-        ``?synchronous=normal`` trades durability of the last commits for speed."""
+        ``?synchronous=normal`` trades durability of the last commits for speed. Without
+        ``create``, a file that does not exist raises :class:`StoreNotFoundError`."""
+        query: dict[str, str] = {}
         if "://" not in url:
-            return cls(url)
-        parts = urlsplit(url)
-        if parts.netloc:
-            raise InvalidOptionError(f"a sqlite URL has no host: {url!r} (use sqlite:///path)")
-        path = parts.path[1:] if parts.path.startswith("/") else parts.path
-        if not path:
-            raise InvalidOptionError(f"no file in {url!r}; use sqlite:///path/to/queues.db")
-        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+            path = url
+        else:
+            parts = urlsplit(url)
+            if parts.netloc:
+                raise InvalidOptionError(f"a sqlite URL has no host: {url!r} (use sqlite:///path)")
+            path = parts.path[1:] if parts.path.startswith("/") else parts.path
+            if not path:
+                raise InvalidOptionError(f"no file in {url!r}; use sqlite:///path/to/queues.db")
+            query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        if not create and not Path(path).exists():
+            raise StoreNotFoundError(str(Path(path).absolute()))
         return cls(path, synchronous=query.get("synchronous", "full"))
 
     def _migrate(self) -> None:

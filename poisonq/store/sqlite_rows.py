@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from poisonq.model import EntityStatus, FailureRecord, MessageState, ReceivedMessage, SubQueue
-from poisonq.store.base import EntityRecord, Ledger, MessageFilter
+from poisonq.store.base import NO_VALUE, EntityRecord, Ledger, MessageFilter
 
 MESSAGE_COLUMNS = (
     "seq, message_id, (SELECT body FROM bodies WHERE bodies.id = messages.body_id), "
@@ -136,6 +136,8 @@ def seqs_json(seqs: Sequence[int]) -> str:
 
 
 def filter_sql(where: MessageFilter) -> tuple[str, list[Any]]:
+    """``AND`` clauses (each with a leading space) and their parameters for ``where``;
+    :data:`NO_VALUE` is ``IS NULL``."""
     clauses: list[str] = []
     params: list[Any] = []
     for column, value, op in (
@@ -148,7 +150,9 @@ def filter_sql(where: MessageFilter) -> tuple[str, list[Any]]:
         ("coalesce(dead_lettered_at, enqueued_at)", where.until, "<"),
         ("session_id", where.session_id, "="),
     ):
-        if value is not None:
+        if value is NO_VALUE:
+            clauses.append(f" AND {column} IS NULL")
+        elif value is not None:
             clauses.append(f" AND {column} {op} ?")
             params.append(value)
     return "".join(clauses), params

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -85,9 +86,41 @@ def test_dlq_purge(url: str, api: Broker, dead: dict[str, list[int]]) -> None:
     assert api.audit().ok
 
 
+def test_none_selects_the_dead_letters_without_a_value(
+    url: str, api: Broker, dead: dict[str, list[int]]
+) -> None:
+    """``--fingerprint none`` is the "(none)" group of ``dlq list --by fingerprint``."""
+    task = run_json(url, "dlq", "purge", "orders", "--fingerprint", "none", "--yes")
+    assert (task["total"], task["done"], task["spec"]["where"]["fingerprint"]) == (2, 2, "none")
+    left = api.peek(DLQ, max_messages=10)
+    assert sorted(m.sequence_number for m in left) == dead["MaxDeliveryCountExceeded"]
+
+
+def test_a_resubmit_or_purge_that_matches_nothing_shows_what_there_is(
+    url: str, api: Broker, dead: dict[str, list[int]]
+) -> None:
+    nothing = run(url, "dlq", "resubmit", "orders", "--reason", "Nope", "--json", code=1)
+    first, *table = nothing.stderr.splitlines()
+    assert first == (
+        "nothing to resubmit: no dead letter of 'orders' matches reason=Nope; they are, by reason:"
+    )
+    shown = "\n".join(table)
+    assert re.search(r"MaxDeliveryCountExceeded +3 ", shown)
+    assert re.search(r"InvalidOrder +2 ", shown)
+    assert nothing.stdout == ""
+    by_fingerprint = run(url, "dlq", "purge", "orders", "--fingerprint", "f00d", "--yes", code=1)
+    assert "by fingerprint:" in by_fingerprint.stderr and "KeyError" in by_fingerprint.stderr
+    by_subject = run(url, "dlq", "purge", "orders", "--subject", "none", code=1)
+    assert re.search(r"order +3 ", by_subject.stderr) and "Drop" not in by_subject.stderr
+    assert api.counts("orders")["dead_lettered"] == 5 and api.counts(DLQ)["dropped"] == 0
+    run(url, "dlq", "purge", "orders", "--yes")
+    empty = run(url, "dlq", "resubmit", "orders", code=1)
+    assert empty.stderr == "nothing to resubmit: the dead-letter queue of 'orders' is empty\n"
+
+
 def test_dlq_time_filters(url: str, dead: dict[str, list[int]]) -> None:
-    future = run_json(url, "dlq", "purge", "orders", "--since", "2999-01-01", "--yes")
-    assert future["total"] == 0
+    future = run(url, "dlq", "purge", "orders", "--since", "2999-01-01", "--yes", code=1)
+    assert "matches since=2999-01-01 00:00:00" in future.stderr
     past = run_json(url, "dlq", "purge", "orders", "--until", "2999-01-01", "--yes")
     assert past["done"] == 5
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from poisonq import Broker, Message
-from tests.cli.conftest import assert_one_error_line, run, run_json
+from tests.cli.conftest import DLQ, assert_one_error_line, run, run_json
 
 
 def test_send_bodies_with_options(url: str, api: Broker, orders: str) -> None:
@@ -130,6 +130,24 @@ def test_peek_pages_by_sequence_number(url: str, api: Broker, orders: str) -> No
     assert [m["sequence_number"] for m in page] == seqs[2:4]
     assert all(m["delivery_count"] == 0 and m["state"] == "active" for m in page)
     assert api.counts(orders)["active"] == 5
+
+
+def test_peek_takes_the_dead_letter_filters(
+    url: str, api: Broker, dead: dict[str, list[int]]
+) -> None:
+    def seqs(*args: str) -> list[int]:
+        return [m["sequence_number"] for m in run_json(url, "peek", DLQ, *args)]
+
+    assert seqs("--reason", "InvalidOrder") == dead["InvalidOrder"]
+    assert seqs("--fingerprint", "none") == dead["InvalidOrder"]
+    assert (
+        seqs("--subject", "order", "--reason", "MaxDeliveryCountExceeded", "--max", "2")
+        == (dead["MaxDeliveryCountExceeded"][:2])
+    )
+    assert seqs("--subject", "none") == []
+    api.sender("orders").send(Message(body="fresh", subject="order"))
+    assert [m["body"] for m in run_json(url, "peek", "orders", "--subject", "order")] == ["fresh"]
+    assert run_json(url, "peek", "orders", "--reason", "none")[0]["body"] == "fresh"
 
 
 def test_bodies_are_shown_as_text_never_as_markup(url: str, api: Broker, orders: str) -> None:

@@ -181,7 +181,7 @@ def test_an_unknown_queue_or_a_bad_schema_is_one_error_line(
 ) -> None:
     args = ("pipeline", "run", transform, "--output", str(tmp_path / "out"))
     unknown = run(url, *args, "--queue", "nope", "--schema", "n long", code=2)
-    assert_one_error_line(unknown, "'nope' does not exist")
+    assert_one_error_line(unknown, "no queue 'nope'")
     for schema, fragment in (("n lung", "is not Spark DDL"), ("bigint", "must list columns")):
         bad = run(url, *args, "--queue", orders, "--schema", schema, code=2)
         assert_one_error_line(bad, f"--schema '{schema}'", fragment)

@@ -6,10 +6,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import click
+import pytest
 from click.testing import CliRunner
 
 import poisonq
+from poisonq import Broker
 from poisonq.cli import cli
+from poisonq.cli.app import CREATING
 from tests.cli.conftest import assert_one_error_line, run
 
 
@@ -35,9 +38,21 @@ def test_every_command_has_help(url: str) -> None:
                 assert option.help, (path, option.name)
 
 
-def test_an_unknown_queue_is_one_error_line_with_exit_code_2(url: str) -> None:
+def test_an_unknown_queue_is_one_error_line_with_exit_code_2(url: str, api: Broker) -> None:
     for args in (["queue", "show", "nope"], ["peek", "nope"], ["dlq", "list", "nope"]):
-        assert_one_error_line(run(url, *args, code=2), "'nope", "does not exist")
+        assert_one_error_line(run(url, *args, code=2), "error: no queue 'nope'")
+
+
+def test_an_unknown_queue_is_named_as_typed_with_the_closest_names(url: str, orders: str) -> None:
+    for args in (
+        ["peek", "ordres"],
+        ["peek", "ordres;poison"],
+        ["dlq", "list", "ordres"],
+        ["dlq", "show", "ordres", "1"],
+        ["send", "ordres", "x"],
+    ):
+        result = run(url, *args, code=2)
+        assert result.stderr == "error: no queue 'ordres'; did you mean 'orders'?\n", args
 
 
 def test_an_invalid_option_is_one_error_line(url: str) -> None:
@@ -51,3 +66,40 @@ def test_the_url_comes_from_the_environment(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     with poisonq.connect(url) as broker:
         assert [q.name for q in broker.list_queues()] == ["q"]
+
+
+USING = [
+    ["queue", "list"],
+    ["queue", "show", "orders"],
+    ["queue", "update", "orders", "--lock-duration", "5"],
+    ["queue", "disable", "orders"],
+    ["peek", "orders"],
+    ["dlq", "list", "orders"],
+    ["dlq", "show", "orders", "1"],
+    ["dlq", "resubmit", "orders"],
+    ["dlq", "purge", "orders", "--yes"],
+    ["audit"],
+    ["receive", "orders"],
+    ["send", "orders", "hello"],
+]
+
+
+@pytest.mark.parametrize("args", USING, ids=" ".join)
+def test_a_command_that_uses_a_store_never_creates_one(
+    args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = run("sqlite:///nope.db", *args, code=2)
+    missing = tmp_path / "nope.db"
+    assert_one_error_line(
+        result, f"error: no poisonq store at {missing} (create one with: poisonq queue create NAME)"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_commands_that_make_something_make_the_store(tmp_path: Path) -> None:
+    assert {" ".join(path) for path, _ in _commands(cli)} >= CREATING
+    run(f"sqlite:///{tmp_path / 'queues.db'}", "queue", "create", "orders")
+    run(f"sqlite:///{tmp_path / 'topics.db'}", "topic", "create", "events")
+    with poisonq.connect(f"sqlite:///{tmp_path / 'topics.db'}", create=False) as broker:
+        assert [q.name for q in broker.list_queues()] == ["events"]

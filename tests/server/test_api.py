@@ -133,6 +133,18 @@ def test_dead_letter_listing_with_filters_and_paging(
     ]
 
 
+def test_none_selects_the_dead_letters_without_a_value(
+    client: TestClient, broker: Broker, dead: dict[str, list[int]]
+) -> None:
+    url = "/api/queues/orders/deadletters"
+    unfailed = client.get(f"{url}?fingerprint=none", headers=AUTH).json()
+    assert [m["sequence_number"] for m in unfailed] == dead["hostile"]
+    assert client.get(f"{url}?subject=none", headers=AUTH).json() == []
+    purged = client.post(f"{url}/purge", json={"fingerprint": "none"}, headers=AUTH).json()
+    assert (purged["done"], purged["spec"]["where"]["fingerprint"]) == (1, "none")
+    assert broker.counts("orders")["dead_lettered"] == 5
+
+
 def test_purge_drops_the_matching_dead_letters(
     client: TestClient, broker: Broker, dead: dict[str, list[int]]
 ) -> None:
@@ -315,6 +327,15 @@ def test_broker_errors_become_typed_answers(
     if error:
         assert answer.json()["error"] == error
     assert_balanced(broker)
+
+
+def test_an_unknown_queue_is_named_with_the_closest_names(client: TestClient, queue: str) -> None:
+    answer = client.get("/api/queues/ordres/deadletters/groups", headers=AUTH)
+    assert answer.status_code == 404
+    assert answer.json() == {
+        "error": "EntityNotFoundError",
+        "detail": "no queue 'ordres'; did you mean 'orders'?",
+    }
 
 
 def test_a_disabled_queue_refuses_a_send_with_409(

@@ -66,6 +66,25 @@ def test_resubmit_from_the_explorer(
     assert_balanced(broker)
 
 
+def test_purging_everything_asks_for_the_count(
+    page: Page, live: BackgroundServer, broker: Broker, dead: dict[str, list[int]]
+) -> None:
+    log_in(page, live)
+    page.goto(f"{live.url}/ui/deadletters?queue=orders")
+    page.click("#purge")
+    expect(page.locator("#question")).to_contain_text("Drop 6 dead-lettered message(s)")
+    page.click("#confirm")  # the browser refuses the form: the count is required
+    expect(page.locator("#question")).to_be_visible()
+    page.fill("#count", "60")
+    page.click("#confirm")
+    expect(page.locator("#refused")).to_contain_text("60 is not the number")
+    assert broker.counts("orders")["dead_lettered"] == 6
+    page.fill("#count", "6")
+    page.click("#confirm")
+    expect(page.locator("#task-status")).to_have_text("completed")
+    assert broker.counts("orders")["dead_lettered"] == 0
+
+
 def test_a_malicious_body_renders_as_text_and_never_runs(
     page: Page, live: BackgroundServer, dead: dict[str, list[int]]
 ) -> None:

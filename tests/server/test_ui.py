@@ -106,6 +106,27 @@ def test_explorer_groups_and_lists_and_escapes(
     assert "KeyError" in fingerprints and "ValueError" in fingerprints
 
 
+def _highlighted(page: str) -> list[str]:
+    """The keys of the groups the explorer shows as selected."""
+    return re.findall(r'<tr class="on">\s*<td><a class="mono" href="[^"]*">([^<]*)</a>', page)
+
+
+def test_the_none_group_link_selects_exactly_its_members(
+    open_client: TestClient, dead: dict[str, list[int]]
+) -> None:
+    page = open_client.get("/ui/deadletters?queue=orders&by=fingerprint").text
+    assert re.search(r'id="matching">6<', page)
+    assert _highlighted(page) == []  # nothing is selected, so no group is highlighted
+    link = re.search(r'<a class="mono" href="([^"]*)">\(none\)</a>', page)
+    assert link and "fingerprint=none" in link.group(1)
+    selected = open_client.get("/ui/deadletters" + link.group(1).replace("&amp;", "&")).text
+    assert re.search(r'id="matching">1<', selected)
+    assert _highlighted(selected) == ["(none)"]
+    assert "fingerprint=none" in selected  # the chip, and the actions' links
+    confirm = open_client.get("/ui/confirm?queue=orders&action=purge&fingerprint=none").text
+    assert "Drop <strong>1</strong>" in confirm
+
+
 def test_explorer_without_login_offers_no_change(
     open_client: TestClient, dead: dict[str, list[int]]
 ) -> None:
@@ -174,12 +195,33 @@ def test_purge_one_message_from_its_page(
     assert link
     confirm = client.get("/ui/" + link.group(1).replace("&amp;", "&")).text
     assert "Drop <strong>1</strong>" in confirm
+    assert 'name="count"' not in confirm  # a purge with a filter needs no count typed
     form = {"csrf": csrf, "queue": "orders", "min_sequence": str(seq), "max_sequence": str(seq)}
     answer = client.post("/ui/purge", data=form)
     assert 'id="task-status">completed<' in answer.text
     assert [m.sequence_number for m in broker.peek(DLQ, max_messages=10)] == sorted(
         dead["MaxDeliveryCountExceeded"] + dead["InvalidOrder"]
     )
+    assert_balanced(broker)
+
+
+def test_purging_a_whole_dead_letter_queue_needs_its_count_typed(
+    client: TestClient, broker: Broker, dead: dict[str, list[int]]
+) -> None:
+    csrf = login(client)
+    confirm = client.get("/ui/confirm?queue=orders&action=purge").text
+    assert "Drop <strong>6</strong>" in confirm
+    assert "type <strong>6</strong> to drop them all" in confirm and 'name="count"' in confirm
+    form = {"csrf": csrf, "queue": "orders"}
+    for typed, why in (("", "type the number"), ("3200", "3200 is not the number")):
+        refused = client.post("/ui/purge", data={**form, "count": typed})
+        assert refused.status_code == 400
+        assert re.search(rf'id="refused">Nothing was dropped: {why} of dead letters', refused.text)
+        assert "now, 6." in refused.text and 'name="count"' in refused.text
+        assert broker.counts("orders")["dead_lettered"] == 6
+    done = client.post("/ui/purge", data={**form, "count": "6"})
+    assert 'id="task-status">completed<' in done.text
+    assert broker.counts("orders")["dead_lettered"] == 0
     assert_balanced(broker)
 
 

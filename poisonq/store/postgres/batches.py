@@ -11,7 +11,7 @@ from poisonq.store.postgres.runner import StatementRunner
 from poisonq.store.sqlite_rows import GROUP_KEYS, filter_sql
 
 
-def _filter_sql(where: MessageFilter) -> tuple[str, list[Any]]:
+def filter_clauses(where: MessageFilter) -> tuple[str, list[Any]]:
     """The SQLite store's filter clauses, with PostgreSQL's placeholder (they hold no other
     question mark: column names and operators only)."""
     clauses, params = filter_sql(where)
@@ -155,7 +155,7 @@ class BatchQueries(StatementRunner):
         return [DeadLetterGroup(*row) for row in rows]
 
     def select(self, entity_id: int, where: MessageFilter, after_seq: int, limit: int) -> list[int]:
-        clauses, params = _filter_sql(where)
+        clauses, params = filter_clauses(where)
         # Locked here, so a receiver cannot take them before the task moves or drops them.
         rows = self._all(
             "SELECT seq FROM messages WHERE entity_id = %b AND state != 'locked' AND seq > %b"
@@ -165,7 +165,7 @@ class BatchQueries(StatementRunner):
         return [row[0] for row in rows]
 
     def count_matching(self, entity_id: int, where: MessageFilter) -> int:
-        clauses, params = _filter_sql(where)
+        clauses, params = filter_clauses(where)
         ((n,),) = self._all(
             f"SELECT count(*) FROM messages WHERE entity_id = %b AND state != 'locked'{clauses}",
             (entity_id, *params),

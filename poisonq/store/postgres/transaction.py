@@ -34,8 +34,13 @@ from psycopg import Cursor
 
 from poisonq.errors import EntityExistsError, StoreError
 from poisonq.model import EntityStatus, MessageState, ReceivedMessage, SubQueue
-from poisonq.store.base import EntityRecord, LockInfo, NewMessage, Transaction
-from poisonq.store.postgres.batches import BatchQueries, in_index_order, ready_seqs
+from poisonq.store.base import EntityRecord, LockInfo, MessageFilter, NewMessage, Transaction
+from poisonq.store.postgres.batches import (
+    BatchQueries,
+    filter_clauses,
+    in_index_order,
+    ready_seqs,
+)
 from poisonq.store.postgres.sessions import SessionQueries
 
 # The row mappers and the entity columns are the SQLite store's: the message columns below
@@ -322,11 +327,14 @@ class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
         rows.sort(key=lambda row: row[0])
         return message_rows(rows, name)
 
-    def peek(self, entity_id: int, name: str, from_seq: int, limit: int) -> list[ReceivedMessage]:
+    def peek(
+        self, entity_id: int, name: str, from_seq: int, limit: int, where: MessageFilter
+    ) -> list[ReceivedMessage]:
+        clauses, params = filter_clauses(where)
         rows = self._all(
             f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE entity_id = %b AND seq >= %b"
-            " ORDER BY seq LIMIT %b",
-            (entity_id, from_seq, limit),
+            f"{clauses} ORDER BY seq LIMIT %b",
+            (entity_id, from_seq, *params, limit),
         )
         return message_rows(rows, name)
 
