@@ -35,6 +35,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/queue_floors.py
 	$(BIN)/python bench/pipeline_throughput.py
 	$(BIN)/python bench/pipeline_floors.py
+	$(BIN)/python bench/defect_ratio.py
 
 clean:
 	rm -rf $(VENV) demo .pytest_cache .mypy_cache .ruff_cache
