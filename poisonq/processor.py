@@ -13,6 +13,10 @@ messages of the halves that succeed are completed, so only the guilty ones count
 attempt. A batch handler therefore has to tolerate seeing a message again in a smaller batch,
 as it has to tolerate any redelivery.
 
+A session's messages are handled in order: a failure ends the session's batch at the failing
+message, and the messages after it are released (no delivery counted) to come again after it;
+a session's failing batch is searched for its first failing message instead of bisected.
+
 A defect is not poison (:mod:`poisonq.defects`): when most of the last messages handled fail
 the same way, the failed messages of the batch are given back without a delivery counted,
 the rest of the batch is settled, and :meth:`Processor.run` raises
@@ -75,7 +79,15 @@ class Reject:
     error: BaseException
 
 
-Outcome = Completed | Retry | Reject
+@dataclass(frozen=True)
+class Skipped:
+    """Not handled: a message before it in its session failed, and a session's messages
+    are handled in order. Released (no delivery counted) to come again after it."""
+
+    message: ReceivedMessage
+
+
+Outcome = Completed | Retry | Reject | Skipped
 
 
 @dataclass
@@ -252,13 +264,12 @@ class Processor:
                     continue
                 stats.received += len(messages)
                 renewer.register(receiver, messages)
-                outcomes = self._handle(messages, stats)
-                failures = [self._failure(outcome) for outcome in outcomes]
-                results = list(zip(outcomes, failures, strict=True))
+                outcomes = self._handle(messages, stats, isinstance(receiver, SessionReceiver))
+                results = [(outcome, self._failure(outcome)) for outcome in outcomes]
                 done: list[tuple[Outcome, FailureRecord | None]]
                 done = [(o, f) for o, f in results if f is None]
                 held += [(o, f) for o, f in results if f is not None]
-                defect = window.add(failures)
+                defect = window.add(f for o, f in results if not isinstance(o, Skipped))
                 if defect is not None:
                     failed, held = [o for o, _ in held], []
                     self._give_back(receiver, [o for o, _ in done], failed, stats)
@@ -272,15 +283,50 @@ class Processor:
             self._settle(receiver, held, stats)
             renewer.unregister([o.message for o, _ in held])
 
-    def _handle(self, messages: list[ReceivedMessage], stats: ProcessorStats) -> list[Outcome]:
-        if not self.batch:
-            outcomes: list[Outcome] = []
-            for message in messages:
-                stats.handler_runs += 1
-                error = self._call(message)
-                outcomes.append(self._outcome(message, error))
-            return outcomes
-        return self._bisect(messages, stats, known_to_fail=False)
+    def _handle(
+        self, messages: list[ReceivedMessage], stats: ProcessorStats, in_order: bool
+    ) -> list[Outcome]:
+        """Each message's outcome. ``in_order`` (a session): a failure ends the batch, and
+        the messages after it are :class:`Skipped`."""
+        if self.batch:
+            if in_order:
+                return self._first_failure(messages, stats)
+            return self._bisect(messages, stats, known_to_fail=False)
+        outcomes: list[Outcome] = []
+        for position, message in enumerate(messages):
+            stats.handler_runs += 1
+            outcome = self._outcome(message, self._call(message))
+            outcomes.append(outcome)
+            if in_order and not isinstance(outcome, Completed):
+                outcomes += [Skipped(later) for later in messages[position + 1 :]]
+                break
+        return outcomes
+
+    def _first_failure(
+        self, messages: list[ReceivedMessage], stats: ProcessorStats
+    ) -> list[Outcome]:
+        """A session's batch that fails: the longest first part that succeeds is completed,
+        the message after it runs alone for its own outcome, and the rest are skipped. A
+        binary search over the length of the first part: O(log n) runs, each of which
+        handles a first part again (a handler must tolerate that, as any redelivery)."""
+        stats.handler_runs += 1
+        if self._call(messages) is None:
+            return [Completed(message) for message in messages]
+        passing, failing = 0, len(messages)  # first parts known to pass and to fail
+        while failing - passing > 1:
+            middle = (passing + failing) // 2
+            stats.handler_runs += 1
+            if self._call(messages[:middle]) is None:
+                passing = middle
+            else:
+                failing = middle
+        suspect = messages[passing]
+        stats.handler_runs += 1  # alone: the failure may have been a passing one
+        return [
+            *(Completed(message) for message in messages[:passing]),
+            self._outcome(suspect, self._call([suspect])),
+            *(Skipped(message) for message in messages[passing + 1 :]),
+        ]
 
     def _bisect(
         self, messages: list[ReceivedMessage], stats: ProcessorStats, known_to_fail: bool
@@ -335,6 +381,8 @@ class Processor:
             match outcome:
                 case Completed():
                     stats.completed += 1
+                case Skipped():
+                    stats.released += 1
                 case Reject(message, error):
                     stats.dead_lettered += 1
                     self._poisoned(message, error, stats)
@@ -356,13 +404,13 @@ class Processor:
         settlements += [self._release(o) for o in failed]
         _, lost = self.broker.settle_held(receiver.address, settlements)
         stats.lock_lost += len(lost)
-        gone = set(lost)
-        stats.completed += sum(1 for o in succeeded if o.message.sequence_number not in gone)
-        stats.released += sum(1 for o in failed if o.message.sequence_number not in gone)
+        kept = [o for o in (*succeeded, *failed) if o.message.sequence_number not in set(lost)]
+        stats.completed += sum(1 for o in kept if isinstance(o, Completed))
+        stats.released += sum(1 for o in kept if not isinstance(o, Completed))
 
     def _failure(self, outcome: Outcome) -> FailureRecord | None:
         match outcome:
-            case Completed():
+            case Completed() | Skipped():
                 return None
             case Reject(_, error) | Retry(_, error):
                 return failure_from_exception(error, self.broker.clock.now())
@@ -379,6 +427,8 @@ class Processor:
         match outcome:
             case Completed():
                 return Complete(seq, token)
+            case Skipped():
+                return Release(seq, token)
             case Reject(_, error):
                 return DeadLetter(seq, token, type(error).__name__, _description(failure), failure)
             case Retry():

@@ -140,7 +140,15 @@ class Settling(Poisoning):
             held = {lock.seq: lock for lock in self._held_locks(tx, target, locks, now)}
         done = [(s.sequence_number, s.lock_token) for s in settlements if isinstance(s, Complete)]
         lost = self._complete_held(tx, entity, done, now) if done else []
+        # Released first: a message poisoned below takes its session's unlocked messages
+        # with it, and a message given back in the same batch is one of them.
         released: dict[str, list[int]] = {}
+        for settlement in settlements:
+            if isinstance(settlement, Release):
+                released.setdefault(settlement.lock_token, []).append(settlement.sequence_number)
+        for token, seqs in released.items():
+            back = tx.release(entity.id, token, min(seqs), max(seqs), seqs, target.ready, now)
+            lost += set(seqs) - set(back)
         poisoned: list[int] = []
         # Dead-letters alike (same lock, reason, description and failure) move in one call.
         letters: dict[tuple[str, str, str | None, FailureRecord | None], list[int]] = {}
@@ -152,11 +160,8 @@ class Settling(Poisoning):
                     poisoned += self._after_failure(tx, target, [held[seq]], failure, False)
                 case DeadLetter(seq, token, reason, description, failure):
                     letters.setdefault((token, reason, description, failure), []).append(seq)
-                case Release(seq, token):
-                    released.setdefault(token, []).append(seq)
-        for token, seqs in released.items():
-            back = tx.release(entity.id, token, min(seqs), max(seqs), seqs, target.ready, now)
-            lost += set(seqs) - set(back)
+                case Release():
+                    continue
         if letters and target.subqueue is not None:
             raise InvalidOperationError(
                 f"messages in {entity.name!r} cannot be dead-lettered again"
