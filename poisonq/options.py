@@ -20,7 +20,10 @@ MAX_LOCK_DURATION = 300.0
 
 @dataclass(frozen=True, slots=True)
 class Redeliver:
-    """Decision: make the message active again in the same queue."""
+    """Decision: make the message active again in the same queue, after ``delay`` seconds
+    (before jitter)."""
+
+    delay: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +55,12 @@ class RetryPolicy:
 
     Total attempts = (``receive_retry_count`` + 1) x (``max_retry_cycles`` + 1). The policy is
     a pure function of the message's counters: :meth:`decide` is called after a failed attempt.
+
+    Within a cycle, a failed message comes back after ``redelivery_delay`` seconds, times
+    ``redelivery_delay_multiplier`` for each further failure of the cycle, at most
+    ``max_redelivery_delay``, each spread by up to ``redelivery_jitter`` of itself either way
+    (so consumers that failed together do not retry together). The default is at once, as in
+    Service Bus. A new cycle starts the backoff again after ``retry_cycle_delay``.
     """
 
     receive_retry_count: int = 9
@@ -59,15 +68,23 @@ class RetryPolicy:
     retry_cycle_delay: float = 0.0
     retry_cycle_delay_multiplier: float = 1.0
     receive_error_handling: ReceiveErrorHandling = ReceiveErrorHandling.MOVE
+    redelivery_delay: float = 0.0
+    redelivery_delay_multiplier: float = 2.0
+    max_redelivery_delay: float = 300.0
+    redelivery_jitter: float = 0.2
 
     def __post_init__(self) -> None:
         _count(self.receive_retry_count, "receive_retry_count")
         _count(self.max_retry_cycles, "max_retry_cycles")
-        delay = to_seconds(self.retry_cycle_delay, "retry_cycle_delay")
-        object.__setattr__(self, "retry_cycle_delay", delay)
-        growth = self.retry_cycle_delay_multiplier
-        if not isinstance(growth, int | float) or isinstance(growth, bool) or growth < 1:
-            raise InvalidOptionError(f"retry_cycle_delay_multiplier must be >= 1, not {growth!r}")
+        for name in ("retry_cycle_delay", "redelivery_delay", "max_redelivery_delay"):
+            object.__setattr__(self, name, to_seconds(getattr(self, name), name))
+        for name in ("retry_cycle_delay_multiplier", "redelivery_delay_multiplier"):
+            growth = getattr(self, name)
+            if not isinstance(growth, int | float) or isinstance(growth, bool) or growth < 1:
+                raise InvalidOptionError(f"{name} must be >= 1, not {growth!r}")
+        jitter = self.redelivery_jitter
+        if not isinstance(jitter, int | float) or isinstance(jitter, bool) or not 0 <= jitter <= 1:
+            raise InvalidOptionError(f"redelivery_jitter must be in [0, 1], not {jitter!r}")
         try:
             handling = ReceiveErrorHandling(self.receive_error_handling)
         except ValueError:
@@ -105,7 +122,9 @@ class RetryPolicy:
     def decide(self, delivery_count: int, move_count: int) -> RetryDecision:
         """Decide after a failed delivery, given deliveries so far and cycles already parked."""
         if delivery_count < self.attempts_per_cycle * (move_count + 1):
-            return Redeliver()
+            failed_in_cycle = delivery_count - self.attempts_per_cycle * move_count
+            backoff: float = self.redelivery_delay_multiplier ** max(0, failed_in_cycle - 1)
+            return Redeliver(min(self.max_redelivery_delay, self.redelivery_delay * backoff))
         if move_count < self.max_retry_cycles:
             growth: float = self.retry_cycle_delay_multiplier**move_count
             return MoveToRetry(delay=self.retry_cycle_delay * growth)

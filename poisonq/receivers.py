@@ -187,13 +187,18 @@ class Receiver:
         self._engine.complete(self.address, self._locks(messages))
 
     def abandon(
-        self, messages: Messages, error: BaseException | FailureRecord | None = None
+        self,
+        messages: Messages,
+        error: BaseException | FailureRecord | None = None,
+        delay: Duration | None = None,
     ) -> list[int]:
         """locked → active again (or poisoned when every attempt is used). ``error`` is kept
-        in each message's failure history. Returns the sequence numbers the retry policy
-        poisoned (dead-lettered or dropped) with this abandon."""
+        in each message's failure history. The message is delivered again after the retry
+        policy's redelivery delay, or after ``delay`` (seconds or a timedelta) for this call.
+        Returns the sequence numbers the retry policy poisoned (dead-lettered or dropped)."""
         failure = _failure(error, self.broker.clock.now())
-        return self._engine.abandon(self.address, self._locks(messages), failure)
+        seconds = None if delay is None else to_seconds(delay, "delay")
+        return self._engine.abandon(self.address, self._locks(messages), failure, seconds)
 
     def defer(self, messages: Messages) -> None:
         """locked → deferred; get it back with :meth:`receive_deferred`."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from poisonq import Broker, InvalidOptionError, ManualClock, Message, RetryPolicy
@@ -127,3 +129,83 @@ def test_max_delivery_count_sets_attempts_per_cycle_and_keeps_the_rest_of_the_po
     assert (updated.receive_retry_count, updated.receive_error_handling) == (1, "drop")
     with pytest.raises(InvalidOptionError, match="either"):
         QueueOptions.build(None, max_delivery_count=2, retry=RetryPolicy())
+
+
+@pytest.mark.parametrize(
+    ("delivery_count", "move_count", "decision"),
+    [
+        (1, 0, Redeliver(2.0)),
+        (2, 0, Redeliver(4.0)),
+        (3, 0, Redeliver(5.0)),  # capped at max_redelivery_delay
+        (4, 0, MoveToRetry(delay=60.0)),
+        (5, 1, Redeliver(2.0)),  # a new cycle starts the backoff again
+    ],
+)
+def test_redelivery_backs_off_within_a_cycle(
+    delivery_count: int, move_count: int, decision: object
+) -> None:
+    policy = RetryPolicy(
+        receive_retry_count=3,
+        max_retry_cycles=1,
+        retry_cycle_delay=60,
+        redelivery_delay=2,
+        redelivery_delay_multiplier=2,
+        max_redelivery_delay=5,
+    )
+    assert policy.decide(delivery_count, move_count) == decision
+
+
+def test_an_abandoned_message_comes_back_only_after_its_backoff(
+    broker: Broker, clock: ManualClock
+) -> None:
+    """Before, a 503 used all four deliveries of a message within 100 ms: a blip of a few
+    seconds dead-lettered everything."""
+    policy = RetryPolicy(receive_retry_count=3, redelivery_delay=10, redelivery_jitter=0.2)
+    broker.create_queue("orders", retry=policy)
+    broker.sender("orders").send(Message(body=b"pay"))
+    receiver = broker.receiver("orders")
+    for attempt, backoff in enumerate((10.0, 20.0, 40.0), start=1):
+        [message] = receiver.receive(max_messages=1)
+        assert message.delivery_count == attempt
+        receiver.abandon(message, error=ConnectionError("503"))
+        assert broker.counts("orders")["scheduled"] == 1
+        clock.advance(backoff * 0.8 - 0.01)  # within the jitter's reach: still waiting
+        assert receiver.receive(max_messages=1) == []
+        clock.advance(backoff * 0.4 + 0.02)  # past it
+    [message] = receiver.receive(max_messages=1)
+    assert message.delivery_count == 4
+    assert_balanced(broker)
+
+
+def test_abandon_with_a_delay_overrides_the_policy_for_one_call(
+    broker: Broker, clock: ManualClock
+) -> None:
+    broker.create_queue("orders", max_delivery_count=3)
+    broker.sender("orders").send(Message(body=b"x"))
+    receiver = broker.receiver("orders")
+    [message] = receiver.receive(max_messages=1)
+    receiver.abandon(message, delay=timedelta(seconds=30))
+    clock.advance(29)
+    assert receiver.receive(max_messages=1) == []
+    clock.advance(2)
+    [again] = receiver.receive(max_messages=1)
+    assert (again.sequence_number, again.delivery_count) == (message.sequence_number, 2)
+    receiver.abandon(again)  # the policy's own: at once
+    assert len(receiver.receive(max_messages=1)) == 1
+    with pytest.raises(InvalidOptionError):
+        receiver.abandon(again, delay=-1)
+    assert_balanced(broker)
+
+
+def test_sessions_and_subqueues_redeliver_at_once(broker: Broker) -> None:
+    """A session's order must not wait on one message's backoff; subqueues never schedule."""
+    policy = RetryPolicy(receive_retry_count=3, redelivery_delay=60)
+    broker.create_queue("carts", retry=policy, requires_session=True)
+    broker.sender("carts").send(
+        [Message(body=b"a", session_id="s"), Message(body=b"b", session_id="s")]
+    )
+    with broker.accept_next_session("carts") as session:
+        first, _ = session.receive(max_messages=2)
+        session.abandon(first)
+    assert broker.counts("carts")["scheduled"] == 0
+    assert_balanced(broker)

@@ -101,6 +101,21 @@ _QUEUE_OPTIONS = (
         help="Growth of the delay per cycle (>= 1) [default: 1].",
     ),
     click.option(
+        "--redelivery-delay",
+        type=float,
+        help="Seconds before a failed message is delivered again [default: 0, at once].",
+    ),
+    click.option(
+        "--redelivery-delay-multiplier",
+        type=float,
+        help="Growth of that delay per failure in a cycle (>= 1) [default: 2].",
+    ),
+    click.option(
+        "--max-redelivery-delay",
+        type=float,
+        help="Longest delay before a redelivery, in seconds [default: 300].",
+    ),
+    click.option(
         "--receive-error-handling",
         type=click.Choice([h.value for h in ReceiveErrorHandling]),
         help="What happens to a poison message [default: move].",
@@ -127,6 +142,9 @@ _RETRY_FIELDS = (
     "retry_cycle_delay",
     "retry_cycle_delay_multiplier",
     "receive_error_handling",
+    "redelivery_delay",
+    "redelivery_delay_multiplier",
+    "max_redelivery_delay",
 )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import random
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -42,10 +43,12 @@ class Poisoning(Routing):
         locks: Sequence[LockInfo],
         failure: FailureRecord | None,
         lock_expired: bool,
+        delay: float | None = None,
     ) -> list[int]:
         """An abandon or a lock expiry: back to ready (``abort_count += 1``), counted as a
-        rollback, then the retry policy decides per message. Returns the sequence numbers
-        poisoned (whatever the action did with them)."""
+        rollback, then the retry policy decides per message: at once, after its redelivery
+        delay (or ``delay``, when the caller names one), in the retry subqueue, or poisoned.
+        Returns the sequence numbers poisoned (whatever the action did with them)."""
         entity = target.entity
         seqs = [lock.seq for lock in locks]
         record = failure.to_json() if failure else None
@@ -56,6 +59,7 @@ class Poisoning(Routing):
         if policy is None:
             return []
         poisoned: list[int] = []
+        waiting: dict[float, list[int]] = defaultdict(list)
         parked: dict[float, list[int]] = defaultdict(list)
         # In a dead-letter queue only the deliveries made there count (MSMQ resets a
         # message's abort count when it moves to another subqueue).
@@ -63,12 +67,20 @@ class Poisoning(Routing):
         for lock in locks:
             deliveries = lock.delivery_count - (lock.dead_lettered_deliveries if dead else 0)
             match policy.decide(deliveries, lock.move_count):
-                case Redeliver():
-                    pass
+                case Redeliver(backoff):
+                    wait = backoff if delay is None else delay
+                    if wait > 0:
+                        waiting[wait].append(lock.seq)
                 case MoveToRetry(delay):
                     parked[delay].append(lock.seq)
                 case Poison():
                     poisoned.append(lock.seq)
+        # Sessions are delivered in order and subqueues are never scheduled: at once there.
+        if waiting and target.subqueue is None and not target.sessions:
+            jitter = policy.redelivery_jitter if delay is None else 0.0  # a named delay is kept
+            for wait, chosen in waiting.items():
+                spread = 1 + jitter * (2 * random.random() - 1)
+                tx.reschedule(entity.id, chosen, now + wait * spread)
         if parked:
             retry = self._child(tx, target, SubQueue.RETRY)
             for delay, chosen in parked.items():

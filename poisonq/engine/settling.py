@@ -41,15 +41,20 @@ class Settling(Poisoning):
         return sorted(lost)
 
     def abandon(
-        self, address: str, locks: Sequence[Lock], failure: FailureRecord | None
+        self,
+        address: str,
+        locks: Sequence[Lock],
+        failure: FailureRecord | None,
+        delay: float | None = None,
     ) -> list[int]:
-        """locked → active (``abort_count += 1``), or poisoned if every attempt is used.
-        Returns the sequence numbers that were poisoned."""
+        """locked → active (``abort_count += 1``), after the retry policy's redelivery delay
+        or ``delay`` seconds; or poisoned if every attempt is used. Returns the sequence
+        numbers that were poisoned."""
         now = self.clock.now()
         with self.store.transaction() as tx:
             target = self._resolve(tx, address)
             held = self._held_locks(tx, target, locks, now)
-            return self._after_failure(tx, target, held, failure, lock_expired=False)
+            return self._after_failure(tx, target, held, failure, False, delay)
 
     def defer(self, address: str, locks: Sequence[Lock]) -> None:
         """locked → deferred: kept until received again by sequence number."""

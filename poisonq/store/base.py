@@ -411,6 +411,11 @@ class Transaction(ABC):
         """Locked → ``ready`` (an abandon): ``abort_count += 1``, failure appended."""
 
     @abstractmethod
+    def reschedule(self, entity_id: int, seqs: Sequence[int], visible_at: float) -> int:
+        """Active → scheduled until ``visible_at`` (a redelivery after a delay); returns how
+        many."""
+
+    @abstractmethod
     def release(
         self,
         entity_id: int,

@@ -407,6 +407,13 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
             self._bump(entity_id, abandoned=changed)
         return changed
 
+    def reschedule(self, entity_id: int, seqs: Sequence[int], visible_at: float) -> int:
+        return self._db.execute(
+            "UPDATE messages SET state = 'scheduled', visible_at = ?"
+            f" WHERE entity_id = ? AND state = 'active' AND seq IN {SEQS}",
+            (visible_at, entity_id, seqs_json(seqs)),
+        ).rowcount
+
     def release(
         self,
         entity_id: int,

@@ -548,6 +548,13 @@ class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
         self.notify = True
         return changed
 
+    def reschedule(self, entity_id: int, seqs: Sequence[int], visible_at: float) -> int:
+        return self._count(
+            "UPDATE messages SET state = 'scheduled', visible_at = %b"
+            " WHERE entity_id = %b AND state = 'active' AND seq = ANY(%b)",
+            (visible_at, entity_id, list(seqs)),
+        )
+
     def release(
         self,
         entity_id: int,
