@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from poisonq.client import NO_VALUE, Broker, Receiver, Sender, SessionReceiver, connect
     from poisonq.clock import ManualClock, SystemClock
     from poisonq.errors import (
+        BrokerClosedError,
         EntityDisabledError,
         EntityExistsError,
         EntityNotFoundError,
@@ -62,6 +63,7 @@ __all__ = [
     "Abandon",
     "AutoLockRenewer",
     "Broker",
+    "BrokerClosedError",
     "Complete",
     "CorrelationFilter",
     "DeadLetter",

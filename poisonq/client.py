@@ -208,13 +208,16 @@ class Broker:
         subqueue: SubQueue | str | None = None,
         receive_mode: ReceiveMode | str = ReceiveMode.PEEK_LOCK,
         lock_duration: Duration | None = None,
+        max_wait_time: Duration | None = None,
     ) -> Receiver:
+        """A receiver of ``address`` (or its ``subqueue``). ``max_wait_time`` ends an
+        iteration (``for message in receiver``) once no message has come for that long."""
         try:
             mode = ReceiveMode(receive_mode)
         except ValueError:
             choices = ", ".join(m.value for m in ReceiveMode)
             raise InvalidOptionError(f"receive_mode must be one of {choices}") from None
-        return Receiver(self, address, subqueue, mode, lock_duration)
+        return Receiver(self, address, subqueue, mode, lock_duration, max_wait_time)
 
     def accept_session(
         self, address: str, session_id: str, *, lock_duration: Duration | None = None

@@ -167,6 +167,14 @@ class StoreNotFoundError(StoreError):
         self.location = location
 
 
+class BrokerClosedError(PoisonqError):
+    """The broker (and its store) was closed; open a new one with :func:`poisonq.connect`."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(f"the broker on {url} is closed")
+        self.url = url
+
+
 class PermanentError(Exception):
     """Raised by a handler or transform to say a message can never succeed.
 

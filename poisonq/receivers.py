@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from poisonq.errors import InvalidOperationError, InvalidOptionError
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from poisonq.client import Broker
 
 Messages = ReceivedMessage | Sequence[ReceivedMessage]
+_ITER_WAIT = 60.0  # seconds one receive of an endless iteration waits before it asks again
 
 
 def as_list(messages: Messages) -> list[ReceivedMessage]:
@@ -79,7 +80,8 @@ class Receiver:
 
     Settlement methods take one message or a sequence; a sequence is settled in one
     transaction, and if any lock was lost, :class:`MessageLockLostError` is raised and
-    none of them changes.
+    none of them changes. ``for message in receiver`` receives one message at a time as
+    they arrive, until none has come for ``max_wait_time`` (forever without it).
     """
 
     def __init__(
@@ -89,11 +91,15 @@ class Receiver:
         subqueue: SubQueue | str | None,
         receive_mode: ReceiveMode,
         lock_duration: Duration | None,
+        max_wait_time: Duration | None = None,
     ) -> None:
         self.broker = broker
         self.address = str(parse_address(address, subqueue))
         self.receive_mode = receive_mode
         self.lock_duration = None if lock_duration is None else lock_seconds(lock_duration)
+        self.max_wait_time = (
+            None if max_wait_time is None else to_seconds(max_wait_time, "max_wait_time")
+        )
         self._engine = broker.engine
 
     def __enter__(self) -> Receiver:
@@ -101,6 +107,14 @@ class Receiver:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+    def __iter__(self) -> Iterator[ReceivedMessage]:
+        while True:
+            got = self.receive(max_messages=1, max_wait=self.max_wait_time or _ITER_WAIT)
+            if got:
+                yield got[0]
+            elif self.max_wait_time is not None:
+                return
 
     def receive(
         self, max_messages: int = 1, max_wait: Duration | None = None

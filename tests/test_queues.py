@@ -118,3 +118,18 @@ def test_delete_removes_queue_subqueues_and_messages(broker: Broker) -> None:
         broker.sender("orders").send(Message(body=b"x"))
     broker.create_queue("orders")
     assert broker.counts("orders")["active"] == 0
+
+
+def test_a_closed_broker_says_so(url: str) -> None:
+    broker = poisonq.connect(url)
+    broker.create_queue("orders")
+    receiver = broker.receiver("orders")
+    broker.close()
+    broker.close()  # closing twice is harmless
+    for call in (
+        lambda: broker.counts("orders"),
+        lambda: broker.sender("orders").send(poisonq.Message(body=b"x")),
+        lambda: receiver.receive(max_messages=1),
+    ):
+        with pytest.raises(poisonq.BrokerClosedError, match="is closed"):
+            call()

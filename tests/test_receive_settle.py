@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+import poisonq
 from poisonq import (
     Abandon,
     AutoLockRenewer,
@@ -337,3 +338,33 @@ def test_an_audit_balances_while_others_send_and_complete(broker: Broker, queue:
     assert all(report.ok for report in reports), [r for r in reports if not r.ok]
     assert reports[-1].sent > 0
     assert_balanced(broker)
+
+
+def test_counts_never_show_an_expired_lock_as_locked(
+    broker: Broker, queue: str, clock: ManualClock
+) -> None:
+    broker.sender(queue).send([Message(body=b"a"), Message(body=b"b")])
+    broker.receiver(queue).receive(max_messages=1)
+    assert (broker.counts(queue)["locked"], broker.counts(queue)["active"]) == (1, 1)
+    clock.advance(31)  # the queue's lock is 30 s: the lock ran out, nobody received since
+    assert (broker.counts(queue)["locked"], broker.counts(queue)["active"]) == (0, 2)
+    dlq = broker.receiver(f"{queue}/$deadletterqueue")
+    [message] = broker.receiver(queue).receive(max_messages=1)
+    broker.receiver(queue).dead_letter(message, reason="Bad")
+    dlq.receive(max_messages=1)
+    clock.advance(61)
+    counts = broker.counts(f"{queue}/$deadletterqueue")
+    assert (counts["locked"], counts["dead_lettered"]) == (0, 1)
+    assert_balanced(broker)
+
+
+def test_a_receiver_can_be_iterated_until_it_waits_in_vain(broker: Broker, queue: str) -> None:
+    broker.sender(queue).send([Message(body=str(n).encode()) for n in range(3)])
+    seen = []
+    for message in broker.receiver(queue, max_wait_time=0.05):
+        seen.append(message.text)
+        broker.receiver(queue).complete(message)
+    assert seen == ["0", "1", "2"]
+    assert broker.counts(queue)["completed"] == 3
+    with pytest.raises(poisonq.InvalidOptionError):
+        broker.receiver(queue, max_wait_time=-1)

@@ -6,9 +6,10 @@ contract (DESIGN.md, "The message state machine") says it must have. Housekeepin
 is lazy: expired locks, due scheduled messages and expired TTLs are applied at the start of each
 receive on that entity, in the same transaction. The model applies them at the same moments,
 so broker and model can be compared exactly after every step; what a user can observe between
-two receives (a lock past its time still shows as ``locked``, an expired message still shows as
-``active``) is the same in both, and no operation can act on those messages meanwhile: their
-locks are lost and nobody can receive them before housekeeping runs.
+two receives (a lock past its time shows as ready again in the counts but as ``locked`` on the
+message, an expired message still shows as ``active``) is the same in both, and no operation
+can act on those messages meanwhile: their locks are lost and nobody can receive them before
+housekeeping runs.
 
 The queue's retry policy is drawn too: immediate retries, retry cycles through the retry
 subqueue (``orders;retry``) with a growing delay, and each poison action: ``move`` (the
@@ -187,6 +188,13 @@ class QueueMachine(RuleBasedStateMachine):
             (m for m in self.msgs.values() if m.where == where and m.state in states),
             key=lambda m: m.seq,
         )
+
+    def _expired_locks(self, where: str) -> list[Model]:
+        return [
+            m
+            for m in self._in(where, MessageState.LOCKED)
+            if m.locked_until is not None and m.locked_until <= self.now
+        ]
 
     def _valid(self, handle: Handle) -> bool:
         m = self.msgs.get(handle.seq)
@@ -605,13 +613,17 @@ class QueueMachine(RuleBasedStateMachine):
                 MessageState.DEFERRED,
             )
         }
+        expired = len(self._expired_locks(MAIN))  # counted as ready, not as locked
+        model["locked"] -= expired
+        model["active"] += expired
         model["dead_lettered"] = len([m for m in self.msgs.values() if m.where == DEAD])
         model["completed"] = self.completed[MAIN]
         model["dropped"] = self.dropped
         assert counts == model
         dlq = self.broker.counts(DLQ)
         assert dlq["completed"] == self.completed[DEAD]
-        assert dlq["locked"] == len(self._in(DEAD, MessageState.LOCKED))
+        locked = self._in(DEAD, MessageState.LOCKED)
+        assert dlq["locked"] == len(locked) - len(self._expired_locks(DEAD))
 
         def view(m: Model | ReceivedMessage) -> tuple[object, ...]:
             if isinstance(m, Model):

@@ -193,6 +193,8 @@ class EngineBase:
             tx.set_status(target.entity.id, status, event.to_text(), event.time)
 
     def _counts(self, tx: Transaction, target: Target) -> dict[str, int]:
+        """Held messages by state, as a receive would find them: a lock that ran out is
+        not counted as locked but as ready again (the next receive counts the abandon)."""
         held = tx.held_counts(target.entity.id)
         counts = {state.value: held.get(state, 0) for state in HELD_STATES}
         if target.subqueue is None and target.entity.name != NAMESPACE_DEADLETTER:
@@ -202,6 +204,10 @@ class EngineBase:
             counts["dead_lettered"] = held.get(MessageState.DEAD_LETTERED, 0)
         counts["completed"] = target.entity.ledger.completed
         counts["dropped"] = target.entity.ledger.dropped
+        if counts[MessageState.LOCKED.value]:
+            expired = tx.expired_lock_count(target.entity.id, self.clock.now())
+            counts[MessageState.LOCKED.value] -= expired
+            counts[target.ready.value] += expired
         return counts
 
     def _info(self, tx: Transaction, target: Target) -> QueueInfo:

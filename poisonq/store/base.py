@@ -18,7 +18,7 @@ from enum import Enum
 from importlib import resources
 from typing import Any, Final
 
-from poisonq.errors import SchemaVersionError
+from poisonq.errors import BrokerClosedError, SchemaVersionError
 from poisonq.model import EntityStatus, Lease, MessageState, ReceivedMessage, SubQueue
 
 # The columns of :meth:`Transaction.lease_rows`, in order. Times are epoch seconds and
@@ -213,6 +213,11 @@ class Transaction(ABC):
     @abstractmethod
     def held_counts(self, entity_id: int) -> dict[MessageState, int]:
         """Messages held by the entity, by state (terminal states are never held)."""
+
+    @abstractmethod
+    def expired_lock_count(self, entity_id: int, now: float) -> int:
+        """How many of the entity's locked messages have a lock that ran out by ``now``
+        (not yet counted as abandons: that happens at the next receive)."""
 
     # Sending ------------------------------------------------------------------------------
     @abstractmethod
@@ -523,10 +528,16 @@ class Store(ABC):
     PostgreSQL runs them side by side on pooled connections."""
 
     url: str
+    closed = False
 
     @abstractmethod
     def transaction(self) -> AbstractContextManager[Transaction]:
-        """A write transaction: commits on exit, rolls back on error."""
+        """A write transaction: commits on exit, rolls back on error. Raises
+        :class:`BrokerClosedError` once the store is closed."""
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise BrokerClosedError(self.url)
 
     @abstractmethod
     def change_marker(self) -> object:
@@ -537,7 +548,8 @@ class Store(ABC):
         """Block until the change marker differs from ``marker``, or ``timeout`` passes."""
 
     @abstractmethod
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Close the connections; later calls raise :class:`BrokerClosedError`. Idempotent."""
 
     def __enter__(self) -> Store:
         return self

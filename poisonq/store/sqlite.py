@@ -143,6 +143,14 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
         )
         return {STATES[state]: n for state, n in rows}
 
+    def expired_lock_count(self, entity_id: int, now: float) -> int:
+        (n,) = self._db.execute(
+            "SELECT count(*) FROM messages WHERE entity_id = ? AND state = 'locked'"
+            " AND locked_until <= ?",
+            (entity_id, now),
+        ).fetchone()
+        return int(n)
+
     # Sending ------------------------------------------------------------------------------
     def insert_messages(
         self, entity_id: int, rows: Sequence[NewMessage], now: float, *, last: bool = False
@@ -606,11 +614,13 @@ class SqliteStore(Store):
 
     def _read_data_version(self) -> int:
         with self._lock:
+            self.check_open()
             return int(self._db.execute("PRAGMA data_version").fetchone()[0])
 
     @contextmanager
     def transaction(self) -> Iterator[Transaction]:
         with self._lock:
+            self.check_open()
             try:
                 self._db.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
@@ -649,4 +659,5 @@ class SqliteStore(Store):
 
     def close(self) -> None:
         with self._lock:
+            self.closed = True
             self._db.close()

@@ -117,6 +117,7 @@ class PostgresStore(Store):
     # Transactions -------------------------------------------------------------------------
     @contextmanager
     def transaction(self) -> Iterator[Transaction]:
+        self.check_open()
         try:
             with self._pool.connection() as conn:
                 try:
@@ -182,6 +183,7 @@ class PostgresStore(Store):
             self._listener = None
 
     def close(self) -> None:
+        self.closed = True
         with self._listen_lock:
             self._reset_listener()
         self._pool.close()

@@ -199,6 +199,14 @@ class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
         )
         return {_STATES[state]: n for state, n in rows}
 
+    def expired_lock_count(self, entity_id: int, now: float) -> int:
+        (n,) = self._all(
+            "SELECT count(*) FROM messages WHERE entity_id = %b AND state = 'locked'"
+            " AND locked_until <= %b",
+            (entity_id, now),
+        )[0]
+        return int(n)
+
     # Sending ------------------------------------------------------------------------------
     def insert_messages(
         self, entity_id: int, rows: Sequence[NewMessage], now: float, *, last: bool = False
