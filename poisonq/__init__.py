@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         SessionLockLostError,
         StoreError,
         StoreNotFoundError,
+        StoreUnavailableError,
     )
     from poisonq.filters import CorrelationFilter, SqlFilter
     from poisonq.lock_renewer import AutoLockRenewer
@@ -107,6 +108,7 @@ __all__ = [
     "SqlFilter",
     "StoreError",
     "StoreNotFoundError",
+    "StoreUnavailableError",
     "SubQueue",
     "SystemClock",
     "connect",

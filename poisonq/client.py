@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from poisonq.clock import Clock, SystemClock
 from poisonq.engine import Engine
@@ -34,6 +34,7 @@ from poisonq.names import NAMESPACE_DEADLETTER, parse_address
 from poisonq.options import QueueOptions
 from poisonq.receivers import Messages, Receiver, Sender, SessionReceiver, lock_seconds
 from poisonq.reports import AuditReport, QueueInfo
+from poisonq.retrying import OperationRetry, RetryingEngine
 from poisonq.store import open_store
 from poisonq.store.base import NO_VALUE, DeadLetterGroup, MessageFilter, Store, TaskRecord
 from poisonq.tasks import BulkTask, purge_task, resubmit_task
@@ -44,11 +45,23 @@ DEFAULT_URL = "sqlite:///poisonq.db"
 VALUE_FILTERS = ("reason", "subject", "fingerprint")
 
 
-def connect(url: str = DEFAULT_URL, *, clock: Clock | None = None, create: bool = True) -> Broker:
+def connect(
+    url: str = DEFAULT_URL,
+    *,
+    clock: Clock | None = None,
+    create: bool = True,
+    retry_total: int = 3,
+    retry_backoff_factor: float = 0.8,
+    retry_backoff_max: float = 120.0,
+) -> Broker:
     """Open the store ``url`` names (``sqlite:///path`` or ``postgresql://...``). With
     ``create=False`` a SQLite file that does not exist raises :class:`StoreNotFoundError`
-    instead of being made: what a tool that only reads or sends wants."""
-    return Broker(open_store(url, create=create), clock or SystemClock())
+    instead of being made: what a tool that only reads or sends wants. An operation that
+    meets a transient store error (:class:`StoreUnavailableError`: a server restarting, a
+    lost connection, a busy SQLite file) is retried ``retry_total`` times with exponential
+    backoff (see :mod:`poisonq.retrying`), apart from any message's delivery count."""
+    retry = OperationRetry(retry_total, retry_backoff_factor, retry_backoff_max)
+    return Broker(open_store(url, create=create), clock or SystemClock(), retry)
 
 
 def spelled_filters(where: Mapping[str, Any]) -> dict[str, Any]:
@@ -74,10 +87,15 @@ def _filter(where: dict[str, Any]) -> MessageFilter:
 class Broker:
     """A connection to a poisonq store: admin operations, senders and receivers."""
 
-    def __init__(self, store: Store, clock: Clock | None = None) -> None:
+    def __init__(
+        self, store: Store, clock: Clock | None = None, retry: OperationRetry | None = None
+    ) -> None:
         self.store = store
         self.clock = clock or SystemClock()
-        self.engine = Engine(store, self.clock)
+        # Typed as the engine it wraps: every engine method, retried on transient errors.
+        self.engine = cast(
+            Engine, RetryingEngine(Engine(store, self.clock), retry or OperationRetry())
+        )
 
     @property
     def url(self) -> str:

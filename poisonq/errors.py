@@ -167,6 +167,12 @@ class StoreNotFoundError(StoreError):
         self.location = location
 
 
+class StoreUnavailableError(StoreError):
+    """The store could not be reached, restarted under the operation, or stayed busy past
+    its timeout: nothing was committed, or (the connection lost while committing) perhaps
+    everything was. The client retries such operations (``retry_total``) before raising."""
+
+
 class BrokerClosedError(PoisonqError):
     """The broker (and its store) was closed; open a new one with :func:`poisonq.connect`."""
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from poisonq.errors import InvalidOperationError, PoisonqError
+from poisonq.errors import InvalidOperationError, MessageLockLostError, PoisonqError
 from poisonq.model import Duration, ReceivedMessage, to_seconds
 from poisonq.receivers import Messages, as_list
 
@@ -20,7 +20,11 @@ log = logging.getLogger(__name__)
 
 class AutoLockRenewer:
     """Renews the locks of registered messages in a background thread until they are settled
-    or ``max_lock_renewal_duration`` has passed (as the Service Bus SDK's renewer does)."""
+    or ``max_lock_renewal_duration`` has passed (as the Service Bus SDK's renewer does).
+
+    ``on_lock_renew_failure(message, error)`` is called once for a message whose lock is
+    lost while it is registered: a renewal that failed, or a lock that ran out after the
+    renewing stopped at ``max_lock_renewal_duration``. Without it, that is logged."""
 
     def __init__(
         self,
@@ -80,23 +84,31 @@ class AutoLockRenewer:
         with self._lock:
             entries = list(self._entries.items())
         for key, (receiver, message, until) in entries:
-            if time.monotonic() >= until:
-                self.unregister(message)
-                continue
             assert message.locked_until is not None
             remaining = message.locked_until.timestamp() - receiver.broker.clock.now()
+            if time.monotonic() >= until:  # renewing is over: watch for the lock's end
+                if remaining <= 0 and self._forget(key):
+                    self._lost(message, MessageLockLostError([message.sequence_number]))
+                continue
             if remaining > receiver.effective_lock_duration() / 2:
                 continue
             try:
                 receiver.renew_lock(message)
             except PoisonqError as exc:
-                # A settled message has no lock left to renew: that is the normal end.
-                with self._lock:
-                    self._entries.pop(key, None)
-                if self.on_lock_renew_failure is not None:
-                    self.on_lock_renew_failure(message, exc)
-                else:
-                    log.debug("stopped renewing message %s: %s", message.sequence_number, exc)
+                # Settled meanwhile (and so unregistered): that is the normal end, not a loss.
+                if self._forget(key):
+                    self._lost(message, exc)
+
+    def _forget(self, key: tuple[int, str]) -> bool:
+        """Stop watching a message; whether it was still registered."""
+        with self._lock:
+            return self._entries.pop(key, None) is not None
+
+    def _lost(self, message: ReceivedMessage, error: PoisonqError) -> None:
+        if self.on_lock_renew_failure is not None:
+            self.on_lock_renew_failure(message, error)
+        else:
+            log.warning("lost the lock on message %s: %s", message.sequence_number, error)
 
     def close(self) -> None:
         self._stop.set()

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -54,7 +55,9 @@ log = logging.getLogger(__name__)
 MessageHandler = Callable[[ReceivedMessage], Any]
 BatchHandler = Callable[[list[ReceivedMessage]], Any]
 PoisonHook = Callable[[ReceivedMessage, BaseException], Any]
+LockLostHook = Callable[[ReceivedMessage], Any]
 MAX_DESCRIPTION = 4_096
+FLUSH_INTERVAL = 0.5  # seconds a handled message may wait for the rest of its batch
 DEFECT_WINDOW = 100  # the fewest recent messages a defect is judged on
 
 
@@ -130,6 +133,10 @@ class Processor:
     ``max_lock_renewal_duration`` seconds. ``on_poison(message, error)`` is called after each
     message that this processor dead-lettered or that its abandon poisoned; an exception from
     the hook propagates (the message is already settled, so nothing is lost).
+    ``on_lock_lost(message)`` is called (and a warning logged) once for each message whose
+    lock was lost before it was settled: its renewal failed or stopped at
+    ``max_lock_renewal_duration`` while the handler still ran. Such a message is delivered
+    again; its outcome here is counted as ``lock_lost``.
     ``max_failure_ratio`` (``None``: never) is the share of the last messages handled (the
     batch, and at least :data:`DEFECT_WINDOW`) that may fail the same way before the run
     stops with :class:`ProcessorStoppedError` instead of spending their deliveries.
@@ -146,6 +153,7 @@ class Processor:
         concurrency: int = 1,
         permanent: Sequence[type[BaseException]] = (),
         on_poison: PoisonHook | None = None,
+        on_lock_lost: LockLostHook | None = None,
         max_lock_renewal_duration: Duration = 300.0,
         max_wait: Duration = 1.0,
         max_failure_ratio: float | None = DEFAULT_MAX_FAILURE_RATIO,
@@ -162,6 +170,9 @@ class Processor:
         self.concurrency = concurrency
         self.permanent: tuple[type[BaseException], ...] = (PermanentError, *permanent)
         self.on_poison = on_poison
+        self.on_lock_lost = on_lock_lost
+        self._lost: set[tuple[int, str]] = set()  # locks reported lost, each once
+        self._lost_lock = threading.Lock()
         self.max_lock_renewal_duration = max_lock_renewal_duration
         self.max_wait = max_wait
         self.max_failure_ratio = check_ratio(max_failure_ratio)
@@ -173,22 +184,25 @@ class Processor:
 
     def run(self, until_idle: bool = False) -> ProcessorStats:
         """Pump until :meth:`stop` is called or, with ``until_idle``, until a receive waits
-        ``max_wait`` and finds nothing. Returns what was done; raises
-        :class:`ProcessorStoppedError` on a defect (every thread stops)."""
+        ``max_wait`` and finds nothing. Returns what was done. Raises
+        :class:`ProcessorStoppedError` on a defect; any other error of a thread (a store
+        still unavailable after the client's retries) stops every thread and is raised."""
         self._stop.clear()
         per_thread: list[ProcessorStats] = []
-        stopped: list[ProcessorStoppedError] = []
+        failed: list[BaseException] = []
 
         def pump(renewer: AutoLockRenewer) -> None:
+            # A thread never dies alone: its error stops the others and run() raises it.
             stats = ProcessorStats()
             per_thread.append(stats)
             try:
                 self._pump(renewer, until_idle, stats)
-            except ProcessorStoppedError as exc:
-                stopped.append(exc)
+            except BaseException as exc:
+                failed.append(exc)
                 self._stop.set()
 
-        with AutoLockRenewer(self.max_lock_renewal_duration) as renewer:
+        lost = self._lock_lost
+        with AutoLockRenewer(self.max_lock_renewal_duration, lambda m, _: lost(m)) as renewer:
             if self.concurrency == 1:
                 pump(renewer)
             threads = [
@@ -202,8 +216,11 @@ class Processor:
         total = ProcessorStats()
         for stats in per_thread:
             total.add(stats)
-        if stopped:
-            raise ProcessorStoppedError(stopped[0].defect, total)
+        if failed:
+            first = failed[0]
+            if isinstance(first, ProcessorStoppedError):
+                raise ProcessorStoppedError(first.defect, total) from None
+            raise first
         return total
 
     def _pump(self, renewer: AutoLockRenewer, until_idle: bool, stats: ProcessorStats) -> None:
@@ -249,25 +266,36 @@ class Processor:
         """Receive, handle and settle until idle or stopped. Successes are settled with
         their batch; with ``hold``, failures are held (locked, renewed) while the window
         cannot yet tell poison from a defect (not in a session: its order must not wait)."""
-        wait = 0.0 if isinstance(receiver, SessionReceiver) else self.max_wait
+        in_order = isinstance(receiver, SessionReceiver)
+        wait = 0.0 if in_order else self.max_wait
         held: list[tuple[Outcome, FailureRecord | None]] = []
+        early: set[int] = set()  # the batch's messages settled before the batch ended
+
+        def settle_early(finished: list[Outcome]) -> None:
+            self._settle(receiver, renewer, [(o, None) for o in finished], stats)
+            early.update(o.message.sequence_number for o in finished)
+
         try:
             while not self._stop.is_set():
                 messages = receiver.receive(self.batch_size, wait)
                 if not messages:
                     if held:  # nothing else to judge them by: settle them as failures
-                        self._settle(receiver, held, stats)
-                        renewer.unregister([o.message for o, _ in held])
+                        self._settle(receiver, renewer, held, stats)
                         held = []
                     elif until_idle:
                         break
                     continue
                 stats.received += len(messages)
                 renewer.register(receiver, messages)
-                outcomes = self._handle(messages, stats, isinstance(receiver, SessionReceiver))
+                early.clear()
+                outcomes = self._handle(messages, stats, in_order, settle_early)
                 results = [(outcome, self._failure(outcome)) for outcome in outcomes]
                 done: list[tuple[Outcome, FailureRecord | None]]
-                done = [(o, f) for o, f in results if f is None]
+                done = [
+                    (o, f)
+                    for o, f in results
+                    if f is None and o.message.sequence_number not in early
+                ]
                 held += [(o, f) for o, f in results if f is not None]
                 defect = window.add(f for o, f in results if not isinstance(o, Skipped))
                 if defect is not None:
@@ -277,26 +305,37 @@ class Processor:
                     raise ProcessorStoppedError(defect, stats)
                 if not (hold and window.undecided()):
                     done, held = done + held, []
-                self._settle(receiver, done, stats)
-                renewer.unregister([o.message for o, _ in done])
+                self._settle(receiver, renewer, done, stats)
         finally:
-            self._settle(receiver, held, stats)
-            renewer.unregister([o.message for o, _ in held])
+            self._settle(receiver, renewer, held, stats)
 
     def _handle(
-        self, messages: list[ReceivedMessage], stats: ProcessorStats, in_order: bool
+        self,
+        messages: list[ReceivedMessage],
+        stats: ProcessorStats,
+        in_order: bool,
+        settle_early: Callable[[list[Outcome]], None],
     ) -> list[Outcome]:
         """Each message's outcome. ``in_order`` (a session): a failure ends the batch, and
-        the messages after it are :class:`Skipped`."""
+        the messages after it are :class:`Skipped`. A message handler's completed messages
+        are passed to ``settle_early`` every :data:`FLUSH_INTERVAL` rather than waiting for
+        the slowest of their batch: a worker that dies then loses as little as it can."""
         if self.batch:
             if in_order:
                 return self._first_failure(messages, stats)
             return self._bisect(messages, stats, known_to_fail=False)
         outcomes: list[Outcome] = []
+        finished: list[Outcome] = []
+        flush_at = time.monotonic() + FLUSH_INTERVAL
         for position, message in enumerate(messages):
             stats.handler_runs += 1
             outcome = self._outcome(message, self._call(message))
             outcomes.append(outcome)
+            if isinstance(outcome, Completed):
+                finished.append(outcome)
+                if time.monotonic() >= flush_at and position < len(messages) - 1:
+                    settle_early(finished)
+                    finished, flush_at = [], time.monotonic() + FLUSH_INTERVAL
             if in_order and not isinstance(outcome, Completed):
                 outcomes += [Skipped(later) for later in messages[position + 1 :]]
                 break
@@ -364,16 +403,22 @@ class Processor:
     def _settle(
         self,
         receiver: Receiver,
+        renewer: AutoLockRenewer,
         outcomes: list[tuple[Outcome, FailureRecord | None]],
         stats: ProcessorStats,
     ) -> None:
-        """Settle outcomes in one transaction. Messages whose lock ran out while the handler
-        ran are left out (they will be delivered again) and the rest settled."""
+        """Settle outcomes in one transaction and stop renewing their locks. Messages whose
+        lock ran out while the handler ran are left out (they will be delivered again) and
+        the rest settled."""
         if not outcomes:
             return
         settlements = [self._settlement(o, f) for o, f in outcomes]
         poisoned, lost = self.broker.settle_held(receiver.address, settlements)
+        renewer.unregister([o.message for o, _ in outcomes])
         stats.lock_lost += len(lost)
+        for outcome, _ in outcomes:
+            if outcome.message.sequence_number in lost:
+                self._lock_lost(outcome.message)
         pending = {o.message.sequence_number: o for o, _ in outcomes}
         for seq in lost:
             del pending[seq]
@@ -433,6 +478,22 @@ class Processor:
                 return DeadLetter(seq, token, type(error).__name__, _description(failure), failure)
             case Retry():
                 return Abandon(seq, token, failure)
+
+    def _lock_lost(self, message: ReceivedMessage) -> None:
+        """Log a lost lock and call ``on_lock_lost``, once per message and lock, whether the
+        renewer saw it first or the settlement did."""
+        key = (message.sequence_number, message.lock_token or "")
+        with self._lost_lock:
+            if key in self._lost:
+                return
+            self._lost.add(key)
+        log.warning(
+            "lost the lock on message %d of %s: it was not settled and will be delivered again",
+            message.sequence_number,
+            self.address,
+        )
+        if self.on_lock_lost is not None:
+            self.on_lock_lost(message)
 
     def _poisoned(
         self, message: ReceivedMessage, error: BaseException, stats: ProcessorStats

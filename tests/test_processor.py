@@ -308,3 +308,42 @@ def test_max_failure_ratio_none_settles_a_defect_as_failures(broker: Broker, que
     assert stats.poisoned == 20  # three deliveries each, then the dead-letter queue
     with pytest.raises(poisonq.InvalidOptionError):
         Processor(broker, queue, _broken, max_failure_ratio=1.5)
+
+
+def test_a_lock_lost_to_a_slow_handler_is_reported_once(url: str) -> None:
+    """Before, a handler that outlived max_lock_renewal_duration lost its lock silently:
+    neither the renewer's callback nor any hook was called, and nothing was logged."""
+    with poisonq.connect(url) as live:  # the renewer runs on the real clock
+        live.create_queue("slow", lock_duration=1, max_delivery_count=5)
+        live.sender("slow").send(Message(body=b"x"))
+        lost: list[int] = []
+
+        def handle(message: ReceivedMessage) -> None:
+            if message.delivery_count == 1:
+                time.sleep(1.8)  # past the lock, which is renewed for 0.3 s only
+
+        stats = Processor(
+            live, "slow", handle, max_wait=0.5, max_lock_renewal_duration=0.3,
+            on_lock_lost=lambda m: lost.append(m.delivery_count),
+        ).run(until_idle=True)  # fmt: skip
+        assert lost == [1]  # once, though the renewer and the settlement both saw it
+        assert (stats.lock_lost, stats.completed) == (1, 1)  # delivered again, then done
+        assert live.counts("slow")["completed"] == 1
+        assert_balanced(live)
+
+
+def test_a_handled_message_is_settled_before_the_slowest_of_its_batch(url: str) -> None:
+    """Before, a message waited for its whole batch: a worker dying late in a batch of
+    slow handlers lost every message handled before."""
+    with poisonq.connect(url) as live:
+        live.create_queue("slow")
+        live.sender("slow").send([Message(body=str(n)) for n in range(4)])
+        seen: list[int] = []
+
+        def handle(message: ReceivedMessage) -> None:
+            seen.append(live.counts("slow")["completed"])
+            time.sleep(0.3)
+
+        Processor(live, "slow", handle, batch_size=4, max_wait=0).run(until_idle=True)
+        assert seen[0] == 0 and seen[-1] >= 2  # settled while the batch went on
+        assert live.counts("slow")["completed"] == 4

@@ -27,6 +27,7 @@ from poisonq.errors import (
     InvalidOptionError,
     StoreError,
     StoreNotFoundError,
+    StoreUnavailableError,
 )
 from poisonq.model import (
     EntityStatus,
@@ -578,8 +579,10 @@ class SqliteStore(Store):
     @classmethod
     def from_url(cls, url: str, *, create: bool = True) -> SqliteStore:
         """``sqlite:///relative.db``, ``sqlite:////abs/path.db``, or a bare path; the query
-        ``?synchronous=normal`` trades durability of the last commits for speed. Without
-        ``create``, a file that does not exist raises :class:`StoreNotFoundError`."""
+        ``?synchronous=normal`` trades durability of the last commits for speed, and
+        ``?busy_timeout=5`` sets how many seconds a write waits for another process's write
+        lock (default 30) before the operation fails as unavailable (and is retried).
+        Without ``create``, a file that does not exist raises :class:`StoreNotFoundError`."""
         query: dict[str, str] = {}
         if "://" not in url:
             path = url
@@ -593,7 +596,11 @@ class SqliteStore(Store):
             query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         if not create and not Path(path).exists():
             raise StoreNotFoundError(str(Path(path).absolute()))
-        return cls(path, synchronous=query.get("synchronous", "full"))
+        try:
+            busy_timeout = float(query.get("busy_timeout", 30.0))
+        except ValueError:
+            raise InvalidOptionError(f"busy_timeout must be seconds: {url!r}") from None
+        return cls(path, synchronous=query.get("synchronous", "full"), busy_timeout=busy_timeout)
 
     def _migrate(self) -> None:
         self._db.execute("BEGIN IMMEDIATE")
@@ -624,12 +631,12 @@ class SqliteStore(Store):
             try:
                 self._db.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
-                raise StoreError(f"cannot begin a transaction on {self.path}: {exc}") from exc
+                raise _store_error(f"cannot begin a transaction on {self.path}", exc) from exc
             try:
                 yield SqliteTransaction(self._db)
             except sqlite3.Error as exc:
                 self._db.execute("ROLLBACK")
-                raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
+                raise _store_error(f"SQLite error on {self.path}", exc) from exc
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
@@ -637,7 +644,7 @@ class SqliteStore(Store):
                 self._db.execute("COMMIT")
             except sqlite3.Error as exc:
                 self._db.execute("ROLLBACK")
-                raise StoreError(f"cannot commit to {self.path}: {exc}") from exc
+                raise _store_error(f"cannot commit to {self.path}", exc) from exc
             self._commits += 1
             self._changed.notify_all()
 
@@ -661,3 +668,11 @@ class SqliteStore(Store):
         with self._lock:
             self.closed = True
             self._db.close()
+
+
+def _store_error(what: str, exc: sqlite3.Error) -> StoreError:
+    """A SQLite error as a store error: a write lock held by another process past the busy
+    timeout is transient (:class:`StoreUnavailableError`), anything else is not."""
+    busy = getattr(exc, "sqlite_errorcode", None) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    kind = StoreUnavailableError if busy else StoreError
+    return kind(f"{what}: {exc}")

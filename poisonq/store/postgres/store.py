@@ -16,6 +16,7 @@ sleeping between polls.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -24,12 +25,15 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
+from psycopg.errors import TransactionRollback
 from psycopg_pool import ConnectionPool
 
-from poisonq.errors import InvalidOptionError, StoreError
+from poisonq.errors import InvalidOptionError, StoreError, StoreUnavailableError
 from poisonq.store.base import Store, Transaction, pending_migrations
 from poisonq.store.postgres.runner import NOTIFY_CHANNEL
 from poisonq.store.postgres.transaction import PostgresTransaction
+
+log = logging.getLogger(__name__)
 
 # Our options in the URL's query; the rest of the query goes to libpq.
 _POOL_SIZE = "pool_size"
@@ -135,6 +139,12 @@ class PostgresStore(Store):
                     raise
         except psycopg.DataError as exc:
             raise InvalidOptionError(f"PostgreSQL cannot store a value: {exc}") from exc
+        except (psycopg.OperationalError, TransactionRollback) as exc:
+            # The server is gone, restarting or refusing connections, or chose this
+            # transaction as a deadlock's victim: nothing here says the operation was wrong.
+            if isinstance(exc, psycopg.OperationalError):
+                self._pool.check()  # a restart broke every pooled connection, not just this one
+            raise StoreUnavailableError(f"PostgreSQL unavailable on {self._name}: {exc}") from exc
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL error on {self._name}: {exc}") from exc
 
@@ -151,14 +161,14 @@ class PostgresStore(Store):
 
     def change_marker(self) -> int:
         """The number of notifications seen so far; the listening connection is opened on
-        the first call, so only processes that wait ever hold one."""
-        try:
-            with self._listen_lock:
+        the first call, so only processes that wait ever hold one. Notifications only save
+        polls: when the connection fails, waiting falls back to polling until it is back."""
+        with self._listen_lock:
+            try:
                 self._drain(0)
-                return self._changes
-        except psycopg.Error as exc:
-            self._reset_listener()
-            raise StoreError(f"cannot listen on {self._name}: {exc}") from exc
+            except psycopg.Error as exc:
+                self._listener_failed(exc)
+            return self._changes
 
     def wait_for_change(self, marker: object, timeout: float) -> None:
         # One thread reads the listening connection at a time; the others wait for the lock
@@ -172,10 +182,16 @@ class PostgresStore(Store):
             if self._changes == marker and left > 0:
                 self._drain(left)
         except psycopg.Error as exc:
-            self._reset_listener()
-            raise StoreError(f"cannot listen on {self._name}: {exc}") from exc
+            self._listener_failed(exc)
+            time.sleep(max(0.0, deadline - time.monotonic()))  # a poll interval instead
         finally:
             self._listen_lock.release()
+
+    def _listener_failed(self, exc: psycopg.Error) -> None:
+        """Drop the listening connection (the next wait opens a new one)."""
+        if self._listener is not None:
+            log.warning("lost the notification connection to %s: %s", self._name, exc)
+        self._reset_listener()
 
     def _reset_listener(self) -> None:
         if self._listener is not None:
