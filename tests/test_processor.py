@@ -63,6 +63,9 @@ def test_a_permanent_error_dead_letters_at_once_with_type_and_traceback(
     assert "customer 17 does not exist" in (message.dead_letter_error_description or "")
     detail = broker.message(f"{queue}/$deadletterqueue", message.sequence_number)
     assert detail.failures[-1].error_type.endswith("InvalidCustomer")
+    # The history starts at the user's frame, not at the Processor's (it did before).
+    first_frame = detail.failures[-1].traceback.splitlines()[1]
+    assert first_frame.endswith(", in handle") and "test_processor.py" in first_frame
     assert [(mid, type(e)) for mid, e in poisoned] == [("m1", InvalidCustomer)]
     assert (stats.completed, stats.dead_lettered, stats.poisoned) == (2, 1, 1)
     assert_balanced(broker)
