@@ -19,8 +19,8 @@ demo: $(STAMP)
 	$(BIN)/poisonq demo --dir demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check poisonq tests bench scripts
-	$(BIN)/ruff format --check poisonq tests bench scripts
+	$(BIN)/ruff check poisonq pyspark_poisonq.py tests bench scripts
+	$(BIN)/ruff format --check poisonq pyspark_poisonq.py tests bench scripts
 	$(BIN)/mypy
 
 test: lint
