@@ -74,25 +74,32 @@ def test_processors_ride_out_a_postgresql_restart(
         assert_balanced(broker)
 
 
-def _hold_the_write_lock(path: Path, seconds: float, held: threading.Event) -> None:
-    """Another program holding SQLite's write lock (BEGIN IMMEDIATE) for a while."""
-    db = sqlite3.connect(path, isolation_level=None)
-    db.execute("BEGIN IMMEDIATE")
-    held.set()
-    time.sleep(seconds)
-    db.execute("COMMIT")
-    db.close()
+class WriteLockHolder(threading.Thread):
+    """Another program holding SQLite's write lock (BEGIN IMMEDIATE) for ``seconds``."""
+
+    def __init__(self, path: Path, seconds: float) -> None:
+        super().__init__()
+        self.path, self.seconds, self.held = path, seconds, threading.Event()
+
+    def run(self) -> None:
+        db = sqlite3.connect(self.path, isolation_level=None)
+        db.execute("BEGIN IMMEDIATE")
+        self.held.set()
+        time.sleep(self.seconds)
+        db.execute("COMMIT")
+        db.close()
+
+    def hold(self) -> WriteLockHolder:
+        self.start()
+        self.held.wait()
+        return self
 
 
 def test_a_busy_sqlite_file_is_waited_out(tmp_path: Path) -> None:
     path = tmp_path / "queues.db"
-    url = f"sqlite:///{path}?busy_timeout=0.2"
-    with poisonq.connect(url, retry_backoff_factor=0.3) as broker:
+    with poisonq.connect(f"sqlite:///{path}?busy_timeout=0.2", retry_backoff_factor=0.3) as broker:
         broker.create_queue("orders")
-        held = threading.Event()
-        holder = threading.Thread(target=_hold_the_write_lock, args=(path, 0.8, held))
-        holder.start()
-        held.wait()
+        holder = WriteLockHolder(path, 0.8).hold()
         broker.sender("orders").send([Message(body=b"a"), Message(body=b"b")])
         holder.join()
         assert broker.counts("orders")["active"] == 2
@@ -103,13 +110,9 @@ def test_a_busy_sqlite_file_past_the_retries_is_a_typed_error_and_writes_nothing
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "queues.db"
-    url = f"sqlite:///{path}?busy_timeout=0.1"
-    with poisonq.connect(url, retry_total=0) as broker:
+    with poisonq.connect(f"sqlite:///{path}?busy_timeout=0.1", retry_total=0) as broker:
         broker.create_queue("orders")
-        held = threading.Event()
-        holder = threading.Thread(target=_hold_the_write_lock, args=(path, 0.5, held))
-        holder.start()
-        held.wait()
+        holder = WriteLockHolder(path, 0.5).hold()
         with pytest.raises(poisonq.StoreUnavailableError, match="locked"):
             broker.sender("orders").send([Message(body=b"a"), Message(body=b"b")])
         holder.join()
@@ -136,15 +139,13 @@ def test_a_store_that_stays_unavailable_stops_every_thread_and_raises(
     with poisonq.connect(f"sqlite:///{path}?busy_timeout=0.05", retry_total=0) as broker:
         broker.create_queue("orders")
         broker.sender("orders").send([Message(body=str(n)) for n in range(200)])
-        held = threading.Event()
-        holder = threading.Thread(target=_hold_the_write_lock, args=(path, 2.0, held))
+        holder = WriteLockHolder(path, 2.0)
         once = threading.Lock()
 
         def handle(message: ReceivedMessage) -> None:
             with once:
-                if not held.is_set():
-                    holder.start()
-                    held.wait()
+                if not holder.held.is_set():
+                    holder.hold()
 
         processor = Processor(broker, "orders", handle, concurrency=concurrency, max_wait=0)
         with pytest.raises(poisonq.StoreUnavailableError):
