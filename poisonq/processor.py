@@ -177,6 +177,7 @@ class Processor:
         self.max_wait = max_wait
         self.max_failure_ratio = check_ratio(max_failure_ratio)
         self._stop = threading.Event()
+        self._defect_found = threading.Event()  # by any thread: the others give failures back
 
     def stop(self) -> None:
         """Ask :meth:`run` to return once the messages in hand are settled."""
@@ -188,6 +189,7 @@ class Processor:
         :class:`ProcessorStoppedError` on a defect; any other error of a thread (a store
         still unavailable after the client's retries) stops every thread and is raised."""
         self._stop.clear()
+        self._defect_found.clear()
         per_thread: list[ProcessorStats] = []
         failed: list[BaseException] = []
 
@@ -199,6 +201,8 @@ class Processor:
                 self._pump(renewer, until_idle, stats)
             except BaseException as exc:
                 failed.append(exc)
+                if isinstance(exc, ProcessorStoppedError):
+                    self._defect_found.set()
                 self._stop.set()
 
         lost = self._lock_lost
@@ -307,7 +311,11 @@ class Processor:
                     done, held = done + held, []
                 self._settle(receiver, renewer, done, stats)
         finally:
-            self._settle(receiver, renewer, held, stats)
+            if self._defect_found.is_set():
+                self._give_back(receiver, [], [o for o, _ in held], stats)
+                renewer.unregister([o.message for o, _ in held])
+            else:
+                self._settle(receiver, renewer, held, stats)
 
     def _handle(
         self,
