@@ -10,13 +10,15 @@ Broker disables a queue after five rollbacks for the same reason; Beam fails a p
 whose bad-record ratio passes a threshold).
 
 With fewer than :data:`MIN_FAILURES` failures a batch is never called a defect: a batch of one
-poison message must still be dead-lettered in the end. The README's "Defects" section says how
-the default ratio was chosen.
+poison message must still be dead-lettered in the end. Only first deliveries count, on both
+sides of the ratio: a message that failed before is suspected already, and as a queue drains,
+its last batches are mostly poison messages on their later deliveries. The README's "Defects"
+section says how the default ratio was chosen.
 """
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -74,28 +76,36 @@ def find_defect(
 
 
 class FailureWindow:
-    """The outcomes of the last messages one consumer handled, for consumers whose batches
-    are too small to show a defect alone (the Processor's default batch is one message).
+    """The outcomes a consumer has seen since the oldest failure it still holds, for
+    consumers whose batches are too small to show a defect alone (the Processor's default
+    batch is one message) or in which a defect starts after healthy traffic.
 
-    A consumer holds its failures, unsettled, while the window is :meth:`undecided` (more
-    than the ratio failing, too few failures to call it a defect), so that a defect found
-    after ten single-message batches has spent no delivery on any of them."""
+    A consumer holds its failures, unsettled, while the span is :meth:`undecided` (its
+    failures outnumber the ratio of it, too few to call it a defect yet): a run of failures
+    is then either diluted by successes (poison: settle the failures) or grows into a defect
+    before any of them has spent a delivery. :meth:`settled` starts a new span."""
 
-    def __init__(self, max_failure_ratio: float | None, size: int) -> None:
+    def __init__(self, max_failure_ratio: float | None) -> None:
         self.max_failure_ratio = max_failure_ratio
-        self._recent: deque[FailureRecord | None] = deque(maxlen=size)
+        self._span: list[FailureRecord | None] = []
 
     def add(self, outcomes: Iterable[FailureRecord | None]) -> Defect | None:
-        """Add a batch's outcomes (``None`` for a success); the defect the window shows now."""
-        self._recent.extend(outcomes)
-        return find_defect(self._failures(), len(self._recent), self.max_failure_ratio)
+        """Add outcomes (``None`` for a success); the defect the span shows now."""
+        for outcome in outcomes:
+            if self._span or outcome is not None:  # a span starts at a failure
+                self._span.append(outcome)
+        return find_defect(self._failures(), len(self._span), self.max_failure_ratio)
 
     def undecided(self) -> bool:
-        """Whether more failures of the kind seen could still make the window a defect."""
+        """Whether the failures held could still turn out to be a defect."""
         if self.max_failure_ratio is None:
             return False
         failed = sum(1 for _ in self._failures())
-        return failed > self.max_failure_ratio * len(self._recent)
+        return failed > self.max_failure_ratio * len(self._span)
+
+    def settled(self) -> None:
+        """The held failures were settled (or given back): the next failure starts a span."""
+        self._span.clear()
 
     def _failures(self) -> Iterator[FailureRecord]:
-        return (failure for failure in self._recent if failure is not None)
+        return (failure for failure in self._span if failure is not None)

@@ -58,7 +58,6 @@ PoisonHook = Callable[[ReceivedMessage, BaseException], Any]
 LockLostHook = Callable[[ReceivedMessage], Any]
 MAX_DESCRIPTION = 4_096
 FLUSH_INTERVAL = 0.5  # seconds a handled message may wait for the rest of its batch
-DEFECT_WINDOW = 100  # the fewest recent messages a defect is judged on
 
 
 @dataclass(frozen=True)
@@ -137,8 +136,8 @@ class Processor:
     lock was lost before it was settled: its renewal failed or stopped at
     ``max_lock_renewal_duration`` while the handler still ran. Such a message is delivered
     again; its outcome here is counted as ``lock_lost``.
-    ``max_failure_ratio`` (``None``: never) is the share of the last messages handled (the
-    batch, and at least :data:`DEFECT_WINDOW`) that may fail the same way before the run
+    ``max_failure_ratio`` (``None``: never) is the share of the messages handled since a run
+    of failures began (first deliveries only) that may fail the same way before the run
     stops with :class:`ProcessorStoppedError` instead of spending their deliveries.
     """
 
@@ -228,7 +227,7 @@ class Processor:
         return total
 
     def _pump(self, renewer: AutoLockRenewer, until_idle: bool, stats: ProcessorStats) -> None:
-        window = FailureWindow(self.max_failure_ratio, max(self.batch_size, DEFECT_WINDOW))
+        window = FailureWindow(self.max_failure_ratio)
         options = self.broker.get_queue(self.address).options
         if options.requires_session:
             self._pump_sessions(renewer, until_idle, window, stats)
@@ -281,11 +280,15 @@ class Processor:
 
         try:
             while not self._stop.is_set():
-                messages = receiver.receive(self.batch_size, wait)
+                # Held failures wait for the next messages to judge them by, not longer.
+                messages = receiver.receive(
+                    self.batch_size, min(wait, FLUSH_INTERVAL) if held else wait
+                )
                 if not messages:
                     if held:  # nothing else to judge them by: settle them as failures
                         self._settle(receiver, renewer, held, stats)
                         held = []
+                        window.settled()
                     elif until_idle:
                         break
                     continue
@@ -294,14 +297,18 @@ class Processor:
                 early.clear()
                 outcomes = self._handle(messages, stats, in_order, settle_early)
                 results = [(outcome, self._failure(outcome)) for outcome in outcomes]
+                # Only first deliveries tell a defect: a message that failed before is a
+                # suspect, settled as it comes.
+                fresh = [(o, f) for o, f in results if _first_delivery(o)]
                 done: list[tuple[Outcome, FailureRecord | None]]
                 done = [
                     (o, f)
                     for o, f in results
-                    if f is None and o.message.sequence_number not in early
+                    if (f is None or not _first_delivery(o))
+                    and o.message.sequence_number not in early
                 ]
-                held += [(o, f) for o, f in results if f is not None]
-                defect = window.add(f for o, f in results if not isinstance(o, Skipped))
+                held += [(o, f) for o, f in fresh if f is not None]
+                defect = window.add(f for _, f in fresh)
                 if defect is not None:
                     failed, held = [o for o, _ in held], []
                     self._give_back(receiver, [o for o, _ in done], failed, stats)
@@ -309,6 +316,7 @@ class Processor:
                     raise ProcessorStoppedError(defect, stats)
                 if not (hold and window.undecided()):
                     done, held = done + held, []
+                    window.settled()
                 self._settle(receiver, renewer, done, stats)
         finally:
             if self._defect_found.is_set():
@@ -515,3 +523,8 @@ def _description(failure: FailureRecord | None) -> str:
     """The traceback, cut from the front to fit a dead-letter description."""
     text = failure.traceback if failure else ""
     return text if len(text) <= MAX_DESCRIPTION else "...\n" + text[-MAX_DESCRIPTION:]
+
+
+def _first_delivery(outcome: Outcome) -> bool:
+    """A handled message on its first delivery (skipped ones were not handled)."""
+    return not isinstance(outcome, Skipped) and outcome.message.delivery_count == 1

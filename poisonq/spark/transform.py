@@ -34,9 +34,11 @@ from poisonq.lease_rows import OnLeaseRows
 from poisonq.model import Abandon, DeadLetter, FailureRecord
 from poisonq.spark.rows import OutputSchema
 from poisonq.spark.source import ARROW_BATCH_ROWS, BatchReader, SequenceRange, SourceOptions
+from poisonq.store.base import LEASE_COLUMNS
 
 _DEFECT = re.compile(r"poisonq-defect:([A-Za-z0-9+/=]+):end")
 Failure = Abandon | DeadLetter
+_DELIVERY_COUNT = LEASE_COLUMNS.index("delivery_count")
 
 
 @dataclass(frozen=True)
@@ -131,11 +133,15 @@ class PipelineReader(BatchReader):
         failed: list[Failure] = []
         with poisonq.connect(self.options.url) as broker:
             rows = broker.lease_rows(lease, partition.lo, partition.hi)
+        # Only first deliveries tell a defect (see poisonq.defects).
+        fresh = {row[0] for row in rows if row[_DELIVERY_COUNT] == 1}
+        seen = 0
         for start in range(0, len(rows), ARROW_BATCH_ROWS):
             chunk = rows[start : start + ARROW_BATCH_ROWS]
             batch = self.work.apply(chunk, lease.lock_token, failed)
-            failures = (f.failure for f in failed if f.failure is not None)
-            defect = find_defect(failures, start + len(chunk), self.work.max_failure_ratio)
+            seen += sum(1 for row in chunk if row[0] in fresh)
+            failures = (f.failure for f in failed if f.failure and f.sequence_number in fresh)
+            defect = find_defect(failures, seen, self.work.max_failure_ratio)
             if defect is not None:
                 raise DefectFound(defect)
             yield batch
