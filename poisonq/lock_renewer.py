@@ -84,6 +84,9 @@ class AutoLockRenewer:
         with self._lock:
             entries = list(self._entries.items())
         for key, (receiver, message, until) in entries:
+            if message.settled:  # through its receiver: the normal end, not a loss
+                self._forget(key)
+                continue
             assert message.locked_until is not None
             remaining = message.locked_until.timestamp() - receiver.broker.clock.now()
             if time.monotonic() >= until:  # renewing is over: watch for the lock's end

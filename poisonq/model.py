@@ -224,6 +224,8 @@ class ReceivedMessage:
     dead_letter_error_description: str | None
     dead_letter_source: str | None
     failures: list[FailureRecord]
+    # Set by the receiver that settles this message object: an AutoLockRenewer stops then.
+    settled: bool = field(default=False, repr=False, compare=False)
 
     @property
     def text(self) -> str:

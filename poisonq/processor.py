@@ -278,6 +278,13 @@ class Processor:
             self._settle(receiver, renewer, [(o, None) for o in finished], stats)
             early.update(o.message.sequence_number for o in finished)
 
+        def starting(message: ReceivedMessage) -> bool:
+            """Whether to handle the message: not once its lock is known lost. Its lock
+            renewal counts from now, as the handler's run does."""
+            renewer.register(receiver, message)
+            with self._lost_lock:
+                return (message.sequence_number, message.lock_token or "") not in self._lost
+
         try:
             while not self._stop.is_set():
                 # Held failures wait for the next messages to judge them by, not longer.
@@ -295,7 +302,7 @@ class Processor:
                 stats.received += len(messages)
                 renewer.register(receiver, messages)
                 early.clear()
-                outcomes = self._handle(messages, stats, in_order, settle_early)
+                outcomes = self._handle(messages, stats, in_order, starting, settle_early)
                 results = [(outcome, self._failure(outcome)) for outcome in outcomes]
                 # Only first deliveries tell a defect: a message that failed before is a
                 # suspect, settled as it comes.
@@ -330,12 +337,14 @@ class Processor:
         messages: list[ReceivedMessage],
         stats: ProcessorStats,
         in_order: bool,
+        starting: Callable[[ReceivedMessage], bool],
         settle_early: Callable[[list[Outcome]], None],
     ) -> list[Outcome]:
         """Each message's outcome. ``in_order`` (a session): a failure ends the batch, and
-        the messages after it are :class:`Skipped`. A message handler's completed messages
-        are passed to ``settle_early`` every :data:`FLUSH_INTERVAL` rather than waiting for
-        the slowest of their batch: a worker that dies then loses as little as it can."""
+        the messages after it are :class:`Skipped`. A message handler runs on a message only
+        if ``starting(message)`` says so (its lock is not lost; else it is skipped). Its
+        completed messages are passed to ``settle_early`` every :data:`FLUSH_INTERVAL` rather
+        than waiting for the slowest of their batch: a worker that dies loses little."""
         if self.batch:
             if in_order:
                 return self._first_failure(messages, stats)
@@ -344,6 +353,9 @@ class Processor:
         finished: list[Outcome] = []
         flush_at = time.monotonic() + FLUSH_INTERVAL
         for position, message in enumerate(messages):
+            if not starting(message):
+                outcomes.append(Skipped(message))
+                continue
             stats.handler_runs += 1
             outcome = self._outcome(message, self._call(message))
             outcomes.append(outcome)

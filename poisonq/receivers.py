@@ -35,6 +35,11 @@ def as_list(messages: Messages) -> list[ReceivedMessage]:
     return [messages] if isinstance(messages, ReceivedMessage) else list(messages)
 
 
+def _mark_settled(messages: Messages) -> None:
+    for message in as_list(messages):
+        message.settled = True
+
+
 def lock_seconds(lock_duration: Duration) -> float:
     seconds = to_seconds(lock_duration, "lock_duration")
     if not 0 < seconds <= MAX_LOCK_DURATION:
@@ -130,7 +135,9 @@ class Receiver:
         """Complete ``messages`` and receive the next ones in one transaction: the same as
         :meth:`complete` then :meth:`receive`, with one commit instead of two. If a lock was
         lost, :class:`MessageLockLostError` is raised and nothing is completed or received."""
-        return self._receive(max_messages, max_wait, self._locks(messages))
+        received = self._receive(max_messages, max_wait, self._locks(messages))
+        _mark_settled(messages)
+        return received
 
     def settle_and_receive(
         self,
@@ -199,6 +206,7 @@ class Receiver:
     def complete(self, messages: Messages) -> None:
         """locked → completed."""
         self._engine.complete(self.address, self._locks(messages))
+        _mark_settled(messages)
 
     def abandon(
         self,
@@ -212,11 +220,14 @@ class Receiver:
         Returns the sequence numbers the retry policy poisoned (dead-lettered or dropped)."""
         failure = _failure(error, self.broker.clock.now())
         seconds = None if delay is None else to_seconds(delay, "delay")
-        return self._engine.abandon(self.address, self._locks(messages), failure, seconds)
+        poisoned = self._engine.abandon(self.address, self._locks(messages), failure, seconds)
+        _mark_settled(messages)
+        return poisoned
 
     def defer(self, messages: Messages) -> None:
         """locked → deferred; get it back with :meth:`receive_deferred`."""
         self._engine.defer(self.address, self._locks(messages))
+        _mark_settled(messages)
 
     def dead_letter(
         self,
@@ -228,6 +239,7 @@ class Receiver:
         """locked → the dead-letter queue with ``reason`` and ``description``."""
         failure = _failure(error, self.broker.clock.now())
         self._engine.dead_letter(self.address, self._locks(messages), reason, description, failure)
+        _mark_settled(messages)
 
     def effective_lock_duration(self) -> float:
         """The lock duration this receiver's locks get (its own, else the queue's)."""

@@ -350,3 +350,27 @@ def test_a_handled_message_is_settled_before_the_slowest_of_its_batch(url: str) 
         Processor(live, "slow", handle, batch_size=4, max_wait=0).run(until_idle=True)
         assert seen[0] == 0 and seen[-1] >= 2  # settled while the batch went on
         assert live.counts("slow")["completed"] == 4
+
+
+def test_a_message_whose_lock_was_lost_while_it_waited_is_not_handled(url: str) -> None:
+    """Before, the Processor reported the locks of a batch's later messages lost and then
+    ran the handler on them all the same: a second run of each once redelivered."""
+    with poisonq.connect(url) as live:
+        live.create_queue("slow", lock_duration=1, max_delivery_count=5)
+        live.sender("slow").send([Message(body=text) for text in ("a", "b", "c")])
+        runs: list[tuple[str, int]] = []
+        lost: list[str] = []
+
+        def handle(message: ReceivedMessage) -> None:
+            runs.append((message.text, message.delivery_count))
+            if message.delivery_count == 1 and message.text == "a":
+                time.sleep(2.5)  # the batch's locks run out meanwhile
+
+        stats = Processor(
+            live, "slow", handle, batch_size=3, max_wait=0.5, max_lock_renewal_duration=0.3,
+            on_lock_lost=lambda m: lost.append(m.text),
+        ).run(until_idle=True)  # fmt: skip
+        assert ("b", 1) not in runs and ("c", 1) not in runs
+        assert sorted(lost) == ["a", "b", "c"]
+        assert stats.completed == 3 and live.counts("slow")["completed"] == 3
+        assert_balanced(live)

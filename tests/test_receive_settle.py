@@ -368,3 +368,23 @@ def test_a_receiver_can_be_iterated_until_it_waits_in_vain(broker: Broker, queue
     assert broker.counts(queue)["completed"] == 3
     with pytest.raises(poisonq.InvalidOptionError):
         broker.receiver(queue, max_wait_time=-1)
+
+
+def test_the_renewer_does_not_report_a_message_settled_through_its_receiver(
+    broker: Broker, queue: str, clock: ManualClock
+) -> None:
+    """Before, a message completed (or abandoned, dead-lettered) through its receiver was
+    reported to on_lock_renew_failure as lost at the next renewal."""
+    broker.sender(queue).send([Message(body=b"a"), Message(body=b"b"), Message(body=b"c")])
+    receiver = broker.receiver(queue)
+    first, second, third = receiver.receive(max_messages=3)
+    lost: list[int] = []
+    renewer = AutoLockRenewer(60, on_lock_renew_failure=lambda m, e: lost.append(m.sequence_number))
+    renewer.register(receiver, [first, second, third])
+    receiver.complete(first)
+    receiver.abandon(second)
+    receiver.dead_letter(third, reason="Bad")
+    clock.advance(20)  # past half the 30 s lock: renewing is due
+    renewer.renew_due()
+    assert lost == []
+    renewer.close()
