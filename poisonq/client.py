@@ -315,10 +315,16 @@ class Broker:
         return self.engine.lease(address, consumer, number)
 
     def lease_sequence_numbers(
-        self, lease: Lease, lo: int | None = None, hi: int | None = None
+        self,
+        lease: Lease,
+        lo: int | None = None,
+        hi: int | None = None,
+        *,
+        first_delivery: bool = False,
     ) -> list[int]:
-        """The sequence numbers in ``[lo, hi]`` the lease still holds under a valid lock."""
-        return self.engine.lease_sequence_numbers(lease, lo, hi)
+        """The sequence numbers in ``[lo, hi]`` the lease still holds under a valid lock;
+        with ``first_delivery``, only the messages delivered for the first time."""
+        return self.engine.lease_sequence_numbers(lease, lo, hi, first_delivery)
 
     def lease_rows(
         self, lease: Lease, lo: int | None = None, hi: int | None = None

@@ -38,6 +38,10 @@ class Defect:
     failed: int
     total: int
 
+    @property
+    def traceback(self) -> str:
+        return self.failure.traceback
+
     def __str__(self) -> str:
         first = next(iter(self.failure.message.splitlines()), "")
         return (

@@ -246,6 +246,7 @@ class Lease:
     min_sequence: int
     max_sequence: int
     created_at: float
+    completed_at: float | None = None  # set by complete_lease, in its transaction
 
 
 # Settlements of many messages in one transaction, each its own way -----------------------

@@ -90,6 +90,7 @@ class Skipped:
 
 
 Outcome = Completed | Retry | Reject | Skipped
+Held = tuple[Outcome, FailureRecord | None]  # an outcome and its failure, not yet settled
 
 
 @dataclass
@@ -229,14 +230,15 @@ class Processor:
     def _pump(self, renewer: AutoLockRenewer, until_idle: bool, stats: ProcessorStats) -> None:
         window = FailureWindow(self.max_failure_ratio)
         options = self.broker.get_queue(self.address).options
+        # A faulting queue stops at its first poison message anyway: holding failures back
+        # would only let more messages fail before it does.
+        hold = options.retry.receive_error_handling is not ReceiveErrorHandling.FAULT
         if options.requires_session:
-            self._pump_sessions(renewer, until_idle, window, stats)
-        else:
-            # A faulting queue stops at its first poison message anyway: holding failures
-            # back would only let more messages fail before it does.
-            hold = options.retry.receive_error_handling is not ReceiveErrorHandling.FAULT
-            receiver = self.broker.receiver(self.address)
-            self._pump_one(receiver, renewer, until_idle, window, stats, hold)
+            self._pump_sessions(renewer, until_idle, window, stats, hold)
+            return
+        receiver = self.broker.receiver(self.address)
+        held = self._pump_one(receiver, renewer, until_idle, window, stats, hold)
+        self._let_go(receiver, renewer, held, stats)
 
     def _pump_sessions(
         self,
@@ -244,18 +246,65 @@ class Processor:
         until_idle: bool,
         window: FailureWindow,
         stats: ProcessorStats,
+        hold: bool,
     ) -> None:
         """A session queue: one session at a time, its messages in order, until it is
-        empty; then the next session nobody holds."""
-        while not self._stop.is_set():
-            session = self.broker.accept_next_session(self.address)
-            if session is None:
-                if until_idle:
-                    break
-                self._stop.wait(to_seconds(self.max_wait, "max_wait"))
-                continue
-            with session:
-                self._pump_one(session, renewer, True, window, stats, hold=False)
+        empty; then the next session nobody holds. A session whose failure is held stays
+        open (parked, its lock renewed) while other sessions tell poison from a defect:
+        its messages must not run past the failure, and a bug that fails the first message
+        of every session must not poison whole sessions before it shows."""
+        parked: list[tuple[SessionReceiver, list[Held]]] = []
+        try:
+            while not self._stop.is_set():
+                if parked and not window.undecided():
+                    self._unpark(parked, renewer, window, stats)
+                session = self.broker.accept_next_session(self.address)
+                if session is None:
+                    if parked:  # nothing else to judge them by: settle them as failures
+                        self._unpark(parked, renewer, window, stats)
+                    elif until_idle:
+                        break
+                    else:
+                        self._stop.wait(to_seconds(self.max_wait, "max_wait"))
+                    continue
+                try:
+                    held = self._pump_one(session, renewer, True, window, stats, hold)
+                except BaseException:
+                    session.close()
+                    raise
+                if held:
+                    parked.append((session, held))
+                else:
+                    session.close()
+        finally:
+            for session, held in parked:
+                self._let_go(session, renewer, held, stats)
+                session.close()
+
+    def _unpark(
+        self,
+        parked: list[tuple[SessionReceiver, list[Held]]],
+        renewer: AutoLockRenewer,
+        window: FailureWindow,
+        stats: ProcessorStats,
+    ) -> None:
+        """The parked sessions' failures were poison: settle them and let the sessions go."""
+        for session, held in parked:
+            self._settle(session, renewer, held, stats)
+            session.close()
+        parked.clear()
+        window.settled()
+
+    def _let_go(
+        self, receiver: Receiver, renewer: AutoLockRenewer, held: list[Held], stats: ProcessorStats
+    ) -> None:
+        """Failures still held when pumping ends: given back after a defect (found by any
+        thread), else settled as the failures they are."""
+        if self._defect_found.is_set():
+            self._give_back(receiver, [], [o for o, _ in held], stats)
+            renewer.unregister([o.message for o, _ in held])
+        else:
+            self._settle(receiver, renewer, held, stats)
 
     def _pump_one(
         self,
@@ -265,13 +314,14 @@ class Processor:
         window: FailureWindow,
         stats: ProcessorStats,
         hold: bool,
-    ) -> None:
-        """Receive, handle and settle until idle or stopped. Successes are settled with
-        their batch; with ``hold``, failures are held (locked, renewed) while the window
-        cannot yet tell poison from a defect (not in a session: its order must not wait)."""
+    ) -> list[Held]:
+        """Receive, handle and settle until idle or stopped; returns the failures it still
+        holds. Successes are settled with their batch; with ``hold``, failures are held
+        (locked, renewed) while the window cannot yet tell poison from a defect. A session
+        returns as soon as it holds one, since its later messages must wait for it."""
         in_order = isinstance(receiver, SessionReceiver)
         wait = 0.0 if in_order else self.max_wait
-        held: list[tuple[Outcome, FailureRecord | None]] = []
+        held: list[Held] = []
         early: set[int] = set()  # the batch's messages settled before the batch ended
 
         def settle_early(finished: list[Outcome]) -> None:
@@ -286,7 +336,7 @@ class Processor:
                 return (message.sequence_number, message.lock_token or "") not in self._lost
 
         try:
-            while not self._stop.is_set():
+            while not self._stop.is_set() and not (in_order and held):
                 # Held failures wait for the next messages to judge them by, not longer.
                 messages = receiver.receive(
                     self.batch_size, min(wait, FLUSH_INTERVAL) if held else wait
@@ -307,8 +357,7 @@ class Processor:
                 # Only first deliveries tell a defect: a message that failed before is a
                 # suspect, settled as it comes.
                 fresh = [(o, f) for o, f in results if _first_delivery(o)]
-                done: list[tuple[Outcome, FailureRecord | None]]
-                done = [
+                done: list[Held] = [
                     (o, f)
                     for o, f in results
                     if (f is None or not _first_delivery(o))
@@ -317,6 +366,7 @@ class Processor:
                 held += [(o, f) for o, f in fresh if f is not None]
                 defect = window.add(f for _, f in fresh)
                 if defect is not None:
+                    self._defect_found.set()  # before anything else lets its failures go
                     failed, held = [o for o, _ in held], []
                     self._give_back(receiver, [o for o, _ in done], failed, stats)
                     renewer.unregister(messages + [o.message for o in failed])
@@ -325,12 +375,10 @@ class Processor:
                     done, held = done + held, []
                     window.settled()
                 self._settle(receiver, renewer, done, stats)
-        finally:
-            if self._defect_found.is_set():
-                self._give_back(receiver, [], [o for o, _ in held], stats)
-                renewer.unregister([o.message for o, _ in held])
-            else:
-                self._settle(receiver, renewer, held, stats)
+        except BaseException:
+            self._let_go(receiver, renewer, held, stats)
+            raise
+        return held
 
     def _handle(
         self,

@@ -9,6 +9,7 @@ import json
 import math
 import os
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +41,8 @@ def transform(message: dict[str, Any]) -> dict[str, Any] | None:
             raise TimeoutError("database is locked")
         case "crash":
             os._exit(1)
+        case "broken":
+            raise ValueError(f"order {order['n']} cannot be booked")
         case "unfit":
             return {"n": "not a number", "customer": order["customer"]}
         case "skip":
@@ -135,6 +138,27 @@ def test_a_restarted_pipeline_replays_its_lease_without_duplicating_output(
     assert report.batches == 2  # the replayed lease, then the rest
     assert output(spark, tmp_path / "out") == Counter(range(30))
     assert live.counts("orders")["completed"] == 30
+    assert_balanced(live)
+
+
+def test_a_lease_whose_locks_ran_out_before_completion_leaves_no_duplicate_output(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """Before, a driver killed after writing lease 1 and restarted after its locks ran out
+    took the same messages as lease 2 and kept lease 1's output: every row twice."""
+    send(live, {}, 30)
+    pipeline = Pipeline(
+        spark, url=url, queue="orders", transform=transform, schema=SCHEMA,
+        output=str(tmp_path / "out"), batch_size=20,
+    )  # fmt: skip
+    lease = live.acquire_lease("orders", "pipeline", 1, max_messages=20, lock_duration=1)
+    assert lease is not None
+    pipeline._write(lease, None, pipeline._path(lease))  # then the driver died
+    time.sleep(1.2)  # and stayed down past the lease's locks
+    report = pipeline.run()
+    assert output(spark, tmp_path / "out") == Counter(range(30))
+    assert report.completed == 30 and live.counts("orders")["completed"] == 30
+    assert live.lease("orders", "pipeline") is not None
     assert_balanced(live)
 
 
@@ -373,4 +397,21 @@ def test_poison_below_the_ratio_is_dead_lettered_as_before(
     ).run()  # fmt: skip
     assert report.dead_lettered == Counter({"InvalidCustomer": 20})
     assert output(spark, tmp_path / "out") == Counter(n for n in range(60) if n % 3)
+    assert_balanced(live)
+
+
+def test_poison_coming_back_together_is_not_a_defect(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """Before, 12 poison messages retried together made a batch of their own in which all
+    failed the same way: called a defect, the run stopped, and every rerun stopped again.
+    Only first deliveries tell a defect."""
+    bad = set(range(5, 200, 16))  # 12 messages that always fail
+    send(live, dict.fromkeys(bad, "broken"), 200, max_delivery_count=3)
+    report = Pipeline(
+        spark, url=url, queue="orders", transform=transform, schema=SCHEMA,
+        output=str(tmp_path / "out"), batch_size=200,
+    ).run()  # fmt: skip
+    assert report.dead_lettered == Counter({"MaxDeliveryCountExceeded": len(bad)})
+    assert output(spark, tmp_path / "out") == Counter(set(range(200)) - bad)
     assert_balanced(live)

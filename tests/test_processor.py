@@ -374,3 +374,40 @@ def test_a_message_whose_lock_was_lost_while_it_waited_is_not_handled(url: str) 
         assert sorted(lost) == ["a", "b", "c"]
         assert stats.completed == 3 and live.counts("slow")["completed"] == 3
         assert_balanced(live)
+
+
+@pytest.mark.parametrize("batch_size", [1, 10])
+def test_poison_at_the_end_of_a_queue_is_not_a_defect(
+    broker: Broker, queue: str, batch_size: int
+) -> None:
+    """Poison at the end of a queue is retried at once, again and again: only first
+    deliveries tell a defect, and eight in a row are too few to call one."""
+    send(broker, queue, 200)
+
+    def handle(message: ReceivedMessage) -> None:
+        if int(message.body) >= 192:
+            raise KeyError("no such customer")
+
+    stats = Processor(broker, queue, handle, batch_size=batch_size, max_wait=0).run(until_idle=True)
+    assert (stats.completed, stats.poisoned) == (192, 8)
+    assert broker.counts(queue)["dead_lettered"] == 8
+    assert_balanced(broker)
+
+
+def test_a_defect_that_starts_after_healthy_traffic_spends_nothing(
+    broker: Broker, queue: str
+) -> None:
+    """Before, a hundred good messages let the next fifty failures through, each spending a
+    delivery, before the run stopped."""
+    send(broker, queue, 300)
+
+    def handle(message: ReceivedMessage) -> None:
+        if int(message.body) >= 100:
+            raise NameError("name 'amont' is not defined")
+
+    with pytest.raises(poisonq.ProcessorStoppedError):
+        Processor(broker, queue, handle, max_wait=0).run(until_idle=True)
+    counts = broker.counts(queue)
+    assert (counts["completed"], counts["dead_lettered"], counts["active"]) == (100, 0, 200)
+    assert {m.delivery_count for m in broker.peek(queue, max_messages=200)} == {0}
+    assert_balanced(broker)

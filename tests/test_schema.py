@@ -58,6 +58,7 @@ def test_reopening_keeps_data_and_schema_version(tmp_path: Path) -> None:
         (3,),
         (4,),
         (5,),
+        (6,),
     ]
 
 

@@ -14,6 +14,7 @@ from poisonq import (
     Message,
     MessageLockLostError,
     Processor,
+    ProcessorStoppedError,
     ReceivedMessage,
     RetryPolicy,
     SessionCannotBeLockedError,
@@ -249,4 +250,49 @@ def test_a_poisoned_message_in_a_batch_takes_the_rest_of_its_session(
     dead = [m.text for m in broker.peek("orders/$deadletterqueue", max_messages=20)]
     assert dead == ["op3", "op4", "op5", "op6", "op7"]
     assert stats.completed == 4  # op0-op2 and the other session's message
+    assert_balanced(broker)
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_a_bug_on_a_session_queue_poisons_no_session(
+    broker: Broker, sessions: str, concurrency: int
+) -> None:
+    """Before, a handler bug retried each session's first message at once until it was
+    poisoned, taking whole sessions (300 to 900 payments) to the dead-letter queue before
+    the run stopped. Sessions holding a failure now wait, open, for the others to decide."""
+    _send(broker, *[(f"acct-{a:02d}", f"op{n}") for a in range(30) for n in range(5)])
+
+    def handle(message: ReceivedMessage) -> None:
+        raise KeyError("operation")
+
+    with pytest.raises(ProcessorStoppedError):
+        Processor(broker, sessions, handle, batch_size=10, concurrency=concurrency, max_wait=0).run(
+            until_idle=True
+        )
+    counts = broker.counts(sessions)
+    assert (counts["dead_lettered"], counts["completed"], counts["active"]) == (0, 0, 150)
+    assert {m.delivery_count for m in broker.peek(sessions, max_messages=150)} == {0}
+    assert_balanced(broker)
+
+
+def test_a_parked_session_keeps_its_order_when_the_failure_was_poison(
+    broker: Broker, sessions: str
+) -> None:
+    """A session parked on a failure is settled once other sessions succeed: the failing
+    message is retried (then poisoned with its session), and the others go on in order."""
+    broker.update_queue(sessions, per_message_poisoning=True)
+    _send(broker, *[(f"acct-{a}", f"{a}:{n}") for a in range(4) for n in range(5)])
+    seen: list[str] = []
+
+    def handle(message: ReceivedMessage) -> None:
+        if message.text == "0:1":
+            raise KeyError("no such card")
+        seen.append(message.text)
+
+    stats = Processor(broker, sessions, handle, batch_size=10, max_wait=0).run(until_idle=True)
+    assert [m.text for m in broker.peek("orders/$deadletterqueue")] == ["0:1"]
+    for account in range(4):
+        ops = [s for s in seen if s.startswith(f"{account}:")]
+        assert ops == sorted(ops) and len(ops) == (4 if account == 0 else 5)
+    assert stats.completed == 19
     assert_balanced(broker)

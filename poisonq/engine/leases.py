@@ -61,13 +61,19 @@ class Leasing(Receiving):
             return tx.lease(entity.id, entity.name, consumer, number)
 
     def lease_sequence_numbers(
-        self, lease: Lease, lo: int | None = None, hi: int | None = None
+        self,
+        lease: Lease,
+        lo: int | None = None,
+        hi: int | None = None,
+        first_delivery: bool = False,
     ) -> list[int]:
-        """The lease's messages in ``[lo, hi]`` that it still holds under a valid lock."""
+        """The lease's messages in ``[lo, hi]`` that it still holds under a valid lock (with
+        ``first_delivery``, only those delivered for the first time)."""
         now = self.clock.now()
         with self.store.transaction() as tx:
             entity = self._resolve(tx, lease.entity).entity
-            return tx.lease_seqs(entity.id, lease.lock_token, *_span(lease, lo, hi), now)
+            span = _span(lease, lo, hi)
+            return tx.lease_seqs(entity.id, lease.lock_token, *span, now, first_delivery)
 
     def lease_rows(
         self, lease: Lease, lo: int | None = None, hi: int | None = None
@@ -94,10 +100,12 @@ class Leasing(Receiving):
 
     def complete_lease(self, lease: Lease) -> int:
         """Complete every message the lease still holds (the others were settled apart, or
-        their locks ran out and they will be delivered again). Returns how many."""
+        their locks ran out and they will be delivered again), and record the lease as
+        completed, in one transaction. Returns how many."""
         now = self.clock.now()
         with self.store.transaction() as tx:
             entity = self._resolve(tx, lease.entity).entity
+            tx.finish_lease(entity.id, lease.consumer, lease.number, now)
             completed = tx.complete_span(entity.id, lease.lock_token, *_span(lease), now)
             if completed and entity.rollbacks:
                 tx.reset_rollbacks(entity.id)

@@ -52,6 +52,10 @@ from poisonq.spark.transform import LeaseTransform, defect_in, pipeline_source
 log = logging.getLogger(__name__)
 JobError = (PySparkException, Py4JError)
 _JVM_FRAME = re.compile(r"\s+(at |\.\.\. \d+ more)")
+# The first Python traceback in a job error: its frames (indented) and its exception line.
+_PYTHON_TRACEBACK = re.compile(
+    r"Traceback \(most recent call last\):\n(?:[ \t].*\n)+(?P<error>\S.*)"
+)
 MAX_GUILTY_PER_BATCH = 16
 
 
@@ -147,6 +151,7 @@ class Pipeline:
         self.batch_size = batch_size
         self.lock_duration = lock_duration
         self.output_format = output_format
+        self._struct = struct
         work = LeaseTransform(
             transform,
             OutputSchema(struct, ignore_extra_fields),
@@ -173,6 +178,10 @@ class Pipeline:
             number = lease.number if lease else 0
             if lease is not None and broker.lease_sequence_numbers(lease):
                 self._batch(broker, lease, report)
+            elif lease is not None and lease.completed_at is None:
+                # Its locks ran out before it was completed: whatever it wrote is an orphan,
+                # and its messages come again in a later lease.
+                self._discard_output(lease)
             while max_batches is None or report.batches < max_batches:
                 try:
                     lease = broker.acquire_lease(
@@ -216,7 +225,7 @@ class Pipeline:
                     if defect is None and attempt == 2:
                         defect = _job_defect(exc, broker.lease_sequence_numbers(lease))
                     if defect is not None:
-                        self._stop(broker, lease, defect, report, exc)
+                        self._stop(broker, lease, defect, report)
             completed = broker.complete_lease(lease)
         after = _dead_letters(broker, self.queue)
         report.completed += completed
@@ -230,7 +239,6 @@ class Pipeline:
         lease: Lease,
         defect: Defect,
         report: PipelineReport,
-        error: BaseException,
     ) -> None:
         """Give the lease back (no delivery counted) and stop with the defect."""
         released = broker.release_lease(lease)
@@ -239,7 +247,7 @@ class Pipeline:
             f"stopped at batch {lease.number}: {defect}; {released} message(s) given back"
             " to the queue without a delivery counted, nothing written for the batch"
         )
-        raise PipelineStoppedError(report, message, defect=defect) from error
+        raise PipelineStoppedError(report, message, defect=defect) from None
 
     def _write(self, lease: Lease, span: tuple[int, int] | None, path: str) -> None:
         """The batch's one Spark job: read the lease through the transform, write."""
@@ -254,6 +262,12 @@ class Pipeline:
             reader = reader.option("minSequence", span[0]).option("maxSequence", span[1])
         reader.load().write.mode("overwrite").format(self.output_format).save(path)
 
+    def _discard_output(self, lease: Lease) -> None:
+        """Overwrite a lease's output with nothing (with Spark, so on any file system)."""
+        log.warning("lease %d was never completed: discarding its output", lease.number)
+        empty = self.spark.createDataFrame([], self._struct)
+        empty.write.mode("overwrite").format(self.output_format).save(self._path(lease))
+
     def _path(self, lease: Lease) -> str:
         return f"{self.output}/consumer={quote(self.consumer, safe='')}/lease={lease.number}"
 
@@ -261,10 +275,13 @@ class Pipeline:
         self, broker: poisonq.Broker, lease: Lease, error: BaseException, report: PipelineReport
     ) -> Defect | None:
         """Find and abandon the messages whose jobs fail alone. A defect instead when the
-        first and the last message each fail alone the way the batch did (a broken sink or
-        transform fails every job, and bisecting it would cost two jobs per message), when
-        more than :data:`MAX_GUILTY_PER_BATCH` fail alone, or when every message does."""
+        first and the last message on its first delivery each fail alone the way the batch
+        did (a broken sink or transform fails every job, and bisecting it would cost two jobs
+        per message), or when more than :data:`MAX_GUILTY_PER_BATCH` first deliveries, or
+        all of at least three, fail alone. Messages delivered before are suspects already:
+        a batch of them failing is poison coming back, not a defect."""
         held = broker.lease_sequence_numbers(lease)
+        fresh = broker.lease_sequence_numbers(lease, first_delivery=True)
         scratch = f"{self.output}/_isolation/consumer={quote(self.consumer, safe='')}"
         signature = _signature(error)
         guilty: list[int] = []
@@ -277,10 +294,10 @@ class Pipeline:
             except JobError as exc:
                 return exc
 
-        if len(held) >= 3:
-            probes = [fails([seq]) for seq in (held[0], held[-1])]
+        if len(fresh) >= 3:
+            probes = [fails([seq]) for seq in (fresh[0], fresh[-1])]
             if all(p is not None and _signature(p) == signature for p in probes):
-                return _job_defect(error, held)
+                return _job_defect(error, fresh)
 
         def passes(part: list[int], known_to_fail: bool) -> bool:
             if not (known_to_fail and len(part) > 1):
@@ -289,7 +306,7 @@ class Pipeline:
                     return True
                 if len(part) == 1:
                     guilty.append(part[0])
-                    if len(guilty) > MAX_GUILTY_PER_BATCH:
+                    if len(set(guilty) & set(fresh)) > MAX_GUILTY_PER_BATCH:
                         raise _NotPoison from None
                     return False
             middle = len(part) // 2
@@ -301,9 +318,9 @@ class Pipeline:
             if held:
                 passes(held, False)
         except _NotPoison:
-            return _job_defect(error, held)
-        if len(held) > 1 and len(guilty) == len(held):
-            return _job_defect(error, held)
+            return _job_defect(error, fresh)
+        if len(fresh) >= 3 and set(fresh) <= set(guilty):
+            return _job_defect(error, fresh)
         failure = _job_failure(error)
         broker.settle_held(self.queue, [Abandon(s, lease.lock_token, failure) for s in guilty])
         return None
@@ -320,19 +337,22 @@ def _job_defect(error: BaseException, held: list[int]) -> Defect:
 
 
 def _job_failure(error: BaseException) -> FailureRecord:
-    """The failure a Spark job error leaves on a message: its first line as the message,
-    and as the traceback its chain of errors (with any Python traceback in it) without the
-    JVM's frames."""
+    """The failure a Spark job error leaves on a message. When a Python traceback is in it
+    (a Python worker failed), that traceback and its exception line; else the error's first
+    line and its chain of errors without the JVM's frames."""
     text = str(error).strip()
     java = getattr(error, "java_exception", None)  # a Py4JJavaError's message is only "o42.save"
     summary = str(java.toString()) if java is not None else text
     first = next((line for line in summary.splitlines() if line.strip()), type(error).__name__)
-    chain = [line for line in text.splitlines() if not _JVM_FRAME.match(line)]
+    chain = "\n".join(line for line in text.splitlines() if not _JVM_FRAME.match(line))
+    python = _PYTHON_TRACEBACK.search(text)
+    if python is not None:
+        first, chain = python.group("error"), python.group(0)
     return FailureRecord(
         time.time(),
         "BatchJobFailed",
         first[:MAX_MESSAGE],
-        traceback="\n".join(chain)[-MAX_TRACEBACK:],
+        traceback=chain[-MAX_TRACEBACK:],
         fingerprint="batch-job-failed",
     )
 

@@ -380,12 +380,19 @@ class Transaction(ABC):
         """The consumer's lease ``number``, or its latest with ``None``."""
 
     @abstractmethod
+    def finish_lease(self, entity_id: int, consumer: str, number: int, now: float) -> None:
+        """Record that the lease was completed (``completed_at``)."""
+
+    @abstractmethod
     def delete_leases(self, entity_id: int, consumer: str, before: int) -> None:
         """Forget the consumer's leases numbered below ``before`` (they are settled)."""
 
     @abstractmethod
-    def lease_seqs(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> list[int]:
-        """Sequence numbers in ``[lo, hi]`` still validly locked under ``token``, ascending."""
+    def lease_seqs(
+        self, entity_id: int, token: str, lo: int, hi: int, now: float, first_delivery: bool = False
+    ) -> list[int]:
+        """Sequence numbers in ``[lo, hi]`` still validly locked under ``token``, ascending;
+        with ``first_delivery``, only those delivered for the first time."""
 
     @abstractmethod
     def complete_span(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> int:

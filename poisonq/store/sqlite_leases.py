@@ -44,12 +44,20 @@ class SqliteLeases:
 
     def lease(self, entity_id: int, name: str, consumer: str, number: int | None) -> Lease | None:
         row = self._db.execute(
-            "SELECT consumer, number, lock_token, count, min_seq, max_seq, created_at"
-            " FROM leases WHERE entity_id = ? AND consumer = ? AND (? IS NULL OR number = ?)"
+            "SELECT consumer, number, lock_token, count, min_seq, max_seq, created_at,"
+            " completed_at FROM leases WHERE entity_id = ? AND consumer = ?"
+            " AND (? IS NULL OR number = ?)"
             " ORDER BY number DESC LIMIT 1",
             (entity_id, consumer, number, number),
         ).fetchone()
         return None if row is None else Lease(name, *row)
+
+    def finish_lease(self, entity_id: int, consumer: str, number: int, now: float) -> None:
+        self._db.execute(
+            "UPDATE leases SET completed_at = ? WHERE entity_id = ? AND consumer = ?"
+            " AND number = ?",
+            (now, entity_id, consumer, number),
+        )
 
     def delete_leases(self, entity_id: int, consumer: str, before: int) -> None:
         self._db.execute(
@@ -57,11 +65,14 @@ class SqliteLeases:
             (entity_id, consumer, before),
         )
 
-    def lease_seqs(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> list[int]:
+    def lease_seqs(
+        self, entity_id: int, token: str, lo: int, hi: int, now: float, first_delivery: bool = False
+    ) -> list[int]:
         rows = self._db.execute(
             "SELECT seq FROM messages WHERE entity_id = ? AND state = 'locked'"
-            " AND seq BETWEEN ? AND ? AND lock_token = ? AND locked_until > ? ORDER BY seq",
-            (entity_id, lo, hi, token, now),
+            " AND seq BETWEEN ? AND ? AND lock_token = ? AND locked_until > ?"
+            " AND (NOT ? OR delivery_count = 1) ORDER BY seq",
+            (entity_id, lo, hi, token, now, first_delivery),
         )
         return [row[0] for row in rows]
 

@@ -108,13 +108,20 @@ class BatchQueries(StatementRunner):
 
     def lease(self, entity_id: int, name: str, consumer: str, number: int | None) -> Lease | None:
         rows = self._all(
-            "SELECT consumer, number, lock_token, count, min_seq, max_seq, created_at"
-            " FROM leases WHERE entity_id = %(entity)b AND consumer = %(consumer)b"
+            "SELECT consumer, number, lock_token, count, min_seq, max_seq, created_at,"
+            " completed_at FROM leases WHERE entity_id = %(entity)b AND consumer = %(consumer)b"
             " AND (%(number)b::bigint IS NULL OR number = %(number)b)"
             " ORDER BY number DESC LIMIT 1",
             {"entity": entity_id, "consumer": consumer, "number": number},
         )
         return Lease(name, *rows[0]) if rows else None
+
+    def finish_lease(self, entity_id: int, consumer: str, number: int, now: float) -> None:
+        self._run(
+            "UPDATE leases SET completed_at = %b WHERE entity_id = %b AND consumer = %b"
+            " AND number = %b",
+            (now, entity_id, consumer, number),
+        )
 
     def delete_leases(self, entity_id: int, consumer: str, before: int) -> None:
         self._run(
@@ -122,11 +129,14 @@ class BatchQueries(StatementRunner):
             (entity_id, consumer, before),
         )
 
-    def lease_seqs(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> list[int]:
+    def lease_seqs(
+        self, entity_id: int, token: str, lo: int, hi: int, now: float, first_delivery: bool = False
+    ) -> list[int]:
         rows = self._all(
             "SELECT seq FROM messages WHERE entity_id = %b AND state = 'locked'"
-            " AND seq BETWEEN %b AND %b AND lock_token = %b AND locked_until > %b ORDER BY seq",
-            (entity_id, lo, hi, token, now),
+            " AND seq BETWEEN %b AND %b AND lock_token = %b AND locked_until > %b"
+            " AND (NOT %b OR delivery_count = 1) ORDER BY seq",
+            (entity_id, lo, hi, token, now, first_delivery),
         )
         return [row[0] for row in rows]
 
