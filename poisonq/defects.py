@@ -18,6 +18,7 @@ section says how the default ratio was chosen.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -92,24 +93,28 @@ class FailureWindow:
     def __init__(self, max_failure_ratio: float | None) -> None:
         self.max_failure_ratio = max_failure_ratio
         self._span: list[FailureRecord | None] = []
+        self._lock = threading.Lock()  # one window for all of a consumer's threads
 
     def add(self, outcomes: Iterable[FailureRecord | None]) -> Defect | None:
         """Add outcomes (``None`` for a success); the defect the span shows now."""
-        for outcome in outcomes:
-            if self._span or outcome is not None:  # a span starts at a failure
-                self._span.append(outcome)
-        return find_defect(self._failures(), len(self._span), self.max_failure_ratio)
+        with self._lock:
+            for outcome in outcomes:
+                if self._span or outcome is not None:  # a span starts at a failure
+                    self._span.append(outcome)
+            return find_defect(self._failures(), len(self._span), self.max_failure_ratio)
 
     def undecided(self) -> bool:
         """Whether the failures held could still turn out to be a defect."""
         if self.max_failure_ratio is None:
             return False
-        failed = sum(1 for _ in self._failures())
-        return failed > self.max_failure_ratio * len(self._span)
+        with self._lock:
+            failed = sum(1 for _ in self._failures())
+            return failed > self.max_failure_ratio * len(self._span)
 
     def settled(self) -> None:
         """The held failures were settled (or given back): the next failure starts a span."""
-        self._span.clear()
+        with self._lock:
+            self._span.clear()
 
     def _failures(self) -> Iterator[FailureRecord]:
         return (failure for failure in self._span if failure is not None)

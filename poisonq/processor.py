@@ -193,12 +193,14 @@ class Processor:
         per_thread: list[ProcessorStats] = []
         failed: list[BaseException] = []
 
+        window = FailureWindow(self.max_failure_ratio)  # every thread's evidence together
+
         def pump(renewer: AutoLockRenewer) -> None:
             # A thread never dies alone: its error stops the others and run() raises it.
             stats = ProcessorStats()
             per_thread.append(stats)
             try:
-                self._pump(renewer, until_idle, stats)
+                self._pump(renewer, until_idle, window, stats)
             except BaseException as exc:
                 failed.append(exc)
                 if isinstance(exc, ProcessorStoppedError):
@@ -227,8 +229,13 @@ class Processor:
             raise first
         return total
 
-    def _pump(self, renewer: AutoLockRenewer, until_idle: bool, stats: ProcessorStats) -> None:
-        window = FailureWindow(self.max_failure_ratio)
+    def _pump(
+        self,
+        renewer: AutoLockRenewer,
+        until_idle: bool,
+        window: FailureWindow,
+        stats: ProcessorStats,
+    ) -> None:
         options = self.broker.get_queue(self.address).options
         # A faulting queue stops at its first poison message anyway: holding failures back
         # would only let more messages fail before it does.
@@ -254,19 +261,26 @@ class Processor:
         its messages must not run past the failure, and a bug that fails the first message
         of every session must not poison whole sessions before it shows."""
         parked: list[tuple[SessionReceiver, list[Held]]] = []
+        looked_in_vain = False  # the last look for another session found none
         try:
             while not self._stop.is_set():
                 if parked and not window.undecided():
                     self._unpark(parked, renewer, window, stats)
                 session = self.broker.accept_next_session(self.address)
                 if session is None:
-                    if parked:  # nothing else to judge them by: settle them as failures
+                    if parked and looked_in_vain:
+                        # Nothing else to judge them by: settle them as the failures they are.
                         self._unpark(parked, renewer, window, stats)
+                    elif parked:
+                        # Other threads may hold the rest, or be taking them: look again.
+                        self._stop.wait(FLUSH_INTERVAL)
                     elif until_idle:
                         break
                     else:
                         self._stop.wait(to_seconds(self.max_wait, "max_wait"))
+                    looked_in_vain = not looked_in_vain and bool(parked)
                     continue
+                looked_in_vain = False
                 try:
                     held = self._pump_one(session, renewer, True, window, stats, hold)
                 except BaseException:

@@ -209,3 +209,20 @@ def test_sessions_and_subqueues_redeliver_at_once(broker: Broker) -> None:
         session.abandon(first)
     assert broker.counts("carts")["scheduled"] == 0
     assert_balanced(broker)
+
+
+def test_a_message_parked_for_a_cycle_does_not_delay_the_others_of_its_abandon(
+    broker: Broker, clock: ManualClock
+) -> None:
+    """The state machine found this: abandoned together, a message parked in the retry
+    subqueue lent its cycle delay to the next message, which waited instead of coming back."""
+    policy = RetryPolicy(receive_retry_count=1, max_retry_cycles=1, retry_cycle_delay=10)
+    broker.create_queue("orders", retry=policy)
+    first, second = broker.sender("orders").send([Message(body=b"a"), Message(body=b"b")])
+    receiver = broker.receiver("orders")
+    receiver.abandon(receiver.receive(max_messages=1))  # "a" has one delivery left
+    both = receiver.receive(max_messages=2)
+    assert [m.sequence_number for m in both] == [first, second]
+    receiver.abandon(both)  # "a" to the retry subqueue, "b" back at once
+    assert [m.sequence_number for m in receiver.receive(max_messages=2)] == [second]
+    assert_balanced(broker)

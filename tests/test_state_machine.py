@@ -627,8 +627,13 @@ class QueueMachine(RuleBasedStateMachine):
 
         def view(m: Model | ReceivedMessage) -> tuple[object, ...]:
             if isinstance(m, Model):
+                state = m.state
+                if state is MessageState.LOCKED and m in self._expired_locks(m.where):
+                    # A lock that ran out shows as ready again, as the next receive finds it.
+                    ready = MessageState.DEAD_LETTERED if m.where == DEAD else MessageState.ACTIVE
+                    state = ready
                 return (
-                    m.seq, m.message_id, m.state, m.delivery_count, m.abort_count,
+                    m.seq, m.message_id, state, m.delivery_count, m.abort_count,
                     m.move_count, m.reason,
                 )  # fmt: skip
             reason = m.dead_letter_reason

@@ -16,7 +16,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 # The commands that make something in the store, and so may make the store itself. Any other
 # command pointed at a SQLite file that does not exist says so instead of creating it, so a
 # mistyped --url is not an empty store that answers "no queue".
-CREATING = frozenset({"queue create", "topic create", "topic subscribe", "serve", "pipeline run"})
+CREATING = frozenset({"queue create", "topic create", "topic subscribe", "serve"})
 
 
 @dataclasses.dataclass

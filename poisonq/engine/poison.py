@@ -71,8 +71,8 @@ class Poisoning(Routing):
                     wait = backoff if delay is None else delay
                     if wait > 0:
                         waiting[wait].append(lock.seq)
-                case MoveToRetry(delay):
-                    parked[delay].append(lock.seq)
+                case MoveToRetry(cycle_delay):
+                    parked[cycle_delay].append(lock.seq)
                 case Poison():
                     poisoned.append(lock.seq)
         # Sessions are delivered in order and subqueues are never scheduled: at once there.
@@ -83,11 +83,16 @@ class Poisoning(Routing):
                 tx.reschedule(entity.id, chosen, now + wait * spread)
         if parked:
             retry = self._child(tx, target, SubQueue.RETRY)
-            for delay, chosen in parked.items():
-                tx.move(entity.id, chosen, retry.id, MessageState.SCHEDULED, now + delay, 1)
+            for cycle_delay, chosen in parked.items():
+                visible_at = now + cycle_delay
+                tx.move(entity.id, chosen, retry.id, MessageState.SCHEDULED, visible_at, 1)
         if poisoned:
             action = policy.receive_error_handling
-            self._poison(tx, target, self._with_sessions(tx, target, poisoned), action, failure)
+            followers = sorted(set(self._with_sessions(tx, target, poisoned)) - set(poisoned))
+            self._poison(tx, target, poisoned, action, describe(failure) if failure else None)
+            if followers:  # never delivered, never failed: they go with their session
+                why = f"moved with poison message {poisoned[0]} of its session"
+                self._poison(tx, target, followers, action, why)
             tx.count_poisoned(entity.id, len(poisoned))
         return sorted(poisoned)
 
@@ -111,11 +116,10 @@ class Poisoning(Routing):
         target: Target,
         seqs: list[int],
         action: ReceiveErrorHandling,
-        failure: FailureRecord | None,
+        description: str | None,
     ) -> None:
         entity = target.entity
         now = self.clock.now()
-        description = describe(failure) if failure else None
         match action:
             case ReceiveErrorHandling.MOVE:
                 reason = DeadLetterReason.MAX_DELIVERY_COUNT_EXCEEDED

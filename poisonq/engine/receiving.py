@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from poisonq.engine.base import Lock, check_count
 from poisonq.engine.settling import Settling
 from poisonq.errors import InvalidOperationError, MessageNotFoundError
-from poisonq.model import DeadLetterReason, ReceivedMessage, Settlement
+from poisonq.model import DeadLetterReason, MessageState, ReceivedMessage, Settlement
 from poisonq.store.base import MessageFilter
 
 
@@ -88,9 +88,10 @@ class Receiving(Settling):
         receiver's, and whoever holds it can settle the message."""
         check_count(max_messages, "max_messages")
         with self.store.transaction() as tx:
-            entity = self._resolve(tx, address).entity
+            target = self._resolve(tx, address)
+            entity = target.entity
             found = tx.peek(entity.id, entity.name, from_sequence, max_messages, where)
-            return _without_tokens(found)
+            return _as_seen(found, target.ready, self.clock.now())
 
     def sequence_span(self, address: str) -> tuple[int, int, int]:
         """(count, lowest, highest) sequence number held; (0, 0, -1) when empty."""
@@ -99,15 +100,22 @@ class Receiving(Settling):
 
     def message(self, address: str, sequence_number: int) -> ReceivedMessage:
         with self.store.transaction() as tx:
-            entity = self._resolve(tx, address).entity
+            target = self._resolve(tx, address)
+            entity = target.entity
             found = tx.message(entity.id, entity.name, sequence_number)
             if found is None:
                 raise MessageNotFoundError(entity.name, sequence_number)
-            return _without_tokens([found])[0]
+            return _as_seen([found], target.ready, self.clock.now())[0]
 
 
-def _without_tokens(messages: list[ReceivedMessage]) -> list[ReceivedMessage]:
-    """Messages as a reader who does not hold their locks sees them (peek, message detail)."""
+def _as_seen(
+    messages: list[ReceivedMessage], ready: MessageState, now: float
+) -> list[ReceivedMessage]:
+    """Messages as a reader who does not hold their locks sees them (peek, message detail):
+    no lock token, and a lock that ran out shown as ready again, as ``counts`` shows it."""
     for message in messages:
         message.lock_token = None
+        until = message.locked_until
+        if message.state is MessageState.LOCKED and until and until.timestamp() <= now:
+            message.state, message.locked_until = ready, None
     return messages

@@ -7,18 +7,12 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-# Loggers that print a failed task's whole stack, several times over, for every failed job.
-# The pipeline runner reports the jobs it runs itself (one line, or one traceback when it
-# stops), so in poisonq's own sessions they are off.
-_TASK_FAILURE_LOGGERS = (
-    "org.apache.spark.executor.Executor",
-    "org.apache.spark.scheduler.TaskSetManager",
-    "org.apache.spark.sql.execution.datasources.FileFormatWriter",
-    "org.apache.spark.util.Utils",
-)
+# Errors only, and not the stacks of failed tasks (the pipeline runner reports its jobs).
+_LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
 def local_session(app_name: str = "poisonq", cores: int = 2) -> SparkSession:
@@ -37,13 +31,14 @@ def local_session(app_name: str = "poisonq", cores: int = 2) -> SparkSession:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(cores * 2))
         .config("spark.python.worker.faulthandler.enabled", "true")
-        .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
+        .config(
+            "spark.driver.extraJavaOptions",
+            "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+            f" -Dlog4j2.configurationFile={_LOG_CONFIG.as_uri()}",
+        )
         .getOrCreate()
     )
-    spark.sparkContext.setLogLevel("ERROR")
-    log4j = spark.sparkContext._jvm.org.apache.logging.log4j  # type: ignore[union-attr]
-    for name in _TASK_FAILURE_LOGGERS:
-        log4j.core.config.Configurator.setLevel(name, log4j.Level.OFF)
+    spark.sparkContext.setLogLevel("ERROR")  # Spark sets WARN when a session starts
     from poisonq.spark import register
 
     register(spark)

@@ -97,6 +97,18 @@ def test_a_command_that_uses_a_store_never_creates_one(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_pipeline_run_on_a_missing_store_creates_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It needs a queue that exists; before, it left an empty store behind."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "job.py").write_text("def transform(message):\n    return None\n")
+    args = ("pipeline", "run", "job.py:transform", "--queue", "orders", "--schema", "n long")
+    result = run("sqlite:///nope.db", *args, "--output", "out", code=2)
+    assert_one_error_line(result, "no poisonq store at")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.py"]
+
+
 def test_the_commands_that_make_something_make_the_store(tmp_path: Path) -> None:
     assert {" ".join(path) for path, _ in _commands(cli)} >= CREATING
     run(f"sqlite:///{tmp_path / 'queues.db'}", "queue", "create", "orders")
