@@ -27,9 +27,10 @@ from poisonq.errors import (
     QuotaExceededError,
     StoreError,
 )
-from poisonq.server import api, ui
+from poisonq.server import api, login, ui
 from poisonq.server.auth import Auth, new_token
 from poisonq.server.metrics import registry
+from poisonq.server.pages import error_page
 from poisonq.server.state import ServerState
 
 CONTENT_SECURITY_POLICY = (
@@ -67,12 +68,13 @@ def create_app(
     """The server for a broker (or a store URL, opened here and closed at shutdown).
 
     ``token`` guards writes, and reads unless ``open_reads``; without one a random token is
-    made: read it from ``app.state.poisonq.auth`` or, with ``poisonq serve``, from what it
+    made: read it from ``app.state.poisonq.auth.token`` or, with ``poisonq serve``, from what it
     prints at start.
     """
     owns = isinstance(broker_or_url, str)
     broker = connect(broker_or_url) if isinstance(broker_or_url, str) else broker_or_url
-    state = ServerState(broker, Auth(token or new_token(), open_reads), owns_broker=owns)
+    auth = Auth(token or new_token(), open_reads, broker.clock)
+    state = ServerState(broker, auth, owns_broker=owns)
     metrics = registry(broker)
 
     @asynccontextmanager
@@ -93,6 +95,7 @@ def create_app(
     app.include_router(api.reads)
     app.include_router(api.writes)
     app.include_router(ui.router)
+    app.include_router(login.router)
     app.mount("/ui/static", StaticFiles(packages=[("poisonq.server", "static")]), name="static")
 
     @app.middleware("http")
@@ -108,11 +111,11 @@ def create_app(
     async def broker_error(request: Request, exc: PoisonqError) -> Response:
         status = status_for(exc)
         if request.url.path.startswith("/ui"):
-            return ui.error_page(request, status, type(exc).__name__, str(exc))
+            return error_page(request, status, type(exc).__name__, str(exc))
         return JSONResponse({"error": type(exc).__name__, "detail": str(exc)}, status)
 
-    app.add_exception_handler(ui.LoginNeeded, ui.login_redirect)  # type: ignore[arg-type]
-    app.add_exception_handler(ui.Unauthorized, ui.unauthorized_page)  # type: ignore[arg-type]
+    app.add_exception_handler(login.LoginNeeded, login.login_redirect)  # type: ignore[arg-type]
+    app.add_exception_handler(login.Unauthorized, login.unauthorized_page)  # type: ignore[arg-type]
 
     @app.get("/", include_in_schema=False)
     def root() -> Response:

@@ -39,6 +39,7 @@ def page(browser: Browser) -> Iterator[Page]:
 def log_in(page: Page, live: BackgroundServer) -> None:
     page.goto(f"{live.url}/ui/")
     expect(page).to_have_url(re.compile(r"/ui/login"))
+    page.fill("input[name=operator]", "Ada Lovelace")
     page.fill("input[name=token]", TOKEN)
     page.click("#login")
     expect(page.locator("#queues")).to_be_visible()

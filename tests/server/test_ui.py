@@ -10,19 +10,20 @@ from fastapi.testclient import TestClient
 
 from poisonq import Broker, Message
 from poisonq.server import create_app
-from poisonq.server.auth import SESSION_COOKIE
-from poisonq.server.ui import body_view
+from poisonq.server.pages import body_view
+from poisonq.server.sessions import SESSION_COOKIE
 from tests.conftest import assert_balanced
-from tests.server.conftest import TOKEN, GatedClock
+from tests.server.conftest import TOKEN, GatedClock, wait_for_task
 
 DLQ = "orders/$deadletterqueue"
+OPERATOR = "Ada Lovelace"
 
 
 def login(client: TestClient) -> str:
     """Log in through the form; returns the CSRF value the pages then carry."""
-    answer = client.post("/ui/login", data={"token": TOKEN, "next": "/ui/"})
+    answer = client.post("/ui/login", data={"token": TOKEN, "operator": OPERATOR, "next": "/ui/"})
     assert answer.status_code == 200  # followed the redirect to the overview
-    found = re.search(r'name="csrf" value="([0-9a-f]+)"', answer.text)
+    found = re.search(r'name="csrf" value="([0-9a-f]{64})"', answer.text)
     assert found, answer.text
     return found.group(1)
 
@@ -35,11 +36,11 @@ def test_pages_need_a_login_when_reads_are_closed(client: TestClient, queue: str
 
 
 def test_login_sets_a_strict_httponly_cookie_not_the_token(client: TestClient, queue: str) -> None:
-    wrong = client.post("/ui/login", data={"token": "guess", "next": "/ui/"})
+    wrong = client.post("/ui/login", data={"token": "guess", "operator": OPERATOR, "next": "/ui/"})
     assert wrong.status_code == 401 and "not the token" in wrong.text
     answer = client.post(
         "/ui/login",
-        data={"token": TOKEN, "next": "/ui/deadletters?queue=orders"},
+        data={"token": TOKEN, "operator": OPERATOR, "next": "/ui/deadletters?queue=orders"},
         follow_redirects=False,
     )
     assert answer.status_code == 303
@@ -53,7 +54,8 @@ def test_login_sets_a_strict_httponly_cookie_not_the_token(client: TestClient, q
 
 @pytest.mark.parametrize("target", ["https://evil.example/", "//evil.example/ui/", "/api/x"])
 def test_login_redirects_only_inside_the_ui(client: TestClient, target: str) -> None:
-    answer = client.post("/ui/login", data={"token": TOKEN, "next": target}, follow_redirects=False)
+    form = {"token": TOKEN, "operator": OPERATOR, "next": target}
+    answer = client.post("/ui/login", data=form, follow_redirects=False)
     assert answer.headers["location"] == "/ui/"
 
 
@@ -176,7 +178,7 @@ def test_resubmit_through_the_ui_with_confirmation(
     answer = client.post("/ui/resubmit", data=form, follow_redirects=False)
     assert answer.status_code == 303
     task_id = int(answer.headers["location"].split("/")[3].split("?")[0])
-    client.app.state.poisonq._running[task_id].wait(10)  # type: ignore[attr-defined]
+    wait_for_task(client.app, task_id)  # type: ignore[arg-type]
     page = client.get(answer.headers["location"]).text
     assert 'id="task-status">completed<' in page and "3 of 3" in page
     assert 'http-equiv="refresh"' not in page  # only a running task's page reloads itself
@@ -237,7 +239,8 @@ def test_ui_changes_need_the_session_and_the_csrf_value(
     assert open_client.post(path, data={**form, "csrf": "x"}).status_code == 401
     csrf = login(client)
     assert client.post(path, data=form).status_code == 401  # no CSRF value
-    assert client.post(path, data={**form, "csrf": csrf[:-1] + "0"}).status_code == 401
+    wrong = csrf[:-1] + ("1" if csrf.endswith("0") else "0")
+    assert client.post(path, data={**form, "csrf": wrong}).status_code == 401
     assert broker.counts("orders")["dead_lettered"] == 6
 
 
