@@ -20,17 +20,67 @@ from poisonq.model import ReceivedMessage
 from poisonq.server.state import server_state
 
 
-def _time(value: datetime | float | None) -> str:
-    if value is None:
-        return ""
+def _utc(value: datetime | float) -> datetime:
     if not isinstance(value, datetime):
         value = datetime.fromtimestamp(value, UTC)
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return value.astimezone(UTC)
+
+
+def _time(value: datetime | float | None) -> str:
+    return "" if value is None else _utc(value).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _iso(value: datetime | float) -> str:
+    """For ``<time datetime=...>``."""
+    return _utc(value).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _epoch(value: datetime | float) -> float:
+    return value.timestamp() if isinstance(value, datetime) else value
+
+
+def ago(value: datetime | float | None, now: float) -> str:
+    """``value`` relative to ``now`` the way an operator reads a listing: "42 s ago",
+    "5 min ago", "3 h ago", "12 d ago" (or "in 5 min" for a time to come); the exact time
+    goes in the element's title."""
+    if value is None:
+        return ""
+    seconds = now - _epoch(value)
+    future, seconds = seconds < 0, abs(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            amount = f"{int(seconds // size)} {unit}"
+            break
+    else:
+        amount = f"{int(seconds)} s"
+    return f"in {amount}" if future else f"{amount} ago"
+
+
+def size(count: int) -> str:
+    """A number of bytes as people read it: 312 bytes, 1.2 KiB, 3.4 MiB."""
+    if count < 1024:
+        return f"{count} bytes"
+    amount = float(count)
+    for unit in ("KiB", "MiB", "GiB"):
+        amount /= 1024
+        if amount < 1024 or unit == "GiB":
+            break
+    return f"{amount:.1f} {unit}"
 
 
 def _preview(message: ReceivedMessage, width: int = 80) -> str:
-    text = " ".join(message.text.split())
+    """The start of a body on one line; a body that is not UTF-8 text is "binary" and its
+    size, not a row of replacement characters."""
+    try:
+        text = " ".join(message.body.decode("utf-8").split())
+    except UnicodeDecodeError:
+        return f"binary, {size(len(message.body))}"
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _short_type(error_type: str) -> str:
+    """``KeyError`` for ``KeyError``, ``UpstreamTimeout`` for ``shop.pay.UpstreamTimeout``."""
+    return error_type.rpartition(".")[2]
 
 
 # autoescape=True for every template (not select_autoescape by file name): every value a
@@ -43,7 +93,11 @@ _templates = Environment(
     lstrip_blocks=True,
 )
 _templates.filters["time"] = _time
+_templates.filters["iso"] = _iso
 _templates.filters["preview"] = _preview
+_templates.filters["ago"] = ago
+_templates.filters["size"] = size
+_templates.filters["short_type"] = _short_type
 
 
 def body_view(body: bytes) -> tuple[str, str]:
@@ -59,10 +113,13 @@ def body_view(body: bytes) -> tuple[str, str]:
 
 
 def page(request: Request, template: str, status_code: int = 200, **context: Any) -> Response:
-    """``template`` rendered with ``context``, the session's operator and CSRF value; never
-    cached, so Back shows a page as it is now, not as it was."""
-    session = server_state(request).auth.session(request)
+    """``template`` rendered with ``context``, the session's operator and CSRF value, and
+    ``now`` on the broker's clock (for relative times); never cached, so Back shows a page
+    as it is now, not as it was."""
+    state = server_state(request)
+    session = state.auth.session(request)
     html = _templates.get_template(template).render(
+        now=state.broker.clock.now(),
         logged_in=session is not None,
         operator=session.operator if session else "",
         csrf=session.csrf if session else "",

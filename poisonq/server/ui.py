@@ -18,6 +18,7 @@ from poisonq.client import spelled_filters
 from poisonq.errors import InvalidOptionError, TaskRunningError
 from poisonq.model import SubQueue
 from poisonq.names import parse_address
+from poisonq.server.listing import newest_dead_letters
 from poisonq.server.login import Form, Reader, Writer
 from poisonq.server.pages import body_view, page
 from poisonq.server.state import ServerState, server_state
@@ -79,32 +80,48 @@ def _group_value(key: str | None) -> str | NoValue:
 
 @router.get("/deadletters", dependencies=[Reader])
 def explorer(
-    request: Request, state: State, queue: str, by: str = "reason", after: NonNegative = 0
+    request: Request,
+    state: State,
+    queue: str,
+    by: str = "reason",
+    order: str = "oldest",
+    after: NonNegative = 0,
+    before: NonNegative | None = None,
 ) -> Response:
-    params = dict(request.query_params)
-    where = _filters(params)
+    """Groups, the selection, and its messages a page at a time, oldest first (paging up
+    with ``after``) or newest first (paging down with ``before``)."""
+    if order not in ("oldest", "newest"):
+        raise InvalidOptionError("order must be oldest or newest")
+    where = _filters(dict(request.query_params))
     groups = state.broker.dead_letter_groups(queue, by)
-    messages = state.broker.dead_letters(queue, after=after, limit=PAGE, **where)
+    if order == "newest":
+        messages = newest_dead_letters(state.broker, queue, before, PAGE, where)
+    else:
+        messages = state.broker.dead_letters(queue, after=after, limit=PAGE, **where)
     matching = state.broker.count_dead_letters(queue, **where)
-    base = {"queue": queue, "by": by, **where}
-    next_page = (
-        f"?{urlencode({**base, 'after': messages[-1].sequence_number})}"
-        if len(messages) == PAGE
-        else None
-    )
+    kept = {"order": order} if order == "newest" else {}
+    base = {"queue": queue, "by": by, **kept, **where}
+    next_page = None
+    if len(messages) == PAGE:
+        onward = "before" if order == "newest" else "after"
+        next_page = f"?{urlencode({**base, onward: messages[-1].sequence_number})}"
     return page(
         request,
         "explorer.html",
         queue=queue,
         by=by,
+        order=order,
         groups=groups,
         messages=messages,
         where=where,
         matching=matching,
         selected=where.get(by),
         group_value=_group_value,
-        group_link=lambda key: "?" + urlencode({"queue": queue, "by": by, by: _group_value(key)}),
-        tab_link=lambda key: "?" + urlencode({"queue": queue, "by": key}),
+        group_link=lambda key: (
+            "?" + urlencode({"queue": queue, "by": by, **kept, by: _group_value(key)})
+        ),
+        tab_link=lambda key: "?" + urlencode({"queue": queue, "by": key, **kept}),
+        order_link=lambda key: "?" + urlencode({"queue": queue, "by": by, "order": key, **where}),
         actions={
             a: "confirm?" + urlencode({"queue": queue, "action": a, **where})
             for a in ("resubmit", "purge")
