@@ -27,6 +27,7 @@ from poisonq.store.base import NO_VALUE, NoValue
 State = Annotated[ServerState, Depends(server_state)]
 NonNegative = Annotated[int, Query(ge=0)]
 PAGE = 50
+TASK_REFRESH = 2  # seconds between reloads of a running task's page
 FILTERS = ("reason", "subject", "fingerprint", "min_sequence", "max_sequence")
 _INT_FILTERS = ("min_sequence", "max_sequence")
 _LIVE = ("active", "scheduled", "locked", "deferred")
@@ -193,12 +194,22 @@ def tasks_page(request: Request, state: State, id: NonNegative | None = None) ->
 
 
 @router.get("/tasks/{task_id}", dependencies=[Reader])
-def task_page(request: Request, state: State, task_id: int, queue: str = "") -> Response:
+def task_page(
+    request: Request, state: State, task_id: int, queue: str = "", follow: bool = True
+) -> Response:
     """A task's progress; the page reloads itself (a meta refresh, not a script) while the
-    task runs."""
+    task runs, unless ``follow`` is off."""
     record = state.broker.task(task_id)
     started = state.started_task(task_id)
-    return page(request, "task.html", task=record, queue=queue, started=started)
+    return page(
+        request,
+        "task.html",
+        task=record,
+        queue=queue,
+        started=started,
+        follow=follow,
+        refresh=TASK_REFRESH,
+    )
 
 
 # Writes -----------------------------------------------------------------------------------

@@ -66,7 +66,7 @@ def test_overview_shows_depths_per_subqueue(
     page = open_client.get("/ui/")
     assert page.status_code == 200
     row = re.search(
-        r"<tr>\s*<td><a href=\"/ui/deadletters\?queue=orders\">orders</a>(.*?)</tr>",
+        r'<tr>\s*<td title="orders"><a href="/ui/deadletters\?queue=orders">orders</a>(.*?)</tr>',
         page.text,
         re.S,
     )
@@ -109,8 +109,10 @@ def test_explorer_groups_and_lists_and_escapes(
 
 
 def _highlighted(page: str) -> list[str]:
-    """The keys of the groups the explorer shows as selected."""
-    return re.findall(r'<tr class="on">\s*<td><a class="mono" href="[^"]*">([^<]*)</a>', page)
+    """The keys of the groups the explorer shows as selected: by a tick and aria-current,
+    not by colour alone."""
+    selected = r'<tr class="on">\s*<td[^>]*><a class="mono" href="[^"]*" aria-current="true">✓ '
+    return re.findall(selected + r"([^<]*)</a>", page)
 
 
 def test_the_none_group_link_selects_exactly_its_members(
@@ -218,7 +220,9 @@ def test_purging_a_whole_dead_letter_queue_needs_its_count_typed(
     for typed, why in (("", "type the number"), ("3200", "3200 is not the number")):
         refused = client.post("/ui/purge", data={**form, "count": typed})
         assert refused.status_code == 400
-        assert re.search(rf'id="refused">Nothing was dropped: {why} of dead letters', refused.text)
+        assert re.search(
+            rf'id="refused" role="alert">Nothing was dropped: {why} of dead letters', refused.text
+        )
         assert "now, 6." in refused.text and 'name="count"' in refused.text
         assert broker.counts("orders")["dead_lettered"] == 6
     done = client.post("/ui/purge", data={**form, "count": "6"})
@@ -251,7 +255,7 @@ def test_cancel_from_the_task_page(gated: tuple[Broker, GatedClock]) -> None:
         task = broker.resubmit("orders", rate=5, wait=False)  # as another process would
         assert clock.sleeping.wait(10)
         page = client.get(f"/ui/tasks/{task.id}?queue=orders").text
-        assert 'id="cancel"' in page and 'http-equiv="refresh" content="1"' in page
+        assert 'id="cancel" autofocus' in page and 'http-equiv="refresh" content="2"' in page
         assert "1 of 10" in page
         form = {"csrf": csrf, "queue": "orders"}
         answer = client.post(f"/ui/tasks/{task.id}/cancel", data=form)
