@@ -32,6 +32,7 @@ from poisonq.server.auth import Auth, new_token
 from poisonq.server.metrics import registry
 from poisonq.server.pages import error_page
 from poisonq.server.state import ServerState
+from poisonq.server.throttle import Throttled
 
 CONTENT_SECURITY_POLICY = (
     "default-src 'none'; script-src 'none'; style-src 'self'; img-src 'self';"
@@ -43,6 +44,10 @@ SECURITY_HEADERS = {
     "X-Frame-Options": "DENY",
     "Referrer-Policy": "no-referrer",
 }
+
+
+# What an error page of the UI is titled, by status (its error's type is shown below).
+UI_TITLES = {404: "Not found", 409: "Not possible now", 413: "Too large", 503: "The store failed"}
 
 
 def status_for(exc: PoisonqError) -> int:
@@ -111,8 +116,17 @@ def create_app(
     async def broker_error(request: Request, exc: PoisonqError) -> Response:
         status = status_for(exc)
         if request.url.path.startswith("/ui"):
-            return error_page(request, status, type(exc).__name__, str(exc))
+            title = UI_TITLES.get(status, "Not accepted")
+            return error_page(request, status, title, str(exc), type(exc).__name__)
         return JSONResponse({"error": type(exc).__name__, "detail": str(exc)}, status)
+
+    @app.exception_handler(Throttled)
+    async def throttled(request: Request, exc: Throttled) -> Response:
+        return JSONResponse(
+            {"error": "Throttled", "detail": str(exc)},
+            429,
+            headers={"Retry-After": str(exc.retry_after)},
+        )
 
     app.add_exception_handler(login.LoginNeeded, login.login_redirect)  # type: ignore[arg-type]
     app.add_exception_handler(login.Unauthorized, login.unauthorized_page)  # type: ignore[arg-type]

@@ -6,7 +6,8 @@ cannot send that header; a login form checks the token once and opens a session
 (:mod:`poisonq.server.sessions`) whose random id is the cookie. Every form that changes
 something also carries the session's CSRF value, so a page on another site cannot post a
 resubmit or purge with the operator's cookie. Token and CSRF comparisons are
-``hmac.compare_digest``, so timing tells nothing about them.
+``hmac.compare_digest``, so timing tells nothing about them, and wrong tokens are throttled
+per client (:mod:`poisonq.server.throttle`), so guessing is slow too.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from fastapi import HTTPException, Request
 
 from poisonq.clock import Clock
 from poisonq.server.sessions import SESSION_COOKIE, Session, Sessions
+from poisonq.server.throttle import Throttle
 
 
 def new_token() -> str:
@@ -34,13 +36,25 @@ class Auth:
         self.token = token
         self.open_reads = open_reads
         self.sessions = Sessions(clock)
+        self.throttle = Throttle(clock)
 
-    def token_matches(self, given: str) -> bool:
-        return hmac.compare_digest(given.encode(), self.token.encode())
+    def token_matches(self, request: Request, given: str) -> bool:
+        """Whether ``given`` is the token; a wrong one counts against the request's client.
+        Raises :class:`~poisonq.server.throttle.Throttled` while that client is refused."""
+        client = request.client.host if request.client else ""
+        self.throttle.check(client)
+        if hmac.compare_digest(given.encode(), self.token.encode()):
+            self.throttle.succeeded(client)
+            return True
+        self.throttle.failed(client)
+        return False
 
     def bearer_ok(self, request: Request) -> bool:
+        """Whether the request carries the token as a bearer (no header is not a guess)."""
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and self.token_matches(given.strip())
+        if scheme.lower() != "bearer":
+            return False
+        return self.token_matches(request, given.strip())
 
     def session(self, request: Request) -> Session | None:
         """The UI session the request's cookie names, if it is open."""

@@ -15,6 +15,7 @@ from fastapi.responses import RedirectResponse, Response
 from poisonq.server.pages import error_page, page
 from poisonq.server.sessions import MAX_OPERATOR, SESSION_COOKIE, Session
 from poisonq.server.state import ServerState, server_state
+from poisonq.server.throttle import Throttled
 
 State = Annotated[ServerState, Depends(server_state)]
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -72,13 +73,19 @@ def login_page(request: Request, next: str = "/ui/") -> Response:
 def login(request: Request, state: State, form: Form) -> Response:
     target = _local(form.get("next", "/ui/"))
     operator = " ".join(form.get("operator", "").split())[:MAX_OPERATOR]
-    error = None
-    if not state.auth.token_matches(form.get("token", "")):
-        error = "That is not the token."
-    elif not operator:
-        error = "Give your name: the tasks you start show it."
+    error, status, wait = None, 401, None
+    try:
+        if not state.auth.token_matches(request, form.get("token", "")):
+            error = "That is not the token."
+        elif not operator:
+            error = "Give your name: the tasks you start show it."
+    except Throttled as exc:
+        error, status, wait = f"Too many wrong tokens: try again in {exc.retry_after} s.", 429, exc
     if error is not None:
-        return page(request, "login.html", 401, next=target, error=error, given=operator)
+        answer = page(request, "login.html", status, next=target, error=error, given=operator)
+        if wait is not None:
+            answer.headers["Retry-After"] = str(wait.retry_after)
+        return answer
     response = RedirectResponse(target, 303)
     response.set_cookie(
         SESSION_COOKIE,

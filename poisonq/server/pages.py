@@ -128,5 +128,8 @@ def page(request: Request, template: str, status_code: int = 200, **context: Any
     return HTMLResponse(html, status_code=status_code, headers={"Cache-Control": "no-store"})
 
 
-def error_page(request: Request, status_code: int, title: str, detail: str) -> Response:
-    return page(request, "error.html", status_code=status_code, title=title, detail=detail)
+def error_page(
+    request: Request, status_code: int, title: str, detail: str, kind: str = ""
+) -> Response:
+    """A page that says what went wrong: ``title`` for people, ``kind`` the error's type."""
+    return page(request, "error.html", status_code, title=title, detail=detail, kind=kind)

@@ -15,7 +15,12 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
 from poisonq.client import spelled_filters
-from poisonq.errors import InvalidOptionError, TaskRunningError
+from poisonq.errors import (
+    EntityNotFoundError,
+    InvalidNameError,
+    InvalidOptionError,
+    TaskRunningError,
+)
 from poisonq.model import SubQueue
 from poisonq.names import parse_address
 from poisonq.server.listing import newest_dead_letters
@@ -90,16 +95,23 @@ def explorer(
     before: NonNegative | None = None,
 ) -> Response:
     """Groups, the selection, and its messages a page at a time, oldest first (paging up
-    with ``after``) or newest first (paging down with ``before``)."""
+    with ``after``) or newest first (paging down with ``before``). A filter that does not
+    parse comes back in the form as it was typed, with why, and selects nothing."""
     if order not in ("oldest", "newest"):
         raise InvalidOptionError("order must be oldest or newest")
-    where = _filters(dict(request.query_params))
+    typed = dict(request.query_params)
     groups = state.broker.dead_letter_groups(queue, by)
-    if order == "newest":
-        messages = newest_dead_letters(state.broker, queue, before, PAGE, where)
-    else:
-        messages = state.broker.dead_letters(queue, after=after, limit=PAGE, **where)
-    matching = state.broker.count_dead_letters(queue, **where)
+    invalid, messages, matching = None, [], 0
+    try:
+        where = _filters(typed)
+    except InvalidOptionError as exc:
+        invalid, where = str(exc), {}
+    if invalid is None:
+        if order == "newest":
+            messages = newest_dead_letters(state.broker, queue, before, PAGE, where)
+        else:
+            messages = state.broker.dead_letters(queue, after=after, limit=PAGE, **where)
+        matching = state.broker.count_dead_letters(queue, **where)
     kept = {"order": order} if order == "newest" else {}
     base = {"queue": queue, "by": by, **kept, **where}
     next_page = None
@@ -109,6 +121,9 @@ def explorer(
     return page(
         request,
         "explorer.html",
+        200 if invalid is None else 400,
+        typed=typed,
+        invalid=invalid,
         queue=queue,
         by=by,
         order=order,
@@ -161,20 +176,21 @@ def _confirm_page(
     queue: str,
     action: str,
     where: dict[str, Any],
-    refused: str | None = None,
     status_code: int = 200,
-    busy: TaskRunningError | None = None,
+    **notes: Any,
 ) -> Response:
-    """How many messages the action would take, and the form that takes them. A purge of
-    a whole dead-letter queue asks for that number to be typed (``count``); ``refused`` is
-    what was typed instead, shown with why nothing was dropped. While a task of this server
-    runs on the queue (``busy``: it refused to start another), the page says so and offers
-    no button."""
+    """How many messages the action would take, and the form that takes them. ``notes``
+    say why nothing happened when the form came back: ``refused`` (a purge of a whole
+    dead-letter queue needs the number typed; this is what was typed instead), ``busy``
+    (a task of this server runs on the queue: no button then), ``invalid`` (a value the
+    broker refused, shown with the form as it was filled in, ``given``)."""
     count = state.broker.count_dead_letters(queue, **where)
-    if busy is None and (running := state.running(queue)) is not None:
-        busy = TaskRunningError(queue, running.id)
-    context = {"queue": queue, "action": action, "where": where, "count": count}
-    return page(request, "confirm.html", status_code, refused=refused, busy=busy, **context)
+    shown: dict[str, Any] = {"refused": None, "busy": None, "invalid": None, "given": {}}
+    shown.update(notes)
+    if shown["busy"] is None and (running := state.running(queue)) is not None:
+        shown["busy"] = TaskRunningError(queue, running.id)
+    context = {"queue": queue, "action": action, "where": where, "count": count, **shown}
+    return page(request, "confirm.html", status_code, **context)
 
 
 @router.get("/confirm", dependencies=[Reader])
@@ -220,20 +236,25 @@ def _to_task(task_id: int, queue: str) -> Response:
 
 @router.post("/resubmit")
 def resubmit(request: Request, state: State, session: Writer, form: Form) -> Response:
+    """Start the resubmit; a rate or target queue the broker refuses brings the confirmation
+    back as it was filled in, with why."""
     queue = form.get("queue", "")
-    rate_text = form.get("rate", "").strip()
-    try:
-        rate = float(rate_text) if rate_text else None
-    except ValueError:
-        raise InvalidOptionError("rate must be a number of messages per second") from None
-    to = form.get("to", "").strip() or None
     where = _filters(form)
+    given = {name: form.get(name, "").strip() for name in ("rate", "to")}
     try:
+        try:
+            rate = float(given["rate"]) if given["rate"] else None
+        except ValueError:
+            raise InvalidOptionError("rate must be a number of messages per second") from None
         record = state.start_resubmit(
-            queue, to=to, rate=rate, where=where, operator=session.operator
+            queue, to=given["to"] or None, rate=rate, where=where, operator=session.operator
         )
     except TaskRunningError as busy:
-        return _confirm_page(request, state, queue, "resubmit", where, None, 409, busy)
+        return _confirm_page(request, state, queue, "resubmit", where, 409, busy=busy, given=given)
+    except (InvalidOptionError, InvalidNameError, EntityNotFoundError) as exc:
+        return _confirm_page(
+            request, state, queue, "resubmit", where, 400, invalid=str(exc), given=given
+        )
     return _to_task(record.id, queue)
 
 
@@ -246,11 +267,11 @@ def purge(request: Request, state: State, session: Writer, form: Form) -> Respon
     if not where:
         typed = form.get("count", "").strip()
         if typed != str(state.broker.count_dead_letters(queue)):
-            return _confirm_page(request, state, queue, "purge", where, typed, 400)
+            return _confirm_page(request, state, queue, "purge", where, 400, refused=typed)
     try:
         record = state.purge(queue, where, operator=session.operator)
     except TaskRunningError as busy:
-        return _confirm_page(request, state, queue, "purge", where, None, 409, busy)
+        return _confirm_page(request, state, queue, "purge", where, 409, busy=busy)
     return _to_task(record.id, queue)
 
 
