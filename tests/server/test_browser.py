@@ -142,7 +142,7 @@ def no_sideways_scroll(page: Page) -> None:
     assert scroll <= width, f"the page is {scroll} px wide in a {width} px viewport"
 
 
-@pytest.mark.parametrize("width", [1280, 390])
+@pytest.mark.parametrize("width", [1280, 800, 390])
 def test_long_values_are_cut_with_a_tooltip_and_never_widen_a_page(
     page: Page, live: BackgroundServer, long_values: int, width: int
 ) -> None:

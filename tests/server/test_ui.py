@@ -66,7 +66,8 @@ def test_overview_shows_depths_per_subqueue(
     page = open_client.get("/ui/")
     assert page.status_code == 200
     row = re.search(
-        r'<tr>\s*<td title="orders"><a href="/ui/deadletters\?queue=orders">orders</a>(.*?)</tr>',
+        r'<tr>\s*<td class="clip" title="orders">'
+        r'<a href="/ui/deadletters\?queue=orders">orders</a>(.*?)</tr>',
         page.text,
         re.S,
     )
