@@ -224,7 +224,9 @@ def test_purging_a_whole_dead_letter_queue_needs_its_count_typed(
         assert re.search(
             rf'id="refused" role="alert">Nothing was dropped: {why} of dead letters', refused.text
         )
-        assert "now, 6." in refused.text and 'name="count"' in refused.text
+        assert (
+            "now, 6." in refused.text and f'name="count" id="count" value="{typed}"' in refused.text
+        )
         assert broker.counts("orders")["dead_lettered"] == 6
     done = client.post("/ui/purge", data={**form, "count": "6"})
     assert 'id="task-status">completed<' in done.text
