@@ -47,9 +47,9 @@ def ago(value: datetime | float | None, now: float) -> str:
         return ""
     seconds = now - _epoch(value)
     future, seconds = seconds < 0, abs(seconds)
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            amount = f"{int(seconds // size)} {unit}"
+    for unit, span in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= span:
+            amount = f"{int(seconds // span)} {unit}"
             break
     else:
         amount = f"{int(seconds)} s"

@@ -152,3 +152,6 @@ def test_a_binary_body_is_previewed_as_binary(
     bodies = re.findall(r'<td class="mono clip body wide" title="([^"]*)">([^<]*)</td>', page)
     assert bodies == [("binary, 1.2 KiB",) * 2, ("café ☕",) * 2]
     assert "\ufffd" not in page
+    seq = int(re.findall(r'<a href="message\?address=[^"]+">(\d+)</a>', page)[0])
+    message = open_client.get(f"/ui/message?address=orders/$deadletterqueue&seq={seq}").text
+    assert "binary (base64), 1.2 KiB</span>" in message
