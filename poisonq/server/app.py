@@ -12,9 +12,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import (
+    http_exception_handler,
+    request_validation_exception_handler,
+)
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from poisonq.client import Broker, connect
 from poisonq.errors import (
@@ -119,6 +125,20 @@ def create_app(
             title = UI_TITLES.get(status, "Not accepted")
             return error_page(request, status, title, str(exc), type(exc).__name__)
         return JSONResponse({"error": type(exc).__name__, "detail": str(exc)}, status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        """A page of the UI that does not exist is a page, not a line of JSON."""
+        if request.url.path.startswith("/ui") and exc.status_code == 404:
+            return error_page(request, 404, "Not found", f"No page at {request.url.path}.")
+        return await http_exception_handler(request, exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
+        if request.url.path.startswith("/ui"):
+            problems = "; ".join(f"{e['loc'][-1]}: {e['msg']}" for e in exc.errors())
+            return error_page(request, 400, "Not accepted", problems, "RequestValidationError")
+        return await request_validation_exception_handler(request, exc)
 
     @app.exception_handler(Throttled)
     async def throttled(request: Request, exc: Throttled) -> Response:

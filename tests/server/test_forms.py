@@ -64,3 +64,18 @@ def test_an_error_page_is_titled_for_people(open_client: TestClient, queue: str)
     assert "<h1>Not found</h1>" in answer.text
     assert 'id="error" role="alert">no queue &#39;nope&#39;' in answer.text
     assert 'id="error-kind">EntityNotFoundError<' in answer.text
+
+
+def test_a_missing_or_malformed_ui_address_is_a_page(open_client: TestClient, queue: str) -> None:
+    for path, status in (
+        ("/ui/nowhere", 404),
+        ("/ui/tasks/999", 404),
+        ("/ui/tasks/first", 400),
+        ("/ui/deadletters?queue=orders&after=-1", 400),
+    ):
+        answer = open_client.get(path)
+        assert answer.status_code == status, path
+        assert answer.headers["content-type"].startswith("text/html"), path
+        assert 'id="error" role="alert">' in answer.text, path
+    assert open_client.get("/api/nowhere").json() == {"detail": "Not Found"}
+    assert open_client.get("/api/tasks/first").status_code == 422
