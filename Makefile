@@ -26,6 +26,7 @@ lint: $(STAMP)
 test: lint
 	scripts/ensure-postgres
 	scripts/ensure-chromium
+	scripts/ensure-promtool
 	$(BIN)/pytest
 
 bench: $(STAMP)

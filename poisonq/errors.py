@@ -150,6 +150,21 @@ class TaskNotFoundError(PoisonqError, LookupError):
         self.task_id = task_id
 
 
+class TaskRunningError(InvalidOperationError):
+    """A resubmit or purge is already running on this queue's dead-letter queue: one task at
+    a time per queue (as SQS allows one move task per queue), so two never take the same
+    messages. ``task_id`` is the running one's, when known."""
+
+    def __init__(self, queue: str, task_id: int | None) -> None:
+        which = f"task {task_id}" if task_id is not None else "a task"
+        super().__init__(
+            f"{which} is already resubmitting or purging the dead letters of {queue!r}:"
+            " wait for it to finish or cancel it, then start again"
+        )
+        self.queue = queue
+        self.task_id = task_id
+
+
 class StoreError(PoisonqError):
     """The store failed (disk, lock timeout, corrupt file); the driver error is the cause."""
 

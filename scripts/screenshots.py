@@ -121,6 +121,7 @@ def main() -> None:
             browser = launch(pw)
             page = browser.new_page(viewport={"width": 1360, "height": 760}, device_scale_factor=1)
             page.goto(f"{server.url}/ui/login")
+            page.fill("input[name=operator]", "Ada Lovelace")
             page.fill("input[name=token]", TOKEN)
             page.click("#login")
             page.screenshot(path=docs / "overview.png", full_page=True)

@@ -12,9 +12,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import (
+    http_exception_handler,
+    request_validation_exception_handler,
+)
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from poisonq.client import Broker, connect
 from poisonq.errors import (
@@ -27,10 +33,12 @@ from poisonq.errors import (
     QuotaExceededError,
     StoreError,
 )
-from poisonq.server import api, ui
+from poisonq.server import api, login, ui
 from poisonq.server.auth import Auth, new_token
 from poisonq.server.metrics import registry
+from poisonq.server.pages import error_page
 from poisonq.server.state import ServerState
+from poisonq.server.throttle import Throttled
 
 CONTENT_SECURITY_POLICY = (
     "default-src 'none'; script-src 'none'; style-src 'self'; img-src 'self';"
@@ -42,6 +50,10 @@ SECURITY_HEADERS = {
     "X-Frame-Options": "DENY",
     "Referrer-Policy": "no-referrer",
 }
+
+
+# What an error page of the UI is titled, by status (its error's type is shown below).
+UI_TITLES = {404: "Not found", 409: "Not possible now", 413: "Too large", 503: "The store failed"}
 
 
 def status_for(exc: PoisonqError) -> int:
@@ -67,12 +79,13 @@ def create_app(
     """The server for a broker (or a store URL, opened here and closed at shutdown).
 
     ``token`` guards writes, and reads unless ``open_reads``; without one a random token is
-    made: read it from ``app.state.poisonq.auth`` or, with ``poisonq serve``, from what it
+    made: read it from ``app.state.poisonq.auth.token`` or, with ``poisonq serve``, from what it
     prints at start.
     """
     owns = isinstance(broker_or_url, str)
     broker = connect(broker_or_url) if isinstance(broker_or_url, str) else broker_or_url
-    state = ServerState(broker, Auth(token or new_token(), open_reads), owns_broker=owns)
+    auth = Auth(token or new_token(), open_reads, broker.clock)
+    state = ServerState(broker, auth, owns_broker=owns)
     metrics = registry(broker)
 
     @asynccontextmanager
@@ -93,6 +106,7 @@ def create_app(
     app.include_router(api.reads)
     app.include_router(api.writes)
     app.include_router(ui.router)
+    app.include_router(login.router)
     app.mount("/ui/static", StaticFiles(packages=[("poisonq.server", "static")]), name="static")
 
     @app.middleware("http")
@@ -108,11 +122,34 @@ def create_app(
     async def broker_error(request: Request, exc: PoisonqError) -> Response:
         status = status_for(exc)
         if request.url.path.startswith("/ui"):
-            return ui.error_page(request, status, type(exc).__name__, str(exc))
+            title = UI_TITLES.get(status, "Not accepted")
+            return error_page(request, status, title, str(exc), type(exc).__name__)
         return JSONResponse({"error": type(exc).__name__, "detail": str(exc)}, status)
 
-    app.add_exception_handler(ui.LoginNeeded, ui.login_redirect)  # type: ignore[arg-type]
-    app.add_exception_handler(ui.Unauthorized, ui.unauthorized_page)  # type: ignore[arg-type]
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        """A page of the UI that does not exist is a page, not a line of JSON."""
+        if request.url.path.startswith("/ui") and exc.status_code == 404:
+            return error_page(request, 404, "Not found", f"No page at {request.url.path}.")
+        return await http_exception_handler(request, exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
+        if request.url.path.startswith("/ui"):
+            problems = "; ".join(f"{e['loc'][-1]}: {e['msg']}" for e in exc.errors())
+            return error_page(request, 400, "Not accepted", problems, "RequestValidationError")
+        return await request_validation_exception_handler(request, exc)
+
+    @app.exception_handler(Throttled)
+    async def throttled(request: Request, exc: Throttled) -> Response:
+        return JSONResponse(
+            {"error": "Throttled", "detail": str(exc)},
+            429,
+            headers={"Retry-After": str(exc.retry_after)},
+        )
+
+    app.add_exception_handler(login.LoginNeeded, login.login_redirect)  # type: ignore[arg-type]
+    app.add_exception_handler(login.Unauthorized, login.unauthorized_page)  # type: ignore[arg-type]
 
     @app.get("/", include_in_schema=False)
     def root() -> Response:

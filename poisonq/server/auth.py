@@ -2,22 +2,24 @@
 
 The API takes a bearer token (``Authorization: Bearer <token>``): always for writes, and for
 reads unless the server was started with open reads. The web UI has no JavaScript, so it
-cannot send that header; a login form instead sets a session cookie that holds a value
-derived from the token (never the token itself), HttpOnly and ``SameSite=Strict``. Every
-form that changes something also carries a CSRF value derived from the token, so a page on
-another site cannot post a resubmit or purge with the operator's cookie. Every comparison is
-``hmac.compare_digest``, so timing tells nothing about the token.
+cannot send that header; a login form checks the token once and opens a session
+(:mod:`poisonq.server.sessions`) whose random id is the cookie. Every form that changes
+something also carries the session's CSRF value, so a page on another site cannot post a
+resubmit or purge with the operator's cookie. Token and CSRF comparisons are
+``hmac.compare_digest``, so timing tells nothing about them, and wrong tokens are throttled
+per client (:mod:`poisonq.server.throttle`), so guessing is slow too.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import secrets
 
 from fastapi import HTTPException, Request
 
-SESSION_COOKIE = "poisonq_session"
+from poisonq.clock import Clock
+from poisonq.server.sessions import SESSION_COOKIE, Session, Sessions
+from poisonq.server.throttle import Throttle
 
 
 def new_token() -> str:
@@ -26,32 +28,41 @@ def new_token() -> str:
 
 
 class Auth:
-    """The token and what it unlocks."""
+    """The token, what it unlocks, and the UI sessions opened with it."""
 
-    def __init__(self, token: str, open_reads: bool) -> None:
+    def __init__(self, token: str, open_reads: bool, clock: Clock) -> None:
         if not token:
             raise ValueError("the token cannot be empty")
-        self._token = token.encode()
+        self.token = token
         self.open_reads = open_reads
-        self.session_value = self._derive("session")
-        self.csrf_value = self._derive("csrf")
+        self.sessions = Sessions(clock)
+        self.throttle = Throttle(clock)
 
-    def _derive(self, purpose: str) -> str:
-        return hmac.new(self._token, purpose.encode(), hashlib.sha256).hexdigest()
-
-    def token_matches(self, given: str) -> bool:
-        return hmac.compare_digest(given.encode(), self._token)
+    def token_matches(self, request: Request, given: str) -> bool:
+        """Whether ``given`` is the token; a wrong one counts against the request's client.
+        Raises :class:`~poisonq.server.throttle.Throttled` while that client is refused."""
+        client = request.client.host if request.client else ""
+        self.throttle.check(client)
+        if hmac.compare_digest(given.encode(), self.token.encode()):
+            self.throttle.succeeded(client)
+            return True
+        self.throttle.failed(client)
+        return False
 
     def bearer_ok(self, request: Request) -> bool:
+        """Whether the request carries the token as a bearer (no header is not a guess)."""
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and self.token_matches(given.strip())
+        if scheme.lower() != "bearer":
+            return False
+        return self.token_matches(request, given.strip())
 
-    def session_ok(self, request: Request) -> bool:
-        """Whether the request carries the UI's session cookie."""
-        return hmac.compare_digest(request.cookies.get(SESSION_COOKIE, ""), self.session_value)
+    def session(self, request: Request) -> Session | None:
+        """The UI session the request's cookie names, if it is open."""
+        return self.sessions.get(request.cookies.get(SESSION_COOKIE, ""))
 
-    def csrf_ok(self, given: str) -> bool:
-        return hmac.compare_digest(given, self.csrf_value)
+    @staticmethod
+    def csrf_ok(session: Session, given: str) -> bool:
+        return hmac.compare_digest(given.encode(), session.csrf.encode())
 
     # API dependencies ---------------------------------------------------------------------
     def require_read(self, request: Request) -> None:

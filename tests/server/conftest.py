@@ -14,6 +14,7 @@ import poisonq
 from poisonq import Broker, ManualClock, Message
 from poisonq.server import create_app
 from poisonq.server.background import BackgroundServer
+from poisonq.store.base import TaskRecord
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -72,6 +73,14 @@ def dead(broker: Broker, queue: str) -> dict[str, list[int]]:
     )
     receiver.dead_letter(receiver.receive(max_messages=1), "InvalidOrder", MALICIOUS)
     return {"MaxDeliveryCountExceeded": poisoned, "InvalidOrder": invalid, "hostile": hostile}
+
+
+def wait_for_task(app: FastAPI, task_id: int) -> TaskRecord:
+    """Wait until a task the server started (in a thread of its own) has finished."""
+    started = app.state.poisonq.started_task(task_id)
+    assert started is not None, f"the server did not start task {task_id}"
+    record: TaskRecord = started.task.wait(10)
+    return record
 
 
 class GatedClock(ManualClock):

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from poisonq import Broker
 from poisonq.server import create_app
 from tests.conftest import assert_balanced
-from tests.server.conftest import AUTH, MALICIOUS, TOKEN, GatedClock
+from tests.server.conftest import AUTH, MALICIOUS, TOKEN, GatedClock, wait_for_task
 
 DLQ = "orders/$deadletterqueue"
 
@@ -171,7 +171,7 @@ def test_resubmit_runs_as_a_task_and_sends_them_back(
     assert started.status_code == 202
     task_id = started.json()["id"]
     # The server keeps the task it runs; wait for it through the server's own state.
-    client.app.state.poisonq._running[task_id].wait(10)  # type: ignore[attr-defined]
+    wait_for_task(client.app, task_id)  # type: ignore[arg-type]
     task = client.get(f"/api/tasks/{task_id}", headers=AUTH).json()
     assert (task["status"], task["done"], task["total"]) == ("completed", 3, 3)
     back = broker.peek("orders")
@@ -191,7 +191,7 @@ def test_resubmit_to_another_queue(
         json={"subject": "refund", "to": "orders-fixed", "rate": None},
         headers=AUTH,
     ).json()
-    client.app.state.poisonq._running[started["id"]].wait(10)  # type: ignore[attr-defined]
+    wait_for_task(client.app, started["id"])  # type: ignore[arg-type]
     assert broker.counts("orders-fixed")["active"] == 2
     assert_balanced(broker)
 
@@ -209,7 +209,7 @@ def test_resubmit_progress_and_cancel(gated: tuple[Broker, GatedClock]) -> None:
         cancelled = client.post(f"/api/tasks/{started['id']}/cancel", headers=AUTH).json()
         assert cancelled["status"] == "cancelled"
         clock.go.set()
-        client.app.state.poisonq._running[started["id"]].wait(10)  # type: ignore[attr-defined]
+        wait_for_task(client.app, started["id"])  # type: ignore[arg-type]
         final = client.get(f"/api/tasks/{started['id']}", headers=AUTH).json()
     assert (final["status"], final["done"]) == ("cancelled", 1)
     assert broker.counts("orders")["active"] == 1
@@ -273,10 +273,14 @@ def test_the_token_lowercase_scheme_is_accepted(client: TestClient, queue: str) 
 
 def test_a_generated_token_is_random_and_works(broker: Broker, queue: str) -> None:
     one, two = create_app(broker), create_app(broker)
-    token = one.state.poisonq.auth
-    assert token.session_value != two.state.poisonq.auth.session_value
+    token = one.state.poisonq.auth.token
+    assert len(token) >= 32 and token != two.state.poisonq.auth.token
     with TestClient(one) as client:
         assert client.get("/api/queues/orders/counts").status_code == 401
+        answer = client.get(
+            "/api/queues/orders/counts", headers={"Authorization": f"Bearer {token}"}
+        )
+        assert answer.status_code == 200
 
 
 # Errors are typed answers, never tracebacks ---------------------------------------------------

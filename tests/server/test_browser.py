@@ -10,11 +10,12 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from poisonq import Broker
+from poisonq import Broker, Message
+from poisonq.server import create_app
 from poisonq.server.background import BackgroundServer
 from tests.conftest import assert_balanced
 from tests.server.chromium import launch
-from tests.server.conftest import MALICIOUS, TOKEN
+from tests.server.conftest import MALICIOUS, TOKEN, GatedClock
 
 pytestmark = pytest.mark.browser
 
@@ -39,6 +40,7 @@ def page(browser: Browser) -> Iterator[Page]:
 def log_in(page: Page, live: BackgroundServer) -> None:
     page.goto(f"{live.url}/ui/")
     expect(page).to_have_url(re.compile(r"/ui/login"))
+    page.fill("input[name=operator]", "Ada Lovelace")
     page.fill("input[name=token]", TOKEN)
     page.click("#login")
     expect(page.locator("#queues")).to_be_visible()
@@ -111,3 +113,200 @@ def test_the_policy_blocks_a_script_even_if_one_got_in(page: Page, live: Backgro
     )
     assert page.evaluate("() => window.__pwned") is None
     assert any("Content Security Policy" in text for text in violations), violations
+
+
+# Layout and access -----------------------------------------------------------------------
+LONG_SUBJECT = "order.created." + "x" * 106  # 120 characters, no space to break at
+LONG_NAME = "customer_reference_" * 16  # a 304-character property name
+
+
+@pytest.fixture
+def long_values(broker: Broker, dead: dict[str, list[int]]) -> int:
+    """One more dead letter whose subject, id, reason and property name are all too long to
+    show whole; returns its sequence number."""
+    [seq] = broker.sender("orders").send(
+        Message(
+            body="{}",
+            subject=LONG_SUBJECT,
+            message_id="m-" + "7" * 90,
+            properties={LONG_NAME: "a value " * 30, "region": "eu"},
+        )
+    )
+    receiver = broker.receiver("orders")
+    receiver.dead_letter(receiver.receive(), "Reason" + "Long" * 30, "why " * 80)
+    return seq
+
+
+def no_sideways_scroll(page: Page) -> None:
+    scroll, width = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+    assert scroll <= width, f"the page is {scroll} px wide in a {width} px viewport"
+
+
+@pytest.mark.parametrize("width", [1280, 800, 390])
+def test_long_values_are_cut_with_a_tooltip_and_never_widen_a_page(
+    page: Page, live: BackgroundServer, long_values: int, width: int
+) -> None:
+    page.set_viewport_size({"width": width, "height": 800})
+    log_in(page, live)
+    no_sideways_scroll(page)
+    page.goto(f"{live.url}/ui/deadletters?queue=orders&by=subject")
+    no_sideways_scroll(page)
+    page.click(f"#groups td[title='{LONG_SUBJECT}'] a")  # selected: a chip with the subject
+    expect(page.locator(".selection .chip")).to_have_attribute("title", f"subject={LONG_SUBJECT}")
+    no_sideways_scroll(page)
+    for table in ("#groups", "#messages"):
+        cell = page.locator(f"{table} td[title='{LONG_SUBJECT}']")
+        expect(cell).to_be_visible()
+        assert cell.evaluate("td => td.scrollWidth > td.clientWidth"), "not cut"
+    page.goto(f"{live.url}/ui/message?address=orders/$deadletterqueue&seq={long_values}")
+    no_sideways_scroll(page)
+    height = page.evaluate("() => document.documentElement.scrollHeight")
+    assert height < 2500, f"the message page is {height} px tall"
+    expect(page.locator("#properties")).to_contain_text("region")
+    page.click("#resubmit")
+    page.click("#confirm")
+    expect(page.locator("#task-status")).to_have_text("completed")
+    no_sideways_scroll(page)
+    page.goto(f"{live.url}/ui/tasks")
+    expect(page.locator("#tasks td[title='Ada Lovelace']")).to_be_visible()
+    no_sideways_scroll(page)
+
+
+def test_the_message_page_stacks_on_a_narrow_screen(
+    page: Page, live: BackgroundServer, long_values: int
+) -> None:
+    log_in(page, live)
+    sections = page.locator(".columns > section")
+    for width, stacked in ((1280, False), (690, True)):
+        page.set_viewport_size({"width": width, "height": 800})
+        page.goto(f"{live.url}/ui/message?address=orders/$deadletterqueue&seq={long_values}")
+        first, second = sections.nth(0).bounding_box(), sections.nth(1).bounding_box()
+        assert first and second
+        assert (second["y"] >= first["y"] + first["height"]) is stacked, width
+
+
+def test_a_phone_sees_each_queues_dead_letters(
+    page: Page, live: BackgroundServer, dead: dict[str, list[int]]
+) -> None:
+    page.set_viewport_size({"width": 390, "height": 844})
+    log_in(page, live)
+    no_sideways_scroll(page)
+    header = page.locator("#queues th", has_text="dead-letter").first
+    count = page.locator("#queues a.dead")
+    for shown in (header, count):
+        expect(shown).to_be_visible()
+        box = shown.bounding_box()
+        assert box and box["x"] >= 0 and box["x"] + box["width"] <= 390
+    expect(count).to_have_text("6")
+    assert header.evaluate("th => th.scrollWidth <= th.clientWidth"), "the heading is cut"
+
+
+CONTRAST = """el => {
+  const rgb = s => s.match(/[\\d.]+/g).map(Number);
+  const lum = ([r, g, b]) => {
+    const f = c => (c /= 255) <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4;
+    return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+  };
+  const ratio = (a, b) => {
+    const [hi, lo] = [lum(a), lum(b)].sort((x, y) => y - x);
+    return (hi + 0.05) / (lo + 0.05);
+  };
+  const background = node => {
+    for (; node; node = node.parentElement) {
+      const c = rgb(getComputedStyle(node).backgroundColor);
+      if (c.length < 4 || c[3] > 0) return c.slice(0, 3);
+    }
+    return [255, 255, 255];
+  };
+  const style = getComputedStyle(el);
+  return {
+    text: ratio(rgb(style.color).slice(0, 3), background(el)),
+    border: ratio(rgb(style.borderTopColor).slice(0, 3), background(el.parentElement)),
+  };
+}"""
+
+
+def contrast(page: Page, selector: str) -> list[dict[str, float]]:
+    found = page.locator(selector)
+    assert found.count(), f"nothing matches {selector}"
+    return [found.nth(n).evaluate(CONTRAST) for n in range(found.count())]
+
+
+def test_text_pills_labels_and_fields_meet_wcag_aa(
+    page: Page, live: BackgroundServer, broker: Broker, dead: dict[str, list[int]]
+) -> None:
+    broker.disable("orders")
+    log_in(page, live)
+    text = ["#queues .status", ".card .label", "#operator", ".bar nav a", "#queues th"]
+    checks = [("/ui/", text, [])]
+    text = [".filters label", ".tabs a", ".chip", "#groups td", ".crumbs", ".muted", "a.button"]
+    checks.append(("/ui/deadletters?queue=orders&reason=InvalidOrder", text, [".filters input"]))
+    checks.append(("/ui/login", ["label"], ["input[name=operator]"]))
+    for path, texts, fields in checks:
+        page.goto(live.url + path)
+        for selector in texts:
+            for measured in contrast(page, selector):
+                assert measured["text"] >= 4.5, (path, selector, measured)
+        for selector in fields:
+            for measured in contrast(page, selector):
+                assert measured["border"] >= 3, (path, selector, measured)
+    broker.enable("orders")
+    page.goto(f"{live.url}/ui/deadletters?queue=orders")
+    page.click("#resubmit")
+    page.click("#confirm")
+    expect(page.locator("#task-status")).to_have_text("completed")
+    for measured in contrast(page, "#task-status"):
+        assert measured["text"] >= 4.5, measured
+
+
+def test_a_skip_link_leads_past_the_header(page: Page, live: BackgroundServer, queue: str) -> None:
+    log_in(page, live)
+    page.keyboard.press("Tab")
+    skip = page.locator("a.skip")
+    expect(skip).to_be_focused()
+    box = skip.bounding_box()
+    assert box and box["y"] >= 0, "the focused skip link is off screen"
+    page.keyboard.press("Enter")
+    expect(page.locator("main")).to_be_focused()
+
+
+def test_a_failed_login_is_announced_and_keeps_the_name(page: Page, live: BackgroundServer) -> None:
+    page.goto(f"{live.url}/ui/login")
+    page.fill("input[name=operator]", "Ada Lovelace")
+    page.fill("input[name=token]", "a guess")
+    page.click("#login")
+    expect(page.get_by_role("alert")).to_have_text("That is not the token.")
+    expect(page.locator("input[name=operator]")).to_have_value("Ada Lovelace")
+    expect(page.locator("input[name=token]")).to_be_focused()
+
+
+def test_a_running_tasks_page_keeps_focus_on_cancel_and_can_stop_reloading(
+    page: Page, gated: tuple[Broker, GatedClock]
+) -> None:
+    broker, clock = gated
+    task = broker.resubmit("orders", rate=5, wait=False)
+    try:
+        assert clock.sleeping.wait(10)
+        with BackgroundServer(create_app(broker, token=TOKEN)) as server:
+            log_in(page, server)
+            page.goto(f"{server.url}/ui/tasks/{task.id}?queue=orders")
+            bar = page.get_by_role("progressbar", name=re.compile("Progress: 1 of 10"))
+            expect(bar).to_be_visible()
+            cancel = page.locator("#cancel")
+            expect(cancel).to_be_focused()
+            with page.expect_event("load", timeout=10_000):  # the page reloads itself ...
+                pass
+            expect(cancel).to_be_focused()  # ... and the keyboard is still on Cancel
+            page.click("#stop-reloading")
+            page.locator("#follow").focus()
+            loads: list[str] = []
+            page.on("load", lambda loaded: loads.append(loaded.url))
+            page.wait_for_timeout(2500)  # longer than a reload period
+            assert loads == []
+            expect(page.locator("#follow")).to_be_focused()
+            cancel.click()
+            expect(page.locator("#task-status")).to_have_text("cancelled")
+            assert page.locator("meta[http-equiv=refresh]").count() == 0
+    finally:
+        clock.go.set()
+        task.wait(10)

@@ -10,19 +10,20 @@ from fastapi.testclient import TestClient
 
 from poisonq import Broker, Message
 from poisonq.server import create_app
-from poisonq.server.auth import SESSION_COOKIE
-from poisonq.server.ui import body_view
+from poisonq.server.pages import body_view
+from poisonq.server.sessions import SESSION_COOKIE
 from tests.conftest import assert_balanced
-from tests.server.conftest import TOKEN, GatedClock
+from tests.server.conftest import TOKEN, GatedClock, wait_for_task
 
 DLQ = "orders/$deadletterqueue"
+OPERATOR = "Ada Lovelace"
 
 
 def login(client: TestClient) -> str:
     """Log in through the form; returns the CSRF value the pages then carry."""
-    answer = client.post("/ui/login", data={"token": TOKEN, "next": "/ui/"})
+    answer = client.post("/ui/login", data={"token": TOKEN, "operator": OPERATOR, "next": "/ui/"})
     assert answer.status_code == 200  # followed the redirect to the overview
-    found = re.search(r'name="csrf" value="([0-9a-f]+)"', answer.text)
+    found = re.search(r'name="csrf" value="([0-9a-f]{64})"', answer.text)
     assert found, answer.text
     return found.group(1)
 
@@ -35,11 +36,11 @@ def test_pages_need_a_login_when_reads_are_closed(client: TestClient, queue: str
 
 
 def test_login_sets_a_strict_httponly_cookie_not_the_token(client: TestClient, queue: str) -> None:
-    wrong = client.post("/ui/login", data={"token": "guess", "next": "/ui/"})
+    wrong = client.post("/ui/login", data={"token": "guess", "operator": OPERATOR, "next": "/ui/"})
     assert wrong.status_code == 401 and "not the token" in wrong.text
     answer = client.post(
         "/ui/login",
-        data={"token": TOKEN, "next": "/ui/deadletters?queue=orders"},
+        data={"token": TOKEN, "operator": OPERATOR, "next": "/ui/deadletters?queue=orders"},
         follow_redirects=False,
     )
     assert answer.status_code == 303
@@ -53,7 +54,8 @@ def test_login_sets_a_strict_httponly_cookie_not_the_token(client: TestClient, q
 
 @pytest.mark.parametrize("target", ["https://evil.example/", "//evil.example/ui/", "/api/x"])
 def test_login_redirects_only_inside_the_ui(client: TestClient, target: str) -> None:
-    answer = client.post("/ui/login", data={"token": TOKEN, "next": target}, follow_redirects=False)
+    form = {"token": TOKEN, "operator": OPERATOR, "next": target}
+    answer = client.post("/ui/login", data=form, follow_redirects=False)
     assert answer.headers["location"] == "/ui/"
 
 
@@ -64,7 +66,8 @@ def test_overview_shows_depths_per_subqueue(
     page = open_client.get("/ui/")
     assert page.status_code == 200
     row = re.search(
-        r"<tr>\s*<td><a href=\"/ui/deadletters\?queue=orders\">orders</a>(.*?)</tr>",
+        r'<tr>\s*<td class="clip" title="orders">'
+        r'<a href="/ui/deadletters\?queue=orders">orders</a>(.*?)</tr>',
         page.text,
         re.S,
     )
@@ -107,8 +110,10 @@ def test_explorer_groups_and_lists_and_escapes(
 
 
 def _highlighted(page: str) -> list[str]:
-    """The keys of the groups the explorer shows as selected."""
-    return re.findall(r'<tr class="on">\s*<td><a class="mono" href="[^"]*">([^<]*)</a>', page)
+    """The keys of the groups the explorer shows as selected: by a tick and aria-current,
+    not by colour alone."""
+    selected = r'<tr class="on">\s*<td[^>]*><a class="mono" href="[^"]*" aria-current="true">✓ '
+    return re.findall(selected + r"([^<]*)</a>", page)
 
 
 def test_the_none_group_link_selects_exactly_its_members(
@@ -176,7 +181,7 @@ def test_resubmit_through_the_ui_with_confirmation(
     answer = client.post("/ui/resubmit", data=form, follow_redirects=False)
     assert answer.status_code == 303
     task_id = int(answer.headers["location"].split("/")[3].split("?")[0])
-    client.app.state.poisonq._running[task_id].wait(10)  # type: ignore[attr-defined]
+    wait_for_task(client.app, task_id)  # type: ignore[arg-type]
     page = client.get(answer.headers["location"]).text
     assert 'id="task-status">completed<' in page and "3 of 3" in page
     assert 'http-equiv="refresh"' not in page  # only a running task's page reloads itself
@@ -216,8 +221,12 @@ def test_purging_a_whole_dead_letter_queue_needs_its_count_typed(
     for typed, why in (("", "type the number"), ("3200", "3200 is not the number")):
         refused = client.post("/ui/purge", data={**form, "count": typed})
         assert refused.status_code == 400
-        assert re.search(rf'id="refused">Nothing was dropped: {why} of dead letters', refused.text)
-        assert "now, 6." in refused.text and 'name="count"' in refused.text
+        assert re.search(
+            rf'id="refused" role="alert">Nothing was dropped: {why} of dead letters', refused.text
+        )
+        assert (
+            "now, 6." in refused.text and f'name="count" id="count" value="{typed}"' in refused.text
+        )
         assert broker.counts("orders")["dead_lettered"] == 6
     done = client.post("/ui/purge", data={**form, "count": "6"})
     assert 'id="task-status">completed<' in done.text
@@ -237,7 +246,8 @@ def test_ui_changes_need_the_session_and_the_csrf_value(
     assert open_client.post(path, data={**form, "csrf": "x"}).status_code == 401
     csrf = login(client)
     assert client.post(path, data=form).status_code == 401  # no CSRF value
-    assert client.post(path, data={**form, "csrf": csrf[:-1] + "0"}).status_code == 401
+    wrong = csrf[:-1] + ("1" if csrf.endswith("0") else "0")
+    assert client.post(path, data={**form, "csrf": wrong}).status_code == 401
     assert broker.counts("orders")["dead_lettered"] == 6
 
 
@@ -248,7 +258,7 @@ def test_cancel_from_the_task_page(gated: tuple[Broker, GatedClock]) -> None:
         task = broker.resubmit("orders", rate=5, wait=False)  # as another process would
         assert clock.sleeping.wait(10)
         page = client.get(f"/ui/tasks/{task.id}?queue=orders").text
-        assert 'id="cancel"' in page and 'http-equiv="refresh" content="1"' in page
+        assert 'id="cancel" autofocus' in page and 'http-equiv="refresh" content="2"' in page
         assert "1 of 10" in page
         form = {"csrf": csrf, "queue": "orders"}
         answer = client.post(f"/ui/tasks/{task.id}/cancel", data=form)

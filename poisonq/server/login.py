@@ -1,0 +1,114 @@
+"""Logging in to the web UI, logging out, and what UI routes require of a session.
+
+Login checks the token once and opens a server-side session (:mod:`poisonq.server.sessions`)
+for the operator's name; the cookie holds only the session's random id.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+from urllib.parse import parse_qsl, urlencode
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import RedirectResponse, Response
+
+from poisonq.server.pages import error_page, page
+from poisonq.server.sessions import MAX_OPERATOR, SESSION_COOKIE, Session
+from poisonq.server.state import ServerState, server_state
+from poisonq.server.throttle import Throttled
+
+State = Annotated[ServerState, Depends(server_state)]
+router = APIRouter(prefix="/ui", include_in_schema=False)
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """An ``application/x-www-form-urlencoded`` body (the UI's only kind of form)."""
+    return dict(parse_qsl((await request.body()).decode("utf-8", "replace")))
+
+
+Form = Annotated[dict[str, str], Depends(_form)]
+
+
+class LoginNeeded(Exception):
+    """A read page was asked for without a session while reads are not open."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+
+def _reader(request: Request) -> None:
+    auth = server_state(request).auth
+    if not auth.open_reads and auth.session(request) is None:
+        raise LoginNeeded(request.url.path + (f"?{request.url.query}" if request.url.query else ""))
+
+
+class Unauthorized(Exception):
+    """A change was posted without a valid session and CSRF value."""
+
+
+def _writer(request: Request, form: Form) -> Session:
+    """A change needs an open session and its CSRF value in the form."""
+    auth = server_state(request).auth
+    session = auth.session(request)
+    if session is None or not auth.csrf_ok(session, form.get("csrf", "")):
+        raise Unauthorized()
+    return session
+
+
+Reader = Depends(_reader)
+Writer = Annotated[Session, Depends(_writer)]
+
+
+def _local(target: str) -> str:
+    """Only a path of this UI may be a redirect target after login."""
+    return target if target.startswith("/ui/") and not target.startswith("//") else "/ui/"
+
+
+@router.get("/login")
+def login_page(request: Request, next: str = "/ui/") -> Response:
+    return page(request, "login.html", next=_local(next), error=None, given="")
+
+
+@router.post("/login")
+def login(request: Request, state: State, form: Form) -> Response:
+    target = _local(form.get("next", "/ui/"))
+    operator = " ".join(form.get("operator", "").split())[:MAX_OPERATOR]
+    error, status, wait = None, 401, None
+    try:
+        if not state.auth.token_matches(request, form.get("token", "")):
+            error = "That is not the token."
+        elif not operator:
+            error = "Give your name: the tasks you start show it."
+    except Throttled as exc:
+        error, status, wait = f"Too many wrong tokens: try again in {exc.retry_after} s.", 429, exc
+    if error is not None:
+        answer = page(request, "login.html", status, next=target, error=error, given=operator)
+        if wait is not None:
+            answer.headers["Retry-After"] = str(wait.retry_after)
+        return answer
+    response = RedirectResponse(target, 303)
+    response.set_cookie(
+        SESSION_COOKIE,
+        state.auth.sessions.open(operator),
+        max_age=int(state.auth.sessions.lifetime),
+        httponly=True,
+        samesite="strict",
+        path="/",
+    )
+    return response
+
+
+@router.post("/logout")
+def logout(request: Request, state: State, _: Writer) -> Response:
+    state.auth.sessions.close(request.cookies.get(SESSION_COOKIE, ""))
+    response = RedirectResponse("/ui/", 303)
+    response.delete_cookie(SESSION_COOKIE, path="/")
+    return response
+
+
+def login_redirect(request: Request, exc: LoginNeeded) -> Response:
+    return RedirectResponse("/ui/login?" + urlencode({"next": exc.target}), 303)
+
+
+def unauthorized_page(request: Request, exc: Unauthorized) -> Response:
+    return error_page(request, 401, "Log in first", "Changes need the token: log in and try again.")

@@ -1,0 +1,126 @@
+"""Logging in: UI sessions (a random id in the cookie, the rest on the server, so a session
+ends when it expires or logs out whatever the browser kept), and wrong tokens throttled per
+client, in the login form and the API alike."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from poisonq import ManualClock
+from poisonq.server.sessions import SESSION_COOKIE, SESSION_LIFETIME
+from poisonq.server.throttle import LIMIT, Throttle, Throttled
+from tests.server.conftest import AUTH, TOKEN
+from tests.server.test_ui import OPERATOR, login
+
+
+def test_each_login_gets_a_random_session_of_its_own(client: TestClient, queue: str) -> None:
+    login(client)
+    first = client.cookies[SESSION_COOKIE]
+    client.cookies.clear()
+    login(client)
+    second = client.cookies[SESSION_COOKIE]
+    assert first != second and TOKEN not in first + second
+    client.cookies.set(SESSION_COOKIE, first)
+    assert client.get("/ui/", follow_redirects=False).status_code == 200  # both stay open
+
+
+def test_logout_ends_the_session_even_with_the_cookie_kept(client: TestClient, queue: str) -> None:
+    csrf = login(client)
+    kept = client.cookies[SESSION_COOKIE]
+    assert client.post("/ui/logout", data={"csrf": csrf}, follow_redirects=False).status_code == 303
+    client.cookies.set(SESSION_COOKIE, kept)  # a copy of the cookie, replayed
+    answer = client.get("/ui/", follow_redirects=False)
+    assert answer.status_code == 303 and answer.headers["location"].startswith("/ui/login")
+    assert client.post("/ui/purge", data={"csrf": csrf, "queue": "orders"}).status_code == 401
+
+
+def test_a_session_expires(client: TestClient, clock: ManualClock, queue: str) -> None:
+    login(client)
+    cookie = client.cookies[SESSION_COOKIE]
+    clock.advance(SESSION_LIFETIME - 60)
+    assert client.get("/ui/", follow_redirects=False).status_code == 200
+    clock.advance(61)
+    client.cookies.set(SESSION_COOKIE, cookie)
+    assert client.get("/ui/", follow_redirects=False).status_code == 303
+
+
+def test_the_cookie_ends_with_the_session(client: TestClient, queue: str) -> None:
+    form = {"token": TOKEN, "operator": OPERATOR, "next": "/ui/"}
+    cookie = client.post("/ui/login", data=form, follow_redirects=False).headers["set-cookie"]
+    assert f"Max-Age={int(SESSION_LIFETIME)}" in cookie
+
+
+def test_the_header_shows_who_is_logged_in(client: TestClient, queue: str) -> None:
+    login(client)
+    assert (
+        f'id="operator" title="logged in: can change">{OPERATOR}</span>' in client.get("/ui/").text
+    )
+
+
+def test_a_login_needs_a_name(client: TestClient, queue: str) -> None:
+    answer = client.post("/ui/login", data={"token": TOKEN, "operator": "  ", "next": "/ui/"})
+    assert answer.status_code == 401 and "Give your name" in answer.text
+    assert SESSION_COOKIE not in client.cookies
+
+
+def test_the_throttle_refuses_a_guesser_for_longer_each_round() -> None:
+    clock = ManualClock()
+    throttle = Throttle(clock)
+    waits = []
+    for _ in range(3):
+        for _ in range(LIMIT):
+            throttle.check("10.0.0.1")
+            throttle.failed("10.0.0.1")
+        with pytest.raises(Throttled) as refused:
+            throttle.check("10.0.0.1")
+        throttle.check("10.0.0.2")  # another client is not refused
+        waits.append(refused.value.retry_after)
+        clock.advance(refused.value.retry_after)
+    assert waits == [60, 120, 240]
+    throttle.succeeded("10.0.0.1")  # the right token: a clean slate
+    for _ in range(LIMIT - 1):
+        throttle.failed("10.0.0.1")
+    throttle.check("10.0.0.1")
+
+
+def test_wrong_tokens_spread_out_are_not_throttled() -> None:
+    clock = ManualClock()
+    throttle = Throttle(clock)
+    for _ in range(3 * LIMIT):
+        throttle.failed("10.0.0.1")
+        clock.advance(60 / (LIMIT - 1) + 0.1)  # LIMIT - 1 a minute
+        throttle.check("10.0.0.1")
+
+
+def test_the_login_form_throttles_wrong_tokens_and_keeps_the_name(
+    client: TestClient, clock: ManualClock, queue: str
+) -> None:
+    wrong = {"token": "guess", "operator": OPERATOR, "next": "/ui/"}
+    for _ in range(LIMIT):
+        assert client.post("/ui/login", data=wrong).status_code == 401
+    right = {**wrong, "token": TOKEN}
+    refused = client.post("/ui/login", data=right, follow_redirects=False)
+    assert refused.status_code == 429 and refused.headers["retry-after"] == "60"
+    assert 'role="alert">Too many wrong tokens: try again in 60 s.' in refused.text
+    assert f'value="{OPERATOR}"' in refused.text
+    clock.advance(60)
+    assert client.post("/ui/login", data=right, follow_redirects=False).status_code == 303
+
+
+def test_the_api_throttles_wrong_bearer_tokens_not_missing_ones(
+    app: FastAPI, clock: ManualClock, queue: str
+) -> None:
+    with TestClient(app) as client, TestClient(app, client=("10.0.0.9", 5000)) as other:
+        for _ in range(3 * LIMIT):
+            assert client.get("/api/queues/orders/counts").status_code == 401  # no token
+        for _ in range(LIMIT):
+            guess = {"Authorization": "Bearer guess"}
+            assert client.get("/api/queues/orders/counts", headers=guess).status_code == 401
+        refused = client.get("/api/queues/orders/counts", headers=AUTH)
+        assert refused.status_code == 429 and refused.headers["retry-after"] == "60"
+        assert refused.json()["error"] == "Throttled"
+        assert other.get("/api/queues/orders/counts", headers=AUTH).status_code == 200
+        clock.advance(60)
+        assert client.get("/api/queues/orders/counts", headers=AUTH).status_code == 200

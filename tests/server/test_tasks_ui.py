@@ -1,0 +1,92 @@
+"""The tasks page, who started each task, and one task at a time per queue (a second tab,
+or a confirmation page the Back button brought back, must not start a second resubmit over
+the same messages)."""
+
+from __future__ import annotations
+
+import re
+
+from fastapi.testclient import TestClient
+
+from poisonq import Broker
+from poisonq.server import create_app
+from tests.conftest import assert_balanced
+from tests.server.conftest import AUTH, TOKEN, GatedClock, wait_for_task
+from tests.server.test_ui import OPERATOR, login
+
+
+def test_every_page_links_to_the_tasks(open_client: TestClient, dead: dict[str, list[int]]) -> None:
+    for path in ("/ui/", "/ui/deadletters?queue=orders"):
+        assert 'href="/ui/tasks"' in open_client.get(path).text, path
+
+
+def test_the_tasks_page_lists_what_this_server_started_and_who(
+    client: TestClient, broker: Broker, dead: dict[str, list[int]]
+) -> None:
+    csrf = login(client)
+    assert "No task started here yet" in client.get("/ui/tasks").text
+    form = {"csrf": csrf, "queue": "orders", "reason": "InvalidOrder", "rate": ""}
+    resubmitted = client.post("/ui/resubmit", data=form, follow_redirects=False)
+    task_id = int(resubmitted.headers["location"].split("/")[3].split("?")[0])
+    wait_for_task(client.app, task_id)  # type: ignore[arg-type]
+    one = str(dead["MaxDeliveryCountExceeded"][0])
+    purge = {"csrf": csrf, "queue": "orders", "min_sequence": one, "max_sequence": one}
+    client.post("/ui/purge", data=purge)
+    api = client.post("/api/queues/orders/deadletters/purge", json={}, headers=AUTH).json()
+    broker.purge("orders")  # another process: not this server's
+    page = client.get("/ui/tasks").text
+    rows = re.findall(
+        r'<tr>\s*<td class="n"><a href="/ui/tasks/(\d+)\?queue=orders">.*?</td>\s*'
+        r'<td class="wide">(\w+)</td>.*?"status (\w+)".*?'
+        r'<td class="n">(\d+) of (\d+)</td>\s*<td[^>]*>([^<]*)</td>',
+        page,
+        re.S,
+    )
+    assert rows == [
+        (str(api["id"]), "purge", "completed", "2", "2", "a client of the API"),
+        (str(task_id + 1), "purge", "completed", "1", "1", OPERATOR),
+        (str(task_id), "resubmit", "completed", "3", "3", OPERATOR),
+    ]
+    assert 'title="reason=InvalidOrder">reason=InvalidOrder</span>' in page
+    assert f'title="min_sequence={one}">min_sequence={one}</span>' in page
+    task_page = client.get(f"/ui/tasks/{task_id}").text
+    assert f'id="started-by">Started by {OPERATOR}, <time' in task_page
+    opened = client.get(f"/ui/tasks?id={task_id}", follow_redirects=False)
+    assert opened.status_code == 303 and opened.headers["location"] == f"/ui/tasks/{task_id}"
+
+
+def test_a_second_task_on_a_queue_is_refused_while_one_runs(
+    gated: tuple[Broker, GatedClock],
+) -> None:
+    broker, clock = gated
+    with TestClient(create_app(broker, token=TOKEN)) as client:
+        csrf = login(client)
+        form = {"csrf": csrf, "queue": "orders", "rate": "5"}
+        first = client.post("/ui/resubmit", data=form, follow_redirects=False)
+        assert first.status_code == 303
+        running = int(first.headers["location"].split("/")[3].split("?")[0])
+        assert clock.sleeping.wait(10)  # one chunk moved, the task waits for the next
+        # The same confirmation page, submitted again (Back, or a second tab):
+        again = client.post("/ui/resubmit", data=form)
+        assert again.status_code == 409
+        assert re.search(
+            rf'id="busy" role="alert">Nothing started: task {running} is already', again.text
+        )
+        assert 'id="confirm"' not in again.text
+        purge = client.post("/ui/purge", data={"csrf": csrf, "queue": "orders", "count": "9"})
+        assert purge.status_code == 409 and 'id="busy"' in purge.text
+        confirm = client.get("/ui/confirm?queue=orders&action=resubmit").text
+        assert 'id="busy"' in confirm and 'id="confirm"' not in confirm
+        api = client.post("/api/queues/orders/deadletters/resubmit", json={}, headers=AUTH)
+        assert api.status_code == 409 and api.json()["error"] == "TaskRunningError"
+        assert broker.counts("orders")["dead_lettered"] == 9  # nothing else moved
+        broker.cancel_task(running)
+        clock.go.set()
+        wait_for_task(client.app, running)  # type: ignore[arg-type]
+        # Once it has ended, the queue takes a task again.
+        form["rate"] = ""
+        after = client.post("/ui/resubmit", data=form, follow_redirects=False)
+        assert after.status_code == 303
+        wait_for_task(client.app, int(after.headers["location"].split("/")[3].split("?")[0]))  # type: ignore[arg-type]
+    assert broker.counts("orders")["dead_lettered"] == 0
+    assert_balanced(broker)
