@@ -19,10 +19,12 @@ that gets one field wrong for every message is seen as one group (and as a defec
 from __future__ import annotations
 
 import hashlib
+import operator
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from types import NoneType
 from typing import Any
 
 import pyarrow as pa
@@ -80,6 +82,14 @@ class OutputSchema:
     def _name_set(self) -> frozenset[str]:
         return frozenset(self._names)
 
+    @cached_property
+    def _values(self) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
+        """A dict's values in schema order, as a tuple (one field too)."""
+        get = operator.itemgetter(*self._names)
+        if len(self._names) == 1:
+            return lambda output: (get(output),)
+        return get
+
     def batch(
         self, outputs: Sequence[tuple[int, Any]]
     ) -> tuple[pa.RecordBatch, list[tuple[int, FailureRecord]]]:
@@ -88,7 +98,12 @@ class OutputSchema:
         rows: list[tuple[Any, ...]] = []
         kept: list[tuple[int, Any]] = []
         failed: list[tuple[int, FailureRecord]] = []
+        values, names = self._values, self._name_set
         for seq, output in outputs:
+            if type(output) is dict and output.keys() == names:
+                rows.append(values(output))  # the common case, at C speed
+                kept.append((seq, output))
+                continue
             try:
                 rows.append(self._row(output))
                 kept.append((seq, output))
@@ -121,8 +136,6 @@ class OutputSchema:
     ) -> tuple[Any, ...]:
         names = [f.name for f in fields]
         keys = values.keys()
-        if fields is self.arrow and keys == self._name_set:
-            return tuple(values[name] for name in names)  # the common case, checked fast
         missing = [name for name in names if name not in keys]
         if missing:
             raise _Mismatch(
@@ -156,8 +169,8 @@ class OutputSchema:
         looked at one by one only where Arrow failed or converts loosely."""
         arrays: list[pa.Array] = []
         bad: dict[int, _Mismatch] = {}
-        for position, field in enumerate(self.arrow):
-            column = [row[position] for row in rows]
+        columns = [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in self._names]
+        for field, column in zip(self.arrow, columns, strict=True):
             try:
                 array: pa.Array | None = pa.array(column, field.type)
                 suspects = _suspects(column, field)
@@ -238,7 +251,10 @@ def _suspects(column: list[Any], field: pa.Field) -> Sequence[int]:
     ``NOT NULL`` field and ignores missing and extra keys of nested structs."""
     if pa.types.is_nested(field.type):
         return range(len(column))
-    suspects = [] if field.nullable else [i for i, v in enumerate(column) if v is None]
-    if pa.types.is_integer(field.type):
+    types = set(map(type, column))  # at C speed; most columns hold one type
+    suspects: list[int] = []
+    if not field.nullable and NoneType in types:
+        suspects += [i for i, v in enumerate(column) if v is None]
+    if pa.types.is_integer(field.type) and float in types:
         suspects += [i for i, v in enumerate(column) if type(v) is float]
     return suspects
