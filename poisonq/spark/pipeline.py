@@ -244,7 +244,7 @@ class Pipeline:
         released = broker.release_lease(lease)
         report.dead_lettered = _dead_letters(broker, self.queue)
         message = (
-            f"stopped at batch {lease.number}: {defect}; {released} message(s) given back"
+            f"stopped at lease {lease.number}: {defect}; {released} message(s) given back"
             " to the queue without a delivery counted, nothing written for the batch"
         )
         raise PipelineStoppedError(report, message, defect=defect) from None

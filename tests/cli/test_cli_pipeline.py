@@ -196,7 +196,7 @@ def test_a_pipeline_whose_sink_fails_stops_with_one_error_line(
     result = pipeline(url, transform, tmp_path / "out", "--format", "no-such-format", code=2)
     assert result.stdout == ""
     last = result.stderr.splitlines()[-1]
-    assert last.startswith("error: stopped at batch 1: 5 of 5 messages failed the same way")
+    assert last.startswith("error: stopped at lease 1: 5 of 5 messages failed the same way")
     assert "BatchJobFailed" in last and "without a delivery counted" in last
     counts = api.counts(orders)
     assert (counts["active"], counts["dead_lettered"], counts["completed"]) == (5, 0, 0)
@@ -213,7 +213,7 @@ def test_a_bug_in_the_transform_stops_with_its_traceback_printed_once(
     assert result.stderr.count("NameError: name 'totl' is not defined") == 2  # trace, line
     assert result.stderr.count("Traceback (most recent call last)") == 1
     assert "return {'n': totl}" in result.stderr
-    assert result.stderr.splitlines()[-1].startswith("error: stopped at batch 1: 50 of 50")
+    assert result.stderr.splitlines()[-1].startswith("error: stopped at lease 1: 50 of 50")
     counts = api.counts(fifty)
     assert (counts["active"], counts["dead_lettered"]) == (50, 0)
     assert {m.delivery_count for m in api.peek(fifty, max_messages=50)} == {0}
