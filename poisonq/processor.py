@@ -96,7 +96,10 @@ Held = tuple[Outcome, FailureRecord | None]  # an outcome and its failure, not y
 @dataclass
 class ProcessorStats:
     """What one :meth:`Processor.run` did. ``poisoned`` counts the messages that reached the
-    dead-letter queue (or were dropped) because of this run, by either path."""
+    dead-letter queue (or were dropped) because of this run, by either path, not the messages
+    of their sessions moved with them. ``released`` counts messages given back without a
+    delivery counted (a session's messages after a failure, or a defect's failures), and
+    ``received`` counts a message again each time it is received."""
 
     received: int = 0
     completed: int = 0
