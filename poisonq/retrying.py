@@ -66,7 +66,9 @@ class RetryingEngine:
         found = getattr(self._engine, name)
         if name.startswith("_") or not callable(found):
             return found
-        return _retried(found, self._retry)
+        wrapped = _retried(found, self._retry)
+        setattr(self, name, wrapped)  # found here from now on, without __getattr__
+        return wrapped
 
 
 def _retried(operation: Callable[..., Any], retry: OperationRetry) -> Callable[..., Any]:
