@@ -341,6 +341,11 @@ class Broker:
         """Complete what the lease still holds; returns how many were completed."""
         return self.engine.complete_lease(lease)
 
+    def plan_lease(self, lease: Lease) -> int:
+        """Count a planning of the lease's batch; returns how many times it was planned
+        (more than once: a replay)."""
+        return self.engine.plan_lease(lease)
+
     def release_lease(self, lease: Lease, lo: int | None = None, hi: int | None = None) -> int:
         """Give back what the lease still holds in ``[lo, hi]`` (all of it by default) as if
         never delivered: no delivery counted, no failure recorded. Returns how many."""

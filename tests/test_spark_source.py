@@ -393,9 +393,11 @@ def test_a_restart_from_the_checkpoint_replays_the_failed_lease(
     finally:
         query.stop()
     data = [b for b in second if b.seqs]
-    assert (data[0].id, data[0].seqs) == (1, failed)  # the same batch id and messages first
-    assert data[0].deliveries == [1] * 10  # replaying a lease counts no new delivery
-    assert [(b.id, len(b.seqs)) for b in data[1:]] == [(2, 5)]
+    # The same batch id first, narrowed to its first half: the rest went back to the queue.
+    assert (data[0].id, data[0].seqs) == (1, failed[:5])
+    assert data[0].deliveries == [1] * 5  # replaying a lease counts no new delivery
+    assert [(b.id, len(b.seqs)) for b in data[1:]] == [(2, 10)]
+    assert data[1].deliveries == [1] * 10  # given back uncounted, delivered once more
     assert sorted(first[0].seqs + [s for b in data for s in b.seqs]) == seqs
     counts = live.counts("orders")
     assert (counts["completed"], counts["locked"], counts["active"]) == (25, 0, 0)
@@ -516,3 +518,42 @@ def test_a_write_with_a_scheduled_enqueue_time_column_schedules(
     write(df, url)
     [message] = live.peek("orders")
     assert (message.state, message.scheduled_enqueue_time) == ("scheduled", at)
+
+
+@on_both_stores
+def test_a_plain_query_restarted_after_each_failure_dead_letters_only_the_poison(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """Before, a foreachBatch that raised on one poison row, restarted from its checkpoint
+    after each failure as a scheduler does, dead-lettered the whole batch: the poison and
+    every good message with it. A replayed lease is narrowed instead."""
+    live.update_queue("orders", max_delivery_count=2)
+    seqs = fill(live, 12)
+    poison = seqs[4]
+    written: dict[int, list[int]] = {}  # batch id -> sequence numbers: idempotent per batch
+
+    def handle(df: DataFrame, batch_id: int) -> None:
+        got = sorted(r.sequence_number for r in df.select("sequence_number").collect())
+        if poison in got:
+            raise RuntimeError(f"sink down: cannot write message {poison}")
+        written[batch_id] = got
+
+    restarts = 0
+    while True:
+        query = start(spark, url, tmp_path / "ck", handle, "plain", maxMessagesPerBatch="12")
+        try:
+            query.processAllAvailable()
+            break
+        except Exception as exc:  # the query died on the poison row: restart it
+            assert "sink down" in str(exc)
+            restarts += 1
+            assert restarts <= 2 * 4 + 2 * 2, "halving 12 messages, then 2 deliveries"
+        finally:
+            query.stop()
+    everything = [seq for batch in written.values() for seq in batch]
+    assert sorted(everything) == [s for s in seqs if s != poison]  # each exactly once
+    dead = live.peek("orders/$deadletterqueue")
+    assert [m.sequence_number for m in dead] == [poison]
+    assert dead[0].dead_letter_reason == "MaxDeliveryCountExceeded"
+    assert live.counts("orders")["completed"] == 11
+    assert_balanced(live)

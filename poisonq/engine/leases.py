@@ -111,6 +111,13 @@ class Leasing(Receiving):
                 tx.reset_rollbacks(entity.id)
             return completed
 
+    def plan_lease(self, lease: Lease) -> int:
+        """Count a planning of the lease's batch; more than one means it is being replayed
+        (its query failed, or was stopped, after planning it)."""
+        with self.store.transaction() as tx:
+            entity = self._resolve(tx, lease.entity).entity
+            return tx.plan_lease(entity.id, lease.consumer, lease.number)
+
     def release_lease(self, lease: Lease, lo: int | None = None, hi: int | None = None) -> int:
         """Give back what the lease still holds in ``[lo, hi]`` as if it had never been
         delivered (no delivery counted, no failure, no rollback): for a consumer that found

@@ -10,7 +10,8 @@ finds the same lease and reads the same messages again. Spark calls ``commit(end
 late and never for the last batch, but it runs micro-batches in order, so a call to
 ``latestOffset(start)`` proves the batch ending at ``start`` committed: both complete that
 lease. A lease whose query died is never completed; its locks run out and its messages are
-delivered again.
+delivered again. A lease planned a second time is a replay after a failure, and is narrowed
+(:func:`_narrow`) so that a poison row cannot keep failing its whole batch.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from pyspark.sql.types import StructType
 import poisonq
 from poisonq.client import DEFAULT_URL
 from poisonq.errors import InvalidOptionError
-from poisonq.model import Lease, Message
+from poisonq.model import Abandon, FailureRecord, Lease, Message, Release
 from poisonq.names import parse_address
 from poisonq.options import MAX_LOCK_DURATION
 from poisonq.spark.schema import MESSAGE_SCHEMA_DDL, lease_batch, message_batch
@@ -301,7 +302,11 @@ class StreamReader(DataSourceStreamReader):
             return []
         with self.options.connect() as broker:
             lease = broker.lease(self.options.address, self.options.consumer, end["lease"])
-        return [] if lease is None else _lease_partitions(lease, self.options)
+            if lease is None:
+                return []
+            if broker.plan_lease(lease) > 1:
+                _narrow(broker, lease, self.options.address)
+        return _lease_partitions(lease, self.options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SequenceRange)
@@ -324,6 +329,31 @@ class StreamReader(DataSourceStreamReader):
         lease = broker.lease(self.options.address, self.options.consumer, number)
         if lease is not None:
             broker.complete_lease(lease)
+
+
+def _narrow(broker: poisonq.Broker, lease: Lease, address: str) -> None:
+    """A lease planned again is replayed after its query failed (a plain query that dies on
+    a poison row is restarted by its scheduler, and the same batch would fail again). Its
+    messages that were delivered before are the suspects: keep only them if there are any,
+    else the first half; give the rest back without counting a delivery. A lease down to one
+    message failed with that message alone: abandon it, so the queue's retry policy counts
+    it, and poison exhausts its deliveries while every good message gets through."""
+    held = broker.lease_sequence_numbers(lease)
+    if len(held) == 1:
+        failure = FailureRecord(
+            time.time(),
+            "QueryFailed",
+            "the streaming query failed while this message was its whole batch",
+            fingerprint="query-failed",
+        )
+        broker.settle_held(address, [Abandon(held[0], lease.lock_token, failure)])
+        return
+    fresh = set(broker.lease_sequence_numbers(lease, first_delivery=True))
+    suspects = [seq for seq in held if seq not in fresh]
+    keep = suspects[:1] or held[: max(1, len(held) // 2)]
+    back = [Release(seq, lease.lock_token) for seq in held if seq not in keep]
+    if back:
+        broker.settle_held(address, back)
 
 
 @dataclass

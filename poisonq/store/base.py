@@ -380,6 +380,10 @@ class Transaction(ABC):
         """The consumer's lease ``number``, or its latest with ``None``."""
 
     @abstractmethod
+    def plan_lease(self, entity_id: int, consumer: str, number: int) -> int:
+        """Count one more planning of the lease's batch; returns the count (0: no lease)."""
+
+    @abstractmethod
     def finish_lease(self, entity_id: int, consumer: str, number: int, now: float) -> None:
         """Record that the lease was completed (``completed_at``)."""
 

@@ -59,6 +59,14 @@ class SqliteLeases:
             (now, entity_id, consumer, number),
         )
 
+    def plan_lease(self, entity_id: int, consumer: str, number: int) -> int:
+        row = self._db.execute(
+            "UPDATE leases SET planned = planned + 1 WHERE entity_id = ? AND consumer = ?"
+            " AND number = ? RETURNING planned",
+            (entity_id, consumer, number),
+        ).fetchone()
+        return 0 if row is None else int(row[0])
+
     def delete_leases(self, entity_id: int, consumer: str, before: int) -> None:
         self._db.execute(
             "DELETE FROM leases WHERE entity_id = ? AND consumer = ? AND number < ?",

@@ -123,6 +123,14 @@ class BatchQueries(StatementRunner):
             (now, entity_id, consumer, number),
         )
 
+    def plan_lease(self, entity_id: int, consumer: str, number: int) -> int:
+        rows = self._all(
+            "UPDATE leases SET planned = planned + 1 WHERE entity_id = %b AND consumer = %b"
+            " AND number = %b RETURNING planned",
+            (entity_id, consumer, number),
+        )
+        return int(rows[0][0]) if rows else 0
+
     def delete_leases(self, entity_id: int, consumer: str, before: int) -> None:
         self._run(
             "DELETE FROM leases WHERE entity_id = %b AND consumer = %b AND number < %b",
