@@ -36,7 +36,14 @@ from poisonq.receivers import Messages, Receiver, Sender, SessionReceiver, lock_
 from poisonq.reports import AuditReport, QueueInfo
 from poisonq.retrying import OperationRetry, RetryingEngine
 from poisonq.store import open_store
-from poisonq.store.base import NO_VALUE, DeadLetterGroup, MessageFilter, Store, TaskRecord
+from poisonq.store.base import (
+    NO_VALUE,
+    DeadLetterGroup,
+    MessageFilter,
+    NoValue,
+    Store,
+    TaskRecord,
+)
 from poisonq.tasks import BulkTask, purge_task, resubmit_task
 
 log = logging.getLogger(__name__)
@@ -427,10 +434,13 @@ __all__ = [
     "DEFAULT_URL",
     "NO_VALUE",
     "Broker",
+    "DeadLetterGroup",
     "Messages",
+    "NoValue",
     "Receiver",
     "Sender",
     "SessionReceiver",
+    "TaskRecord",
     "connect",
     "spelled_filters",
 ]

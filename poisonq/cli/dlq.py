@@ -23,11 +23,10 @@ from poisonq.cli.output import (
     short_time,
     table,
 )
-from poisonq.client import VALUE_FILTERS
+from poisonq.client import VALUE_FILTERS, DeadLetterGroup
 from poisonq.jsonview import group_json, message_json, task_json
 from poisonq.model import SubQueue
 from poisonq.names import parse_address
-from poisonq.store.base import DeadLetterGroup
 from poisonq.tasks import BulkTask
 
 TaskStart = Callable[[Callable[[BulkTask], None]], BulkTask]

@@ -8,11 +8,10 @@ from typing import Any
 
 from fastapi import Request
 
-from poisonq.client import Broker
+from poisonq.client import Broker, TaskRecord
 from poisonq.errors import TaskRunningError
 from poisonq.names import parse_address
 from poisonq.server.auth import Auth
-from poisonq.store.base import TaskRecord
 from poisonq.tasks import BulkTask
 
 SHUTDOWN_WAIT = 10.0  # seconds to let a cancelled task finish its chunk at shutdown

@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
-from poisonq.client import spelled_filters
+from poisonq.client import NO_VALUE, NoValue, spelled_filters
 from poisonq.errors import (
     EntityNotFoundError,
     InvalidNameError,
@@ -27,7 +27,6 @@ from poisonq.server.listing import newest_dead_letters
 from poisonq.server.login import Form, Reader, Writer
 from poisonq.server.pages import body_view, page
 from poisonq.server.state import ServerState, server_state
-from poisonq.store.base import NO_VALUE, NoValue
 
 State = Annotated[ServerState, Depends(server_state)]
 NonNegative = Annotated[int, Query(ge=0)]
