@@ -366,12 +366,19 @@ class Broker:
         return self.engine.dead_letter_groups(self._dlq(queue), by)
 
     def dead_letters(
-        self, queue: str, *, after: int = 0, limit: int = 100, **where: Any
+        self,
+        queue: str,
+        *,
+        after: int = 0,
+        limit: int = 100,
+        newest_first: bool = False,
+        **where: Any,
     ) -> list[ReceivedMessage]:
         """Dead-lettered messages of ``queue`` after sequence number ``after`` matching the
-        filters of :meth:`resubmit` (at most ``limit``, oldest first): the messages a
-        resubmit or purge with the same filters would take."""
-        return self.engine.find(self._dlq(queue), _filter(where), after, limit)
+        filters of :meth:`resubmit` (at most ``limit``, oldest first; with ``newest_first``
+        the newest, page down with ``max_sequence``): the messages a resubmit or purge with
+        the same filters would take."""
+        return self.engine.find(self._dlq(queue), _filter(where), after, limit, newest_first)
 
     def count_dead_letters(self, queue: str, **where: Any) -> int:
         """How many dead-lettered messages of ``queue`` match the filters of :meth:`resubmit`."""

@@ -22,7 +22,7 @@ Duration: TypeAlias = int | float | timedelta
 
 
 class MessageState(StrEnum):
-    """Where a message is in its life; see DESIGN.md, the message state machine."""
+    """Where a message is in its life; see docs/design.md, the message state machine."""
 
     SCHEDULED = "scheduled"
     ACTIVE = "active"

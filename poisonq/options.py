@@ -1,6 +1,6 @@
 """Queue options and the retry policy, with their defaults and validation.
 
-Defaults follow the reference systems (DESIGN.md, "Options"). Options are frozen dataclasses
+Defaults follow the reference systems (docs/design.md, "Options"). Options are frozen dataclasses
 validated on construction; the store keeps them as JSON and never interprets them.
 """
 
@@ -140,7 +140,7 @@ class RetryPolicy:
 
 @dataclass(frozen=True, slots=True)
 class QueueOptions:
-    """Every option of a queue, with the reference systems' defaults (DESIGN.md, "Options").
+    """Every option of a queue, with the reference systems' defaults (docs/design.md, "Options").
 
     Durations are stored as float seconds; the constructor accepts seconds or ``timedelta``.
     ``max_delivery_count`` is derived from the retry policy (attempts per cycle).
@@ -212,7 +212,7 @@ class QueueOptions:
 
         ``max_delivery_count=N`` sets the attempts per cycle (``receive_retry_count = N - 1``)
         and keeps the rest of the policy: on a new queue that is the default Service Bus
-        policy (N immediate attempts, no cycles, move), as DESIGN.md says; on an existing
+        policy (N immediate attempts, no cycles, move), as docs/design.md says; on an existing
         queue its cycles and error handling stay as they were (a ``drop`` queue stays
         ``drop``). Giving ``retry`` as well is ambiguous and refused.
         """

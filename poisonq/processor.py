@@ -83,8 +83,8 @@ class Reject:
 
 @dataclass(frozen=True)
 class Skipped:
-    """Not handled: a message before it in its session failed, and a session's messages
-    are handled in order. Released (no delivery counted) to come again after it."""
+    """Given back without a delivery counted: not handled (a message before it in its
+    session failed, or its lock was lost), or handled and failed by a defect."""
 
     message: ReceivedMessage
 
@@ -214,14 +214,15 @@ class Processor:
         with AutoLockRenewer(self.max_lock_renewal_duration, lambda m, _: lost(m)) as renewer:
             if self.concurrency == 1:
                 pump(renewer)
-            threads = [
-                threading.Thread(target=pump, args=(renewer,), name=f"poisonq-processor-{n}")
-                for n in range(self.concurrency if self.concurrency > 1 else 0)
-            ]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
+            else:
+                threads = [
+                    threading.Thread(target=pump, args=(renewer,), name=f"poisonq-processor-{n}")
+                    for n in range(self.concurrency)
+                ]
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
         total = ProcessorStats()
         for stats in per_thread:
             total.add(stats)
@@ -318,8 +319,7 @@ class Processor:
         """Failures still held when pumping ends: given back after a defect (found by any
         thread), else settled as the failures they are."""
         if self._defect_found.is_set():
-            self._give_back(receiver, [], [o for o, _ in held], stats)
-            renewer.unregister([o.message for o, _ in held])
+            self._give_back(receiver, renewer, [], [o for o, _ in held], stats)
         else:
             self._settle(receiver, renewer, held, stats)
 
@@ -385,8 +385,7 @@ class Processor:
                 if defect is not None:
                     self._defect_found.set()  # before anything else lets its failures go
                     failed, held = [o for o, _ in held], []
-                    self._give_back(receiver, [o for o, _ in done], failed, stats)
-                    renewer.unregister(messages + [o.message for o in failed])
+                    self._give_back(receiver, renewer, done, failed, stats)
                     raise ProcessorStoppedError(defect, stats)
                 if not (hold and window.undecided()):
                     done, held = done + held, []
@@ -497,7 +496,7 @@ class Processor:
         self,
         receiver: Receiver,
         renewer: AutoLockRenewer,
-        outcomes: list[tuple[Outcome, FailureRecord | None]],
+        outcomes: list[Held],
         stats: ProcessorStats,
     ) -> None:
         """Settle outcomes in one transaction and stop renewing their locks. Messages whose
@@ -532,19 +531,15 @@ class Processor:
     def _give_back(
         self,
         receiver: Receiver,
-        succeeded: list[Outcome],
+        renewer: AutoLockRenewer,
+        settled: list[Held],
         failed: list[Outcome],
         stats: ProcessorStats,
     ) -> None:
-        """A defect: complete what succeeded, release what failed (no delivery counted),
-        in one transaction."""
-        settlements = [self._settlement(o, None) for o in succeeded]
-        settlements += [self._release(o) for o in failed]
-        _, lost = self.broker.settle_held(receiver.address, settlements)
-        stats.lock_lost += len(lost)
-        kept = [o for o in (*succeeded, *failed) if o.message.sequence_number not in set(lost)]
-        stats.completed += sum(1 for o in kept if isinstance(o, Completed))
-        stats.released += sum(1 for o in kept if not isinstance(o, Completed))
+        """A defect: settle ``settled`` as they are and release ``failed`` (no delivery
+        counted), in one transaction."""
+        back: list[Held] = [(Skipped(outcome.message), None) for outcome in failed]
+        self._settle(receiver, renewer, settled + back, stats)
 
     def _failure(self, outcome: Outcome) -> FailureRecord | None:
         match outcome:
@@ -552,11 +547,6 @@ class Processor:
                 return None
             case Reject(_, error) | Retry(_, error):
                 return failure_from_exception(error, self.broker.clock.now())
-
-    @staticmethod
-    def _release(outcome: Outcome) -> Release:
-        assert outcome.message.lock_token is not None, "the processor receives in peek-lock mode"
-        return Release(outcome.message.sequence_number, outcome.message.lock_token)
 
     def _settlement(self, outcome: Outcome, failure: FailureRecord | None) -> Settlement:
         token = outcome.message.lock_token

@@ -2,7 +2,7 @@
 file, and (with fewer examples, each in a fresh schema) a PostgreSQL database.
 
 The model is a dictionary of every message the test sent, with the state and counters the
-contract (DESIGN.md, "The message state machine") says it must have. Housekeeping in the engine
+contract (docs/design.md, "The message state machine") says it must have. Housekeeping in the engine
 is lazy: expired locks, due scheduled messages and expired TTLs are applied at the start of each
 receive on that entity, in the same transaction. The model applies them at the same moments,
 so broker and model can be compared exactly after every step; what a user can observe between
@@ -667,7 +667,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     @invariant()
     def every_message_sent_is_accounted_for(self) -> None:
-        """sent = completed + dead-lettered + dropped + held (DESIGN.md, the invariant)."""
+        """sent = completed + dead-lettered + dropped + held (docs/design.md, the invariant)."""
         if not self.ready:
             return
         main, dlq = self.broker.counts(Q), self.broker.counts(DLQ)

@@ -1,4 +1,4 @@
-"""Queue semantics: the message state machine of DESIGN.md on top of any store.
+"""Queue semantics: the message state machine of docs/design.md on top of any store.
 
 Every public method runs exactly one store transaction, so every transition is atomic. The
 engine decides *which* guarded transition to run (the retry policy's decision, TTL handling,

@@ -16,16 +16,22 @@ class Tasks(EngineBase):
             return tx.dead_letter_groups(self._resolve(tx, address).entity.id, by)
 
     def find(
-        self, address: str, where: MessageFilter, after_seq: int, limit: int
+        self,
+        address: str,
+        where: MessageFilter,
+        after_seq: int,
+        limit: int,
+        newest_first: bool = False,
     ) -> list[ReceivedMessage]:
         """Unlocked held messages of ``address`` matching ``where`` after ``after_seq``,
-        oldest first, at most ``limit``: the messages a bulk task with ``where`` would take."""
+        oldest first (or the newest, newest first), at most ``limit``: the messages a bulk
+        task with ``where`` would take."""
         check_count(limit, "limit")
         with self.store.transaction() as tx:
             entity = self._resolve(tx, address).entity
-            return tx.messages(
-                entity.id, entity.name, tx.select(entity.id, where, after_seq, limit)
-            )
+            seqs = tx.select(entity.id, where, after_seq, limit, newest_first)
+            found = tx.messages(entity.id, entity.name, seqs)
+            return found[::-1] if newest_first else found
 
     def count_matching(self, address: str, where: MessageFilter) -> int:
         """How many unlocked held messages of ``address`` match ``where``."""

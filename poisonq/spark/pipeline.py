@@ -174,36 +174,40 @@ class Pipeline:
         started = time.monotonic()
         with poisonq.connect(self.url) as broker:
             dead_before = _dead_letters(broker, self.queue)
-            lease = broker.lease(self.queue, self.consumer)
-            number = lease.number if lease else 0
-            if lease is not None and broker.lease_sequence_numbers(lease):
-                self._batch(broker, lease, report)
-            elif lease is not None and lease.completed_at is None:
-                # Its locks ran out before it was completed: whatever it wrote is an orphan,
-                # and its messages come again in a later lease.
-                self._discard_output(lease)
-            while max_batches is None or report.batches < max_batches:
-                try:
-                    lease = broker.acquire_lease(
-                        self.queue, self.consumer, number + 1, self.batch_size, self.lock_duration
-                    )
-                except EntityDisabledError as exc:
-                    report.dead_lettered = _dead_letters(broker, self.queue) - dead_before
+            try:
+                lease = broker.lease(self.queue, self.consumer)
+                number = lease.number if lease else 0
+                if lease is not None and broker.lease_sequence_numbers(lease):
+                    self._batch(broker, lease, report)
+                elif lease is not None and lease.completed_at is None:
+                    # Its locks ran out before it was completed: whatever it wrote is an
+                    # orphan, and its messages come again in a later lease.
+                    self._discard_output(lease)
+                while max_batches is None or report.batches < max_batches:
+                    try:
+                        lease = broker.acquire_lease(
+                            self.queue,
+                            self.consumer,
+                            number + 1,
+                            self.batch_size,
+                            self.lock_duration,
+                        )
+                    except EntityDisabledError as exc:
+                        raise PipelineStoppedError(report, f"stopped: {exc}", cause=exc) from exc
+                    if lease is None:
+                        if until_idle:
+                            break
+                        time.sleep(1.0)
+                        continue
+                    number = lease.number
+                    # By reason, including what expired before it could be leased.
+                    report.dead_lettered = self._batch(broker, lease, report) - dead_before
                     report.elapsed = time.monotonic() - started
-                    raise PipelineStoppedError(report, f"stopped: {exc}", cause=exc) from exc
-                if lease is None:
-                    if until_idle:
-                        break
-                    time.sleep(1.0)
-                    continue
-                number = lease.number
-                # By reason, including what expired before it could be leased.
-                report.dead_lettered = self._batch(broker, lease, report) - dead_before
+                    if progress is not None:
+                        progress(report)
+            finally:  # also in the report a PipelineStoppedError carries
+                report.dead_lettered = _dead_letters(broker, self.queue) - dead_before
                 report.elapsed = time.monotonic() - started
-                if progress is not None:
-                    progress(report)
-            report.dead_lettered = _dead_letters(broker, self.queue) - dead_before
-        report.elapsed = time.monotonic() - started
         return report
 
     def _batch(self, broker: poisonq.Broker, lease: Lease, report: PipelineReport) -> Counter[str]:
@@ -219,11 +223,11 @@ class Pipeline:
                     break
                 except JobError as exc:
                     defect = defect_in(exc)
-                    if defect is None and attempt < 2:
+                    if defect is None and attempt == 2:  # two rounds of isolation did not do
+                        defect = _job_defect(exc, broker.lease_sequence_numbers(lease))
+                    elif defect is None:
                         log.warning("batch %d failed as a whole; isolating: %s", lease.number, exc)
                         defect = self._isolate(broker, lease, exc, report)
-                    if defect is None and attempt == 2:
-                        defect = _job_defect(exc, broker.lease_sequence_numbers(lease))
                     if defect is not None:
                         self._stop(broker, lease, defect, report)
             completed = broker.complete_lease(lease)
@@ -240,9 +244,9 @@ class Pipeline:
         defect: Defect,
         report: PipelineReport,
     ) -> None:
-        """Give the lease back (no delivery counted) and stop with the defect."""
+        """Give the lease back (no delivery counted) and stop with the defect (``run`` fills
+        in the report's dead-letter counts and time)."""
         released = broker.release_lease(lease)
-        report.dead_lettered = _dead_letters(broker, self.queue)
         message = (
             f"stopped at lease {lease.number}: {defect}; {released} message(s) given back"
             " to the queue without a delivery counted, nothing written for the batch"
@@ -282,6 +286,7 @@ class Pipeline:
         a batch of them failing is poison coming back, not a defect."""
         held = broker.lease_sequence_numbers(lease)
         fresh = broker.lease_sequence_numbers(lease, first_delivery=True)
+        fresh_set = set(fresh)
         scratch = f"{self.output}/_isolation/consumer={quote(self.consumer, safe='')}"
         signature = _signature(error)
         guilty: list[int] = []
@@ -306,7 +311,7 @@ class Pipeline:
                     return True
                 if len(part) == 1:
                     guilty.append(part[0])
-                    if len(set(guilty) & set(fresh)) > MAX_GUILTY_PER_BATCH:
+                    if len(fresh_set.intersection(guilty)) > MAX_GUILTY_PER_BATCH:
                         raise _NotPoison from None
                     return False
             middle = len(part) // 2
@@ -319,7 +324,7 @@ class Pipeline:
                 passes(held, False)
         except _NotPoison:
             return _job_defect(error, fresh)
-        if len(fresh) >= 3 and set(fresh) <= set(guilty):
+        if len(fresh) >= 3 and fresh_set.issubset(guilty):
             return _job_defect(error, fresh)
         failure = _job_failure(error)
         broker.settle_held(self.queue, [Abandon(s, lease.lock_token, failure) for s in guilty])

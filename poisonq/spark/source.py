@@ -39,7 +39,7 @@ from pyspark.sql.types import StructType
 import poisonq
 from poisonq.client import DEFAULT_URL
 from poisonq.errors import InvalidOptionError
-from poisonq.model import Abandon, FailureRecord, Lease, Message, Release
+from poisonq.model import Abandon, FailureRecord, Lease, Message
 from poisonq.names import parse_address
 from poisonq.options import MAX_LOCK_DURATION
 from poisonq.spark.schema import MESSAGE_SCHEMA_DDL, lease_batch, message_batch
@@ -333,11 +333,11 @@ class StreamReader(DataSourceStreamReader):
 
 def _narrow(broker: poisonq.Broker, lease: Lease, address: str) -> None:
     """A lease planned again is replayed after its query failed (a plain query that dies on
-    a poison row is restarted by its scheduler, and the same batch would fail again). Its
-    messages that were delivered before are the suspects: keep only them if there are any,
-    else the first half; give the rest back without counting a delivery. A lease down to one
-    message failed with that message alone: abandon it, so the queue's retry policy counts
-    it, and poison exhausts its deliveries while every good message gets through."""
+    a poison row is restarted by its scheduler, and the same batch would fail again). If some
+    of its messages were delivered before, they are the suspects: keep the first of them;
+    else keep the first half. The rest go back without a delivery counted. A lease down to
+    one message failed with that message alone: abandon it, so the queue's retry policy
+    counts it, and poison exhausts its deliveries while every good message gets through."""
     held = broker.lease_sequence_numbers(lease)
     if len(held) == 1:
         failure = FailureRecord(
@@ -349,11 +349,12 @@ def _narrow(broker: poisonq.Broker, lease: Lease, address: str) -> None:
         broker.settle_held(address, [Abandon(held[0], lease.lock_token, failure)])
         return
     fresh = set(broker.lease_sequence_numbers(lease, first_delivery=True))
-    suspects = [seq for seq in held if seq not in fresh]
-    keep = suspects[:1] or held[: max(1, len(held) // 2)]
-    back = [Release(seq, lease.lock_token) for seq in held if seq not in keep]
-    if back:
-        broker.settle_held(address, back)
+    suspect = next((seq for seq in held if seq not in fresh), None)
+    if suspect is None:
+        broker.release_lease(lease, lo=held[len(held) // 2])
+    else:
+        broker.release_lease(lease, hi=suspect - 1)
+        broker.release_lease(lease, lo=suspect + 1)
 
 
 @dataclass

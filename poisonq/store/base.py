@@ -498,8 +498,17 @@ class Transaction(ABC):
         """Group held messages by ``reason``, ``subject`` or ``fingerprint``."""
 
     @abstractmethod
-    def select(self, entity_id: int, where: MessageFilter, after_seq: int, limit: int) -> list[int]:
-        """Sequence numbers of unlocked held messages matching ``where``, ascending."""
+    def select(
+        self,
+        entity_id: int,
+        where: MessageFilter,
+        after_seq: int,
+        limit: int,
+        newest_first: bool = False,
+    ) -> list[int]:
+        """Sequence numbers of unlocked held messages matching ``where`` after ``after_seq``:
+        the first ``limit`` in ascending order, or with ``newest_first`` the last ``limit``
+        in descending order."""
 
     @abstractmethod
     def count_matching(self, entity_id: int, where: MessageFilter) -> int: ...

@@ -27,11 +27,19 @@ class SqliteTasks:
         )
         return [DeadLetterGroup(*row) for row in rows]
 
-    def select(self, entity_id: int, where: MessageFilter, after_seq: int, limit: int) -> list[int]:
+    def select(
+        self,
+        entity_id: int,
+        where: MessageFilter,
+        after_seq: int,
+        limit: int,
+        newest_first: bool = False,
+    ) -> list[int]:
         clauses, params = filter_sql(where)
+        order = "DESC" if newest_first else "ASC"
         rows = self._db.execute(
             "SELECT seq FROM messages WHERE entity_id = ? AND state != 'locked' AND seq > ?"
-            f"{clauses} ORDER BY seq LIMIT ?",
+            f"{clauses} ORDER BY seq {order} LIMIT ?",
             (entity_id, after_seq, *params, limit),
         )
         return [row[0] for row in rows]

@@ -172,12 +172,20 @@ class BatchQueries(StatementRunner):
         )
         return [DeadLetterGroup(*row) for row in rows]
 
-    def select(self, entity_id: int, where: MessageFilter, after_seq: int, limit: int) -> list[int]:
+    def select(
+        self,
+        entity_id: int,
+        where: MessageFilter,
+        after_seq: int,
+        limit: int,
+        newest_first: bool = False,
+    ) -> list[int]:
         clauses, params = filter_clauses(where)
+        order = "DESC" if newest_first else "ASC"
         # Locked here, so a receiver cannot take them before the task moves or drops them.
         rows = self._all(
             "SELECT seq FROM messages WHERE entity_id = %b AND state != 'locked' AND seq > %b"
-            f"{clauses} ORDER BY seq LIMIT %b FOR UPDATE SKIP LOCKED",
+            f"{clauses} ORDER BY seq {order} LIMIT %b FOR UPDATE SKIP LOCKED",
             (entity_id, after_seq, *params, limit),
         )
         return [row[0] for row in rows]
