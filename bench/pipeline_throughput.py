@@ -107,7 +107,7 @@ def main() -> None:
                     spark,
                     url=url,
                     queue=queue,
-                    transform=transform,
+                    map=transform,
                     schema=SCHEMA,
                     output=str(work / output),
                     batch_size=args.batch,

@@ -94,7 +94,7 @@ def test_each_outcome_is_settled_by_what_the_transform_did(
     kinds = {3: "invalid", 5: "flaky", 8: "crash", 13: "unfit", 21: "skip", 34: "crash"}
     send(live, kinds, 40, max_delivery_count=2)
     pipeline = Pipeline(
-        spark, url=url, queue="orders", transform=transform, schema=SCHEMA,
+        spark, url=url, queue="orders", map=transform, schema=SCHEMA,
         output=str(tmp_path / "out"), batch_size=25,
     )  # fmt: skip
     report = pipeline.run()
@@ -125,7 +125,7 @@ def test_a_restarted_pipeline_replays_its_lease_without_duplicating_output(
 ) -> None:
     send(live, {}, 30)
     pipeline = Pipeline(
-        spark, url=url, queue="orders", transform=transform, schema=SCHEMA,
+        spark, url=url, queue="orders", map=transform, schema=SCHEMA,
         output=str(tmp_path / "out"), batch_size=20,
     )  # fmt: skip
     # A driver that wrote lease 1 and died before completing it:
@@ -148,7 +148,7 @@ def test_a_lease_whose_locks_ran_out_before_completion_leaves_no_duplicate_outpu
     took the same messages as lease 2 and kept lease 1's output: every row twice."""
     send(live, {}, 30)
     pipeline = Pipeline(
-        spark, url=url, queue="orders", transform=transform, schema=SCHEMA,
+        spark, url=url, queue="orders", map=transform, schema=SCHEMA,
         output=str(tmp_path / "out"), batch_size=20,
     )  # fmt: skip
     lease = live.acquire_lease("orders", "pipeline", 1, max_messages=20, lock_duration=1)
@@ -168,7 +168,7 @@ def test_a_batch_that_fails_as_a_whole_is_bisected_to_the_guilty_messages(
     n, guilty = 16, {4, 11}
     send(live, dict.fromkeys(guilty, "crash"), n, max_delivery_count=1)
     pipeline = Pipeline(
-        spark, url=url, queue="orders", transform=transform, schema=SCHEMA,
+        spark, url=url, queue="orders", map=transform, schema=SCHEMA,
         output=str(tmp_path / "out"), batch_size=n, isolate=False,
     )  # fmt: skip
     report = pipeline.run()
@@ -192,7 +192,7 @@ def test_a_broken_sink_stops_the_pipeline_and_spends_nothing(
     n = 200
     send(live, {}, n)
     pipeline = Pipeline(
-        spark, url=url, queue="orders", transform=transform, schema=SCHEMA,
+        spark, url=url, queue="orders", map=transform, schema=SCHEMA,
         output=str(tmp_path / "out"), output_format="no-such-format",
     )  # fmt: skip
     with pytest.raises(PipelineStoppedError, match="a defect, not poison") as stopped:
@@ -209,7 +209,7 @@ def test_a_broken_sink_stops_the_pipeline_and_spends_nothing(
 
 def test_bad_options_are_refused(spark: SparkSession, url: str) -> None:
     with pytest.raises(poisonq.InvalidOptionError, match="batch_size"):
-        Pipeline(spark, url=url, queue="orders", transform=transform, schema=SCHEMA,
+        Pipeline(spark, url=url, queue="orders", map=transform, schema=SCHEMA,
                  output="out", batch_size=0)  # fmt: skip
 
 
@@ -221,7 +221,7 @@ def test_retry_cycles_keep_the_leases_going_and_a_fault_stops_the_pipeline_with_
     cycles = poisonq.RetryPolicy(receive_retry_count=0, max_retry_cycles=1)
     send(live, {2: "flaky"}, 10, retry=cycles)
     pipeline = Pipeline(
-        spark, url=url, queue="orders", transform=transform, schema=SCHEMA,
+        spark, url=url, queue="orders", map=transform, schema=SCHEMA,
         output=str(tmp_path / "out"), batch_size=10,
     )  # fmt: skip
     report = pipeline.run()
@@ -266,7 +266,7 @@ def test_a_returned_row_that_does_not_fit_is_dead_lettered_never_completed_silen
 
     send(live, {}, 30)
     report = Pipeline(
-        spark, url=url, queue="orders", transform=shaped, schema=SCHEMA,
+        spark, url=url, queue="orders", map=shaped, schema=SCHEMA,
         output=str(tmp_path / "out"),
     ).run()  # fmt: skip
     assert output(spark, tmp_path / "out") == Counter(set(range(30)) - {3, 4, 5, 6, 7})
@@ -288,7 +288,7 @@ def test_consumers_sharing_an_output_never_overwrite_each_other(
     out = tmp_path / "out"
     for consumer in ("nightly", "pipeline"):
         Pipeline(
-            spark, url=url, queue="orders", transform=transform, schema=SCHEMA,
+            spark, url=url, queue="orders", map=transform, schema=SCHEMA,
             output=str(out), consumer=consumer, batch_size=10,
         ).run(max_batches=1)  # fmt: skip
     assert output(spark, out) == Counter(range(20))
@@ -326,7 +326,7 @@ def test_a_bug_that_fails_every_message_stops_the_runner_and_spends_nothing(
     (MaxDeliveryCountExceeded, or OutputSchemaMismatch at once)."""
     send(live, {}, 100, max_delivery_count=1)
     pipeline = Pipeline(
-        spark, url=url, queue="orders", transform=defect, schema=SCHEMA,
+        spark, url=url, queue="orders", map=defect, schema=SCHEMA,
         output=str(tmp_path / "out"),
     )  # fmt: skip
     with pytest.raises(PipelineStoppedError, match="100 of 100 messages failed") as stopped:
@@ -351,7 +351,7 @@ def test_a_transform_that_always_crashes_the_worker_is_a_defect(
     """Before, 400 of 400 messages were dead-lettered."""
     send(live, {}, 40, max_delivery_count=1)
     pipeline = Pipeline(
-        spark, url=url, queue="orders", transform=_always_crashes, schema=SCHEMA,
+        spark, url=url, queue="orders", map=_always_crashes, schema=SCHEMA,
         output=str(tmp_path / "out"),
     )  # fmt: skip
     with pytest.raises(PipelineStoppedError) as stopped:
@@ -375,7 +375,7 @@ def test_a_broadcast_variable_in_the_transform_stops_the_runner_and_spends_nothi
 
     send(live, {}, 30, max_delivery_count=1)
     pipeline = Pipeline(
-        spark, url=url, queue="orders", transform=with_broadcast, schema=SCHEMA,
+        spark, url=url, queue="orders", map=with_broadcast, schema=SCHEMA,
         output=str(tmp_path / "out"),
     )  # fmt: skip
     with pytest.raises(PipelineStoppedError, match="a defect, not poison"):
@@ -392,7 +392,7 @@ def test_poison_below_the_ratio_is_dead_lettered_as_before(
     """A third of a batch failing with one fingerprint is poison, not a defect."""
     send(live, {n: "invalid" for n in range(0, 60, 3)}, 60)
     report = Pipeline(
-        spark, url=url, queue="orders", transform=transform, schema=SCHEMA,
+        spark, url=url, queue="orders", map=transform, schema=SCHEMA,
         output=str(tmp_path / "out"),
     ).run()  # fmt: skip
     assert report.dead_lettered == Counter({"InvalidCustomer": 20})
@@ -409,7 +409,7 @@ def test_poison_coming_back_together_is_not_a_defect(
     bad = set(range(5, 200, 16))  # 12 messages that always fail
     send(live, dict.fromkeys(bad, "broken"), 200, max_delivery_count=3)
     report = Pipeline(
-        spark, url=url, queue="orders", transform=transform, schema=SCHEMA,
+        spark, url=url, queue="orders", map=transform, schema=SCHEMA,
         output=str(tmp_path / "out"), batch_size=200,
     ).run()  # fmt: skip
     assert report.dead_lettered == Counter({"MaxDeliveryCountExceeded": len(bad)})

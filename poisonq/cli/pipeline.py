@@ -302,7 +302,7 @@ def pipeline_run(
         spark,
         url=app.url,
         queue=queue_name,
-        transform=transform,
+        map=transform,
         schema=_parse_schema(schema),
         output=output,
         consumer=consumer,

@@ -11,6 +11,7 @@ from poisonq.spark.pipeline import Pipeline, PipelineReport, PipelineStoppedErro
 from poisonq.spark.schema import MESSAGE_SCHEMA_DDL
 from poisonq.spark.session import local_session
 from poisonq.spark.source import PoisonqDataSource
+from poisonq.spark.udf import udf
 
 
 def register(spark: SparkSession) -> None:
@@ -26,4 +27,5 @@ __all__ = [
     "PoisonqDataSource",
     "local_session",
     "register",
+    "udf",
 ]

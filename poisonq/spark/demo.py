@@ -141,7 +141,7 @@ def main(directory: Path = Path("demo"), orders: int = 200_000, seed: int = 7) -
             spark,
             url=url,
             queue=QUEUE,
-            transform=transform,
+            map=transform,
             schema=SCHEMA,
             output=str(output),
             batch_size=50_000,

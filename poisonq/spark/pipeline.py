@@ -1,11 +1,15 @@
-"""The pipeline runner: a queue through a per-row transform into a table, poison-proof.
+"""The pipeline runner: a queue through a transform into a table, poison-proof.
 
-One micro-batch is one lease (see :mod:`poisonq.spark.source`) and costs one Spark job: the
-executors read the lease straight from the store and run the transform under the crash guard
-(:mod:`poisonq.spark.transform`, :mod:`poisonq.guard`), Spark writes the good rows,
-and the failed messages are settled by the executors (a permanent error dead-letters, any
-other error or a crash abandons, so the queue's retry policy applies). When the job has
-written the batch, the driver completes whatever the lease still holds, in one statement.
+One micro-batch is one lease (see :mod:`poisonq.spark.source`) and costs one Spark job. A
+``transform`` is a function over the batch as a DataFrame: Spark reads the lease straight
+from the store, runs the user's plan, and a gate (:mod:`poisonq.spark.gate`) dead-letters the
+messages whose rows fail an expectation and passes on only the rows of good messages, which
+Spark writes; a :func:`poisonq.spark.udf` settles the message of a row it fails on. A ``map``
+is a function of one message: the executors read the lease and run it under the crash guard
+(:mod:`poisonq.spark.transform`, :mod:`poisonq.guard`), settle the failed messages and pass
+the good rows on. Either way a permanent error dead-letters and any other error or a crash
+abandons, so the queue's retry policy applies; when the job has written the batch, the
+driver completes whatever the lease still holds, in one statement.
 
 Output is idempotent per lease and never shared between consumers: a batch is written to
 ``<output>/consumer=<name>/lease=<n>`` in overwrite mode and its messages are completed only
@@ -14,12 +18,12 @@ it, and another consumer's leases (numbered on their own) land beside it.
 
 A defect is not poison (:mod:`poisonq.defects`). When most of a task's messages fail the
 same way, the task fails the job with the defect before anything is settled or written; when
-a job fails as a whole (the sink, the JVM, a crash the guard cannot see) and the first and
-last messages of the batch each fail the same way alone, the job is broken, not a message.
-Either way the lease is released (no delivery counted) and :class:`PipelineStoppedError`
-says why. Otherwise the failed batch is bisected into smaller jobs by sequence range until
-the messages whose jobs fail alone are found; only they are abandoned with the job's error,
-and the batch runs again without them.
+a job fails as a whole (an ANSI cast error, ``raise_error``, a plain UDF that raises, the
+sink, a crash the guard cannot see) and the first and last messages of the batch each fail
+the same way alone, the job is broken, not a message. Either way the lease is released (no
+delivery counted) and :class:`PipelineStoppedError` says why. Otherwise the failed batch is
+bisected into smaller jobs by sequence range until the messages whose jobs fail alone are
+found; only they are abandoned with the job's error, and the batch runs again without them.
 """
 
 from __future__ import annotations
@@ -29,14 +33,15 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
-from pyspark.sql import SparkSession
-from pyspark.sql.types import StructType
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import IntegerType, LongType, StructType
 
 import poisonq
 from poisonq.defects import DEFAULT_MAX_FAILURE_RATIO, Defect, check_ratio
@@ -45,9 +50,14 @@ from poisonq.failures import MAX_MESSAGE, MAX_TRACEBACK
 from poisonq.guard import Transform
 from poisonq.model import Abandon, FailureRecord, Lease
 from poisonq.names import validate_name
+from poisonq.spark.expectations import check_expectations, with_failed
+from poisonq.spark.gate import Gate, Runs, RunsParam, leaked
 from poisonq.spark.rows import OutputSchema
-from poisonq.spark.source import absolute_url
-from poisonq.spark.transform import LeaseTransform, defect_in, pipeline_source
+from poisonq.spark.schema import MESSAGE_SCHEMA_DDL
+from poisonq.spark.settling import LeaseContext, defect_in
+from poisonq.spark.source import PoisonqDataSource, absolute_url
+from poisonq.spark.transform import LeaseTransform, pipeline_source
+from poisonq.spark.udf import settling
 
 log = logging.getLogger(__name__)
 JobError = (PySparkException, Py4JError)
@@ -57,6 +67,8 @@ _PYTHON_TRACEBACK = re.compile(
     r"Traceback \(most recent call last\):\n(?:[ \t].*\n)+(?P<error>\S.*)"
 )
 MAX_GUILTY_PER_BATCH = 16
+MAX_REWRITES = 5
+_QUERY_CONTEXT_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
 
 
 class _NotPoison(Exception):
@@ -106,17 +118,31 @@ class PipelineReport:
 
 
 class Pipeline:
-    """Runs ``transform`` over the messages of ``queue`` into ``output``, one lease per batch.
+    """Runs a transform over the messages of ``queue`` into ``output``, one lease per batch.
 
-    ``transform(message)`` gets a message as a dict (``sequence_number``, ``message_id``,
-    ``body`` as bytes, ``subject``, ``properties``, ``delivery_count``, ``enqueued_time``,
-    ...) and returns one output row of ``schema`` (a Spark DDL string or ``StructType``): a
-    dict or named ``Row`` with every field (extra keys are an error unless
+    ``transform(frame)`` takes the batch as a DataFrame (the columns of
+    :data:`~poisonq.spark.MESSAGE_SCHEMA_DDL`, ``body`` as binary) and returns the output
+    DataFrame, as Spark's ``DataFrame.transform`` does. Each output row must keep the
+    ``sequence_number`` of the message it comes from: a message with no row is completed, one
+    with several has all of them written, and the column is written with the rest. A row
+    that fails one of ``expectations`` (name to a SQL boolean over the output row; false or
+    NULL fails) dead-letters its message ``ExpectationFailed`` with none of its rows written;
+    an exception in a :func:`poisonq.spark.udf` fails its row's message; anything else that
+    fails the job (an ANSI cast, ``raise_error``, a plain UDF, a crash) is isolated by
+    bisection.
+
+    ``map(message)`` instead takes one message as a dict (``sequence_number``,
+    ``message_id``, ``body`` as bytes, ``subject``, ``properties``, ``delivery_count``,
+    ``enqueued_time``, ...) and returns one output row of ``schema`` (a Spark DDL string or
+    ``StructType``): a dict or named ``Row`` with every field (extra keys are an error unless
     ``ignore_extra_fields``), or a tuple, list or ``Row`` by position; or ``None`` to
-    complete the message without an output row. Anything else dead-letters the message
-    with ``OutputSchemaMismatch`` (see :mod:`poisonq.spark.rows`). It runs on executors, so
-    it must be picklable. ``max_failure_ratio`` (``None``: never) is the share of a batch
-    that may fail the same way before the runner calls it a defect and stops.
+    complete the message without an output row. Anything else dead-letters the message with
+    ``OutputSchemaMismatch`` (see :mod:`poisonq.spark.rows`). It runs on executors, under
+    the crash guard unless ``isolate`` is false, so it must be picklable.
+
+    ``permanent`` exception types dead-letter at once (in ``map`` and in poisonq UDFs).
+    ``max_failure_ratio`` (``None``: never) is the share of a batch that may fail the same
+    way before the runner calls it a defect and stops.
     """
 
     def __init__(
@@ -125,9 +151,11 @@ class Pipeline:
         *,
         url: str,
         queue: str,
-        transform: Transform,
-        schema: str | StructType,
         output: str,
+        transform: Callable[[DataFrame], DataFrame] | None = None,
+        map: Transform | None = None,
+        schema: str | StructType | None = None,
+        expectations: Mapping[str, str] | None = None,
         consumer: str = "pipeline",
         batch_size: int = 100_000,
         lock_duration: float | None = None,
@@ -140,9 +168,6 @@ class Pipeline:
         if batch_size < 1:
             raise InvalidOptionError("batch_size must be at least 1")
         validate_name(consumer)
-        struct = StructType.fromDDL(schema) if isinstance(schema, str) else schema
-        if not isinstance(struct, StructType):
-            raise InvalidOptionError(f"schema must describe a struct, not {schema!r}")
         self.spark = spark
         self.url = absolute_url(url)
         self.queue = queue
@@ -151,16 +176,41 @@ class Pipeline:
         self.batch_size = batch_size
         self.lock_duration = lock_duration
         self.output_format = output_format
-        self._struct = struct
-        work = LeaseTransform(
-            transform,
-            OutputSchema(struct, ignore_extra_fields),
-            permanent,
-            isolate,
-            check_ratio(max_failure_ratio),
-        )
-        self._source = f"poisonq_pipeline_{id(self):x}"
-        spark.dataSource.register(pipeline_source(self._source, work))
+        self.permanent = permanent
+        self.max_failure_ratio = check_ratio(max_failure_ratio)
+        self.expectations = check_expectations(expectations)
+        self.transform = transform
+        if (transform is None) == (map is None):
+            raise InvalidOptionError(
+                "give a pipeline transform= (a function from the batch's DataFrame to the"
+                " output DataFrame) or map= (a function of one message, with schema=)"
+            )
+        if map is not None:
+            if schema is None:
+                raise InvalidOptionError("map= needs schema=, the output row's Spark schema")
+            if self.expectations:
+                raise InvalidOptionError(
+                    "expectations apply to the rows of transform=; map= checks its rows"
+                    " against schema= (raise PermanentError for anything else)"
+                )
+            self._struct = _struct(schema)
+            work = LeaseTransform(
+                map,
+                OutputSchema(self._struct, ignore_extra_fields),
+                permanent,
+                isolate,
+                self.max_failure_ratio,
+            )
+            self._source = f"poisonq_pipeline_{id(self):x}"
+            spark.dataSource.register(pipeline_source(self._source, work))
+        else:
+            if schema is not None:
+                raise InvalidOptionError(
+                    "schema= goes with map=, a function of one message; the output of"
+                    " transform= is the DataFrame it returns"
+                )
+            spark.dataSource.register(PoisonqDataSource)
+            self._struct = self._output(self._empty_batch()).schema
 
     def run(
         self,
@@ -216,10 +266,10 @@ class Pipeline:
         report.batches += 1
         report.leased += lease.count
         before = _dead_letters(broker, self.queue)
-        with _LeaseRenewer(broker, lease, self.lock_duration):
+        with _LeaseRenewer(broker, lease, self.lock_duration), _quiet_job_errors():
             for attempt in range(3):
                 try:
-                    self._write(lease, None, self._path(lease))
+                    self._write_batch(broker, lease)
                     break
                 except JobError as exc:
                     defect = defect_in(exc)
@@ -230,6 +280,9 @@ class Pipeline:
                         defect = self._isolate(broker, lease, exc, report)
                     if defect is not None:
                         self._stop(broker, lease, defect, report)
+                except InvalidOptionError:  # the transform went wrong on the driver
+                    broker.release_lease(lease)
+                    raise
             completed = broker.complete_lease(lease)
         after = _dead_letters(broker, self.queue)
         report.completed += completed
@@ -253,10 +306,36 @@ class Pipeline:
         )
         raise PipelineStoppedError(report, message, defect=defect) from None
 
-    def _write(self, lease: Lease, span: tuple[int, int] | None, path: str) -> None:
-        """The batch's one Spark job: read the lease through the transform, write."""
+    def _write(self, lease: Lease, span: tuple[int, int] | None, path: str) -> Runs:
+        """The batch's one Spark job: read the lease through the transform, write. Returns
+        the runs of sequence numbers the gates of a ``transform`` passed (none for ``map``,
+        whose rows are settled where they are made)."""
+        if self.transform is None:
+            self._read(self._source, lease, span).write.mode("overwrite").format(
+                self.output_format
+            ).save(path)
+            return []
+        passed = self.spark.sparkContext.accumulator([], RunsParam())
+        context = LeaseContext(self.url, self.queue, lease, self.permanent, self.max_failure_ratio)
+        with settling(context):
+            out = self._output(self._read("poisonq", lease, span))
+        gated = with_failed(out, self.expectations).mapInArrow(Gate(context, passed), out.schema)
+        gated.write.mode("overwrite").format(self.output_format).save(path)
+        return passed.value
+
+    def _write_batch(self, broker: poisonq.Broker, lease: Lease) -> None:
+        """Write the lease's batch; again if a message that failed in one partition had a
+        row passed by another (see :mod:`poisonq.spark.gate`): its messages are read again
+        without the failed ones. Each round has one failed message more to leave out."""
+        for _ in range(MAX_REWRITES):
+            passed = self._write(lease, None, self._path(lease))
+            if not passed or not leaked(passed, broker.lease_sequence_numbers(lease)):
+                return
+            log.warning("lease %d: a failed message had rows written; writing again", lease.number)
+
+    def _read(self, source: str, lease: Lease, span: tuple[int, int] | None) -> DataFrame:
         reader = (
-            self.spark.read.format(self._source)
+            self.spark.read.format(source)
             .option("url", self.url)
             .option("queue", self.queue)
             .option("consumer", self.consumer)
@@ -264,7 +343,38 @@ class Pipeline:
         )
         if span is not None:
             reader = reader.option("minSequence", span[0]).option("maxSequence", span[1])
-        reader.load().write.mode("overwrite").format(self.output_format).save(path)
+        return reader.load()
+
+    def _empty_batch(self) -> DataFrame:
+        return self.spark.createDataFrame([], MESSAGE_SCHEMA_DDL)
+
+    def _output(self, batch: DataFrame) -> DataFrame:
+        """``transform(batch)``, checked: a DataFrame that keeps each row's sequence number,
+        or :class:`InvalidOptionError` saying what to change."""
+        assert self.transform is not None
+        hint = (
+            "transform= takes the batch as a DataFrame and returns the output DataFrame (as"
+            " DataFrame.transform does); a function of one message (a dict) goes in map="
+            " with schema="
+        )
+        try:
+            out = self.transform(batch)
+        except PySparkException as exc:
+            first = str(exc).strip().splitlines()[0]
+            message = f"the transform failed on the batch DataFrame: {first}"
+            raise InvalidOptionError(message) from exc
+        except Exception as exc:
+            raise InvalidOptionError(f"{hint}; given one, it raised {exc!r}") from exc
+        if not isinstance(out, DataFrame):
+            raise InvalidOptionError(f"{hint}; it returned a {type(out).__name__}")
+        kind = next((f.dataType for f in out.schema if f.name == "sequence_number"), None)
+        if not isinstance(kind, (LongType, IntegerType)):
+            raise InvalidOptionError(
+                "each row of the transform's output must keep the sequence_number of the"
+                " message it comes from (select it from the batch); it has"
+                f" {', '.join(out.columns) or 'no columns'}"
+            )
+        return out
 
     def _discard_output(self, lease: Lease) -> None:
         """Overwrite a lease's output with nothing (with Spark, so on any file system)."""
@@ -329,6 +439,28 @@ class Pipeline:
         failure = _job_failure(error)
         broker.settle_held(self.queue, [Abandon(s, lease.lock_token, failure) for s in guilty])
         return None
+
+
+@contextmanager
+def _quiet_job_errors() -> Iterator[None]:
+    """PySpark logs each failed job's error with its whole JVM stack; the runner handles
+    those errors and reports what it did, so it silences that log while it runs jobs."""
+    loggers = [logging.getLogger(name) for name in _QUERY_CONTEXT_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+def _struct(schema: str | StructType) -> StructType:
+    struct = StructType.fromDDL(schema) if isinstance(schema, str) else schema
+    if not isinstance(struct, StructType):
+        raise InvalidOptionError(f"schema must describe a struct, not {schema!r}")
+    return struct
 
 
 def _signature(error: BaseException) -> str:

@@ -10,15 +10,12 @@ The failed messages of a partition are settled in one transaction when the parti
 been read: a permanent error dead-letters, any other error or a crash abandons. The messages
 that succeeded stay locked under the lease until the driver has written the batch. When the
 failures show a defect (:mod:`poisonq.defects`), the task raises :class:`DefectFound`
-instead, so the job fails with nothing settled and nothing written, and the driver gives
-the lease back.
+instead (:mod:`poisonq.spark.settling`), so the job fails with nothing settled and nothing
+written, and the driver gives the lease back.
 """
 
 from __future__ import annotations
 
-import base64
-import json
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -28,16 +25,15 @@ from pyspark.sql.datasource import DataSource, InputPartition
 from pyspark.sql.types import StructType
 
 import poisonq
-from poisonq.defects import Defect, find_defect
+from poisonq.defects import find_defect
 from poisonq.guard import Crashed, Failed, Ok, Transform, run_inline, run_isolated
 from poisonq.lease_rows import OnLeaseRows
-from poisonq.model import Abandon, DeadLetter, FailureRecord
+from poisonq.model import Abandon
 from poisonq.spark.rows import OutputSchema
+from poisonq.spark.settling import DefectFound, Failure, dead_letter
 from poisonq.spark.source import ARROW_BATCH_ROWS, BatchReader, SequenceRange, SourceOptions
 from poisonq.store.base import LEASE_COLUMNS
 
-_DEFECT = re.compile(r"poisonq-defect:([A-Za-z0-9+/=]+):end")
-Failure = Abandon | DeadLetter
 _DELIVERY_COUNT = LEASE_COLUMNS.index("delivery_count")
 
 
@@ -68,38 +64,12 @@ class LeaseTransform:
                 case Ok(output):
                     good.append((seq, output))
                 case Failed(failure, True):
-                    failed.append(_dead_letter(seq, lock_token, failure))
+                    failed.append(dead_letter(seq, lock_token, failure))
                 case Failed(failure, False) | Crashed(failure):
                     failed.append(Abandon(seq, lock_token, failure))
         batch, unfit = self.output.batch(good)
-        failed += [_dead_letter(seq, lock_token, failure) for seq, failure in unfit]
+        failed += [dead_letter(seq, lock_token, failure) for seq, failure in unfit]
         return batch
-
-
-def _dead_letter(seq: int, lock_token: str, failure: FailureRecord) -> DeadLetter:
-    reason = failure.error_type.rsplit(".", 1)[-1]
-    description = f"{failure.error_type}: {failure.message}"
-    return DeadLetter(seq, lock_token, reason, description, failure)
-
-
-class DefectFound(Exception):
-    """Raised in a task whose rows fail like a defect, to fail the job before anything is
-    settled or written; the driver reads the defect back from the job's error text."""
-
-    def __init__(self, defect: Defect) -> None:
-        data = {**defect.failure.to_json(), "failed": defect.failed, "total": defect.total}
-        encoded = base64.b64encode(json.dumps(data).encode()).decode()
-        super().__init__(f"{defect} [poisonq-defect:{encoded}:end]")
-
-
-def defect_in(error: BaseException) -> Defect | None:
-    """The defect a :class:`DefectFound` carried through a failed Spark job, if any."""
-    found = _DEFECT.search(str(error))
-    if found is None:
-        return None
-    data = json.loads(base64.b64decode(found.group(1)))
-    failed, total = data.pop("failed"), data.pop("total")
-    return Defect(FailureRecord.from_json(data), failed, total)
 
 
 class PipelineSource(DataSource):

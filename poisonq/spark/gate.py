@@ -1,0 +1,103 @@
+"""The gate between a DataFrame transform and its sink: only rows of good messages pass.
+
+A ``transform`` pipeline writes ``gate(transform(lease))``, in the same Spark job. The gate
+is a ``mapInArrow`` step that takes a whole partition of output rows, dead-letters the
+messages whose rows failed an expectation (:mod:`poisonq.spark.expectations`), in one
+transaction, and passes on only the rows of messages the lease still holds: a message a
+:func:`poisonq.spark.udf` settled upstream, or one with any failing row, writes none.
+
+A message's rows in two partitions (a transform that shuffles) are judged by two gates that
+cannot see each other, so each gate reports the sequence numbers it passed, as runs, in an
+accumulator; the driver compares them with what the lease still holds after the job
+(:func:`leaked`) and writes the batch again if a message that failed elsewhere got a row out.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.accumulators import Accumulator, AccumulatorParam
+
+import poisonq
+from poisonq.model import DeadLetter
+from poisonq.spark.expectations import FAILED, expectation_dead_letter
+from poisonq.spark.settling import LeaseContext
+
+SEQUENCE = "sequence_number"
+Runs = list[tuple[int, int]]
+
+
+class RunsParam(AccumulatorParam[Runs]):
+    """Accumulates runs of consecutive sequence numbers."""
+
+    def zero(self, value: Runs) -> Runs:
+        return []
+
+    def addInPlace(self, value1: Runs, value2: Runs) -> Runs:
+        value1.extend(value2)
+        return value1
+
+
+class Gate:
+    """The ``mapInArrow`` function: see the module docstring."""
+
+    def __init__(self, context: LeaseContext, passed: Accumulator[Runs]) -> None:
+        self.context = context
+        self.passed = passed
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        table = pa.Table.from_batches(list(batches))
+        if table.num_rows == 0:
+            return
+        seqs: list[int | None] = table.column(SEQUENCE).to_pylist()
+        lease = self.context.lease
+        if None in seqs:
+            raise ValueError("a row of the transform's output has no sequence_number")
+        seen: list[int] = seqs  # type: ignore[assignment]
+        lo, hi = min(seen), max(seen)
+        if lo < lease.min_sequence or hi > lease.max_sequence:
+            wrong = lo if lo < lease.min_sequence else hi
+            raise ValueError(
+                f"a row of the transform's output carries sequence_number {wrong}, which is no"
+                f" message of this batch ({lease.min_sequence}..{lease.max_sequence}): keep the"
+                " sequence_number of the message each row comes from"
+            )
+        failed = self._failed(table, seen)
+        with poisonq.connect(self.context.url) as broker:
+            self.context.settle(broker, list(failed.values()), set(seen))
+            held = set(broker.lease_sequence_numbers(lease, lo, hi))
+        keep = [seq in held and seq not in failed for seq in seen]
+        out = table.filter(pa.array(keep)).drop_columns([FAILED])
+        self.passed.add(runs(sorted({seq for seq, kept in zip(seen, keep, strict=True) if kept})))
+        yield from out.to_batches()
+
+    def _failed(self, table: pa.Table, seqs: list[int]) -> dict[int, DeadLetter]:
+        """The dead-letterings of messages with a row that failed an expectation."""
+        failed: dict[int, DeadLetter] = {}
+        token = self.context.lease.lock_token
+        for index, names in enumerate(table.column(FAILED).to_pylist()):
+            seq = seqs[index]
+            if names and seq not in failed:
+                row: dict[str, Any] = table.slice(index, 1).drop_columns([FAILED]).to_pylist()[0]
+                failed[seq] = expectation_dead_letter(seq, token, names, row)
+        return failed
+
+
+def runs(seqs: Sequence[int]) -> Runs:
+    """Sorted distinct ``seqs`` as runs of consecutive numbers."""
+    found: Runs = []
+    for seq in seqs:
+        if found and found[-1][1] == seq - 1:
+            found[-1] = (found[-1][0], seq)
+        else:
+            found.append((seq, seq))
+    return found
+
+
+def leaked(passed: Runs, held: Sequence[int]) -> bool:
+    """Whether a gate passed a row of a message the lease no longer holds (sorted ``held``):
+    a message that failed in another partition."""
+    return any(bisect_right(held, hi) - bisect_left(held, lo) != hi - lo + 1 for lo, hi in passed)

@@ -1,0 +1,135 @@
+"""``poisonq.spark.udf``: a Python UDF whose exception fails its row's message, not the task.
+
+A plain Python UDF that raises fails its Spark task, and with it the whole batch; the runner
+then has to bisect the batch to find the message. A poisonq UDF catches the exception per
+row instead, returns NULL for it, and settles the row's message itself: a
+:class:`~poisonq.errors.PermanentError` (or a type listed as permanent) dead-letters it, any
+other error abandons it so the retry policy applies, each with type, message, traceback and
+fingerprint in its failure history. A value that does not fit the declared type is
+dead-lettered ``OutputSchemaMismatch``, as in ``map``.
+
+To know the message, the UDF takes the row's ``sequence_number`` as a hidden first argument,
+and the lease it settles under from the context a pipeline or the streaming helper sets
+while it builds the batch's DataFrame (:func:`settling`). Built outside such a context (a
+unit test of a transform), it is a plain Python UDF. It runs as an Arrow UDF over batches of
+rows, so failures are settled once per batch, in one transaction, before the batch's values
+go on: whatever comes after in the plan (the gate that writes the output) already sees the
+message as settled and drops its rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.functions import ArrowUDFType, arrow_udf
+from pyspark.sql.types import DataType, StructField, StructType, _parse_datatype_string
+
+import poisonq
+from poisonq.guard import Failed, Ok, apply
+from poisonq.spark.rows import OutputSchema
+from poisonq.spark.settling import Failure, LeaseContext, dead_letter
+
+_CURRENT: ContextVar[LeaseContext | None] = ContextVar("poisonq_lease", default=None)
+
+
+@contextmanager
+def settling(context: LeaseContext) -> Iterator[None]:
+    """Within this block, poisonq UDFs settle under ``context``'s lease."""
+    token = _CURRENT.set(context)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
+
+
+def udf(
+    fn: Callable[..., Any],
+    returnType: DataType | str,
+    *,
+    permanent: tuple[type[BaseException], ...] = (),
+) -> PoisonUDF:
+    """A Python UDF over ``fn`` whose exceptions fail the row's message instead of the task
+    (see the module docstring). ``permanent`` types dead-letter at once, as do the
+    pipeline's own. Use it as any UDF: ``parse = udf(parse_order, "struct<...>")``, then
+    ``df.select("sequence_number", parse("body").alias("order"))``; the DataFrame it is
+    applied to must have the ``sequence_number`` column of the messages."""
+    if not callable(fn):
+        raise TypeError(f"poisonq.spark.udf takes a function, not {type(fn).__name__}")
+    kind = _parse_datatype_string(returnType) if isinstance(returnType, str) else returnType
+    return PoisonUDF(fn, kind, permanent)
+
+
+class PoisonUDF:
+    """What :func:`udf` returns: call it with columns (or column names) for a Column."""
+
+    def __init__(
+        self, fn: Callable[..., Any], kind: DataType, permanent: tuple[type[BaseException], ...]
+    ) -> None:
+        self.fn = fn
+        self.returnType = kind
+        self.permanent = permanent
+        self.__name__ = getattr(fn, "__name__", "udf")
+
+    def __call__(self, *columns: Column | str) -> Column:
+        context = _CURRENT.get()
+        if context is None:
+            return F.udf(self.fn, self.returnType)(*columns)
+        rows = _Rows(self.fn, self.returnType, context, self.permanent)
+        # Arrow UDFs with a variable number of arguments are declared by type, not hints.
+        arrow: Any = arrow_udf(rows, self.returnType, ArrowUDFType.SCALAR_ITER)  # type: ignore[call-overload]
+        column: Column = arrow(F.col("sequence_number"), *columns)
+        return column
+
+
+class _Rows:
+    """The executor side: ``fn`` over each row of each Arrow batch, failures settled."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        kind: DataType,
+        context: LeaseContext,
+        permanent: tuple[type[BaseException], ...],
+    ) -> None:
+        self.fn = fn
+        self.context = context
+        self.permanent = (*context.permanent, *permanent)
+        self.output = OutputSchema(StructType([StructField("value", kind)]))
+        self.__name__ = getattr(fn, "__name__", "udf")
+
+    def __call__(self, batches: Iterator[Any]) -> Iterator[pa.Array]:
+        for arrays in batches:
+            seqs, *args = arrays if isinstance(arrays, (tuple, list)) else (arrays,)
+            yield self._batch(seqs.to_pylist(), [a.to_pylist() for a in args])
+
+    def _batch(self, seqs: list[int], args: list[list[Any]]) -> pa.Array:
+        fn = self.fn
+        token = self.context.lease.lock_token
+        failures: list[Failure] = []
+        fitted: list[tuple[int, tuple[Any]]] = []
+        rows = zip(*args, strict=True) if args else [()] * len(seqs)
+        for index, (seq, row) in enumerate(zip(seqs, rows, strict=True)):
+            match apply(lambda values: fn(*values), row, self.permanent):
+                case Ok(value):
+                    fitted.append((index, (value,)))
+                case Failed(failure, permanent):
+                    failures.append(self.context.failure(seq, failure, permanent))
+        batch, unfit = self.output.batch(fitted)
+        failures += [dead_letter(seqs[index], token, failure) for index, failure in unfit]
+        if failures:
+            with poisonq.connect(self.context.url) as broker:
+                self.context.settle(broker, failures, seqs)
+        # The values that fitted, in place; NULL where a row failed.
+        bad = {index for index, _ in unfit}
+        kept = iter(range(batch.num_rows))
+        positions: list[int | None] = [None] * len(seqs)
+        for index, _ in fitted:
+            if index not in bad:
+                positions[index] = next(kept)
+        return batch.column(0).take(pa.array(positions, pa.int64()))
