@@ -15,15 +15,16 @@ accumulator; the driver compares them with what the lease still holds after the 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 from pyspark.accumulators import Accumulator, AccumulatorParam
+from pyspark.sql import DataFrame
+from pyspark.sql.types import StructField, StructType
 
 import poisonq
 from poisonq.model import DeadLetter
-from poisonq.spark.expectations import FAILED, expectation_dead_letter
+from poisonq.spark.expectations import FAILED, expectation_dead_letter, with_failed
 from poisonq.spark.settling import LeaseContext
 
 SEQUENCE = "sequence_number"
@@ -41,18 +42,33 @@ class RunsParam(AccumulatorParam[Runs]):
         return value1
 
 
+def gated(frame: DataFrame, expectations: Mapping[str, str], gate: Gate) -> DataFrame:
+    """``frame`` through ``gate``, its rows checked against ``expectations``. Spark's
+    ``mapInArrow`` cannot resolve a column whose name has a dot (an unnamed
+    ``get_json_object(body, '$.n')``), so the gate sees the columns by position."""
+    names = frame.columns
+    positional = [f"_{index}" for index in range(len(names))]
+    checked = with_failed(frame, expectations).toDF(*positional, FAILED)
+    fields = zip(frame.schema, positional, strict=True)
+    schema = StructType([StructField(p, f.dataType, f.nullable) for f, p in fields])
+    gate.names = names
+    return checked.mapInArrow(gate, schema).toDF(*names)
+
+
 class Gate:
     """The ``mapInArrow`` function: see the module docstring."""
 
     def __init__(self, context: LeaseContext, passed: Accumulator[Runs]) -> None:
         self.context = context
         self.passed = passed
+        self.names: list[str] = []
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        table = pa.Table.from_batches(list(batches))
-        if table.num_rows == 0:
+        received = [batch for batch in batches if batch.num_rows]
+        if not received:
             return
-        seqs: list[int | None] = table.column(SEQUENCE).to_pylist()
+        table = pa.Table.from_batches(received)
+        seqs: list[int | None] = table.column(self.names.index(SEQUENCE)).to_pylist()
         lease = self.context.lease
         if None in seqs:
             raise ValueError("a row of the transform's output has no sequence_number")
@@ -81,7 +97,8 @@ class Gate:
         for index, names in enumerate(table.column(FAILED).to_pylist()):
             seq = seqs[index]
             if names and seq not in failed:
-                row: dict[str, Any] = table.slice(index, 1).drop_columns([FAILED]).to_pylist()[0]
+                values = table.slice(index, 1).drop_columns([FAILED]).to_pylist()[0].values()
+                row = dict(zip(self.names, values, strict=True))
                 failed[seq] = expectation_dead_letter(seq, token, names, row)
         return failed
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from py4j.protocol import Py4JError
+from pyspark.accumulators import Accumulator
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import IntegerType, LongType, StructType
@@ -50,8 +51,8 @@ from poisonq.failures import MAX_MESSAGE, MAX_TRACEBACK
 from poisonq.guard import Transform
 from poisonq.model import Abandon, FailureRecord, Lease
 from poisonq.names import validate_name
-from poisonq.spark.expectations import check_expectations, with_failed
-from poisonq.spark.gate import Gate, Runs, RunsParam, leaked
+from poisonq.spark.expectations import check_expectations
+from poisonq.spark.gate import Gate, Runs, RunsParam, gated, leaked
 from poisonq.spark.rows import OutputSchema
 from poisonq.spark.schema import MESSAGE_SCHEMA_DDL
 from poisonq.spark.settling import LeaseContext, defect_in
@@ -210,7 +211,10 @@ class Pipeline:
                     " transform= is the DataFrame it returns"
                 )
             spark.dataSource.register(PoisonqDataSource)
-            self._struct = self._output(self._empty_batch()).schema
+            # Plan the work on an empty batch, so a mistake shows before any lease is taken.
+            nothing = Lease(queue, consumer, 0, "", 0, 0, 0, 0.0)
+            unused = spark.sparkContext.accumulator([], RunsParam())
+            self._struct = self._gated(self._empty_batch(), nothing, unused).schema
 
     def run(
         self,
@@ -316,12 +320,16 @@ class Pipeline:
             ).save(path)
             return []
         passed = self.spark.sparkContext.accumulator([], RunsParam())
+        frame = self._gated(self._read("poisonq", lease, span), lease, passed)
+        frame.write.mode("overwrite").format(self.output_format).save(path)
+        return passed.value
+
+    def _gated(self, batch: DataFrame, lease: Lease, passed: Accumulator[Runs]) -> DataFrame:
+        """What a ``transform`` batch writes: the transform's output through the gate."""
         context = LeaseContext(self.url, self.queue, lease, self.permanent, self.max_failure_ratio)
         with settling(context):
-            out = self._output(self._read("poisonq", lease, span))
-        gated = with_failed(out, self.expectations).mapInArrow(Gate(context, passed), out.schema)
-        gated.write.mode("overwrite").format(self.output_format).save(path)
-        return passed.value
+            out = self._output(batch)
+        return gated(out, self.expectations, Gate(context, passed))
 
     def _write_batch(self, broker: poisonq.Broker, lease: Lease) -> None:
         """Write the lease's batch; again if a message that failed in one partition had a

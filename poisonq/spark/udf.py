@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import Column
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.functions import ArrowUDFType, arrow_udf
+from pyspark.sql.pandas.functions import arrow_udf
 from pyspark.sql.types import DataType, StructField, StructType, _parse_datatype_string
 
 import poisonq
@@ -79,10 +79,14 @@ class PoisonUDF:
     def __call__(self, *columns: Column | str) -> Column:
         context = _CURRENT.get()
         if context is None:
-            return F.udf(self.fn, self.returnType)(*columns)
+            return F.udf(self.fn, self.returnType, useArrow=False)(*columns)
         rows = _Rows(self.fn, self.returnType, context, self.permanent)
-        # Arrow UDFs with a variable number of arguments are declared by type, not hints.
-        arrow: Any = arrow_udf(rows, self.returnType, ArrowUDFType.SCALAR_ITER)  # type: ignore[call-overload]
+
+        def named(batches: Iterator[tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
+            return rows.run(batches)  # Spark tells an iterator UDF by these type hints
+
+        named.__name__ = self.__name__  # the column's name, as for a plain UDF
+        arrow: Any = arrow_udf(named, self.returnType)  # type: ignore[call-overload]
         column: Column = arrow(F.col("sequence_number"), *columns)
         return column
 
@@ -103,7 +107,8 @@ class _Rows:
         self.output = OutputSchema(StructType([StructField("value", kind)]))
         self.__name__ = getattr(fn, "__name__", "udf")
 
-    def __call__(self, batches: Iterator[Any]) -> Iterator[pa.Array]:
+    def run(self, batches: Iterator[tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
+        """The values of each batch of rows; failures settled before the batch goes on."""
         for arrays in batches:
             seqs, *args = arrays if isinstance(arrays, (tuple, list)) else (arrays,)
             yield self._batch(seqs.to_pylist(), [a.to_pylist() for a in args])
