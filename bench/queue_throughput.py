@@ -6,12 +6,15 @@ received. Prints one machine-readable line:
 
     store=sqlite produce_msgs_per_s=... consume_complete_msgs_per_s=... dlq_move_msgs_per_s=...
 
-With a PostgreSQL store (``--url postgresql://...``, or ``--postgres`` for a temporary
-server started from the machine's binaries, durable as installed) it also runs the plain pgmq
-SQL pattern (``bench/pgmq_pattern.py``) on the same server with the same batches, each phase
-right beside poisonq's (so both meet the same load on a shared machine), and prints a second
-line with its rates and poisonq's ratio to them:
+Beside it runs a peer with the same batches, each phase right beside poisonq's (so both
+meet the same load on a shared machine), and a second line gives the peer's rates and
+poisonq's ratio to them. On SQLite the peer is a minimal hand-written SQLite queue with the
+same durability (``bench/sqlite_pattern.py``), in a file next to the store's; with a
+PostgreSQL store (``--url postgresql://...``, or ``--postgres`` for a temporary server
+started from the machine's binaries, durable as installed) it is the plain pgmq SQL pattern
+(``bench/pgmq_pattern.py``) on the same server:
 
+    minimal_sqlite_produce_msgs_per_s=... ratio_produce=... ratio_consume_complete=... ...
     pgmq_produce_msgs_per_s=... ratio_produce=... ratio_consume_complete=... ratio_dlq_move=...
 
 The machine's speed drifts by ±20 % from one second to the next on a shared host, so the
@@ -31,9 +34,12 @@ import time
 from collections.abc import Callable, Iterator
 
 import pgmq_pattern
+import sqlite_pattern
 
 import poisonq
 from poisonq import DeadLetter, Message
+
+Peer = pgmq_pattern.PgmqQueue | sqlite_pattern.MinimalSqliteQueue
 
 
 def _send(broker: poisonq.Broker, queue: str, count: int, body: bytes, batch: int) -> float:
@@ -68,28 +74,21 @@ def _drain(broker: poisonq.Broker, queue: str, count: int, batch: int, dead_lett
 
 def _round(
     broker: poisonq.Broker,
-    pgmq: pgmq_pattern.PgmqQueue | None,
+    peer: Peer,
     args: argparse.Namespace,
     ours_first: bool,
 ) -> tuple[pgmq_pattern.Rates, pgmq_pattern.Rates]:
-    """Run each phase on poisonq and, when given, at once on pgmq (the order as told), so
-    that both meet the same load. Returns the rates of each."""
+    """Run each phase on poisonq and at once on the peer (the order as told), so that both
+    meet the same load. Returns the rates of each."""
     body = os.urandom(args.size // 2 + 1).hex()[: args.size]
     queue = f"bench-{os.getpid()}-{time.monotonic_ns()}"
     broker.create_queue(queue)
     ours: pgmq_pattern.Rates = {}
     theirs: pgmq_pattern.Rates = {}
-    plain = pgmq.fresh() if pgmq else None
+    plain = peer.fresh()
 
-    def both(
-        phase: str,
-        mine: Callable[[], float],
-        other: Callable[[pgmq_pattern.PgmqQueue], float],
-    ) -> None:
-        if plain is None:
-            ours[phase] = mine()
-        else:
-            pgmq_pattern.beside((ours, theirs), ours_first, phase, mine, lambda: other(plain))
+    def both(phase: str, mine: Callable[[], float], other: Callable[[Peer], float]) -> None:
+        pgmq_pattern.beside((ours, theirs), ours_first, phase, mine, lambda: other(plain))
 
     try:
         both(
@@ -103,8 +102,7 @@ def _round(
             lambda q: q.drain(args.messages, args.batch, archive=False),
         )
         _send(broker, queue, args.dead_letter, body.encode(), args.batch)
-        if plain:
-            plain.send(args.dead_letter, body, args.batch)
+        plain.send(args.dead_letter, body, args.batch)
         both(
             "dlq_move",
             lambda: _drain(broker, queue, args.dead_letter, args.batch, True),
@@ -147,19 +145,22 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, _store_url(args, tmp) as url:
         store = url.split(":", 1)[0]
         postgres = store in ("postgresql", "postgres")
-        pgmq = pgmq_pattern.PgmqQueue(url) if postgres else None
+        peer: Peer
+        if postgres:
+            peer, prefix = pgmq_pattern.PgmqQueue(url), "pgmq_"
+        else:
+            peer = sqlite_pattern.MinimalSqliteQueue(os.path.join(tmp, "minimal.db"))
+            prefix = "minimal_sqlite_"
         rounds = []
         try:
             with poisonq.connect(url) as broker:
                 for number in range(args.rounds):
-                    rounds.append(_round(broker, pgmq, args, ours_first=number % 2 == 0))
+                    rounds.append(_round(broker, peer, args, ours_first=number % 2 == 0))
         finally:
-            if pgmq:
-                pgmq.close()
+            peer.close()
         rates, plain, ratios = pgmq_pattern.medians(rounds)
         print(f"store={store} {pgmq_pattern.rate_fields('', rates)}")
-        if pgmq:
-            print(f"{pgmq_pattern.rate_fields('pgmq_', plain)} {pgmq_pattern.ratio_fields(ratios)}")
+        print(f"{pgmq_pattern.rate_fields(prefix, plain)} {pgmq_pattern.ratio_fields(ratios)}")
 
 
 if __name__ == "__main__":
