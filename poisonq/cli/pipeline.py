@@ -1,9 +1,16 @@
 """``poisonq pipeline run``: a user's transform over a queue on Spark, from the command line.
 
+It runs both kinds of :class:`~poisonq.spark.Pipeline`: a DataFrame transform (``transform=``,
+with ``--expect`` for expectations) when no ``--schema`` is given, a function of one message
+(``map=``) with ``--schema``, the schema of the row it returns. Running one kind as the
+other is refused in one line before any message is leased: the function is applied to an
+empty batch DataFrame first, as the pipeline does, and a per-row function fails or returns
+something other than a DataFrame there, while a DataFrame transform returns one.
+
 PySpark is imported inside the command only, so every other command works without the
 ``spark`` extra and starts without loading it. Everything that can be checked without Spark
-(the transform can be imported, the queue exists) is checked first, so a typo costs no JVM
-start.
+(the transform can be imported, the options fit its kind, the queue exists) is checked first,
+so a typo costs no JVM start.
 """
 
 from __future__ import annotations
@@ -11,9 +18,12 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import logging
 import os
 import re
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
@@ -28,13 +38,17 @@ from poisonq.defects import DEFAULT_MAX_FAILURE_RATIO
 from poisonq.errors import InvalidOptionError, PoisonqError
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-    from poisonq.guard import Transform
     from poisonq.spark.pipeline import PipelineReport
 
 TARGET_HELP = "expected MODULE:FUNC or path/to/file.py:FUNC"
 PERMANENT_HELP = "--permanent expects MODULE.Type, MODULE:Type or path/to/file.py:Type"
+EXPECT_HELP = "--expect expects NAME=SQL, e.g. positive='amount > 0'"
+_EXPECTATION_NAME = re.compile(r"[A-Za-z_][\w.-]*")
+_QUERY_CONTEXT_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
+PER_ROW_HINT = "a function of one message (a dict) runs with --schema DDL, the schema of its row"
 
 
 class SparkMissingError(PoisonqError):
@@ -42,7 +56,7 @@ class SparkMissingError(PoisonqError):
 
 
 # The transform ----------------------------------------------------------------------------
-def load_transform(target: str) -> Transform:
+def load_transform(target: str) -> Callable[..., Any]:
     """The function named by ``MODULE:FUNC`` (imported as ``python -m`` would, with the
     current directory on the path) or ``path/to/file.py:FUNC``.
 
@@ -56,7 +70,7 @@ def load_transform(target: str) -> Transform:
     function = _load(target, TARGET_HELP)
     if not callable(function):
         raise InvalidOptionError(f"{target!r} is not a function but {type(function).__name__}")
-    return cast("Transform", function)
+    return cast("Callable[..., Any]", function)
 
 
 def load_exception(target: str) -> type[BaseException]:
@@ -149,6 +163,92 @@ def _parse_schema(schema: str) -> StructType:
     return parsed
 
 
+def parse_expectations(pairs: tuple[str, ...]) -> dict[str, str]:
+    """``--expect NAME=SQL`` options as the pipeline's ``expectations``: split at the first
+    ``=`` (the SQL may hold more), names unique."""
+    expectations: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, sql = pair.partition("=")
+        name, sql = name.strip(), sql.strip()
+        if not sep or not sql or not _EXPECTATION_NAME.fullmatch(name):
+            raise InvalidOptionError(f"{EXPECT_HELP}, not {pair!r}")
+        if name in expectations:
+            raise InvalidOptionError(f"--expect {name!r} is given twice")
+        expectations[name] = sql
+    return expectations
+
+
+@contextmanager
+def _quiet_analysis_errors() -> Iterator[None]:
+    """PySpark logs each analysis error it raises (with the JVM's stack) as JSON on stderr;
+    the checks below turn the ones they meet into one line, so they silence that log."""
+    loggers = [logging.getLogger(name) for name in _QUERY_CONTEXT_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+def _probe(spark: SparkSession, function: Any) -> tuple[Any, DataFrame]:
+    """``function`` applied to an empty batch DataFrame, as the pipeline applies a
+    transform; what it returned or the exception it raised, and the batch."""
+    from poisonq.spark.schema import MESSAGE_SCHEMA_DDL
+
+    batch = spark.createDataFrame([], MESSAGE_SCHEMA_DDL)
+    try:
+        with _quiet_analysis_errors():
+            return function(batch), batch
+    except Exception as exc:  # a per-row function given a DataFrame, or the user's bug
+        return exc, batch
+
+
+def check_dataframe_transform(
+    spark: SparkSession, target: str, function: Any, expectations: dict[str, str]
+) -> None:
+    """Refuse, in one line, a per-row function run without ``--schema`` and an expectation
+    that is not a SQL boolean over the transform's output (before a message is leased, and
+    even when the queue is empty)."""
+    from pyspark.errors import PySparkException
+    from pyspark.sql import DataFrame
+
+    from poisonq.spark.expectations import with_failed
+
+    out, _ = _probe(spark, function)
+    if isinstance(out, PySparkException):
+        first = next(iter(str(out).strip().splitlines()), type(out).__name__)
+        raise InvalidOptionError(f"{target} failed on the batch DataFrame: {first}")
+    if isinstance(out, Exception):
+        raise InvalidOptionError(
+            f"{target} is not a DataFrame transform (run without --schema, it gets the batch"
+            f" as a DataFrame): it raised {out!r}; {PER_ROW_HINT}"
+        )
+    if not isinstance(out, DataFrame):
+        raise InvalidOptionError(
+            f"{target} is not a DataFrame transform (run without --schema, it gets the batch"
+            f" as a DataFrame): it returned a {type(out).__name__}; {PER_ROW_HINT}"
+        )
+    with _quiet_analysis_errors():
+        with_failed(out, expectations)
+
+
+def check_per_row_function(spark: SparkSession, target: str, function: Any) -> None:
+    """Refuse, in one line, a DataFrame transform given ``--schema``: applied to a batch
+    DataFrame it returns a new DataFrame, which no function of one message does."""
+    from pyspark.sql import DataFrame
+
+    out, batch = _probe(spark, function)
+    if isinstance(out, DataFrame) and out is not batch:
+        raise InvalidOptionError(
+            f"{target} is a DataFrame transform (it returns a DataFrame given the batch as"
+            " one), and --schema is for a function of one message: drop --schema (the"
+            " output is the DataFrame it returns)"
+        )
+
+
 # The report -------------------------------------------------------------------------------
 def _report_json(report: PipelineReport, interrupted: bool) -> dict[str, Any]:
     data = {f.name: getattr(report, f.name) for f in dataclasses.fields(report)}
@@ -182,6 +282,11 @@ def _summary(report: PipelineReport) -> str:
 
 
 # The command ------------------------------------------------------------------------------
+def _given(ctx: click.Context, name: str) -> bool:
+    """Whether option ``name`` was given on the command line (not its default)."""
+    return ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+
+
 @click.group()
 def pipeline() -> None:
     """Run Spark pipelines over a queue."""
@@ -192,9 +297,18 @@ def pipeline() -> None:
 @click.option("--queue", "queue_name", required=True, help="The queue to consume.")
 @click.option(
     "--schema",
-    required=True,
     metavar="DDL",
-    help="Spark DDL of the rows FUNC returns, e.g. 'order_id string, total double'.",
+    help="FUNC is a function of one message returning one row of this Spark DDL, e.g."
+    " 'order_id string, total double'. Without it, FUNC is a DataFrame transform.",
+)
+@click.option(
+    "--expect",
+    "expect",
+    multiple=True,
+    metavar="NAME=SQL",
+    help="An expectation on each output row of a DataFrame transform (repeatable), e.g."
+    " positive='amount > 0': a row for which the SQL is false or NULL dead-letters its"
+    " message (ExpectationFailed), none of its rows written.",
 )
 @click.option(
     "--output", required=True, metavar="PATH", help="Output directory (one part per batch)."
@@ -230,13 +344,14 @@ def pipeline() -> None:
     multiple=True,
     metavar="MODULE.Type",
     help="An exception type that dead-letters at once instead of being retried"
-    " (repeatable), e.g. json.JSONDecodeError or transforms.py:InvalidOrder.",
+    " (repeatable), e.g. json.JSONDecodeError or transforms.py:InvalidOrder; raised by a"
+    " per-row FUNC or a poisonq.spark.udf.",
 )
 @click.option(
     "--ignore-extra-fields",
     is_flag=True,
-    help="Drop keys of a returned dict that the schema does not have, instead of"
-    " dead-lettering the message (OutputSchemaMismatch).",
+    help="With --schema: drop keys of a returned dict that the schema does not have,"
+    " instead of dead-lettering the message (OutputSchemaMismatch).",
 )
 @click.option(
     "--max-failure-ratio",
@@ -250,7 +365,8 @@ def pipeline() -> None:
     "--isolate/--no-isolate",
     default=True,
     show_default=True,
-    help="Run FUNC in a forked child, so a crashing message is isolated, not the batch.",
+    help="With --schema: run FUNC in a forked child, so a crashing message is isolated,"
+    " not the batch.",
 )
 @click.option(
     "--forever",
@@ -258,13 +374,14 @@ def pipeline() -> None:
     help="Keep waiting for messages when the queue is idle; Ctrl-C stops.",
 )
 @json_option
-@click.pass_obj
+@click.pass_context
 def pipeline_run(
-    app: App,
+    ctx: click.Context,
     /,
     target: str,
     queue_name: str,
-    schema: str,
+    schema: str | None,
+    expect: tuple[str, ...],
     output: str,
     consumer: str,
     batch_size: int,
@@ -279,41 +396,105 @@ def pipeline_run(
 ) -> None:
     """Run a transform over a queue on Spark.
 
-    Imports FUNC from MODULE (a module path or a .py file), which gets each message as a
-    dict (body as bytes, subject, properties, ...) and returns one row of --schema (a dict
-    with every field, or a tuple/list/Row by position), or None to skip it. Good rows are
-    written to --output/consumer=NAME/lease=N; a message whose FUNC raises a PermanentError
-    (or a --permanent type), or returns a row that does not fit --schema, is dead-lettered
-    at once; any other error is retried by the queue's policy. When most of a batch fails
-    the same way (a bug, not poison), the run stops with the error and its traceback and
-    the batch goes back to the queue without a delivery counted. Runs until the queue is
-    idle, then prints what it did. Ctrl-C stops and prints the report so far; an unfinished
-    batch is replayed by the next run.
+    Imports FUNC from MODULE (a module path or a .py file). Good rows are written to
+    --output/consumer=NAME/lease=N, one directory per batch (a lease of up to --batch-size
+    messages, one Spark job). FUNC is one of two kinds:
+
+    A DataFrame transform (no --schema) gets the batch as a DataFrame of the messages (body
+    as binary, sequence_number, subject, properties, ...) and returns the output DataFrame,
+    in Spark SQL (from_json, joins, poisonq.spark.udf). Each output row keeps the
+    sequence_number of its message, which is written with the rest. A row failing an
+    --expect dead-letters its message (ExpectationFailed); an exception in a
+    poisonq.spark.udf abandons the row's message (dead-letters it if permanent); anything
+    else that fails the Spark job (an ANSI cast error, raise_error, a plain UDF) is isolated
+    by bisection and only the messages failing alone are abandoned.
+
+    \b
+      # orders.py
+      from pyspark.sql import functions as F
+      def orders(batch):
+          order = F.from_json(F.col("body").cast("string"), "id long, amount double")
+          return batch.select("sequence_number", order.alias("o")).select(
+              "sequence_number", "o.*")
+    \b
+      poisonq pipeline run orders.py:orders --queue orders --output out \\
+          --expect positive='amount > 0' --expect has_id='id IS NOT NULL'
+
+    A per-row function (with --schema) gets each message as a dict (body as bytes, subject,
+    properties, ...) and returns one row of --schema (a dict with every field, or a
+    tuple/list/Row by position), or None to skip it. A message whose FUNC raises a
+    PermanentError (or a --permanent type), or returns a row that does not fit --schema, is
+    dead-lettered at once; any other error is retried by the queue's policy.
+
+    \b
+      # rows.py
+      import json
+      def order(message):
+          o = json.loads(message["body"])
+          return {"id": o["id"], "amount": o["amount"]}
+    \b
+      poisonq pipeline run rows.py:order --queue orders --output out \\
+          --schema 'id long, amount double' --permanent json.JSONDecodeError
+
+    Either kind is first applied to an empty batch DataFrame, so running one as the other
+    is refused before any message is leased. When most of a batch fails the same way (a
+    bug, not poison), the run stops with the error and its traceback and the batch goes
+    back to the queue without a delivery counted. Runs until the queue is idle, then prints
+    what it did. Ctrl-C stops and prints the report so far; an unfinished batch is replayed
+    by the next run.
     """
+    app: App = ctx.obj
     require_pyspark()
-    transform = load_transform(target)
+    per_row = schema is not None
+    expectations = parse_expectations(expect)
+    if per_row and expectations:
+        raise InvalidOptionError(
+            "--expect checks the rows of a DataFrame transform (run without --schema); a"
+            " per-row function's rows are checked against --schema (raise PermanentError"
+            " for anything else)"
+        )
+    if not per_row:
+        for name, given in (
+            ("--ignore-extra-fields", ignore_extra_fields),
+            ("--isolate/--no-isolate", _given(ctx, "isolate")),
+        ):
+            if given:
+                raise InvalidOptionError(
+                    f"{name} goes with --schema (a function of one message); a DataFrame"
+                    " transform's output is the DataFrame it returns"
+                )
+    function = load_transform(target)
     permanent = tuple(load_exception(name) for name in permanent_types)
     app.broker.get_queue(queue_name)  # an unknown queue fails here, before Spark starts
     from poisonq.spark.pipeline import Pipeline, PipelineStoppedError
     from poisonq.spark.session import local_session
 
     spark = local_session()
-    runner = Pipeline(
-        spark,
-        url=app.url,
-        queue=queue_name,
-        map=transform,
-        schema=_parse_schema(schema),
-        output=output,
-        consumer=consumer,
-        batch_size=batch_size,
-        lock_duration=lock_duration,
-        output_format=output_format,
-        permanent=permanent,
-        isolate=isolate,
-        ignore_extra_fields=ignore_extra_fields,
-        max_failure_ratio=None if max_failure_ratio == 1 else max_failure_ratio,
-    )
+    common: dict[str, Any] = {
+        "url": app.url,
+        "queue": queue_name,
+        "output": output,
+        "consumer": consumer,
+        "batch_size": batch_size,
+        "lock_duration": lock_duration,
+        "output_format": output_format,
+        "permanent": permanent,
+        "max_failure_ratio": None if max_failure_ratio == 1 else max_failure_ratio,
+    }
+    if schema is not None:
+        struct = _parse_schema(schema)
+        check_per_row_function(spark, target, function)
+        runner = Pipeline(
+            spark,
+            map=function,
+            schema=struct,
+            isolate=isolate,
+            ignore_extra_fields=ignore_extra_fields,
+            **common,
+        )
+    else:
+        check_dataframe_transform(spark, target, function, expectations)
+        runner = Pipeline(spark, transform=function, expectations=expectations, **common)
     seen: list[PipelineReport] = []
     with progress(app, f"pipeline {queue_name}") as update:
 

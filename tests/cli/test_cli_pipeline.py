@@ -49,12 +49,46 @@ def transform(message):
 '''
 GOOD = [n for n in range(50) if n % 10 not in (3, 7, 9)]
 
+# The same outcomes from a DataFrame transform: 3s fail an expectation, 7s fail in a poisonq
+# UDF (retried, then poisoned), 9s are filtered out.
+FRAME_TRANSFORM = """
+from pyspark.sql import functions as F
+
+from poisonq.spark import udf
+
+
+def find_customer(n):
+    if n % 10 == 7:
+        raise KeyError(f"cust-{n}")
+    return f"cust-{n}"
+
+
+customer = udf(find_customer, "string")
+
+
+def transform(batch):
+    order = F.from_json(F.col("body").cast("string"), "n long")
+    orders = batch.select("sequence_number", order.alias("o")).select("sequence_number", "o.n")
+    return orders.where(F.col("n") % 10 != 9).withColumn("customer", customer("n"))
+
+
+def no_sequence_number(batch):
+    return batch.select("message_id")
+"""
+
 
 @pytest.fixture
 def transform(tmp_path: Path) -> str:
     path = tmp_path / "jobs" / "transform.py"
     path.parent.mkdir()
     path.write_text(TRANSFORM)
+    return f"{path}:transform"
+
+
+@pytest.fixture
+def frame_transform(tmp_path: Path) -> str:
+    path = tmp_path / "frames.py"
+    path.write_text(FRAME_TRANSFORM)
     return f"{path}:transform"
 
 
@@ -67,10 +101,17 @@ def fifty(api: Broker, orders: str) -> str:
 
 
 def pipeline(url: str, target: str, output: Path, *args: str, code: int = 0) -> Any:
-    """``pipeline run TARGET`` over ``orders`` with ``--json``; the report it printed."""
+    """``pipeline run TARGET`` over ``orders`` with ``--json``, per row (``--schema``); the
+    report it printed."""
+    return frames(url, target, output, "--schema", "n long", *args, code=code)
+
+
+def frames(url: str, target: str, output: Path, *args: str, code: int = 0) -> Any:
+    """``pipeline run TARGET`` over ``orders`` with ``--json``, a DataFrame transform unless
+    ``args`` hold ``--schema``; the report it printed."""
     result = run(
         url,
-        *("pipeline", "run", target, "--queue", "orders", "--schema", "n long"),
+        *("pipeline", "run", target, "--queue", "orders"),
         *("--output", str(output), "--json", *args),
         code=code,
     )
@@ -151,6 +192,47 @@ def test_pipeline_run_forever_stops_on_ctrl_c_with_the_report(
     assert (counts["completed"], counts["dead_lettered"], counts["active"]) == (40, 10, 0)
 
 
+# poisonq.spark.udf declares its Arrow UDF by type, which PySpark warns about on each call.
+@pytest.mark.filterwarnings("ignore:It is preferred to specify type hints for arrow UDF")
+def test_a_dataframe_transform_runs_with_expectations_and_poisonq_udfs(
+    spark: SparkSession,
+    url: str,
+    api: Broker,
+    fifty: str,
+    frame_transform: str,
+    tmp_path: Path,
+) -> None:
+    """Without --schema FUNC is a DataFrame transform: a row failing an --expect dead-letters
+    its message, a poisonq UDF that raises fails only its row's message (retried, then
+    poisoned), a message without rows is completed; rows keep their sequence_number."""
+    output = tmp_path / "out"
+    report = frames(url, frame_transform, output, "--expect", "not_three=n % 10 != 3")
+    # Lease 2 holds the five abandoned 7s again, which fail their second delivery.
+    assert (report["batches"], report["leased"]) == (2, 55)
+    assert (report["completed"], report["retried"]) == (40, 5)
+    assert report["dead_lettered"] == {"ExpectationFailed": 5, "MaxDeliveryCountExceeded": 5}
+
+    rows = spark.read.parquet(str(output)).collect()
+    assert sorted(row.n for row in rows) == GOOD
+    assert {row.customer for row in rows} == {f"cust-{n}" for n in GOOD}
+    assert {(row.consumer, row.lease) for row in rows} == {("pipeline", 1)}
+
+    dead = {m.message_id: m for m in api.peek(DLQ, max_messages=100)}
+    assert {i: m.dead_letter_reason for i, m in dead.items()} == {
+        **{f"o-{n}": "ExpectationFailed" for n in range(3, 50, 10)},
+        **{f"o-{n}": "MaxDeliveryCountExceeded" for n in range(7, 50, 10)},
+    }
+    assert "not_three" in (dead["o-13"].dead_letter_error_description or "")
+    assert [f.error_type for f in dead["o-17"].failures] == ["KeyError", "KeyError"]
+    assert "find_customer" in (dead["o-17"].failures[0].traceback or "")
+    # Each row was written with the sequence number of the message it comes from (sent in
+    # order of n, as the dead-lettered ones show).
+    offset = dead["o-3"].sequence_number - 3
+    assert {row.sequence_number - row.n for row in rows} == {offset}
+    assert api.counts(fifty)["completed"] == 40
+    assert api.audit().ok
+
+
 @pytest.mark.parametrize(
     ("target", "fragment"),
     [
@@ -166,6 +248,60 @@ def test_a_bad_target_is_one_error_line(
 ) -> None:
     result = pipeline(url, target, tmp_path / "out", code=2)
     assert_one_error_line(result, fragment)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (("--schema", "n long", "--expect", "ok=n > 0"), ("--expect checks the rows of a Data",)),
+        (("--expect", "n >= 0"), ("--expect expects NAME=SQL", "not 'n >= 0'")),
+        (("--expect", "ok="), ("--expect expects NAME=SQL",)),
+        (("--expect", "ok=n > 0", "--expect", "ok=n < 9"), ("--expect 'ok' is given twice",)),
+        (("--ignore-extra-fields",), ("--ignore-extra-fields goes with --schema",)),
+        (("--no-isolate",), ("--isolate/--no-isolate goes with --schema",)),
+    ],
+)
+def test_options_of_the_other_kind_are_one_error_line(
+    url: str, orders: str, frame_transform: str, tmp_path: Path, args: Any, fragments: Any
+) -> None:
+    """Caught before Spark starts."""
+    result = frames(url, frame_transform, tmp_path / "out", *args, code=2)
+    assert_one_error_line(result, *fragments)
+
+
+def test_a_function_run_as_the_other_kind_is_one_error_line(
+    spark: SparkSession,
+    url: str,
+    api: Broker,
+    fifty: str,
+    transform: str,
+    frame_transform: str,
+    tmp_path: Path,
+) -> None:
+    """Each kind is tried on an empty batch first: nothing is leased, nothing written."""
+    output = tmp_path / "out"
+    per_row = frames(url, transform, output, code=2)
+    assert_one_error_line(
+        per_row,
+        f"{transform} is not a DataFrame transform",
+        "it raised TypeError(",
+        "a function of one message (a dict) runs with --schema DDL",
+    )
+    frame = pipeline(url, frame_transform, output, code=2)
+    assert_one_error_line(frame, f"{frame_transform} is a DataFrame transform", "drop --schema")
+    path = frame_transform.rpartition(":")[0]
+    unkept = frames(url, f"{path}:no_sequence_number", output, code=2)
+    assert_one_error_line(unkept, "must keep the sequence_number", "it has message_id")
+    for expect, fragment in (
+        ("ok=amount > 0", "expectation 'ok' (amount > 0) does not apply: "),
+        ("ok=n + 1", "expectation 'ok' (n + 1) is a bigint, not a boolean"),
+    ):
+        bad = frames(url, frame_transform, output, "--expect", expect, code=2)
+        assert_one_error_line(bad, fragment)
+    assert not output.exists()
+    counts = api.counts(fifty)
+    assert (counts["active"], counts["locked"], counts["dead_lettered"]) == (50, 0, 0)
+    assert {m.delivery_count for m in api.peek(fifty, max_messages=50)} == {0}
 
 
 def test_a_missing_function_in_a_file_is_one_error_line(
