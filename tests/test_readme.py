@@ -16,7 +16,6 @@ def test_the_readme_has_examples() -> None:
 
 
 # poisonq.spark.udf declares its Arrow UDF by type, which PySpark warns about on each call.
-@pytest.mark.filterwarnings("ignore:It is preferred to specify type hints for arrow UDF")
 @pytest.mark.parametrize("block", BLOCKS, ids=[f"block{i}" for i in range(len(BLOCKS))])
 def test_readme_example_runs(block: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)

@@ -18,12 +18,10 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
-import logging
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
@@ -47,7 +45,6 @@ TARGET_HELP = "expected MODULE:FUNC or path/to/file.py:FUNC"
 PERMANENT_HELP = "--permanent expects MODULE.Type, MODULE:Type or path/to/file.py:Type"
 EXPECT_HELP = "--expect expects NAME=SQL, e.g. positive='amount > 0'"
 _EXPECTATION_NAME = re.compile(r"[A-Za-z_][\w.-]*")
-_QUERY_CONTEXT_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
 PER_ROW_HINT = "a function of one message (a dict) runs with --schema DDL, the schema of its row"
 
 
@@ -178,44 +175,26 @@ def parse_expectations(pairs: tuple[str, ...]) -> dict[str, str]:
     return expectations
 
 
-@contextmanager
-def _quiet_analysis_errors() -> Iterator[None]:
-    """PySpark logs each analysis error it raises (with the JVM's stack) as JSON on stderr;
-    the checks below turn the ones they meet into one line, so they silence that log."""
-    loggers = [logging.getLogger(name) for name in _QUERY_CONTEXT_LOGGERS]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        for logger, level in zip(loggers, levels, strict=True):
-            logger.setLevel(level)
-
-
 def _probe(spark: SparkSession, function: Any) -> tuple[Any, DataFrame]:
     """``function`` applied to an empty batch DataFrame, as the pipeline applies a
     transform; what it returned or the exception it raised, and the batch."""
     from poisonq.spark.schema import MESSAGE_SCHEMA_DDL
+    from poisonq.spark.session import quiet_query_errors
 
     batch = spark.createDataFrame([], MESSAGE_SCHEMA_DDL)
     try:
-        with _quiet_analysis_errors():
+        with quiet_query_errors():
             return function(batch), batch
     except Exception as exc:  # a per-row function given a DataFrame, or the user's bug
         return exc, batch
 
 
-def check_dataframe_transform(
-    spark: SparkSession, target: str, function: Any, expectations: dict[str, str]
-) -> None:
-    """Refuse, in one line, a per-row function run without ``--schema`` and an expectation
-    that is not a SQL boolean over the transform's output (before a message is leased, and
-    even when the queue is empty)."""
+def check_dataframe_transform(spark: SparkSession, target: str, function: Any) -> None:
+    """Refuse, in one line, a per-row function run without ``--schema``, in the command
+    line's words (the pipeline then checks the rest of the plan, expectations too, before
+    a message is leased)."""
     from pyspark.errors import PySparkException
     from pyspark.sql import DataFrame
-
-    from poisonq.spark.expectations import with_failed
 
     out, _ = _probe(spark, function)
     if isinstance(out, PySparkException):
@@ -231,8 +210,6 @@ def check_dataframe_transform(
             f"{target} is not a DataFrame transform (run without --schema, it gets the batch"
             f" as a DataFrame): it returned a {type(out).__name__}; {PER_ROW_HINT}"
         )
-    with _quiet_analysis_errors():
-        with_failed(out, expectations)
 
 
 def check_per_row_function(spark: SparkSession, target: str, function: Any) -> None:
@@ -493,7 +470,7 @@ def pipeline_run(
             **common,
         )
     else:
-        check_dataframe_transform(spark, target, function, expectations)
+        check_dataframe_transform(spark, target, function)
         runner = Pipeline(spark, transform=function, expectations=expectations, **common)
     seen: list[PipelineReport] = []
     with progress(app, f"pipeline {queue_name}") as update:

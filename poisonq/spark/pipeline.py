@@ -33,8 +33,7 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
@@ -55,6 +54,7 @@ from poisonq.spark.expectations import check_expectations
 from poisonq.spark.gate import Gate, Runs, RunsParam, gated, leaked
 from poisonq.spark.rows import OutputSchema
 from poisonq.spark.schema import MESSAGE_SCHEMA_DDL
+from poisonq.spark.session import quiet_query_errors
 from poisonq.spark.settling import LeaseContext, defect_in
 from poisonq.spark.source import PoisonqDataSource, absolute_url
 from poisonq.spark.transform import LeaseTransform, pipeline_source
@@ -69,7 +69,6 @@ _PYTHON_TRACEBACK = re.compile(
 )
 MAX_GUILTY_PER_BATCH = 16
 MAX_REWRITES = 5
-_QUERY_CONTEXT_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
 
 
 class _NotPoison(Exception):
@@ -214,7 +213,8 @@ class Pipeline:
             # Plan the work on an empty batch, so a mistake shows before any lease is taken.
             nothing = Lease(queue, consumer, 0, "", 0, 0, 0, 0.0)
             unused = spark.sparkContext.accumulator([], RunsParam())
-            self._struct = self._gated(self._empty_batch(), nothing, unused).schema
+            with quiet_query_errors():
+                self._struct = self._gated(self._empty_batch(), nothing, unused).schema
 
     def run(
         self,
@@ -270,7 +270,7 @@ class Pipeline:
         report.batches += 1
         report.leased += lease.count
         before = _dead_letters(broker, self.queue)
-        with _LeaseRenewer(broker, lease, self.lock_duration), _quiet_job_errors():
+        with _LeaseRenewer(broker, lease, self.lock_duration), quiet_query_errors():
             for attempt in range(3):
                 try:
                     self._write_batch(broker, lease)
@@ -371,8 +371,11 @@ class Pipeline:
             first = str(exc).strip().splitlines()[0]
             message = f"the transform failed on the batch DataFrame: {first}"
             raise InvalidOptionError(message) from exc
-        except Exception as exc:
+        except (TypeError, KeyError, AttributeError) as exc:  # what a dict's user meets
             raise InvalidOptionError(f"{hint}; given one, it raised {exc!r}") from exc
+        except Exception as exc:
+            message = f"the transform raised {exc!r} when given the batch DataFrame"
+            raise InvalidOptionError(message) from exc
         if not isinstance(out, DataFrame):
             raise InvalidOptionError(f"{hint}; it returned a {type(out).__name__}")
         kind = next((f.dataType for f in out.schema if f.name == "sequence_number"), None)
@@ -447,21 +450,6 @@ class Pipeline:
         failure = _job_failure(error)
         broker.settle_held(self.queue, [Abandon(s, lease.lock_token, failure) for s in guilty])
         return None
-
-
-@contextmanager
-def _quiet_job_errors() -> Iterator[None]:
-    """PySpark logs each failed job's error with its whole JVM stack; the runner handles
-    those errors and reports what it did, so it silences that log while it runs jobs."""
-    loggers = [logging.getLogger(name) for name in _QUERY_CONTEXT_LOGGERS]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        for logger, level in zip(loggers, levels, strict=True):
-            logger.setLevel(level)
 
 
 def _struct(schema: str | StructType) -> StructType:

@@ -5,14 +5,34 @@ On a cluster, build your own session and call :func:`poisonq.spark.register`.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 # Errors only, and not the stacks of failed tasks (the pipeline runner reports its jobs).
 _LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
+_QUERY_CONTEXT_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
+
+
+@contextmanager
+def quiet_query_errors() -> Iterator[None]:
+    """PySpark logs each error it raises with a query context (an analysis error, a failed
+    job) with the JVM's whole stack, as JSON on stderr. Where poisonq handles those errors
+    and reports them itself, it silences that log."""
+    loggers = [logging.getLogger(name) for name in _QUERY_CONTEXT_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 def local_session(app_name: str = "poisonq", cores: int = 2) -> SparkSession:

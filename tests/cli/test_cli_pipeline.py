@@ -193,7 +193,6 @@ def test_pipeline_run_forever_stops_on_ctrl_c_with_the_report(
 
 
 # poisonq.spark.udf declares its Arrow UDF by type, which PySpark warns about on each call.
-@pytest.mark.filterwarnings("ignore:It is preferred to specify type hints for arrow UDF")
 def test_a_dataframe_transform_runs_with_expectations_and_poisonq_udfs(
     spark: SparkSession,
     url: str,
