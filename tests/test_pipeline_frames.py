@@ -185,7 +185,7 @@ def test_an_expectation_every_row_fails_is_a_defect_not_poison(
     send(live, {}, 40)
     pipeline = Pipeline(
         spark, url=url, queue="orders", transform=orders, output=str(tmp_path / "out"),
-        expectations={"typo": "amount < 0"},
+        expectations={"typo": "amount < 0"}, batch_size=20,  # the second lease taken ahead
     )  # fmt: skip
     with pytest.raises(PipelineStoppedError, match="ExpectationFailed") as stopped:
         pipeline.run()
@@ -245,16 +245,23 @@ def test_a_poisonq_udf_outside_a_pipeline_is_a_plain_udf(spark: SparkSession) ->
     assert spark.range(3).select(double("id").alias("d")).collect()[2].d == 4
 
 
-def test_a_replayed_lease_overwrites_its_own_output(
+def test_a_restart_replays_both_leases_a_dead_run_left_and_writes_once(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
+    """A run leases batch n+1 while batch n's job runs: dying then, it leaves batch n
+    written but not completed, and batch n+1 leased but not run."""
     send(live, {}, 20)
-    lease = live.acquire_lease("orders", "pipeline", 1, 100)
-    assert lease is not None
+    written_not_completed = live.acquire_lease("orders", "pipeline", 1, 12)
+    leased_ahead = live.acquire_lease("orders", "pipeline", 2, 12)
+    assert written_not_completed is not None and leased_ahead is not None
     stale = tmp_path / "out" / "consumer=pipeline" / "lease=1"
     spark.createDataFrame([(0, 1, 99)], "sequence_number long, part int, n long").write.parquet(
         str(stale)
-    )  # a run that died after writing, before completing
-    Pipeline(spark, url=url, queue="orders", transform=orders, output=str(tmp_path / "out")).run()
+    )
+    report = Pipeline(
+        spark, url=url, queue="orders", transform=orders, output=str(tmp_path / "out"),
+        batch_size=5,
+    ).run()  # fmt: skip
     assert written(spark, tmp_path / "out") == Counter({(n, 1): 1 for n in range(20)})
-    assert live.counts("orders")["completed"] == 20
+    assert (report.completed, live.counts("orders")["completed"]) == (20, 20)
+    assert_balanced(live)

@@ -25,8 +25,10 @@ class Leasing(Receiving):
     ) -> Lease | None:
         """Lease ``number`` of ``consumer``: up to ``max_messages`` messages locked under one
         token. Asking again for a lease that exists returns it with its locks renewed (a
-        restarted consumer replays it); a new lease forgets the consumer's older ones, which
-        are settled by then. ``None`` when nothing is receivable."""
+        restarted consumer replays it); a new lease forgets the consumer's leases before the
+        one before it (a consumer may take a lease while it finishes the one before, as the
+        pipeline runner does; the older ones are settled by then). ``None`` when nothing is
+        receivable."""
         validate_name(consumer)
         check_count(number, "a lease number")
         check_count(max_messages, "max_messages")
@@ -52,7 +54,7 @@ class Leasing(Receiving):
                 return None
             lease = Lease(entity.name, consumer, number, token, len(seqs), seqs[0], seqs[-1], now)
             tx.insert_lease(entity.id, lease)
-            tx.delete_leases(entity.id, consumer, before=number)
+            tx.delete_leases(entity.id, consumer, before=number - 1)
             return lease
 
     def lease(self, address: str, consumer: str, number: int | None) -> Lease | None:

@@ -34,6 +34,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
@@ -222,59 +223,112 @@ class Pipeline:
         max_batches: int | None = None,
         progress: Callable[[PipelineReport], None] | None = None,
     ) -> PipelineReport:
-        """Process leases until the queue is idle (or ``max_batches`` were run). A lease left
-        unfinished by an earlier run is replayed first."""
+        """Process leases until the queue is idle (or ``max_batches`` were run). Leases left
+        unfinished by an earlier run are replayed first.
+
+        The store works beside the Spark jobs: while a batch's job runs, a thread completes
+        the batch before it and leases the next one, so a batch costs its job and not the
+        store's writes too. That is why a run may leave two leases unfinished when it dies,
+        and why a restart replays both. A lease taken ahead that is not run (the run stops)
+        is given back with no delivery counted."""
         report = PipelineReport()
         started = time.monotonic()
         with poisonq.connect(self.url) as broker:
             dead_before = _dead_letters(broker, self.queue)
+            work = ThreadPoolExecutor(1, thread_name_prefix="poisonq-pipeline-store")
+            ahead: Future[Lease | None] | None = None
+            completing: Future[None] | None = None
             try:
-                lease = broker.lease(self.queue, self.consumer)
-                number = lease.number if lease else 0
-                if lease is not None and broker.lease_sequence_numbers(lease):
-                    self._batch(broker, lease, report)
-                elif lease is not None and lease.completed_at is None:
-                    # Its locks ran out before it was completed: whatever it wrote is an
-                    # orphan, and its messages come again in a later lease.
-                    self._discard_output(lease)
+                number = self._replay(broker, report)
+                ahead = work.submit(self._acquire, broker, number + 1)
                 while max_batches is None or report.batches < max_batches:
-                    try:
-                        lease = broker.acquire_lease(
-                            self.queue,
-                            self.consumer,
-                            number + 1,
-                            self.batch_size,
-                            self.lock_duration,
-                        )
-                    except EntityDisabledError as exc:
-                        raise PipelineStoppedError(report, f"stopped: {exc}", cause=exc) from exc
+                    assert ahead is not None  # taken whenever another batch may run
+                    lease = self._next(broker, ahead, number + 1, report)
+                    ahead = None
                     if lease is None:
                         if until_idle:
                             break
                         time.sleep(1.0)
+                        ahead = work.submit(self._acquire, broker, number + 1)
                         continue
                     number = lease.number
-                    # By reason, including what expired before it could be leased.
-                    report.dead_lettered = self._batch(broker, lease, report) - dead_before
-                    report.elapsed = time.monotonic() - started
+                    if max_batches is None or report.batches + 1 < max_batches:
+                        ahead = work.submit(self._acquire, broker, number + 1)
+                    with _LeaseRenewer(broker, lease, self.lock_duration, ahead):
+                        self._batch(broker, lease, report)
+                    if completing is not None:
+                        completing.result()  # the batch before, completed during this one
+                    completing = work.submit(self._complete, broker, lease, report)
                     if progress is not None:
+                        report.dead_lettered = _dead_letters(broker, self.queue) - dead_before
+                        report.elapsed = time.monotonic() - started
                         progress(report)
+                if completing is not None:
+                    completing.result()
             finally:  # also in the report a PipelineStoppedError carries
+                work.shutdown(wait=True)
+                if (taken := _taken(ahead)) is not None:
+                    broker.release_lease(taken)  # leased ahead, never run
                 report.dead_lettered = _dead_letters(broker, self.queue) - dead_before
+                report.retried = max(
+                    0, report.leased - report.completed - report.dead_lettered.total()
+                )
                 report.elapsed = time.monotonic() - started
         return report
 
-    def _batch(self, broker: poisonq.Broker, lease: Lease, report: PipelineReport) -> Counter[str]:
-        """One lease: write it, isolating guilty messages if the job fails, then complete.
-        Returns the dead-letter queue's counts by reason afterwards."""
+    def _replay(self, broker: poisonq.Broker, report: PipelineReport) -> int:
+        """Finish the leases an earlier run left (the last two: one may have been leased
+        ahead); returns the number of the latest lease (0: none yet)."""
+        latest = broker.lease(self.queue, self.consumer)
+        if latest is None:
+            return 0
+        before = broker.lease(self.queue, self.consumer, latest.number - 1)
+        for lease in (before, latest):
+            if lease is None:
+                continue
+            if broker.lease_sequence_numbers(lease):
+                with _LeaseRenewer(broker, lease, self.lock_duration):
+                    self._batch(broker, lease, report)
+                self._complete(broker, lease, report)
+            elif lease.completed_at is None:
+                # Its locks ran out before it was completed: whatever it wrote is an
+                # orphan, and its messages come again in a later lease.
+                self._discard_output(lease)
+        return latest.number
+
+    def _acquire(self, broker: poisonq.Broker, number: int) -> Lease | None:
+        return broker.acquire_lease(
+            self.queue, self.consumer, number, self.batch_size, self.lock_duration
+        )
+
+    def _next(
+        self,
+        broker: poisonq.Broker,
+        ahead: Future[Lease | None],
+        number: int,
+        report: PipelineReport,
+    ) -> Lease | None:
+        """Lease ``number``, taken ahead; or :class:`PipelineStoppedError` if the queue
+        stopped delivering."""
+        try:
+            lease = ahead.result()
+            if lease is None and report.batches:
+                # Taken while a batch ran: what that batch gave back to retry was not
+                # there yet.
+                lease = self._acquire(broker, number)
+            return lease
+        except EntityDisabledError as exc:
+            raise PipelineStoppedError(report, f"stopped: {exc}", cause=exc) from exc
+
+    def _batch(self, broker: poisonq.Broker, lease: Lease, report: PipelineReport) -> None:
+        """One lease's output: write it, isolating guilty messages if the job fails."""
         report.batches += 1
         report.leased += lease.count
-        before = _dead_letters(broker, self.queue)
-        with _LeaseRenewer(broker, lease, self.lock_duration), quiet_query_errors():
+        with quiet_query_errors():
             for attempt in range(3):
                 try:
                     self._write_batch(broker, lease)
-                    break
+                    return
                 except JobError as exc:
                     defect = defect_in(exc)
                     if defect is None and attempt == 2:  # two rounds of isolation did not do
@@ -287,12 +341,10 @@ class Pipeline:
                 except InvalidOptionError:  # the transform went wrong on the driver
                     broker.release_lease(lease)
                     raise
-            completed = broker.complete_lease(lease)
-        after = _dead_letters(broker, self.queue)
-        report.completed += completed
-        dead = after - before
-        report.retried += max(0, lease.count - completed - dead.total())
-        return after
+
+    def _complete(self, broker: poisonq.Broker, lease: Lease, report: PipelineReport) -> None:
+        """Complete what the lease still holds, once its output is written."""
+        report.completed += broker.complete_lease(lease)
 
     def _stop(
         self,
@@ -494,13 +546,28 @@ def _dead_letters(broker: poisonq.Broker, queue: str) -> Counter[str]:
     return Counter({g.key or "": g.count for g in broker.dead_letter_groups(queue, "reason")})
 
 
+def _taken(ahead: Future[Lease | None] | None) -> Lease | None:
+    """The lease taken ahead, if it was taken by now."""
+    if ahead is None or not ahead.done() or ahead.exception() is not None:
+        return None
+    return ahead.result()
+
+
 class _LeaseRenewer:
     """Renews a lease's locks from a thread while its batch runs, every third of the lock
-    duration, so a long batch never loses its lease."""
+    duration, so a long batch never loses its lease; and those of the lease taken ahead,
+    which waits for the batch (isolating poison may take many jobs)."""
 
-    def __init__(self, broker: poisonq.Broker, lease: Lease, lock_duration: float | None) -> None:
+    def __init__(
+        self,
+        broker: poisonq.Broker,
+        lease: Lease,
+        lock_duration: float | None,
+        ahead: Future[Lease | None] | None = None,
+    ) -> None:
         self._broker = broker
         self._lease = lease
+        self._ahead = ahead
         self._duration = lock_duration
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="poisonq-lease-renewer", daemon=True)
@@ -509,6 +576,8 @@ class _LeaseRenewer:
         seconds = self._duration or self._broker.get_queue(self._lease.entity).options.lock_duration
         while not self._stop.wait(seconds / 3):
             self._broker.renew_lease(self._lease, self._duration)
+            if (taken := _taken(self._ahead)) is not None:
+                self._broker.renew_lease(taken, self._duration)
 
     def __enter__(self) -> _LeaseRenewer:
         self._thread.start()
