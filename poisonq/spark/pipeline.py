@@ -29,16 +29,13 @@ found; only they are abandoned with the job's error, and the batch runs again wi
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
-from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import IntegerType, LongType, StructType
@@ -46,33 +43,21 @@ from pyspark.sql.types import IntegerType, LongType, StructType
 import poisonq
 from poisonq.defects import DEFAULT_MAX_FAILURE_RATIO, Defect, check_ratio
 from poisonq.errors import EntityDisabledError, InvalidOptionError, PoisonqError
-from poisonq.failures import MAX_MESSAGE, MAX_TRACEBACK
 from poisonq.guard import Transform
-from poisonq.model import Abandon, FailureRecord, Lease
+from poisonq.model import Abandon, Lease
 from poisonq.names import validate_name
 from poisonq.spark.expectations import check_expectations, with_failed
 from poisonq.spark.gate import Gate, Runs, RunsParam, leaked
+from poisonq.spark.isolation import JobError, isolate, job_defect, job_failure, quiet_job_errors
 from poisonq.spark.rows import OutputSchema
 from poisonq.spark.schema import MESSAGE_SCHEMA_DDL
 from poisonq.spark.settling import LeaseContext, defect_in
-from poisonq.spark.source import PoisonqDataSource, absolute_url
+from poisonq.spark.source import PoisonqDataSource, absolute_url, untagged
 from poisonq.spark.transform import LeaseTransform, pipeline_source
 from poisonq.spark.udf import settling
 
 log = logging.getLogger(__name__)
-JobError = (PySparkException, Py4JError)
-_JVM_FRAME = re.compile(r"\s+(at |\.\.\. \d+ more)")
-# The first Python traceback in a job error: its frames (indented) and its exception line.
-_PYTHON_TRACEBACK = re.compile(
-    r"Traceback \(most recent call last\):\n(?:[ \t].*\n)+(?P<error>\S.*)"
-)
-MAX_GUILTY_PER_BATCH = 16
 MAX_REWRITES = 5
-_QUERY_CONTEXT_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
-
-
-class _NotPoison(Exception):
-    """Isolation found more guilty messages than poison explains."""
 
 
 class PipelineStoppedError(PoisonqError):
@@ -266,7 +251,7 @@ class Pipeline:
         report.batches += 1
         report.leased += lease.count
         before = _dead_letters(broker, self.queue)
-        with _LeaseRenewer(broker, lease, self.lock_duration), _quiet_job_errors():
+        with _LeaseRenewer(broker, lease, self.lock_duration), quiet_job_errors():
             for attempt in range(3):
                 try:
                     self._write_batch(broker, lease)
@@ -274,7 +259,7 @@ class Pipeline:
                 except JobError as exc:
                     defect = defect_in(exc)
                     if defect is None and attempt == 2:  # two rounds of isolation did not do
-                        defect = _job_defect(exc, broker.lease_sequence_numbers(lease))
+                        defect = job_defect(exc, broker.lease_sequence_numbers(lease))
                     elif defect is None:
                         log.warning("batch %d failed as a whole; isolating: %s", lease.number, exc)
                         defect = self._isolate(broker, lease, exc, report)
@@ -343,7 +328,7 @@ class Pipeline:
         )
         if span is not None:
             reader = reader.option("minSequence", span[0]).option("maxSequence", span[1])
-        return reader.load()
+        return untagged(reader.load())  # the output files need not name the store
 
     def _empty_batch(self) -> DataFrame:
         return self.spark.createDataFrame([], MESSAGE_SCHEMA_DDL)
@@ -388,18 +373,12 @@ class Pipeline:
     def _isolate(
         self, broker: poisonq.Broker, lease: Lease, error: BaseException, report: PipelineReport
     ) -> Defect | None:
-        """Find and abandon the messages whose jobs fail alone. A defect instead when the
-        first and the last message on its first delivery each fail alone the way the batch
-        did (a broken sink or transform fails every job, and bisecting it would cost two jobs
-        per message), or when more than :data:`MAX_GUILTY_PER_BATCH` first deliveries, or
-        all of at least three, fail alone. Messages delivered before are suspects already:
-        a batch of them failing is poison coming back, not a defect."""
+        """Find and abandon the messages whose jobs fail alone, writing the parts to a
+        scratch path (:func:`~poisonq.spark.isolation.isolate`); the defect if the batch
+        shows one instead."""
         held = broker.lease_sequence_numbers(lease)
         fresh = broker.lease_sequence_numbers(lease, first_delivery=True)
-        fresh_set = set(fresh)
         scratch = f"{self.output}/_isolation/consumer={quote(self.consumer, safe='')}"
-        signature = _signature(error)
-        guilty: list[int] = []
 
         def fails(part: list[int]) -> BaseException | None:
             report.isolation_jobs += 1
@@ -409,51 +388,12 @@ class Pipeline:
             except JobError as exc:
                 return exc
 
-        if len(fresh) >= 3:
-            probes = [fails([seq]) for seq in (fresh[0], fresh[-1])]
-            if all(p is not None and _signature(p) == signature for p in probes):
-                return _job_defect(error, fresh)
-
-        def passes(part: list[int], known_to_fail: bool) -> bool:
-            if not (known_to_fail and len(part) > 1):
-                failure = fails(part)
-                if failure is None:
-                    return True
-                if len(part) == 1:
-                    guilty.append(part[0])
-                    if len(fresh_set.intersection(guilty)) > MAX_GUILTY_PER_BATCH:
-                        raise _NotPoison from None
-                    return False
-            middle = len(part) // 2
-            left = passes(part[:middle], False)
-            passes(part[middle:], left)
-            return False
-
-        try:
-            if held:
-                passes(held, False)
-        except _NotPoison:
-            return _job_defect(error, fresh)
-        if len(fresh) >= 3 and fresh_set.issubset(guilty):
-            return _job_defect(error, fresh)
-        failure = _job_failure(error)
-        broker.settle_held(self.queue, [Abandon(s, lease.lock_token, failure) for s in guilty])
+        found = isolate(held, fresh, error, fails)
+        if isinstance(found, Defect):
+            return found
+        failure = job_failure(error)
+        broker.settle_held(self.queue, [Abandon(s, lease.lock_token, failure) for s in found])
         return None
-
-
-@contextmanager
-def _quiet_job_errors() -> Iterator[None]:
-    """PySpark logs each failed job's error with its whole JVM stack; the runner handles
-    those errors and reports what it did, so it silences that log while it runs jobs."""
-    loggers = [logging.getLogger(name) for name in _QUERY_CONTEXT_LOGGERS]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        for logger, level in zip(loggers, levels, strict=True):
-            logger.setLevel(level)
 
 
 def _struct(schema: str | StructType) -> StructType:
@@ -461,37 +401,6 @@ def _struct(schema: str | StructType) -> StructType:
     if not isinstance(struct, StructType):
         raise InvalidOptionError(f"schema must describe a struct, not {schema!r}")
     return struct
-
-
-def _signature(error: BaseException) -> str:
-    """What two job failures share when they fail the same way: the error's first line
-    without the numbers that name stages, tasks and hosts."""
-    return re.sub(r"\d+", "#", _job_failure(error).message)
-
-
-def _job_defect(error: BaseException, held: list[int]) -> Defect:
-    return Defect(_job_failure(error), len(held), len(held))
-
-
-def _job_failure(error: BaseException) -> FailureRecord:
-    """The failure a Spark job error leaves on a message. When a Python traceback is in it
-    (a Python worker failed), that traceback and its exception line; else the error's first
-    line and its chain of errors without the JVM's frames."""
-    text = str(error).strip()
-    java = getattr(error, "java_exception", None)  # a Py4JJavaError's message is only "o42.save"
-    summary = str(java.toString()) if java is not None else text
-    first = next((line for line in summary.splitlines() if line.strip()), type(error).__name__)
-    chain = "\n".join(line for line in text.splitlines() if not _JVM_FRAME.match(line))
-    python = _PYTHON_TRACEBACK.search(text)
-    if python is not None:
-        first, chain = python.group("error"), python.group(0)
-    return FailureRecord(
-        time.time(),
-        "BatchJobFailed",
-        first[:MAX_MESSAGE],
-        traceback=chain[-MAX_TRACEBACK:],
-        fingerprint="batch-job-failed",
-    )
 
 
 def _dead_letters(broker: poisonq.Broker, queue: str) -> Counter[str]:
