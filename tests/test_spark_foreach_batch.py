@@ -80,6 +80,30 @@ def test_a_raising_row_is_isolated_within_its_batch_and_the_query_goes_on(
     assert_balanced(live)
 
 
+def test_a_permanent_error_dead_letters_its_message_at_once(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    sent = fill(live, 4)
+    bad = sent[1]
+    written: list[int] = []
+
+    def handle(df: DataFrame, batch_id: int) -> None:
+        got = seqs(df)
+        if bad in got:
+            raise poisonq.PermanentError(f"order {bad} can never be written")
+        written.extend(got)
+
+    run(spark, url, tmp_path / "ck", foreach_batch(handle))
+    assert sorted(written) == [s for s in sent if s != bad]
+    [dead] = live.peek("orders/$deadletterqueue")
+    assert (dead.sequence_number, dead.dead_letter_reason, dead.delivery_count) == (
+        bad,
+        "PermanentError",
+        1,
+    )
+    assert_balanced(live)
+
+
 def test_rows_failing_an_expectation_are_dead_lettered_and_kept_from_the_handler(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
