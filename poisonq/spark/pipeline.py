@@ -29,7 +29,6 @@ found; only they are abandoned with the job's error, and the batch runs again wi
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -49,6 +48,7 @@ from poisonq.names import validate_name
 from poisonq.spark.expectations import check_expectations, with_failed
 from poisonq.spark.gate import Gate, Runs, RunsParam, leaked
 from poisonq.spark.isolation import JobError, isolate, job_defect, job_failure, quiet_job_errors
+from poisonq.spark.lease_renewer import LeaseRenewer
 from poisonq.spark.rows import OutputSchema
 from poisonq.spark.schema import MESSAGE_SCHEMA_DDL
 from poisonq.spark.settling import LeaseContext, defect_in
@@ -251,7 +251,7 @@ class Pipeline:
         report.batches += 1
         report.leased += lease.count
         before = _dead_letters(broker, self.queue)
-        with _LeaseRenewer(broker, lease, self.lock_duration), quiet_job_errors():
+        with LeaseRenewer(broker, lease, self.lock_duration), quiet_job_errors():
             for attempt in range(3):
                 try:
                     self._write_batch(broker, lease)
@@ -405,28 +405,3 @@ def _struct(schema: str | StructType) -> StructType:
 
 def _dead_letters(broker: poisonq.Broker, queue: str) -> Counter[str]:
     return Counter({g.key or "": g.count for g in broker.dead_letter_groups(queue, "reason")})
-
-
-class _LeaseRenewer:
-    """Renews a lease's locks from a thread while its batch runs, every third of the lock
-    duration, so a long batch never loses its lease."""
-
-    def __init__(self, broker: poisonq.Broker, lease: Lease, lock_duration: float | None) -> None:
-        self._broker = broker
-        self._lease = lease
-        self._duration = lock_duration
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="poisonq-lease-renewer", daemon=True)
-
-    def _run(self) -> None:
-        seconds = self._duration or self._broker.get_queue(self._lease.entity).options.lock_duration
-        while not self._stop.wait(seconds / 3):
-            self._broker.renew_lease(self._lease, self._duration)
-
-    def __enter__(self) -> _LeaseRenewer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()

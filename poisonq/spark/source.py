@@ -227,6 +227,7 @@ class StoreTag:
     url: str
     address: str
     consumer: str
+    lock_duration: float | None = None
 
 
 TAG = "poisonq"
@@ -238,7 +239,14 @@ _MESSAGE_STRUCT = from_arrow_schema(ARROW_SCHEMA, prefer_timestamp_ntz=False)
 def tagged_schema(options: SourceOptions) -> StructType:
     """The message schema (:data:`~poisonq.spark.schema.MESSAGE_SCHEMA_DDL`), its
     ``sequence_number`` tagged with the store, address and consumer of ``options``."""
-    tag = {TAG: {"url": options.url, "address": options.address, "consumer": options.consumer}}
+    where: dict[str, Any] = {
+        "url": options.url,
+        "address": options.address,
+        "consumer": options.consumer,
+    }
+    if options.lock_duration is not None:
+        where["lock_duration"] = options.lock_duration
+    tag = {TAG: where}
     return StructType(
         [
             StructField(f.name, f.dataType, f.nullable, tag if f.name == SEQUENCE else None)
@@ -258,7 +266,9 @@ def store_tag(frame: DataFrame) -> StoreTag:
             ' column of spark.readStream.format("poisonq") (selected or filtered, not'
             " recomputed), whose metadata names the queue and the store"
         )
-    return StoreTag(str(tag["url"]), str(tag["address"]), str(tag["consumer"]))
+    seconds = tag.get("lock_duration")
+    lock_duration = None if seconds is None else float(seconds)
+    return StoreTag(str(tag["url"]), str(tag["address"]), str(tag["consumer"]), lock_duration)
 
 
 def untagged(frame: DataFrame) -> DataFrame:

@@ -18,7 +18,7 @@ The wrapper finds the batch's lease with no options of its own: the source tags 
 (:func:`~poisonq.spark.source.store_tag`), and the batch's lease is the consumer's latest,
 because Spark plans (and so leases) batch ``n + 1`` only after batch ``n`` committed. The
 handler gets the batch without the tag (it names the store's URL, which files written from
-the rows would keep).
+the rows would keep). The driver renews the lease while the handler runs, however often.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from poisonq.model import Complete, DeadLetter, FailureRecord, Lease
 from poisonq.spark.expectations import FAILED, check_expectations, with_failed
 from poisonq.spark.gate import Gate, RunsParam
 from poisonq.spark.isolation import JobError, isolate, job_failure, quiet_job_errors
+from poisonq.spark.lease_renewer import LeaseRenewer
 from poisonq.spark.pipeline import PipelineReport, PipelineStoppedError
 from poisonq.spark.settling import LeaseContext, defect_in
 from poisonq.spark.source import SEQUENCE, store_tag, untagged
@@ -112,7 +113,7 @@ class ForeachBatch:
             context = LeaseContext(
                 tag.url, tag.address, lease, self.permanent, self.max_failure_ratio
             )
-            with quiet_job_errors():
+            with LeaseRenewer(broker, lease, tag.lock_duration), quiet_job_errors():
                 try:
                     frame = self._expect(frame, context)
                 except JobError as exc:  # the gate's tasks found a defect, or the store failed
