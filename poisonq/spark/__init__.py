@@ -1,4 +1,4 @@
-"""poisonq on Spark: the ``poisonq`` data source and the pipeline runner.
+"""poisonq on Spark: the ``poisonq`` data source, the pipeline runner and the streaming helper.
 
 Needs the ``spark`` extra (``pip install 'poisonq[spark]'``).
 """
@@ -11,6 +11,7 @@ from poisonq.spark.pipeline import Pipeline, PipelineReport, PipelineStoppedErro
 from poisonq.spark.schema import MESSAGE_SCHEMA_DDL
 from poisonq.spark.session import local_session
 from poisonq.spark.source import PoisonqDataSource
+from poisonq.spark.streaming import ForeachBatch, dead_letter, foreach_batch
 from poisonq.spark.udf import udf
 
 
@@ -21,10 +22,13 @@ def register(spark: SparkSession) -> None:
 
 __all__ = [
     "MESSAGE_SCHEMA_DDL",
+    "ForeachBatch",
     "Pipeline",
     "PipelineReport",
     "PipelineStoppedError",
     "PoisonqDataSource",
+    "dead_letter",
+    "foreach_batch",
     "local_session",
     "register",
     "udf",

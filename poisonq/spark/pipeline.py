@@ -29,8 +29,6 @@ found; only they are abandoned with the job's error, and the batch runs again wi
 from __future__ import annotations
 
 import logging
-import re
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -38,7 +36,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
-from py4j.protocol import Py4JError
 from pyspark.accumulators import Accumulator
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
@@ -47,33 +44,24 @@ from pyspark.sql.types import IntegerType, LongType, StructType
 import poisonq
 from poisonq.defects import DEFAULT_MAX_FAILURE_RATIO, Defect, check_ratio
 from poisonq.errors import EntityDisabledError, InvalidOptionError, PoisonqError
-from poisonq.failures import MAX_MESSAGE, MAX_TRACEBACK
 from poisonq.guard import Transform
-from poisonq.model import Abandon, FailureRecord, Lease
+from poisonq.model import Abandon, Lease
 from poisonq.names import validate_name
 from poisonq.spark.expectations import check_expectations
 from poisonq.spark.gate import Gate, Runs, RunsParam, gated, leaked
+from poisonq.spark.isolation import JobError, isolate, job_defect, job_failure
+from poisonq.spark.lease_renewer import LeaseRenewer
+from poisonq.spark.lease_renewer import taken as taken_ahead
 from poisonq.spark.rows import OutputSchema
 from poisonq.spark.schema import MESSAGE_SCHEMA_DDL
 from poisonq.spark.session import quiet_query_errors
 from poisonq.spark.settling import LeaseContext, defect_in
-from poisonq.spark.source import PoisonqDataSource, absolute_url
+from poisonq.spark.source import PoisonqDataSource, absolute_url, untagged
 from poisonq.spark.transform import LeaseTransform, pipeline_source
 from poisonq.spark.udf import settling
 
 log = logging.getLogger(__name__)
-JobError = (PySparkException, Py4JError)
-_JVM_FRAME = re.compile(r"\s+(at |\.\.\. \d+ more)")
-# The first Python traceback in a job error: its frames (indented) and its exception line.
-_PYTHON_TRACEBACK = re.compile(
-    r"Traceback \(most recent call last\):\n(?:[ \t].*\n)+(?P<error>\S.*)"
-)
-MAX_GUILTY_PER_BATCH = 16
 MAX_REWRITES = 5
-
-
-class _NotPoison(Exception):
-    """Isolation found more guilty messages than poison explains."""
 
 
 class PipelineStoppedError(PoisonqError):
@@ -254,7 +242,7 @@ class Pipeline:
                     number = lease.number
                     if max_batches is None or report.batches + 1 < max_batches:
                         ahead = work.submit(self._acquire, broker, number + 1)
-                    with _LeaseRenewer(broker, lease, self.lock_duration, ahead):
+                    with LeaseRenewer(broker, lease, self.lock_duration, ahead):
                         self._batch(broker, lease, report)
                     if completing is not None:
                         completing.result()  # the batch before, completed during this one
@@ -267,7 +255,7 @@ class Pipeline:
                     completing.result()
             finally:  # also in the report a PipelineStoppedError carries
                 work.shutdown(wait=True)
-                if (taken := _taken(ahead)) is not None:
+                if (taken := taken_ahead(ahead)) is not None:
                     broker.release_lease(taken)  # leased ahead, never run
                 report.dead_lettered = _dead_letters(broker, self.queue) - dead_before
                 report.retried = max(
@@ -287,7 +275,7 @@ class Pipeline:
             if lease is None:
                 continue
             if broker.lease_sequence_numbers(lease):
-                with _LeaseRenewer(broker, lease, self.lock_duration):
+                with LeaseRenewer(broker, lease, self.lock_duration):
                     self._batch(broker, lease, report)
                 self._complete(broker, lease, report)
             elif lease.completed_at is None:
@@ -332,7 +320,7 @@ class Pipeline:
                 except JobError as exc:
                     defect = defect_in(exc)
                     if defect is None and attempt == 2:  # two rounds of isolation did not do
-                        defect = _job_defect(exc, broker.lease_sequence_numbers(lease))
+                        defect = job_defect(exc, broker.lease_sequence_numbers(lease))
                     elif defect is None:
                         log.warning("batch %d failed as a whole; isolating: %s", lease.number, exc)
                         defect = self._isolate(broker, lease, exc, report)
@@ -403,7 +391,7 @@ class Pipeline:
         )
         if span is not None:
             reader = reader.option("minSequence", span[0]).option("maxSequence", span[1])
-        return reader.load()
+        return untagged(reader.load())  # the output files need not name the store
 
     def _empty_batch(self) -> DataFrame:
         return self.spark.createDataFrame([], MESSAGE_SCHEMA_DDL)
@@ -451,18 +439,12 @@ class Pipeline:
     def _isolate(
         self, broker: poisonq.Broker, lease: Lease, error: BaseException, report: PipelineReport
     ) -> Defect | None:
-        """Find and abandon the messages whose jobs fail alone. A defect instead when the
-        first and the last message on its first delivery each fail alone the way the batch
-        did (a broken sink or transform fails every job, and bisecting it would cost two jobs
-        per message), or when more than :data:`MAX_GUILTY_PER_BATCH` first deliveries, or
-        all of at least three, fail alone. Messages delivered before are suspects already:
-        a batch of them failing is poison coming back, not a defect."""
+        """Find and abandon the messages whose jobs fail alone, writing the parts to a
+        scratch path (:func:`~poisonq.spark.isolation.isolate`); the defect if the batch
+        shows one instead."""
         held = broker.lease_sequence_numbers(lease)
         fresh = broker.lease_sequence_numbers(lease, first_delivery=True)
-        fresh_set = set(fresh)
         scratch = f"{self.output}/_isolation/consumer={quote(self.consumer, safe='')}"
-        signature = _signature(error)
-        guilty: list[int] = []
 
         def fails(part: list[int]) -> BaseException | None:
             report.isolation_jobs += 1
@@ -472,35 +454,11 @@ class Pipeline:
             except JobError as exc:
                 return exc
 
-        if len(fresh) >= 3:
-            probes = [fails([seq]) for seq in (fresh[0], fresh[-1])]
-            if all(p is not None and _signature(p) == signature for p in probes):
-                return _job_defect(error, fresh)
-
-        def passes(part: list[int], known_to_fail: bool) -> bool:
-            if not (known_to_fail and len(part) > 1):
-                failure = fails(part)
-                if failure is None:
-                    return True
-                if len(part) == 1:
-                    guilty.append(part[0])
-                    if len(fresh_set.intersection(guilty)) > MAX_GUILTY_PER_BATCH:
-                        raise _NotPoison from None
-                    return False
-            middle = len(part) // 2
-            left = passes(part[:middle], False)
-            passes(part[middle:], left)
-            return False
-
-        try:
-            if held:
-                passes(held, False)
-        except _NotPoison:
-            return _job_defect(error, fresh)
-        if len(fresh) >= 3 and fresh_set.issubset(guilty):
-            return _job_defect(error, fresh)
-        failure = _job_failure(error)
-        broker.settle_held(self.queue, [Abandon(s, lease.lock_token, failure) for s in guilty])
+        found = isolate(held, fresh, error, fails)
+        if isinstance(found, Defect):
+            return found
+        failure = job_failure(error)
+        broker.settle_held(self.queue, [Abandon(s, lease.lock_token, failure) for s in found])
         return None
 
 
@@ -511,78 +469,5 @@ def _struct(schema: str | StructType) -> StructType:
     return struct
 
 
-def _signature(error: BaseException) -> str:
-    """What two job failures share when they fail the same way: the error's first line
-    without the numbers that name stages, tasks and hosts."""
-    return re.sub(r"\d+", "#", _job_failure(error).message)
-
-
-def _job_defect(error: BaseException, held: list[int]) -> Defect:
-    return Defect(_job_failure(error), len(held), len(held))
-
-
-def _job_failure(error: BaseException) -> FailureRecord:
-    """The failure a Spark job error leaves on a message. When a Python traceback is in it
-    (a Python worker failed), that traceback and its exception line; else the error's first
-    line and its chain of errors without the JVM's frames."""
-    text = str(error).strip()
-    java = getattr(error, "java_exception", None)  # a Py4JJavaError's message is only "o42.save"
-    summary = str(java.toString()) if java is not None else text
-    first = next((line for line in summary.splitlines() if line.strip()), type(error).__name__)
-    chain = "\n".join(line for line in text.splitlines() if not _JVM_FRAME.match(line))
-    python = _PYTHON_TRACEBACK.search(text)
-    if python is not None:
-        first, chain = python.group("error"), python.group(0)
-    return FailureRecord(
-        time.time(),
-        "BatchJobFailed",
-        first[:MAX_MESSAGE],
-        traceback=chain[-MAX_TRACEBACK:],
-        fingerprint="batch-job-failed",
-    )
-
-
 def _dead_letters(broker: poisonq.Broker, queue: str) -> Counter[str]:
     return Counter({g.key or "": g.count for g in broker.dead_letter_groups(queue, "reason")})
-
-
-def _taken(ahead: Future[Lease | None] | None) -> Lease | None:
-    """The lease taken ahead, if it was taken by now."""
-    if ahead is None or not ahead.done() or ahead.exception() is not None:
-        return None
-    return ahead.result()
-
-
-class _LeaseRenewer:
-    """Renews a lease's locks from a thread while its batch runs, every third of the lock
-    duration, so a long batch never loses its lease; and those of the lease taken ahead,
-    which waits for the batch (isolating poison may take many jobs)."""
-
-    def __init__(
-        self,
-        broker: poisonq.Broker,
-        lease: Lease,
-        lock_duration: float | None,
-        ahead: Future[Lease | None] | None = None,
-    ) -> None:
-        self._broker = broker
-        self._lease = lease
-        self._ahead = ahead
-        self._duration = lock_duration
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="poisonq-lease-renewer", daemon=True)
-
-    def _run(self) -> None:
-        seconds = self._duration or self._broker.get_queue(self._lease.entity).options.lock_duration
-        while not self._stop.wait(seconds / 3):
-            self._broker.renew_lease(self._lease, self._duration)
-            if (taken := _taken(self._ahead)) is not None:
-                self._broker.renew_lease(taken, self._duration)
-
-    def __enter__(self) -> _LeaseRenewer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()

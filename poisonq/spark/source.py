@@ -12,6 +12,10 @@ late and never for the last batch, but it runs micro-batches in order, so a call
 lease. A lease whose query died is never completed; its locks run out and its messages are
 delivered again. A lease planned a second time is a replay after a failure, and is narrowed
 (:func:`_narrow`) so that a poison row cannot keep failing its whole batch.
+
+The schema tags the ``sequence_number`` column with where the rows come from (:class:`StoreTag`):
+column metadata reaches the DataFrame a ``foreachBatch`` function gets, so the streaming helper
+(:mod:`poisonq.spark.streaming`) finds the batch's lease from the DataFrame alone.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import pyarrow as pa
+from pyspark.sql import DataFrame
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -33,8 +38,9 @@ from pyspark.sql.datasource import (
     InputPartition,
     WriterCommitMessage,
 )
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StructField, StructType
 
 import poisonq
 from poisonq.client import DEFAULT_URL
@@ -42,7 +48,7 @@ from poisonq.errors import InvalidOptionError
 from poisonq.model import Abandon, FailureRecord, Lease, Message
 from poisonq.names import parse_address
 from poisonq.options import MAX_LOCK_DURATION
-from poisonq.spark.schema import MESSAGE_SCHEMA_DDL, lease_batch, message_batch
+from poisonq.spark.schema import ARROW_SCHEMA, lease_batch, message_batch
 
 T = TypeVar("T", int, float)
 ARROW_BATCH_ROWS = 10_000
@@ -190,8 +196,8 @@ class PoisonqDataSource(DataSource):
     def name(cls) -> str:
         return "poisonq"
 
-    def schema(self) -> str:
-        return MESSAGE_SCHEMA_DDL
+    def schema(self) -> StructType:
+        return tagged_schema(SourceOptions.parse(self.options))
 
     def reader(self, schema: StructType) -> BatchReader:
         return BatchReader(SourceOptions.parse(self.options))
@@ -212,6 +218,65 @@ class PoisonqDataSource(DataSource):
                 " queue holds: purge it first if that is meant (poisonq dlq purge, or a purge task)"
             )
         return QueueWriter(SourceOptions.parse(self.options))
+
+
+@dataclass(frozen=True)
+class StoreTag:
+    """Where a DataFrame's messages come from, in its ``sequence_number`` column's metadata."""
+
+    url: str
+    address: str
+    consumer: str
+    lock_duration: float | None = None
+
+
+TAG = "poisonq"
+SEQUENCE = "sequence_number"
+# Planning runs in a Python worker with no Spark session, so not StructType.fromDDL.
+_MESSAGE_STRUCT = from_arrow_schema(ARROW_SCHEMA, prefer_timestamp_ntz=False)
+
+
+def tagged_schema(options: SourceOptions) -> StructType:
+    """The message schema (:data:`~poisonq.spark.schema.MESSAGE_SCHEMA_DDL`), its
+    ``sequence_number`` tagged with the store, address and consumer of ``options``."""
+    where: dict[str, Any] = {
+        "url": options.url,
+        "address": options.address,
+        "consumer": options.consumer,
+    }
+    if options.lock_duration is not None:
+        where["lock_duration"] = options.lock_duration
+    tag = {TAG: where}
+    return StructType(
+        [
+            StructField(f.name, f.dataType, f.nullable, tag if f.name == SEQUENCE else None)
+            for f in _MESSAGE_STRUCT.fields
+        ]
+    )
+
+
+def store_tag(frame: DataFrame) -> StoreTag:
+    """Where ``frame``'s messages come from, or :class:`InvalidOptionError` if it is not a
+    read of the ``poisonq`` source (or lost its ``sequence_number`` column)."""
+    field = next((f for f in frame.schema.fields if f.name == SEQUENCE), None)
+    tag = field.metadata.get(TAG) if field is not None else None
+    if not isinstance(tag, dict):
+        raise InvalidOptionError(
+            "this DataFrame is not a read of the poisonq source: it needs the sequence_number"
+            ' column of spark.readStream.format("poisonq") (selected or filtered, not'
+            " recomputed), whose metadata names the queue and the store"
+        )
+    seconds = tag.get("lock_duration")
+    lock_duration = None if seconds is None else float(seconds)
+    return StoreTag(str(tag["url"]), str(tag["address"]), str(tag["consumer"]), lock_duration)
+
+
+def untagged(frame: DataFrame) -> DataFrame:
+    """``frame`` without the tag, which names the store's URL (with any password in it):
+    Parquet and Delta keep column metadata in what they write."""
+    if SEQUENCE not in frame.columns:
+        return frame
+    return frame.withMetadata(SEQUENCE, {})
 
 
 class BatchReader(DataSourceReader):
@@ -339,6 +404,8 @@ def _narrow(broker: poisonq.Broker, lease: Lease, address: str) -> None:
     one message failed with that message alone: abandon it, so the queue's retry policy
     counts it, and poison exhausts its deliveries while every good message gets through."""
     held = broker.lease_sequence_numbers(lease)
+    if not held:  # given back or settled before the query died (a stopped defect)
+        return
     if len(held) == 1:
         failure = FailureRecord(
             time.time(),

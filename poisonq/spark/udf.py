@@ -48,6 +48,11 @@ def settling(context: LeaseContext) -> Iterator[None]:
         _CURRENT.reset(token)
 
 
+def current() -> LeaseContext | None:
+    """The lease poisonq UDFs (and :func:`poisonq.spark.dead_letter`) settle under here."""
+    return _CURRENT.get()
+
+
 def udf(
     fn: Callable[..., Any],
     returnType: DataType | str,

@@ -1,0 +1,114 @@
+"""Finding the messages that fail a batch alone, and telling them from a defect.
+
+When a batch fails as a whole (a Spark job error in the pipeline runner, an exception from a
+``foreachBatch`` handler in :mod:`poisonq.spark.streaming`), nothing says which message is
+to blame. Both run the batch again in parts by sequence range, bisecting, until the messages
+whose parts fail alone are found (:func:`isolate`); only those are settled as failures, so a
+poison message never takes its neighbours' deliveries.
+
+Bisecting a broken job (a sink that cannot be written, a transform that cannot be loaded)
+would cost two jobs per message and abandon every one of them, so :func:`isolate` first runs
+the first and the last message on its first delivery alone: when both fail the way the batch
+did, it is a defect (:mod:`poisonq.defects`), and so is a batch in which more than
+:data:`MAX_GUILTY_PER_BATCH` first deliveries, or all of at least three, fail alone. Messages
+delivered before are suspects already: a batch of them failing is poison coming back.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Sequence
+
+from py4j.protocol import Py4JError
+from pyspark.errors import PySparkException
+
+from poisonq.defects import Defect
+from poisonq.failures import MAX_MESSAGE, MAX_TRACEBACK
+from poisonq.model import FailureRecord
+
+JobError = (PySparkException, Py4JError)
+MAX_GUILTY_PER_BATCH = 16
+_JVM_FRAME = re.compile(r"\s+(at |\.\.\. \d+ more)")
+# The first Python traceback in a job error: its frames (indented) and its exception line.
+_PYTHON_TRACEBACK = re.compile(
+    r"Traceback \(most recent call last\):\n(?:[ \t].*\n)+(?P<error>\S.*)"
+)
+
+# Runs a part of the batch (sorted sequence numbers): None if it passed, else its error.
+Probe = Callable[[list[int]], BaseException | None]
+
+
+class _NotPoison(Exception):
+    """Isolation found more guilty messages than poison explains."""
+
+
+def isolate(
+    held: Sequence[int], fresh: Sequence[int], error: BaseException, fails: Probe
+) -> dict[int, BaseException] | Defect:
+    """The messages of ``held`` (sorted) whose parts fail alone, each with the error it
+    failed with alone, or the defect the batch shows (see the module docstring). ``fresh``
+    are the first deliveries among them, ``error`` the batch's own failure."""
+    fresh_set = set(fresh)
+    signature = _signature(error)
+    guilty: dict[int, BaseException] = {}
+
+    if len(fresh) >= 3:
+        probes = [fails([seq]) for seq in (fresh[0], fresh[-1])]
+        if all(p is not None and _signature(p) == signature for p in probes):
+            return job_defect(error, fresh)
+
+    def passes(part: list[int], known_to_fail: bool) -> bool:
+        if not (known_to_fail and len(part) > 1):
+            failure = fails(part)
+            if failure is None:
+                return True
+            if len(part) == 1:
+                guilty[part[0]] = failure
+                if len(fresh_set.intersection(guilty)) > MAX_GUILTY_PER_BATCH:
+                    raise _NotPoison from None
+                return False
+        middle = len(part) // 2
+        left = passes(part[:middle], False)
+        passes(part[middle:], left)
+        return False
+
+    try:
+        if held:
+            passes(list(held), False)
+    except _NotPoison:
+        return job_defect(error, fresh)
+    if len(fresh) >= 3 and fresh_set.issubset(guilty):
+        return job_defect(error, fresh)
+    return guilty
+
+
+def _signature(error: BaseException) -> str:
+    """What two job failures share when they fail the same way: the error's first line
+    without the numbers that name stages, tasks and hosts."""
+    return re.sub(r"\d+", "#", job_failure(error).message)
+
+
+def job_defect(error: BaseException, held: Sequence[int]) -> Defect:
+    return Defect(job_failure(error), len(held), len(held))
+
+
+def job_failure(error: BaseException) -> FailureRecord:
+    """The failure a Spark job error leaves on a message. When a Python traceback is in it
+    (a Python worker failed), that traceback and its exception line; else the error's first
+    line and its chain of errors without the JVM's frames."""
+    text = str(error).strip()
+    java = getattr(error, "java_exception", None)  # a Py4JJavaError's message is only "o42.save"
+    summary = str(java.toString()) if java is not None else text
+    first = next((line for line in summary.splitlines() if line.strip()), type(error).__name__)
+    chain = "\n".join(line for line in text.splitlines() if not _JVM_FRAME.match(line))
+    python = _PYTHON_TRACEBACK.search(text)
+    if python is not None:
+        first, chain = python.group("error"), python.group(0)
+    return FailureRecord(
+        time.time(),
+        "BatchJobFailed",
+        first[:MAX_MESSAGE],
+        traceback=chain[-MAX_TRACEBACK:],
+        fingerprint="batch-job-failed",
+    )

@@ -1,0 +1,180 @@
+"""``poisonq.spark.foreach_batch`` and ``poisonq.spark.dead_letter`` on a real stream.
+
+Each test runs a streaming query of the ``poisonq`` source on SQLite until it has nothing
+left (``processAllAvailable``), with a handler that records what each successful call saw:
+every message must be written exactly once or dead-lettered, and the ledger must balance.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import cloudpickle
+import pytest
+from pyspark.sql import functions as F
+
+import poisonq
+from poisonq import Broker
+from poisonq.errors import InvalidOptionError
+from poisonq.spark import dead_letter, foreach_batch
+from tests.conftest import assert_balanced, store_url
+from tests.test_spark_source import fill, start
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.fixture(params=["sqlite"])
+def url(request: pytest.FixtureRequest) -> str:
+    return store_url(request)
+
+
+@pytest.fixture
+def live(url: str) -> Iterator[Broker]:
+    """A broker on the real clock with a queue ``orders`` (2 deliveries, 30 s lock)."""
+    with poisonq.connect(url) as opened:
+        opened.create_queue("orders", max_delivery_count=2, lock_duration=30)
+        yield opened
+
+
+def seqs(df: DataFrame) -> list[int]:
+    return sorted(r.sequence_number for r in df.select("sequence_number").collect())
+
+
+def run(
+    spark: SparkSession, url: str, checkpoint: Path, handle: Callable[[Any, int], None]
+) -> None:
+    query = start(spark, url, checkpoint, handle, "fb")
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+
+
+def test_a_raising_row_is_isolated_within_its_batch_and_the_query_goes_on(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    sent = fill(live, 8)
+    poison = sent[3]
+    written: list[int] = []
+
+    def handle(df: DataFrame, batch_id: int) -> None:
+        got = seqs(df)
+        if poison in got:
+            raise RuntimeError(f"cannot write message {poison}")
+        written.extend(got)
+
+    run(spark, url, tmp_path / "ck", foreach_batch(handle))
+    assert sorted(written) == [s for s in sent if s != poison]  # each exactly once
+    [dead] = live.peek("orders/$deadletterqueue")
+    assert (dead.sequence_number, dead.dead_letter_reason) == (poison, "MaxDeliveryCountExceeded")
+    assert [f.error_type for f in dead.failures] == ["RuntimeError"] * 2
+    assert "cannot write message" in dead.failures[0].message
+    assert "raise RuntimeError" in dead.failures[0].traceback
+    assert live.counts("orders")["completed"] == 7
+    assert_balanced(live)
+
+
+def test_a_permanent_error_dead_letters_its_message_at_once(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    sent = fill(live, 4)
+    bad = sent[1]
+    written: list[int] = []
+
+    def handle(df: DataFrame, batch_id: int) -> None:
+        got = seqs(df)
+        if bad in got:
+            raise poisonq.PermanentError(f"order {bad} can never be written")
+        written.extend(got)
+
+    run(spark, url, tmp_path / "ck", foreach_batch(handle))
+    assert sorted(written) == [s for s in sent if s != bad]
+    [dead] = live.peek("orders/$deadletterqueue")
+    assert (dead.sequence_number, dead.dead_letter_reason, dead.delivery_count) == (
+        bad,
+        "PermanentError",
+        1,
+    )
+    assert_balanced(live)
+
+
+def test_rows_failing_an_expectation_are_dead_lettered_and_kept_from_the_handler(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    sent = fill(live, 4)
+    [long] = live.sender("orders").send(poisonq.Message(body=b"far too long"))
+    written: list[int] = []
+
+    def handle(df: DataFrame, batch_id: int) -> None:
+        written.extend(seqs(df))
+
+    run(spark, url, tmp_path / "ck", foreach_batch(handle, {"short": "length(body) <= 2"}))
+    assert sorted(written) == sent
+    [dead] = live.peek("orders/$deadletterqueue")
+    assert (dead.sequence_number, dead.dead_letter_reason) == (long, "ExpectationFailed")
+    assert "short" in (dead.dead_letter_error_description or "")
+    assert live.counts("orders")["completed"] == 4
+    assert_balanced(live)
+
+
+def test_the_handler_dead_letters_the_rows_it_rejects(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    sent = fill(live, 6)
+    written: list[int] = []
+    rejected: list[int] = []
+
+    def handle(df: DataFrame, batch_id: int) -> None:
+        late = F.col("properties")["n"].cast("int") >= 4
+        rejected.append(dead_letter(df.filter(late), "TooLate", "message_id"))
+        written.extend(seqs(df.filter(~late)))
+
+    run(spark, url, tmp_path / "ck", foreach_batch(handle))
+    assert sorted(written) == sent[:4] and sum(rejected) == 2
+    dead = sorted(live.peek("orders/$deadletterqueue"), key=lambda m: m.sequence_number)
+    assert [(m.dead_letter_reason, m.dead_letter_error_description) for m in dead] == [
+        ("TooLate", "m4"),
+        ("TooLate", "m5"),
+    ]
+    assert live.counts("orders")["completed"] == 4
+    assert_balanced(live)
+
+
+def test_a_dataframe_not_from_the_source_is_refused(spark: SparkSession) -> None:
+    frame = spark.createDataFrame([(1,)], "sequence_number long")
+    with pytest.raises(InvalidOptionError, match="not a read of the poisonq source"):
+        foreach_batch(lambda df, batch_id: None)(frame, 0)
+    with pytest.raises(InvalidOptionError, match="not a read of the poisonq source"):
+        dead_letter(frame, "Rejected")
+
+
+def test_a_defect_stops_the_query_with_the_lease_released_and_a_restart_writes_once(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    sent = fill(live, 6)
+    checkpoint = tmp_path / "ck"
+
+    def broken(df: DataFrame, batch_id: int) -> None:
+        raise ValueError("the sink is misconfigured")
+
+    with pytest.raises(Exception, match="a defect, not poison"):
+        run(spark, url, checkpoint, foreach_batch(broken))
+    counts = live.counts("orders")
+    assert (counts["active"], counts["locked"], counts["dead_lettered"]) == (6, 0, 0)
+    assert [m.delivery_count for m in live.peek("orders")] == [0] * 6  # none counted
+
+    written: list[int] = []
+
+    def fixed(df: DataFrame, batch_id: int) -> None:
+        written.extend(seqs(df))
+
+    run(spark, url, checkpoint, foreach_batch(fixed))  # replays the released lease first
+    assert sorted(written) == sent
+    assert live.counts("orders")["completed"] == 6
+    assert_balanced(live)
