@@ -248,20 +248,30 @@ class Pipeline:
                         completing.result()  # the batch before, completed during this one
                     completing = work.submit(self._complete, broker, lease, report)
                     if progress is not None:
-                        report.dead_lettered = _dead_letters(broker, self.queue) - dead_before
-                        report.elapsed = time.monotonic() - started
-                        progress(report)
+                        progress(self._tally(broker, report, dead_before, started))
                 if completing is not None:
                     completing.result()
+                    if progress is not None:  # the last batch, completed
+                        progress(self._tally(broker, report, dead_before, started))
             finally:  # also in the report a PipelineStoppedError carries
                 work.shutdown(wait=True)
                 if (taken := taken_ahead(ahead)) is not None:
                     broker.release_lease(taken)  # leased ahead, never run
-                report.dead_lettered = _dead_letters(broker, self.queue) - dead_before
-                report.retried = max(
-                    0, report.leased - report.completed - report.dead_lettered.total()
-                )
-                report.elapsed = time.monotonic() - started
+                self._tally(broker, report, dead_before, started)
+        return report
+
+    def _tally(
+        self,
+        broker: poisonq.Broker,
+        report: PipelineReport,
+        dead_before: Counter[str],
+        started: float,
+    ) -> PipelineReport:
+        """The report's counts that come from the store: dead-lettered by reason (this
+        run's, including what expired before it could be leased), and so what was retried."""
+        report.dead_lettered = _dead_letters(broker, self.queue) - dead_before
+        report.retried = max(0, report.leased - report.completed - report.dead_lettered.total())
+        report.elapsed = time.monotonic() - started
         return report
 
     def _replay(self, broker: poisonq.Broker, report: PipelineReport) -> int:

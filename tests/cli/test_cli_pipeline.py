@@ -122,16 +122,18 @@ def test_pipeline_run_writes_good_rows_and_dead_letters_the_rest(
     spark: SparkSession, url: str, api: Broker, fifty: str, transform: str, tmp_path: Path
 ) -> None:
     report = pipeline(url, transform, tmp_path / "out", "--batch-size", "25")
-    # Abandoned messages return at the front of the queue: lease 2 holds 7 and 17 again
-    # plus 25..47, lease 3 holds 27, 37 and 47 again plus 48 and 49.
-    assert (report["batches"], report["leased"]) == (3, 55)
+    # Abandoned messages return at the front of the queue and come again in a later lease
+    # (which one depends on whether it was taken before they failed: leases are taken
+    # ahead, while the batch before runs).
+    assert report["leased"] == 55
     assert (report["completed"], report["retried"]) == (40, 5)
     assert report["dead_lettered"] == {"BadOrder": 5, "MaxDeliveryCountExceeded": 5}
     assert report["interrupted"] is False
 
     rows = spark.read.parquet(str(tmp_path / "out")).collect()
     assert sorted(row.n for row in rows) == GOOD
-    assert {(row.consumer, row.lease) for row in rows} == {("pipeline", n) for n in (1, 2, 3)}
+    assert {row.consumer for row in rows} == {"pipeline"}
+    assert {row.lease for row in rows} <= set(range(1, report["batches"] + 1))
 
     dead = {m.message_id: m for m in api.peek(DLQ, max_messages=100)}
     assert {i: m.dead_letter_reason for i, m in dead.items()} == {
