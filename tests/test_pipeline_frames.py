@@ -4,6 +4,7 @@ real local SparkSession and real SQLite files (PostgreSQL where marked)."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -264,4 +265,31 @@ def test_a_restart_replays_both_leases_a_dead_run_left_and_writes_once(
     ).run()  # fmt: skip
     assert written(spark, tmp_path / "out") == Counter({(n, 1): 1 for n in range(20)})
     assert (report.completed, live.counts("orders")["completed"]) == (20, 20)
+    assert_balanced(live)
+
+
+def _crash_on_seven(n: int) -> int:
+    if n == 7:
+        os._exit(3)  # a worker crash: the task, and with it the job, fails
+    return n
+
+
+def test_a_worker_crash_in_a_plain_udf_is_isolated_to_its_message(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    send(live, {}, 12, max_delivery_count=1)
+    crash = F.udf(_crash_on_seven, "long", useArrow=False)
+
+    def transform(frame: DataFrame) -> DataFrame:
+        n = F.get_json_object(F.col("body").cast("string"), "$.n").cast("long")
+        return frame.select("sequence_number", crash(n).alias("n"), F.lit(1).alias("part"))
+
+    report = Pipeline(
+        spark, url=url, queue="orders", transform=transform, output=str(tmp_path / "out")
+    ).run()
+    assert written(spark, tmp_path / "out") == Counter({(n, 1): 1 for n in range(12) if n != 7})
+    crashed = dead(live)["o7"]
+    assert crashed.dead_letter_reason == "MaxDeliveryCountExceeded"
+    assert live.message("orders/$deadletterqueue", crashed.sequence_number).failures
+    assert report.dead_lettered == Counter({"MaxDeliveryCountExceeded": 1})
     assert_balanced(live)
