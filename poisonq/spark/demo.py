@@ -24,7 +24,7 @@ is, and each way ends where it should:
 
 The comma and crash orders fail the whole Spark job, so the runner bisects the batch to find
 them, about two jobs per halving, on each of their three deliveries: there is one of each, so
-that the demo takes about three minutes on two cores. Both are dead-lettered with the error of
+that the demo takes two minutes on two cores. Both are dead-lettered with the error of
 a job they failed (``BatchJobFailed``) as description. ``poisonq demo --map`` runs the same
 checks over the per-row ``map`` pipeline instead (:mod:`poisonq.spark.demo_map`).
 """
