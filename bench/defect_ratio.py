@@ -20,9 +20,10 @@ from collections import Counter
 
 from poisonq import demo
 from poisonq.defects import DEFAULT_MAX_FAILURE_RATIO, MIN_FAILURES
-from poisonq.spark import demo as spark_demo
+from poisonq.spark.demo import DATAFRAME_JOB
+from poisonq.spark.demo_map import MAP_JOB
 
-FEEDS = {"engine": demo.SHARES, "spark": spark_demo.SHARES}
+FEEDS = {"engine": demo.SHARES, "spark": DATAFRAME_JOB.shares, "spark-map": MAP_JOB.shares}
 NEVER_DELIVERED = {"expiring"}
 
 
@@ -35,7 +36,7 @@ def main() -> None:
         for batch in (10, 100, 1_000, 10_000, 100_000):
             worst_share, worst_failures, defects = 0.0, 0, 0
             for seed in range(args.seeds):
-                orders = demo.make_orders(args.orders, random.Random(seed), shares)
+                orders = demo.make_orders(args.orders, random.Random(seed), dict(shares))
                 kinds = [o.kind for o in orders if o.kind not in NEVER_DELIVERED]
                 for start in range(0, len(kinds), batch):
                     part = kinds[start : start + batch]

@@ -1,15 +1,26 @@
-"""Pipeline throughput against a plain Spark job over the same data.
+"""Pipeline throughput against a plain Spark job over the same data, for both kinds of transform.
 
-Enqueues ``--messages`` JSON orders (``--poison`` of them bad: half raise a permanent error,
-half crash the Python process that transforms them), then measures, after one warm-up job:
+The per-row ``map``: enqueues ``--messages`` JSON orders (``--poison`` of them bad: half raise a
+permanent error, half crash the Python process that transforms them), then measures, after a
+warm-up:
 
-- the pipeline: ``poisonq.spark.Pipeline`` from the queue into Parquet, every message settled;
-- the plain job: the same transform with ``mapInArrow`` over the same bodies stored in Parquet,
+- the pipeline: ``poisonq.spark.Pipeline(map=…)`` from the queue into Parquet, every message
+  settled;
+- the plain job: the same function with ``mapInArrow`` over the same bodies stored in Parquet,
   into Parquet. A crash would kill a plain job, so there the crashing rows are only skipped:
   it is what the work costs without a queue and without isolation.
 
-Prints one line: ``pipeline_msgs_per_s=… plain_spark_rows_per_s=… ratio=… isolation_jobs=…
-batch_fixed_cost_s=…``, where the fixed cost is the wall time of a batch of one message.
+The DataFrame ``transform``: as many orders again on a second queue (``--poison`` of them bad:
+half malformed JSON, half a negative amount), and:
+
+- the pipeline: ``Pipeline(transform=…, expectations=…)``, Spark SQL (``from_json``) whose rows
+  failing an expectation dead-letter their message;
+- the plain job: the same Spark SQL over the same bodies in Parquet, the expectations as a
+  ``WHERE`` that drops the bad rows, into Parquet.
+
+Prints two lines: ``pipeline_msgs_per_s=… plain_spark_rows_per_s=… ratio=… isolation_jobs=…
+batch_fixed_cost_s=…`` (``map``; the fixed cost is the wall time of a batch of one message) and
+``dataframe_pipeline_msgs_per_s=… plain_spark_sql_rows_per_s=… dataframe_ratio=…``.
 """
 
 from __future__ import annotations
@@ -21,12 +32,13 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyspark.sql import DataFrame
 
 import poisonq
 from poisonq.spark.pipeline import Pipeline
@@ -34,6 +46,8 @@ from poisonq.spark.session import local_session
 
 SCHEMA = "order_id long, customer string, amount double"
 SEND_BATCH = 10_000
+# The DataFrame transform's rules, as expectations in the pipeline and a WHERE in the plain job.
+EXPECTATIONS = {"parsed": "order_id IS NOT NULL", "positive": "amount > 0"}
 
 
 def order(n: int, poison_every: int) -> bytes:
@@ -43,6 +57,25 @@ def order(n: int, poison_every: int) -> bytes:
     return json.dumps(
         {"order_id": n, "customer": f"C{n % 5000:05d}", "amount": (n % 997) / 10, "kind": kind}
     ).encode()
+
+
+def sql_order(n: int, poison_every: int) -> bytes:
+    """An order for the DataFrame transform: the bad ones are malformed JSON or a negative
+    amount, which only the expectations catch."""
+    body = {"order_id": n, "customer": f"C{n % 5000:05d}", "amount": (n % 997) / 10 + 0.1}
+    if poison_every and n % poison_every == 0:
+        if (n // poison_every) % 2:
+            return json.dumps(body).encode()[:20]
+        body["amount"] = -body["amount"]
+    return json.dumps(body).encode()
+
+
+def order_rows(frame: DataFrame) -> DataFrame:
+    """The Spark SQL of the DataFrame transform, over the lease or over the Parquet copy
+    (both have ``sequence_number`` and ``body``)."""
+    return frame.selectExpr(
+        "sequence_number", f"from_json(CAST(body AS STRING), '{SCHEMA}') AS o"
+    ).select("sequence_number", "o.*")
 
 
 def transform(message: dict[str, Any]) -> dict[str, Any]:
@@ -73,15 +106,26 @@ def plain_transform(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatc
         yield pa.RecordBatch.from_pylist(rows, schema=out)
 
 
-def enqueue(broker: poisonq.Broker, count: int, poison_every: int, parquet: Path) -> None:
-    writer = pq.ParquetWriter(parquet, pa.schema([("body", pa.binary())]))
-    sender = broker.sender("orders")
+def enqueue(
+    broker: poisonq.Broker,
+    queue: str,
+    make: Callable[[int, int], bytes],
+    count: int,
+    poison_every: int,
+    parquet: Path,
+) -> None:
+    """Send ``count`` orders to ``queue`` and write the same bodies to ``parquet``, with
+    the sequence numbers the queue gives them."""
+    schema = pa.schema([("sequence_number", pa.int64()), ("body", pa.binary())])
+    writer = pq.ParquetWriter(parquet, schema)
+    sender = broker.sender(queue)
     for start in range(0, count, SEND_BATCH):
-        bodies = [order(n, poison_every) for n in range(start, min(count, start + SEND_BATCH))]
-        sender.send(
+        bodies = [make(n, poison_every) for n in range(start, min(count, start + SEND_BATCH))]
+        seqs = sender.send(
             [poisonq.Message(body=b, message_id=str(start + i)) for i, b in enumerate(bodies)]
         )
-        writer.write_table(pa.table({"body": pa.array(bodies, pa.binary())}))
+        columns = {"sequence_number": pa.array(seqs, pa.int64()), "body": pa.array(bodies)}
+        writer.write_table(pa.table(columns, schema=schema))
     writer.close()
 
 
@@ -98,9 +142,13 @@ def main() -> None:
         spark = local_session("poisonq-bench")
         url = f"sqlite:///{work / 'queues.db'}"
         with poisonq.connect(url) as broker:
-            broker.create_queue("orders", max_delivery_count=3, lock_duration=120)
-            broker.create_queue("tiny", lock_duration=120)
-            enqueue(broker, args.messages, poison_every, work / "orders.parquet")
+            for queue in ("orders", "frames"):
+                broker.create_queue(queue, max_delivery_count=3, lock_duration=120)
+            for queue in ("tiny", "tiny-frames"):
+                broker.create_queue(queue, lock_duration=120)
+            enqueue(broker, "orders", order, args.messages, poison_every, work / "orders.parquet")
+            frames = work / "frames.parquet"
+            enqueue(broker, "frames", sql_order, args.messages, poison_every, frames)
 
             def pipeline(queue: str, output: str) -> Pipeline:
                 return Pipeline(
@@ -113,10 +161,23 @@ def main() -> None:
                     batch_size=args.batch,
                 )
 
+            def frame_pipeline(queue: str, output: str) -> Pipeline:
+                return Pipeline(
+                    spark,
+                    url=url,
+                    queue=queue,
+                    transform=order_rows,
+                    expectations=EXPECTATIONS,
+                    output=str(work / output),
+                    batch_size=args.batch,
+                )
+
             # Warm-up (JVM, Python workers), then the fixed cost of a one-message batch.
             fixed = []
             for n in range(4):
                 broker.sender("tiny").send(poisonq.Message(body=order(n + 1, 0)))
+                broker.sender("tiny-frames").send(poisonq.Message(body=sql_order(n + 1, 0)))
+                frame_pipeline("tiny-frames", "tiny-frames").run()
                 started = time.perf_counter()
                 pipeline("tiny", "tiny").run()
                 fixed.append(time.perf_counter() - started)
@@ -131,9 +192,22 @@ def main() -> None:
             started = time.perf_counter()
             report = pipeline("orders", "out").run()
             pipeline_seconds = time.perf_counter() - started
+
+            started = time.perf_counter()
+            rules = " AND ".join(f"({sql})" for sql in EXPECTATIONS.values())
+            plain_sql = order_rows(spark.read.parquet(str(frames))).where(rules)
+            plain_sql.write.mode("overwrite").parquet(str(work / "plain-frames"))
+            plain_sql_seconds = time.perf_counter() - started
+
+            started = time.perf_counter()
+            frame_report = frame_pipeline("frames", "out-frames").run()
+            frame_seconds = time.perf_counter() - started
+
             assert broker.audit().ok
             counts = broker.counts("orders")
-            assert counts["active"] == counts["locked"] == 0, counts
+            frame_counts = broker.counts("frames")
+            for held in (counts, frame_counts):
+                assert held["active"] == held["locked"] == 0, held
 
         pipeline_rate = args.messages / pipeline_seconds
         plain_rate = args.messages / plain_seconds
@@ -143,6 +217,15 @@ def main() -> None:
             f" batch_fixed_cost_s={statistics.median(fixed[1:]):.2f}"
             f" batches={report.batches} completed={counts['completed']}"
             f" dead_lettered={counts['dead_lettered']}"
+        )
+        frame_rate = args.messages / frame_seconds
+        plain_sql_rate = args.messages / plain_sql_seconds
+        print(
+            f"dataframe_pipeline_msgs_per_s={frame_rate:.0f}"
+            f" plain_spark_sql_rows_per_s={plain_sql_rate:.0f}"
+            f" dataframe_ratio={frame_rate / plain_sql_rate:.2f}"
+            f" batches={frame_report.batches} completed={frame_counts['completed']}"
+            f" dead_lettered={frame_counts['dead_lettered']}"
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -20,9 +20,10 @@ import json
 import random
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import Progress
@@ -62,7 +63,9 @@ class Order:
     order_id: str
     kind: str
 
-    def message(self, rng: random.Random) -> Message:
+    def message(self, rng: random.Random, encode: Encoder | None = None) -> Message:
+        """The order as a message; ``encode`` (the order and its fields to the body) lets a
+        demo send its bad orders bad in its own ways, JSON of the fields by default."""
         customer = f"cust-{rng.randrange(CUSTOMERS)}"
         if self.kind == "invalid":
             customer = f"cust-unknown-{rng.randrange(10**6)}"
@@ -78,7 +81,7 @@ class Order:
             "total": round(rng.uniform(5, 500), 2),
         }
         return Message(
-            body=json.dumps(body).encode(),
+            body=encode(self, body) if encode else json.dumps(body).encode(),
             message_id=self.order_id,
             subject="purchase-order",
             content_type="application/json",
@@ -87,9 +90,18 @@ class Order:
         )
 
 
+Encoder = Callable[[Order, dict[str, Any]], bytes]
+
+
 def make_orders(count: int, rng: random.Random, shares: dict[str, float] = SHARES) -> list[Order]:
-    """``count`` orders with the bad kinds mixed in at their shares, in random positions."""
-    kinds = [kind for kind, share in shares.items() for _ in range(round(count * share))]
+    """``count`` orders with the bad kinds mixed in, in random positions. A share below 1 is
+    a fraction of ``count`` (at least one order, so that a small run shows every way an order
+    can go bad); 1 or more is a number of orders, for kinds that cost a lot each."""
+    kinds = [
+        kind
+        for kind, share in shares.items()
+        for _ in range(int(share) if share >= 1 else max(1, round(count * share)))
+    ]
     kinds += ["good"] * (count - len(kinds))
     rng.shuffle(kinds)
     return [Order(f"order-{n:06d}", kind) for n, kind in enumerate(kinds, 1)]
@@ -114,7 +126,13 @@ class OrderHandler:
         self.completed[message.message_id] += 1
 
 
-def send_orders(broker: Broker, orders: list[Order], console: Console, seed: int) -> None:
+def send_orders(
+    broker: Broker,
+    orders: list[Order],
+    console: Console,
+    seed: int,
+    encode: Encoder | None = None,
+) -> None:
     """Send the orders in batches (each one transaction) with a progress bar."""
     rng = random.Random(seed)
     sender = broker.sender(QUEUE)
@@ -122,7 +140,7 @@ def send_orders(broker: Broker, orders: list[Order], console: Console, seed: int
         task = progress.add_task("sending orders", total=len(orders))
         for start in range(0, len(orders), SEND_BATCH):
             batch = orders[start : start + SEND_BATCH]
-            sender.send([order.message(rng) for order in batch])
+            sender.send([order.message(rng, encode) for order in batch])
             progress.advance(task, len(batch))
 
 

@@ -90,16 +90,30 @@ ENGINE_DEMO_ORDERS = 20_000
     is_flag=True,
     help="Run the engine demo instead: a plain-Python Processor, no Spark.",
 )
-def demo(directory: Path, orders: int | None, engine: bool) -> None:
+@click.option(
+    "--map",
+    "per_row",
+    is_flag=True,
+    help="Run the Spark pipeline with a per-row Python function (map=) instead of the"
+    " Spark SQL transform.",
+)
+def demo(directory: Path, orders: int | None, engine: bool, per_row: bool) -> None:
     """Run the end-to-end demo.
 
     It sends purchase orders, some bad in every way a real feed is bad, processes them with
-    the Spark pipeline (or, with --engine, a plain-Python Processor), and checks that each
-    one was completed once or dead-lettered with the right reason."""
+    the Spark pipeline (a Spark SQL transform; with --map, a per-row Python function; with
+    --engine, a plain-Python Processor without Spark), and checks that each one was written
+    once or dead-lettered with the right reason."""
+    if engine and per_row:
+        raise click.UsageError("--engine runs no Spark pipeline: give --engine or --map")
     if engine:
         run_demo(directory=directory, orders=ENGINE_DEMO_ORDERS if orders is None else orders)
         return
     require_pyspark()
     from poisonq.spark.demo import main as run_spark_demo  # needs PySpark: only imported here
 
-    run_spark_demo(directory=directory, orders=SPARK_DEMO_ORDERS if orders is None else orders)
+    run_spark_demo(
+        directory=directory,
+        orders=SPARK_DEMO_ORDERS if orders is None else orders,
+        map=per_row,
+    )

@@ -54,8 +54,10 @@ def test_the_engine_demo_checks_every_order(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        ((), ("spark", 200_000)),
-        (("--orders", "500"), ("spark", 500)),
+        ((), ("spark", 200_000, False)),
+        (("--orders", "500"), ("spark", 500, False)),
+        (("--map",), ("spark", 200_000, True)),
+        (("--map", "--orders", "400"), ("spark", 400, True)),
         (("--engine",), ("engine", 20_000)),
         (("--engine", "--orders", "300"), ("engine", 300)),
     ],
@@ -63,15 +65,24 @@ def test_the_engine_demo_checks_every_order(tmp_path: Path) -> None:
 def test_demo_runs_the_spark_pipeline_unless_engine(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...], expected: Any
 ) -> None:
-    """Which demo runs and how many orders each sends by default. Both demos are replaced
-    by recorders: the Spark one takes minutes, and the engine one is run above."""
-    calls: list[tuple[str, Path, int]] = []
+    """Which demo runs (the Spark SQL transform, the per-row map with --map, the engine with
+    --engine) and how many orders each sends by default. The demos are replaced by
+    recorders: the Spark ones take minutes, and the engine one is run above."""
+    calls: list[tuple[Any, ...]] = []
 
     def recorder(kind: str) -> Callable[..., None]:
-        return lambda directory, orders: calls.append((kind, directory, orders))
+        return lambda directory, orders, **options: calls.append(
+            (kind, directory, orders, *options.values())
+        )
 
     monkeypatch.setitem(sys.modules, "poisonq.spark.demo", SimpleNamespace(main=recorder("spark")))
     monkeypatch.setattr(poisonq.cli.ops, "run_demo", recorder("engine"))
     result = CliRunner().invoke(cli, ["demo", "--dir", str(tmp_path), *args])
     assert result.exit_code == 0, (result.stdout, result.exception)
-    assert calls == [(expected[0], tmp_path, expected[1])]
+    assert calls == [(expected[0], tmp_path, *expected[1:])]
+
+
+def test_demo_refuses_engine_with_map(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["demo", "--engine", "--map", "--dir", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "--engine runs no Spark pipeline" in result.output
