@@ -23,9 +23,10 @@ is, and each way ends where it should:
 | expiring  | 0.5 %  | sent with a 1 ms time to live                    | TTLExpiredException   |
 
 The comma and crash orders fail the whole Spark job, so the runner bisects the batch to find
-them, about two jobs per halving, on each of their three deliveries: there is one of each, so
-that the demo takes two minutes on two cores. Both are dead-lettered with the error of
-a job they failed (``BatchJobFailed``) as description. ``poisonq demo --map`` runs the same
+them, about two jobs per halving, on their first delivery (after that they come back as
+suspects and are tried alone): there is one of each, so that the demo takes two minutes on
+two cores. Both are dead-lettered with the error of the job they failed alone (the cast
+error, the worker's exit) as description. ``poisonq demo --map`` runs the same
 checks over the per-row ``map`` pipeline instead (:mod:`poisonq.spark.demo_map`).
 """
 
@@ -219,7 +220,7 @@ DATAFRAME_JOB = Job(
         "malformed": Expected(EXPECTATION_FAILED, "parsed"),
         "invalid": Expected(UnknownCustomerError.__name__, "unknown customer"),
         "negative": Expected(EXPECTATION_FAILED, "failed expectation positive_total;"),
-        "comma": Expected(POISONED, "BatchJobFailed"),
+        "comma": Expected(POISONED, "CAST_INVALID_INPUT"),
         "crash": Expected(POISONED, "BatchJobFailed"),
         "expiring": Expected(DeadLetterReason.TTL_EXPIRED.value),
     },
@@ -302,26 +303,14 @@ def main(
 
 
 class _OneLine(logging.Handler):
-    """Shows the runner's warnings on the console in one line each: the error of a failed
-    job, as the runner logs it, carries the JVM's whole stack."""
+    """Shows the runner's warnings on the demo's console, one line each."""
 
     def __init__(self, console: Console) -> None:
         super().__init__(logging.WARNING)
         self.console = console
 
     def emit(self, record: logging.LogRecord) -> None:
-        raw = record.args if isinstance(record.args, tuple) else ()
-        args = tuple(_first_line(a) if isinstance(a, BaseException) else a for a in raw)
-        text = str(record.msg) % args if args else record.getMessage()
-        self.console.print(Text(text, style="yellow"), soft_wrap=True)
-
-
-def _first_line(error: BaseException) -> str:
-    """A Spark job's error in a line: what the JVM says failed (a Py4J error's own text only
-    names the call), without the stack."""
-    java = getattr(error, "java_exception", None)
-    text = str(java.toString()) if java is not None else str(error)
-    return next((line.strip() for line in text.splitlines() if line.strip()), repr(error))[:300]
+        self.console.print(Text(record.getMessage(), style="yellow"), soft_wrap=True)
 
 
 @contextmanager

@@ -11,7 +11,9 @@ would cost two jobs per message and abandon every one of them, so :func:`isolate
 the first and the last message on its first delivery alone: when both fail the way the batch
 did, it is a defect (:mod:`poisonq.defects`), and so is a batch in which more than
 :data:`MAX_GUILTY_PER_BATCH` first deliveries, or all of at least three, fail alone. Messages
-delivered before are suspects already: a batch of them failing is poison coming back.
+delivered before are suspects already: a batch of them failing is poison coming back, and
+each is tried alone before the rest of the batch is bisected. Each message found gets the
+error of its own part, not the batch's.
 """
 
 from __future__ import annotations
@@ -73,9 +75,16 @@ def isolate(
         passes(part[middle:], left)
         return False
 
+    # Messages delivered before come back because they failed: try them alone first, so
+    # poison coming back costs a job each, not a bisection of the batch around it.
+    suspects = [seq for seq in held if seq not in fresh_set][:MAX_GUILTY_PER_BATCH]
+    tried = set(suspects)
+    rest = [seq for seq in held if seq not in tried]
     try:
-        if held:
-            passes(list(held), False)
+        for seq in suspects:
+            passes([seq], False)
+        if rest:
+            passes(rest, not suspects)  # the whole batch is known to fail
     except _NotPoison:
         return job_defect(error, fresh)
     if len(fresh) >= 3 and fresh_set.issubset(guilty):

@@ -332,7 +332,8 @@ class Pipeline:
                     if defect is None and attempt == 2:  # two rounds of isolation did not do
                         defect = job_defect(exc, broker.lease_sequence_numbers(lease))
                     elif defect is None:
-                        log.warning("batch %d failed as a whole; isolating: %s", lease.number, exc)
+                        why = job_failure(exc).message
+                        log.warning("batch %d failed as a whole; isolating: %s", lease.number, why)
                         defect = self._isolate(broker, lease, exc, report)
                     if defect is not None:
                         self._stop(broker, lease, defect, report)
@@ -467,8 +468,8 @@ class Pipeline:
         found = isolate(held, fresh, error, fails)
         if isinstance(found, Defect):
             return found
-        failure = job_failure(error)
-        broker.settle_held(self.queue, [Abandon(s, lease.lock_token, failure) for s in found])
+        failures = [Abandon(s, lease.lock_token, job_failure(e)) for s, e in found.items()]
+        broker.settle_held(self.queue, failures)
         return None
 
 
