@@ -64,6 +64,18 @@ def store_url(request: pytest.FixtureRequest) -> str:
     return str(request.getfixturevalue(f"{request.param.replace('postgresql', 'pg')}_url"))
 
 
+# Spark tests take seconds each, so their modules run on SQLite (``url = spark_store_url``);
+# the tests marked ``on_both_stores`` also run on PostgreSQL, whose executors read from it.
+spark_store_url = pytest.fixture(params=["sqlite"], name="url")(store_url)
+
+
+@pytest.fixture
+def live(url: str) -> Iterator[Broker]:
+    """A broker on the real clock, which Spark's Python workers share."""
+    with poisonq.connect(url) as opened:
+        yield opened
+
+
 @pytest.fixture(params=STORES)
 def url(request: pytest.FixtureRequest) -> str:
     """The store under test: each test using it runs once per store."""

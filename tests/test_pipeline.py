@@ -11,7 +11,6 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from pyspark.sql import SparkSession
 import poisonq
 from poisonq import Broker, Message
 from poisonq.spark.pipeline import Pipeline, PipelineStoppedError
-from tests.conftest import assert_balanced, on_both_stores, store_url
+from tests.conftest import assert_balanced, on_both_stores, spark_store_url
 
 # Executors cannot import this test module: ship its functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -53,17 +52,7 @@ def transform(message: dict[str, Any]) -> dict[str, Any] | None:
 SCHEMA = "n long, customer string"
 
 
-# Spark tests take seconds each, so this module runs on SQLite; the tests marked
-# ``on_both_stores`` also run on PostgreSQL, whose executors read from the server.
-@pytest.fixture(params=["sqlite"])
-def url(request: pytest.FixtureRequest) -> str:
-    return store_url(request)
-
-
-@pytest.fixture
-def live(url: str) -> Iterator[Broker]:
-    with poisonq.connect(url) as opened:
-        yield opened
+url = spark_store_url
 
 
 def send(broker: Broker, kinds: dict[int, str], count: int, **queue: Any) -> None:

@@ -7,7 +7,6 @@ import json
 import os
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ import poisonq
 from poisonq import Broker, Message
 from poisonq.errors import InvalidOptionError
 from poisonq.spark import Pipeline, PipelineStoppedError, udf
-from tests.conftest import assert_balanced, on_both_stores, store_url
+from tests.conftest import assert_balanced, on_both_stores, spark_store_url
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -70,15 +69,7 @@ def orders(frame: DataFrame) -> DataFrame:
 EXPECT = {"parsed": "n IS NOT NULL", "positive": "amount > 0"}
 
 
-@pytest.fixture(params=["sqlite"])
-def url(request: pytest.FixtureRequest) -> str:
-    return store_url(request)
-
-
-@pytest.fixture
-def live(url: str) -> Iterator[Broker]:
-    with poisonq.connect(url) as opened:
-        yield opened
+url = spark_store_url
 
 
 def send(broker: Broker, bodies: dict[int, str], count: int, **queue: Any) -> None:

@@ -20,7 +20,7 @@ import poisonq
 from poisonq import Broker
 from poisonq.errors import InvalidOptionError
 from poisonq.spark import dead_letter, foreach_batch
-from tests.conftest import assert_balanced, store_url
+from tests.conftest import assert_balanced, spark_store_url
 from tests.test_spark_source import fill, start
 
 if TYPE_CHECKING:
@@ -29,9 +29,7 @@ if TYPE_CHECKING:
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-@pytest.fixture(params=["sqlite"])
-def url(request: pytest.FixtureRequest) -> str:
-    return store_url(request)
+url = spark_store_url
 
 
 @pytest.fixture

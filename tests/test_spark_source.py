@@ -23,18 +23,14 @@ from poisonq import Broker, Message
 from poisonq.failures import failure_from_exception
 from poisonq.spark import source
 from poisonq.spark.source import SourceOptions, StreamReader
-from tests.conftest import assert_balanced, on_both_stores, store_url
+from tests.conftest import assert_balanced, on_both_stores, spark_store_url
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 
-# Spark tests take seconds each, so this module runs on SQLite; the tests marked
-# ``on_both_stores`` also run on PostgreSQL, whose executors read from the server.
-@pytest.fixture(params=["sqlite"])
-def url(request: pytest.FixtureRequest) -> str:
-    return store_url(request)
+url = spark_store_url
 
 
 @pytest.fixture
