@@ -150,36 +150,27 @@ def main() -> None:
             frames = work / "frames.parquet"
             enqueue(broker, "frames", sql_order, args.messages, poison_every, frames)
 
-            def pipeline(queue: str, output: str) -> Pipeline:
+            def pipeline(queue: str, output: str, **kind: Any) -> Pipeline:
                 return Pipeline(
                     spark,
                     url=url,
                     queue=queue,
-                    map=transform,
-                    schema=SCHEMA,
                     output=str(work / output),
                     batch_size=args.batch,
+                    **kind,
                 )
 
-            def frame_pipeline(queue: str, output: str) -> Pipeline:
-                return Pipeline(
-                    spark,
-                    url=url,
-                    queue=queue,
-                    transform=order_rows,
-                    expectations=EXPECTATIONS,
-                    output=str(work / output),
-                    batch_size=args.batch,
-                )
+            per_row = {"map": transform, "schema": SCHEMA}
+            frames_kind = {"transform": order_rows, "expectations": EXPECTATIONS}
 
             # Warm-up (JVM, Python workers), then the fixed cost of a one-message batch.
             fixed = []
             for n in range(4):
                 broker.sender("tiny").send(poisonq.Message(body=order(n + 1, 0)))
                 broker.sender("tiny-frames").send(poisonq.Message(body=sql_order(n + 1, 0)))
-                frame_pipeline("tiny-frames", "tiny-frames").run()
+                pipeline("tiny-frames", "tiny-frames", **frames_kind).run()
                 started = time.perf_counter()
-                pipeline("tiny", "tiny").run()
+                pipeline("tiny", "tiny", **per_row).run()
                 fixed.append(time.perf_counter() - started)
 
             started = time.perf_counter()
@@ -190,7 +181,7 @@ def main() -> None:
             plain_seconds = time.perf_counter() - started
 
             started = time.perf_counter()
-            report = pipeline("orders", "out").run()
+            report = pipeline("orders", "out", **per_row).run()
             pipeline_seconds = time.perf_counter() - started
 
             started = time.perf_counter()
@@ -200,7 +191,7 @@ def main() -> None:
             plain_sql_seconds = time.perf_counter() - started
 
             started = time.perf_counter()
-            frame_report = frame_pipeline("frames", "out-frames").run()
+            frame_report = pipeline("frames", "out-frames", **frames_kind).run()
             frame_seconds = time.perf_counter() - started
 
             assert broker.audit().ok
