@@ -20,7 +20,7 @@ import poisonq
 from poisonq import Broker
 from poisonq.errors import InvalidOptionError
 from poisonq.spark import dead_letter, foreach_batch
-from tests.conftest import assert_balanced, spark_store_url
+from tests.conftest import assert_balanced, on_both_stores, spark_store_url
 from tests.test_spark_source import fill, start
 
 if TYPE_CHECKING:
@@ -54,6 +54,7 @@ def run(
         query.stop()
 
 
+@on_both_stores
 def test_a_raising_row_is_isolated_within_its_batch_and_the_query_goes_on(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
