@@ -7,14 +7,20 @@
   ``poisonq.PermanentError`` adds ``poisonq.errors``, which the guard has already): the least a
   crash that kills its process can cost.
 
+And what the crash guard makes of that floor: ``guard_ms_per_crash``, the wall time a crash
+adds to 100,000 rows through :func:`poisonq.guard.run_isolated` with one crashing row in
+1,000, against the same rows without a crash, in one run.
+
 Prints one line: ``sqlite_lock_complete_us_per_msg=… fork_cycle_ms_bare=…
-fork_cycle_ms_poisonq=…``.
+fork_cycle_ms_poisonq=… guard_ms_per_crash=…``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -91,6 +97,34 @@ def fork_cycle(*modules: str) -> float:
     return float(out.stdout)
 
 
+def _crashes_on_7(row: int) -> dict[str, int]:
+    if row % 1000 == 7:
+        os._exit(1)
+    return {"n": row}
+
+
+def _clean(row: int) -> dict[str, int]:
+    return {"n": row}
+
+
+def guard_crash_cost(rows: int = 100_000) -> float:
+    """Milliseconds a crashing row adds, the guard alone (median of three runs each way)."""
+    from poisonq.guard import Crashed, run_isolated
+
+    data = list(range(rows))
+    run_isolated(_clean, data[:10], ())  # start the helpers
+    run_isolated(_crashes_on_7, data[:10], ())
+    costs = []
+    for _ in range(3):
+        started = time.perf_counter()
+        run_isolated(_clean, data, ())
+        clean = time.perf_counter() - started
+        started = time.perf_counter()
+        crashed = sum(isinstance(r, Crashed) for r in run_isolated(_crashes_on_7, data, ()))
+        costs.append((time.perf_counter() - started - clean) / crashed * 1e3)
+    return statistics.median(costs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=100_000)
@@ -99,6 +133,7 @@ def main() -> None:
         f"sqlite_lock_complete_us_per_msg={sqlite_floor(args.messages):.1f}"
         f" fork_cycle_ms_bare={fork_cycle():.2f}"
         f" fork_cycle_ms_poisonq={fork_cycle('poisonq'):.2f}"
+        f" guard_ms_per_crash={guard_crash_cost():.2f}"
     )
 
 

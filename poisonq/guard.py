@@ -12,8 +12,10 @@ No extra Spark job is needed, and a crash costs one fork and at most a window of
 The children are forked from a lean helper process, not from the Spark worker: a fork costs
 in proportion to the memory of the process forked, about 15 ms for a Python worker with
 pyarrow and pandas loaded against 1-2 ms for the helper, which holds nothing but the
-transform, and a crashing message crashes once per delivery. Each Python worker keeps one
-helper per transform (a cache, not state: a lost helper is started again).
+transform, and a crashing message crashes once per delivery. The helper forks each child
+ahead, while the one before works, and wakes it when that one dies, so a crash waits for the
+death of its child but not for the birth of the next. Each Python worker keeps one helper per
+transform (a cache, not state: a lost helper is started again).
 """
 
 from __future__ import annotations
@@ -248,21 +250,43 @@ def helper_main() -> None:
     _write_frame(replies, pickle.dumps(("ready",)))
     gc.freeze()  # a child's collections must not write to (and so copy) the helper's pages
     with mmap.mmap(-1, _PROGRESS.size) as progress:  # shared with the children
+        standby = _standby(transform, permanent, progress, replies)
         while True:
             _PROGRESS.pack_into(progress, 0, _BETWEEN_WINDOWS)
-            pid = os.fork()
-            if pid == 0:  # the child: never returns, never runs the helper's cleanup
-                code = 0
-                try:
-                    _child(transform, permanent, progress, replies)
-                except BaseException:
-                    code = 70
-                os._exit(code)
+            pid, go = standby
+            os.write(go, b"go")  # the standby takes over; a new one is forked beside it
+            os.close(go)
+            standby = _standby(transform, permanent, progress, replies)
             _, status = os.waitpid(pid, 0)
             (at,) = _PROGRESS.unpack_from(progress, 0)
-            if at == _BETWEEN_WINDOWS and status == 0:
-                return  # the rows ended
+            if at == _BETWEEN_WINDOWS and status == 0:  # the rows ended
+                os.close(standby[1])  # the standby reads the end and exits
+                os.waitpid(standby[0], 0)
+                return
             _write_frame(replies, pickle.dumps(("crashed", status, at)))
+
+
+def _standby(
+    transform: RowTransform,
+    permanent: tuple[type[BaseException], ...],
+    progress: mmap.mmap,
+    replies: int,
+) -> tuple[int, int]:
+    """A child forked ahead, waiting to be told to run (its pid, and the pipe that tells
+    it): after a crash the next child is ready, and its fork is off the rows' path."""
+    wait, go = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns, never runs the helper's cleanup
+        os.close(go)
+        code = 0
+        try:
+            if os.read(wait, 2) == b"go":  # else the helper ended: not needed
+                _child(transform, permanent, progress, replies)
+        except BaseException:
+            code = 70
+        os._exit(code)
+    os.close(wait)
+    return pid, go
 
 
 def _child(
