@@ -177,3 +177,40 @@ def test_a_defect_stops_the_query_with_the_lease_released_and_a_restart_writes_o
     assert sorted(written) == sent
     assert live.counts("orders")["completed"] == 6
     assert_balanced(live)
+
+
+def test_trigger_available_now_reads_everything_once_and_completes_every_batch(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """availableNow runs batches until what the queue held at the start is read (messages
+    given back to retry included), and each batch is completed when its handler is done:
+    Spark never plans a batch after the last one, which would complete it."""
+    sent = fill(live, 25)
+    poison = sent[12]
+    written: list[int] = []
+
+    def handle(df: DataFrame, batch_id: int) -> None:
+        got = seqs(df)
+        if poison in got:
+            raise RuntimeError(f"cannot write message {poison}")
+        written.extend(got)
+
+    query = (
+        spark.readStream.format("poisonq")
+        .option("url", url)
+        .option("queue", "orders")
+        .option("consumer", "now")
+        .option("maxMessagesPerBatch", 10)
+        .load()
+        .writeStream.foreachBatch(foreach_batch(handle))
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert not query.isActive and query.exception() is None
+    assert sorted(written) == [s for s in sent if s != poison]
+    assert live.counts("orders")["completed"] == 24
+    assert live.counts("orders")["locked"] == 0
+    assert [m.sequence_number for m in live.peek("orders/$deadletterqueue")] == [poison]
+    assert_balanced(live)

@@ -39,7 +39,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 from pyspark.sql.pandas.types import from_arrow_schema
-from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructField, StructType
 
 import poisonq
@@ -305,7 +305,7 @@ class BatchReader(DataSourceReader):
         return _read(self.options, partition)
 
 
-class StreamReader(DataSourceStreamReader):
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Each micro-batch is one lease of at most ``maxMessagesPerBatch`` messages.
 
     Spark asks for the latest offset on every trigger, data or not: about every 15 ms for an
@@ -320,6 +320,7 @@ class StreamReader(DataSourceStreamReader):
         self.options = options
         self._broker: poisonq.Broker | None = None
         self._idle: tuple[int, object, float] | None = None  # (start, marker, when)
+        self._until: int | None = None  # trigger availableNow: the last sequence number
 
     def __getstate__(self) -> dict[str, Any]:
         return {"options": self.options}  # ``read`` runs elsewhere and needs only the options
@@ -328,6 +329,14 @@ class StreamReader(DataSourceStreamReader):
         self.options = state["options"]
         self._broker = None
         self._idle = None
+        self._until = None
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """``trigger(availableNow=True)``: read what the queue holds now, in batches of
+        ``maxMessagesPerBatch``, then stop. Messages sent later are left for the next run;
+        messages given back to retry during the run come again in it."""
+        with self.options.connect() as broker:
+            self._until = broker.sequence_span(self.options.address)[2]
 
     def initialOffset(self) -> dict[str, int]:
         return {"lease": 0}
@@ -355,6 +364,10 @@ class StreamReader(DataSourceStreamReader):
             wanted or self.options.max_messages_per_batch,
             self.options.lock_duration,
         )
+        if lease is not None and self._until is not None and lease.max_sequence > self._until:
+            # Sent after an availableNow run began: give it back, no delivery counted.
+            broker.release_lease(lease, lo=self._until + 1)
+            lease = None if lease.min_sequence > self._until else lease
         if lease is not None:
             self._idle = None
             return {"lease": lease.number}

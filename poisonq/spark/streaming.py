@@ -8,8 +8,10 @@ instead: it runs the user's handler again on parts of the batch by sequence rang
 abandons them with the handler's error (dead-letters them for a
 :class:`~poisonq.errors.PermanentError` or a ``permanent`` type), so the queue's retry policy
 applies, and returns: the query goes on, and the messages of the parts that passed are
-completed with the lease. A batch that fails like a defect (its first and last first
-deliveries each fail alone the same way, or too many fail alone) is not poison: what parts
+completed with the lease, at once (a plain query's batch is completed when Spark plans the
+next one, so the last batch of a query that stops waits for the next run). A batch that
+fails like a defect (its first and last first deliveries each fail alone the same way, or
+too many fail alone) is not poison: what parts
 wrote is completed, the rest is given back without a delivery counted, and
 :class:`~poisonq.spark.PipelineStoppedError` stops the query.
 
@@ -122,10 +124,12 @@ class ForeachBatch:
                     raise
                 try:
                     self._call(frame, batch_id, context)
-                    return
                 except Exception as exc:
                     self._stop_on_defect(broker, lease, batch_id, exc)
                     self._isolate(broker, context, frame, batch_id, exc)
+            # Written: complete it now, not when Spark plans the next batch, which it never
+            # does after the last one (a query stopping, trigger availableNow).
+            broker.complete_lease(lease)
 
     def _expect(self, frame: DataFrame, context: LeaseContext) -> DataFrame:
         """Dead-letter the messages of rows failing an expectation (the pipeline's gate, in
