@@ -86,10 +86,17 @@ def _load(target: str, usage: str) -> Any:
     module_name, sep, name = target.rpartition(":")
     if not sep or not module_name or not name.isidentifier():
         raise InvalidOptionError(f"{usage}, not {target!r}")
-    if module_name.endswith(".py") or "/" in module_name or os.sep in module_name:
-        module = _module_from_file(Path(module_name))
-    else:
-        module = _import(module_name)
+    from_file = module_name.endswith(".py") or "/" in module_name or os.sep in module_name
+    try:
+        module = _module_from_file(Path(module_name)) if from_file else _import(module_name)
+    except Exception as exc:
+        if getattr(exc, "getCondition", lambda: None)() != "SESSION_OR_CONTEXT_NOT_EXISTS":
+            raise
+        # The module builds a UDF (or parses a type) when imported, which needs a session.
+        from poisonq.spark.session import local_session
+
+        local_session()
+        module = _module_from_file(Path(module_name)) if from_file else _import(module_name)
     if not hasattr(module, name):
         raise InvalidOptionError(f"module {module_name!r} has no attribute {name!r}")
     return getattr(module, name)

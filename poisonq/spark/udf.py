@@ -66,18 +66,20 @@ def udf(
     applied to must have the ``sequence_number`` column of the messages."""
     if not callable(fn):
         raise TypeError(f"poisonq.spark.udf takes a function, not {type(fn).__name__}")
-    kind = _parse_datatype_string(returnType) if isinstance(returnType, str) else returnType
-    return PoisonUDF(fn, kind, permanent)
+    return PoisonUDF(fn, returnType, permanent)
 
 
 class PoisonUDF:
     """What :func:`udf` returns: call it with columns (or column names) for a Column."""
 
     def __init__(
-        self, fn: Callable[..., Any], kind: DataType, permanent: tuple[type[BaseException], ...]
+        self,
+        fn: Callable[..., Any],
+        kind: DataType | str,
+        permanent: tuple[type[BaseException], ...],
     ) -> None:
         self.fn = fn
-        self.returnType = kind
+        self.returnType = kind  # a DDL string is parsed when applied: that needs a session
         self.permanent = permanent
         self.__name__ = getattr(fn, "__name__", "udf")
 
@@ -85,7 +87,13 @@ class PoisonUDF:
         context = _CURRENT.get()
         if context is None:
             return F.udf(self.fn, self.returnType, useArrow=False)(*columns)
-        rows = _Rows(self.fn, self.returnType, context, self.permanent)
+        kind = self.returnType
+        rows = _Rows(
+            self.fn,
+            _parse_datatype_string(kind) if isinstance(kind, str) else kind,
+            context,
+            self.permanent,
+        )
 
         def named(batches: Iterator[tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
             return rows.run(batches)  # Spark tells an iterator UDF by these type hints

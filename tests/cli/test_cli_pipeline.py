@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 TRANSFORM = '''
 import json
+import subprocess
+import sys
 
 from poisonq import PermanentError
 
@@ -398,3 +400,39 @@ def test_only_spark_commands_need_pyspark(
     ):
         refused = poisonq_(*args)
         assert (refused.returncode, refused.stdout, refused.stderr.splitlines()) == (2, "", [needs])
+
+
+MODULE_LEVEL_UDFS = """
+from pyspark.sql import functions as F
+
+from poisonq.spark import udf
+
+doubled = F.udf(lambda n: n * 2, "long")  # PySpark parses "long" with a session only
+named = udf(lambda n: f"n{n}", "string")
+
+
+def transform(batch):
+    n = F.get_json_object(F.col("body").cast("string"), "$.n").cast("long")
+    return batch.select("sequence_number", doubled(n).alias("twice"), named(n).alias("name"))
+"""
+
+
+def test_a_job_file_that_builds_udfs_when_imported_runs(
+    url: str, api: Broker, fifty: str, tmp_path: Path
+) -> None:
+    """A module-level UDF with a DDL type needs a SparkSession when the file is imported,
+    before the command line has started one: it starts one and imports again. Run in a
+    process of its own, which has no session yet."""
+    job = tmp_path / "udfs.py"
+    job.write_text(MODULE_LEVEL_UDFS)
+    out = tmp_path / "out"
+    command = (
+        "import sys; from poisonq.cli import main; sys.argv = ['poisonq'] + sys.argv[1:]; main()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", command, "--url", url, "pipeline", "run", f"{job}:transform",
+         "--queue", fifty, "--output", str(out), "--json"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["completed"] == 50
