@@ -137,6 +137,7 @@ def test_each_failure_of_a_dataframe_transform_fails_only_its_message(
     assert "raise UnknownCustomer" in unknown.failures[-1].traceback
     ansi = live.message("orders/$deadletterqueue", found["o13"].sequence_number)
     assert "CAST_INVALID_INPUT" in ansi.failures[-1].message
+    assert ansi.failures[-1].fingerprint == "batch-job-failed:CAST_INVALID_INPUT"
     assert report.dead_lettered["MaxDeliveryCountExceeded"] == 2
     assert_balanced(live)
 
@@ -182,6 +183,8 @@ def test_an_expectation_every_row_fails_is_a_defect_not_poison(
     with pytest.raises(PipelineStoppedError, match="ExpectationFailed") as stopped:
         pipeline.run()
     assert "typo" in str(stopped.value)
+    report = stopped.value.report
+    assert (report.released, report.retried, report.completed) == (20, 0, 0)
     assert live.counts("orders")["active"] == 40
     assert {m.delivery_count for m in live.peek("orders", max_messages=100)} == {0}
     assert not dead(live)
@@ -211,9 +214,17 @@ def test_a_poisonq_udf_that_fails_every_row_is_a_defect(
     assert not dead(live)
 
 
+def side_table_udf(frame: DataFrame) -> DataFrame:
+    """A poisonq UDF applied to a table joined to the batch, which has no sequence number."""
+    names = frame.sparkSession.createDataFrame([(1, "a")], "id long, name string")
+    upper = names.select(udf(str.upper, "string")("name").alias("upper"))
+    return frame.select("sequence_number").crossJoin(upper)
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
+        ({"transform": side_table_udf}, "apply it to the batch's rows"),
         ({"transform": lambda message: {"n": json.loads(message["body"])["n"]}}, "map="),
         ({"transform": lambda frame: frame.count()}, "returned a int"),
         ({"transform": lambda frame: frame.select("body")}, "sequence_number"),

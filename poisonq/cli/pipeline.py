@@ -248,6 +248,7 @@ def _report_table(title: str, report: PipelineReport) -> Table:
         ("leased", report.leased),
         ("completed", report.completed),
         ("retried", report.retried),
+        ("given back", report.released),
         ("dead-lettered", report.dead_lettered.total()),
         *((f"  {reason or '(none)'}", n) for reason, n in report.dead_lettered.most_common()),
         ("isolation jobs", report.isolation_jobs),

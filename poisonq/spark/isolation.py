@@ -37,6 +37,9 @@ _PYTHON_TRACEBACK = re.compile(
     r"Traceback \(most recent call last\):\n(?:[ \t].*\n)+(?P<error>\S.*)"
 )
 
+_ERROR_CLASS = re.compile(r"\[([A-Z][A-Z0-9_.]+)\]")
+_EXCEPTION_TYPE = re.compile(r"([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))\b")
+
 # Runs a part of the batch (sorted sequence numbers): None if it passed, else its error.
 Probe = Callable[[list[int]], BaseException | None]
 
@@ -114,10 +117,13 @@ def job_failure(error: BaseException) -> FailureRecord:
     python = _PYTHON_TRACEBACK.search(text)
     if python is not None:
         first, chain = python.group("error"), python.group(0)
+    # Spark's error class ([CAST_INVALID_INPUT]) or the Python exception's type tells a
+    # cast error from a crash when the dead-letter queue is grouped by fingerprint.
+    kind = _ERROR_CLASS.search(first) or _EXCEPTION_TYPE.match(first)
     return FailureRecord(
         time.time(),
         "BatchJobFailed",
         first[:MAX_MESSAGE],
         traceback=chain[-MAX_TRACEBACK:],
-        fingerprint="batch-job-failed",
+        fingerprint="batch-job-failed" + (f":{kind.group(1)}" if kind else ""),
     )

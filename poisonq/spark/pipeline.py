@@ -97,6 +97,7 @@ class PipelineReport:
     leased: int = 0
     completed: int = 0
     retried: int = 0
+    released: int = 0  # given back without a delivery counted (a defect, a stop)
     dead_lettered: Counter[str] = field(default_factory=Counter)
     isolation_jobs: int = 0
     elapsed: float = 0.0
@@ -256,7 +257,7 @@ class Pipeline:
             finally:  # also in the report a PipelineStoppedError carries
                 work.shutdown(wait=True)
                 if (taken := taken_ahead(ahead)) is not None:
-                    broker.release_lease(taken)  # leased ahead, never run
+                    broker.release_lease(taken)  # leased ahead, never run, never counted
                 self._tally(broker, report, dead_before, started)
         return report
 
@@ -270,7 +271,8 @@ class Pipeline:
         """The report's counts that come from the store: dead-lettered by reason (this
         run's, including what expired before it could be leased), and so what was retried."""
         report.dead_lettered = _dead_letters(broker, self.queue) - dead_before
-        report.retried = max(0, report.leased - report.completed - report.dead_lettered.total())
+        settled = report.completed + report.dead_lettered.total() + report.released
+        report.retried = max(0, report.leased - settled)
         report.elapsed = time.monotonic() - started
         return report
 
@@ -355,6 +357,7 @@ class Pipeline:
         """Give the lease back (no delivery counted) and stop with the defect (``run`` fills
         in the report's dead-letter counts and time)."""
         released = broker.release_lease(lease)
+        report.released += released
         message = (
             f"stopped at lease {lease.number}: {defect}; {released} message(s) given back"
             " to the queue without a delivery counted, nothing written for the batch"
@@ -421,6 +424,12 @@ class Pipeline:
         except PySparkException as exc:
             first = str(exc).strip().splitlines()[0]
             message = f"the transform failed on the batch DataFrame: {first}"
+            if "`sequence_number`" in first:
+                message += (
+                    " (a poisonq.spark.udf takes the message's sequence_number from the"
+                    " DataFrame it is applied to: apply it to the batch's rows, not to a"
+                    " table joined to them)"
+                )
             raise InvalidOptionError(message) from exc
         except (TypeError, KeyError, AttributeError) as exc:  # what a dict's user meets
             raise InvalidOptionError(f"{hint}; given one, it raised {exc!r}") from exc
