@@ -295,3 +295,24 @@ def test_a_worker_crash_in_a_plain_udf_is_isolated_to_its_message(
     assert live.message("orders/$deadletterqueue", crashed.sequence_number).failures
     assert report.dead_lettered == Counter({"MaxDeliveryCountExceeded": 1})
     assert_balanced(live)
+
+
+def test_small_batches_that_all_fail_the_same_way_stop_across_batches(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """A batch of 5 never holds the 10 failures a task needs to tell a defect; the runner
+    judges small batches together, so a bug stops the run after a few of them, with most
+    messages untouched, instead of dead-lettering the whole queue."""
+    send(live, {}, 40)
+    pipeline = Pipeline(
+        spark, url=url, queue="orders", transform=orders, output=str(tmp_path / "out"),
+        expectations={"typo": "amount < 0"}, batch_size=5,
+    )  # fmt: skip
+    with pytest.raises(PipelineStoppedError, match="over the last batches") as stopped:
+        pipeline.run()
+    assert "--fingerprint expectation:typo" in str(stopped.value)
+    dead_count = len(dead(live))
+    assert 10 <= dead_count <= 15
+    assert live.counts("orders")["active"] == 40 - dead_count
+    assert {m.delivery_count for m in live.peek("orders", max_messages=100)} == {0}
+    assert_balanced(live)

@@ -28,6 +28,7 @@ found; only they are abandoned with the job's error, and the batch runs again wi
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections import Counter
@@ -42,10 +43,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import IntegerType, LongType, StructType
 
 import poisonq
-from poisonq.defects import DEFAULT_MAX_FAILURE_RATIO, Defect, check_ratio
-from poisonq.errors import EntityDisabledError, InvalidOptionError, PoisonqError
+from poisonq.defects import DEFAULT_MAX_FAILURE_RATIO, Defect, FailureWindow, check_ratio
+from poisonq.errors import (
+    EntityDisabledError,
+    InvalidOptionError,
+    MessageNotFoundError,
+    PoisonqError,
+)
 from poisonq.guard import Transform
-from poisonq.model import Abandon, Lease
+from poisonq.model import Abandon, FailureRecord, Lease
 from poisonq.names import validate_name
 from poisonq.spark.expectations import check_expectations
 from poisonq.spark.gate import Gate, Runs, RunsParam, gated, leaked
@@ -62,6 +68,7 @@ from poisonq.spark.udf import settling
 
 log = logging.getLogger(__name__)
 MAX_REWRITES = 5
+SMALL_BATCH = 1_000  # batches this small are also judged together for a defect (_judge)
 
 
 class PipelineStoppedError(PoisonqError):
@@ -227,8 +234,9 @@ class Pipeline:
             work = ThreadPoolExecutor(1, thread_name_prefix="poisonq-pipeline-store")
             ahead: Future[Lease | None] | None = None
             completing: Future[None] | None = None
+            window = FailureWindow(self.max_failure_ratio)
             try:
-                number = self._replay(broker, report)
+                number = self._replay(broker, report, window)
                 ahead = work.submit(self._acquire, broker, number + 1)
                 while max_batches is None or report.batches < max_batches:
                     assert ahead is not None  # taken whenever another batch may run
@@ -243,8 +251,7 @@ class Pipeline:
                     number = lease.number
                     if max_batches is None or report.batches + 1 < max_batches:
                         ahead = work.submit(self._acquire, broker, number + 1)
-                    with LeaseRenewer(broker, lease, self.lock_duration, ahead):
-                        self._batch(broker, lease, report)
+                    self._batch(broker, lease, report, window, ahead)
                     if completing is not None:
                         completing.result()  # the batch before, completed during this one
                     completing = work.submit(self._complete, broker, lease, report)
@@ -276,7 +283,7 @@ class Pipeline:
         report.elapsed = time.monotonic() - started
         return report
 
-    def _replay(self, broker: poisonq.Broker, report: PipelineReport) -> int:
+    def _replay(self, broker: poisonq.Broker, report: PipelineReport, window: FailureWindow) -> int:
         """Finish the leases an earlier run left (the last two: one may have been leased
         ahead); returns the number of the latest lease (0: none yet)."""
         latest = broker.lease(self.queue, self.consumer)
@@ -287,8 +294,7 @@ class Pipeline:
             if lease is None:
                 continue
             if broker.lease_sequence_numbers(lease):
-                with LeaseRenewer(broker, lease, self.lock_duration):
-                    self._batch(broker, lease, report)
+                self._batch(broker, lease, report, window)
                 self._complete(broker, lease, report)
             elif lease.completed_at is None:
                 # Its locks ran out before it was completed: whatever it wrote is an
@@ -320,10 +326,31 @@ class Pipeline:
         except EntityDisabledError as exc:
             raise PipelineStoppedError(report, f"stopped: {exc}", cause=exc) from exc
 
-    def _batch(self, broker: poisonq.Broker, lease: Lease, report: PipelineReport) -> None:
-        """One lease's output: write it, isolating guilty messages if the job fails."""
+    def _batch(
+        self,
+        broker: poisonq.Broker,
+        lease: Lease,
+        report: PipelineReport,
+        window: FailureWindow,
+        ahead: Future[Lease | None] | None = None,
+    ) -> None:
+        """One lease's output, its locks (and those of the lease taken ``ahead``) renewed
+        meanwhile. A small batch is then judged with the ones before it (:meth:`_judge`)."""
         report.batches += 1
         report.leased += lease.count
+        small = lease.count <= SMALL_BATCH
+        fresh = broker.lease_sequence_numbers(lease, first_delivery=True) if small else []
+        with LeaseRenewer(broker, lease, self.lock_duration, ahead):
+            self._write_isolating(broker, lease, report)
+        defect = self._judge(broker, lease, fresh, window) if small else None
+        if defect is not None:
+            self._complete(broker, lease, report)  # its output is written
+            self._stop_across(lease, defect, report)
+
+    def _write_isolating(
+        self, broker: poisonq.Broker, lease: Lease, report: PipelineReport
+    ) -> None:
+        """Write the lease's output, isolating guilty messages if the job fails."""
         with quiet_query_errors():
             for attempt in range(3):
                 try:
@@ -346,6 +373,31 @@ class Pipeline:
     def _complete(self, broker: poisonq.Broker, lease: Lease, report: PipelineReport) -> None:
         """Complete what the lease still holds, once its output is written."""
         report.completed += broker.complete_lease(lease)
+
+    def _judge(
+        self, broker: poisonq.Broker, lease: Lease, fresh: list[int], window: FailureWindow
+    ) -> Defect | None:
+        """Whether small batches, judged together, show a defect. A task sees a defect only
+        among :data:`~poisonq.defects.MIN_FAILURES` failures of its own, which a batch of a
+        few messages never has; so after each small batch the runner adds what became of
+        its first deliveries (those the lease no longer holds failed) to a window across
+        batches, as the Processor does, and stops when a run of failures shows a defect."""
+        held = set(broker.lease_sequence_numbers(lease))
+        defect = window.add(  # in order: a span of failures starts at its first
+            None if seq in held else _last_failure(broker, self.queue, seq) for seq in fresh
+        )
+        if defect is None and not window.undecided():
+            window.settled()  # successes outnumber the failures: poison, if anything
+        return defect
+
+    def _stop_across(self, lease: Lease, defect: Defect, report: PipelineReport) -> None:
+        message = (
+            f"stopped after lease {lease.number}: {defect}, over the last batches (each too"
+            f" small to tell alone); the {defect.failed} failed messages were settled before it"
+            " showed: resubmit them once it is fixed (poisonq dlq resubmit"
+            f" {self.queue} --fingerprint {defect.failure.fingerprint or '…'})"
+        )
+        raise PipelineStoppedError(report, message, defect=defect)
 
     def _stop(
         self,
@@ -480,6 +532,16 @@ class Pipeline:
         failures = [Abandon(s, lease.lock_token, job_failure(e)) for s, e in found.items()]
         broker.settle_held(self.queue, failures)
         return None
+
+
+def _last_failure(broker: poisonq.Broker, queue: str, seq: int) -> FailureRecord:
+    """The failure a message settled with (abandoned: in the queue; or dead-lettered)."""
+    for address in (queue, f"{queue}/$deadletterqueue"):
+        with contextlib.suppress(MessageNotFoundError):
+            failures = broker.message(address, seq).failures
+            if failures:
+                return failures[-1]
+    return FailureRecord(time.time(), "Unknown", f"message {seq}", fingerprint=f"seq-{seq}")
 
 
 def _struct(schema: str | StructType) -> StructType:
