@@ -135,6 +135,7 @@ def test_each_failure_of_a_dataframe_transform_fails_only_its_message(
     assert "positive" in (found["o3"].dead_letter_error_description or "")
     unknown = live.message("orders/$deadletterqueue", found["o5"].sequence_number)
     assert "raise UnknownCustomer" in unknown.failures[-1].traceback
+    assert "poisonq/" not in unknown.failures[-1].traceback  # it starts at the user's code
     ansi = live.message("orders/$deadletterqueue", found["o13"].sequence_number)
     assert "CAST_INVALID_INPUT" in ansi.failures[-1].message
     assert ansi.failures[-1].fingerprint == "batch-job-failed:CAST_INVALID_INPUT"

@@ -112,7 +112,10 @@ def job_failure(error: BaseException) -> FailureRecord:
     text = str(error).strip()
     java = getattr(error, "java_exception", None)  # a Py4JJavaError's message is only "o42.save"
     summary = str(java.toString()) if java is not None else text
-    first = next((line for line in summary.splitlines() if line.strip()), type(error).__name__)
+    lines = [line.strip() for line in summary.splitlines() if line.strip()]
+    first = lines[0] if lines else type(error).__name__
+    if first.endswith(":") and len(lines) > 1:  # "Python worker exited unexpectedly (crashed):"
+        first = f"{first} {lines[1]}"
     chain = "\n".join(line for line in text.splitlines() if not _JVM_FRAME.match(line))
     python = _PYTHON_TRACEBACK.search(text)
     if python is not None:
