@@ -1,14 +1,15 @@
 """Pipeline throughput against a plain Spark job over the same data, for both kinds of transform.
 
-The per-row ``map``: enqueues ``--messages`` JSON orders (``--poison`` of them bad: half raise a
-permanent error, half crash the Python process that transforms them), then measures, after a
-warm-up:
+The per-row ``map``: enqueues ``--messages`` JSON orders (``--poison`` of them raise a
+permanent error), then measures, after a warm-up:
 
 - the pipeline: ``poisonq.spark.Pipeline(map=…)`` from the queue into Parquet, every message
   settled;
 - the plain job: the same function with ``mapInArrow`` over the same bodies stored in Parquet,
-  into Parquet. A crash would kill a plain job, so there the crashing rows are only skipped:
-  it is what the work costs without a queue and without isolation.
+  into Parquet (bad rows skipped): what the work costs without a queue and without isolation;
+- the pipeline again over as many orders with ``--crash`` of them (on top) killing the Python
+  process that transforms them, on each of their 3 deliveries: the wall time it adds, per
+  crash, is ``ms_per_crash``.
 
 The DataFrame ``transform``: as many orders again on a second queue (``--poison`` of them bad:
 half malformed JSON, half a negative amount), and:
@@ -18,8 +19,9 @@ half malformed JSON, half a negative amount), and:
 - the plain job: the same Spark SQL over the same bodies in Parquet, the expectations as a
   ``WHERE`` that drops the bad rows, into Parquet.
 
-Prints two lines: ``pipeline_msgs_per_s=… plain_spark_rows_per_s=… ratio=… isolation_jobs=…
-batch_fixed_cost_s=…`` (``map``; the fixed cost is the wall time of a batch of one message) and
+Prints three lines: ``pipeline_msgs_per_s=… plain_spark_rows_per_s=… ratio=…
+isolation_jobs=… batch_fixed_cost_s=…`` (``map``; the fixed cost is the wall time of a batch
+of one message), ``crashing_pipeline_msgs_per_s=… crashes=… ms_per_crash=…`` and
 ``dataframe_pipeline_msgs_per_s=… plain_spark_sql_rows_per_s=… dataframe_ratio=…``.
 """
 
@@ -33,6 +35,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -46,14 +49,19 @@ from poisonq.spark.session import local_session
 
 SCHEMA = "order_id long, customer string, amount double"
 SEND_BATCH = 10_000
+DELIVERIES = 3  # max_delivery_count of the bench's queues
 # The DataFrame transform's rules, as expectations in the pipeline and a WHERE in the plain job.
 EXPECTATIONS = {"parsed": "order_id IS NOT NULL", "positive": "amount > 0"}
 
 
-def order(n: int, poison_every: int) -> bytes:
+def order(n: int, poison_every: int, crash_every: int = 0) -> bytes:
+    """An order for ``map``: every ``poison_every``-th raises a permanent error, and every
+    ``crash_every``-th (another one) kills the process transforming it."""
     kind = "ok"
     if poison_every and n % poison_every == 0:
-        kind = "invalid" if (n // poison_every) % 2 else "crash"
+        kind = "invalid"
+    elif crash_every and n % crash_every == 1:
+        kind = "crash"
     return json.dumps(
         {"order_id": n, "customer": f"C{n % 5000:05d}", "amount": (n % 997) / 10, "kind": kind}
     ).encode()
@@ -134,19 +142,25 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--batch", type=int, default=100_000)
     parser.add_argument("--poison", type=float, default=0.01, help="share of bad messages")
+    parser.add_argument(
+        "--crash", type=float, default=0.001, help="share of crashing messages, on top"
+    )
     args = parser.parse_args()
     poison_every = round(1 / args.poison) if args.poison else 0
+    crash_every = round(1 / args.crash) if args.crash else 0
 
     work = Path(tempfile.mkdtemp(prefix="poisonq-bench-"))
     try:
         spark = local_session("poisonq-bench")
         url = f"sqlite:///{work / 'queues.db'}"
         with poisonq.connect(url) as broker:
-            for queue in ("orders", "frames"):
-                broker.create_queue(queue, max_delivery_count=3, lock_duration=120)
+            for queue in ("orders", "crashing", "frames"):
+                broker.create_queue(queue, max_delivery_count=DELIVERIES, lock_duration=120)
             for queue in ("tiny", "tiny-frames"):
                 broker.create_queue(queue, lock_duration=120)
             enqueue(broker, "orders", order, args.messages, poison_every, work / "orders.parquet")
+            crashing = partial(order, crash_every=crash_every)
+            enqueue(broker, "crashing", crashing, args.messages, poison_every, work / "c.parquet")
             frames = work / "frames.parquet"
             enqueue(broker, "frames", sql_order, args.messages, poison_every, frames)
 
@@ -185,6 +199,11 @@ def main() -> None:
             pipeline_seconds = time.perf_counter() - started
 
             started = time.perf_counter()
+            crash_report = pipeline("crashing", "out-crashing", **per_row).run()
+            crashing_seconds = time.perf_counter() - started
+            crashed = broker.count_dead_letters("crashing", reason="MaxDeliveryCountExceeded")
+
+            started = time.perf_counter()
             rules = " AND ".join(f"({sql})" for sql in EXPECTATIONS.values())
             plain_sql = order_rows(spark.read.parquet(str(frames))).where(rules)
             plain_sql.write.mode("overwrite").parquet(str(work / "plain-frames"))
@@ -197,7 +216,7 @@ def main() -> None:
             assert broker.audit().ok
             counts = broker.counts("orders")
             frame_counts = broker.counts("frames")
-            for held in (counts, frame_counts):
+            for held in (counts, frame_counts, broker.counts("crashing")):
                 assert held["active"] == held["locked"] == 0, held
 
         pipeline_rate = args.messages / pipeline_seconds
@@ -208,6 +227,14 @@ def main() -> None:
             f" batch_fixed_cost_s={statistics.median(fixed[1:]):.2f}"
             f" batches={report.batches} completed={counts['completed']}"
             f" dead_lettered={counts['dead_lettered']}"
+        )
+        # Each crashing message crashes once per delivery (3) before it is dead-lettered.
+        crashes = crashed * DELIVERIES
+        extra = crashing_seconds - pipeline_seconds
+        print(
+            f"crashing_pipeline_msgs_per_s={args.messages / crashing_seconds:.0f}"
+            f" crashes={crashes} ms_per_crash={extra / crashes * 1e3 if crashes else 0:.2f}"
+            f" isolation_jobs={crash_report.isolation_jobs}"
         )
         frame_rate = args.messages / frame_seconds
         plain_sql_rate = args.messages / plain_sql_seconds
