@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 
 from poisonq.demo import CUSTOMERS, QUEUE, WAREHOUSES, UnknownCustomerError
 from poisonq.model import DeadLetterReason
-from poisonq.spark.demo import POISONED, Expected, Job, WarehouseLockedError
+from poisonq.spark.demo_runner import POISONED, Expected, Job, WarehouseLockedError
 from poisonq.spark.pipeline import Pipeline
 
 SCHEMA = "order_id string, customer string, warehouse string, lines int, total double"
