@@ -1,11 +1,12 @@
 """The pipeline runner: a queue through a transform into a table, poison-proof.
 
-One micro-batch is one lease (see :mod:`poisonq.spark.source`) and costs one Spark job. A
-``transform`` is a function over the batch as a DataFrame: Spark reads the lease straight
-from the store, runs the user's plan, and a gate (:mod:`poisonq.spark.gate`) dead-letters the
-messages whose rows fail an expectation and passes on only the rows of good messages, which
-Spark writes; a :func:`poisonq.spark.udf` settles the message of a row it fails on. A ``map``
-is a function of one message: the executors read the lease and run it under the crash guard
+One micro-batch is one lease (see :mod:`poisonq.spark.source`) and costs one Spark job
+(:mod:`poisonq.spark.jobs` builds it for each kind). A ``transform`` is a function over the
+batch as a DataFrame: Spark reads the lease straight from the store, runs the user's plan,
+and a gate (:mod:`poisonq.spark.gate`) dead-letters the messages whose rows fail an
+expectation and passes on only the rows of good messages, which Spark writes; a
+:func:`poisonq.spark.udf` settles the message of a row it fails on. A ``map`` is a function
+of one message: the executors read the lease and run it under the crash guard
 (:mod:`poisonq.spark.transform`, :mod:`poisonq.guard`), settle the failed messages and pass
 the good rows on. Either way a permanent error dead-letters and any other error or a crash
 abandons, so the queue's retry policy applies; when the job has written the batch, the
@@ -37,10 +38,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
-from pyspark.accumulators import Accumulator
-from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import IntegerType, LongType, StructType
+from pyspark.sql.types import StructType
 
 import poisonq
 from poisonq.defects import DEFAULT_MAX_FAILURE_RATIO, Defect, FailureWindow, check_ratio
@@ -54,17 +53,16 @@ from poisonq.guard import Transform
 from poisonq.model import Abandon, FailureRecord, Lease
 from poisonq.names import validate_name
 from poisonq.spark.expectations import check_expectations
-from poisonq.spark.gate import Gate, Runs, RunsParam, gated, leaked
+from poisonq.spark.gate import Runs, leaked
 from poisonq.spark.isolation import JobError, isolate, job_defect, job_failure
+from poisonq.spark.jobs import FrameJob, LeaseReader, MapJob, struct_of
 from poisonq.spark.lease_renewer import LeaseRenewer
 from poisonq.spark.lease_renewer import taken as taken_ahead
 from poisonq.spark.rows import OutputSchema
-from poisonq.spark.schema import MESSAGE_SCHEMA_DDL
 from poisonq.spark.session import quiet_query_errors
-from poisonq.spark.settling import LeaseContext, defect_in
-from poisonq.spark.source import PoisonqDataSource, absolute_url, untagged
-from poisonq.spark.transform import LeaseTransform, pipeline_source
-from poisonq.spark.udf import settling
+from poisonq.spark.settling import defect_in
+from poisonq.spark.source import absolute_url
+from poisonq.spark.transform import LeaseTransform
 
 log = logging.getLogger(__name__)
 MAX_REWRITES = 5
@@ -176,12 +174,13 @@ class Pipeline:
         self.permanent = permanent
         self.max_failure_ratio = check_ratio(max_failure_ratio)
         self.expectations = check_expectations(expectations)
-        self.transform = transform
         if (transform is None) == (map is None):
             raise InvalidOptionError(
                 "give a pipeline transform= (a function from the batch's DataFrame to the"
                 " output DataFrame) or map= (a function of one message, with schema=)"
             )
+        lease_reader = LeaseReader(spark, self.url, queue, consumer)
+        self._job: MapJob | FrameJob
         if map is not None:
             if schema is None:
                 raise InvalidOptionError("map= needs schema=, the output row's Spark schema")
@@ -190,28 +189,24 @@ class Pipeline:
                     "expectations apply to the rows of transform=; map= checks its rows"
                     " against schema= (raise PermanentError for anything else)"
                 )
-            self._struct = _struct(schema)
             work = LeaseTransform(
                 map,
-                OutputSchema(self._struct, ignore_extra_fields),
+                OutputSchema(struct_of(schema), ignore_extra_fields),
                 permanent,
                 isolate,
                 self.max_failure_ratio,
             )
-            self._source = f"poisonq_pipeline_{id(self):x}"
-            spark.dataSource.register(pipeline_source(self._source, work))
+            self._job = MapJob(lease_reader, work)
         else:
+            assert transform is not None
             if schema is not None:
                 raise InvalidOptionError(
                     "schema= goes with map=, a function of one message; the output of"
                     " transform= is the DataFrame it returns"
                 )
-            spark.dataSource.register(PoisonqDataSource)
-            # Plan the work on an empty batch, so a mistake shows before any lease is taken.
-            nothing = Lease(queue, consumer, 0, "", 0, 0, 0, 0.0)
-            unused = spark.sparkContext.accumulator([], RunsParam())
-            with quiet_query_errors():
-                self._struct = self._gated(self._empty_batch(), nothing, unused).schema
+            self._job = FrameJob(
+                lease_reader, transform, self.expectations, permanent, self.max_failure_ratio
+            )
 
     def run(
         self,
@@ -420,22 +415,9 @@ class Pipeline:
         """The batch's one Spark job: read the lease through the transform, write. Returns
         the runs of sequence numbers the gates of a ``transform`` passed (none for ``map``,
         whose rows are settled where they are made)."""
-        if self.transform is None:
-            self._read(self._source, lease, span).write.mode("overwrite").format(
-                self.output_format
-            ).save(path)
-            return []
-        passed = self.spark.sparkContext.accumulator([], RunsParam())
-        frame = self._gated(self._read("poisonq", lease, span), lease, passed)
+        frame, passed = self._job.frame(lease, span)
         frame.write.mode("overwrite").format(self.output_format).save(path)
-        return passed.value
-
-    def _gated(self, batch: DataFrame, lease: Lease, passed: Accumulator[Runs]) -> DataFrame:
-        """What a ``transform`` batch writes: the transform's output through the gate."""
-        context = LeaseContext(self.url, self.queue, lease, self.permanent, self.max_failure_ratio)
-        with settling(context):
-            out = self._output(batch)
-        return gated(out, self.expectations, Gate(context, passed))
+        return passed.value if passed is not None else []
 
     def _write_batch(self, broker: poisonq.Broker, lease: Lease) -> None:
         """Write the lease's batch; again if a message that failed in one partition had a
@@ -447,62 +429,10 @@ class Pipeline:
                 return
             log.warning("lease %d: a failed message had rows written; writing again", lease.number)
 
-    def _read(self, source: str, lease: Lease, span: tuple[int, int] | None) -> DataFrame:
-        reader = (
-            self.spark.read.format(source)
-            .option("url", self.url)
-            .option("queue", self.queue)
-            .option("consumer", self.consumer)
-            .option("lease", lease.number)
-        )
-        if span is not None:
-            reader = reader.option("minSequence", span[0]).option("maxSequence", span[1])
-        return untagged(reader.load())  # the output files need not name the store
-
-    def _empty_batch(self) -> DataFrame:
-        return self.spark.createDataFrame([], MESSAGE_SCHEMA_DDL)
-
-    def _output(self, batch: DataFrame) -> DataFrame:
-        """``transform(batch)``, checked: a DataFrame that keeps each row's sequence number,
-        or :class:`InvalidOptionError` saying what to change."""
-        assert self.transform is not None
-        hint = (
-            "transform= takes the batch as a DataFrame and returns the output DataFrame (as"
-            " DataFrame.transform does); a function of one message (a dict) goes in map="
-            " with schema="
-        )
-        try:
-            out = self.transform(batch)
-        except PySparkException as exc:
-            first = str(exc).strip().splitlines()[0]
-            message = f"the transform failed on the batch DataFrame: {first}"
-            if "`sequence_number`" in first:
-                message += (
-                    " (a poisonq.spark.udf takes the message's sequence_number from the"
-                    " DataFrame it is applied to: apply it to the batch's rows, not to a"
-                    " table joined to them)"
-                )
-            raise InvalidOptionError(message) from exc
-        except (TypeError, KeyError, AttributeError) as exc:  # what a dict's user meets
-            raise InvalidOptionError(f"{hint}; given one, it raised {exc!r}") from exc
-        except Exception as exc:
-            message = f"the transform raised {exc!r} when given the batch DataFrame"
-            raise InvalidOptionError(message) from exc
-        if not isinstance(out, DataFrame):
-            raise InvalidOptionError(f"{hint}; it returned a {type(out).__name__}")
-        kind = next((f.dataType for f in out.schema if f.name == "sequence_number"), None)
-        if not isinstance(kind, (LongType, IntegerType)):
-            raise InvalidOptionError(
-                "each row of the transform's output must keep the sequence_number of the"
-                " message it comes from (select it from the batch); it has"
-                f" {', '.join(out.columns) or 'no columns'}"
-            )
-        return out
-
     def _discard_output(self, lease: Lease) -> None:
         """Overwrite a lease's output with nothing (with Spark, so on any file system)."""
         log.warning("lease %d was never completed: discarding its output", lease.number)
-        empty = self.spark.createDataFrame([], self._struct)
+        empty = self.spark.createDataFrame([], self._job.struct)
         empty.write.mode("overwrite").format(self.output_format).save(self._path(lease))
 
     def _path(self, lease: Lease) -> str:
@@ -542,13 +472,6 @@ def _last_failure(broker: poisonq.Broker, queue: str, seq: int) -> FailureRecord
             if failures:
                 return failures[-1]
     return FailureRecord(time.time(), "Unknown", f"message {seq}", fingerprint=f"seq-{seq}")
-
-
-def _struct(schema: str | StructType) -> StructType:
-    struct = StructType.fromDDL(schema) if isinstance(schema, str) else schema
-    if not isinstance(struct, StructType):
-        raise InvalidOptionError(f"schema must describe a struct, not {schema!r}")
-    return struct
 
 
 def _dead_letters(broker: poisonq.Broker, queue: str) -> Counter[str]:

@@ -1,0 +1,154 @@
+"""The Spark job of one batch, for each kind of pipeline: what the runner writes.
+
+A batch is a lease read as a DataFrame (:class:`LeaseReader`, straight from the store on the
+executors). :class:`MapJob` reads it through a data source that runs a function of one
+message under the crash guard (:mod:`poisonq.spark.transform`); :class:`FrameJob` reads the
+plain lease and runs the user's DataFrame transform, then the gate that dead-letters rows
+failing an expectation and passes only the rows of good messages (:mod:`poisonq.spark.gate`).
+Either way :meth:`frame` is lazy: the runner writes it, once per batch or per part of one
+when it isolates a failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from pyspark.accumulators import Accumulator
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import IntegerType, LongType, StructType
+
+from poisonq.errors import InvalidOptionError
+from poisonq.model import Lease
+from poisonq.spark.gate import Gate, Runs, RunsParam, gated
+from poisonq.spark.schema import MESSAGE_SCHEMA_DDL
+from poisonq.spark.session import quiet_query_errors
+from poisonq.spark.settling import LeaseContext
+from poisonq.spark.source import PoisonqDataSource, untagged
+from poisonq.spark.transform import LeaseTransform, pipeline_source
+from poisonq.spark.udf import settling
+
+Span = tuple[int, int] | None
+Batch = tuple[DataFrame, Accumulator[Runs] | None]
+
+
+@dataclass(frozen=True)
+class LeaseReader:
+    """Reads a consumer's lease (or a span of it) with a data source."""
+
+    spark: SparkSession
+    url: str
+    queue: str
+    consumer: str
+
+    def read(self, source: str, lease: Lease, span: Span) -> DataFrame:
+        reader = (
+            self.spark.read.format(source)
+            .option("url", self.url)
+            .option("queue", self.queue)
+            .option("consumer", self.consumer)
+            .option("lease", lease.number)
+        )
+        if span is not None:
+            reader = reader.option("minSequence", span[0]).option("maxSequence", span[1])
+        return untagged(reader.load())  # the output files need not name the store
+
+
+class MapJob:
+    """``map=``: each pipeline registers its own data source, which carries the function
+    (options can only carry strings)."""
+
+    def __init__(self, reader: LeaseReader, work: LeaseTransform) -> None:
+        self.reader = reader
+        self.struct = work.output.struct
+        self._source = f"poisonq_pipeline_{id(self):x}"
+        reader.spark.dataSource.register(pipeline_source(self._source, work))
+
+    def frame(self, lease: Lease, span: Span) -> Batch:
+        return self.reader.read(self._source, lease, span), None
+
+
+class FrameJob:
+    """``transform=``: the whole plan is built once on an empty batch, so a mistake in it
+    shows before any lease is taken."""
+
+    def __init__(
+        self,
+        reader: LeaseReader,
+        transform: Callable[[DataFrame], DataFrame],
+        expectations: Mapping[str, str],
+        permanent: tuple[type[BaseException], ...],
+        max_failure_ratio: float | None,
+    ) -> None:
+        self.reader = reader
+        self.transform = transform
+        self.expectations = expectations
+        self.permanent = permanent
+        self.max_failure_ratio = max_failure_ratio
+        spark = reader.spark
+        spark.dataSource.register(PoisonqDataSource)
+        nothing = Lease(reader.queue, reader.consumer, 0, "", 0, 0, 0, 0.0)
+        empty = spark.createDataFrame([], MESSAGE_SCHEMA_DDL)
+        with quiet_query_errors():
+            self.struct = self._gated(empty, nothing, self._runs()).schema
+
+    def frame(self, lease: Lease, span: Span) -> Batch:
+        passed = self._runs()
+        return self._gated(self.reader.read("poisonq", lease, span), lease, passed), passed
+
+    def _runs(self) -> Accumulator[Runs]:
+        return self.reader.spark.sparkContext.accumulator([], RunsParam())
+
+    def _gated(self, batch: DataFrame, lease: Lease, passed: Accumulator[Runs]) -> DataFrame:
+        """The transform's output through the gate."""
+        reader = self.reader
+        context = LeaseContext(
+            reader.url, reader.queue, lease, self.permanent, self.max_failure_ratio
+        )
+        with settling(context):
+            out = self._output(batch)
+        return gated(out, self.expectations, Gate(context, passed))
+
+    def _output(self, batch: DataFrame) -> DataFrame:
+        """``transform(batch)``, checked: a DataFrame that keeps each row's sequence number,
+        or :class:`InvalidOptionError` saying what to change."""
+        hint = (
+            "transform= takes the batch as a DataFrame and returns the output DataFrame (as"
+            " DataFrame.transform does); a function of one message (a dict) goes in map="
+            " with schema="
+        )
+        try:
+            out = self.transform(batch)
+        except PySparkException as exc:
+            first = str(exc).strip().splitlines()[0]
+            message = f"the transform failed on the batch DataFrame: {first}"
+            if "`sequence_number`" in first:
+                message += (
+                    " (a poisonq.spark.udf takes the message's sequence_number from the"
+                    " DataFrame it is applied to: apply it to the batch's rows, not to a"
+                    " table joined to them)"
+                )
+            raise InvalidOptionError(message) from exc
+        except (TypeError, KeyError, AttributeError) as exc:  # what a dict's user meets
+            raise InvalidOptionError(f"{hint}; given one, it raised {exc!r}") from exc
+        except Exception as exc:
+            message = f"the transform raised {exc!r} when given the batch DataFrame"
+            raise InvalidOptionError(message) from exc
+        if not isinstance(out, DataFrame):
+            raise InvalidOptionError(f"{hint}; it returned a {type(out).__name__}")
+        kind = next((f.dataType for f in out.schema if f.name == "sequence_number"), None)
+        if not isinstance(kind, (LongType, IntegerType)):
+            raise InvalidOptionError(
+                "each row of the transform's output must keep the sequence_number of the"
+                " message it comes from (select it from the batch); it has"
+                f" {', '.join(out.columns) or 'no columns'}"
+            )
+        return out
+
+
+def struct_of(schema: str | StructType) -> StructType:
+    struct = StructType.fromDDL(schema) if isinstance(schema, str) else schema
+    if not isinstance(struct, StructType):
+        raise InvalidOptionError(f"schema must describe a struct, not {schema!r}")
+    return struct
