@@ -42,8 +42,14 @@ class RunsParam(AccumulatorParam[Runs]):
         return value1
 
 
-def gated(frame: DataFrame, expectations: Mapping[str, str], gate: Gate) -> DataFrame:
-    """``frame`` through ``gate``, its rows checked against ``expectations``. Spark's
+def gated(
+    frame: DataFrame,
+    expectations: Mapping[str, str],
+    context: LeaseContext,
+    passed: Accumulator[Runs],
+) -> DataFrame:
+    """``frame`` through the gate of ``context``'s lease, its rows checked against
+    ``expectations``; the runs of sequence numbers passed go to ``passed``. Spark's
     ``mapInArrow`` cannot resolve a column whose name has a dot (an unnamed
     ``get_json_object(body, '$.n')``), so the gate sees the columns by position."""
     names = frame.columns
@@ -51,17 +57,16 @@ def gated(frame: DataFrame, expectations: Mapping[str, str], gate: Gate) -> Data
     checked = with_failed(frame, expectations).toDF(*positional, FAILED)
     fields = zip(frame.schema, positional, strict=True)
     schema = StructType([StructField(p, f.dataType, f.nullable) for f, p in fields])
-    gate.names = names
-    return checked.mapInArrow(gate, schema).toDF(*names)
+    return checked.mapInArrow(Gate(context, passed, names), schema).toDF(*names)
 
 
 class Gate:
     """The ``mapInArrow`` function: see the module docstring."""
 
-    def __init__(self, context: LeaseContext, passed: Accumulator[Runs]) -> None:
+    def __init__(self, context: LeaseContext, passed: Accumulator[Runs], names: list[str]) -> None:
         self.context = context
         self.passed = passed
-        self.names: list[str] = []
+        self.names = names  # of the columns, which the gate gets by position
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         received = [batch for batch in batches if batch.num_rows]

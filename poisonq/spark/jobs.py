@@ -21,7 +21,7 @@ from pyspark.sql.types import IntegerType, LongType, StructType
 
 from poisonq.errors import InvalidOptionError
 from poisonq.model import Lease
-from poisonq.spark.gate import Gate, Runs, RunsParam, gated
+from poisonq.spark.gate import Runs, RunsParam, gated
 from poisonq.spark.schema import MESSAGE_SCHEMA_DDL
 from poisonq.spark.session import quiet_query_errors
 from poisonq.spark.settling import LeaseContext
@@ -108,7 +108,7 @@ class FrameJob:
         )
         with settling(context):
             out = self._output(batch)
-        return gated(out, self.expectations, Gate(context, passed))
+        return gated(out, self.expectations, context, passed)
 
     def _output(self, batch: DataFrame) -> DataFrame:
         """``transform(batch)``, checked: a DataFrame that keeps each row's sequence number,

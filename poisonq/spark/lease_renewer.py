@@ -16,7 +16,7 @@ import poisonq
 from poisonq.model import Lease
 
 
-def taken(ahead: Future[Lease | None] | None) -> Lease | None:
+def taken_ahead(ahead: Future[Lease | None] | None) -> Lease | None:
     """The lease taken ahead, if it was taken by now."""
     if ahead is None or not ahead.done() or ahead.exception() is not None:
         return None
@@ -46,7 +46,7 @@ class LeaseRenewer:
         seconds = self._duration or self._broker.get_queue(self._lease.entity).options.lock_duration
         while not self._stop.wait(seconds / 3):
             self._broker.renew_lease(self._lease, self._duration)
-            if (next_lease := taken(self._ahead)) is not None:
+            if (next_lease := taken_ahead(self._ahead)) is not None:
                 self._broker.renew_lease(next_lease, self._duration)
 
     def __enter__(self) -> LeaseRenewer:

@@ -56,8 +56,7 @@ from poisonq.spark.expectations import check_expectations
 from poisonq.spark.gate import Runs, leaked
 from poisonq.spark.isolation import JobError, isolate, job_defect, job_failure
 from poisonq.spark.jobs import FrameJob, LeaseReader, MapJob, struct_of
-from poisonq.spark.lease_renewer import LeaseRenewer
-from poisonq.spark.lease_renewer import taken as taken_ahead
+from poisonq.spark.lease_renewer import LeaseRenewer, taken_ahead
 from poisonq.spark.rows import OutputSchema
 from poisonq.spark.session import quiet_query_errors
 from poisonq.spark.settling import defect_in

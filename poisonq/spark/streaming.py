@@ -39,7 +39,7 @@ from poisonq.errors import InvalidOptionError, PermanentError
 from poisonq.failures import failure_from_exception
 from poisonq.model import Complete, DeadLetter, FailureRecord, Lease
 from poisonq.spark.expectations import FAILED, check_expectations, with_failed
-from poisonq.spark.gate import Gate, RunsParam, gated
+from poisonq.spark.gate import RunsParam, gated
 from poisonq.spark.isolation import JobError, isolate, job_failure
 from poisonq.spark.lease_renewer import LeaseRenewer
 from poisonq.spark.pipeline import PipelineReport, PipelineStoppedError
@@ -137,8 +137,9 @@ class ForeachBatch:
         if not self.expectations:
             return frame
         passed = frame.sparkSession.sparkContext.accumulator([], RunsParam())
-        gate = Gate(context, passed)
-        gated(frame, self.expectations, gate).write.format("noop").mode("overwrite").save()
+        gated(frame, self.expectations, context, passed).write.format("noop").mode(
+            "overwrite"
+        ).save()
         checked = with_failed(frame, self.expectations)
         return checked.filter(F.size(FAILED) == 0).drop(FAILED)
 

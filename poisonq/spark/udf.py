@@ -118,7 +118,6 @@ class _Rows:
         self.context = context
         self.permanent = (*context.permanent, *permanent)
         self.output = OutputSchema(StructType([StructField("value", kind)]))
-        self.__name__ = getattr(fn, "__name__", "udf")
 
     def run(self, batches: Iterator[tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
         """The values of each batch of rows; failures settled before the batch goes on."""
