@@ -7,6 +7,7 @@ every message must be written exactly once or dead-lettered, and the ledger must
 
 from __future__ import annotations
 
+import copy
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -44,6 +45,19 @@ def seqs(df: DataFrame) -> list[int]:
     return sorted(r.sequence_number for r in df.select("sequence_number").collect())
 
 
+def writing(written: list[int], bad: int, error: BaseException) -> Callable[[DataFrame, int], None]:
+    """A handler that "writes" a batch (records its sequence numbers) unless it holds
+    ``bad``, for which it raises ``error``."""
+
+    def handle(df: DataFrame, batch_id: int) -> None:
+        got = seqs(df)
+        if bad in got:
+            raise copy.copy(error)  # a fresh one each time, its traceback its own
+        written.extend(got)
+
+    return handle
+
+
 def run(
     spark: SparkSession, url: str, checkpoint: Path, handle: Callable[[Any, int], None]
 ) -> None:
@@ -65,7 +79,7 @@ def test_a_raising_row_is_isolated_within_its_batch_and_the_query_goes_on(
     def handle(df: DataFrame, batch_id: int) -> None:
         got = seqs(df)
         if poison in got:
-            raise RuntimeError(f"cannot write message {poison}")
+            raise RuntimeError(f"cannot write message {poison}")  # the traceback shows it
         written.extend(got)
 
     run(spark, url, tmp_path / "ck", foreach_batch(handle))
@@ -85,12 +99,7 @@ def test_a_permanent_error_dead_letters_its_message_at_once(
     sent = fill(live, 4)
     bad = sent[1]
     written: list[int] = []
-
-    def handle(df: DataFrame, batch_id: int) -> None:
-        got = seqs(df)
-        if bad in got:
-            raise poisonq.PermanentError(f"order {bad} can never be written")
-        written.extend(got)
+    handle = writing(written, bad, poisonq.PermanentError(f"order {bad} can never be written"))
 
     run(spark, url, tmp_path / "ck", foreach_batch(handle))
     assert sorted(written) == [s for s in sent if s != bad]
@@ -188,12 +197,7 @@ def test_trigger_available_now_reads_everything_once_and_completes_every_batch(
     sent = fill(live, 25)
     poison = sent[12]
     written: list[int] = []
-
-    def handle(df: DataFrame, batch_id: int) -> None:
-        got = seqs(df)
-        if poison in got:
-            raise RuntimeError(f"cannot write message {poison}")
-        written.extend(got)
+    handle = writing(written, poison, RuntimeError(f"cannot write message {poison}"))
 
     query = (
         spark.readStream.format("poisonq")

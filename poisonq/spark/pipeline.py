@@ -29,7 +29,6 @@ found; only they are abandoned with the job's error, and the batch runs again wi
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections import Counter
@@ -46,7 +45,6 @@ from poisonq.defects import DEFAULT_MAX_FAILURE_RATIO, Defect, FailureWindow, ch
 from poisonq.errors import (
     EntityDisabledError,
     InvalidOptionError,
-    MessageNotFoundError,
     PoisonqError,
 )
 from poisonq.guard import Transform
@@ -377,8 +375,9 @@ class Pipeline:
         its first deliveries (those the lease no longer holds failed) to a window across
         batches, as the Processor does, and stops when a run of failures shows a defect."""
         held = set(broker.lease_sequence_numbers(lease))
+        failures = _last_failures(broker, self.queue, [seq for seq in fresh if seq not in held])
         defect = window.add(  # in order: a span of failures starts at its first
-            None if seq in held else _last_failure(broker, self.queue, seq) for seq in fresh
+            None if seq in held else failures[seq] for seq in fresh
         )
         if defect is None and not window.undecided():
             window.settled()  # successes outnumber the failures: poison, if anything
@@ -463,14 +462,20 @@ class Pipeline:
         return None
 
 
-def _last_failure(broker: poisonq.Broker, queue: str, seq: int) -> FailureRecord:
-    """The failure a message settled with (abandoned: in the queue; or dead-lettered)."""
-    for address in (queue, f"{queue}/$deadletterqueue"):
-        with contextlib.suppress(MessageNotFoundError):
-            failures = broker.message(address, seq).failures
-            if failures:
-                return failures[-1]
-    return FailureRecord(time.time(), "Unknown", f"message {seq}", fingerprint=f"seq-{seq}")
+def _last_failures(broker: poisonq.Broker, queue: str, seqs: list[int]) -> dict[int, FailureRecord]:
+    """The failure each of ``seqs`` settled with (abandoned: in the queue; or dead-lettered),
+    read with one peek of each over their range (a small batch's)."""
+    found: dict[int, FailureRecord] = {
+        seq: FailureRecord(time.time(), "Unknown", f"message {seq}", fingerprint=f"seq-{seq}")
+        for seq in seqs
+    }
+    if seqs:
+        lo, hi = min(seqs), max(seqs)
+        for address in (queue, f"{queue}/$deadletterqueue"):
+            for message in broker.peek(address, from_sequence=lo, max_messages=hi - lo + 1):
+                if message.sequence_number in found and message.failures:
+                    found[message.sequence_number] = message.failures[-1]
+    return found
 
 
 def _dead_letters(broker: poisonq.Broker, queue: str) -> Counter[str]:
