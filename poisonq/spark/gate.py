@@ -26,8 +26,8 @@ import poisonq
 from poisonq.model import DeadLetter
 from poisonq.spark.expectations import FAILED, expectation_dead_letter, with_failed
 from poisonq.spark.settling import LeaseContext
+from poisonq.spark.source import SEQUENCE
 
-SEQUENCE = "sequence_number"
 Runs = list[tuple[int, int]]
 
 

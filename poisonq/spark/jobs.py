@@ -25,7 +25,7 @@ from poisonq.spark.gate import Runs, RunsParam, gated
 from poisonq.spark.schema import MESSAGE_SCHEMA_DDL
 from poisonq.spark.session import quiet_query_errors
 from poisonq.spark.settling import LeaseContext
-from poisonq.spark.source import PoisonqDataSource, untagged
+from poisonq.spark.source import SEQUENCE, PoisonqDataSource, untagged
 from poisonq.spark.transform import LeaseTransform, pipeline_source
 from poisonq.spark.udf import settling
 
@@ -137,7 +137,7 @@ class FrameJob:
             raise InvalidOptionError(message) from exc
         if not isinstance(out, DataFrame):
             raise InvalidOptionError(f"{hint}; it returned a {type(out).__name__}")
-        kind = next((f.dataType for f in out.schema if f.name == "sequence_number"), None)
+        kind = next((f.dataType for f in out.schema if f.name == SEQUENCE), None)
         if not isinstance(kind, (LongType, IntegerType)):
             raise InvalidOptionError(
                 "each row of the transform's output must keep the sequence_number of the"

@@ -34,6 +34,7 @@ import poisonq
 from poisonq.guard import Failed, Ok, apply
 from poisonq.spark.rows import OutputSchema
 from poisonq.spark.settling import Failure, LeaseContext, dead_letter
+from poisonq.spark.source import SEQUENCE
 
 _CURRENT: ContextVar[LeaseContext | None] = ContextVar("poisonq_lease", default=None)
 
@@ -100,7 +101,7 @@ class PoisonUDF:
 
         named.__name__ = self.__name__  # the column's name, as for a plain UDF
         arrow: Any = arrow_udf(named, self.returnType)  # type: ignore[call-overload]
-        column: Column = arrow(F.col("sequence_number"), *columns)
+        column: Column = arrow(F.col(SEQUENCE), *columns)
         return column
 
 
