@@ -317,6 +317,7 @@ def test_an_audit_balances_while_others_send_and_complete(broker: Broker, queue:
     """Each audit reads every ledger and every count as of one moment, even while other
     threads (other connections, on PostgreSQL) commit."""
     stop = threading.Event()
+    sent = threading.Event()
 
     def work() -> None:
         receiver = broker.receiver(queue)
@@ -324,12 +325,15 @@ def test_an_audit_balances_while_others_send_and_complete(broker: Broker, queue:
             if stop.is_set():
                 return
             _send(broker, queue, 5)
+            sent.set()
             receiver.complete(receiver.receive(max_messages=5))
 
     workers = [threading.Thread(target=work) for _ in range(2)]
     for worker in workers:
         worker.start()
     try:
+        # On a busy machine the audits could all run before a worker's first send.
+        sent.wait(30)
         reports = [broker.audit() for _ in range(30)]
     finally:
         stop.set()
