@@ -49,6 +49,7 @@ import poisonq
 from poisonq import (
     Broker,
     DeadLetterReason,
+    Lease,
     ManualClock,
     Message,
     MessageLockLostError,
@@ -124,6 +125,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.completed = {MAIN: 0, DEAD: 0}
         self.dropped = 0
         self.faulted: list[int] = []  # the poison messages the queue faulted on, in turn
+        self.leases: list[Lease] = []  # the leases taken, as a pipeline takes them
         # Every delivery since the last invariant check: (delivery_count, expires_at, now).
         self.deliveries: list[tuple[int, float | None, float]] = []
 
@@ -531,6 +533,89 @@ class QueueMachine(RuleBasedStateMachine):
             settle(copies)
         assert stale.seq in caught.value.sequence_numbers
         # The model is unchanged; the invariants compare it with the broker.
+
+    # Leases: a pipeline's batches --------------------------------------------------------
+    def _lease_held(
+        self, lease: Lease, lo: int | None = None, hi: int | None = None
+    ) -> list[Model]:
+        lo = lease.min_sequence if lo is None else lo
+        hi = lease.max_sequence if hi is None else hi
+        return [
+            m
+            for m in self._in(MAIN, MessageState.LOCKED)
+            if m.lock_token == lease.lock_token
+            and m.locked_until is not None
+            and m.locked_until > self.now
+            and lo <= m.seq <= hi
+        ]
+
+    @rule(n=st.integers(1, 8), lock=lock_durations, wait=st.just(0) | seconds)
+    def lease(self, n: int, lock: float | None, wait: int) -> None:
+        """Lease the next batch, as a pipeline does: the oldest ready messages, locked under
+        one token (a store may lock its fresh part as one range)."""
+        self.clock.advance(wait)
+        number = len(self.leases) + 1
+        if self.faulted:
+            with pytest.raises(PoisonMessageError):
+                self.broker.acquire_lease(Q, "pipeline", number, n, lock)
+            return
+        expected = self._in(MAIN, MessageState.ACTIVE)[:n] if self._housekeep(MAIN) else []
+        lease = self.broker.acquire_lease(Q, "pipeline", number, n, lock)
+        if not expected:
+            assert lease is None
+            return
+        assert lease is not None
+        assert (lease.number, lease.count) == (number, len(expected))
+        assert (lease.min_sequence, lease.max_sequence) == (expected[0].seq, expected[-1].seq)
+        self.leases.append(lease)
+        # A peek shows no lock token: the pipeline's handles carry its lease's.
+        token = lease.lock_token
+        got = [replace(self.broker.message(Q, m.seq), lock_token=token) for m in expected]
+        self._delivered(MAIN, got, expected, lock)
+        assert self.broker.lease_sequence_numbers(lease) == [m.seq for m in expected]
+        rows = self.broker.lease_rows(lease)
+        assert [(r[0], r[-1]) for r in rows] == [(m.seq, m.delivery_count) for m in expected]
+
+    @precondition(lambda self: self.ready and bool(self.leases))
+    @rule(data=st.data(), lock=lock_durations, replay=st.booleans())
+    def renew_lease(self, data: st.DataObject, lock: float | None, replay: bool) -> None:
+        """Renew what a lease still holds, or (``replay``) ask for the lease again, as a
+        restarted pipeline does: the same lease, renewed."""
+        lease = data.draw(st.sampled_from(self.leases))
+        held = self._lease_held(lease)
+        if replay:
+            again = self.broker.acquire_lease(Q, "pipeline", lease.number, 1, lock)
+            assert again is not None and again.lock_token == lease.lock_token
+        else:
+            assert self.broker.renew_lease(lease, lock) == len(held)
+        for m in held:
+            m.locked_until = self.now + (lock or QUEUE_LOCK)
+
+    @precondition(lambda self: self.ready and bool(self.leases))
+    @rule(data=st.data())
+    def complete_lease(self, data: st.DataObject) -> None:
+        """Complete a lease: what it still holds is completed, what was settled apart or
+        whose lock ran out is not."""
+        lease = data.draw(st.sampled_from(self.leases))
+        held = self._lease_held(lease)
+        assert self.broker.complete_lease(lease) == len(held)
+        for m in held:
+            self._complete(m)
+
+    @precondition(lambda self: self.ready and bool(self.leases))
+    @rule(data=st.data(), whole=st.booleans())
+    def release_lease(self, data: st.DataObject, whole: bool) -> None:
+        """Give back a lease, or a span of it, as if never delivered."""
+        lease = data.draw(st.sampled_from(self.leases))
+        lo = hi = None
+        if not whole:
+            span = st.integers(lease.min_sequence, lease.max_sequence)
+            lo, hi = sorted((data.draw(span), data.draw(span)))
+        held = self._lease_held(lease, lo, hi)
+        assert self.broker.release_lease(lease, lo, hi) == len(held)
+        for m in held:
+            m.state, m.lock_token, m.locked_until = MessageState.ACTIVE, None, None
+            m.delivery_count -= 1
 
     # The dead-letter queue ----------------------------------------------------------------
     @rule(n=st.integers(1, 5), lock=lock_durations)

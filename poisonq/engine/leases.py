@@ -49,12 +49,12 @@ class Leasing(Receiving):
             if not self._housekeep(tx, target, now):
                 return None
             token = str(uuid.uuid4())
-            seqs = tx.lock_ready_seqs(entity.id, target.ready, max_messages, token, until)
-            if not seqs:
-                return None
-            lease = Lease(entity.name, consumer, number, token, len(seqs), seqs[0], seqs[-1], now)
-            tx.insert_lease(entity.id, lease)
-            tx.delete_leases(entity.id, consumer, before=number - 1)
+            lease = tx.lock_lease(
+                entity.id, entity.name, consumer, number, target.ready, max_messages, token,
+                until, now,
+            )  # fmt: skip
+            if lease is not None:
+                tx.delete_leases(entity.id, consumer, before=number - 1)
             return lease
 
     def lease(self, address: str, consumer: str, number: int | None) -> Lease | None:
@@ -97,8 +97,7 @@ class Leasing(Receiving):
     def _renew_lease(
         self, tx: Transaction, entity: EntityRecord, lease: Lease, now: float, until: float
     ) -> int:
-        seqs = tx.lease_seqs(entity.id, lease.lock_token, *_span(lease), now)
-        return tx.renew(entity.id, lease.lock_token, seqs, now, until) if seqs else 0
+        return tx.renew_lease(entity.id, lease.lock_token, *_span(lease), now, until)
 
     def complete_lease(self, lease: Lease) -> int:
         """Complete every message the lease still holds (the others were settled apart, or

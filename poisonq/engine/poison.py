@@ -202,8 +202,9 @@ class Poisoning(Routing):
         expired = tx.expired_locks(entity.id, now)
         if expired:
             self._after_failure(tx, target, expired, lock_expired(now), lock_expired=True)
-            if not tx.entity_by_id(entity.id).status.can_receive:
-                return False
+        tx.close_expired_leases(entity.id, now)
+        if expired and not tx.entity_by_id(entity.id).status.can_receive:
+            return False
         if target.subqueue is not None:
             return True  # no TTL or scheduling in subqueues
         if target.options.retry.max_retry_cycles:

@@ -366,14 +366,35 @@ class Transaction(ABC):
 
     # Leases -------------------------------------------------------------------------------
     @abstractmethod
-    def lock_ready_seqs(
-        self, entity_id: int, ready: MessageState, limit: int, token: str, locked_until: float
-    ) -> list[int]:
-        """Like :meth:`lock_ready`, returning only the sequence numbers (ascending): a lease
-        of many messages is locked by the driver, and read by executors."""
+    def lock_lease(
+        self,
+        entity_id: int,
+        name: str,
+        consumer: str,
+        number: int,
+        ready: MessageState,
+        limit: int,
+        token: str,
+        locked_until: float,
+        now: float,
+    ) -> Lease | None:
+        """Lock up to ``limit`` of the oldest ready messages under ``token`` as lease
+        ``number`` of ``consumer``, and record the lease (``None``: nothing ready). Each
+        message counts a delivery, as :meth:`lock_ready`; a store may lock a lease's fresh
+        messages by range rather than row by row, as long as every other method then reads
+        and settles them as locked under ``token`` until ``locked_until``."""
 
     @abstractmethod
-    def insert_lease(self, entity_id: int, lease: Lease) -> None: ...
+    def renew_lease(
+        self, entity_id: int, token: str, lo: int, hi: int, now: float, locked_until: float
+    ) -> int:
+        """Extend to ``locked_until`` the locks the lease with ``token`` still validly holds
+        in ``[lo, hi]``; returns how many."""
+
+    @abstractmethod
+    def close_expired_leases(self, entity_id: int, now: float) -> None:
+        """Called once the messages of :meth:`expired_locks` have been abandoned or poisoned:
+        the leases whose locks ran out hold nothing any more."""
 
     @abstractmethod
     def lease(self, entity_id: int, name: str, consumer: str, number: int | None) -> Lease | None:

@@ -44,10 +44,12 @@ from poisonq.store.base import (
     Transaction,
     pending_migrations,
 )
-from poisonq.store.sqlite_leases import SqliteLeases
+from poisonq.store.sqlite_leases import RECEIVABLE_SEQS, SqliteLeases
 from poisonq.store.sqlite_rows import (
+    COVERED,
     ENTITY_COLUMNS,
     HELD,
+    HELD_COLUMNS,
     INSERT_CHUNK,
     LEDGER_COLUMNS,
     LIVE,
@@ -142,11 +144,21 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
             "SELECT state, count(*) FROM messages WHERE entity_id = ? GROUP BY state",
             (entity_id,),
         )
-        return {STATES[state]: n for state, n in rows}
+        counts = {STATES[state]: n for state, n in rows}
+        top = self.cover_top(entity_id)
+        if top:  # the covered messages are locked, not ready
+            for state, n in self._db.execute(
+                "SELECT state, count(*) FROM messages WHERE entity_id = ? AND leasable = 1"
+                " AND state IN ('active', 'dead_lettered') AND seq <= ? GROUP BY state",
+                (entity_id, top),
+            ):
+                counts[STATES[state]] -= n
+                counts[MessageState.LOCKED] = counts.get(MessageState.LOCKED, 0) + n
+        return {state: n for state, n in counts.items() if n}
 
     def expired_lock_count(self, entity_id: int, now: float) -> int:
         (n,) = self._db.execute(
-            "SELECT count(*) FROM messages WHERE entity_id = ? AND state = 'locked'"
+            "SELECT count(*) FROM held_messages WHERE entity_id = ? AND state = 'locked'"
             " AND locked_until <= ?",
             (entity_id, now),
         ).fetchone()
@@ -222,15 +234,18 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
         *,
         last: bool = False,  # a local commit: nothing to fold it into
     ) -> list[ReceivedMessage]:
-        session = " AND session_id = ?" if session_id is not None else ""
-        params: tuple[object, ...] = (token, locked_until, entity_id, ready)
-        params += (session_id,) if session_id is not None else ()
+        if session_id is not None:  # (sessions are never leased)
+            which = "SELECT seq FROM messages WHERE entity_id = ?1 AND state = ?2"
+            params: tuple[object, ...] = (entity_id, ready, session_id, limit)
+            which += " AND session_id = ?3 ORDER BY seq LIMIT ?4"
+        else:
+            which = RECEIVABLE_SEQS
+            params = (entity_id, ready, self.cover_top(entity_id), limit)
         rows = self._db.execute(
-            "UPDATE messages SET state = 'locked', lock_token = ?, locked_until = ?,"
-            " delivery_count = delivery_count + 1"
-            f" WHERE seq IN (SELECT seq FROM messages WHERE entity_id = ? AND state = ?{session}"
-            f" ORDER BY seq LIMIT ?) RETURNING {MESSAGE_COLUMNS}",
-            (*params, limit),
+            "UPDATE messages SET state = 'locked', lock_token = ?5, locked_until = ?6,"
+            f" delivery_count = delivery_count + 1 WHERE seq IN ({which})"
+            f" RETURNING {MESSAGE_COLUMNS}",
+            (*params, token, locked_until),
         ).fetchall()
         rows.sort(key=lambda row: row[0])
         return message_rows(rows, name)
@@ -239,9 +254,9 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
         self, entity_id: int, name: str, ready: MessageState, limit: int
     ) -> list[ReceivedMessage]:
         rows = self._db.execute(
-            "DELETE FROM messages WHERE seq IN (SELECT seq FROM messages WHERE entity_id = ?"
-            f" AND state = ? ORDER BY seq LIMIT ?) RETURNING {MESSAGE_COLUMNS}, size, body_id",
-            (entity_id, ready, limit),
+            f"DELETE FROM messages WHERE seq IN ({RECEIVABLE_SEQS})"
+            f" RETURNING {MESSAGE_COLUMNS}, size, body_id",
+            (entity_id, ready, self.cover_top(entity_id), limit),
         ).fetchall()
         rows.sort(key=lambda row: row[0])
         self._delete_bodies([row[-1] for row in rows])
@@ -270,7 +285,7 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
     ) -> list[ReceivedMessage]:
         clauses, params = filter_sql(where)
         rows = self._db.execute(
-            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE entity_id = ? AND seq >= ?"
+            f"SELECT {HELD_COLUMNS} FROM held_messages WHERE entity_id = ? AND seq >= ?"
             f"{clauses} ORDER BY seq LIMIT ?",
             (entity_id, from_seq, *params, limit),
         )
@@ -278,14 +293,14 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
 
     def message(self, entity_id: int, name: str, seq: int) -> ReceivedMessage | None:
         row = self._db.execute(
-            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE entity_id = ? AND seq = ?",
+            f"SELECT {HELD_COLUMNS} FROM held_messages WHERE entity_id = ? AND seq = ?",
             (entity_id, seq),
         ).fetchone()
         return message_row(row, name) if row else None
 
     def messages(self, entity_id: int, name: str, seqs: Sequence[int]) -> list[ReceivedMessage]:
         rows = self._db.execute(
-            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE entity_id = ? AND seq IN {SEQS}"
+            f"SELECT {HELD_COLUMNS} FROM held_messages WHERE entity_id = ? AND seq IN {SEQS}"
             " ORDER BY seq",
             (entity_id, seqs_json(seqs)),
         )
@@ -293,7 +308,7 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
 
     def locked(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[LockInfo]:
         rows = self._db.execute(
-            "SELECT seq, delivery_count, move_count, dead_lettered_deliveries FROM messages"
+            "SELECT seq, delivery_count, move_count, dead_lettered_deliveries FROM held_messages"
             " WHERE entity_id = ?"
             f" AND state = 'locked' AND lock_token = ? AND locked_until > ? AND seq IN {SEQS}",
             (entity_id, token, now, seqs_json(seqs)),
@@ -303,8 +318,12 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
     def expired_locks(self, entity_id: int, now: float) -> list[LockInfo]:
         rows = self._db.execute(
             "SELECT seq, delivery_count, move_count, dead_lettered_deliveries FROM messages"
-            " WHERE entity_id = ?"
-            " AND state = 'locked' AND locked_until <= ? ORDER BY seq",
+            " WHERE entity_id = ?1 AND state = 'locked' AND locked_until <= ?2"
+            " UNION ALL SELECT seq, delivery_count + 1, move_count, dead_lettered_deliveries"
+            " FROM leases JOIN messages USING (entity_id) WHERE entity_id = ?1"
+            " AND cover_lo IS NOT NULL AND leases.locked_until <= ?2"
+            " AND seq BETWEEN cover_lo AND cover_hi AND leasable = 1"
+            " AND state IN ('active', 'dead_lettered') ORDER BY seq",
             (entity_id, now),
         )
         return [LockInfo(*row) for row in rows]
@@ -312,15 +331,15 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
     def expired_messages(self, entity_id: int, now: float) -> list[int]:
         rows = self._db.execute(
             "SELECT seq FROM messages WHERE entity_id = ? AND expires_at <= ?"
-            " AND state IN ('scheduled', 'active', 'deferred') ORDER BY seq",
+            f" AND state IN ('scheduled', 'active', 'deferred') AND NOT {COVERED} ORDER BY seq",
             (entity_id, now),
         )
         return [row[0] for row in rows]
 
     def promote_scheduled(self, entity_id: int, now: float) -> int:
         return self._db.execute(
-            "UPDATE messages SET state = 'active' WHERE entity_id = ? AND state = 'scheduled'"
-            " AND visible_at <= ?",
+            "UPDATE messages SET state = 'active', leasable = 0 WHERE entity_id = ?"
+            " AND state = 'scheduled' AND visible_at <= ?",
             (entity_id, now),
         ).rowcount
 
@@ -345,9 +364,9 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
     ) -> list[int]:
         rows = self._db.execute(
             "UPDATE messages SET entity_id = ?, state = coalesce(?, state),"
-            " visible_at = coalesce(?, visible_at),"
+            " visible_at = coalesce(?, visible_at), leasable = 0,"
             " move_count = move_count + ?, hop_count = hop_count + ?"
-            f" WHERE entity_id = ? AND state IN {HELD} AND state != 'locked'"
+            f" WHERE entity_id = ? AND state IN {HELD} AND state != 'locked' AND NOT {COVERED}"
             f" AND seq IN {SEQS} RETURNING seq, size",
             (target_id, state, visible_at, move_count, hop_count, entity_id, seqs_json(seqs)),
         ).fetchall()
@@ -374,10 +393,25 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
         return (count, lo, hi) if count else (0, 0, -1)
 
     def complete(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
-        return self._complete(entity_id, token, now, f"seq IN {SEQS}", seqs_json(seqs))
+        done = self._complete(entity_id, token, now, f"seq IN {SEQS}", seqs_json(seqs))
+        if len(done) < len(seqs):  # the others may be held by a lease's cover
+            covered = self._covered(entity_id, token, list(seqs), min(seqs), max(seqs), now)
+            done += self._delete_covered(entity_id, f"seq IN {SEQS}", seqs_json(covered))
+        return done
 
     def complete_span(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> int:
-        return len(self._complete(entity_id, token, now, "seq BETWEEN ? AND ?", lo, hi))
+        done = len(self._complete(entity_id, token, now, "seq BETWEEN ? AND ?", lo, hi))
+        cover = self._cover(entity_id, token, now)
+        if cover is not None and max(lo, cover[0]) <= min(hi, cover[1]):
+            span = (max(lo, cover[0]), min(hi, cover[1]))
+            done += len(self._delete_covered(entity_id, "seq BETWEEN ? AND ?", *span))
+            if span == cover:  # the lease holds nothing more by its cover
+                self._db.execute(
+                    "UPDATE leases SET cover_lo = NULL, cover_hi = NULL WHERE entity_id = ?"
+                    " AND lock_token = ?",
+                    (entity_id, token),
+                )
+        return done
 
     def _complete(
         self, entity_id: int, token: str, now: float, which: str, *params: object
@@ -387,6 +421,18 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
             f" AND locked_until > ? AND {which} RETURNING seq, size, body_id",
             (entity_id, token, now, *params),
         ).fetchall()
+        return self._completed(entity_id, rows)
+
+    def _delete_covered(self, entity_id: int, which: str, *params: object) -> list[int]:
+        """Complete covered messages (the caller checked the lease's lock)."""
+        rows = self._db.execute(
+            "DELETE FROM messages WHERE entity_id = ? AND leasable = 1"
+            f" AND state IN ('active', 'dead_lettered') AND {which} RETURNING seq, size, body_id",
+            (entity_id, *params),
+        ).fetchall()
+        return self._completed(entity_id, rows)
+
+    def _completed(self, entity_id: int, rows: list[Any]) -> list[int]:
         self._delete_bodies([row[2] for row in rows])
         self._bump(entity_id, completed=len(rows), size_bytes=-sum(row[1] for row in rows))
         return [row[0] for row in rows]
@@ -400,14 +446,17 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
         lock_expired: bool,
     ) -> int:
         record = json.dumps(failure) if failure else None
+        # A covered message's delivery is counted in its row as it leaves its lease.
         changed = self._db.execute(
             "UPDATE messages SET state = ?4, lock_token = NULL, locked_until = NULL,"
+            f" delivery_count = delivery_count + {COVERED}, leasable = 0,"
             " abort_count = abort_count + 1,"
             " failures = CASE WHEN ?1 IS NULL THEN failures"
             "   ELSE json_insert(coalesce(failures, '[]'), '$[#]', json(?1)) END,"
             " last_error_type = coalesce(json_extract(?1, '$.error_type'), last_error_type),"
             " last_fingerprint = coalesce(json_extract(?1, '$.fingerprint'), last_fingerprint)"
-            f" WHERE entity_id = ?2 AND state = 'locked' AND seq IN {SEQS.replace('?', '?3')}",
+            f" WHERE entity_id = ?2 AND (state = 'locked' OR {COVERED})"
+            f" AND seq IN {SEQS.replace('?', '?3')}",
             (record, entity_id, seqs_json(seqs), ready),
         ).rowcount
         if lock_expired:
@@ -434,31 +483,71 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
         now: float,
     ) -> list[int]:
         listed = "" if seqs is None else f" AND seq IN {SEQS}"
+        extra = [] if seqs is None else [seqs_json(seqs)]
         rows = self._db.execute(
             "UPDATE messages SET state = ?, lock_token = NULL, locked_until = NULL,"
-            " delivery_count = delivery_count - 1"
+            " delivery_count = delivery_count - 1, leasable = 0"
             " WHERE entity_id = ? AND state = 'locked' AND lock_token = ? AND locked_until > ?"
             f" AND seq BETWEEN ? AND ?{listed} RETURNING seq",
-            (ready, entity_id, token, now, lo, hi, *([] if seqs is None else [seqs_json(seqs)])),
+            (ready, entity_id, token, now, lo, hi, *extra),
         ).fetchall()
-        return sorted(row[0] for row in rows)
+        released = [row[0] for row in rows]
+        cover = self._cover(entity_id, token, now)
+        if cover is None or max(lo, cover[0]) > min(hi, cover[1]):
+            return sorted(released)
+        if (
+            seqs is None
+            and lo <= cover[0]
+            and cover[1] <= hi
+            and cover[1] == self.cover_top(entity_id)
+        ):
+            # The whole top cover given back: its messages are the freshest in the queue,
+            # so forgetting the cover returns them as they were.
+            released += self._covered(entity_id, token, None, lo, hi, now)
+            self._db.execute(
+                "UPDATE leases SET cover_lo = NULL, cover_hi = NULL WHERE entity_id = ?"
+                " AND lock_token = ?",
+                (entity_id, token),
+            )
+            return sorted(released)
+        covered = self._covered(entity_id, token, None if seqs is None else list(seqs), lo, hi, now)
+        self._db.execute(
+            f"UPDATE messages SET leasable = 0 WHERE seq IN {SEQS}", (seqs_json(covered),)
+        )
+        return sorted(released + covered)
 
     def defer(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> int:
-        return self._db.execute(
+        deferred: int = self._db.execute(
             "UPDATE messages SET state = 'deferred', lock_token = NULL, locked_until = NULL"
             " WHERE entity_id = ? AND state = 'locked' AND lock_token = ? AND locked_until > ?"
             f" AND seq IN {SEQS}",
             (entity_id, token, now, seqs_json(seqs)),
         ).rowcount
+        if deferred < len(seqs):
+            covered = self._covered(entity_id, token, list(seqs), min(seqs), max(seqs), now)
+            deferred += self._db.execute(
+                "UPDATE messages SET state = 'deferred', delivery_count = delivery_count + 1,"
+                f" leasable = 0 WHERE seq IN {SEQS}",
+                (seqs_json(covered),),
+            ).rowcount
+        return deferred
 
     def renew(
         self, entity_id: int, token: str, seqs: Sequence[int], now: float, locked_until: float
     ) -> int:
-        return self._db.execute(
+        renewed: int = self._db.execute(
             "UPDATE messages SET locked_until = ? WHERE entity_id = ? AND state = 'locked'"
             f" AND lock_token = ? AND locked_until > ? AND seq IN {SEQS}",
             (locked_until, entity_id, token, now, seqs_json(seqs)),
         ).rowcount
+        if renewed < len(seqs):  # a covered message leaves its lease's cover for a lock of its own
+            covered = self._covered(entity_id, token, list(seqs), min(seqs), max(seqs), now)
+            renewed += self._db.execute(
+                "UPDATE messages SET state = 'locked', lock_token = ?, locked_until = ?,"
+                f" delivery_count = delivery_count + 1, leasable = 0 WHERE seq IN {SEQS}",
+                (token, locked_until, seqs_json(covered)),
+            ).rowcount
+        return renewed
 
     def dead_letter(
         self,
@@ -473,20 +562,25 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
         lock_token: str | None = None,
     ) -> list[int]:
         record = json.dumps(failure) if failure else None
+        covered: list[int] = []
+        if lock_token is not None and seqs:
+            covered = self._covered(entity_id, lock_token, list(seqs), min(seqs), max(seqs), now)
         rows = self._db.execute(
             "UPDATE messages SET entity_id = ?1, state = 'dead_lettered', lock_token = NULL,"
-            " locked_until = NULL, dead_letter_reason = ?2,"
+            f" locked_until = NULL, dead_letter_reason = ?2, leasable = 0,"
+            f" delivery_count = delivery_count + {COVERED},"
             # Without a description, the last recorded failure describes the message.
             " dead_letter_description = coalesce(?3, json_extract(failures, '$[#-1].error_type')"
             "   || ': ' || json_extract(failures, '$[#-1].message')),"
             " dead_letter_source = ?4, dead_lettered_at = ?5,"
-            " dead_lettered_deliveries = delivery_count,"
+            f" dead_lettered_deliveries = delivery_count + {COVERED},"
             " failures = CASE WHEN ?6 IS NULL THEN failures"
             "   ELSE json_insert(coalesce(failures, '[]'), '$[#]', json(?6)) END,"
             " last_error_type = coalesce(json_extract(?6, '$.error_type'), last_error_type),"
             " last_fingerprint = coalesce(json_extract(?6, '$.fingerprint'), last_fingerprint)"
             f" WHERE entity_id = ?7 AND state IN {LIVE}"
-            " AND (?9 IS NULL OR (state = 'locked' AND lock_token = ?9 AND locked_until > ?5))"
+            " AND (?9 IS NULL OR (state = 'locked' AND lock_token = ?9 AND locked_until > ?5)"
+            f" OR seq IN {SEQS.replace('?', '?10')})"
             f" AND seq IN {SEQS.replace('?', '?8')} RETURNING seq, size",
             (
                 target_id,
@@ -498,6 +592,7 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
                 entity_id,
                 seqs_json(seqs),
                 lock_token,
+                seqs_json(covered),
             ),
         ).fetchall()
         moved, size = len(rows), sum(row[1] for row in rows)
@@ -527,7 +622,8 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
         expires_at: float | None,
     ) -> int:
         guard = (
-            f"entity_id = ? AND state IN ('active', 'deferred', 'dead_lettered') AND seq IN {SEQS}"
+            "entity_id = ? AND state IN ('active', 'deferred', 'dead_lettered')"
+            f" AND NOT {COVERED} AND seq IN {SEQS}"
         )
         params = (entity_id, seqs_json(seqs))
         # INSERT ... SELECT in sequence order gives the copies new, ascending sequence numbers:

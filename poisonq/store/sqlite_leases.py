@@ -1,5 +1,18 @@
 """Leases in the SQLite store: the numbered batches a Spark query or pipeline locks at once,
-and the executors' read path over them."""
+and the executors' read path over them.
+
+A lease locks the fresh part of its batch as one range (its *cover*): the ready messages in
+it that are still leasable (never back in the queue since they were sent) are held by the
+lease, under its token and its lock time, with one delivery more than their rows say, and
+nothing is written per message. The rest of the batch (messages that came back after an
+abandon, a lock expiry, a move) is locked row by row under the same token, as a receiver
+locks. So taking and renewing a lease is one row's write; settling a message apart from its
+batch writes that message (and counts its delivery in its row); completing the batch deletes
+the rows it holds.
+
+Readers see a covered message as locked through the ``held_messages`` view; statements that
+change rows tell a covered one by :data:`COVERED`.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +20,23 @@ import sqlite3
 from typing import Any
 
 from poisonq.model import Lease, MessageState
+from poisonq.store.sqlite_rows import SEQS, seqs_json
+
+# The receivable messages of an entity in its ``ready`` state, oldest first: those above the
+# top of its cover ranges, and the unleasable ones below it (in their own index). Parameters:
+# entity, ready state, top of the covers, limit.
+RECEIVABLE = (
+    "SELECT seq, leasable FROM (SELECT seq, leasable FROM messages WHERE entity_id = ?1"
+    " AND state = ?2 AND seq > ?3 ORDER BY seq LIMIT ?4)"
+    " UNION ALL SELECT seq, leasable FROM (SELECT seq, leasable FROM messages"
+    " WHERE entity_id = ?1 AND state = ?2 AND leasable = 0 AND seq <= ?3 ORDER BY seq LIMIT ?4)"
+    " ORDER BY seq LIMIT ?4"
+)
+RECEIVABLE_SEQS = f"SELECT seq FROM ({RECEIVABLE})"
+_LEASE_COLUMNS = (
+    "seq, message_id, (SELECT body FROM bodies WHERE bodies.id = messages.body_id),"
+    " content_type, subject, properties, session_id, correlation_id, enqueued_at"
+)
 
 
 class SqliteLeases:
@@ -14,33 +44,114 @@ class SqliteLeases:
 
     _db: sqlite3.Connection
 
-    def lock_ready_seqs(
-        self, entity_id: int, ready: MessageState, limit: int, token: str, locked_until: float
-    ) -> list[int]:
-        rows = self._db.execute(
-            "UPDATE messages SET state = 'locked', lock_token = ?, locked_until = ?,"
-            " delivery_count = delivery_count + 1"
-            " WHERE seq IN (SELECT seq FROM messages WHERE entity_id = ? AND state = ?"
-            " ORDER BY seq LIMIT ?) RETURNING seq",
-            (token, locked_until, entity_id, ready, limit),
-        ).fetchall()
-        return sorted(row[0] for row in rows)
+    def cover_top(self, entity_id: int) -> int:
+        """The highest sequence number any lease of the entity covers (0: none)."""
+        (top,) = self._db.execute(
+            "SELECT coalesce(max(cover_hi), 0) FROM leases WHERE entity_id = ?"
+            " AND cover_lo IS NOT NULL",
+            (entity_id,),
+        ).fetchone()
+        return int(top)
 
-    def insert_lease(self, entity_id: int, lease: Lease) -> None:
+    def lock_lease(
+        self,
+        entity_id: int,
+        name: str,
+        consumer: str,
+        number: int,
+        ready: MessageState,
+        limit: int,
+        token: str,
+        locked_until: float,
+        now: float,
+    ) -> Lease | None:
+        top = self.cover_top(entity_id)
+        taken = self._db.execute(RECEIVABLE, (entity_id, ready, top, limit)).fetchall()
+        if not taken:
+            return None
+        fresh = [seq for seq, leasable in taken if leasable]
+        returned = [seq for seq, leasable in taken if not leasable]
+        if returned:
+            self._db.execute(
+                "UPDATE messages SET state = 'locked', lock_token = ?, locked_until = ?,"
+                f" delivery_count = delivery_count + 1 WHERE seq IN {SEQS}",
+                (token, locked_until, seqs_json(returned)),
+            )
+        lease = Lease(name, consumer, number, token, len(taken), taken[0][0], taken[-1][0], now)
         self._db.execute(
             "INSERT INTO leases (entity_id, consumer, number, lock_token, count, min_seq,"
-            " max_seq, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            " max_seq, created_at, locked_until, cover_lo, cover_hi)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 entity_id,
-                lease.consumer,
-                lease.number,
-                lease.lock_token,
+                consumer,
+                number,
+                token,
                 lease.count,
                 lease.min_sequence,
                 lease.max_sequence,
-                lease.created_at,
+                now,
+                locked_until,
+                fresh[0] if fresh else None,
+                fresh[-1] if fresh else None,
             ),
         )
+        return lease
+
+    def renew_lease(
+        self, entity_id: int, token: str, lo: int, hi: int, now: float, locked_until: float
+    ) -> int:
+        renewed: int = self._db.execute(
+            "UPDATE messages SET locked_until = ? WHERE entity_id = ? AND state = 'locked'"
+            " AND lock_token = ? AND locked_until > ? AND seq BETWEEN ? AND ?",
+            (locked_until, entity_id, token, now, lo, hi),
+        ).rowcount
+        cover = self._cover(entity_id, token, now)
+        if cover is None:
+            return renewed
+        self._db.execute(
+            "UPDATE leases SET locked_until = ? WHERE entity_id = ? AND lock_token = ?",
+            (locked_until, entity_id, token),
+        )
+        (covered,) = self._db.execute(
+            "SELECT count(*) FROM messages WHERE entity_id = ? AND leasable = 1"
+            " AND state IN ('active', 'dead_lettered') AND seq BETWEEN ? AND ?",
+            (entity_id, *cover),
+        ).fetchone()
+        return renewed + int(covered)
+
+    def close_expired_leases(self, entity_id: int, now: float) -> None:
+        self._db.execute(
+            "UPDATE leases SET cover_lo = NULL, cover_hi = NULL WHERE entity_id = ?"
+            " AND cover_lo IS NOT NULL AND locked_until <= ?",
+            (entity_id, now),
+        )
+
+    def _cover(self, entity_id: int, token: str, now: float) -> tuple[int, int] | None:
+        """The cover range of the lease with ``token``, if it has one and its lock holds."""
+        row = self._db.execute(
+            "SELECT cover_lo, cover_hi FROM leases WHERE entity_id = ? AND lock_token = ?"
+            " AND cover_lo IS NOT NULL AND locked_until > ?",
+            (entity_id, token, now),
+        ).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def _covered(
+        self, entity_id: int, token: str, seqs: list[int] | None, lo: int, hi: int, now: float
+    ) -> list[int]:
+        """The messages in ``[lo, hi]`` (and in ``seqs``, if given) that the lease with
+        ``token`` validly holds by its cover, ascending."""
+        cover = self._cover(entity_id, token, now)
+        if cover is None or max(lo, cover[0]) > min(hi, cover[1]):
+            return []
+        listed = "" if seqs is None else f" AND seq IN {SEQS}"
+        rows = self._db.execute(
+            "SELECT seq FROM messages WHERE entity_id = ? AND leasable = 1"
+            f" AND state IN ('active', 'dead_lettered') AND seq BETWEEN ? AND ?{listed}"
+            " ORDER BY seq",
+            (entity_id, max(lo, cover[0]), min(hi, cover[1]), *_listed(seqs)),
+        )
+        return [row[0] for row in rows]
 
     def lease(self, entity_id: int, name: str, consumer: str, number: int | None) -> Lease | None:
         row = self._db.execute(
@@ -68,8 +179,11 @@ class SqliteLeases:
         return 0 if row is None else int(row[0])
 
     def delete_leases(self, entity_id: int, consumer: str, before: int) -> None:
+        # A lease that still covers messages stays until it is completed or its lock runs
+        # out and is closed: without it they would be held by nothing.
         self._db.execute(
-            "DELETE FROM leases WHERE entity_id = ? AND consumer = ? AND number < ?",
+            "DELETE FROM leases WHERE entity_id = ? AND consumer = ? AND number < ?"
+            " AND cover_lo IS NULL",
             (entity_id, consumer, before),
         )
 
@@ -79,19 +193,50 @@ class SqliteLeases:
         rows = self._db.execute(
             "SELECT seq FROM messages WHERE entity_id = ? AND state = 'locked'"
             " AND seq BETWEEN ? AND ? AND lock_token = ? AND locked_until > ?"
-            " AND (NOT ? OR delivery_count = 1) ORDER BY seq",
+            " AND (NOT ? OR delivery_count = 1)",
             (entity_id, lo, hi, token, now, first_delivery),
+        )
+        locked = [row[0] for row in rows]
+        if first_delivery:  # a covered message is on its first delivery if its row has none
+            cover = self._cover(entity_id, token, now)
+            covered = [] if cover is None else self._first_covered(entity_id, cover, lo, hi)
+        else:
+            covered = self._covered(entity_id, token, None, lo, hi, now)
+        return sorted(locked + covered)
+
+    def _first_covered(self, entity_id: int, cover: tuple[int, int], lo: int, hi: int) -> list[int]:
+        rows = self._db.execute(
+            "SELECT seq FROM messages WHERE entity_id = ? AND leasable = 1"
+            " AND state IN ('active', 'dead_lettered') AND seq BETWEEN ? AND ?"
+            " AND delivery_count = 0",
+            (entity_id, max(lo, cover[0]), min(hi, cover[1])),
         )
         return [row[0] for row in rows]
 
     def lease_rows(
         self, entity_id: int, token: str, lo: int, hi: int, now: float
     ) -> list[tuple[Any, ...]]:
-        return self._db.execute(
-            "SELECT seq, message_id, body, content_type, subject, properties, session_id,"
-            " correlation_id, enqueued_at, delivery_count"
-            " FROM messages JOIN bodies ON bodies.id = messages.body_id"
-            " WHERE entity_id = ? AND state = 'locked' AND seq BETWEEN ? AND ?"
-            " AND lock_token = ? AND locked_until > ? ORDER BY seq",
+        rows = self._db.execute(
+            f"SELECT {_LEASE_COLUMNS}, delivery_count FROM messages WHERE entity_id = ?"
+            " AND state = 'locked' AND seq BETWEEN ? AND ? AND lock_token = ?"
+            " AND locked_until > ?",
             (entity_id, lo, hi, token, now),
         ).fetchall()
+        cover = self._cover(entity_id, token, now)
+        if cover is not None and max(lo, cover[0]) <= min(hi, cover[1]):
+            rows += self._db.execute(
+                f"SELECT {_LEASE_COLUMNS}, delivery_count + 1 FROM messages WHERE entity_id = ?"
+                " AND leasable = 1 AND state IN ('active', 'dead_lettered')"
+                " AND seq BETWEEN ? AND ?",
+                (entity_id, max(lo, cover[0]), min(hi, cover[1])),
+            ).fetchall()
+        rows.sort(key=_first)
+        return rows
+
+
+def _first(row: tuple[Any, ...]) -> Any:
+    return row[0]
+
+
+def _listed(seqs: list[int] | None) -> tuple[str, ...]:
+    return () if seqs is None else (seqs_json(seqs),)

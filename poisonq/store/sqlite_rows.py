@@ -11,13 +11,22 @@ from typing import Any
 from poisonq.model import EntityStatus, FailureRecord, MessageState, ReceivedMessage, SubQueue
 from poisonq.store.base import NO_VALUE, EntityRecord, Ledger, MessageFilter
 
-MESSAGE_COLUMNS = (
-    "seq, message_id, (SELECT body FROM bodies WHERE bodies.id = messages.body_id), "
-    "content_type, subject, properties, session_id, correlation_id, reply_to, state, "
-    "enqueued_at, scheduled_at, expires_at, delivery_count, abort_count, move_count, "
-    "resubmit_count, hop_count, lock_token, locked_until, dead_letter_reason, "
-    "dead_letter_description, dead_letter_source, failures"
-)
+
+def message_columns(source: str) -> str:
+    """The columns of a received message, selected from ``messages`` or ``held_messages``."""
+    return (
+        f"seq, message_id, (SELECT body FROM bodies WHERE bodies.id = {source}.body_id), "
+        "content_type, subject, properties, session_id, correlation_id, reply_to, state, "
+        "enqueued_at, scheduled_at, expires_at, delivery_count, abort_count, move_count, "
+        "resubmit_count, hop_count, lock_token, locked_until, dead_letter_reason, "
+        "dead_letter_description, dead_letter_source, failures"
+    )
+
+
+# The rows themselves, for statements that change them...
+MESSAGE_COLUMNS = message_columns("messages")
+# ...and as readers see them (the view of schema 7): a message a lease covers is locked.
+HELD_COLUMNS = message_columns("held_messages")
 ENTITY_COLUMNS = (
     "id, name, parent_id, subqueue, status, status_cause, options, created_at, updated_at, "
     "sent, moved_in, completed, dropped, moved_out, dead_lettered, resubmitted, lock_expiries, "
@@ -25,6 +34,15 @@ ENTITY_COLUMNS = (
 )
 HELD = "('scheduled', 'active', 'locked', 'deferred', 'dead_lettered')"
 LIVE = "('scheduled', 'active', 'locked', 'deferred')"
+# Whether a row of ``messages`` is held by a lease's cover range: it is ready (a queue's
+# messages are active, a dead-letter queue's dead-lettered), leasable, and at or below the top
+# of its entity's cover ranges. Every such message lies in exactly one cover (a lease's cover
+# begins above the covers before it, and a message that comes back to ready stops being
+# leasable), so the top is all a statement that changes rows needs to ask.
+COVERED = (
+    "(leasable = 1 AND state IN ('active', 'dead_lettered') AND seq <= coalesce("
+    "(SELECT max(cover_hi) FROM leases WHERE leases.entity_id = messages.entity_id), 0))"
+)
 SEQS = "(SELECT value FROM json_each(?))"
 LEDGER_COLUMNS = frozenset(Ledger.__slots__)
 GROUP_KEYS = {

@@ -38,7 +38,8 @@ class SqliteTasks:
         clauses, params = filter_sql(where)
         order = "DESC" if newest_first else "ASC"
         rows = self._db.execute(
-            "SELECT seq FROM messages WHERE entity_id = ? AND state != 'locked' AND seq > ?"
+            "SELECT seq FROM held_messages WHERE entity_id = ? AND state != 'locked'"
+            " AND seq > ?"
             f"{clauses} ORDER BY seq {order} LIMIT ?",
             (entity_id, after_seq, *params, limit),
         )
@@ -47,7 +48,8 @@ class SqliteTasks:
     def count_matching(self, entity_id: int, where: MessageFilter) -> int:
         clauses, params = filter_sql(where)
         (n,) = self._db.execute(
-            f"SELECT count(*) FROM messages WHERE entity_id = ? AND state != 'locked'{clauses}",
+            f"SELECT count(*) FROM held_messages WHERE entity_id = ? AND state != 'locked'"
+            f"{clauses}",
             (entity_id, *params),
         ).fetchone()
         return int(n)

@@ -54,11 +54,43 @@ def ready_seqs(*, session: bool = False) -> str:
 
 class BatchQueries(StatementRunner):
     # Leases -------------------------------------------------------------------------------
-    def lock_ready_seqs(
-        self, entity_id: int, ready: MessageState, limit: int, token: str, locked_until: float
-    ) -> list[int]:
+    # A lease's messages are locked row by row, so that competing consumers skip them as
+    # they skip any lock (SKIP LOCKED).
+    def lock_lease(
+        self,
+        entity_id: int,
+        name: str,
+        consumer: str,
+        number: int,
+        ready: MessageState,
+        limit: int,
+        token: str,
+        locked_until: float,
+        now: float,
+    ) -> Lease | None:
         rows = self._lock_ready("seq", entity_id, ready, limit, token, locked_until)
-        return sorted(row[0] for row in rows)
+        if not rows:
+            return None
+        seqs = sorted(row[0] for row in rows)
+        lease = Lease(name, consumer, number, token, len(seqs), seqs[0], seqs[-1], now)
+        self._run(
+            "INSERT INTO leases (entity_id, consumer, number, lock_token, count, min_seq,"
+            " max_seq, created_at) VALUES (%b, %b, %b, %b, %b, %b, %b, %b)",
+            (entity_id, consumer, number, token, len(seqs), seqs[0], seqs[-1], now),
+        )
+        return lease
+
+    def renew_lease(
+        self, entity_id: int, token: str, lo: int, hi: int, now: float, locked_until: float
+    ) -> int:
+        return self._count(
+            "UPDATE messages SET locked_until = %b WHERE entity_id = %b AND state = 'locked'"
+            " AND lock_token = %b AND locked_until > %b AND seq BETWEEN %b AND %b",
+            (locked_until, entity_id, token, now, lo, hi),
+        )
+
+    def close_expired_leases(self, entity_id: int, now: float) -> None:
+        pass  # the expired locks were each a message's
 
     def _lock_ready(
         self,
@@ -88,22 +120,6 @@ class BatchQueries(StatementRunner):
                 "ready": ready.value,
                 "limit": limit,
             },
-        )
-
-    def insert_lease(self, entity_id: int, lease: Lease) -> None:
-        self._run(
-            "INSERT INTO leases (entity_id, consumer, number, lock_token, count, min_seq,"
-            " max_seq, created_at) VALUES (%b, %b, %b, %b, %b, %b, %b, %b)",
-            (
-                entity_id,
-                lease.consumer,
-                lease.number,
-                lease.lock_token,
-                lease.count,
-                lease.min_sequence,
-                lease.max_sequence,
-                lease.created_at,
-            ),
         )
 
     def lease(self, entity_id: int, name: str, consumer: str, number: int | None) -> Lease | None:
