@@ -404,7 +404,7 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
         cover = self._cover(entity_id, token, now)
         if cover is not None and max(lo, cover[0]) <= min(hi, cover[1]):
             span = (max(lo, cover[0]), min(hi, cover[1]))
-            done += len(self._delete_covered(entity_id, "seq BETWEEN ? AND ?", *span))
+            done += self._delete_covered_span(entity_id, *span)
             if span == cover:  # the lease holds nothing more by its cover
                 self._db.execute(
                     "UPDATE leases SET cover_lo = NULL, cover_hi = NULL WHERE entity_id = ?"
@@ -431,6 +431,24 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
             (entity_id, *params),
         ).fetchall()
         return self._completed(entity_id, rows)
+
+    def _delete_covered_span(self, entity_id: int, lo: int, hi: int) -> int:
+        """Complete the covered messages in ``[lo, hi]`` (a lease's batch): counted first,
+        then deleted without RETURNING, which would buffer every row."""
+        which = (
+            "entity_id = ? AND leasable = 1 AND state IN ('active', 'dead_lettered')"
+            " AND seq BETWEEN ? AND ?"
+        )
+        params = (entity_id, lo, hi)
+        count, size = self._db.execute(
+            f"SELECT count(*), coalesce(sum(size), 0) FROM messages WHERE {which}", params
+        ).fetchone()
+        self._db.execute(
+            f"DELETE FROM bodies WHERE id IN (SELECT body_id FROM messages WHERE {which})", params
+        )
+        self._db.execute(f"DELETE FROM messages WHERE {which}", params)
+        self._bump(entity_id, completed=count, size_bytes=-size)
+        return int(count)
 
     def _completed(self, entity_id: int, rows: list[Any]) -> list[int]:
         self._delete_bodies([row[2] for row in rows])

@@ -65,19 +65,24 @@ class SqliteLeases:
         locked_until: float,
         now: float,
     ) -> Lease | None:
-        top = self.cover_top(entity_id)
-        taken = self._db.execute(RECEIVABLE, (entity_id, ready, top, limit)).fetchall()
-        if not taken:
+        params = (entity_id, ready, self.cover_top(entity_id), limit)
+        count, first, last, cover_lo, cover_hi, returning = self._db.execute(
+            "SELECT count(*), min(seq), max(seq), min(CASE leasable WHEN 1 THEN seq END),"
+            f" max(CASE leasable WHEN 1 THEN seq END), sum(1 - leasable) FROM ({RECEIVABLE})",
+            params,
+        ).fetchone()
+        if not count:
             return None
-        fresh = [seq for seq, leasable in taken if leasable]
-        returned = [seq for seq, leasable in taken if not leasable]
-        if returned:
+        if returning:  # came back since they were sent: locked row by row
+            returned = self._db.execute(
+                f"SELECT seq FROM ({RECEIVABLE}) WHERE leasable = 0", params
+            ).fetchall()
             self._db.execute(
                 "UPDATE messages SET state = 'locked', lock_token = ?, locked_until = ?,"
                 f" delivery_count = delivery_count + 1 WHERE seq IN {SEQS}",
-                (token, locked_until, seqs_json(returned)),
+                (token, locked_until, seqs_json([row[0] for row in returned])),
             )
-        lease = Lease(name, consumer, number, token, len(taken), taken[0][0], taken[-1][0], now)
+        lease = Lease(name, consumer, number, token, count, first, last, now)
         self._db.execute(
             "INSERT INTO leases (entity_id, consumer, number, lock_token, count, min_seq,"
             " max_seq, created_at, locked_until, cover_lo, cover_hi)"
@@ -92,8 +97,8 @@ class SqliteLeases:
                 lease.max_sequence,
                 now,
                 locked_until,
-                fresh[0] if fresh else None,
-                fresh[-1] if fresh else None,
+                cover_lo,
+                cover_hi,
             ),
         )
         return lease
@@ -230,7 +235,7 @@ class SqliteLeases:
                 " AND seq BETWEEN ? AND ?",
                 (entity_id, max(lo, cover[0]), min(hi, cover[1])),
             ).fetchall()
-        rows.sort(key=_first)
+            rows.sort(key=_first)
         return rows
 
 
