@@ -66,6 +66,19 @@ from poisonq.store.sqlite_rows import (
 from poisonq.store.sqlite_sessions import SqliteSessions
 from poisonq.store.sqlite_tasks import SqliteTasks
 
+# The locks that ran out: a message's own, and those of the leases whose locks ran out
+# (CROSS JOIN keeps the few expired leases outside, then reads their ranges). Parameters:
+# entity, now.
+_EXPIRED_LOCKS = (
+    "SELECT seq, delivery_count, move_count, dead_lettered_deliveries FROM messages"
+    " WHERE entity_id = ?1 AND state = 'locked' AND locked_until <= ?2"
+    " UNION ALL SELECT seq, delivery_count + 1, move_count, dead_lettered_deliveries"
+    " FROM leases CROSS JOIN messages USING (entity_id) WHERE entity_id = ?1"
+    " AND cover_lo IS NOT NULL AND leases.locked_until <= ?2"
+    " AND seq BETWEEN cover_lo AND cover_hi AND leasable = 1"
+    " AND state IN ('active', 'dead_lettered')"
+)
+
 
 class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
     def __init__(self, conn: sqlite3.Connection) -> None:
@@ -158,9 +171,7 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
 
     def expired_lock_count(self, entity_id: int, now: float) -> int:
         (n,) = self._db.execute(
-            "SELECT count(*) FROM held_messages WHERE entity_id = ? AND state = 'locked'"
-            " AND locked_until <= ?",
-            (entity_id, now),
+            f"SELECT count(*) FROM ({_EXPIRED_LOCKS})", (entity_id, now)
         ).fetchone()
         return int(n)
 
@@ -293,39 +304,43 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
 
     def message(self, entity_id: int, name: str, seq: int) -> ReceivedMessage | None:
         row = self._db.execute(
-            f"SELECT {HELD_COLUMNS} FROM held_messages WHERE entity_id = ? AND seq = ?",
+            f"SELECT {HELD_COLUMNS} FROM held_messages WHERE +entity_id = ? AND seq = ?",
             (entity_id, seq),
         ).fetchone()
         return message_row(row, name) if row else None
 
     def messages(self, entity_id: int, name: str, seqs: Sequence[int]) -> list[ReceivedMessage]:
         rows = self._db.execute(
-            f"SELECT {HELD_COLUMNS} FROM held_messages WHERE entity_id = ? AND seq IN {SEQS}"
+            f"SELECT {HELD_COLUMNS} FROM held_messages WHERE +entity_id = ? AND seq IN {SEQS}"
             " ORDER BY seq",
             (entity_id, seqs_json(seqs)),
         )
         return message_rows(rows, name)
 
     def locked(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[LockInfo]:
-        rows = self._db.execute(
-            "SELECT seq, delivery_count, move_count, dead_lettered_deliveries FROM held_messages"
-            " WHERE entity_id = ?"
-            f" AND state = 'locked' AND lock_token = ? AND locked_until > ? AND seq IN {SEQS}",
-            (entity_id, token, now, seqs_json(seqs)),
-        )
-        return [LockInfo(*row) for row in rows]
+        held = [
+            LockInfo(*row)
+            for row in self._db.execute(
+                "SELECT seq, delivery_count, move_count, dead_lettered_deliveries FROM messages"
+                " WHERE entity_id = ? AND state = 'locked' AND lock_token = ?"
+                f" AND locked_until > ? AND seq IN {SEQS}",
+                (entity_id, token, now, seqs_json(seqs)),
+            )
+        ]
+        if len(held) < len(seqs):  # the others may be held by a lease's cover
+            covered = self._covered(entity_id, token, list(seqs), min(seqs), max(seqs), now)
+            held += [
+                LockInfo(*row)
+                for row in self._db.execute(
+                    "SELECT seq, delivery_count + 1, move_count, dead_lettered_deliveries"
+                    f" FROM messages WHERE seq IN {SEQS}",
+                    (seqs_json(covered),),
+                )
+            ]
+        return held
 
     def expired_locks(self, entity_id: int, now: float) -> list[LockInfo]:
-        rows = self._db.execute(
-            "SELECT seq, delivery_count, move_count, dead_lettered_deliveries FROM messages"
-            " WHERE entity_id = ?1 AND state = 'locked' AND locked_until <= ?2"
-            " UNION ALL SELECT seq, delivery_count + 1, move_count, dead_lettered_deliveries"
-            " FROM leases JOIN messages USING (entity_id) WHERE entity_id = ?1"
-            " AND cover_lo IS NOT NULL AND leases.locked_until <= ?2"
-            " AND seq BETWEEN cover_lo AND cover_hi AND leasable = 1"
-            " AND state IN ('active', 'dead_lettered') ORDER BY seq",
-            (entity_id, now),
-        )
+        rows = self._db.execute(f"{_EXPIRED_LOCKS} ORDER BY seq", (entity_id, now))
         return [LockInfo(*row) for row in rows]
 
     def expired_messages(self, entity_id: int, now: float) -> list[int]:
