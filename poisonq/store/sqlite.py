@@ -44,7 +44,7 @@ from poisonq.store.base import (
     Transaction,
     pending_migrations,
 )
-from poisonq.store.sqlite_leases import RECEIVABLE_SEQS, SqliteLeases
+from poisonq.store.sqlite_leases import SqliteLeases
 from poisonq.store.sqlite_rows import (
     COVERED,
     ENTITY_COLUMNS,
@@ -250,8 +250,8 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
             params: tuple[object, ...] = (entity_id, ready, session_id, limit)
             which += " AND session_id = ?3 ORDER BY seq LIMIT ?4"
         else:
-            which = RECEIVABLE_SEQS
-            params = (entity_id, ready, self.cover_top(entity_id), limit)
+            which, top = self.receivable(entity_id)
+            params = (entity_id, ready, top, limit)
         rows = self._db.execute(
             "UPDATE messages SET state = 'locked', lock_token = ?5, locked_until = ?6,"
             f" delivery_count = delivery_count + 1 WHERE seq IN ({which})"
@@ -264,10 +264,11 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
     def take_ready(
         self, entity_id: int, name: str, ready: MessageState, limit: int
     ) -> list[ReceivedMessage]:
+        which, top = self.receivable(entity_id)
         rows = self._db.execute(
-            f"DELETE FROM messages WHERE seq IN ({RECEIVABLE_SEQS})"
+            f"DELETE FROM messages WHERE seq IN ({which})"
             f" RETURNING {MESSAGE_COLUMNS}, size, body_id",
-            (entity_id, ready, self.cover_top(entity_id), limit),
+            (entity_id, ready, top, limit),
         ).fetchall()
         rows.sort(key=lambda row: row[0])
         self._delete_bodies([row[-1] for row in rows])

@@ -32,7 +32,8 @@ RECEIVABLE = (
     " WHERE entity_id = ?1 AND state = ?2 AND leasable = 0 AND seq <= ?3 ORDER BY seq LIMIT ?4)"
     " ORDER BY seq LIMIT ?4"
 )
-RECEIVABLE_SEQS = f"SELECT seq FROM ({RECEIVABLE})"
+_RECEIVABLE_SEQS = f"SELECT seq FROM ({RECEIVABLE})"
+_READY_SEQS = "SELECT seq FROM messages WHERE entity_id = ?1 AND state = ?2 ORDER BY seq LIMIT ?4"
 _LEASE_COLUMNS = (
     "seq, message_id, (SELECT body FROM bodies WHERE bodies.id = messages.body_id),"
     " content_type, subject, properties, session_id, correlation_id, enqueued_at"
@@ -52,6 +53,13 @@ class SqliteLeases:
             (entity_id,),
         ).fetchone()
         return int(top)
+
+    def receivable(self, entity_id: int) -> tuple[str, int]:
+        """A statement selecting the sequence numbers of the entity's receivable messages
+        (parameters: entity, ready state, the top of its covers, limit), and that top: with no
+        cover, the plain oldest ready ones."""
+        top = self.cover_top(entity_id)
+        return (_RECEIVABLE_SEQS if top else _READY_SEQS), top
 
     def lock_lease(
         self,
