@@ -84,6 +84,18 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._db = conn
 
+    def _covered_clause(self, entity_id: int) -> str:
+        """:data:`COVERED` when the entity has a lease cover, else ``0``: no row is covered,
+        and the statement need not ask each row."""
+        return COVERED if self.cover_top(entity_id) else "0"
+
+    def _returned(self, entity_id: int) -> str:
+        """What ``leasable`` becomes for a message that comes (back) to ready in the entity:
+        0 if a lease cover of the entity could take it for one of its own, else unchanged
+        (with no cover it is as receivable as a message just sent, and keeping it so spares
+        an entry in the index of unleasable messages)."""
+        return "0" if self.cover_top(entity_id) else "leasable"
+
     def _bump(self, entity_id: int, **deltas: int) -> None:
         """Add ``deltas`` to the entity's ledger columns (names are ours, never user input)."""
         deltas = {k: v for k, v in deltas.items() if v}
@@ -345,16 +357,18 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
         return [LockInfo(*row) for row in rows]
 
     def expired_messages(self, entity_id: int, now: float) -> list[int]:
+        covered = self._covered_clause(entity_id)
         rows = self._db.execute(
             "SELECT seq FROM messages WHERE entity_id = ? AND expires_at <= ?"
-            f" AND state IN ('scheduled', 'active', 'deferred') AND NOT {COVERED} ORDER BY seq",
+            f" AND state IN ('scheduled', 'active', 'deferred') AND NOT {covered} ORDER BY seq",
             (entity_id, now),
         )
         return [row[0] for row in rows]
 
     def promote_scheduled(self, entity_id: int, now: float) -> int:
         return self._db.execute(
-            "UPDATE messages SET state = 'active', leasable = 0 WHERE entity_id = ?"
+            f"UPDATE messages SET state = 'active', leasable = {self._returned(entity_id)}"
+            " WHERE entity_id = ?"
             " AND state = 'scheduled' AND visible_at <= ?",
             (entity_id, now),
         ).rowcount
@@ -378,11 +392,12 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
         move_count: int = 0,
         hop_count: int = 0,
     ) -> list[int]:
+        covered = self._covered_clause(entity_id)
         rows = self._db.execute(
             "UPDATE messages SET entity_id = ?, state = coalesce(?, state),"
-            " visible_at = coalesce(?, visible_at), leasable = 0,"
+            f" visible_at = coalesce(?, visible_at), leasable = {self._returned(target_id)},"
             " move_count = move_count + ?, hop_count = hop_count + ?"
-            f" WHERE entity_id = ? AND state IN {HELD} AND state != 'locked' AND NOT {COVERED}"
+            f" WHERE entity_id = ? AND state IN {HELD} AND state != 'locked' AND NOT {covered}"
             f" AND seq IN {SEQS} RETURNING seq, size",
             (target_id, state, visible_at, move_count, hop_count, entity_id, seqs_json(seqs)),
         ).fetchall()
@@ -480,16 +495,18 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
         lock_expired: bool,
     ) -> int:
         record = json.dumps(failure) if failure else None
+        covered = self._covered_clause(entity_id)
         # A covered message's delivery is counted in its row as it leaves its lease.
         changed = self._db.execute(
             "UPDATE messages SET state = ?4, lock_token = NULL, locked_until = NULL,"
-            f" delivery_count = delivery_count + {COVERED}, leasable = 0,"
+            f" delivery_count = delivery_count + {covered},"
+            f" leasable = {self._returned(entity_id)},"
             " abort_count = abort_count + 1,"
             " failures = CASE WHEN ?1 IS NULL THEN failures"
             "   ELSE json_insert(coalesce(failures, '[]'), '$[#]', json(?1)) END,"
             " last_error_type = coalesce(json_extract(?1, '$.error_type'), last_error_type),"
             " last_fingerprint = coalesce(json_extract(?1, '$.fingerprint'), last_fingerprint)"
-            f" WHERE entity_id = ?2 AND (state = 'locked' OR {COVERED})"
+            f" WHERE entity_id = ?2 AND (state = 'locked' OR {covered})"
             f" AND seq IN {SEQS.replace('?', '?3')}",
             (record, entity_id, seqs_json(seqs), ready),
         ).rowcount
@@ -520,7 +537,7 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
         extra = [] if seqs is None else [seqs_json(seqs)]
         rows = self._db.execute(
             "UPDATE messages SET state = ?, lock_token = NULL, locked_until = NULL,"
-            " delivery_count = delivery_count - 1, leasable = 0"
+            f" delivery_count = delivery_count - 1, leasable = {self._returned(entity_id)}"
             " WHERE entity_id = ? AND state = 'locked' AND lock_token = ? AND locked_until > ?"
             f" AND seq BETWEEN ? AND ?{listed} RETURNING seq",
             (ready, entity_id, token, now, lo, hi, *extra),
@@ -596,25 +613,28 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
         lock_token: str | None = None,
     ) -> list[int]:
         record = json.dumps(failure) if failure else None
-        covered: list[int] = []
-        if lock_token is not None and seqs:
-            covered = self._covered(entity_id, lock_token, list(seqs), min(seqs), max(seqs), now)
+        covered = self._covered_clause(entity_id)
+        held: list[int] = []
+        if lock_token is not None and seqs and covered != "0":
+            held = self._covered(entity_id, lock_token, list(seqs), min(seqs), max(seqs), now)
+        held_by_cover = f" OR seq IN {SEQS.replace('?', '?10')}" if held else ""
         rows = self._db.execute(
             "UPDATE messages SET entity_id = ?1, state = 'dead_lettered', lock_token = NULL,"
-            f" locked_until = NULL, dead_letter_reason = ?2, leasable = 0,"
-            f" delivery_count = delivery_count + {COVERED},"
+            " locked_until = NULL, dead_letter_reason = ?2,"
+            f" leasable = {self._returned(target_id)},"
+            f" delivery_count = delivery_count + {covered},"
             # Without a description, the last recorded failure describes the message.
             " dead_letter_description = coalesce(?3, json_extract(failures, '$[#-1].error_type')"
             "   || ': ' || json_extract(failures, '$[#-1].message')),"
             " dead_letter_source = ?4, dead_lettered_at = ?5,"
-            f" dead_lettered_deliveries = delivery_count + {COVERED},"
+            f" dead_lettered_deliveries = delivery_count + {covered},"
             " failures = CASE WHEN ?6 IS NULL THEN failures"
             "   ELSE json_insert(coalesce(failures, '[]'), '$[#]', json(?6)) END,"
             " last_error_type = coalesce(json_extract(?6, '$.error_type'), last_error_type),"
             " last_fingerprint = coalesce(json_extract(?6, '$.fingerprint'), last_fingerprint)"
             f" WHERE entity_id = ?7 AND state IN {LIVE}"
             " AND (?9 IS NULL OR (state = 'locked' AND lock_token = ?9 AND locked_until > ?5)"
-            f" OR seq IN {SEQS.replace('?', '?10')})"
+            f"{held_by_cover})"
             f" AND seq IN {SEQS.replace('?', '?8')} RETURNING seq, size",
             (
                 target_id,
@@ -626,7 +646,7 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
                 entity_id,
                 seqs_json(seqs),
                 lock_token,
-                seqs_json(covered),
+                *([seqs_json(held)] if held else []),
             ),
         ).fetchall()
         moved, size = len(rows), sum(row[1] for row in rows)
@@ -655,9 +675,10 @@ class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
         now: float,
         expires_at: float | None,
     ) -> int:
+        covered = self._covered_clause(entity_id)
         guard = (
             "entity_id = ? AND state IN ('active', 'deferred', 'dead_lettered')"
-            f" AND NOT {COVERED} AND seq IN {SEQS}"
+            f" AND NOT {covered} AND seq IN {SEQS}"
         )
         params = (entity_id, seqs_json(seqs))
         # INSERT ... SELECT in sequence order gives the copies new, ascending sequence numbers:
