@@ -15,7 +15,7 @@ from poisonq.engine import Engine
 from poisonq.errors import InvalidOptionError, PoisonqError
 from poisonq.store.base import MessageFilter, TaskRecord
 
-MAX_CHUNK = 500
+MAX_CHUNK = 5_000  # messages per transaction of an unthrottled task
 
 
 class BulkTask:

@@ -46,7 +46,6 @@ from poisonq.store.base import (
 )
 from poisonq.store.sqlite_leases import SqliteLeases
 from poisonq.store.sqlite_rows import (
-    COVERED,
     ENTITY_COLUMNS,
     HELD,
     HELD_COLUMNS,
@@ -80,14 +79,9 @@ _EXPIRED_LOCKS = (
 )
 
 
-class SqliteTransaction(SqliteSessions, SqliteLeases, SqliteTasks, Transaction):
+class SqliteTransaction(SqliteSessions, SqliteTasks, SqliteLeases, Transaction):
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._db = conn
-
-    def _covered_clause(self, entity_id: int) -> str:
-        """:data:`COVERED` when the entity has a lease cover, else ``0``: no row is covered,
-        and the statement need not ask each row."""
-        return COVERED if self.cover_top(entity_id) else "0"
 
     def _returned(self, entity_id: int) -> str:
         """What ``leasable`` becomes for a message that comes (back) to ready in the entity:

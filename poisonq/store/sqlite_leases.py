@@ -20,7 +20,7 @@ import sqlite3
 from typing import Any
 
 from poisonq.model import Lease, MessageState
-from poisonq.store.sqlite_rows import SEQS, seqs_json
+from poisonq.store.sqlite_rows import COVERED, SEQS, seqs_json
 
 # The receivable messages of an entity in its ``ready`` state, oldest first: those above the
 # top of its cover ranges, and the unleasable ones below it (in their own index). Parameters:
@@ -53,6 +53,11 @@ class SqliteLeases:
             (entity_id,),
         ).fetchone()
         return int(top)
+
+    def _covered_clause(self, entity_id: int) -> str:
+        """:data:`COVERED` when the entity has a lease cover, else ``0``: no row is covered,
+        and the statement need not ask each row."""
+        return COVERED if self.cover_top(entity_id) else "0"
 
     def receivable(self, entity_id: int) -> tuple[str, int]:
         """A statement selecting the sequence numbers of the entity's receivable messages

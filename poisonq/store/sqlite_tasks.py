@@ -7,10 +7,15 @@ import sqlite3
 from typing import Any
 
 from poisonq.store.base import DeadLetterGroup, MessageFilter, TaskRecord
+from poisonq.store.sqlite_leases import SqliteLeases
 from poisonq.store.sqlite_rows import GROUP_KEYS, filter_sql
 
+# The states of held messages nobody holds a lock on (a lease's cover aside).
+UNLOCKED = ("scheduled", "active", "deferred", "dead_lettered")
+UNLOCKED_SQL = "('scheduled', 'active', 'deferred', 'dead_lettered')"
 
-class SqliteTasks:
+
+class SqliteTasks(SqliteLeases):
     """The dead-letter grouping, selection and task methods of
     :class:`poisonq.store.sqlite.SqliteTransaction`."""
 
@@ -35,21 +40,30 @@ class SqliteTasks:
         limit: int,
         newest_first: bool = False,
     ) -> list[int]:
+        # One ordered walk of the state index per unlocked state, merged: a chunk of a task
+        # costs its size, however many messages the entity holds (``state != 'locked'``
+        # would read all of them and sort).
         clauses, params = filter_sql(where)
         order = "DESC" if newest_first else "ASC"
+        covered = self._covered_clause(entity_id)
+        part = (
+            "SELECT seq FROM (SELECT seq FROM messages WHERE entity_id = ? AND state = ?"
+            f" AND seq > ?{clauses} AND NOT {covered} ORDER BY seq {order} LIMIT ?)"
+        )
         rows = self._db.execute(
-            "SELECT seq FROM held_messages WHERE entity_id = ? AND state != 'locked'"
-            " AND seq > ?"
-            f"{clauses} ORDER BY seq {order} LIMIT ?",
-            (entity_id, after_seq, *params, limit),
+            " UNION ALL ".join([part] * len(UNLOCKED)) + f" ORDER BY seq {order} LIMIT ?",
+            [
+                *(p for state in UNLOCKED for p in (entity_id, state, after_seq, *params, limit)),
+                limit,
+            ],
         )
         return [row[0] for row in rows]
 
     def count_matching(self, entity_id: int, where: MessageFilter) -> int:
         clauses, params = filter_sql(where)
         (n,) = self._db.execute(
-            f"SELECT count(*) FROM held_messages WHERE entity_id = ? AND state != 'locked'"
-            f"{clauses}",
+            f"SELECT count(*) FROM messages WHERE entity_id = ? AND state IN {UNLOCKED_SQL}"
+            f"{clauses} AND NOT {self._covered_clause(entity_id)}",
             (entity_id, *params),
         ).fetchone()
         return int(n)
