@@ -145,7 +145,7 @@ class Admin(EngineBase):
         """Check every entity's ledger against the messages it holds."""
         with self.store.transaction() as tx:
             entries = []
-            for entity in tx.entities():
+            for entity, held in tx.audit_rows():
                 ledger = entity.ledger
                 entries.append(
                     AuditEntry(
@@ -155,7 +155,7 @@ class Admin(EngineBase):
                         completed=ledger.completed,
                         dropped=ledger.dropped,
                         moved_out=ledger.moved_out,
-                        held=sum(tx.held_counts(entity.id).values()),
+                        held=held,
                     )
                 )
             return AuditReport(entries)

@@ -195,11 +195,11 @@ class EngineBase:
     def _counts(self, tx: Transaction, target: Target) -> dict[str, int]:
         """Held messages by state, as a receive would find them: a lock that ran out is
         not counted as locked but as ready again (the next receive counts the abandon)."""
-        held = tx.held_counts(target.entity.id)
+        entity = target.entity
+        held = tx.held_counts(entity.id, target.ready, entity.ledger.held)
         counts = {state.value: held.get(state, 0) for state in HELD_STATES}
-        if target.subqueue is None and target.entity.name != NAMESPACE_DEADLETTER:
-            dlq = self._child(tx, target, SubQueue.DEADLETTER)
-            counts["dead_lettered"] = sum(tx.held_counts(dlq.id).values())
+        if target.subqueue is None and entity.name != NAMESPACE_DEADLETTER:
+            counts["dead_lettered"] = self._child(tx, target, SubQueue.DEADLETTER).ledger.held
         else:
             counts["dead_lettered"] = held.get(MessageState.DEAD_LETTERED, 0)
         counts["completed"] = target.entity.ledger.completed

@@ -54,6 +54,11 @@ class Ledger:
     abandoned: int = 0  # abandons by a receiver; lock expiries are counted apart
     poisoned: int = 0  # messages the retry policy dead-lettered or dropped
 
+    @property
+    def held(self) -> int:
+        """The messages held now, by the ledger's count (the audit checks it by the rows)."""
+        return self.sent + self.moved_in - self.completed - self.dropped - self.moved_out
+
 
 @dataclass(frozen=True, slots=True)
 class EntityRecord:
@@ -211,8 +216,18 @@ class Transaction(ABC):
         """Delete an entity with its subqueues and every message they hold."""
 
     @abstractmethod
-    def held_counts(self, entity_id: int) -> dict[MessageState, int]:
-        """Messages held by the entity, by state (terminal states are never held)."""
+    def held_counts(
+        self, entity_id: int, ready: MessageState, held: int
+    ) -> dict[MessageState, int]:
+        """Messages held by the entity, by state, given how many it holds (``held``, by its
+        ledger): the states other than ``ready`` are counted, which costs what they hold,
+        and ``ready`` has the rest, so a queue of millions is counted at the cost of what
+        is locked, deferred or scheduled in it."""
+
+    @abstractmethod
+    def audit_rows(self) -> list[tuple[EntityRecord, int]]:
+        """Every entity with the messages it holds, counted row by row, read at one moment:
+        what the audit checks each ledger against."""
 
     @abstractmethod
     def expired_lock_count(self, entity_id: int, now: float) -> int:

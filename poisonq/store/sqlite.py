@@ -30,6 +30,7 @@ from poisonq.errors import (
     StoreUnavailableError,
 )
 from poisonq.model import (
+    HELD_STATES,
     EntityStatus,
     MessageState,
     ReceivedMessage,
@@ -158,22 +159,30 @@ class SqliteTransaction(SqliteSessions, SqliteTasks, SqliteLeases, Transaction):
         )
         self._db.execute("DELETE FROM entities WHERE id = ?1 OR parent_id = ?1", (entity_id,))
 
-    def held_counts(self, entity_id: int) -> dict[MessageState, int]:
+    def held_counts(
+        self, entity_id: int, ready: MessageState, held: int
+    ) -> dict[MessageState, int]:
+        others = [s for s in (*HELD_STATES, MessageState.DEAD_LETTERED) if s is not ready]
         rows = self._db.execute(
-            "SELECT state, count(*) FROM messages WHERE entity_id = ? GROUP BY state",
-            (entity_id,),
+            "SELECT state, count(*) FROM messages WHERE entity_id = ?"
+            f" AND state IN {SEQS} GROUP BY state",
+            (entity_id, json.dumps(others)),
         )
         counts = {STATES[state]: n for state, n in rows}
         top = self.cover_top(entity_id)
         if top:  # the covered messages are locked, not ready
-            for state, n in self._db.execute(
-                "SELECT state, count(*) FROM messages WHERE entity_id = ? AND leasable = 1"
-                " AND state IN ('active', 'dead_lettered') AND seq <= ? GROUP BY state",
-                (entity_id, top),
-            ):
-                counts[STATES[state]] -= n
-                counts[MessageState.LOCKED] = counts.get(MessageState.LOCKED, 0) + n
+            (covered,) = self._db.execute(
+                "SELECT count(*) FROM messages WHERE entity_id = ? AND state = ?"
+                " AND leasable = 1 AND seq <= ?",
+                (entity_id, ready, top),
+            ).fetchone()
+            counts[MessageState.LOCKED] = counts.get(MessageState.LOCKED, 0) + covered
+        counts[ready] = held - sum(counts.values())
         return {state: n for state, n in counts.items() if n}
+
+    def audit_rows(self) -> list[tuple[EntityRecord, int]]:
+        held = dict(self._db.execute("SELECT entity_id, count(*) FROM messages GROUP BY entity_id"))
+        return [(entity, held.get(entity.id, 0)) for entity in self.entities()]
 
     def expired_lock_count(self, entity_id: int, now: float) -> int:
         (n,) = self._db.execute(

@@ -33,7 +33,7 @@ from typing import Any, cast
 from psycopg import Cursor
 
 from poisonq.errors import EntityExistsError, StoreError
-from poisonq.model import EntityStatus, MessageState, ReceivedMessage, SubQueue
+from poisonq.model import HELD_STATES, EntityStatus, MessageState, ReceivedMessage, SubQueue
 from poisonq.store.base import EntityRecord, LockInfo, MessageFilter, NewMessage, Transaction
 from poisonq.store.postgres.batches import (
     BatchQueries,
@@ -144,23 +144,20 @@ class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
         return entity_from_row(row)
 
     def entities(self) -> list[EntityRecord]:
-        # With the messages each entity holds, by state, read in the same statement: an audit
-        # compares the two, and under READ COMMITTED separate statements could see other
-        # transactions' commits in between and report a ledger out of balance that is not.
+        self.flush_ledger()
+        rows = self._all(f"SELECT {_ENTITY_COLUMNS} FROM entities ORDER BY name")
+        return [entity_from_row(row) for row in rows]
+
+    def audit_rows(self) -> list[tuple[EntityRecord, int]]:
+        # The ledger and the rows in one statement: under READ COMMITTED separate statements
+        # could see other transactions' commits in between and report a ledger out of
+        # balance that is not.
         self.flush_ledger()
         rows = self._all(
-            f"SELECT {_ENTITY_COLUMNS}, (SELECT coalesce(jsonb_object_agg(state, n), '{{}}')"
-            " FROM (SELECT state, count(*) AS n FROM messages"
-            " WHERE messages.entity_id = entities.id GROUP BY state) AS held)"
-            " FROM entities ORDER BY name"
+            f"SELECT {_ENTITY_COLUMNS}, (SELECT count(*) FROM messages"
+            " WHERE messages.entity_id = entities.id) FROM entities ORDER BY name"
         )
-        records = []
-        for row in rows:
-            record = entity_from_row(row[:-1])
-            held = {_STATES[state]: n for state, n in row[-1].items()}
-            self._remember(("held", record.id), held)
-            records.append(record)
-        return records
+        return [(entity_from_row(row[:-1]), row[-1]) for row in rows]
 
     def set_options(self, entity_id: int, options: str, now: float) -> None:
         self._run(
@@ -189,15 +186,18 @@ class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
         )
         self._run("DELETE FROM messages WHERE entity_id = ANY(%b)", ([row[0] for row in gone],))
 
-    def held_counts(self, entity_id: int) -> dict[MessageState, int]:
-        known = self._recall(("held", entity_id))
-        if known is not None:
-            return cast(dict[MessageState, int], known)
+    def held_counts(
+        self, entity_id: int, ready: MessageState, held: int
+    ) -> dict[MessageState, int]:
+        others = [s.value for s in (*HELD_STATES, MessageState.DEAD_LETTERED) if s is not ready]
         rows = self._all(
-            "SELECT state, count(*) FROM messages WHERE entity_id = %b GROUP BY state",
-            (entity_id,),
+            "SELECT state, count(*) FROM messages WHERE entity_id = %b AND state = ANY(%b)"
+            " GROUP BY state",
+            (entity_id, others),
         )
-        return {_STATES[state]: n for state, n in rows}
+        counts = {_STATES[state]: n for state, n in rows}
+        counts[ready] = held - sum(counts.values())
+        return {state: n for state, n in counts.items() if n}
 
     def expired_lock_count(self, entity_id: int, now: float) -> int:
         (n,) = self._all(
