@@ -412,12 +412,15 @@ class Broker:
         self,
         queue: str,
         *,
+        wait: bool = True,
         progress: Callable[[BulkTask], None] | None = None,
         **where: Any,
     ) -> BulkTask:
-        """Drop dead-lettered messages of ``queue`` that match the filters (all by default)."""
+        """Drop dead-lettered messages of ``queue`` that match the filters (all by default),
+        as a tracked task. With ``wait=False`` the task runs in a thread; ``task.cancel()``
+        stops it."""
         task = purge_task(self.engine, self._dlq(queue), _filter(where))
-        return task.run(wait=True, progress=progress)
+        return task.run(wait=wait, progress=progress)
 
     def task(self, task_id: int) -> TaskRecord:
         """A resubmit or purge task's progress, whichever process runs it."""

@@ -127,11 +127,14 @@ def resubmit(state: State, queue: str, request: ResubmitRequest) -> TaskOut:
     return TaskOut(**task_json(record))
 
 
-@writes.post("/queues/{queue:path}/deadletters/purge", summary="Purge dead-letters")
+@writes.post(
+    "/queues/{queue:path}/deadletters/purge", summary="Purge dead-letters", status_code=202
+)
 def purge(state: State, queue: str, filters: PurgeRequest) -> TaskOut:
-    """Drop the matching dead-lettered messages (all of them with no filter); counted as
-    dropped in the ledger."""
-    return TaskOut(**task_json(state.purge(queue, filters.where())))
+    """Start dropping the matching dead-lettered messages (all of them with no filter),
+    counted as dropped in the ledger. The answer is the task: follow it at
+    ``/api/tasks/{id}``, stop it with ``.../cancel``."""
+    return TaskOut(**task_json(state.start_purge(queue, filters.where())))
 
 
 @writes.post("/tasks/{task_id}/cancel", summary="Cancel a running task")

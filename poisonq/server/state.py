@@ -73,17 +73,19 @@ class ServerState:
         self._track(key, task, operator)
         return task.record
 
-    def purge(self, queue: str, where: dict[str, Any], operator: str | None = None) -> TaskRecord:
-        """Drop the matching dead-letters (chunk by chunk, each chunk one transaction).
-        Raises :class:`TaskRunningError` while this server runs a task on ``queue``."""
+    def start_purge(
+        self, queue: str, where: dict[str, Any], operator: str | None = None
+    ) -> TaskRecord:
+        """Start dropping the matching dead-letters (chunk by chunk, each chunk one
+        transaction). Raises :class:`TaskRunningError` while this server runs a task on
+        ``queue``."""
         key = self._claim(queue)
         try:
-            # Tracked from its first chunk on, so the task list shows a long purge running.
-            task = self.broker.purge(
-                queue, progress=lambda t: self._track(key, t, operator), **where
-            )
-        finally:
+            task = self.broker.purge(queue, wait=False, **where)
+        except BaseException:
             self._release(key)
+            raise
+        self._track(key, task, operator)
         return task.record
 
     def running(self, queue: str) -> TaskRecord | None:
@@ -143,7 +145,7 @@ class ServerState:
                     del self._started[next(iter(self._started))]
 
     def _release(self, key: str) -> None:
-        """A purge has ended (or a task failed to start): the queue is free again."""
+        """A task failed to start: the queue is free again."""
         with self._lock:
             self._by_queue.pop(key, None)
 

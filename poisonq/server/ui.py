@@ -268,7 +268,7 @@ def purge(request: Request, state: State, session: Writer, form: Form) -> Respon
         if typed != str(state.broker.count_dead_letters(queue)):
             return _confirm_page(request, state, queue, "purge", where, 400, refused=typed)
     try:
-        record = state.purge(queue, where, operator=session.operator)
+        record = state.start_purge(queue, where, operator=session.operator)
     except TaskRunningError as busy:
         return _confirm_page(request, state, queue, "purge", where, 409, busy=busy)
     return _to_task(record.id, queue)

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from httpx2 import Response
 
 import poisonq
 from poisonq import Broker, ManualClock, Message
@@ -73,6 +74,15 @@ def dead(broker: Broker, queue: str) -> dict[str, list[int]]:
     )
     receiver.dead_letter(receiver.receive(max_messages=1), "InvalidOrder", MALICIOUS)
     return {"MaxDeliveryCountExceeded": poisoned, "InvalidOrder": invalid, "hostile": hostile}
+
+
+def finished(client: TestClient, started: Response) -> str:
+    """The page of the task a UI form started (its answer redirects there), once the task
+    has finished."""
+    assert started.status_code == 303, started.text
+    location = started.headers["location"]
+    wait_for_task(client.app, int(location.split("/")[3].split("?")[0]))  # type: ignore[arg-type]
+    return client.get(location).text
 
 
 def wait_for_task(app: FastAPI, task_id: int) -> TaskRecord:

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from poisonq import Broker
 from poisonq.server import create_app
 from tests.conftest import assert_balanced
-from tests.server.conftest import AUTH, TOKEN, GatedClock, wait_for_task
+from tests.server.conftest import AUTH, TOKEN, GatedClock, finished, wait_for_task
 from tests.server.test_ui import OPERATOR, login
 
 
@@ -31,8 +31,9 @@ def test_the_tasks_page_lists_what_this_server_started_and_who(
     wait_for_task(client.app, task_id)  # type: ignore[arg-type]
     one = str(dead["MaxDeliveryCountExceeded"][0])
     purge = {"csrf": csrf, "queue": "orders", "min_sequence": one, "max_sequence": one}
-    client.post("/ui/purge", data=purge)
+    finished(client, client.post("/ui/purge", data=purge, follow_redirects=False))
     api = client.post("/api/queues/orders/deadletters/purge", json={}, headers=AUTH).json()
+    wait_for_task(client.app, api["id"])  # type: ignore[arg-type]
     broker.purge("orders")  # another process: not this server's
     page = client.get("/ui/tasks").text
     rows = re.findall(

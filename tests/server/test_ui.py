@@ -13,7 +13,7 @@ from poisonq.server import create_app
 from poisonq.server.pages import body_view
 from poisonq.server.sessions import SESSION_COOKIE
 from tests.conftest import assert_balanced
-from tests.server.conftest import TOKEN, GatedClock, wait_for_task
+from tests.server.conftest import TOKEN, GatedClock, finished, wait_for_task
 
 DLQ = "orders/$deadletterqueue"
 OPERATOR = "Ada Lovelace"
@@ -202,8 +202,8 @@ def test_purge_one_message_from_its_page(
     assert "Drop <strong>1</strong>" in confirm
     assert 'name="count"' not in confirm  # a purge with a filter needs no count typed
     form = {"csrf": csrf, "queue": "orders", "min_sequence": str(seq), "max_sequence": str(seq)}
-    answer = client.post("/ui/purge", data=form)
-    assert 'id="task-status">completed<' in answer.text
+    answer = client.post("/ui/purge", data=form, follow_redirects=False)
+    assert 'id="task-status">completed<' in finished(client, answer)
     assert [m.sequence_number for m in broker.peek(DLQ, max_messages=10)] == sorted(
         dead["MaxDeliveryCountExceeded"] + dead["InvalidOrder"]
     )
@@ -228,8 +228,8 @@ def test_purging_a_whole_dead_letter_queue_needs_its_count_typed(
             "now, 6." in refused.text and f'name="count" id="count" value="{typed}"' in refused.text
         )
         assert broker.counts("orders")["dead_lettered"] == 6
-    done = client.post("/ui/purge", data={**form, "count": "6"})
-    assert 'id="task-status">completed<' in done.text
+    done = client.post("/ui/purge", data={**form, "count": "6"}, follow_redirects=False)
+    assert 'id="task-status">completed<' in finished(client, done)
     assert broker.counts("orders")["dead_lettered"] == 0
     assert_balanced(broker)
 
