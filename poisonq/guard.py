@@ -103,15 +103,39 @@ def _close_helpers() -> None:
 
 
 def _helper(transform: RowTransform, permanent: tuple[type[BaseException], ...]) -> Helper:
-    import cloudpickle
-
-    key: bytes = cloudpickle.dumps((transform, permanent))
+    key = _pickled(transform, permanent)
     helper = _HELPERS.get(key)
     if helper is None or not helper.alive:
         if helper is not None:
             helper.close()
         helper = _HELPERS[key] = _start(key, transform, permanent)
     return helper
+
+
+def _pickled(transform: RowTransform, permanent: tuple[type[BaseException], ...]) -> bytes:
+    """The transform for the helper, pickled with the user's module by value when it can
+    be: the helper then imports only what the transform itself refers to, not the rest of
+    its module (a job file that imports pyspark and pyarrow makes every fork cost five
+    times more). The module is that of the transform, or of the function it wraps
+    (``transform.transform``, as :class:`poisonq.lease_rows.OnLeaseRows` does)."""
+    import cloudpickle
+
+    inner = getattr(transform, "transform", transform)
+    module = sys.modules.get(getattr(inner, "__module__", None) or "")
+    if (
+        module is None
+        or module.__name__ in ("__main__", "builtins")
+        or module.__name__.startswith("poisonq")
+    ):
+        return bytes(cloudpickle.dumps((transform, permanent)))
+    cloudpickle.register_pickle_by_value(module)
+    try:
+        return bytes(cloudpickle.dumps((transform, permanent)))
+    except Exception:  # something in the module does not pickle: by reference, then
+        pass
+    finally:
+        cloudpickle.unregister_pickle_by_value(module)
+    return bytes(cloudpickle.dumps((transform, permanent)))
 
 
 def _start(

@@ -105,6 +105,14 @@ def job_defect(error: BaseException, held: Sequence[int]) -> Defect:
     return Defect(job_failure(error), len(held), len(held))
 
 
+def worker_crashed(error: BaseException) -> bool:
+    """Whether a Spark job failed because a Python worker died (``os._exit``, a segfault,
+    the out-of-memory killer) rather than because of an exception."""
+    java = getattr(error, "java_exception", None)
+    text = f"{error}\n{java.toString() if java is not None else ''}"
+    return "worker exited unexpectedly" in text.lower()
+
+
 def job_failure(error: BaseException) -> FailureRecord:
     """The failure a Spark job error leaves on a message. When a Python traceback is in it
     (a Python worker failed), that traceback and its exception line; else the error's first

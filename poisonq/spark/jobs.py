@@ -12,7 +12,7 @@ when it isolates a failure.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pyspark.accumulators import Accumulator
 from pyspark.errors import PySparkException
@@ -22,6 +22,7 @@ from pyspark.sql.types import IntegerType, LongType, StructType
 from poisonq.errors import InvalidOptionError
 from poisonq.model import Lease
 from poisonq.spark.gate import Runs, RunsParam, gated
+from poisonq.spark.isolation import worker_crashed
 from poisonq.spark.schema import MESSAGE_SCHEMA_DDL
 from poisonq.spark.session import quiet_query_errors
 from poisonq.spark.settling import LeaseContext
@@ -56,17 +57,36 @@ class LeaseReader:
 
 
 class MapJob:
-    """``map=``: each pipeline registers its own data source, which carries the function
-    (options can only carry strings)."""
+    """``map=``: each pipeline registers its own data sources, which carry the function
+    (options can only carry strings): one that runs it in the Python worker, and, with
+    ``work.isolate``, one that runs it under the crash guard (:mod:`poisonq.guard`).
+
+    The guard costs about as much as a simple transform on every row, so a run starts
+    without it and switches it on for the rest of the run when a Python worker dies: the
+    batch that crashed is written again under the guard, which then finds each crashing
+    message within its task."""
 
     def __init__(self, reader: LeaseReader, work: LeaseTransform) -> None:
         self.reader = reader
         self.struct = work.output.struct
+        spark = reader.spark
         self._source = f"poisonq_pipeline_{id(self):x}"
-        reader.spark.dataSource.register(pipeline_source(self._source, work))
+        spark.dataSource.register(pipeline_source(self._source, replace(work, isolate=False)))
+        self._guarded: str | None = None
+        if work.isolate:
+            self._guarded = f"{self._source}_guarded"
+            spark.dataSource.register(pipeline_source(self._guarded, work))
 
     def frame(self, lease: Lease, span: Span) -> Batch:
         return self.reader.read(self._source, lease, span), None
+
+    def guard_after(self, error: BaseException) -> bool:
+        """Switch the crash guard on if ``error`` is a Python worker's death and it is not
+        on yet; whether it was switched on (the batch is then to be written again)."""
+        if self._guarded is None or self._source == self._guarded or not worker_crashed(error):
+            return False
+        self._source = self._guarded
+        return True
 
 
 class FrameJob:
@@ -96,6 +116,10 @@ class FrameJob:
     def frame(self, lease: Lease, span: Span) -> Batch:
         passed = self._runs()
         return self._gated(self.reader.read("poisonq", lease, span), lease, passed), passed
+
+    def guard_after(self, error: BaseException) -> bool:
+        """A DataFrame transform has no crash guard: a crash is isolated by jobs."""
+        return False
 
     def _runs(self) -> Accumulator[Runs]:
         return self.reader.spark.sparkContext.accumulator([], RunsParam())

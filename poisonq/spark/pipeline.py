@@ -344,11 +344,19 @@ class Pipeline:
     ) -> None:
         """Write the lease's output, isolating guilty messages if the job fails."""
         with quiet_query_errors():
-            for attempt in range(3):
+            attempt = 0
+            while True:
                 try:
                     self._write_batch(broker, lease)
                     return
                 except JobError as exc:
+                    if self._job.guard_after(exc):
+                        log.warning(
+                            "a Python worker died in batch %d: writing it again with the"
+                            " crash guard on, as every batch of this run from now on",
+                            lease.number,
+                        )
+                        continue
                     defect = defect_in(exc)
                     if defect is None and attempt == 2:  # two rounds of isolation did not do
                         defect = job_defect(exc, broker.lease_sequence_numbers(lease))
@@ -358,6 +366,7 @@ class Pipeline:
                         defect = self._isolate(broker, lease, exc, report)
                     if defect is not None:
                         self._stop(broker, lease, defect, report)
+                    attempt += 1
                 except InvalidOptionError:  # the transform went wrong on the driver
                     broker.release_lease(lease)
                     raise
