@@ -19,10 +19,13 @@ half malformed JSON, half a negative amount), and:
 - the plain job: the same Spark SQL over the same bodies in Parquet, the expectations as a
   ``WHERE`` that drops the bad rows, into Parquet.
 
-Prints three lines: ``pipeline_msgs_per_s=… plain_spark_rows_per_s=… ratio=…
+Prints four lines: ``pipeline_msgs_per_s=… plain_spark_rows_per_s=… ratio=…
 isolation_jobs=… batch_fixed_cost_s=…`` (``map``; the fixed cost is the wall time of a batch
-of one message), ``crashing_pipeline_msgs_per_s=… crashes=… ms_per_crash=…`` and
-``dataframe_pipeline_msgs_per_s=… plain_spark_sql_rows_per_s=… dataframe_ratio=…``.
+of one message), ``crashing_pipeline_msgs_per_s=… crashes=… ms_per_crash=…``,
+``dataframe_pipeline_msgs_per_s=… plain_spark_sql_rows_per_s=… dataframe_ratio=…`` and the
+peak memory over the whole run: ``driver_python_peak_rss_mb=… driver_jvm_peak_rss_mb=…
+process_tree_peak_rss_mb=…`` (the driver's Python process, its JVM, and every process under
+the driver together: Python workers, the crash guard's processes).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from process_memory import PeakMemory
 from pyspark.sql import DataFrame
 
 import poisonq
@@ -151,73 +155,78 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="poisonq-bench-"))
     try:
-        spark = local_session("poisonq-bench")
-        url = f"sqlite:///{work / 'queues.db'}"
-        with poisonq.connect(url) as broker:
-            for queue in ("orders", "crashing", "frames"):
-                broker.create_queue(queue, max_delivery_count=DELIVERIES, lock_duration=120)
-            for queue in ("tiny", "tiny-frames"):
-                broker.create_queue(queue, lock_duration=120)
-            enqueue(broker, "orders", order, args.messages, poison_every, work / "orders.parquet")
-            crashing = partial(order, crash_every=crash_every)
-            enqueue(broker, "crashing", crashing, args.messages, poison_every, work / "c.parquet")
-            frames = work / "frames.parquet"
-            enqueue(broker, "frames", sql_order, args.messages, poison_every, frames)
-
-            def pipeline(queue: str, output: str, **kind: Any) -> Pipeline:
-                return Pipeline(
-                    spark,
-                    url=url,
-                    queue=queue,
-                    output=str(work / output),
-                    batch_size=args.batch,
-                    **kind,
+        with PeakMemory() as memory:
+            spark = local_session("poisonq-bench")
+            url = f"sqlite:///{work / 'queues.db'}"
+            with poisonq.connect(url) as broker:
+                for queue in ("orders", "crashing", "frames"):
+                    broker.create_queue(queue, max_delivery_count=DELIVERIES, lock_duration=120)
+                for queue in ("tiny", "tiny-frames"):
+                    broker.create_queue(queue, lock_duration=120)
+                enqueue(
+                    broker, "orders", order, args.messages, poison_every, work / "orders.parquet"
                 )
+                crashing = partial(order, crash_every=crash_every)
+                enqueue(
+                    broker, "crashing", crashing, args.messages, poison_every, work / "c.parquet"
+                )
+                frames = work / "frames.parquet"
+                enqueue(broker, "frames", sql_order, args.messages, poison_every, frames)
 
-            per_row = {"map": transform, "schema": SCHEMA}
-            frames_kind = {"transform": order_rows, "expectations": EXPECTATIONS}
+                def pipeline(queue: str, output: str, **kind: Any) -> Pipeline:
+                    return Pipeline(
+                        spark,
+                        url=url,
+                        queue=queue,
+                        output=str(work / output),
+                        batch_size=args.batch,
+                        **kind,
+                    )
 
-            # Warm-up (JVM, Python workers), then the fixed cost of a one-message batch.
-            fixed = []
-            for n in range(4):
-                broker.sender("tiny").send(poisonq.Message(body=order(n + 1, 0)))
-                broker.sender("tiny-frames").send(poisonq.Message(body=sql_order(n + 1, 0)))
-                pipeline("tiny-frames", "tiny-frames", **frames_kind).run()
+                per_row = {"map": transform, "schema": SCHEMA}
+                frames_kind = {"transform": order_rows, "expectations": EXPECTATIONS}
+
+                # Warm-up (JVM, Python workers), then the fixed cost of a one-message batch.
+                fixed = []
+                for n in range(4):
+                    broker.sender("tiny").send(poisonq.Message(body=order(n + 1, 0)))
+                    broker.sender("tiny-frames").send(poisonq.Message(body=sql_order(n + 1, 0)))
+                    pipeline("tiny-frames", "tiny-frames", **frames_kind).run()
+                    started = time.perf_counter()
+                    pipeline("tiny", "tiny", **per_row).run()
+                    fixed.append(time.perf_counter() - started)
+
                 started = time.perf_counter()
-                pipeline("tiny", "tiny", **per_row).run()
-                fixed.append(time.perf_counter() - started)
+                plain = spark.read.parquet(str(work / "orders.parquet"))
+                plain.mapInArrow(plain_transform, SCHEMA).write.mode("overwrite").parquet(
+                    str(work / "plain")
+                )
+                plain_seconds = time.perf_counter() - started
 
-            started = time.perf_counter()
-            plain = spark.read.parquet(str(work / "orders.parquet"))
-            plain.mapInArrow(plain_transform, SCHEMA).write.mode("overwrite").parquet(
-                str(work / "plain")
-            )
-            plain_seconds = time.perf_counter() - started
+                started = time.perf_counter()
+                report = pipeline("orders", "out", **per_row).run()
+                pipeline_seconds = time.perf_counter() - started
 
-            started = time.perf_counter()
-            report = pipeline("orders", "out", **per_row).run()
-            pipeline_seconds = time.perf_counter() - started
+                started = time.perf_counter()
+                crash_report = pipeline("crashing", "out-crashing", **per_row).run()
+                crashing_seconds = time.perf_counter() - started
+                crashed = broker.count_dead_letters("crashing", reason="MaxDeliveryCountExceeded")
 
-            started = time.perf_counter()
-            crash_report = pipeline("crashing", "out-crashing", **per_row).run()
-            crashing_seconds = time.perf_counter() - started
-            crashed = broker.count_dead_letters("crashing", reason="MaxDeliveryCountExceeded")
+                started = time.perf_counter()
+                rules = " AND ".join(f"({sql})" for sql in EXPECTATIONS.values())
+                plain_sql = order_rows(spark.read.parquet(str(frames))).where(rules)
+                plain_sql.write.mode("overwrite").parquet(str(work / "plain-frames"))
+                plain_sql_seconds = time.perf_counter() - started
 
-            started = time.perf_counter()
-            rules = " AND ".join(f"({sql})" for sql in EXPECTATIONS.values())
-            plain_sql = order_rows(spark.read.parquet(str(frames))).where(rules)
-            plain_sql.write.mode("overwrite").parquet(str(work / "plain-frames"))
-            plain_sql_seconds = time.perf_counter() - started
+                started = time.perf_counter()
+                frame_report = pipeline("frames", "out-frames", **frames_kind).run()
+                frame_seconds = time.perf_counter() - started
 
-            started = time.perf_counter()
-            frame_report = pipeline("frames", "out-frames", **frames_kind).run()
-            frame_seconds = time.perf_counter() - started
-
-            assert broker.audit().ok
-            counts = broker.counts("orders")
-            frame_counts = broker.counts("frames")
-            for held in (counts, frame_counts, broker.counts("crashing")):
-                assert held["active"] == held["locked"] == 0, held
+                assert broker.audit().ok
+                counts = broker.counts("orders")
+                frame_counts = broker.counts("frames")
+                for held in (counts, frame_counts, broker.counts("crashing")):
+                    assert held["active"] == held["locked"] == 0, held
 
         pipeline_rate = args.messages / pipeline_seconds
         plain_rate = args.messages / plain_seconds
@@ -245,6 +254,7 @@ def main() -> None:
             f" batches={frame_report.batches} completed={frame_counts['completed']}"
             f" dead_lettered={frame_counts['dead_lettered']}"
         )
+        print(memory.line())
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

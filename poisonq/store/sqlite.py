@@ -509,7 +509,9 @@ class SqliteTransaction(SqliteSessions, SqliteTasks, SqliteLeases, Transaction):
             "   ELSE json_insert(coalesce(failures, '[]'), '$[#]', json(?1)) END,"
             " last_error_type = coalesce(json_extract(?1, '$.error_type'), last_error_type),"
             " last_fingerprint = coalesce(json_extract(?1, '$.fingerprint'), last_fingerprint)"
-            f" WHERE entity_id = ?2 AND (state = 'locked' OR {covered})"
+            # +entity_id: found by sequence number, never by walking the entity's index
+            # (the OR leaves the planner no state to seek).
+            f" WHERE +entity_id = ?2 AND (state = 'locked' OR {covered})"
             f" AND seq IN {SEQS.replace('?', '?3')}",
             (record, entity_id, seqs_json(seqs), ready),
         ).rowcount

@@ -162,12 +162,13 @@ class SqliteLeases:
         cover = self._cover(entity_id, token, now)
         if cover is None or max(lo, cover[0]) > min(hi, cover[1]):
             return []
-        listed = "" if seqs is None else f" AND seq IN {SEQS}"
+        # Listed, they are found by sequence number (+entity_id keeps the planner off the
+        # entity's index, which would walk the whole range); else the range is walked.
+        which = "entity_id" if seqs is None else f"seq IN {SEQS} AND +entity_id"
         rows = self._db.execute(
-            "SELECT seq FROM messages WHERE entity_id = ? AND leasable = 1"
-            f" AND state IN ('active', 'dead_lettered') AND seq BETWEEN ? AND ?{listed}"
-            " ORDER BY seq",
-            (entity_id, max(lo, cover[0]), min(hi, cover[1]), *_listed(seqs)),
+            f"SELECT seq FROM messages WHERE {which} = ? AND leasable = 1"
+            " AND state IN ('active', 'dead_lettered') AND seq BETWEEN ? AND ? ORDER BY seq",
+            (*_listed(seqs), entity_id, max(lo, cover[0]), min(hi, cover[1])),
         )
         return [row[0] for row in rows]
 
