@@ -36,6 +36,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/queue_floors.py
 	$(BIN)/python bench/pipeline_throughput.py
 	$(BIN)/python bench/pipeline_floors.py
+	$(BIN)/python bench/lease_cycle.py
+	$(BIN)/python bench/held_costs.py
 	$(BIN)/python bench/defect_ratio.py
 
 clean:
