@@ -7,7 +7,7 @@ import pytest
 import poisonq
 from poisonq import Abandon, Broker, Complete, DeadLetter, ManualClock, Message, Release
 from poisonq.failures import failure_from_exception
-from poisonq.store.base import LEASE_COLUMNS
+from poisonq.store.base import LEASE_COLUMNS, MessageFilter
 from tests.conftest import assert_balanced
 
 
@@ -206,4 +206,80 @@ def test_release_lease_gives_back_a_span_of_what_the_lease_holds(
     assert [m.sequence_number for m in again] == seqs[1:]
     assert {m.delivery_count for m in again} == {1}
     assert broker.counts(queue)["completed"] == 1
+    assert_balanced(broker)
+
+
+def test_receivers_bulk_tasks_and_readers_see_a_leased_message_as_locked(
+    broker: Broker, queue: str
+) -> None:
+    """However a store locks a lease (SQLite: the fresh messages as one range, nothing
+    written per message), nobody else can take them, and every reader sees them locked."""
+    seqs = fill(broker, queue, 6)
+    lease = broker.acquire_lease(queue, "pipeline", 1, max_messages=4)
+    assert lease is not None
+    receiver = broker.receiver(queue)
+    got = receiver.receive(max_messages=10)
+    assert [m.sequence_number for m in got] == seqs[4:]  # never a leased one
+    receiver.abandon(got[0])  # back in the queue, under no lease
+    counts = broker.counts(queue)
+    assert (counts["locked"], counts["active"]) == (5, 1)
+    peeked = {m.sequence_number: m for m in broker.peek(queue, max_messages=10)}
+    assert [peeked[s].state for s in seqs[:4]] == [poisonq.MessageState.LOCKED] * 4
+    assert [peeked[s].delivery_count for s in seqs[:4]] == [1] * 4
+    assert broker.engine.count_matching(queue, MessageFilter()) == 1  # what a task could take
+    second = broker.acquire_lease(queue, "pipeline", 2, max_messages=10)
+    assert second is not None and second.count == 1  # the abandoned one, nothing leased
+    assert broker.lease_rows(second)[0][-1] == 2  # its second delivery
+    assert broker.complete_lease(lease) == 4
+    assert broker.complete_lease(second) == 1
+    assert_balanced(broker)
+
+
+def test_a_lease_whose_lock_ran_out_counts_the_delivery_and_poisons(
+    broker: Broker, clock: ManualClock
+) -> None:
+    """A lease's lock that runs out is an abandon of each message it held, as a receiver's
+    is: the delivery counted, the retry policy applied (here: dead-lettered at once)."""
+    broker.create_queue("once", max_delivery_count=1, lock_duration=30)
+    fill(broker, "once", 3)
+    lease = broker.acquire_lease("once", "pipeline", 1, max_messages=3)
+    assert lease is not None
+    clock.advance(31)
+    assert broker.acquire_lease("once", "pipeline", 2, max_messages=3) is None
+    dead = broker.peek("once/$deadletterqueue", max_messages=10)
+    assert [(m.dead_letter_reason, m.delivery_count) for m in dead] == [
+        ("MaxDeliveryCountExceeded", 1)
+    ] * 3
+    assert broker.complete_lease(lease) == 0
+    assert broker.get_queue("once").ledger.lock_expiries == 3
+    assert_balanced(broker)
+
+
+def test_each_way_of_settling_a_leased_message_apart(broker: Broker, queue: str) -> None:
+    """Settled one by one, a leased message leaves its lease (and counts the delivery it
+    had under it); the lease completes the rest."""
+    seqs = fill(broker, queue, 5)
+    lease = broker.acquire_lease(queue, "pipeline", 1, max_messages=5)
+    assert lease is not None
+    token = lease.lock_token
+    receiver = broker.receiver(queue)
+    (deferred,) = [m for m in broker.peek(queue, max_messages=5) if m.sequence_number == seqs[3]]
+    deferred.lock_token = token
+    receiver.defer(deferred)
+    renewed = broker.peek(queue, max_messages=5)[4]
+    renewed.lock_token = token
+    receiver.renew_lock(renewed)
+    broker.settle_held(
+        queue,
+        [
+            Complete(seqs[0], token),
+            Abandon(seqs[1], token, None),
+            DeadLetter(seqs[2], token, "Invalid", "checked"),
+        ],
+    )
+    assert broker.lease_sequence_numbers(lease) == [seqs[4]]
+    assert broker.message(queue, seqs[1]).delivery_count == 1  # counted in its row now
+    assert broker.message(queue, seqs[3]).state is poisonq.MessageState.DEFERRED
+    assert broker.complete_lease(lease) == 1
+    assert broker.counts(queue)["completed"] == 2
     assert_balanced(broker)
