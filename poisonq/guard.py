@@ -49,11 +49,6 @@ _PROGRESS = struct.Struct("q")
 
 
 @dataclass(frozen=True, slots=True)
-class Ok:
-    output: dict[str, Any] | None  # None: the transform filtered the message out
-
-
-@dataclass(frozen=True, slots=True)
 class Failed:
     failure: FailureRecord
     permanent: bool
@@ -64,19 +59,25 @@ class Crashed:
     failure: FailureRecord
 
 
-Result = Ok | Failed | Crashed
+# A row's result is what the transform returned (``None``: it filtered the message out), or
+# one of these two. A bare output, not a wrapper: one object per row would cost as much as a
+# typical transform, in the child and again in the pickles between the processes.
+Result = Any
 
 
-def apply(
-    transform: RowTransform, row: Any, permanent: tuple[type[BaseException], ...]
-) -> Ok | Failed:
-    """One row through the transform, its exception turned into data. A
-    :class:`PermanentError`, or one of the ``permanent`` types, is permanent."""
+def apply(transform: RowTransform, row: Any, permanent: tuple[type[BaseException], ...]) -> Any:
+    """One row through the transform: its output, or its exception as :class:`Failed`."""
     try:
-        return Ok(transform(row))
+        return transform(row)
     except Exception as exc:  # the one place where a transform's failure is caught
-        is_permanent = isinstance(exc, (PermanentError, *permanent))
-        return Failed(failure_from_exception(exc, time.time()), is_permanent)
+        return failed(exc, permanent)
+
+
+def failed(exc: Exception, permanent: tuple[type[BaseException], ...]) -> Failed:
+    """A transform's exception as data: a :class:`PermanentError`, or one of the
+    ``permanent`` types, is permanent."""
+    is_permanent = isinstance(exc, (PermanentError, *permanent))
+    return Failed(failure_from_exception(exc, time.time()), is_permanent)
 
 
 def run_inline(
@@ -198,7 +199,7 @@ class Helper:
         self._process.stdout.close()
 
     def run(self, rows: Sequence[Any]) -> list[Result]:
-        results: list[Result | None] = [None] * len(rows)
+        results: list[Result] = [None] * len(rows)
         todo = deque([range(len(rows))])  # spans of rows still to run, in order
         while todo:
             span = todo.popleft()
@@ -210,8 +211,7 @@ class Helper:
             match self._receive():
                 case ("done", outputs):
                     self._rows += len(window)
-                    for index, item in zip(window, outputs, strict=True):
-                        results[index] = item if isinstance(item, Failed) else Ok(item)
+                    results[window.start : window.stop] = outputs
                 case ("crashed", status, at) if at >= 0:
                     self._rows += at + 1
                     self._crashes += 1
@@ -220,9 +220,7 @@ class Helper:
                 case ("crashed", status, _):
                     self._process.kill()
                     raise RuntimeError(f"the transform process died outside a row ({status})")
-        done = [result for result in results if result is not None]
-        assert len(done) == len(rows), "every row has a result"
-        return done
+        return results
 
     def _window(self) -> int:
         """Rows per round trip. A round trip costs about two rows of work, and a crash loses
@@ -319,14 +317,11 @@ def _child(
     progress: mmap.mmap,
     replies: int,
 ) -> None:
-    # A good row travels as its bare output: pickling a dataclass per row would cost more
-    # than a typical transform.
     while (frame := _read_frame(0)) is not None:
-        outputs: list[Failed | dict[str, Any] | None] = []
+        outputs: list[Result] = []
         for position, row in enumerate(pickle.loads(frame)):
             _PROGRESS.pack_into(progress, 0, position)
-            result = apply(transform, row, permanent)
-            outputs.append(result.output if isinstance(result, Ok) else result)
+            outputs.append(apply(transform, row, permanent))
         _PROGRESS.pack_into(progress, 0, _BETWEEN_WINDOWS)
         _write_frame(replies, pickle.dumps(("done", outputs), pickle.HIGHEST_PROTOCOL))
 

@@ -30,7 +30,7 @@ GOOD = {"id": 1, "total": 2.5, "items": [{"sku": "a", "qty": 1}]}
 
 
 def convert(*outputs: Any, ignore_extra_fields: bool = False) -> tuple[list[Any], dict[int, Any]]:
-    batch, failed = OutputSchema(SCHEMA, ignore_extra_fields).batch(list(enumerate(outputs)))
+    batch, failed = OutputSchema(SCHEMA, ignore_extra_fields).batch(outputs)
     return batch.to_pylist(), dict(failed)
 
 

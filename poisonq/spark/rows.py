@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import operator
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from types import NoneType
@@ -79,43 +79,46 @@ class OutputSchema:
         return tuple(self.arrow.names)
 
     @cached_property
-    def _name_set(self) -> frozenset[str]:
-        return frozenset(self._names)
-
-    @cached_property
-    def _values(self) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
-        """A dict's values in schema order, as a tuple (one field too)."""
-        get = operator.itemgetter(*self._names)
-        if len(self._names) == 1:
-            return lambda output: (get(output),)
-        return get
+    def _keys(self) -> Any:
+        """The schema's names as a dict's keys: what a dict output's keys must equal."""
+        return dict.fromkeys(self._names).keys()
 
     def batch(
-        self, outputs: Sequence[tuple[int, Any]]
+        self, outputs: Sequence[Any]
     ) -> tuple[pa.RecordBatch, list[tuple[int, FailureRecord]]]:
-        """The rows of ``(sequence_number, output)`` that fit, as one record batch, and a
-        failure for each that does not."""
-        rows: list[tuple[Any, ...]] = []
-        kept: list[tuple[int, Any]] = []
+        """The outputs that fit, as one record batch, and a failure for each that does not,
+        with its index in ``outputs``."""
         failed: list[tuple[int, FailureRecord]] = []
-        values, names = self._values, self._name_set
-        for seq, output in outputs:
-            if type(output) is dict and output.keys() == names:
-                rows.append(values(output))  # the common case, at C speed
-                kept.append((seq, output))
-                continue
-            try:
-                rows.append(self._row(output))
-                kept.append((seq, output))
-            except _Mismatch as mismatch:
-                failed.append((seq, self._failure(mismatch, output)))
-        arrays, bad = self._columns(rows)
+        kept: Sequence[int] = range(len(outputs))
+        columns = self._named_columns(outputs)
+        if columns is None:
+            rows: list[tuple[Any, ...]] = []
+            kept = []
+            for index, output in enumerate(outputs):
+                try:
+                    rows.append(self._row(output))
+                    kept.append(index)
+                except _Mismatch as mismatch:
+                    failed.append((index, self._failure(mismatch, output)))
+            columns = [list(c) for c in zip(*rows, strict=True)] or [[] for _ in self._names]
+        arrays, bad = self._columns(columns)
         if bad:
-            for index, wrong in sorted(bad.items()):
-                failed.append((kept[index][0], self._failure(wrong, kept[index][1])))
+            for position, wrong in sorted(bad.items()):
+                failed.append((kept[position], self._failure(wrong, outputs[kept[position]])))
             # A row dropped for one column was kept in the columns before it.
-            arrays, _ = self._columns([r for i, r in enumerate(rows) if i not in bad])
+            good = [i for i in range(len(kept)) if i not in bad]
+            arrays, _ = self._columns([[column[i] for i in good] for column in columns])
         return pa.RecordBatch.from_arrays(arrays, schema=self.arrow), failed
+
+    def _named_columns(self, outputs: Sequence[Any]) -> list[list[Any]] | None:
+        """The columns of the outputs when every one is a dict with exactly the schema's
+        keys (the common case), taken apart at C speed; ``None`` otherwise."""
+        try:
+            if not all(map(self._keys.__eq__, map(dict.keys, outputs))):
+                return None
+        except TypeError:  # not every output is a dict
+            return None
+        return [list(map(operator.itemgetter(name), outputs)) for name in self._names]
 
     def _row(self, output: Any) -> tuple[Any, ...]:
         """The output's values in schema order, or :class:`_Mismatch`."""
@@ -163,13 +166,13 @@ class OutputSchema:
             )
         return tuple(values)
 
-    def _columns(self, rows: list[tuple[Any, ...]]) -> tuple[list[pa.Array], dict[int, _Mismatch]]:
-        """The rows as Arrow columns, and the rows with a value that does not convert (or
-        would lose information), by index. A column is converted whole; its values are
-        looked at one by one only where Arrow failed or converts loosely."""
+    def _columns(self, columns: list[list[Any]]) -> tuple[list[pa.Array], dict[int, _Mismatch]]:
+        """The columns in Arrow, and the rows with a value that does not convert (or would
+        lose information), by index. A column is converted whole; its values are looked at
+        one by one only where Arrow failed or converts loosely. Checked values are left in
+        ``columns`` in the form Arrow converts."""
         arrays: list[pa.Array] = []
         bad: dict[int, _Mismatch] = {}
-        columns = [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in self._names]
         for field, column in zip(self.arrow, columns, strict=True):
             try:
                 array: pa.Array | None = pa.array(column, field.type)

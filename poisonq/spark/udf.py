@@ -31,7 +31,7 @@ from pyspark.sql.pandas.functions import arrow_udf
 from pyspark.sql.types import DataType, StructField, StructType, _parse_datatype_string
 
 import poisonq
-from poisonq.guard import Failed, Ok, apply
+from poisonq.guard import Failed, apply
 from poisonq.spark.rows import OutputSchema
 from poisonq.spark.settling import Failure, LeaseContext, dead_letter
 from poisonq.spark.source import SEQUENCE
@@ -130,24 +130,26 @@ class _Rows:
         fn = self.fn
         token = self.context.lease.lock_token
         failures: list[Failure] = []
-        fitted: list[tuple[int, tuple[Any]]] = []
+        fitted: list[int] = []  # the rows with a value, and their values
+        values: list[tuple[Any]] = []
         rows = zip(*args, strict=True) if args else [()] * len(seqs)
         for index, (seq, row) in enumerate(zip(seqs, rows, strict=True)):
-            match apply(lambda values: fn(*values), row, self.permanent):
-                case Ok(value):
-                    fitted.append((index, (value,)))
-                case Failed(failure, permanent):
-                    failures.append(self.context.failure(seq, failure, permanent))
-        batch, unfit = self.output.batch(fitted)
-        failures += [dead_letter(seqs[index], token, failure) for index, failure in unfit]
+            result = apply(lambda values: fn(*values), row, self.permanent)
+            if type(result) is Failed:
+                failures.append(self.context.failure(seq, result.failure, result.permanent))
+            else:
+                fitted.append(index)
+                values.append((result,))
+        batch, unfit = self.output.batch(values)
+        failures += [dead_letter(seqs[fitted[i]], token, failure) for i, failure in unfit]
         if failures:
             with poisonq.connect(self.context.url) as broker:
                 self.context.settle(broker, failures, seqs)
         # The values that fitted, in place; NULL where a row failed.
-        bad = {index for index, _ in unfit}
+        bad = {i for i, _ in unfit}
         kept = iter(range(batch.num_rows))
         positions: list[int | None] = [None] * len(seqs)
-        for index, _ in fitted:
-            if index not in bad:
+        for i, index in enumerate(fitted):
+            if i not in bad:
                 positions[index] = next(kept)
         return batch.column(0).take(pa.array(positions, pa.int64()))

@@ -1,0 +1,42 @@
+"""The message a ``map`` transform gets, built from a lease row of either store."""
+
+from __future__ import annotations
+
+from datetime import UTC
+
+import poisonq
+from poisonq.lease_rows import lease_message
+from poisonq.store.base import LEASE_COLUMNS
+
+
+def test_a_lease_row_becomes_the_message_dict_with_every_column(broker: poisonq.Broker) -> None:
+    broker.create_queue("orders")
+    sent = [
+        poisonq.Message(
+            body=b'{"n": 1}',
+            message_id="m-1",
+            content_type="application/json",
+            subject="order",
+            properties={"tenant": "acme", "attempt": 2},
+            correlation_id="c-1",
+        ),
+        poisonq.Message(body=b"plain"),
+    ]
+    seqs = broker.sender("orders").send(sent)
+    lease = broker.acquire_lease("orders", "job", 1, 10)
+    assert lease is not None
+    first, second = (lease_message(row) for row in broker.lease_rows(lease))
+    assert tuple(first) == LEASE_COLUMNS  # the keys, in the store's order
+    assert first["sequence_number"] == seqs[0] and first["message_id"] == "m-1"
+    assert first["body"] == b'{"n": 1}' and first["subject"] == "order"
+    assert first["content_type"] == "application/json" and first["correlation_id"] == "c-1"
+    assert first["properties"] == {"tenant": "acme", "attempt": 2}
+    assert first["delivery_count"] == 1 and first["session_id"] is None
+    assert first["enqueued_time"] == broker.peek("orders")[0].enqueued_time
+    assert first["enqueued_time"].tzinfo is UTC
+    assert second["properties"] == {} and second["body"] == b"plain"
+    # Each message gets its own properties dict: a transform that changes one changes no other.
+    first["properties"]["tenant"] = "other"
+    assert lease_message(broker.lease_rows(lease)[0])["properties"]["tenant"] == "acme"
+    second["properties"]["x"] = 1
+    assert lease_message(broker.lease_rows(lease)[1])["properties"] == {}
