@@ -34,6 +34,7 @@ bench: $(STAMP)
 	scripts/ensure-postgres
 	$(BIN)/python bench/queue_throughput.py --postgres
 	$(BIN)/python bench/queue_floors.py
+	$(BIN)/python bench/queue_floors.py --sqlite
 	$(BIN)/python bench/pipeline_throughput.py
 	$(BIN)/python bench/pipeline_floors.py
 	$(BIN)/python bench/lease_cycle.py
