@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         SessionCannotBeLockedError,
         SessionLockLostError,
         StoreError,
+        StoreFullError,
         StoreNotFoundError,
         StoreUnavailableError,
     )
@@ -107,6 +108,7 @@ __all__ = [
     "Settlement",
     "SqlFilter",
     "StoreError",
+    "StoreFullError",
     "StoreNotFoundError",
     "StoreUnavailableError",
     "SubQueue",

@@ -188,6 +188,12 @@ class StoreUnavailableError(StoreError):
     everything was. The client retries such operations (``retry_total``) before raising."""
 
 
+class StoreFullError(StoreError):
+    """The store has no room left (its disk, or a size limit of the database): nothing of the
+    operation was written. Not retried, since waiting rarely frees space: free some (purge a
+    dead-letter queue, grow the disk), and what failed can be done again."""
+
+
 class BrokerClosedError(PoisonqError):
     """The broker (and its store) was closed; open a new one with :func:`poisonq.connect`."""
 

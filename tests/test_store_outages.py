@@ -16,8 +16,9 @@ import pytest
 
 import poisonq
 from poisonq import Message, Processor, ReceivedMessage
+from poisonq.store.sqlite import SqliteStore
 from poisonq.testing.pgserver import TemporaryServer
-from tests.conftest import assert_balanced
+from tests.conftest import assert_balanced, execute_behind_the_back
 
 
 @pytest.fixture
@@ -151,4 +152,38 @@ def test_a_store_that_stays_unavailable_stops_every_thread_and_raises(
         with pytest.raises(poisonq.StoreUnavailableError):
             processor.run(until_idle=True)
         holder.join()
+        assert_balanced(broker)
+
+
+def _page_limit(broker: poisonq.Broker, pages: int) -> None:
+    """Cap the SQLite file at ``pages`` pages, as a full disk would (``max_page_count`` holds
+    for the connection that sets it, so it is set on the store's own)."""
+    store = broker.store
+    assert isinstance(store, SqliteStore)
+    store._db.execute(f"PRAGMA max_page_count = {pages}")
+
+
+def test_a_full_sqlite_file_is_a_typed_error_that_writes_nothing(tmp_path: Path) -> None:
+    with poisonq.connect(f"sqlite:///{tmp_path / 'queues.db'}") as broker:
+        broker.create_queue("orders")
+        receiver = broker.receiver("orders")
+        broker.sender("orders").send([Message(body=b"x" * 1000) for _ in range(20)])
+        held = receiver.receive(max_messages=5)
+        (used,) = execute_behind_the_back(
+            f"sqlite:///{tmp_path / 'queues.db'}", "PRAGMA page_count"
+        )[0]
+        _page_limit(broker, int(used))
+        with pytest.raises(poisonq.StoreFullError, match="full"):
+            broker.sender("orders").send([Message(body=b"y" * 4000) for _ in range(50)])
+        with pytest.raises(poisonq.StoreFullError):
+            receiver.dead_letter(held[0], reason="Bad", error=ValueError("x" * 20000))
+        assert broker.counts("orders")["active"] == 15  # nothing of the failed send
+        assert broker.counts("orders")["locked"] == 5
+        assert_balanced(broker)
+        receiver.complete(held[1])  # what frees space still works
+
+        _page_limit(broker, 1_000_000)  # the disk has room again: work goes on
+        broker.sender("orders").send([Message(body=b"y" * 4000) for _ in range(50)])
+        receiver.dead_letter(held[0], reason="Bad", error=ValueError("x" * 20000))
+        assert broker.counts("orders")["active"] == 65
         assert_balanced(broker)

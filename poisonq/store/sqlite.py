@@ -26,6 +26,7 @@ from poisonq.errors import (
     EntityExistsError,
     InvalidOptionError,
     StoreError,
+    StoreFullError,
     StoreNotFoundError,
     StoreUnavailableError,
 )
@@ -791,18 +792,24 @@ class SqliteStore(Store):
             try:
                 yield SqliteTransaction(self._db)
             except sqlite3.Error as exc:
-                self._db.execute("ROLLBACK")
+                self._rollback()
                 raise _store_error(f"SQLite error on {self.path}", exc) from exc
             except BaseException:
-                self._db.execute("ROLLBACK")
+                self._rollback()
                 raise
             try:
                 self._db.execute("COMMIT")
             except sqlite3.Error as exc:
-                self._db.execute("ROLLBACK")
+                self._rollback()
                 raise _store_error(f"cannot commit to {self.path}", exc) from exc
             self._commits += 1
             self._changed.notify_all()
+
+    def _rollback(self) -> None:
+        """Roll back the open transaction, if SQLite has not already done so itself (after a
+        full disk or an interrupt it may have, and a second ROLLBACK would raise)."""
+        if self._db.in_transaction:
+            self._db.execute("ROLLBACK")
 
     def change_marker(self) -> tuple[int, int]:
         return (self._commits, self._read_data_version())
@@ -828,7 +835,10 @@ class SqliteStore(Store):
 
 def _store_error(what: str, exc: sqlite3.Error) -> StoreError:
     """A SQLite error as a store error: a write lock held by another process past the busy
-    timeout is transient (:class:`StoreUnavailableError`), anything else is not."""
-    busy = getattr(exc, "sqlite_errorcode", None) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-    kind = StoreUnavailableError if busy else StoreError
-    return kind(f"{what}: {exc}")
+    timeout is transient (:class:`StoreUnavailableError`), a full disk or file is
+    :class:`StoreFullError`, anything else is neither."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code == sqlite3.SQLITE_FULL:
+        return StoreFullError(f"{what}: the database or its disk is full ({exc})")
+    busy = code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return (StoreUnavailableError if busy else StoreError)(f"{what}: {exc}")

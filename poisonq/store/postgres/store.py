@@ -25,10 +25,15 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
-from psycopg.errors import TransactionRollback
+from psycopg.errors import DiskFull, TransactionRollback
 from psycopg_pool import ConnectionPool
 
-from poisonq.errors import InvalidOptionError, StoreError, StoreUnavailableError
+from poisonq.errors import (
+    InvalidOptionError,
+    StoreError,
+    StoreFullError,
+    StoreUnavailableError,
+)
 from poisonq.store.base import Store, Transaction, pending_migrations
 from poisonq.store.postgres.runner import NOTIFY_CHANNEL
 from poisonq.store.postgres.transaction import PostgresTransaction
@@ -139,6 +144,8 @@ class PostgresStore(Store):
                     raise
         except psycopg.DataError as exc:
             raise InvalidOptionError(f"PostgreSQL cannot store a value: {exc}") from exc
+        except DiskFull as exc:
+            raise StoreFullError(f"PostgreSQL on {self._name} has no room left: {exc}") from exc
         except (psycopg.OperationalError, TransactionRollback) as exc:
             # The server is gone, restarting or refusing connections, or chose this
             # transaction as a deadlock's victim: nothing here says the operation was wrong.
