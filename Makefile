@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint bench chaos clean
 
 $(STAMP): pyproject.toml
 	scripts/ensure-java
@@ -28,6 +28,10 @@ test: lint
 	scripts/ensure-chromium
 	scripts/ensure-promtool
 	$(BIN)/pytest
+
+chaos: $(STAMP)
+	scripts/ensure-postgres
+	$(BIN)/python -m tests.chaos --runs 50
 
 bench: $(STAMP)
 	$(BIN)/python bench/queue_throughput.py

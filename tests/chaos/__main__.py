@@ -1,0 +1,156 @@
+"""``python -m tests.chaos``: run every kill scenario many times, each with its own seed, and
+print a table of what the runs came to (``make chaos``). Exits 1 if any run lost, duplicated
+or misplaced a message, left one held, or unbalanced the audit."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from random import Random
+
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from poisonq.testing.pgserver import TemporaryServer
+from tests.chaos.scenarios import SCENARIOS, Scenario
+from tests.chaos.verdict import Verdict
+
+
+@dataclasses.dataclass
+class Tally:
+    scenario: str
+    store: str
+    runs: int = 0
+    faults: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    misplaced: int = 0
+    held: int = 0
+    unbalanced: int = 0
+    errors: int = 0
+    seconds: float = 0.0
+
+    def add(self, verdict: Verdict) -> None:
+        self.faults += verdict.faults
+        self.lost += len(verdict.lost)
+        self.duplicated += len(verdict.duplicated)
+        self.misplaced += len(verdict.misplaced) + len(verdict.double_holders)
+        self.held += verdict.held
+        self.unbalanced += not verdict.balanced
+
+    @property
+    def ok(self) -> bool:
+        return (
+            not (self.lost or self.duplicated or self.misplaced or self.held or self.unbalanced)
+            and not self.errors
+        )
+
+
+def _url(
+    scenario: Scenario, store: str, seed: int, work: Path, server: TemporaryServer | None
+) -> str:
+    """A new database for every run: a SQLite file in its directory, or a PostgreSQL database."""
+    if store == "sqlite":
+        return f"sqlite:///{work / 'store.db'}"
+    assert server is not None
+    return server.create_database(f"chaos_{scenario.name}_{seed}")
+
+
+def _runs(
+    scenario: Scenario,
+    store: str,
+    seeds: range,
+    root: Path,
+    server: TemporaryServer | None,
+    console: Console,
+    advance: Callable[[str], None],
+) -> Tally:
+    """Run one scenario on one store once per seed; a run that fails or breaks a guarantee
+    is printed as it happens."""
+    tally = Tally(scenario.name, store)
+    for seed in seeds:
+        where = f"{scenario.name} on {store}, seed {seed}"
+        advance(where)
+        work = root / f"{scenario.name}-{store}-{seed}"
+        work.mkdir()
+        started = time.monotonic()
+        try:
+            verdict = scenario.run(_url(scenario, store, seed, work, server), work, Random(seed))
+        except Exception:
+            tally.errors += 1
+            console.print(f"[red]{where}:[/red] {traceback.format_exc()}")
+        else:
+            tally.add(verdict)
+            if not verdict.ok:
+                console.print(f"[red]{where}:[/red] {verdict.problems()}")
+        tally.runs += 1
+        tally.seconds += time.monotonic() - started
+    return tally
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=50, help="runs per scenario and store")
+    parser.add_argument("--seed", type=int, default=1, help="the first run's seed")
+    parser.add_argument(
+        "--scenario", action="append", choices=[s.name for s in SCENARIOS], help="(repeatable)"
+    )
+    parser.add_argument("--no-spark", action="store_true", help="skip the Spark scenarios")
+    args = parser.parse_args()
+    chosen = [
+        s
+        for s in SCENARIOS
+        if (not args.scenario or s.name in args.scenario) and not (args.no_spark and s.spark)
+    ]
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=140)
+    with contextlib.ExitStack() as stack:
+        root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="chaos-")))
+        server: TemporaryServer | None = None
+        if any("postgresql" in s.stores for s in chosen):
+            server = stack.enter_context(TemporaryServer())
+        progress = stack.enter_context(Progress(console=console))
+        task = progress.add_task("chaos", total=sum(len(s.stores) for s in chosen) * args.runs)
+
+        def advance(description: str) -> None:
+            progress.update(task, description=description, advance=1)
+
+        seeds = range(args.seed, args.seed + args.runs)
+        tallies = [
+            _runs(scenario, store, seeds, root, server, console, advance)
+            for scenario in chosen
+            for store in scenario.stores
+        ]
+    table = Table(title="poisonq chaos")
+    for column in (
+        "scenario", "store", "runs", "faults injected", "lost", "duplicated",
+        "misplaced", "held", "audit", "errors", "s/run",
+    ):  # fmt: skip
+        table.add_column(column, justify="left" if column in ("scenario", "store") else "right")
+    for t in tallies:
+        audit = "balanced" if not t.unbalanced else f"{t.unbalanced} unbalanced"
+        table.add_row(
+            t.scenario, t.store, str(t.runs), str(t.faults), str(t.lost), str(t.duplicated),
+            str(t.misplaced), str(t.held), audit, str(t.errors),
+            f"{t.seconds / max(t.runs, 1):.1f}",
+        )  # fmt: skip
+    console.print(table)
+    for t in tallies:
+        print(
+            f"chaos scenario={t.scenario} store={t.store} runs={t.runs} faults={t.faults}"
+            f" lost={t.lost} duplicated={t.duplicated} misplaced={t.misplaced} held={t.held}"
+            f" unbalanced={t.unbalanced} errors={t.errors}"
+        )
+    raise SystemExit(0 if all(t.ok for t in tallies) else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""The programs the chaos suite kills, each run as ``python -m tests.chaos.children KIND ...``
+in a process group of its own. What they did goes to stdout or a log, one flushed line at a
+time, so that a kill leaves at most one torn last line."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import poisonq
+
+ORDERS_SCHEMA = "message_id string, n long"
+
+
+def order(n: int, kind: str = "good") -> poisonq.Message:
+    """Message ``n`` of a scenario: ``kind`` is good, bad (raises ``PermanentError``) or
+    crash (kills the process handling it)."""
+    return poisonq.Message(body=json.dumps({"n": n, "kind": kind}), message_id=f"m{n}")
+
+
+def handle_order(body: bytes) -> int:
+    """What every program does with a message: its number, or the failure of its kind."""
+    found = json.loads(body)
+    if found["kind"] == "crash":
+        os._exit(3)
+    if found["kind"] == "bad":
+        raise poisonq.PermanentError(f"order {found['n']} is bad")
+    return int(found["n"])
+
+
+def parse(message: dict[str, object]) -> dict[str, object]:
+    """The per-row function of the pipeline scenario (``--schema ORDERS_SCHEMA``)."""
+    body = message["body"]
+    assert isinstance(body, bytes)
+    return {"message_id": message["message_id"], "n": handle_order(body)}
+
+
+def produce(url: str, queue: str, batches: int, size: int) -> None:
+    """Send batches of ``size``; print a batch's number once its send has returned."""
+    sender = poisonq.connect(url).sender(queue)
+    for b in range(batches):
+        sender.send([order(b * size + i) for i in range(size)])
+        print(b, flush=True)
+
+
+def process(url: str, queue: str, log: str) -> None:
+    """A ``Processor`` that logs when it starts a message (with its lock's expiry) and when
+    its handler is done, so that the parent can tell whether two held it at once."""
+    with poisonq.connect(url) as broker, open(log, "a", buffering=1) as out:
+
+        def handle(message: poisonq.ReceivedMessage) -> None:
+            assert message.locked_until is not None
+            until = message.locked_until.timestamp()
+            out.write(f"S {message.message_id} {time.time()} {until}\n")
+            try:
+                handle_order(message.body)
+            finally:
+                out.write(f"E {message.message_id} {time.time()}\n")
+
+        poisonq.Processor(broker, queue, handle, batch_size=20, concurrency=2).run(until_idle=True)
+
+
+def stream(url: str, queue: str, output: str, checkpoint: str) -> None:
+    """A Structured Streaming query over the queue with the ``foreach_batch`` helper: a bad
+    order fails an expectation, and each call writes its rows once, overwriting a directory
+    named by its batch id and first sequence number (as the README advises)."""
+    from pyspark.sql import DataFrame
+    from pyspark.sql import functions as F
+
+    from poisonq.spark import foreach_batch, local_session
+
+    spark = local_session("chaos-stream")
+
+    def write(df: DataFrame, batch_id: int) -> None:
+        first = df.agg(F.min("sequence_number")).first()
+        if first is None or first[0] is None:
+            return
+        df.select("message_id").write.mode("overwrite").parquet(
+            f"{output}/batch={batch_id}/first={first[0]}"
+        )
+
+    good = {"good": "get_json_object(cast(body AS string), '$.kind') = 'good'"}
+    query = (
+        spark.readStream.format("poisonq")
+        .option("url", url)
+        .option("queue", queue)
+        .option("consumer", "chaos")
+        .option("maxMessagesPerBatch", 250)
+        .option("lockDuration", 5)
+        .load()
+        .writeStream.foreachBatch(foreach_batch(write, good))
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    spark.stop()
+
+
+def main() -> None:
+    kind, *args = sys.argv[1:]
+    if kind == "produce":
+        produce(args[0], args[1], int(args[2]), int(args[3]))
+    elif kind == "process":
+        process(*args)
+    elif kind == "stream":
+        stream(*args)
+    else:
+        raise SystemExit(f"unknown program {kind!r}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,236 @@
+"""The kill scenarios: each sets up a store, runs a real program, kills its process group at a
+random moment (drawn from the run's seeded generator), runs it again to the end, and returns
+the :class:`~tests.chaos.verdict.Verdict` of the end state."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from random import Random
+
+import pyarrow.dataset as ds
+
+import poisonq
+from tests.chaos import children
+from tests.chaos.verdict import Holding, Verdict, check, double_holders
+
+ROOT = Path(__file__).resolve().parents[2]
+CHILDREN = [sys.executable, "-m", "tests.chaos.children"]
+POISONQ = [sys.executable, "-c", "from poisonq.cli import main; main()"]
+BAD_EVERY = 97  # about 1 % of the orders are bad
+RUN_TIMEOUT = 300.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    name: str
+    run: Callable[[str, Path, Random], Verdict]
+    stores: tuple[str, ...]
+    spark: bool = False
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable}
+
+
+def _start(argv: list[str], work: Path, name: str) -> subprocess.Popen[bytes]:
+    """Start a program in a new session (its own process group, so a kill takes the JVM and
+    the Python workers of a Spark program with it); its output goes to files in ``work``."""
+    with open(work / f"{name}.out", "ab") as out, open(work / f"{name}.err", "ab") as err:
+        return subprocess.Popen(
+            argv, cwd=ROOT, env=_env(), start_new_session=True, stdout=out, stderr=err
+        )
+
+
+def _kill_after(process: subprocess.Popen[bytes], delay: float) -> int:
+    """SIGKILL the process group ``delay`` seconds from now, unless it has finished by then;
+    1 if the kill landed on a running program."""
+    try:
+        process.wait(timeout=delay)
+        return 0
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        return 1
+
+
+def _kill_when(process: subprocess.Popen[bytes], reached: Callable[[], bool], delay: float) -> int:
+    """SIGKILL the process group ``delay`` seconds after ``reached()`` first holds (polled
+    from the store every 50 ms), so that kills land in every part of the program's work, not
+    mostly in a JVM's start; 1 if the kill landed on a running program."""
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while process.poll() is None and not reached() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _kill_after(process, delay)
+
+
+def _lease_reached(broker: poisonq.Broker, consumer: str, number: int) -> Callable[[], bool]:
+    def reached() -> bool:
+        lease = broker.lease("orders", consumer)
+        return lease is not None and lease.number >= number
+
+    return reached
+
+
+def _finish(argv: list[str], work: Path, name: str) -> None:
+    """Run a program to its end; a failure is the scenario's failure."""
+    process = _start(argv, work, name)
+    try:
+        code = process.wait(timeout=RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        raise
+    if code != 0:
+        tail = (work / f"{name}.err").read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"{' '.join(argv[:4])} exited {code}:\n{tail}")
+
+
+def _orders(
+    broker: poisonq.Broker, queue: str, count: int, crash: int = 0
+) -> tuple[set[str], dict[str, str]]:
+    """Send ``count`` orders (every ``BAD_EVERY``-th bad, and ``crash`` that kill their
+    handler); returns the good message ids and the reason each bad one must end with."""
+    kinds = {n: "bad" for n in range(BAD_EVERY // 2, count, BAD_EVERY)}
+    kinds.update({n: "crash" for n in range(count // 3, count, count // max(crash, 1))[:crash]})
+    messages = [children.order(n, kinds.get(n, "good")) for n in range(count)]
+    for start in range(0, count, 1000):
+        broker.sender(queue).send(messages[start : start + 1000])
+    reasons = {"bad": "PermanentError", "crash": "MaxDeliveryCountExceeded"}
+    bad = {f"m{n}": reasons[kind] for n, kind in kinds.items()}
+    return {f"m{n}" for n in range(count)} - bad.keys(), bad
+
+
+def producer(url: str, work: Path, rng: Random) -> Verdict:
+    """A producer killed in the middle of its sends: every batch is there whole or not at
+    all, and every batch whose send returned is there."""
+    batches, size = 3000, 100
+    with poisonq.connect(url) as broker:
+        broker.create_queue("orders")
+        process = _start([*CHILDREN, "produce", url, "orders", str(batches), str(size)], work, "p")
+        faults = _kill_after(process, rng.uniform(0.3, 3.0))
+        printed = (work / "p.out").read_text()
+        acknowledged = {int(line) for line in printed.splitlines(keepends=True) if "\n" in line}
+        held: list[str] = []
+        after = 0
+        while page := broker.peek("orders", from_sequence=after, max_messages=5000):
+            held += [m.message_id for m in page]
+            after = page[-1].sequence_number + 1
+        stored = Counter(held)
+        per_batch = Counter(int(m[1:]) // size for m in stored)
+        verdict = Verdict(faults=faults, balanced=broker.audit().ok)
+        verdict.duplicated = sorted(m for m, n in stored.items() if n > 1)
+        torn = [b for b, n in per_batch.items() if n != size]
+        missing = acknowledged - per_batch.keys()
+        verdict.lost = [f"batch {b}" for b in sorted({*torn, *missing})]
+        return verdict
+
+
+def processor(url: str, work: Path, rng: Random) -> Verdict:
+    """``Processor`` workers killed at any moment, then run again until the queue is drained
+    (the dead workers' locks expire first)."""
+    with poisonq.connect(url) as broker:
+        broker.create_queue("orders", max_delivery_count=3, lock_duration=2)
+        good, bad = _orders(broker, "orders", 4000)
+        log = work / "handled.log"
+        argv = [*CHILDREN, "process", url, "orders", str(log)]
+        done = rng.randrange(3500)
+        faults = _kill_when(
+            _start(argv, work, "processor"),
+            lambda: broker.counts("orders")["completed"] >= done,
+            rng.uniform(0, 0.3),
+        )
+        for attempt in range(5):
+            _finish(argv, work, f"rerun{attempt}")
+            if not broker.counts("orders")["locked"] + broker.counts("orders")["active"]:
+                break
+            time.sleep(2)
+        verdict = check(broker, "orders", good, bad, None, broker.counts("orders")["completed"])
+        verdict.faults = faults
+        verdict.double_holders = double_holders(_holdings(log))
+        return verdict
+
+
+def _holdings(log: Path) -> list[Holding]:
+    """The deliveries a handler log records; a torn last line is skipped."""
+    started: dict[str, list[tuple[float, float]]] = {}
+    ended: dict[str, list[float]] = {}
+    for line in log.read_text().splitlines():
+        match line.split():
+            case ["S", message_id, start, until]:
+                started.setdefault(message_id, []).append((float(start), float(until)))
+            case ["E", message_id, end]:
+                ended.setdefault(message_id, []).append(float(end))
+    holdings: list[Holding] = []
+    for message_id, starts in started.items():
+        ends = sorted(ended.get(message_id, []))
+        for start, until in starts:
+            end = next((e for e in ends if e >= start), None)
+            holdings.append(Holding(message_id, start, until if end is None else end))
+    return holdings
+
+
+def _output_ids(path: Path) -> list[str]:
+    """The ``message_id`` column of every Parquet file under ``path`` (Spark's unfinished
+    ``_temporary`` files and ``.crc`` files are ignored, as Spark's reader ignores them)."""
+    if not path.exists():
+        return []
+    table = ds.dataset(path, format="parquet", partitioning="hive").to_table(["message_id"])
+    return [str(m) for m in table.column("message_id").to_pylist()]
+
+
+def pipeline(url: str, work: Path, rng: Random) -> Verdict:
+    """``poisonq pipeline run`` (a per-row function with the crash guard) killed with its JVM
+    and Python workers at any moment of its batches, then run again to the end."""
+    output = work / "out"
+    with poisonq.connect(url) as broker:
+        broker.create_queue("orders", max_delivery_count=3)
+        good, bad = _orders(broker, "orders", 3000, crash=2)
+        argv = [
+            *POISONQ, "--url", url, "pipeline", "run",
+            f"{ROOT / 'tests' / 'chaos' / 'children.py'}:parse",
+            "--queue", "orders", "--schema", children.ORDERS_SCHEMA, "--output", str(output),
+            "--batch-size", "500", "--lock-duration", "20",
+        ]  # fmt: skip
+        reached = _lease_reached(broker, "pipeline", rng.randrange(1, 7))
+        faults = _kill_when(_start(argv, work, "pipeline"), reached, rng.uniform(0, 2.0))
+        _finish(argv, work, "rerun")
+        verdict = check(broker, "orders", good, bad, _output_ids(output))
+        verdict.faults = faults
+        return verdict
+
+
+def streaming(url: str, work: Path, rng: Random) -> Verdict:
+    """A Structured Streaming query with ``foreach_batch`` killed at any moment, then started
+    again from its checkpoint until the queue is drained."""
+    output, checkpoint = work / "out", work / "checkpoint"
+    with poisonq.connect(url) as broker:
+        broker.create_queue("orders", max_delivery_count=3)
+        good, bad = _orders(broker, "orders", 2000)
+        bad = dict.fromkeys(bad, "ExpectationFailed")
+        argv = [*CHILDREN, "stream", url, "orders", str(output), str(checkpoint)]
+        reached = _lease_reached(broker, "chaos", rng.randrange(1, 9))
+        faults = _kill_when(_start(argv, work, "stream"), reached, rng.uniform(0, 1.5))
+        for attempt in range(4):
+            _finish(argv, work, f"rerun{attempt}")
+            counts = broker.counts("orders")
+            if not counts["locked"] + counts["active"]:
+                break
+            time.sleep(5)  # the killed query's lease runs out (lockDuration)
+        verdict = check(broker, "orders", good, bad, _output_ids(output))
+        verdict.faults = faults
+        return verdict
+
+
+SCENARIOS = [
+    Scenario("producer", producer, ("sqlite", "postgresql")),
+    Scenario("processor", processor, ("sqlite", "postgresql")),
+    Scenario("pipeline", pipeline, ("sqlite",), spark=True),
+    Scenario("streaming", streaming, ("sqlite",), spark=True),
+]
