@@ -10,7 +10,7 @@ from random import Random
 import pytest
 
 import poisonq
-from tests.chaos.scenarios import pipeline, processor, producer, streaming
+from tests.chaos.scenarios import pipeline, processor, producer, streaming, writer
 from tests.chaos.verdict import Holding, Verdict, check, double_holders
 
 Scenario = Callable[[str, Path, Random], Verdict]
@@ -29,7 +29,9 @@ def test_a_program_killed_mid_work_loses_and_duplicates_nothing(
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("scenario", [pipeline, streaming], ids=["pipeline", "streaming"])
+@pytest.mark.parametrize(
+    "scenario", [pipeline, streaming, writer], ids=["pipeline", "streaming", "writer"]
+)
 def test_a_spark_program_killed_mid_batch_writes_each_message_once(
     scenario: Scenario, tmp_path: Path
 ) -> None:

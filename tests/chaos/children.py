@@ -99,6 +99,20 @@ def stream(url: str, queue: str, output: str, checkpoint: str) -> None:
     spark.stop()
 
 
+def write(url: str, queue: str, count: int) -> None:
+    """``df.write.format("poisonq")`` of ``count`` orders in 8 partitions (a transaction
+    each), every row with its ``message_id``, so that a rerun sends nothing twice."""
+    from poisonq.spark import local_session
+
+    spark = local_session("chaos-write")
+    rows = spark.range(count, numPartitions=8).selectExpr(
+        "concat('m', id) AS message_id",
+        "to_json(named_struct('n', id, 'kind', 'good')) AS body",
+    )
+    rows.write.format("poisonq").option("url", url).option("queue", queue).mode("append").save()
+    spark.stop()
+
+
 def main() -> None:
     kind, *args = sys.argv[1:]
     if kind == "produce":
@@ -107,6 +121,8 @@ def main() -> None:
         process(*args)
     elif kind == "stream":
         stream(*args)
+    elif kind == "write":
+        write(args[0], args[1], int(args[2]))
     else:
         raise SystemExit(f"unknown program {kind!r}")
 

@@ -117,18 +117,45 @@ def producer(url: str, work: Path, rng: Random) -> Verdict:
         faults = _kill_after(process, rng.uniform(0.3, 3.0))
         printed = (work / "p.out").read_text()
         acknowledged = {int(line) for line in printed.splitlines(keepends=True) if "\n" in line}
-        held: list[str] = []
-        after = 0
-        while page := broker.peek("orders", from_sequence=after, max_messages=5000):
-            held += [m.message_id for m in page]
-            after = page[-1].sequence_number + 1
-        stored = Counter(held)
+        stored = Counter(_held_ids(broker, "orders"))
         per_batch = Counter(int(m[1:]) // size for m in stored)
         verdict = Verdict(faults=faults, balanced=broker.audit().ok)
         verdict.duplicated = sorted(m for m, n in stored.items() if n > 1)
         torn = [b for b, n in per_batch.items() if n != size]
         missing = acknowledged - per_batch.keys()
         verdict.lost = [f"batch {b}" for b in sorted({*torn, *missing})]
+        return verdict
+
+
+def _held_ids(broker: poisonq.Broker, queue: str) -> list[str]:
+    """The message ids the queue holds, in order."""
+    held: list[str] = []
+    after = 0
+    while page := broker.peek(queue, from_sequence=after, max_messages=5000):
+        held += [m.message_id for m in page]
+        after = page[-1].sequence_number + 1
+    return held
+
+
+def writer(url: str, work: Path, rng: Random) -> Verdict:
+    """A ``df.write.format("poisonq")`` killed while its partitions are being sent, then run
+    again: with message ids and duplicate detection, every row is in the queue once."""
+    count = 40_000
+    with poisonq.connect(url) as broker:
+        broker.create_queue("orders", requires_duplicate_detection=True)
+        argv = [*CHILDREN, "write", url, "orders", str(count)]
+        sent = rng.randrange(count)
+        faults = _kill_when(
+            _start(argv, work, "write"),
+            lambda: broker.counts("orders")["active"] >= sent,
+            rng.uniform(0, 0.5),
+        )
+        _finish(argv, work, "rerun")
+        verdict = check(
+            broker, "orders", {f"m{n}" for n in range(count)}, {}, _held_ids(broker, "orders")
+        )
+        verdict.held = 0  # the rows are sent to stay in the queue
+        verdict.faults = faults
         return verdict
 
 
@@ -233,4 +260,5 @@ SCENARIOS = [
     Scenario("processor", processor, ("sqlite", "postgresql")),
     Scenario("pipeline", pipeline, ("sqlite",), spark=True),
     Scenario("streaming", streaming, ("sqlite",), spark=True),
+    Scenario("writer", writer, ("sqlite",), spark=True),
 ]
