@@ -10,7 +10,7 @@ from random import Random
 import pytest
 
 import poisonq
-from tests.chaos.scenarios import pipeline, processor, producer, streaming, writer
+from tests.chaos.scenarios import pipeline, processor, producer, shared, streaming, writer
 from tests.chaos.verdict import Holding, Verdict, check, double_holders
 
 Scenario = Callable[[str, Path, Random], Verdict]
@@ -36,6 +36,16 @@ def test_a_spark_program_killed_mid_batch_writes_each_message_once(
     scenario: Scenario, tmp_path: Path
 ) -> None:
     verdict = scenario(f"sqlite:///{tmp_path / 'store.db'}", tmp_path, Random(7))
+    assert verdict.faults == 1, "the kill came after the program had finished"
+    assert verdict.ok, verdict.problems()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_two_pipelines_and_a_processor_share_a_queue_and_handle_each_message_once(
+    pg_url: str, tmp_path: Path
+) -> None:
+    verdict = shared(pg_url, tmp_path, Random(7))
     assert verdict.faults == 1, "the kill came after the program had finished"
     assert verdict.ok, verdict.problems()
 

@@ -46,18 +46,22 @@ def produce(url: str, queue: str, batches: int, size: int) -> None:
 
 
 def process(url: str, queue: str, log: str) -> None:
-    """A ``Processor`` that logs when it starts a message (with its lock's expiry) and when
-    its handler is done, so that the parent can tell whether two held it at once."""
+    """A ``Processor`` that logs when it starts a message (with its lock's expiry), when its
+    handler is done, so that the parent can tell whether two held it at once, and the
+    messages it handled well (its output)."""
     with poisonq.connect(url) as broker, open(log, "a", buffering=1) as out:
 
         def handle(message: poisonq.ReceivedMessage) -> None:
             assert message.locked_until is not None
             until = message.locked_until.timestamp()
-            out.write(f"S {message.message_id} {time.time()} {until}\n")
+            held = f"{message.message_id} {message.lock_token}"
+            out.write(f"S {held} {time.time()} {until}\n")
             try:
                 handle_order(message.body)
+                time.sleep(0.002)  # some work: the Processor does not drain a queue alone
             finally:
-                out.write(f"E {message.message_id} {time.time()}\n")
+                out.write(f"E {held} {time.time()}\n")
+            out.write(f"D {message.message_id}\n")  # handled: its output
 
         poisonq.Processor(broker, queue, handle, batch_size=20, concurrency=2).run(until_idle=True)
 

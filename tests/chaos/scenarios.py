@@ -61,13 +61,18 @@ def _kill_after(process: subprocess.Popen[bytes], delay: float) -> int:
         return 1
 
 
-def _kill_when(process: subprocess.Popen[bytes], reached: Callable[[], bool], delay: float) -> int:
-    """SIGKILL the process group ``delay`` seconds after ``reached()`` first holds (polled
-    from the store every 50 ms), so that kills land in every part of the program's work, not
-    mostly in a JVM's start; 1 if the kill landed on a running program."""
+def _wait_until(process: subprocess.Popen[bytes], reached: Callable[[], bool]) -> None:
+    """Poll ``reached`` every 50 ms until it holds or the program has ended."""
     deadline = time.monotonic() + RUN_TIMEOUT
     while process.poll() is None and not reached() and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+def _kill_when(process: subprocess.Popen[bytes], reached: Callable[[], bool], delay: float) -> int:
+    """SIGKILL the process group ``delay`` seconds after ``reached()`` first holds, so that
+    kills land in every part of the program's work, not mostly in a JVM's start; 1 if the
+    kill landed on a running program."""
+    _wait_until(process, reached)
     return _kill_after(process, delay)
 
 
@@ -185,22 +190,19 @@ def processor(url: str, work: Path, rng: Random) -> Verdict:
 
 
 def _holdings(log: Path) -> list[Holding]:
-    """The deliveries a handler log records; a torn last line is skipped."""
-    started: dict[str, list[tuple[float, float]]] = {}
-    ended: dict[str, list[float]] = {}
+    """The deliveries a handler log records, each known by its lock token: held until its
+    handler was done, or else until its lock ran out. A torn last line is skipped."""
+    started: dict[tuple[str, str], tuple[float, float]] = {}
+    ended: dict[tuple[str, str], float] = {}
     for line in log.read_text().splitlines():
         match line.split():
-            case ["S", message_id, start, until]:
-                started.setdefault(message_id, []).append((float(start), float(until)))
-            case ["E", message_id, end]:
-                ended.setdefault(message_id, []).append(float(end))
-    holdings: list[Holding] = []
-    for message_id, starts in started.items():
-        ends = sorted(ended.get(message_id, []))
-        for start, until in starts:
-            end = next((e for e in ends if e >= start), None)
-            holdings.append(Holding(message_id, start, until if end is None else end))
-    return holdings
+            case ["S", message_id, token, start, until]:
+                started[message_id, token] = (float(start), float(until))
+            case ["E", message_id, token, end]:
+                ended[message_id, token] = float(end)
+    return [
+        Holding(key[0], start, ended.get(key, until)) for key, (start, until) in started.items()
+    ]
 
 
 def _output_ids(path: Path) -> list[str]:
@@ -219,17 +221,55 @@ def pipeline(url: str, work: Path, rng: Random) -> Verdict:
     with poisonq.connect(url) as broker:
         broker.create_queue("orders", max_delivery_count=3)
         good, bad = _orders(broker, "orders", 3000, crash=2)
-        argv = [
-            *POISONQ, "--url", url, "pipeline", "run",
-            f"{ROOT / 'tests' / 'chaos' / 'children.py'}:parse",
-            "--queue", "orders", "--schema", children.ORDERS_SCHEMA, "--output", str(output),
-            "--batch-size", "500", "--lock-duration", "20",
-        ]  # fmt: skip
+        argv = _pipeline_argv(url, "pipeline", output)
         reached = _lease_reached(broker, "pipeline", rng.randrange(1, 7))
         faults = _kill_when(_start(argv, work, "pipeline"), reached, rng.uniform(0, 2.0))
         _finish(argv, work, "rerun")
         verdict = check(broker, "orders", good, bad, _output_ids(output))
         verdict.faults = faults
+        return verdict
+
+
+def _pipeline_argv(url: str, consumer: str, output: Path) -> list[str]:
+    return [
+        *POISONQ, "--url", url, "pipeline", "run",
+        f"{ROOT / 'tests' / 'chaos' / 'children.py'}:parse", "--consumer", consumer,
+        "--queue", "orders", "--schema", children.ORDERS_SCHEMA, "--output", str(output),
+        "--batch-size", "500", "--lock-duration", "20",
+    ]  # fmt: skip
+
+
+def shared(url: str, work: Path, rng: Random) -> Verdict:
+    """Two pipeline instances (consumers ``ingest-1`` and ``ingest-2``) and a ``Processor``
+    on one queue at once, from separate processes; ``ingest-1`` is killed at any moment of
+    its batches and run again. Each message is handled by exactly one of them."""
+    output = work / "out"
+    log = work / "handled.log"
+    with poisonq.connect(url) as broker:
+        broker.create_queue("orders", max_delivery_count=3, lock_duration=20)
+        good, bad = _orders(broker, "orders", 20_000)
+        first = _pipeline_argv(url, "ingest-1", output)
+        killed = _start(first, work, "ingest-1")
+        others = [_start(_pipeline_argv(url, "ingest-2", output), work, "ingest-2")]
+        # The Processor starts once the pipelines have: it would drain the queue alone
+        # while their JVMs start.
+        _wait_until(killed, _lease_reached(broker, "ingest-1", 1))
+        others.append(_start([*CHILDREN, "process", url, "orders", str(log)], work, "processor"))
+        reached = _lease_reached(broker, "ingest-1", rng.randrange(2, 4))
+        faults = _kill_when(killed, reached, rng.uniform(0, 2.0))
+        _finish(first, work, "ingest-1-rerun")
+        for process in others:
+            if process.wait(timeout=RUN_TIMEOUT) != 0:
+                raise RuntimeError(f"{process.args[:6]} exited {process.returncode}")
+        if broker.counts("orders")["active"]:  # arrived back after the others went idle
+            _finish(first, work, "ingest-1-last")
+        handled = [line.split()[1] for line in log.read_text().splitlines() if line[:2] == "D "]
+        idle = [c for c in ("ingest-1", "ingest-2") if not (output / f"consumer={c}").exists()]
+        if idle or not handled:
+            raise RuntimeError(f"not all at once: {idle or 'the Processor'} took no message")
+        verdict = check(broker, "orders", good, bad, _output_ids(output) + handled)
+        verdict.faults = faults
+        verdict.double_holders = double_holders(_holdings(log))
         return verdict
 
 
@@ -261,4 +301,5 @@ SCENARIOS = [
     Scenario("pipeline", pipeline, ("sqlite",), spark=True),
     Scenario("streaming", streaming, ("sqlite",), spark=True),
     Scenario("writer", writer, ("sqlite",), spark=True),
+    Scenario("shared", shared, ("postgresql",), spark=True),
 ]
