@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         MessageNotFoundError,
         MessageTooLargeError,
         PermanentError,
+        PipelineNotFoundError,
         PoisonMessageError,
         PoisonqError,
         QuotaExceededError,
@@ -58,11 +59,13 @@ if TYPE_CHECKING:
     )
     from poisonq.options import QueueOptions, RetryPolicy
     from poisonq.processor import Processor, ProcessorStats, ProcessorStoppedError
+    from poisonq.timeline import BatchRun, PipelineBatch, PipelineSummary
 
 __all__ = [
     "NO_VALUE",
     "Abandon",
     "AutoLockRenewer",
+    "BatchRun",
     "Broker",
     "BrokerClosedError",
     "Complete",
@@ -87,6 +90,9 @@ __all__ = [
     "MessageState",
     "MessageTooLargeError",
     "PermanentError",
+    "PipelineBatch",
+    "PipelineNotFoundError",
+    "PipelineSummary",
     "PoisonMessageError",
     "PoisonqError",
     "Processor",
@@ -119,6 +125,7 @@ __all__ = [
 _MODULES = (
     "poisonq.errors",
     "poisonq.model",
+    "poisonq.timeline",
     "poisonq.clock",
     "poisonq.options",
     "poisonq.filters",
