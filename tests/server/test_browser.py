@@ -15,8 +15,7 @@ from poisonq.server import create_app
 from poisonq.server.background import BackgroundServer
 from tests.conftest import assert_balanced
 from tests.server.chromium import launch
-from tests.server.conftest import MALICIOUS, TOKEN, GatedClock
-from tests.server.test_pipelines_ui import record
+from tests.server.conftest import MALICIOUS, TOKEN, GatedClock, record
 
 pytestmark = pytest.mark.browser
 

@@ -8,24 +8,8 @@ import re
 
 from fastapi.testclient import TestClient
 
-from poisonq import BatchRun, Broker, DeadLetter, ManualClock, Message
-from tests.server.conftest import MALICIOUS
-
-
-def record(broker: Broker, clock: ManualClock, queue: str, consumer: str, sizes: list[int]) -> None:
-    """Batches of ``sizes`` messages; each takes one second more than the one before, and
-    the second dead-letters its first message as ``MALICIOUS``."""
-    for number, size in enumerate(sizes, 1):
-        broker.sender(queue).send([Message(body=f"m{n}") for n in range(size)])
-        lease = broker.acquire_lease(queue, consumer, number, max_messages=size)
-        assert lease is not None
-        started = clock.now()
-        clock.advance(number)
-        if number == 2:
-            broker.settle_held(
-                queue, [DeadLetter(lease.min_sequence, lease.lock_token, MALICIOUS, None)]
-            )
-        broker.complete_lease(lease, BatchRun(started, float(number)))
+from poisonq import Broker, ManualClock
+from tests.server.conftest import MALICIOUS, record
 
 
 def test_the_overview_links_the_pipelines_page(
