@@ -77,10 +77,19 @@ def timeline_view(consumer: str, batches: list[PipelineBatch]) -> RenderableType
     "queue_name",
     help="The consumer's queue: needed only when the consumer runs on more than one.",
 )
+@click.option(
+    "--last",
+    type=click.IntRange(min=1),
+    default=50,
+    show_default=True,
+    help="Show the newest this many of the batches kept.",
+)
 @json_option
 @click.pass_obj
-def pipeline_show(app: App, consumer: str, queue_name: str | None, as_json: bool) -> None:
-    """Show the timeline of pipeline CONSUMER: its last batches, oldest first.
+def pipeline_show(
+    app: App, consumer: str, queue_name: str | None, last: int, as_json: bool
+) -> None:
+    """Show the timeline of pipeline CONSUMER: its last batches (--last), oldest first.
 
     Each batch is a lease the pipeline completed (--consumer of pipeline run, default
     "pipeline"): when its Spark job started, how long it ran, how many messages it held and
@@ -91,8 +100,8 @@ def pipeline_show(app: App, consumer: str, queue_name: str | None, as_json: bool
 
     \b
       poisonq pipeline show pipeline
-      poisonq pipeline show nightly --queue orders --json
+      poisonq pipeline show nightly --queue orders --last 500 --json
     """
-    batches = app.broker.pipeline_batches(consumer, queue_name)
+    batches = app.broker.pipeline_batches(consumer, queue_name)[-last:]
     data = [b.to_json() for b in batches]
     emit(app, as_json, data, lambda: timeline_view(consumer, batches))

@@ -48,6 +48,8 @@ def test_show_json(url: str, timeline: str) -> None:
     ]
     assert batches[1]["dead_lettered"] == {"InvalidOrder": 1}
     assert batches[2]["isolation_jobs"] == 3 and batches[2]["messages_per_second"] > 0
+    newest = run_json(url, "pipeline", "show", timeline, "--last", "2")
+    assert [b["lease"] for b in newest] == [2, 3]
 
 
 def test_show_an_unknown_consumer_or_queue(url: str, timeline: str) -> None:
