@@ -10,6 +10,7 @@ from typing import Any
 from poisonq.timeline import PipelineBatch, PipelineSummary
 
 _COLUMNS = "lease, started_at, seconds, size, completed, retried, dead_lettered, isolation_jobs"
+_SELECTED = "e.name, b.consumer, " + ", ".join(f"b.{c}" for c in _COLUMNS.split(", "))
 # The dead-letter queue's index on (entity_id, state, seq) finds a lease's range directly.
 DEAD_LETTERED_BETWEEN = (
     "SELECT coalesce(dead_letter_reason, ''), count(*) FROM messages"
@@ -26,14 +27,13 @@ RECORD_BATCH = (
 )
 FORGET_BATCHES = "DELETE FROM pipeline_batches WHERE entity_id = ? AND consumer = ? AND lease <= ?"
 PIPELINE_BATCHES = (
-    f"SELECT e.name, b.consumer, {', '.join('b.' + c for c in _COLUMNS.split(', '))}"
-    " FROM pipeline_batches b JOIN entities e ON e.id = b.entity_id"
+    f"SELECT {_SELECTED} FROM pipeline_batches b JOIN entities e ON e.id = b.entity_id"
     " WHERE b.entity_id = ? AND b.consumer = ? ORDER BY b.lease"
 )
 # Each consumer's last batch, with how many it keeps.
 PIPELINES = (
-    f"SELECT e.name, b.consumer, {', '.join('b.' + c for c in _COLUMNS.split(', '))},"
-    " n.batches FROM (SELECT entity_id, consumer, count(*) AS batches, max(lease) AS last"
+    f"SELECT {_SELECTED}, n.batches"
+    " FROM (SELECT entity_id, consumer, count(*) AS batches, max(lease) AS last"
     "  FROM pipeline_batches GROUP BY entity_id, consumer) n"
     " JOIN pipeline_batches b"
     "  ON b.entity_id = n.entity_id AND b.consumer = n.consumer AND b.lease = n.last"
