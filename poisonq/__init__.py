@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         MessageNotFoundError,
         MessageTooLargeError,
         PermanentError,
+        PipelineNotFoundError,
         PoisonMessageError,
         PoisonqError,
         QuotaExceededError,
@@ -59,11 +60,13 @@ if TYPE_CHECKING:
     )
     from poisonq.options import QueueOptions, RetryPolicy
     from poisonq.processor import Processor, ProcessorStats, ProcessorStoppedError
+    from poisonq.timeline import BatchRun, PipelineBatch, PipelineSummary
 
 __all__ = [
     "NO_VALUE",
     "Abandon",
     "AutoLockRenewer",
+    "BatchRun",
     "Broker",
     "BrokerClosedError",
     "Complete",
@@ -88,6 +91,9 @@ __all__ = [
     "MessageState",
     "MessageTooLargeError",
     "PermanentError",
+    "PipelineBatch",
+    "PipelineNotFoundError",
+    "PipelineSummary",
     "PoisonMessageError",
     "PoisonqError",
     "Processor",
@@ -121,6 +127,7 @@ __all__ = [
 _MODULES = (
     "poisonq.errors",
     "poisonq.model",
+    "poisonq.timeline",
     "poisonq.clock",
     "poisonq.options",
     "poisonq.filters",

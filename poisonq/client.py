@@ -45,6 +45,7 @@ from poisonq.store.base import (
     TaskRecord,
 )
 from poisonq.tasks import BulkTask, purge_task, resubmit_task
+from poisonq.timeline import BatchRun, PipelineBatch, PipelineSummary
 
 log = logging.getLogger(__name__)
 
@@ -344,9 +345,11 @@ class Broker:
         seconds = None if lock_duration is None else lock_seconds(lock_duration)
         return self.engine.renew_lease(lease, seconds)
 
-    def complete_lease(self, lease: Lease) -> int:
-        """Complete what the lease still holds; returns how many were completed."""
-        return self.engine.complete_lease(lease)
+    def complete_lease(self, lease: Lease, run: BatchRun | None = None) -> int:
+        """Complete what the lease still holds; returns how many were completed. With
+        ``run`` (its job's start, duration and isolation jobs), the batch is recorded in the
+        consumer's timeline in the same transaction (see :meth:`pipeline_batches`)."""
+        return self.engine.complete_lease(lease, run)
 
     def plan_lease(self, lease: Lease) -> int:
         """Count a planning of the lease's batch; returns how many times it was planned
@@ -357,6 +360,17 @@ class Broker:
         """Give back what the lease still holds in ``[lo, hi]`` (all of it by default) as if
         never delivered: no delivery counted, no failure recorded. Returns how many."""
         return self.engine.release_lease(lease, lo, hi)
+
+    # Pipeline timelines -------------------------------------------------------------------
+    def pipelines(self) -> list[PipelineSummary]:
+        """Every consumer with recorded pipeline batches, with its last batch."""
+        return self.engine.pipelines()
+
+    def pipeline_batches(self, consumer: str, queue: str | None = None) -> list[PipelineBatch]:
+        """The batches recorded for ``consumer``, oldest first (its last ``keep``: see
+        :class:`~poisonq.spark.Pipeline`). ``queue`` is needed only when the consumer runs
+        on several queues; :class:`PipelineNotFoundError` when nothing is recorded."""
+        return self.engine.pipeline_batches(consumer, queue)
 
     # Dead-letter operations ---------------------------------------------------------------
     def dead_letter_groups(self, queue: str, by: str = "reason") -> list[DeadLetterGroup]:

@@ -150,6 +150,19 @@ class TaskNotFoundError(PoisonqError, LookupError):
         self.task_id = task_id
 
 
+class PipelineNotFoundError(PoisonqError, LookupError):
+    """No pipeline batch is recorded for this consumer (on this queue); ``close`` holds the
+    consumers with a timeline whose names are nearest, best first."""
+
+    def __init__(self, consumer: str, queue: str | None = None, close: Sequence[str] = ()) -> None:
+        where = f" on queue {queue!r}" if queue is not None else ""
+        guess = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        super().__init__(f"no pipeline batches recorded for consumer {consumer!r}{where}{guess}")
+        self.consumer = consumer
+        self.queue = queue
+        self.close = list(close)
+
+
 class TaskRunningError(InvalidOperationError):
     """A resubmit or purge is already running on this queue's dead-letter queue: one task at
     a time per queue (as SQS allows one move task per queue), so two never take the same

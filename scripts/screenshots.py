@@ -10,6 +10,7 @@ import json
 import random
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -18,7 +19,7 @@ sys.path.insert(0, str(ROOT))  # for tests.server.chromium, shared with the brow
 from playwright.sync_api import sync_playwright  # noqa: E402
 
 import poisonq  # noqa: E402
-from poisonq import Broker, Message  # noqa: E402
+from poisonq import Abandon, BatchRun, Broker, DeadLetter, Message  # noqa: E402
 from poisonq.server import create_app  # noqa: E402
 from poisonq.server.background import BackgroundServer  # noqa: E402
 from tests.server.chromium import launch  # noqa: E402
@@ -111,12 +112,37 @@ def fill(broker: Broker) -> None:
     broker.sender("shipping/labels").send([Message(body="label", subject="label")] * 7)
 
 
+def run_pipeline(broker: Broker) -> None:
+    """A pipeline's timeline: batches of orders leased, handled and settled as the Spark
+    runner does, each recorded with its real time (without Spark, to stay quick)."""
+    rng = random.Random(11)
+    broker.create_queue("orders-feed", max_delivery_count=2)
+    for number in range(1, 25):
+        size = rng.randint(150, 400)
+        body = [{"id": n, "amount": rng.uniform(-5, 900)} for n in range(size)]
+        broker.sender("orders-feed").send([Message(body=json.dumps(b)) for b in body])
+        lease = broker.acquire_lease("orders-feed", "nightly", number, max_messages=size)
+        assert lease is not None
+        started = time.time()
+        failed: list[Abandon | DeadLetter] = []
+        for seq, _, raw, *_ in broker.lease_rows(lease):
+            order = json.loads(raw)
+            if order["amount"] <= 0:
+                failed.append(DeadLetter(seq, lease.lock_token, "InvalidAmount", None))
+            elif rng.random() < 0.01:
+                failed.append(Abandon(seq, lease.lock_token))
+        time.sleep(rng.uniform(0.05, 0.2) * (3 if number == 17 else 1))  # the work
+        broker.settle_held("orders-feed", failed)
+        broker.complete_lease(lease, BatchRun(started, time.time() - started))
+
+
 def main() -> None:
     docs = ROOT / "docs"
     docs.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory() as folder:
         broker = poisonq.connect(f"sqlite:///{folder}/demo.db")
         fill(broker)
+        run_pipeline(broker)
         with BackgroundServer(create_app(broker, token=TOKEN)) as server, sync_playwright() as pw:
             browser = launch(pw)
             page = browser.new_page(viewport={"width": 1360, "height": 760}, device_scale_factor=1)
@@ -131,6 +157,8 @@ def main() -> None:
             page.goto(f"{server.url}/ui/deadletters?queue=orders&reason=MaxDeliveryCountExceeded")
             page.click("#messages a >> nth=0")
             page.screenshot(path=docs / "message.png", full_page=True)
+            page.goto(f"{server.url}/ui/pipeline?consumer=nightly")
+            page.screenshot(path=docs / "pipeline.png")
             browser.close()
         broker.close()
     print("wrote", ", ".join(str(p.relative_to(ROOT)) for p in sorted(docs.glob("*.png"))))

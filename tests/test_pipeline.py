@@ -5,6 +5,7 @@ Spark's Python workers use the real clock, so these tests use a broker with the 
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -108,6 +109,19 @@ def test_each_outcome_is_settled_by_what_the_transform_did(
     assert live.counts("orders")["completed"] == 36
     assert_balanced(live)
 
+    # The timeline: a record per batch, which adds up to the report.
+    batches = live.pipeline_batches("pipeline")
+    first = batches[0]
+    assert (first.lease, first.size, first.completed, first.retried) == (1, 25, 21, 2)
+    assert first.dead_lettered == {"InvalidCustomer": 1, "OutputSchemaMismatch": 1}
+    assert [b.lease for b in batches] == list(range(1, report.batches + 1))
+    assert sum(b.size for b in batches) == report.leased
+    assert sum(b.completed for b in batches) == report.completed
+    assert sum(b.retried for b in batches) == report.retried
+    assert sum((Counter(b.dead_lettered) for b in batches), Counter()) == report.dead_lettered
+    assert all(b.seconds > 0 and b.isolation_jobs == 0 for b in batches)
+    assert all(a.started_at + a.seconds <= b.started_at for a, b in itertools.pairwise(batches))
+
 
 def test_a_restarted_pipeline_replays_its_lease_without_duplicating_output(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
@@ -125,6 +139,7 @@ def test_a_restarted_pipeline_replays_its_lease_without_duplicating_output(
 
     report = pipeline.run()
     assert report.batches == 2  # the replayed lease, then the rest
+    assert [(b.lease, b.completed) for b in live.pipeline_batches("pipeline")] == [(1, 20), (2, 10)]
     assert output(spark, tmp_path / "out") == Counter(range(30))
     assert live.counts("orders")["completed"] == 30
     assert_balanced(live)
@@ -163,6 +178,9 @@ def test_a_batch_that_fails_as_a_whole_is_bisected_to_the_guilty_messages(
     report = pipeline.run()
 
     assert 0 < report.isolation_jobs <= 2 * len(guilty) * math.ceil(math.log2(n))
+    [batch] = live.pipeline_batches("pipeline")
+    assert (batch.isolation_jobs, batch.completed) == (report.isolation_jobs, n - len(guilty))
+    assert batch.dead_lettered == {"MaxDeliveryCountExceeded": len(guilty)}
     assert output(spark, tmp_path / "out") == Counter(set(range(n)) - guilty)
     letters = dead(live)
     assert sorted(letters) == ["o11", "o4"]
@@ -200,6 +218,9 @@ def test_bad_options_are_refused(spark: SparkSession, url: str) -> None:
     with pytest.raises(poisonq.InvalidOptionError, match="batch_size"):
         Pipeline(spark, url=url, queue="orders", map=transform, schema=SCHEMA,
                  output="out", batch_size=0)  # fmt: skip
+    with pytest.raises(poisonq.InvalidOptionError, match="keep_batches"):
+        Pipeline(spark, url=url, queue="orders", map=transform, schema=SCHEMA,
+                 output="out", keep_batches=0)  # fmt: skip
 
 
 def test_retry_cycles_keep_the_leases_going_and_a_fault_stops_the_pipeline_with_a_report(

@@ -23,6 +23,7 @@ from poisonq.cli.ops import audit, demo
 from poisonq.cli.pipeline import pipeline
 from poisonq.cli.queues import queue
 from poisonq.cli.serve import serve
+from poisonq.cli.timeline import pipeline_show
 from poisonq.cli.topics import topic
 from poisonq.client import DEFAULT_URL
 from poisonq.errors import PoisonqError, StoreNotFoundError
@@ -70,12 +71,14 @@ def cli(ctx: click.Context, url: str) -> None:
       poisonq serve --port 8080 --open-reads
       poisonq pipeline run jobs/orders.py:transform --queue orders \
         --schema 'id long, total double' --output out/orders
+      poisonq pipeline show pipeline
     """
     ctx.obj = App(url, ctx)
 
 
 for _command in (queue, topic, send, receive, peek, dlq, audit, serve, pipeline, demo):
     cli.add_command(_command)
+pipeline.add_command(pipeline_show)
 
 
 def main() -> None:

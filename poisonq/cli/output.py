@@ -45,10 +45,11 @@ Update = Callable[[float, float | None, str], None]
 
 
 @contextmanager
-def progress(app: App, description: str) -> Iterator[Update]:
-    """A progress bar on stderr, shown only on a terminal so that pipes stay clean. Yields
-    ``update(completed, total, note)``; the total may be unknown (None) and the units are the
-    caller's (bytes of a file, messages of a task), so ``note`` says what was done."""
+def progress(app: App, description: str, *, quiet: bool = False) -> Iterator[Update]:
+    """A progress bar on stderr, shown only on a terminal (and not ``quiet``) so that pipes
+    stay clean. Yields ``update(completed, total, note)``; the total may be unknown (None)
+    and the units are the caller's (bytes of a file, messages of a task), so ``note`` says
+    what was done."""
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -56,7 +57,7 @@ def progress(app: App, description: str) -> Iterator[Update]:
         TextColumn("{task.fields[note]}"),
         TimeElapsedColumn(),
     )
-    with Progress(*columns, console=app.err, disable=not app.err.is_terminal) as bar:
+    with Progress(*columns, console=app.err, disable=quiet or not app.err.is_terminal) as bar:
         task = bar.add_task(description, total=None, note="")
 
         def update(completed: float, total: float | None, note: str) -> None:
@@ -81,8 +82,9 @@ def table(title: str, columns: list[str], rows: Iterable[Iterable[Any]]) -> Tabl
     """A table whose cells are plain text (never markup: cells hold untrusted data). Columns
     of short values (counts, times, fingerprints, reasons: what an operator copies into the
     next command) are never cut; only long text (bodies, errors) gives way on a narrow
-    terminal, and headers wrap between words."""
-    cells = [[Text("" if cell is None else str(cell)) for cell in row] for row in rows]
+    terminal, and headers wrap between words. A :class:`Text` cell is shown as it is styled
+    (a bar)."""
+    cells = [[_cell(cell) for cell in row] for row in rows]
     shown = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True)
     for index, column in enumerate(columns):
         words = max(len(word) for word in column.split())
@@ -94,6 +96,12 @@ def table(title: str, columns: list[str], rows: Iterable[Iterable[Any]]) -> Tabl
     for row in cells:
         shown.add_row(*row)
     return shown
+
+
+def _cell(value: Any) -> Text:
+    if isinstance(value, Text):
+        return value
+    return Text("" if value is None else str(value))
 
 
 # Messages ---------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from poisonq.cli.app import App
 from poisonq.cli.output import emit, json_option, progress, table
 from poisonq.defects import DEFAULT_MAX_FAILURE_RATIO
 from poisonq.errors import InvalidOptionError, PoisonqError
+from poisonq.timeline import DEFAULT_KEEP
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -358,6 +359,18 @@ def pipeline() -> None:
     is_flag=True,
     help="Keep waiting for messages when the queue is idle; Ctrl-C stops.",
 )
+@click.option(
+    "--keep-batches",
+    type=click.IntRange(min=1),
+    default=DEFAULT_KEEP,
+    show_default=True,
+    help="Batches of this consumer the store keeps in its timeline (poisonq pipeline show).",
+)
+@click.option(
+    "--quiet",
+    is_flag=True,
+    help="No live progress line on a terminal (messages/s and dead-letters so far).",
+)
 @json_option
 @click.pass_context
 def pipeline_run(
@@ -377,6 +390,8 @@ def pipeline_run(
     max_failure_ratio: float,
     isolate: bool,
     forever: bool,
+    keep_batches: int,
+    quiet: bool,
     as_json: bool,
 ) -> None:
     """Run a transform over a queue on Spark.
@@ -425,8 +440,10 @@ def pipeline_run(
     is refused before any message is leased. When most of a batch fails the same way (a
     bug, not poison), the run stops with the error and its traceback and the batch goes
     back to the queue without a delivery counted. Runs until the queue is idle, then prints
-    what it did. Ctrl-C stops and prints the report so far; an unfinished batch is replayed
-    by the next run.
+    what it did; on a terminal a live line shows the messages per second and the
+    dead-letters so far (--quiet: none). Ctrl-C stops and prints the report so far; an
+    unfinished batch is replayed by the next run. Each batch is recorded in the consumer's
+    timeline: poisonq pipeline show CONSUMER.
     """
     app: App = ctx.obj
     require_pyspark()
@@ -465,6 +482,7 @@ def pipeline_run(
         "output_format": output_format,
         "permanent": permanent,
         "max_failure_ratio": None if max_failure_ratio == 1 else max_failure_ratio,
+        "keep_batches": keep_batches,
     }
     if schema is not None:
         struct = _parse_schema(schema)
@@ -481,7 +499,7 @@ def pipeline_run(
         check_dataframe_transform(spark, target, function)
         runner = Pipeline(spark, transform=function, expectations=expectations, **common)
     seen: list[PipelineReport] = []
-    with progress(app, f"pipeline {queue_name}") as update:
+    with progress(app, f"pipeline {queue_name}", quiet=quiet) as update:
 
         def on_batch(report: PipelineReport) -> None:
             seen[:] = [report]

@@ -15,8 +15,9 @@ The engine is one class assembled from one module per concept:
 - :mod:`~poisonq.engine.poison`: retry cycles, poison actions, auto-disable, housekeeping
 - :mod:`~poisonq.engine.sending`, :mod:`~poisonq.engine.settling`,
   :mod:`~poisonq.engine.receiving` (a receive may settle the last batch first),
-  :mod:`~poisonq.engine.sessions`, :mod:`~poisonq.engine.leases`, :mod:`~poisonq.engine.admin`,
-  :mod:`~poisonq.engine.tasks`
+  :mod:`~poisonq.engine.sessions`, :mod:`~poisonq.engine.leases` (with
+  :mod:`~poisonq.engine.timeline`, the batches a pipeline records as it completes its
+  leases), :mod:`~poisonq.engine.admin`, :mod:`~poisonq.engine.tasks`
 """
 
 from __future__ import annotations

@@ -8,13 +8,15 @@ from typing import Any
 
 from poisonq.engine.base import check_count
 from poisonq.engine.receiving import Receiving
+from poisonq.engine.timeline import Timelines
 from poisonq.errors import InvalidOperationError
 from poisonq.model import Lease
 from poisonq.names import validate_name
 from poisonq.store.base import EntityRecord, Transaction
+from poisonq.timeline import BatchRun
 
 
-class Leasing(Receiving):
+class Leasing(Receiving, Timelines):
     def acquire_lease(
         self,
         address: str,
@@ -99,17 +101,21 @@ class Leasing(Receiving):
     ) -> int:
         return tx.renew_lease(entity.id, lease.lock_token, *_span(lease), now, until)
 
-    def complete_lease(self, lease: Lease) -> int:
+    def complete_lease(self, lease: Lease, run: BatchRun | None = None) -> int:
         """Complete every message the lease still holds (the others were settled apart, or
         their locks ran out and they will be delivered again), and record the lease as
-        completed, in one transaction. Returns how many."""
+        completed, in one transaction; with ``run``, record its batch in the consumer's
+        timeline in the same transaction. Returns how many."""
         now = self.clock.now()
         with self.store.transaction() as tx:
-            entity = self._resolve(tx, lease.entity).entity
+            target = self._resolve(tx, lease.entity)
+            entity = target.entity
             tx.finish_lease(entity.id, lease.consumer, lease.number, now)
             completed = tx.complete_span(entity.id, lease.lock_token, *_span(lease), now)
             if completed and entity.rollbacks:
                 tx.reset_rollbacks(entity.id)
+            if run is not None:
+                self._record_batch(tx, target, lease, run, completed)
             return completed
 
     def plan_lease(self, lease: Lease) -> int:

@@ -1,6 +1,7 @@
 """The JSON API under ``/api``: entities and counts, send and peek, the dead-letter queue
 (groups, listing, message detail with its failure history), resubmit and purge as tracked
-tasks. Reads need the token unless the server opened them; writes always do.
+tasks, the pipelines' timelines. Reads need the token unless the server opened them; writes
+always do.
 
 Entity names may contain ``/`` (subscription paths), so a queue is the path up to the
 route's fixed suffix (``/api/queues/events/subscriptions/audit/counts``).
@@ -101,6 +102,24 @@ def dead_letters(
     """The dead-lettered messages a resubmit or purge with these filters would take."""
     found = state.broker.dead_letters(queue, after=after, limit=limit, **filters.where())
     return [message_json(m) for m in found]
+
+
+@reads.get("/pipelines", summary="Pipeline consumers with a timeline")
+def pipelines(state: State) -> list[dict[str, Any]]:
+    """Every pipeline consumer with recorded batches: its queue, how many batches the store
+    keeps of it, and its last batch."""
+    return [
+        {"queue": p.queue, "consumer": p.consumer, "batches": p.batches, "last": p.last.to_json()}
+        for p in state.broker.pipelines()
+    ]
+
+
+@reads.get("/pipelines/{consumer:path}/batches", summary="A pipeline consumer's timeline")
+def pipeline_batches(state: State, consumer: str, queue: str | None = None) -> list[dict[str, Any]]:
+    """The batches the store keeps of ``consumer``, oldest first: when each started, how long
+    it ran, its size, how many of its messages were completed, retried and dead-lettered (by
+    reason), and its isolation jobs. ``queue`` only when the consumer runs on several."""
+    return [batch.to_json() for batch in state.broker.pipeline_batches(consumer, queue)]
 
 
 @reads.get("/tasks/{task_id}", summary="A resubmit or purge task's progress")

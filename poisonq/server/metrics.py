@@ -35,8 +35,21 @@ _COUNTERS = {
 }
 
 
+# The figures of a pipeline consumer's last batch (``poisonq_pipeline_last_batch_<name>``).
+_PIPELINE_GAUGES = {
+    "timestamp_seconds": "When the consumer's last batch ended (its job's end, epoch seconds)",
+    "seconds": "How long the consumer's last batch ran",
+    "messages": "Messages in the consumer's last batch (its lease)",
+    "completed": "Messages of the last batch completed",
+    "retried": "Messages of the last batch given back to be retried",
+    "dead_lettered": "Messages of the last batch dead-lettered",
+    "lease": "The lease number of the consumer's last batch",
+}
+
+
 class BrokerCollector(Collector):
-    """Depth per entity, subqueue and state; dead-letters by reason; the ledger's totals."""
+    """Depth per entity, subqueue and state; dead-letters by reason; the ledger's totals;
+    each pipeline consumer's last batch."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -77,6 +90,7 @@ class BrokerCollector(Collector):
         yield size
         yield from counters.values()
         yield self._dead_letters([parse_address(i.name).entity for i in entities])
+        yield from self._pipelines()
 
     def _dead_letters(self, queues: list[str]) -> Metric:
         family = GaugeMetricFamily(
@@ -88,6 +102,30 @@ class BrokerCollector(Collector):
             for group in self.broker.dead_letter_groups(queue, "reason"):
                 family.add_metric([queue, group.key or ""], group.count)
         return family
+
+    def _pipelines(self) -> Iterator[Metric]:
+        """Each pipeline consumer's last batch (its timeline's newest record): a stall shows
+        as a timestamp that stops moving while the queue has messages."""
+        families = {
+            name: GaugeMetricFamily(
+                f"poisonq_pipeline_last_batch_{name}", help_text, labels=["queue", "consumer"]
+            )
+            for name, help_text in _PIPELINE_GAUGES.items()
+        }
+        for summary in self.broker.pipelines():
+            last, labels = summary.last, [summary.queue, summary.consumer]
+            figures = {
+                "timestamp_seconds": last.started_at + last.seconds,
+                "seconds": last.seconds,
+                "messages": last.size,
+                "completed": last.completed,
+                "retried": last.retried,
+                "dead_lettered": last.dead_lettered_total,
+                "lease": last.lease,
+            }
+            for name, family in families.items():
+                family.add_metric(labels, figures[name])
+        yield from families.values()
 
 
 def registry(broker: Broker) -> CollectorRegistry:

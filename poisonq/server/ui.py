@@ -1,6 +1,7 @@
 """The web UI: a queue overview, the dead-letter explorer, message pages, resubmit/purge
-with a confirmation step, and the tasks this server started. Server-rendered HTML with no
-JavaScript at all, so the Content-Security-Policy can forbid every script.
+with a confirmation step, the tasks this server started, and the pipelines' timelines.
+Server-rendered HTML with no JavaScript at all, so the Content-Security-Policy can forbid
+every script.
 
 A selection is a filter (a group's reason, subject or fingerprint, a sequence range, or one
 message), so what the confirmation counts is exactly what the task takes.
@@ -27,6 +28,8 @@ from poisonq.server.listing import newest_dead_letters
 from poisonq.server.login import Form, Reader, Writer
 from poisonq.server.pages import body_view, page
 from poisonq.server.state import ServerState, server_state
+from poisonq.server.timeline_chart import timeline_chart
+from poisonq.timeline import PipelineSummary
 
 State = Annotated[ServerState, Depends(server_state)]
 NonNegative = Annotated[int, Query(ge=0)]
@@ -74,6 +77,7 @@ def overview(request: Request, state: State) -> Response:
         "held": sum(sum(q["info"].counts[s] for s in _LIVE) for q in queues),
         "dead_lettered": sum(q["subqueues"].get(SubQueue.DEADLETTER.value, 0) for q in queues),
     }
+    totals["pipelines"] = len(state.broker.pipelines())
     return page(request, "overview.html", queues=queues, totals=totals)
 
 
@@ -224,6 +228,36 @@ def task_page(
         started=started,
         follow=follow,
         refresh=TASK_REFRESH,
+    )
+
+
+# Pipelines --------------------------------------------------------------------------------
+def _pipeline_link(summary: PipelineSummary) -> str:
+    return "/ui/pipeline?" + urlencode({"consumer": summary.consumer, "queue": summary.queue})
+
+
+@router.get("/pipelines", dependencies=[Reader])
+def pipelines_page(request: Request, state: State) -> Response:
+    """Every pipeline consumer with a timeline, with its last batch."""
+    return page(request, "pipelines.html", pipelines=state.broker.pipelines(), link=_pipeline_link)
+
+
+@router.get("/pipeline", dependencies=[Reader])
+def pipeline_page(
+    request: Request, state: State, consumer: str, queue: str | None = None
+) -> Response:
+    """A consumer's timeline as a chart of every batch kept, and its newest batches."""
+    batches = state.broker.pipeline_batches(consumer, queue)
+    newest = batches[::-1][:PAGE]
+    return page(
+        request,
+        "pipeline.html",
+        consumer=consumer,
+        queue=batches[0].queue,
+        batches=batches,
+        newest=newest,
+        shown=len(newest),
+        chart=timeline_chart(batches),
     )
 
 

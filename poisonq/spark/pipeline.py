@@ -60,6 +60,7 @@ from poisonq.spark.session import quiet_query_errors
 from poisonq.spark.settling import defect_in
 from poisonq.spark.source import absolute_url
 from poisonq.spark.transform import LeaseTransform
+from poisonq.timeline import DEFAULT_KEEP, BatchRun
 
 log = logging.getLogger(__name__)
 MAX_REWRITES = 5
@@ -135,6 +136,9 @@ class Pipeline:
     ``permanent`` exception types dead-letter at once (in ``map`` and in poisonq UDFs).
     ``max_failure_ratio`` (``None``: never) is the share of a batch that may fail the same
     way before the runner calls it a defect and stops.
+
+    Each batch is recorded in the consumer's timeline as its lease is completed (see
+    :meth:`poisonq.Broker.pipeline_batches`); the store keeps the last ``keep_batches``.
     """
 
     def __init__(
@@ -156,9 +160,12 @@ class Pipeline:
         isolate: bool = True,
         ignore_extra_fields: bool = False,
         max_failure_ratio: float | None = DEFAULT_MAX_FAILURE_RATIO,
+        keep_batches: int = DEFAULT_KEEP,
     ) -> None:
         if batch_size < 1:
             raise InvalidOptionError("batch_size must be at least 1")
+        if keep_batches < 1:
+            raise InvalidOptionError("keep_batches must be at least 1")
         validate_name(consumer)
         self.spark = spark
         self.url = absolute_url(url)
@@ -166,6 +173,7 @@ class Pipeline:
         self.output = output.rstrip("/")
         self.consumer = consumer
         self.batch_size = batch_size
+        self.keep_batches = keep_batches
         self.lock_duration = lock_duration
         self.output_format = output_format
         self.permanent = permanent
@@ -243,10 +251,10 @@ class Pipeline:
                     number = lease.number
                     if max_batches is None or report.batches + 1 < max_batches:
                         ahead = work.submit(self._acquire, broker, number + 1)
-                    self._batch(broker, lease, report, window, ahead)
+                    run = self._batch(broker, lease, report, window, ahead)
                     if completing is not None:
                         completing.result()  # the batch before, completed during this one
-                    completing = work.submit(self._complete, broker, lease, report)
+                    completing = work.submit(self._complete, broker, lease, report, run)
                     if progress is not None:
                         progress(self._tally(broker, report, dead_before, started))
                 if completing is not None:
@@ -286,8 +294,8 @@ class Pipeline:
             if lease is None:
                 continue
             if broker.lease_sequence_numbers(lease):
-                self._batch(broker, lease, report, window)
-                self._complete(broker, lease, report)
+                run = self._batch(broker, lease, report, window)
+                self._complete(broker, lease, report, run)
             elif lease.completed_at is None:
                 # Its locks ran out before it was completed: whatever it wrote is an
                 # orphan, and its messages come again in a later lease.
@@ -325,19 +333,24 @@ class Pipeline:
         report: PipelineReport,
         window: FailureWindow,
         ahead: Future[Lease | None] | None = None,
-    ) -> None:
+    ) -> BatchRun:
         """One lease's output, its locks (and those of the lease taken ``ahead``) renewed
-        meanwhile. A small batch is then judged with the ones before it (:meth:`_judge`)."""
+        meanwhile; returns its job's run, for the timeline. A small batch is then judged
+        with the ones before it (:meth:`_judge`)."""
         report.batches += 1
         report.leased += lease.count
         small = lease.count <= SMALL_BATCH
         fresh = broker.lease_sequence_numbers(lease, first_delivery=True) if small else []
+        jobs, started = report.isolation_jobs, time.time()
         with LeaseRenewer(broker, lease, self.lock_duration, ahead):
             self._write_isolating(broker, lease, report)
+        seconds, jobs = time.time() - started, report.isolation_jobs - jobs
+        run = BatchRun(started, seconds, jobs, self.keep_batches)
         defect = self._judge(broker, lease, fresh, window) if small else None
         if defect is not None:
-            self._complete(broker, lease, report)  # its output is written
+            self._complete(broker, lease, report, run)  # its output is written
             self._stop_across(lease, defect, report)
+        return run
 
     def _write_isolating(
         self, broker: poisonq.Broker, lease: Lease, report: PipelineReport
@@ -371,9 +384,13 @@ class Pipeline:
                     broker.release_lease(lease)
                     raise
 
-    def _complete(self, broker: poisonq.Broker, lease: Lease, report: PipelineReport) -> None:
-        """Complete what the lease still holds, once its output is written."""
-        report.completed += broker.complete_lease(lease)
+    def _complete(
+        self, broker: poisonq.Broker, lease: Lease, report: PipelineReport, run: BatchRun
+    ) -> None:
+        """Complete what the lease still holds, once its output is written, and record the
+        batch in the consumer's timeline in the same transaction (off the batch's critical
+        path: :meth:`run` does this in its store thread while the next job runs)."""
+        report.completed += broker.complete_lease(lease, run)
 
     def _judge(
         self, broker: poisonq.Broker, lease: Lease, fresh: list[int], window: FailureWindow

@@ -11,7 +11,7 @@ is the engine's business: the store has no policy.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from enum import Enum
@@ -20,6 +20,7 @@ from typing import Any, Final
 
 from poisonq.errors import BrokerClosedError, SchemaVersionError
 from poisonq.model import EntityStatus, Lease, MessageState, ReceivedMessage, SubQueue
+from poisonq.timeline import PipelineBatch, PipelineSummary
 
 # The columns of :meth:`Transaction.lease_rows`, in order. Times are epoch seconds and
 # ``properties`` is the JSON text the message was sent with (or None).
@@ -562,21 +563,46 @@ class Transaction(ABC):
         self, task_id: int, done: int, status: str, error: str | None, now: float
     ) -> None: ...
 
+    # Pipeline timelines ------------------------------------------------------------------
+    @abstractmethod
+    def dead_lettered_between(
+        self, entity_id: int, lo: int, hi: int, since: float, until: float
+    ) -> dict[str, int]:
+        """How many of the messages in ``[lo, hi]`` that the dead-letter queue ``entity_id``
+        holds were dead-lettered between ``since`` and ``until``, by reason (``""``: none)."""
 
-def pending_migrations(kind: str, current: int, store: str) -> list[tuple[int, str]]:
-    """The numbered scripts of ``poisonq/store/migrations/<kind>/`` above schema version
-    ``current``, as (version, SQL) in order. A store at a version newer than this poisonq
+    @abstractmethod
+    def record_batch(self, entity_id: int, batch: PipelineBatch, keep: int) -> None:
+        """Record a batch of ``batch.consumer`` on the queue ``entity_id`` (a lease replayed
+        replaces its record) and forget the consumer's batches of leases numbered ``keep``
+        or more below it."""
+
+    @abstractmethod
+    def pipeline_batches(self, entity_id: int, consumer: str) -> list[PipelineBatch]:
+        """The recorded batches of ``consumer`` on the queue ``entity_id``, by lease."""
+
+    @abstractmethod
+    def pipelines(self) -> list[PipelineSummary]:
+        """Every consumer of a queue with recorded batches, by queue and consumer."""
+
+
+def pending_migrations(kind: str, applied: Collection[int], store: str) -> list[tuple[int, str]]:
+    """The numbered scripts of ``poisonq/store/migrations/<kind>/`` that the store has not
+    ``applied``, as (version, SQL) in order. The store lists every version it applied, not
+    only its latest: scripts written side by side on two branches (8 and 9) each apply once,
+    whichever a store saw first, so a script below the latest one applied is still run (their
+    scripts must not depend on each other). A store at a version newer than this poisonq
     knows is refused (:class:`SchemaVersionError`), never downgraded."""
     folder = resources.files("poisonq.store") / "migrations" / kind
     scripts = sorted(
         (int(p.name.split("_")[0]), p) for p in folder.iterdir() if p.name.endswith(".sql")
     )
     latest = scripts[-1][0]
-    if current > latest:
+    if applied and max(applied) > latest:
         raise SchemaVersionError(
-            f"{store} has schema version {current}; this poisonq knows up to {latest}"
+            f"{store} has schema version {max(applied)}; this poisonq knows up to {latest}"
         )
-    return [(version, p.read_text()) for version, p in scripts if version > current]
+    return [(version, p.read_text()) for version, p in scripts if version not in applied]
 
 
 class Store(ABC):

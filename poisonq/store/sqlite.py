@@ -66,6 +66,7 @@ from poisonq.store.sqlite_rows import (
 )
 from poisonq.store.sqlite_sessions import SqliteSessions
 from poisonq.store.sqlite_tasks import SqliteTasks
+from poisonq.store.sqlite_timeline import SqliteTimelines
 
 # The locks that ran out: a message's own, and those of the leases whose locks ran out
 # (CROSS JOIN keeps the few expired leases outside, then reads their ranges). Parameters:
@@ -81,7 +82,7 @@ _EXPIRED_LOCKS = (
 )
 
 
-class SqliteTransaction(SqliteSessions, SqliteTasks, SqliteLeases, Transaction):
+class SqliteTransaction(SqliteSessions, SqliteTasks, SqliteLeases, SqliteTimelines, Transaction):
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._db = conn
 
@@ -765,8 +766,8 @@ class SqliteStore(Store):
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS poisonq_schema (version INTEGER NOT NULL) STRICT"
             )
-            row = self._db.execute("SELECT max(version) FROM poisonq_schema").fetchone()
-            for version, script in pending_migrations("sqlite", row[0] or 0, str(self.path)):
+            applied = {v for (v,) in self._db.execute("SELECT version FROM poisonq_schema")}
+            for version, script in pending_migrations("sqlite", applied, str(self.path)):
                 for statement in script.split(";\n"):
                     if statement.strip():
                         self._db.execute(statement)

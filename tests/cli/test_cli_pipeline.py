@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from poisonq import Broker, Message
 from poisonq.cli import cli
-from tests.cli.conftest import DLQ, assert_one_error_line, run
+from tests.cli.conftest import DLQ, assert_one_error_line, run, run_json
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -166,6 +166,15 @@ def test_pipeline_run_shows_progress_and_a_table(
     assert [line.split() for line in table.splitlines() if "completed" in line] == [
         ["completed", "2"]
     ]
+    [batch] = run_json(url, "pipeline", "show", "pipeline")
+    assert (batch["size"], batch["completed"], batch["dead_lettered"]) == (3, 2, {"BadOrder": 1})
+
+    api.sender(orders).send([Message(body=json.dumps({"n": 4}))])
+    quiet = CliRunner().invoke(
+        cli, ["--url", url, *args, "--output", str(tmp_path / "out"), "--quiet"], env=terminal
+    )
+    assert quiet.exit_code == 0, (quiet.stderr, quiet.exception)
+    assert quiet.stderr == "" and "pipeline orders → " in quiet.stdout
 
 
 def test_pipeline_run_forever_stops_on_ctrl_c_with_the_report(

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from httpx2 import Response
 
 import poisonq
-from poisonq import Broker, ManualClock, Message
+from poisonq import BatchRun, Broker, DeadLetter, ManualClock, Message
 from poisonq.server import create_app
 from poisonq.server.background import BackgroundServer
 from poisonq.store.base import TaskRecord
@@ -74,6 +74,22 @@ def dead(broker: Broker, queue: str) -> dict[str, list[int]]:
     )
     receiver.dead_letter(receiver.receive(max_messages=1), "InvalidOrder", MALICIOUS)
     return {"MaxDeliveryCountExceeded": poisoned, "InvalidOrder": invalid, "hostile": hostile}
+
+
+def record(broker: Broker, clock: ManualClock, queue: str, consumer: str, sizes: list[int]) -> None:
+    """Batches of ``sizes`` messages; each takes one second more than the one before, and
+    the second dead-letters its first message as ``MALICIOUS``."""
+    for number, size in enumerate(sizes, 1):
+        broker.sender(queue).send([Message(body=f"m{n}") for n in range(size)])
+        lease = broker.acquire_lease(queue, consumer, number, max_messages=size)
+        assert lease is not None
+        started = clock.now()
+        clock.advance(number)
+        if number == 2:
+            broker.settle_held(
+                queue, [DeadLetter(lease.min_sequence, lease.lock_token, MALICIOUS, None)]
+            )
+        broker.complete_lease(lease, BatchRun(started, float(number)))
 
 
 def finished(client: TestClient, started: Response) -> str:

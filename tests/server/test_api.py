@@ -7,10 +7,10 @@ import base64
 import pytest
 from fastapi.testclient import TestClient
 
-from poisonq import Broker
+from poisonq import Broker, ManualClock
 from poisonq.server import create_app
 from tests.conftest import assert_balanced
-from tests.server.conftest import AUTH, MALICIOUS, TOKEN, GatedClock, wait_for_task
+from tests.server.conftest import AUTH, MALICIOUS, TOKEN, GatedClock, record, wait_for_task
 
 DLQ = "orders/$deadletterqueue"
 
@@ -411,3 +411,22 @@ def test_a_queue_name_with_slashes_is_one_path(client: TestClient, broker: Broke
     assert sent.status_code == 201
     counts = client.get("/api/queues/team/orders/eu/counts", headers=AUTH).json()
     assert counts["active"] == 1
+
+
+def test_pipelines_and_a_consumers_timeline(
+    client: TestClient, broker: Broker, clock: ManualClock, queue: str
+) -> None:
+    assert client.get("/api/pipelines", headers=AUTH).json() == []
+    record(broker, clock, queue, "nightly", [3, 4])
+    [listed] = client.get("/api/pipelines", headers=AUTH).json()
+    assert (listed["queue"], listed["consumer"], listed["batches"]) == ("orders", "nightly", 2)
+    assert listed["last"]["lease"] == 2 and listed["last"]["dead_lettered"] == {MALICIOUS: 1}
+    batches = client.get("/api/pipelines/nightly/batches", headers=AUTH).json()
+    assert [(b["lease"], b["size"], b["completed"], b["seconds"]) for b in batches] == [
+        (1, 3, 3, 1.0),
+        (2, 4, 3, 2.0),
+    ]
+    missing = client.get("/api/pipelines/nightlly/batches?queue=orders", headers=AUTH)
+    assert missing.status_code == 404
+    assert missing.json()["error"] == "PipelineNotFoundError"
+    assert client.get("/api/pipelines").status_code == 401

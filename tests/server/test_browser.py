@@ -10,12 +10,12 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from poisonq import Broker, Message
+from poisonq import Broker, ManualClock, Message
 from poisonq.server import create_app
 from poisonq.server.background import BackgroundServer
 from tests.conftest import assert_balanced
 from tests.server.chromium import launch
-from tests.server.conftest import MALICIOUS, TOKEN, GatedClock
+from tests.server.conftest import MALICIOUS, TOKEN, GatedClock, record
 
 pytestmark = pytest.mark.browser
 
@@ -310,3 +310,26 @@ def test_a_running_tasks_page_keeps_focus_on_cancel_and_can_stop_reloading(
     finally:
         clock.go.set()
         task.wait(10)
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_a_pipeline_timeline_draws_under_the_policy_on_any_screen(
+    page: Page, live: BackgroundServer, broker: Broker, clock: ManualClock, width: int
+) -> None:
+    broker.create_queue("orders")
+    record(broker, clock, "orders", "nightly", [5, 8, 3])
+    console: list[str] = []
+    page.on("console", lambda message: console.append(message.text))
+    page.set_viewport_size({"width": width, "height": 800})
+    log_in(page, live)
+    page.click("#pipelines-card")
+    page.click("#pipelines a:text-is('nightly')")
+    chart = page.locator("#timeline")
+    expect(chart).to_be_visible()
+    expect(page.locator("#timeline .batch")).to_have_count(3)
+    box = chart.bounding_box()
+    assert box and box["width"] <= width and box["height"] > 50
+    dead = page.locator("#timeline rect.dead").first.bounding_box()
+    assert dead and dead["height"] >= 1  # the dead letter of batch 2 shows
+    no_sideways_scroll(page)
+    assert not [text for text in console if "Content Security Policy" in text], console

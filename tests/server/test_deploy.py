@@ -17,7 +17,8 @@ import yaml
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.server.conftest import AUTH
+from poisonq import Broker, ManualClock
+from tests.server.conftest import AUTH, record
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "poisonq.json"
@@ -67,8 +68,9 @@ def rules() -> list[dict[str, Any]]:
 
 
 def test_every_metric_the_dashboard_and_alerts_query_is_exported(
-    client: TestClient, dead: dict[str, list[int]]
+    client: TestClient, broker: Broker, clock: ManualClock, dead: dict[str, list[int]]
 ) -> None:
+    record(broker, clock, "orders", "nightly", [2])  # a pipeline's metrics need a batch
     exported = exported_metrics(client)
     exprs = dashboard_exprs() + [rule["expr"] for rule in rules()]
     for expr in exprs:
@@ -110,6 +112,7 @@ def test_the_rules_file_has_the_alerts_it_promises() -> None:
         "PoisonqDeadLetterQueueGrowing",
         "PoisonqQueueNotReceiving",
         "PoisonqLockExpiriesRising",
+        "PoisonqPipelineStalled",
     }
     assert set(found) == expected
     for rule in found.values():

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from poisonq import Broker, ManualClock, Message, RetryPolicy
-from tests.server.conftest import AUTH
+from tests.server.conftest import AUTH, record
 
 
 def scrape(client: TestClient) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -131,3 +131,28 @@ def test_metrics_need_the_token_unless_reads_are_open(
 ) -> None:
     assert client.get("/metrics").status_code == 401
     assert open_client.get("/metrics").status_code == 200
+
+
+def test_each_pipeline_consumers_last_batch(
+    client: TestClient, broker: Broker, clock: ManualClock, queue: str
+) -> None:
+    assert not any(name.startswith("poisonq_pipeline") for name, _ in scrape(client))
+    record(broker, clock, queue, "nightly", [3, 6])
+    broker.create_queue("refunds")
+    record(broker, clock, "refunds", "refunder", [2])
+    samples = scrape(client)
+    nightly = {"queue": "orders", "consumer": "nightly"}
+    last = broker.pipeline_batches("nightly")[-1]
+    figures = {
+        "seconds": 2.0,
+        "messages": 6,
+        "completed": 5,
+        "retried": 0,
+        "dead_lettered": 1,
+        "lease": 2,
+        "timestamp_seconds": last.started_at + 2.0,
+    }
+    for name, expected in figures.items():
+        assert value(samples, f"poisonq_pipeline_last_batch_{name}", **nightly) == expected
+    refunder = {"queue": "refunds", "consumer": "refunder"}
+    assert value(samples, "poisonq_pipeline_last_batch_messages", **refunder) == 2

@@ -117,9 +117,8 @@ class PostgresStore(Store):
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
             conn.execute("CREATE TABLE IF NOT EXISTS poisonq_schema (version integer NOT NULL)")
-            row = conn.execute("SELECT max(version) FROM poisonq_schema").fetchone()
-            current = (row[0] if row else None) or 0
-            for version, script in pending_migrations("postgres", current, self._name):
+            applied = {v for (v,) in conn.execute("SELECT version FROM poisonq_schema")}
+            for version, script in pending_migrations("postgres", applied, self._name):
                 conn.execute(script.encode(), prepare=False)
                 conn.execute("INSERT INTO poisonq_schema (version) VALUES (%s)", (version,))
 

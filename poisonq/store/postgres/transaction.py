@@ -42,6 +42,7 @@ from poisonq.store.postgres.batches import (
     ready_seqs,
 )
 from poisonq.store.postgres.sessions import SessionQueries
+from poisonq.store.postgres.timeline import TimelineQueries
 
 # The row mappers and the entity columns are the SQLite store's: the message columns below
 # return the same values in the same order (``failures::text`` is the JSON text SQLite keeps).
@@ -94,7 +95,7 @@ def _failure_json(failure: dict[str, Any] | None) -> str | None:
     return json.dumps(failure).replace("\\u0000", "\\ufffd") if failure else None
 
 
-class PostgresTransaction(SessionQueries, BatchQueries, Transaction):
+class PostgresTransaction(SessionQueries, BatchQueries, TimelineQueries, Transaction):
     # Entities -----------------------------------------------------------------------------
     def insert_entity(
         self,

@@ -1,0 +1,64 @@
+"""``poisonq pipeline show`` on both stores: a consumer's timeline as a table with a bar per
+batch, or JSON; an unknown consumer is one red line with the nearest names."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from poisonq import BatchRun, Broker, DeadLetter, Message
+from tests.cli.conftest import assert_one_error_line, run, run_json
+
+
+@pytest.fixture
+def timeline(api: Broker, orders: str) -> str:
+    """Three batches of consumer ``nightly``: 4, 8 and 12 messages; the second dead-letters
+    one ``InvalidOrder`` and takes twice as long as the first, the third three times."""
+    for number in (1, 2, 3):
+        api.sender(orders).send([Message(body=f"m{n}") for n in range(4 * number)])
+        lease = api.acquire_lease(orders, "nightly", number, max_messages=100)
+        assert lease is not None
+        started = time.time()
+        if number == 2:
+            bad = DeadLetter(lease.min_sequence, lease.lock_token, "InvalidOrder", None)
+            api.settle_held(orders, [bad])
+        api.complete_lease(lease, BatchRun(started, 1.0 * number + 0.01, isolation_jobs=number))
+    return "nightly"
+
+
+def test_show_prints_a_row_and_a_bar_per_batch(url: str, timeline: str) -> None:
+    shown = run(url, "pipeline", "show", timeline).stdout
+    assert "consumer nightly on orders: 3 batch(es)" in shown
+    rows = [line.split() for line in shown.splitlines() if line.strip()[:1].isdigit()]
+    assert [row[0] for row in rows] == ["1", "2", "3"]
+    assert rows[1][3:9] == ["8", "7", "0", "1", "InvalidOrder", "1"]
+    bars = [len(row[-1]) for row in rows]
+    assert bars[2] == 30 and bars[0] < bars[1] < bars[2]  # the longest batch is a full bar
+    assert "░" in rows[1][-1] and "░" not in rows[0][-1]  # its dead letter shows
+    assert "completed" in shown.splitlines()[-1]  # the legend
+
+
+def test_show_json(url: str, timeline: str) -> None:
+    batches = run_json(url, "pipeline", "show", timeline, "--queue", "orders")
+    assert [(b["lease"], b["size"], b["completed"]) for b in batches] == [
+        (1, 4, 4),
+        (2, 8, 7),
+        (3, 12, 12),
+    ]
+    assert batches[1]["dead_lettered"] == {"InvalidOrder": 1}
+    assert batches[2]["isolation_jobs"] == 3 and batches[2]["messages_per_second"] > 0
+    newest = run_json(url, "pipeline", "show", timeline, "--last", "2")
+    assert [b["lease"] for b in newest] == [2, 3]
+
+
+def test_show_an_unknown_consumer_or_queue(url: str, timeline: str) -> None:
+    unknown = run(url, "pipeline", "show", "nightlly", code=2)
+    assert_one_error_line(unknown, "no pipeline batches recorded", "did you mean 'nightly'?")
+    elsewhere = run(url, "pipeline", "show", timeline, "--queue", "ordres", code=2)
+    assert_one_error_line(elsewhere, "no queue 'ordres'")
+
+
+def test_show_help_explains_the_timeline(url: str) -> None:
+    shown = run(url, "pipeline", "show", "--help").stdout
+    assert "--keep-batches" in shown and "--json" in shown and "cut by outcome" in shown
