@@ -10,7 +10,15 @@ from random import Random
 import pytest
 
 import poisonq
-from tests.chaos.scenarios import pipeline, processor, producer, shared, streaming, writer
+from tests.chaos.scenarios import (
+    pipeline,
+    processor,
+    producer,
+    shared,
+    source,
+    streaming,
+    writer,
+)
 from tests.chaos.verdict import Holding, Verdict, check, double_holders
 
 Scenario = Callable[[str, Path, Random], Verdict]
@@ -30,7 +38,9 @@ def test_a_program_killed_mid_work_loses_and_duplicates_nothing(
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize(
-    "scenario", [pipeline, streaming, writer], ids=["pipeline", "streaming", "writer"]
+    "scenario",
+    [pipeline, streaming, source, writer],
+    ids=["pipeline", "streaming", "source", "writer"],
 )
 def test_a_spark_program_killed_mid_batch_writes_each_message_once(
     scenario: Scenario, tmp_path: Path

@@ -103,6 +103,31 @@ def stream(url: str, queue: str, output: str, checkpoint: str) -> None:
     spark.stop()
 
 
+def sink(url: str, queue: str, output: str, checkpoint: str) -> None:
+    """A plain Structured Streaming query: the source into Spark's Parquet file sink, whose
+    commit log makes a batch's files visible once."""
+    from poisonq.spark import local_session
+
+    spark = local_session("chaos-sink")
+    query = (
+        spark.readStream.format("poisonq")
+        .option("url", url)
+        .option("queue", queue)
+        .option("consumer", "chaos")
+        .option("maxMessagesPerBatch", 250)
+        .option("lockDuration", 5)
+        .load()
+        .select("message_id")
+        .writeStream.format("parquet")
+        .option("path", output)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    spark.stop()
+
+
 def write(url: str, queue: str, count: int) -> None:
     """``df.write.format("poisonq")`` of ``count`` orders in 8 partitions (a transaction
     each), every row with its ``message_id``, so that a rerun sends nothing twice."""
@@ -125,6 +150,8 @@ def main() -> None:
         process(*args)
     elif kind == "stream":
         stream(*args)
+    elif kind == "sink":
+        sink(*args)
     elif kind == "write":
         write(args[0], args[1], int(args[2]))
     else:

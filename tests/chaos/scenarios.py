@@ -5,6 +5,7 @@ the :class:`~tests.chaos.verdict.Verdict` of the end state."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -140,6 +141,47 @@ def _held_ids(broker: poisonq.Broker, queue: str) -> list[str]:
         held += [m.message_id for m in page]
         after = page[-1].sequence_number + 1
     return held
+
+
+def _committed_ids(path: Path) -> list[str]:
+    """The ``message_id`` column of the files Spark's file sink committed (listed in its
+    ``_spark_metadata`` log, as Spark's own reader takes them): a killed batch may leave
+    files the log never names."""
+    batches = {int(p.name.split(".")[0]): p for p in (path / "_spark_metadata").glob("[0-9]*")}
+    # A compact file holds every entry up to its batch; the batches after it add theirs.
+    compact = max((n for n, p in batches.items() if p.suffix == ".compact"), default=-1)
+    files: list[str] = []
+    for n in sorted(n for n in batches if n >= compact):
+        for line in batches[n].read_text().splitlines()[1:]:  # after the version line
+            files.append(json.loads(line)["path"].removeprefix("file://"))
+    if not files:
+        return []
+    table = ds.dataset(files, format="parquet").to_table(["message_id"])
+    return [str(m) for m in table.column("message_id").to_pylist()]
+
+
+def source(url: str, work: Path, rng: Random) -> Verdict:
+    """A plain streaming query (the source into Parquet files) killed at any moment of its
+    batches, then started again from its checkpoint until the queue is drained: the sink's
+    commit log and the source's leases write every message once."""
+    output, checkpoint = work / "out", work / "checkpoint"
+    with poisonq.connect(url) as broker:
+        broker.create_queue("orders")
+        good = {f"m{n}" for n in range(2000)}
+        broker.sender("orders").send([children.order(n) for n in range(2000)])
+        argv = [*CHILDREN, "sink", url, "orders", str(output), str(checkpoint)]
+        reached = _lease_reached(broker, "chaos", rng.randrange(1, 9))
+        faults = _kill_when(_start(argv, work, "sink"), reached, rng.uniform(0, 1.5))
+        for attempt in range(4):
+            # A query that stops keeps its last lease until it runs again: a run within
+            # the lock completes it, a later one reads it again.
+            _finish(argv, work, f"rerun{attempt}")
+            counts = broker.counts("orders")
+            if not counts["locked"] + counts["active"]:
+                break
+        verdict = check(broker, "orders", good, {}, _committed_ids(output))
+        verdict.faults = faults
+        return verdict
 
 
 def writer(url: str, work: Path, rng: Random) -> Verdict:
@@ -300,6 +342,7 @@ SCENARIOS = [
     Scenario("processor", processor, ("sqlite", "postgresql")),
     Scenario("pipeline", pipeline, ("sqlite",), spark=True),
     Scenario("streaming", streaming, ("sqlite",), spark=True),
+    Scenario("source", source, ("sqlite",), spark=True),
     Scenario("writer", writer, ("sqlite",), spark=True),
     Scenario("shared", shared, ("postgresql",), spark=True),
 ]
