@@ -34,7 +34,7 @@ from poisonq.names import NAMESPACE_DEADLETTER, parse_address
 from poisonq.options import QueueOptions
 from poisonq.receivers import Messages, Receiver, Sender, SessionReceiver, lock_seconds
 from poisonq.reports import AuditReport, QueueInfo
-from poisonq.retrying import OperationRetry, RetryingEngine
+from poisonq.retrying import OperationRetry, RetryingEngine, retried
 from poisonq.store import open_store
 from poisonq.store.base import (
     NO_VALUE,
@@ -69,7 +69,8 @@ def connect(
     lost connection, a busy SQLite file) is retried ``retry_total`` times with exponential
     backoff (see :mod:`poisonq.retrying`), apart from any message's delivery count."""
     retry = OperationRetry(retry_total, retry_backoff_factor, retry_backoff_max)
-    return Broker(open_store(url, create=create), clock or SystemClock(), retry)
+    store = retried(open_store, retry)(url, create=create)  # a server may be restarting
+    return Broker(store, clock or SystemClock(), retry)
 
 
 def spelled_filters(where: Mapping[str, Any]) -> dict[str, Any]:

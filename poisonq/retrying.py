@@ -66,12 +66,14 @@ class RetryingEngine:
         found = getattr(self._engine, name)
         if name.startswith("_") or not callable(found):
             return found
-        wrapped = _retried(found, self._retry)
+        wrapped = retried(found, self._retry)
         setattr(self, name, wrapped)  # found here from now on, without __getattr__
         return wrapped
 
 
-def _retried(operation: Callable[..., Any], retry: OperationRetry) -> Callable[..., Any]:
+def retried(operation: Callable[..., Any], retry: OperationRetry) -> Callable[..., Any]:
+    """``operation`` retried under ``retry`` when the store is briefly unavailable."""
+
     @functools.wraps(operation)
     def call(*args: Any, **kwargs: Any) -> Any:
         delays = retry.delays()

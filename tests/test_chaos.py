@@ -11,6 +11,7 @@ import pytest
 
 import poisonq
 from tests.chaos.scenarios import (
+    Store,
     pipeline,
     processor,
     producer,
@@ -21,7 +22,7 @@ from tests.chaos.scenarios import (
 )
 from tests.chaos.verdict import Holding, Verdict, check, double_holders
 
-Scenario = Callable[[str, Path, Random], Verdict]
+Scenario = Callable[[Store, Path, Random], Verdict]
 
 
 @pytest.mark.slow
@@ -30,7 +31,7 @@ Scenario = Callable[[str, Path, Random], Verdict]
 def test_a_program_killed_mid_work_loses_and_duplicates_nothing(
     scenario: Scenario, url: str, tmp_path: Path
 ) -> None:
-    verdict = scenario(url, tmp_path, Random(7))
+    verdict = scenario(Store(url), tmp_path, Random(7))
     assert verdict.faults == 1, "the kill came after the program had finished"
     assert verdict.ok, verdict.problems()
 
@@ -45,7 +46,7 @@ def test_a_program_killed_mid_work_loses_and_duplicates_nothing(
 def test_a_spark_program_killed_mid_batch_writes_each_message_once(
     scenario: Scenario, tmp_path: Path
 ) -> None:
-    verdict = scenario(f"sqlite:///{tmp_path / 'store.db'}", tmp_path, Random(7))
+    verdict = scenario(Store(f"sqlite:///{tmp_path / 'store.db'}"), tmp_path, Random(7))
     assert verdict.faults == 1, "the kill came after the program had finished"
     assert verdict.ok, verdict.problems()
 
@@ -55,7 +56,7 @@ def test_a_spark_program_killed_mid_batch_writes_each_message_once(
 def test_two_pipelines_and_a_processor_share_a_queue_and_handle_each_message_once(
     pg_url: str, tmp_path: Path
 ) -> None:
-    verdict = shared(pg_url, tmp_path, Random(7))
+    verdict = shared(Store(pg_url), tmp_path, Random(7))
     assert verdict.faults == 1, "the kill came after the program had finished"
     assert verdict.ok, verdict.problems()
 

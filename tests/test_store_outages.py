@@ -75,6 +75,26 @@ def test_processors_ride_out_a_postgresql_restart(
         assert_balanced(broker)
 
 
+@pytest.mark.slow
+def test_a_client_started_while_postgresql_restarts_waits_for_it(
+    own_server: TemporaryServer,
+) -> None:
+    url = own_server.database_url("outage")
+    down = threading.Thread(target=own_server.restart, kwargs={"down_for": 1.5})
+    down.start()
+    time.sleep(0.5)  # the server is down now
+    with poisonq.connect(url, retry_backoff_factor=0.5) as broker:  # waited it out
+        broker.create_queue("orders")
+        assert broker.counts("orders")["active"] == 0
+    down.join()
+
+
+def test_a_wrong_database_is_refused_at_once_not_retried(own_server: TemporaryServer) -> None:
+    with pytest.raises(poisonq.StoreError, match="does not exist") as caught:
+        poisonq.connect(own_server.database_url("nowhere"))
+    assert not isinstance(caught.value, poisonq.StoreUnavailableError)  # (only those retry)
+
+
 class WriteLockHolder(threading.Thread):
     """Another program holding SQLite's write lock (BEGIN IMMEDIATE) for ``seconds``."""
 

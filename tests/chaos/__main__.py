@@ -19,7 +19,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from poisonq.testing.pgserver import TemporaryServer
-from tests.chaos.scenarios import SCENARIOS, Scenario
+from tests.chaos.scenarios import SCENARIOS, Scenario, Store
 from tests.chaos.verdict import Verdict
 
 
@@ -53,14 +53,14 @@ class Tally:
         )
 
 
-def _url(
+def _store(
     scenario: Scenario, store: str, seed: int, work: Path, server: TemporaryServer | None
-) -> str:
+) -> Store:
     """A new database for every run: a SQLite file in its directory, or a PostgreSQL database."""
     if store == "sqlite":
-        return f"sqlite:///{work / 'store.db'}"
+        return Store(f"sqlite:///{work / 'store.db'}")
     assert server is not None
-    return server.create_database(f"chaos_{scenario.name}_{seed}")
+    return Store(server.create_database(f"chaos_{scenario.name}_{seed}"), server)
 
 
 def _runs(
@@ -82,7 +82,7 @@ def _runs(
         work.mkdir()
         started = time.monotonic()
         try:
-            verdict = scenario.run(_url(scenario, store, seed, work, server), work, Random(seed))
+            verdict = scenario.run(_store(scenario, store, seed, work, server), work, Random(seed))
         except Exception:
             tally.errors += 1
             console.print(f"[red]{where}:[/red] {traceback.format_exc()}")

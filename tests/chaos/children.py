@@ -37,11 +37,12 @@ def parse(message: dict[str, object]) -> dict[str, object]:
     return {"message_id": message["message_id"], "n": handle_order(body)}
 
 
-def produce(url: str, queue: str, batches: int, size: int) -> None:
-    """Send batches of ``size``; print a batch's number once its send has returned."""
+def produce(url: str, queue: str, batches: int, size: int, first: int = 0) -> None:
+    """Send batches of ``size`` orders numbered from ``first``; print a batch's number once
+    its send has returned."""
     sender = poisonq.connect(url).sender(queue)
     for b in range(batches):
-        sender.send([order(b * size + i) for i in range(size)])
+        sender.send([order(first + b * size + i) for i in range(size)])
         print(b, flush=True)
 
 
@@ -145,7 +146,7 @@ def write(url: str, queue: str, count: int) -> None:
 def main() -> None:
     kind, *args = sys.argv[1:]
     if kind == "produce":
-        produce(args[0], args[1], int(args[2]), int(args[3]))
+        produce(args[0], args[1], *map(int, args[2:]))
     elif kind == "process":
         process(*args)
     elif kind == "stream":

@@ -19,6 +19,7 @@ from random import Random
 import pyarrow.dataset as ds
 
 import poisonq
+from poisonq.testing.pgserver import TemporaryServer
 from tests.chaos import children
 from tests.chaos.verdict import Holding, Verdict, check, double_holders
 
@@ -30,9 +31,18 @@ RUN_TIMEOUT = 300.0
 
 
 @dataclasses.dataclass(frozen=True)
+class Store:
+    """The store a run works on: a new database, and the PostgreSQL server it is on (which
+    the outage scenario restarts), if it is one."""
+
+    url: str
+    server: TemporaryServer | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class Scenario:
     name: str
-    run: Callable[[str, Path, Random], Verdict]
+    run: Callable[[Store, Path, Random], Verdict]
     stores: tuple[str, ...]
     spark: bool = False
 
@@ -113,10 +123,11 @@ def _orders(
     return {f"m{n}" for n in range(count)} - bad.keys(), bad
 
 
-def producer(url: str, work: Path, rng: Random) -> Verdict:
+def producer(store: Store, work: Path, rng: Random) -> Verdict:
     """A producer killed in the middle of its sends: every batch is there whole or not at
     all, and every batch whose send returned is there."""
     batches, size = 3000, 100
+    url = store.url
     with poisonq.connect(url) as broker:
         broker.create_queue("orders")
         process = _start([*CHILDREN, "produce", url, "orders", str(batches), str(size)], work, "p")
@@ -160,11 +171,12 @@ def _committed_ids(path: Path) -> list[str]:
     return [str(m) for m in table.column("message_id").to_pylist()]
 
 
-def source(url: str, work: Path, rng: Random) -> Verdict:
+def source(store: Store, work: Path, rng: Random) -> Verdict:
     """A plain streaming query (the source into Parquet files) killed at any moment of its
     batches, then started again from its checkpoint until the queue is drained: the sink's
     commit log and the source's leases write every message once."""
     output, checkpoint = work / "out", work / "checkpoint"
+    url = store.url
     with poisonq.connect(url) as broker:
         broker.create_queue("orders")
         good = {f"m{n}" for n in range(2000)}
@@ -184,10 +196,11 @@ def source(url: str, work: Path, rng: Random) -> Verdict:
         return verdict
 
 
-def writer(url: str, work: Path, rng: Random) -> Verdict:
+def writer(store: Store, work: Path, rng: Random) -> Verdict:
     """A ``df.write.format("poisonq")`` killed while its partitions are being sent, then run
     again: with message ids and duplicate detection, every row is in the queue once."""
     count = 40_000
+    url = store.url
     with poisonq.connect(url) as broker:
         broker.create_queue("orders", requires_duplicate_detection=True)
         argv = [*CHILDREN, "write", url, "orders", str(count)]
@@ -206,9 +219,10 @@ def writer(url: str, work: Path, rng: Random) -> Verdict:
         return verdict
 
 
-def processor(url: str, work: Path, rng: Random) -> Verdict:
+def processor(store: Store, work: Path, rng: Random) -> Verdict:
     """``Processor`` workers killed at any moment, then run again until the queue is drained
     (the dead workers' locks expire first)."""
+    url = store.url
     with poisonq.connect(url) as broker:
         broker.create_queue("orders", max_delivery_count=3, lock_duration=2)
         good, bad = _orders(broker, "orders", 4000)
@@ -256,10 +270,11 @@ def _output_ids(path: Path) -> list[str]:
     return [str(m) for m in table.column("message_id").to_pylist()]
 
 
-def pipeline(url: str, work: Path, rng: Random) -> Verdict:
+def pipeline(store: Store, work: Path, rng: Random) -> Verdict:
     """``poisonq pipeline run`` (a per-row function with the crash guard) killed with its JVM
     and Python workers at any moment of its batches, then run again to the end."""
     output = work / "out"
+    url = store.url
     with poisonq.connect(url) as broker:
         broker.create_queue("orders", max_delivery_count=3)
         good, bad = _orders(broker, "orders", 3000, crash=2)
@@ -281,12 +296,13 @@ def _pipeline_argv(url: str, consumer: str, output: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def shared(url: str, work: Path, rng: Random) -> Verdict:
+def shared(store: Store, work: Path, rng: Random) -> Verdict:
     """Two pipeline instances (consumers ``ingest-1`` and ``ingest-2``) and a ``Processor``
     on one queue at once, from separate processes; ``ingest-1`` is killed at any moment of
     its batches and run again. Each message is handled by exactly one of them."""
     output = work / "out"
     log = work / "handled.log"
+    url = store.url
     with poisonq.connect(url) as broker:
         broker.create_queue("orders", max_delivery_count=3, lock_duration=20)
         good, bad = _orders(broker, "orders", 20_000)
@@ -315,10 +331,44 @@ def shared(url: str, work: Path, rng: Random) -> Verdict:
         return verdict
 
 
-def streaming(url: str, work: Path, rng: Random) -> Verdict:
+def outage(store: Store, work: Path, rng: Random) -> Verdict:
+    """PostgreSQL stopped at once (as a crash: every connection cut) and started again while
+    a producer, a pipeline and a ``Processor`` work on one queue: each rides it out with the
+    client's retries, and no message is lost or handled twice (duplicate detection takes
+    the batch a producer sends again when its commit was cut)."""
+    assert store.server is not None, "the outage scenario restarts a PostgreSQL server"
+    url, output, log = store.url, work / "out", work / "handled.log"
+    with poisonq.connect(url) as broker:
+        broker.create_queue("orders", max_delivery_count=5, requires_duplicate_detection=True)
+        good, bad = _orders(broker, "orders", 4000)
+        good |= {f"m{n}" for n in range(4000, 9000)}
+        pipeline = _pipeline_argv(url, "ingest", output)
+        programs = [
+            _start([*CHILDREN, "produce", url, "orders", "100", "50", "4000"], work, "producer"),
+            _start(pipeline, work, "pipeline"),
+        ]
+        _wait_until(programs[1], _lease_reached(broker, "ingest", 1))
+        programs.append(_start([*CHILDREN, "process", url, "orders", str(log)], work, "processor"))
+        time.sleep(rng.uniform(0, 3))
+        store.server.restart(down_for=rng.uniform(0.5, 2.5))
+        for program, name in zip(programs, ("producer", "pipeline", "processor"), strict=True):
+            if program.wait(timeout=RUN_TIMEOUT) != 0:
+                tail = (work / f"{name}.err").read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"the {name} did not ride out the outage:\n{tail}")
+        if broker.counts("orders")["active"]:  # sent after the others went idle
+            _finish(pipeline, work, "pipeline-last")
+        handled = [line.split()[1] for line in log.read_text().splitlines() if line[:2] == "D "]
+        verdict = check(broker, "orders", good, bad, _output_ids(output) + handled)
+        verdict.faults = 1
+        verdict.double_holders = double_holders(_holdings(log))
+        return verdict
+
+
+def streaming(store: Store, work: Path, rng: Random) -> Verdict:
     """A Structured Streaming query with ``foreach_batch`` killed at any moment, then started
     again from its checkpoint until the queue is drained."""
     output, checkpoint = work / "out", work / "checkpoint"
+    url = store.url
     with poisonq.connect(url) as broker:
         broker.create_queue("orders", max_delivery_count=3)
         good, bad = _orders(broker, "orders", 2000)
@@ -345,4 +395,5 @@ SCENARIOS = [
     Scenario("source", source, ("sqlite",), spark=True),
     Scenario("writer", writer, ("sqlite",), spark=True),
     Scenario("shared", shared, ("postgresql",), spark=True),
+    Scenario("outage", outage, ("postgresql",), spark=True),
 ]

@@ -55,6 +55,17 @@ def _redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
+def _unreachable(exc: psycopg.Error) -> bool:
+    """Whether opening a connection failed for a while only: no server answered (refused,
+    timed out, cut), or it answered that it is starting up or shutting down. A server that
+    refuses the caller (a wrong password or database: libpq's ``FATAL`` reply, which psycopg
+    gives no SQLSTATE when connecting) is the caller's to fix, and is not retried."""
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    text = str(exc)
+    return "FATAL:" not in text or "the database system is" in text
+
+
 class PostgresStore(Store):
     """A store in one PostgreSQL database (the tables live in its default schema)."""
 
@@ -77,7 +88,8 @@ class PostgresStore(Store):
             with psycopg.connect(conninfo, autocommit=False) as conn:
                 self._migrate(conn)
         except psycopg.Error as exc:
-            raise StoreError(f"cannot open PostgreSQL store {self._name}: {exc}") from exc
+            kind = StoreUnavailableError if _unreachable(exc) else StoreError
+            raise kind(f"cannot open PostgreSQL store {self._name}: {exc}") from exc
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             conninfo,
             min_size=1,
