@@ -47,6 +47,16 @@ def pg_server() -> Iterator[TemporaryServer]:
 
 
 @pytest.fixture
+def own_server() -> Iterator[TemporaryServer]:
+    """A server of this test's own, since it is restarted under the test."""
+    from poisonq.testing.pgserver import TemporaryServer
+
+    with TemporaryServer({"fsync": "off"}) as server:
+        server.create_database("outage")
+        yield server
+
+
+@pytest.fixture
 def pg_url(pg_server: TemporaryServer) -> str:
     """A fresh, empty schema on the session's server."""
     schema = f"test_{next(_schemas)}"

@@ -10,8 +10,10 @@ from random import Random
 import pytest
 
 import poisonq
+from poisonq.testing.pgserver import TemporaryServer
 from tests.chaos.scenarios import (
     Store,
+    outage,
     pipeline,
     processor,
     producer,
@@ -58,6 +60,16 @@ def test_two_pipelines_and_a_processor_share_a_queue_and_handle_each_message_onc
 ) -> None:
     verdict = shared(Store(pg_url), tmp_path, Random(7))
     assert verdict.faults == 1, "the kill came after the program had finished"
+    assert verdict.ok, verdict.problems()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_postgresql_restart_under_a_producer_a_pipeline_and_a_processor_loses_nothing(
+    own_server: TemporaryServer, tmp_path: Path
+) -> None:
+    store = Store(own_server.database_url("outage"), own_server)
+    verdict = outage(store, tmp_path, Random(7))
     assert verdict.ok, verdict.problems()
 
 

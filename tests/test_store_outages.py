@@ -9,7 +9,6 @@ import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,14 +18,6 @@ from poisonq import Message, Processor, ReceivedMessage
 from poisonq.store.sqlite import SqliteStore
 from poisonq.testing.pgserver import TemporaryServer
 from tests.conftest import assert_balanced, execute_behind_the_back
-
-
-@pytest.fixture
-def own_server() -> Iterator[TemporaryServer]:
-    """A server of this test's own, since it is restarted under the test."""
-    with TemporaryServer({"fsync": "off"}) as server:
-        server.create_database("outage")
-        yield server
 
 
 @pytest.mark.slow

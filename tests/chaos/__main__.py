@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import logging
 import tempfile
 import time
 import traceback
@@ -104,6 +105,7 @@ def main() -> None:
     )
     parser.add_argument("--no-spark", action="store_true", help="skip the Spark scenarios")
     args = parser.parse_args()
+    logging.basicConfig(level=logging.ERROR)  # the retries through an outage are expected
     chosen = [
         s
         for s in SCENARIOS
