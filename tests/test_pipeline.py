@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 
 import poisonq
 from poisonq import Broker, Message
+from poisonq.spark.lease_renewer import LeaseRenewer
 from poisonq.spark.pipeline import Pipeline, PipelineStoppedError
 from tests.conftest import assert_balanced, on_both_stores, spark_store_url
 
@@ -130,6 +131,7 @@ def test_a_restarted_pipeline_replays_its_lease_without_duplicating_output(
     pipeline = Pipeline(
         spark, url=url, queue="orders", map=transform, schema=SCHEMA,
         output=str(tmp_path / "out"), batch_size=20,
+        lock_duration=2,  # a second to see that nothing renews the lease
     )  # fmt: skip
     # A driver that wrote lease 1 and died before completing it:
     lease = live.acquire_lease("orders", "pipeline", 1, max_messages=20)
@@ -142,6 +144,26 @@ def test_a_restarted_pipeline_replays_its_lease_without_duplicating_output(
     assert [(b.lease, b.completed) for b in live.pipeline_batches("pipeline")] == [(1, 20), (2, 10)]
     assert output(spark, tmp_path / "out") == Counter(range(30))
     assert live.counts("orders")["completed"] == 30
+    assert_balanced(live)
+
+
+def test_a_second_run_of_a_busy_consumer_stops_and_leaves_the_first_runs_output(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """Before, a run started while another run of the same consumer held its lease replayed
+    that lease beside it, overwriting its output: completed messages lost their rows."""
+    send(live, {}, 30)
+    lease = live.acquire_lease("orders", "pipeline", 1, max_messages=20, lock_duration=2)
+    assert lease is not None
+    pipeline = Pipeline(
+        spark, url=url, queue="orders", map=transform, schema=SCHEMA,
+        output=str(tmp_path / "out"), batch_size=20, lock_duration=2,
+    )  # fmt: skip
+    pipeline._write(lease, None, pipeline._path(lease))  # the first run, still going
+    with LeaseRenewer(live, lease, 2), pytest.raises(PipelineStoppedError, match="another"):
+        pipeline.run()
+    assert output(spark, tmp_path / "out") == Counter(range(20))  # its output kept
+    assert len(live.lease_sequence_numbers(lease)) == 20  # still the first run's
     assert_balanced(live)
 
 

@@ -264,7 +264,7 @@ def test_a_restart_replays_both_leases_a_dead_run_left_and_writes_once(
     )
     report = Pipeline(
         spark, url=url, queue="orders", transform=orders, output=str(tmp_path / "out"),
-        batch_size=5,
+        batch_size=5, lock_duration=2,  # a second to see that nothing renews the leases
     ).run()  # fmt: skip
     assert written(spark, tmp_path / "out") == Counter({(n, 1): 1 for n in range(20)})
     assert (report.completed, live.counts("orders")["completed"]) == (20, 20)

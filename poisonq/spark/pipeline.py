@@ -45,6 +45,7 @@ from poisonq.defects import DEFAULT_MAX_FAILURE_RATIO, Defect, FailureWindow, ch
 from poisonq.errors import (
     EntityDisabledError,
     InvalidOptionError,
+    MessageNotFoundError,
     PoisonqError,
 )
 from poisonq.guard import Transform
@@ -293,6 +294,8 @@ class Pipeline:
         for lease in (before, latest):
             if lease is None:
                 continue
+            if held := broker.lease_sequence_numbers(lease):
+                self._wait_for_its_run(broker, lease, held[0], report)
             if broker.lease_sequence_numbers(lease):
                 run = self._batch(broker, lease, report, window)
                 self._complete(broker, lease, report, run)
@@ -301,6 +304,43 @@ class Pipeline:
                 # orphan, and its messages come again in a later lease.
                 self._discard_output(lease)
         return latest.number
+
+    def _wait_for_its_run(
+        self, broker: poisonq.Broker, lease: Lease, seq: int, report: PipelineReport
+    ) -> None:
+        """A lease still locked belongs to a run that died less than a lock ago, or to one
+        that is still going (the same consumer started twice): replaying it then would
+        overwrite that run's output. A live run renews its lease every third of the lock,
+        so watch the lock for half of it: renewed or completed meanwhile, the consumer is
+        busy and this run stops; else the run that held it is gone, and it is replayed."""
+        seconds = self.lock_duration or broker.get_queue(self.queue).options.lock_duration
+        first = self._lock_end(broker, seq)
+        if first is None:
+            return
+        log.warning(
+            "lease %d of consumer %r is still locked: making sure no other run holds it"
+            " (up to %.0f s)",
+            lease.number, self.consumer, seconds / 2,
+        )  # fmt: skip
+        deadline = time.monotonic() + seconds / 2
+        while time.monotonic() < deadline and time.time() < first:
+            time.sleep(min(0.5, seconds / 20))
+            now = self._lock_end(broker, seq)
+            if now is None or now > first:
+                raise PipelineStoppedError(
+                    report,
+                    f"consumer {self.consumer!r} is being run by another process (its lease"
+                    f" {lease.number} was renewed or completed while this run waited):"
+                    " give each instance its own consumer name (--consumer)",
+                )
+
+    def _lock_end(self, broker: poisonq.Broker, seq: int) -> float | None:
+        """When the lock on message ``seq`` runs out, if it is still held."""
+        try:
+            until = broker.message(self.queue, seq).locked_until
+        except MessageNotFoundError:
+            return None
+        return None if until is None else until.timestamp()
 
     def _acquire(self, broker: poisonq.Broker, number: int) -> Lease | None:
         return broker.acquire_lease(
