@@ -60,6 +60,7 @@ def test_reopening_keeps_data_and_schema_version(tmp_path: Path) -> None:
         (5,),
         (6,),
         (7,),
+        (8,),
     ]
 
 
