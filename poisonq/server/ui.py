@@ -8,6 +8,7 @@ message), so what the confirmation counts is exactly what the task takes.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
@@ -21,17 +22,22 @@ from poisonq.errors import (
     InvalidOptionError,
     TaskRunningError,
 )
+from poisonq.history import WINDOWS
+from poisonq.history import window as history_window
 from poisonq.model import SubQueue
 from poisonq.names import parse_address
+from poisonq.server.charts import OTHER, bars, colours, sparkline, stacked
 from poisonq.server.listing import newest_dead_letters
 from poisonq.server.login import Form, Reader, Writer
 from poisonq.server.pages import body_view, page
 from poisonq.server.state import ServerState, server_state
+from poisonq.store.base import DeadLetterCause
 
 State = Annotated[ServerState, Depends(server_state)]
 NonNegative = Annotated[int, Query(ge=0)]
 PAGE = 50
 TASK_REFRESH = 2  # seconds between reloads of a running task's page
+DEFAULT_WINDOW = "day"  # the explorer's chart, unless the operator picks another
 FILTERS = ("reason", "subject", "fingerprint", "min_sequence", "max_sequence")
 _INT_FILTERS = ("min_sequence", "max_sequence")
 _LIVE = ("active", "scheduled", "locked", "deferred")
@@ -60,6 +66,7 @@ def _filters(params: dict[str, str]) -> dict[str, Any]:
 # Reads ------------------------------------------------------------------------------------
 @router.get("/", dependencies=[Reader])
 def overview(request: Request, state: State) -> Response:
+    """Every queue's depths now, and its depth and dead-letterings over the last day."""
     by_queue: dict[str, dict[str, Any]] = {}
     for info in state.broker.entities():
         address = parse_address(info.name)
@@ -74,7 +81,36 @@ def overview(request: Request, state: State) -> Response:
         "held": sum(sum(q["info"].counts[s] for s in _LIVE) for q in queues),
         "dead_lettered": sum(q["subqueues"].get(SubQueue.DEADLETTER.value, 0) for q in queues),
     }
-    return page(request, "overview.html", queues=queues, totals=totals)
+    return page(
+        request,
+        "overview.html",
+        queues=queues,
+        totals=totals,
+        trends=state.broker.queue_trends(),
+        sparkline=sparkline,
+        bars=bars,
+    )
+
+
+def _chart(
+    state: ServerState, queue: str, by: str, name: str, names: dict[str | None, str]
+) -> tuple[Any, str | None]:
+    """The explorer's chart of ``queue`` by ``by`` over the window ``name`` (its stacked
+    bars, its keys shown by ``names`` where given, and a sparkline and colour per key), or
+    why there is none: the window's name is not one there is."""
+    try:
+        frame = history_window(name)
+    except InvalidOptionError as exc:
+        return None, str(exc)
+    timeline = state.broker.dead_letter_timeline(queue, by, name)
+    css = colours(timeline)
+    empty = [0] * frame.bars
+
+    def spark(key: str | None) -> tuple[str, str, int]:
+        values = timeline.series.get(key, empty)
+        return sparkline(values), css.get(key, OTHER), sum(values)
+
+    return {"stacked": stacked(timeline, frame, names), "spark": spark, "frame": frame}, None
 
 
 def _group_value(key: str | None) -> str | NoValue:
@@ -92,14 +128,23 @@ def explorer(
     order: str = "oldest",
     after: NonNegative = 0,
     before: NonNegative | None = None,
+    window: str = DEFAULT_WINDOW,
 ) -> Response:
-    """Groups, the selection, and its messages a page at a time, oldest first (paging up
-    with ``after``) or newest first (paging down with ``before``). A filter that does not
-    parse comes back in the form as it was typed, with why, and selects nothing."""
+    """The dead-letterings over a window (a chart by the grouping, a sparkline per group),
+    the groups (with the causes each reason hides), the selection, and its messages a page
+    at a time, oldest first (paging up with ``after``) or newest first (paging down with
+    ``before``). A filter or window that does not parse comes back on the page with why
+    (a 400), and selects or draws nothing."""
     if order not in ("oldest", "newest"):
         raise InvalidOptionError("order must be oldest or newest")
     typed = dict(request.query_params)
     groups = state.broker.dead_letter_groups(queue, by)
+    names = {g.key: f"{g.label} · {g.key}" for g in groups} if by == "fingerprint" else {}
+    chart, bad_window = _chart(state, queue, by, window, names)
+    causes: dict[str | None, list[DeadLetterCause]] = defaultdict(list)
+    if by == "reason":
+        for cause in state.broker.dead_letter_causes(queue):
+            causes[cause.reason].append(cause)
     invalid, messages, matching = None, [], 0
     try:
         where = _filters(typed)
@@ -112,6 +157,8 @@ def explorer(
             messages = state.broker.dead_letters(queue, after=after, limit=PAGE, **where)
         matching = state.broker.count_dead_letters(queue, **where)
     kept = {"order": order} if order == "newest" else {}
+    if window != DEFAULT_WINDOW and bad_window is None:
+        kept["window"] = window
     base = {"queue": queue, "by": by, **kept, **where}
     next_page = None
     if len(messages) == PAGE:
@@ -120,9 +167,16 @@ def explorer(
     return page(
         request,
         "explorer.html",
-        200 if invalid is None else 400,
+        200 if invalid is None and bad_window is None else 400,
         typed=typed,
         invalid=invalid,
+        bad_window=bad_window,
+        kept=kept,
+        chart=chart,
+        window=window,
+        windows=WINDOWS,
+        window_link=lambda name: "?" + urlencode({**base, "window": name}),
+        causes=causes,
         queue=queue,
         by=by,
         order=order,
@@ -136,7 +190,7 @@ def explorer(
             "?" + urlencode({"queue": queue, "by": by, **kept, by: _group_value(key)})
         ),
         tab_link=lambda key: "?" + urlencode({"queue": queue, "by": key, **kept}),
-        order_link=lambda key: "?" + urlencode({"queue": queue, "by": by, "order": key, **where}),
+        order_link=lambda key: "?" + urlencode({**base, "order": key}),
         actions={
             a: "confirm?" + urlencode({"queue": queue, "action": a, **where})
             for a in ("resubmit", "purge")
