@@ -424,7 +424,8 @@ class Broker:
         """Move dead-lettered messages of ``queue`` back to it (or to ``to``) as a tracked
         task, at most ``rate`` messages per second. Filters: ``reason``, ``subject``,
         ``fingerprint`` (each a value, or :data:`NO_VALUE` for the messages without one),
-        ``min_sequence``, ``max_sequence``, ``since``, ``until``.
+        ``min_sequence``, ``max_sequence``, ``since``, ``until``, ``message_id``,
+        ``body_contains`` (text the body holds).
         With ``wait=False`` the task runs in a thread; ``task.cancel()`` stops it."""
         if to is None and queue == NAMESPACE_DEADLETTER:
             raise InvalidOptionError(

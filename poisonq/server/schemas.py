@@ -76,6 +76,10 @@ class Filters(BaseModel):
     max_sequence: int | None = None
     since: datetime | None = Field(default=None, description="dead-lettered at or after")
     until: datetime | None = Field(default=None, description="dead-lettered before")
+    message_id: str | None = None
+    body_contains: str | None = Field(
+        default=None, description="text the body holds (a scan of the dead-letter queue)"
+    )
 
     def where(self) -> dict[str, Any]:
         """Keyword filters for ``Broker.resubmit``/``purge``; times as epoch seconds (a time

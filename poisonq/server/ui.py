@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
-from poisonq.client import NO_VALUE, NoValue, spelled_filters
+from poisonq.client import NO_VALUE, NoValue
 from poisonq.errors import (
     EntityNotFoundError,
     InvalidNameError,
@@ -30,6 +30,7 @@ from poisonq.server.charts import OTHER, bars, colours, sparkline, stacked
 from poisonq.server.listing import newest_dead_letters
 from poisonq.server.login import Form, Reader, Writer
 from poisonq.server.pages import body_view, page
+from poisonq.server.selection import Selection, selection
 from poisonq.server.state import ServerState, server_state
 from poisonq.store.base import DeadLetterCause
 
@@ -38,29 +39,10 @@ NonNegative = Annotated[int, Query(ge=0)]
 PAGE = 50
 TASK_REFRESH = 2  # seconds between reloads of a running task's page
 DEFAULT_WINDOW = "day"  # the explorer's chart, unless the operator picks another
-FILTERS = ("reason", "subject", "fingerprint", "min_sequence", "max_sequence")
-_INT_FILTERS = ("min_sequence", "max_sequence")
 _LIVE = ("active", "scheduled", "locked", "deferred")
 _HELD = (*_LIVE, "dead_lettered")
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
-
-
-def _filters(params: dict[str, str]) -> dict[str, Any]:
-    """The dead-letter filters given (empty fields are not filters; ``none`` selects the
-    messages without a value, as the ``(none)`` group's link does)."""
-    where: dict[str, Any] = {}
-    for name in FILTERS:
-        value = params.get(name, "").strip()
-        if value:
-            if name in _INT_FILTERS:
-                try:
-                    where[name] = int(value)
-                except ValueError:
-                    raise InvalidOptionError(f"{name} must be a whole number") from None
-            else:
-                where[name] = value
-    return spelled_filters(where)
 
 
 # Reads ------------------------------------------------------------------------------------
@@ -146,10 +128,12 @@ def explorer(
         for cause in state.broker.dead_letter_causes(queue):
             causes[cause.reason].append(cause)
     invalid, messages, matching = None, [], 0
+    chosen = Selection({}, {})
     try:
-        where = _filters(typed)
+        chosen = selection(typed)
     except InvalidOptionError as exc:
-        invalid, where = str(exc), {}
+        invalid = str(exc)
+    where = chosen.where
     if invalid is None:
         if order == "newest":
             messages = newest_dead_letters(state.broker, queue, before, PAGE, where)
@@ -159,7 +143,7 @@ def explorer(
     kept = {"order": order} if order == "newest" else {}
     if window != DEFAULT_WINDOW and bad_window is None:
         kept["window"] = window
-    base = {"queue": queue, "by": by, **kept, **where}
+    base = {"queue": queue, "by": by, **kept, **chosen.given}
     next_page = None
     if len(messages) == PAGE:
         onward = "before" if order == "newest" else "after"
@@ -182,7 +166,7 @@ def explorer(
         order=order,
         groups=groups,
         messages=messages,
-        where=where,
+        chosen=chosen,
         matching=matching,
         selected=where.get(by),
         group_value=_group_value,
@@ -192,7 +176,7 @@ def explorer(
         tab_link=lambda key: "?" + urlencode({"queue": queue, "by": key, **kept}),
         order_link=lambda key: "?" + urlencode({**base, "order": key}),
         actions={
-            a: "confirm?" + urlencode({"queue": queue, "action": a, **where})
+            a: "confirm?" + urlencode({"queue": queue, "action": a, **chosen.given})
             for a in ("resubmit", "purge")
         },
         message_link=lambda seq: (
@@ -228,7 +212,7 @@ def _confirm_page(
     state: State,
     queue: str,
     action: str,
-    where: dict[str, Any],
+    chosen: Selection,
     status_code: int = 200,
     **notes: Any,
 ) -> Response:
@@ -237,12 +221,12 @@ def _confirm_page(
     dead-letter queue needs the number typed; this is what was typed instead), ``busy``
     (a task of this server runs on the queue: no button then), ``invalid`` (a value the
     broker refused, shown with the form as it was filled in, ``given``)."""
-    count = state.broker.count_dead_letters(queue, **where)
+    count = state.broker.count_dead_letters(queue, **chosen.where)
     shown: dict[str, Any] = {"refused": None, "busy": None, "invalid": None, "given": {}}
     shown.update(notes)
     if shown["busy"] is None and (running := state.running(queue)) is not None:
         shown["busy"] = TaskRunningError(queue, running.id)
-    context = {"queue": queue, "action": action, "where": where, "count": count, **shown}
+    context = {"queue": queue, "action": action, "chosen": chosen, "count": count, **shown}
     return page(request, "confirm.html", status_code, **context)
 
 
@@ -250,7 +234,7 @@ def _confirm_page(
 def confirm(request: Request, state: State, queue: str, action: str) -> Response:
     if action not in ("resubmit", "purge"):
         raise InvalidOptionError("action must be resubmit or purge")
-    return _confirm_page(request, state, queue, action, _filters(dict(request.query_params)))
+    return _confirm_page(request, state, queue, action, selection(dict(request.query_params)))
 
 
 @router.get("/tasks", dependencies=[Reader])
@@ -292,7 +276,7 @@ def resubmit(request: Request, state: State, session: Writer, form: Form) -> Res
     """Start the resubmit; a rate or target queue the broker refuses brings the confirmation
     back as it was filled in, with why."""
     queue = form.get("queue", "")
-    where = _filters(form)
+    chosen = selection(form)
     given = {name: form.get(name, "").strip() for name in ("rate", "to")}
     try:
         try:
@@ -300,13 +284,13 @@ def resubmit(request: Request, state: State, session: Writer, form: Form) -> Res
         except ValueError:
             raise InvalidOptionError("rate must be a number of messages per second") from None
         record = state.start_resubmit(
-            queue, to=given["to"] or None, rate=rate, where=where, operator=session.operator
+            queue, to=given["to"] or None, rate=rate, where=chosen.where, operator=session.operator
         )
     except TaskRunningError as busy:
-        return _confirm_page(request, state, queue, "resubmit", where, 409, busy=busy, given=given)
+        return _confirm_page(request, state, queue, "resubmit", chosen, 409, busy=busy, given=given)
     except (InvalidOptionError, InvalidNameError, EntityNotFoundError) as exc:
         return _confirm_page(
-            request, state, queue, "resubmit", where, 400, invalid=str(exc), given=given
+            request, state, queue, "resubmit", chosen, 400, invalid=str(exc), given=given
         )
     return _to_task(record.id, queue)
 
@@ -316,15 +300,15 @@ def purge(request: Request, state: State, session: Writer, form: Form) -> Respon
     """Drop the selection; a purge with no filter drops only if the number typed is the
     number of dead letters there are now (else the confirmation again, with why)."""
     queue = form.get("queue", "")
-    where = _filters(form)
-    if not where:
+    chosen = selection(form)
+    if not chosen.given:
         typed = form.get("count", "").strip()
         if typed != str(state.broker.count_dead_letters(queue)):
-            return _confirm_page(request, state, queue, "purge", where, 400, refused=typed)
+            return _confirm_page(request, state, queue, "purge", chosen, 400, refused=typed)
     try:
-        record = state.start_purge(queue, where, operator=session.operator)
+        record = state.start_purge(queue, chosen.where, operator=session.operator)
     except TaskRunningError as busy:
-        return _confirm_page(request, state, queue, "purge", where, 409, busy=busy)
+        return _confirm_page(request, state, queue, "purge", chosen, 409, busy=busy)
     return _to_task(record.id, queue)
 
 

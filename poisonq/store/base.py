@@ -177,6 +177,8 @@ class MessageFilter:
     since: float | None = None
     until: float | None = None
     session_id: str | None = None
+    message_id: str | None = None
+    body_contains: str | None = None  # its UTF-8 bytes anywhere in the body
 
     def to_json(self) -> dict[str, Any]:
         """The filter as a task records it, :data:`NO_VALUE` as its spelling ``none``."""

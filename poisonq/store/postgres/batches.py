@@ -14,7 +14,7 @@ from poisonq.store.sqlite_rows import GROUP_KEYS, filter_sql
 def filter_clauses(where: MessageFilter) -> tuple[str, list[Any]]:
     """The SQLite store's filter clauses, with PostgreSQL's placeholder (they hold no other
     question mark: column names and operators only)."""
-    clauses, params = filter_sql(where)
+    clauses, params = filter_sql(where, body_contains="position(? IN body) > 0")
     return clauses.replace("?", "%b"), params
 
 
