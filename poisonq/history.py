@@ -57,12 +57,15 @@ class Timeline:
 
     start: int
     step: int
+    bars: int
     series: dict[str | None, list[int]]
 
     @property
     def totals(self) -> list[int]:
         """The count of every key together, bar by bar."""
-        return [sum(bar) for bar in zip(*self.series.values(), strict=True)] if self.series else []
+        if not self.series:
+            return [0] * self.bars
+        return [sum(bar) for bar in zip(*self.series.values(), strict=True)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +88,7 @@ def timeline(counts: Iterable[DeadLetterCount], frame: Window, now: float) -> Ti
         if 0 <= bar < frame.bars:
             series[count.key][bar] += count.count
     ordered = sorted(series.items(), key=lambda item: (-sum(item[1]), item[0] or ""))
-    return Timeline(start, frame.step, dict(ordered))
+    return Timeline(start, frame.step, frame.bars, dict(ordered))
 
 
 def depths(changes: Iterable[DepthChange], held: int, frame: Window, now: float) -> list[int]:

@@ -39,9 +39,7 @@ class History(EngineBase):
         for queue in (e for e in entities if e.parent_id is None):
             dead = timeline(counts_of[dlq_of.get(queue.id, 0)], TREND, now)
             held = depths(changes_of[queue.id], queue.ledger.held, TREND, now)
-            trends[queue.name] = Trend(
-                dead.start, TREND.step, held, dead.totals or [0] * TREND.bars
-            )
+            trends[queue.name] = Trend(dead.start, TREND.step, held, dead.totals)
         return trends
 
     def dead_letter_causes(self, address: str) -> list[DeadLetterCause]:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from poisonq.history import Timeline, Window
+from poisonq.history import Timeline
 
 WIDTH, HEIGHT = 720, 140  # the stacked chart's drawing, in its own units (it scales to the page)
 SPARK_WIDTH, SPARK_HEIGHT = 80, 22
@@ -56,9 +56,7 @@ def _bar_time(start: float, step: int) -> str:
     return shown.strftime("%a %H:%M UTC" if step >= 3600 else "%H:%M UTC")
 
 
-def stacked(
-    timeline: Timeline, frame: Window, names: Mapping[str | None, str] | None = None
-) -> Stacked:
+def stacked(timeline: Timeline, names: Mapping[str | None, str] | None = None) -> Stacked:
     """The timeline as stacked bars, the largest key at the bottom; a key is shown as
     ``names`` has it, else as itself."""
     names = names or {}
@@ -76,9 +74,9 @@ def stacked(
             merged[name] = (shown, list(values))
     totals = timeline.totals
     peak = max(totals, default=0)
-    width = WIDTH / frame.bars
+    width = WIDTH / timeline.bars
     rects = []
-    for bar in range(frame.bars):
+    for bar in range(timeline.bars):
         base = 0
         when = _bar_time(timeline.start + bar * timeline.step, timeline.step)
         for name, (shown, values) in merged.items():
@@ -92,7 +90,25 @@ def stacked(
             )
             base += count
     legend = [(name, shown, sum(values)) for name, (shown, values) in merged.items()]
-    return Stacked(rects, legend, peak, sum(totals), _ago(frame.length))
+    return Stacked(rects, legend, peak, sum(totals), _ago(timeline.bars * timeline.step))
+
+
+@dataclass(frozen=True, slots=True)
+class GroupChart:
+    """The explorer's chart of a window, and each group's sparkline in its colour."""
+
+    stacked: Stacked
+    timeline: Timeline
+    colours: dict[str | None, str]
+
+    def spark(self, key: str | None) -> tuple[str, str, int]:
+        """The ``points`` of the group's sparkline, its CSS class and its total."""
+        values = self.timeline.series.get(key) or [0] * self.timeline.bars
+        return sparkline(values), self.colours.get(key, OTHER), sum(values)
+
+
+def group_chart(timeline: Timeline, names: Mapping[str | None, str] | None = None) -> GroupChart:
+    return GroupChart(stacked(timeline, names), timeline, colours(timeline))
 
 
 def _ago(seconds: int) -> str:

@@ -23,10 +23,9 @@ from poisonq.errors import (
     TaskRunningError,
 )
 from poisonq.history import WINDOWS
-from poisonq.history import window as history_window
 from poisonq.model import SubQueue
 from poisonq.names import parse_address
-from poisonq.server.charts import OTHER, bars, colours, sparkline, stacked
+from poisonq.server.charts import GroupChart, bars, group_chart, sparkline
 from poisonq.server.listing import newest_dead_letters
 from poisonq.server.login import Form, Reader, Writer
 from poisonq.server.pages import body_view, page
@@ -76,23 +75,14 @@ def overview(request: Request, state: State) -> Response:
 
 def _chart(
     state: ServerState, queue: str, by: str, name: str, names: dict[str | None, str]
-) -> tuple[Any, str | None]:
-    """The explorer's chart of ``queue`` by ``by`` over the window ``name`` (its stacked
-    bars, its keys shown by ``names`` where given, and a sparkline and colour per key), or
-    why there is none: the window's name is not one there is."""
+) -> tuple[GroupChart | None, str | None]:
+    """The explorer's chart of ``queue`` by ``by`` over the window ``name`` (keys shown by
+    ``names`` where given), or why there is none: the window's name is not one there is."""
     try:
-        frame = history_window(name)
+        timeline = state.broker.dead_letter_timeline(queue, by, name)
     except InvalidOptionError as exc:
         return None, str(exc)
-    timeline = state.broker.dead_letter_timeline(queue, by, name)
-    css = colours(timeline)
-    empty = [0] * frame.bars
-
-    def spark(key: str | None) -> tuple[str, str, int]:
-        values = timeline.series.get(key, empty)
-        return sparkline(values), css.get(key, OTHER), sum(values)
-
-    return {"stacked": stacked(timeline, frame, names), "spark": spark, "frame": frame}, None
+    return group_chart(timeline, names), None
 
 
 def _group_value(key: str | None) -> str | NoValue:
