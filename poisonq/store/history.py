@@ -63,7 +63,7 @@ class HistoryBuffer:
 
     def __init__(self) -> None:
         self.held: defaultdict[int, int] = defaultdict(int)
-        self.dead: Counter[tuple[int, str, str, str]] = Counter()
+        self.dead: Counter[tuple[int, str, str | None, str | None]] = Counter()
 
     def __bool__(self) -> bool:
         return bool(self.held or self.dead)
@@ -78,18 +78,19 @@ class HistoryBuffer:
         self, entity_id: int, reason: str, keys: Iterable[tuple[str | None, str | None]]
     ) -> None:
         """Count messages dead-lettered into ``entity_id``; ``keys`` are their (subject,
-        fingerprint)."""
-        reason_text = key_text(reason)
-        for subject, fingerprint in keys:
-            self.dead[(entity_id, reason_text, key_text(subject), key_text(fingerprint))] += 1
+        fingerprint). (Counted as they are, encoded once per distinct key when written.)"""
+        self.dead.update((entity_id, reason, subject, fingerprint) for subject, fingerprint in keys)
 
     def depth_rows(self) -> list[tuple[int, int]]:
         """(entity, change of depth), entities in id order, unchanged ones left out."""
         return sorted((entity, change) for entity, change in self.held.items() if change)
 
     def dead_rows(self) -> list[tuple[int, str, str, str, int]]:
-        """(entity, reason, subject, fingerprint, count) in key order."""
-        return sorted((*key, count) for key, count in self.dead.items())
+        """(entity, reason, subject, fingerprint, count) in key order, keys as JSON text."""
+        return sorted(
+            (entity, key_text(reason), key_text(subject), key_text(fingerprint), count)
+            for (entity, reason, subject, fingerprint), count in self.dead.items()
+        )
 
 
 class HistoryKeeper:
