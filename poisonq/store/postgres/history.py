@@ -15,8 +15,7 @@ class HistoryQueries(StatementRunner):
         key = key_column(by)
         rows = self._all(
             f"SELECT entity_id, bucket, {key}, sum(count)::bigint FROM dead_letter_history"
-            " WHERE span = %(span)b AND bucket >= %(since)b"
-            " AND (%(entity)b::bigint IS NULL OR entity_id = %(entity)b)"
+            f" WHERE span = %(span)b AND bucket >= %(since)b{_of_entity(entity_id)}"
             f" GROUP BY entity_id, bucket, {key} ORDER BY entity_id, bucket",
             {"span": span, "since": since, "entity": entity_id},
         )
@@ -25,9 +24,14 @@ class HistoryQueries(StatementRunner):
     def depth_history(self, span: int, since: float, entity_id: int | None) -> list[DepthChange]:
         rows = self._all(
             "SELECT entity_id, bucket, opened FROM depth_history"
-            " WHERE span = %(span)b AND bucket >= %(since)b"
-            " AND (%(entity)b::bigint IS NULL OR entity_id = %(entity)b)"
+            f" WHERE span = %(span)b AND bucket >= %(since)b{_of_entity(entity_id)}"
             " ORDER BY entity_id, bucket",
             {"span": span, "since": since, "entity": entity_id},
         )
         return [DepthChange(*row) for row in rows]
+
+
+def _of_entity(entity_id: int | None) -> str:
+    """The clause that keeps one entity's rows (a plan of its own: by the primary key), or
+    none for every entity."""
+    return "" if entity_id is None else " AND entity_id = %(entity)b"
