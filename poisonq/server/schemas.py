@@ -112,6 +112,17 @@ class GroupOut(BaseModel):
     last_seen: str
 
 
+class SeriesOut(BaseModel):
+    key: str | None = Field(description="the reason, subject or fingerprint; null: none")
+    counts: list[int] = Field(description="messages dead-lettered in each step, oldest first")
+
+
+class TimelineOut(BaseModel):
+    start: datetime = Field(description="when the first step begins")
+    step: int = Field(description="seconds each count covers")
+    series: list[SeriesOut]
+
+
 class TaskOut(BaseModel):
     id: int
     kind: str
