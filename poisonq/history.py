@@ -18,7 +18,6 @@ class Window:
     """The last ``length`` seconds in bars of ``step`` seconds, read from the history's
     buckets of ``span`` seconds (``step`` is a multiple of it). The last bar holds now."""
 
-    name: str
     length: int
     step: int
     span: int
@@ -33,12 +32,12 @@ class Window:
 
 
 WINDOWS = {
-    "hour": Window("hour", HOUR, MINUTE, MINUTE),
-    "day": Window("day", 24 * HOUR, 15 * MINUTE, MINUTE),
-    "week": Window("week", 7 * 24 * HOUR, HOUR, HOUR),
+    "hour": Window(HOUR, MINUTE, MINUTE),
+    "day": Window(24 * HOUR, 15 * MINUTE, MINUTE),
+    "week": Window(7 * 24 * HOUR, HOUR, HOUR),
 }
 # The overview's small charts: the last day by the hour.
-TREND = Window("day", 24 * HOUR, HOUR, HOUR)
+TREND = Window(24 * HOUR, HOUR, HOUR)
 
 
 def window(name: str) -> Window:

@@ -173,7 +173,7 @@ def test_windows_end_with_the_bar_that_holds_now(name: str) -> None:
 
 
 def test_binning_drops_what_falls_outside_the_window() -> None:
-    frame = Window("test", 4 * MINUTE, MINUTE, MINUTE)
+    frame = Window(4 * MINUTE, MINUTE, MINUTE)
     now = 10 * MINUTE + 5
     counts = [DeadLetterCount(1, b * MINUTE, "k", 1) for b in range(4, 12)]
     assert timeline(counts, frame, now).series == {"k": [1, 1, 1, 1]}
