@@ -18,6 +18,8 @@ from poisonq.errors import (
     MessageLockLostError,
 )
 from poisonq.filters import Filter, make_filter
+from poisonq.history import Timeline, Trend
+from poisonq.history import window as history_window
 from poisonq.model import (
     Duration,
     EntityKind,
@@ -38,6 +40,7 @@ from poisonq.retrying import OperationRetry, RetryingEngine, retried
 from poisonq.store import open_store
 from poisonq.store.base import (
     NO_VALUE,
+    DeadLetterCause,
     DeadLetterGroup,
     MessageFilter,
     NoValue,
@@ -91,6 +94,11 @@ def _filter(where: dict[str, Any]) -> MessageFilter:
     except TypeError:
         known = ", ".join(MessageFilter.__dataclass_fields__)
         raise InvalidOptionError(f"unknown filter in {sorted(where)}; use {known}") from None
+
+
+def _check_grouping(by: str) -> None:
+    if by not in ("reason", "subject", "fingerprint"):
+        raise InvalidOptionError(f"group by reason, subject or fingerprint, not {by!r}")
 
 
 class Broker:
@@ -376,9 +384,28 @@ class Broker:
     # Dead-letter operations ---------------------------------------------------------------
     def dead_letter_groups(self, queue: str, by: str = "reason") -> list[DeadLetterGroup]:
         """Dead-lettered messages of ``queue`` grouped by reason, subject or fingerprint."""
-        if by not in ("reason", "subject", "fingerprint"):
-            raise InvalidOptionError(f"group by reason, subject or fingerprint, not {by!r}")
+        _check_grouping(by)
         return self.engine.dead_letter_groups(self._dlq(queue), by)
+
+    def dead_letter_causes(self, queue: str) -> list[DeadLetterCause]:
+        """The dead-lettered messages of ``queue`` by reason and by the type of their last
+        failure (``None``: never failed), each with a sample's sequence number: what a
+        reason such as ``MaxDeliveryCountExceeded`` hides (``WorkerCrashed``,
+        ``RuntimeError``, ...)."""
+        return self.engine.dead_letter_causes(self._dlq(queue))
+
+    def dead_letter_timeline(self, queue: str, by: str = "reason", window: str = "day") -> Timeline:
+        """Messages dead-lettered into ``queue``'s dead-letter queue over the last
+        ``window`` (``hour``, ``day`` or ``week``, see :data:`poisonq.history.WINDOWS`), in
+        bars, one series per reason, subject or fingerprint. Read from the history the
+        store keeps (so every process's work is in it); what was purged or resubmitted
+        since still counts."""
+        _check_grouping(by)
+        return self.engine.dead_letter_timeline(self._dlq(queue), by, history_window(window))
+
+    def queue_trends(self) -> dict[str, Trend]:
+        """Every queue's depth and dead-letterings over the last day, by the hour."""
+        return self.engine.queue_trends()
 
     def dead_letters(
         self,
@@ -412,7 +439,8 @@ class Broker:
         """Move dead-lettered messages of ``queue`` back to it (or to ``to``) as a tracked
         task, at most ``rate`` messages per second. Filters: ``reason``, ``subject``,
         ``fingerprint`` (each a value, or :data:`NO_VALUE` for the messages without one),
-        ``min_sequence``, ``max_sequence``, ``since``, ``until``.
+        ``min_sequence``, ``max_sequence``, ``since``, ``until``, ``message_id``,
+        ``body_contains`` (text the body holds).
         With ``wait=False`` the task runs in a thread; ``task.cancel()`` stops it."""
         if to is None and queue == NAMESPACE_DEADLETTER:
             raise InvalidOptionError(

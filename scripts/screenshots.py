@@ -19,12 +19,13 @@ sys.path.insert(0, str(ROOT))  # for tests.server.chromium, shared with the brow
 from playwright.sync_api import sync_playwright  # noqa: E402
 
 import poisonq  # noqa: E402
-from poisonq import Abandon, BatchRun, Broker, DeadLetter, Message  # noqa: E402
+from poisonq import Abandon, BatchRun, Broker, DeadLetter, ManualClock, Message  # noqa: E402
 from poisonq.server import create_app  # noqa: E402
 from poisonq.server.background import BackgroundServer  # noqa: E402
 from tests.server.chromium import launch  # noqa: E402
 
 TOKEN = "screenshots"
+ROUNDS = 12  # the feed arrives over the last day in this many rounds, for the charts
 CUSTOMERS = {f"cust-{n}" for n in range(1, 40)}
 
 
@@ -55,8 +56,9 @@ def handle(message: poisonq.ReceivedMessage) -> None:
         charge(order)
 
 
-def fill(broker: Broker) -> None:
-    """Orders, payments and invoices, with the failures a real feed has."""
+def fill(broker: Broker, clock: ManualClock) -> None:
+    """Orders, payments and invoices, with the failures a real feed has, arriving in rounds
+    over the last day (``clock`` starts a day ago and ends now)."""
     rng = random.Random(7)
     broker.create_queue("orders", max_delivery_count=3, lock_duration=30)
     broker.create_queue("payments", max_delivery_count=5)
@@ -86,30 +88,35 @@ def fill(broker: Broker) -> None:
             content_type="application/xml",
         )
     )
-    broker.sender("orders").send(orders)
-    poisonq.Processor(
-        broker,
-        "orders",
-        handle,
-        batch_size=50,
-        permanent=(KeyError, ValueError, json.JSONDecodeError),
-    ).run(until_idle=True)
-    # payments: 40 arrive, some still waiting, some dead-lettered by the application.
-    broker.sender("payments").send(
-        [Message(body=json.dumps({"payment": n}), subject="payment.captured") for n in range(40)]
-    )
-    receiver = broker.receiver("payments")
-    for message in receiver.receive(max_messages=12):
-        if message.sequence_number % 3 == 0:
-            receiver.dead_letter(message, "FraudSuspected", "risk score 0.97 over 0.90")
-        else:
-            receiver.complete(message)
+    rng.shuffle(orders)
+    step = (time.time() - clock.now()) / ROUNDS
+    for round_ in range(ROUNDS):
+        broker.sender("orders").send(orders[round_::ROUNDS])
+        poisonq.Processor(
+            broker,
+            "orders",
+            handle,
+            batch_size=50,
+            permanent=(KeyError, ValueError, json.JSONDecodeError),
+        ).run(until_idle=True)
+        # payments: some still waiting, some dead-lettered by the application.
+        broker.sender("payments").send(
+            [Message(body=json.dumps({"payment": n}), subject="payment.captured") for n in range(4)]
+        )
+        receiver = broker.receiver("payments")
+        for message in receiver.receive(max_messages=rng.randint(1, 3)):
+            if message.sequence_number % 3 == 0:
+                receiver.dead_letter(message, "FraudSuspected", "risk score 0.97 over 0.90")
+            else:
+                receiver.complete(message)
+        clock.advance(step * rng.uniform(0.6, 1.0))
     broker.sender("invoices").send(
         [Message(body=f"invoice {n}", subject="invoice") for n in range(6)]
     )
     broker.clock.sleep(0.05)
     broker.receiver("invoices").receive(max_messages=1)  # the expired ones are dead-lettered
     broker.sender("shipping/labels").send([Message(body="label", subject="label")] * 7)
+    clock.advance(time.time() - clock.now())
 
 
 def run_pipeline(broker: Broker) -> None:
@@ -140,8 +147,9 @@ def main() -> None:
     docs = ROOT / "docs"
     docs.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory() as folder:
-        broker = poisonq.connect(f"sqlite:///{folder}/demo.db")
-        fill(broker)
+        clock = ManualClock(time.time() - 24 * 3600)
+        broker = poisonq.connect(f"sqlite:///{folder}/demo.db", clock=clock)
+        fill(broker, clock)
         run_pipeline(broker)
         with BackgroundServer(create_app(broker, token=TOKEN)) as server, sync_playwright() as pw:
             browser = launch(pw)
@@ -151,8 +159,8 @@ def main() -> None:
             page.fill("input[name=token]", TOKEN)
             page.click("#login")
             page.screenshot(path=docs / "overview.png", full_page=True)
-            page.goto(f"{server.url}/ui/deadletters?queue=orders&by=fingerprint")
-            page.click("#groups a >> nth=0")
+            page.goto(f"{server.url}/ui/deadletters?queue=orders")
+            page.click("#groups >> text=MaxDeliveryCountExceeded")
             page.screenshot(path=docs / "explorer.png", full_page=True)
             page.goto(f"{server.url}/ui/deadletters?queue=orders&reason=MaxDeliveryCountExceeded")
             page.click("#messages a >> nth=0")

@@ -190,6 +190,27 @@ def test_no_value_selects_exactly_the_messages_without_one(broker: Broker, queue
     assert_balanced(broker)
 
 
+def test_dead_letters_are_found_by_message_id_and_by_text_in_the_body(
+    broker: Broker, queue: str
+) -> None:
+    broker.sender(queue).send(
+        [
+            Message(body='{"customer": "cust-17", "total": 3}', message_id="o-1"),
+            Message(body='{"customer": "cust-42"}', message_id="o-2"),
+            Message(body=b"\xff\xfe cust-17 in binary", message_id="o-3"),
+        ]
+    )
+    receiver = broker.receiver(queue)
+    receiver.dead_letter(receiver.receive(max_messages=3), reason="Invalid")
+    found = broker.dead_letters(queue, body_contains="cust-17")
+    assert [m.message_id for m in found] == ["o-1", "o-3"]
+    assert broker.count_dead_letters(queue, body_contains="cust-17", message_id="o-3") == 1
+    assert [m.message_id for m in broker.dead_letters(queue, message_id="o-2")] == ["o-2"]
+    assert broker.count_dead_letters(queue, body_contains="no such text") == 0
+    assert broker.purge(queue, body_contains='"total"').done == 1
+    assert_balanced(broker)
+
+
 def _dead_letter(broker: Broker, queue: str, subjects: list[str]) -> list[int]:
     broker.sender(queue).send([Message(body=s.encode(), subject=s) for s in subjects])
     receiver = broker.receiver(queue)

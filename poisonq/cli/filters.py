@@ -38,6 +38,8 @@ _RANGES = (
         metavar="TIME",
         help="Only dead-lettered before TIME (local, YYYY-MM-DD[ HH:MM:SS]).",
     ),
+    click.option("--message-id", help="Only the message(s) with this message id."),
+    click.option("--body-contains", metavar="TEXT", help="Only messages whose body holds TEXT."),
 )
 field_filters = apply_options(_FIELDS)
 dlq_filters = apply_options((*_FIELDS, *_RANGES))

@@ -17,20 +17,22 @@ The engine is one class assembled from one module per concept:
   :mod:`~poisonq.engine.receiving` (a receive may settle the last batch first),
   :mod:`~poisonq.engine.sessions`, :mod:`~poisonq.engine.leases` (with
   :mod:`~poisonq.engine.timeline`, the batches a pipeline records as it completes its
-  leases), :mod:`~poisonq.engine.admin`, :mod:`~poisonq.engine.tasks`
+  leases), :mod:`~poisonq.engine.admin`, :mod:`~poisonq.engine.tasks`,
+  :mod:`~poisonq.engine.history` (the charts' reads)
 """
 
 from __future__ import annotations
 
 from poisonq.engine.admin import Admin
 from poisonq.engine.base import Lock, Target
+from poisonq.engine.history import History
 from poisonq.engine.leases import Leasing
 from poisonq.engine.sending import Sending
 from poisonq.engine.sessions import Sessions
 from poisonq.engine.tasks import Tasks
 
 
-class Engine(Admin, Sending, Sessions, Leasing, Tasks):
+class Engine(Admin, Sending, Sessions, Leasing, Tasks, History):
     """The state machine. Thread-safe as far as the store is (each call is one transaction)."""
 
 

@@ -127,6 +127,7 @@ class EngineBase:
     def __init__(self, store: Store, clock: Clock) -> None:
         self.store = store
         self.clock = clock
+        store.history.clock = clock  # the history's buckets on the messages' time
         self._specs: dict[str, Spec] = {}
 
     def _spec(self, queue: EntityRecord) -> Spec:

@@ -9,6 +9,7 @@ route's fixed suffix (``/api/queues/events/subscriptions/audit/counts``).
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -23,7 +24,9 @@ from poisonq.server.schemas import (
     ResubmitRequest,
     SendRequest,
     SendResult,
+    SeriesOut,
     TaskOut,
+    TimelineOut,
 )
 from poisonq.server.state import ServerState, server_state
 
@@ -89,6 +92,25 @@ def groups(
     """Dead-lettered messages grouped by reason, subject or failure fingerprint, with
     counts and when the first and last of each group were dead-lettered."""
     return [GroupOut(**group_json(g)) for g in state.broker.dead_letter_groups(queue, by)]
+
+
+@reads.get("/queues/{queue:path}/deadletters/timeline", summary="Dead-letterings over time")
+def timeline(
+    state: State,
+    queue: str,
+    by: Literal["reason", "subject", "fingerprint"] = "reason",
+    window: Literal["hour", "day", "week"] = "day",
+) -> TimelineOut:
+    """Messages dead-lettered over the last hour (a count a minute), day (per 15 minutes) or
+    week (per hour), one series per reason, subject or fingerprint, the largest first: the
+    explorer's chart, from the history the store keeps (what was purged or resubmitted
+    since still counts)."""
+    found = state.broker.dead_letter_timeline(queue, by, window)
+    return TimelineOut(
+        start=datetime.fromtimestamp(found.start, UTC),
+        step=found.step,
+        series=[SeriesOut(key=key, counts=counts) for key, counts in found.series.items()],
+    )
 
 
 @reads.get("/queues/{queue:path}/deadletters", summary="Dead-lettered messages")

@@ -17,6 +17,7 @@ from fastapi.responses import HTMLResponse, Response
 from jinja2 import Environment, PackageLoader
 
 from poisonq.model import ReceivedMessage
+from poisonq.server.charts import HEIGHT, SPARK_HEIGHT, SPARK_WIDTH, WIDTH
 from poisonq.server.state import server_state
 
 
@@ -98,6 +99,9 @@ _templates.filters["preview"] = _preview
 _templates.filters["ago"] = ago
 _templates.filters["size"] = size
 _templates.filters["short_type"] = _short_type
+_templates.globals.update(
+    width=WIDTH, height=HEIGHT, spark_width=SPARK_WIDTH, spark_height=SPARK_HEIGHT
+)
 
 
 def body_view(body: bytes) -> tuple[str, str]:

@@ -76,6 +76,10 @@ class Filters(BaseModel):
     max_sequence: int | None = None
     since: datetime | None = Field(default=None, description="dead-lettered at or after")
     until: datetime | None = Field(default=None, description="dead-lettered before")
+    message_id: str | None = None
+    body_contains: str | None = Field(
+        default=None, description="text the body holds (a scan of the dead-letter queue)"
+    )
 
     def where(self) -> dict[str, Any]:
         """Keyword filters for ``Broker.resubmit``/``purge``; times as epoch seconds (a time
@@ -106,6 +110,17 @@ class GroupOut(BaseModel):
     count: int
     first_seen: str
     last_seen: str
+
+
+class SeriesOut(BaseModel):
+    key: str | None = Field(description="the reason, subject or fingerprint; null: none")
+    counts: list[int] = Field(description="messages dead-lettered in each step, oldest first")
+
+
+class TimelineOut(BaseModel):
+    start: datetime = Field(description="when the first step begins")
+    step: int = Field(description="seconds each count covers")
+    series: list[SeriesOut]
 
 
 class TaskOut(BaseModel):

@@ -9,60 +9,48 @@ message), so what the confirmation counts is exactly what the task takes.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
-from poisonq.client import NO_VALUE, NoValue, spelled_filters
+from poisonq.client import NO_VALUE, NoValue
 from poisonq.errors import (
     EntityNotFoundError,
     InvalidNameError,
     InvalidOptionError,
     TaskRunningError,
 )
+from poisonq.history import WINDOWS
 from poisonq.model import SubQueue
 from poisonq.names import parse_address
+from poisonq.server.charts import GroupChart, bars, group_chart, sparkline
 from poisonq.server.listing import newest_dead_letters
 from poisonq.server.login import Form, Reader, Writer
 from poisonq.server.pages import body_view, page
+from poisonq.server.selection import Selection, selection
 from poisonq.server.state import ServerState, server_state
 from poisonq.server.timeline_chart import timeline_chart
+from poisonq.store.base import DeadLetterCause
 from poisonq.timeline import PipelineSummary
 
 State = Annotated[ServerState, Depends(server_state)]
 NonNegative = Annotated[int, Query(ge=0)]
 PAGE = 50
 TASK_REFRESH = 2  # seconds between reloads of a running task's page
-FILTERS = ("reason", "subject", "fingerprint", "min_sequence", "max_sequence")
-_INT_FILTERS = ("min_sequence", "max_sequence")
+DEFAULT_WINDOW = "day"  # the explorer's chart, unless the operator picks another
 _LIVE = ("active", "scheduled", "locked", "deferred")
 _HELD = (*_LIVE, "dead_lettered")
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
 
-def _filters(params: dict[str, str]) -> dict[str, Any]:
-    """The dead-letter filters given (empty fields are not filters; ``none`` selects the
-    messages without a value, as the ``(none)`` group's link does)."""
-    where: dict[str, Any] = {}
-    for name in FILTERS:
-        value = params.get(name, "").strip()
-        if value:
-            if name in _INT_FILTERS:
-                try:
-                    where[name] = int(value)
-                except ValueError:
-                    raise InvalidOptionError(f"{name} must be a whole number") from None
-            else:
-                where[name] = value
-    return spelled_filters(where)
-
-
 # Reads ------------------------------------------------------------------------------------
 @router.get("/", dependencies=[Reader])
 def overview(request: Request, state: State) -> Response:
+    """Every queue's depths now, and its depth and dead-letterings over the last day."""
     by_queue: dict[str, dict[str, Any]] = {}
     for info in state.broker.entities():
         address = parse_address(info.name)
@@ -78,7 +66,27 @@ def overview(request: Request, state: State) -> Response:
         "dead_lettered": sum(q["subqueues"].get(SubQueue.DEADLETTER.value, 0) for q in queues),
     }
     totals["pipelines"] = len(state.broker.pipelines())
-    return page(request, "overview.html", queues=queues, totals=totals)
+    return page(
+        request,
+        "overview.html",
+        queues=queues,
+        totals=totals,
+        trends=state.broker.queue_trends(),
+        sparkline=sparkline,
+        bars=bars,
+    )
+
+
+def _chart(
+    state: ServerState, queue: str, by: str, name: str, names: dict[str | None, str]
+) -> tuple[GroupChart | None, str | None]:
+    """The explorer's chart of ``queue`` by ``by`` over the window ``name`` (keys shown by
+    ``names`` where given), or why there is none: the window's name is not one there is."""
+    try:
+        timeline = state.broker.dead_letter_timeline(queue, by, name)
+    except InvalidOptionError as exc:
+        return None, str(exc)
+    return group_chart(timeline, names), None
 
 
 def _group_value(key: str | None) -> str | NoValue:
@@ -96,19 +104,30 @@ def explorer(
     order: str = "oldest",
     after: NonNegative = 0,
     before: NonNegative | None = None,
+    window: str = DEFAULT_WINDOW,
 ) -> Response:
-    """Groups, the selection, and its messages a page at a time, oldest first (paging up
-    with ``after``) or newest first (paging down with ``before``). A filter that does not
-    parse comes back in the form as it was typed, with why, and selects nothing."""
+    """The dead-letterings over a window (a chart by the grouping, a sparkline per group),
+    the groups (with the causes each reason hides), the selection, and its messages a page
+    at a time, oldest first (paging up with ``after``) or newest first (paging down with
+    ``before``). A filter or window that does not parse comes back on the page with why
+    (a 400), and selects or draws nothing."""
     if order not in ("oldest", "newest"):
         raise InvalidOptionError("order must be oldest or newest")
     typed = dict(request.query_params)
     groups = state.broker.dead_letter_groups(queue, by)
+    names = {g.key: f"{g.label} · {g.key}" for g in groups} if by == "fingerprint" else {}
+    chart, bad_window = _chart(state, queue, by, window, names)
+    causes: dict[str | None, list[DeadLetterCause]] = defaultdict(list)
+    if by == "reason":
+        for cause in state.broker.dead_letter_causes(queue):
+            causes[cause.reason].append(cause)
     invalid, messages, matching = None, [], 0
+    chosen = Selection({}, {})
     try:
-        where = _filters(typed)
+        chosen = selection(typed)
     except InvalidOptionError as exc:
-        invalid, where = str(exc), {}
+        invalid = str(exc)
+    where = chosen.where
     if invalid is None:
         if order == "newest":
             messages = newest_dead_letters(state.broker, queue, before, PAGE, where)
@@ -116,7 +135,9 @@ def explorer(
             messages = state.broker.dead_letters(queue, after=after, limit=PAGE, **where)
         matching = state.broker.count_dead_letters(queue, **where)
     kept = {"order": order} if order == "newest" else {}
-    base = {"queue": queue, "by": by, **kept, **where}
+    if window != DEFAULT_WINDOW and bad_window is None:
+        kept["window"] = window
+    base = {"queue": queue, "by": by, **kept, **chosen.given}
     next_page = None
     if len(messages) == PAGE:
         onward = "before" if order == "newest" else "after"
@@ -124,15 +145,22 @@ def explorer(
     return page(
         request,
         "explorer.html",
-        200 if invalid is None else 400,
+        200 if invalid is None and bad_window is None else 400,
         typed=typed,
         invalid=invalid,
+        bad_window=bad_window,
+        kept=kept,
+        chart=chart,
+        window=window,
+        windows=WINDOWS,
+        window_link=lambda name: "?" + urlencode({**base, "window": name}),
+        causes=causes,
         queue=queue,
         by=by,
         order=order,
         groups=groups,
         messages=messages,
-        where=where,
+        chosen=chosen,
         matching=matching,
         selected=where.get(by),
         group_value=_group_value,
@@ -140,9 +168,9 @@ def explorer(
             "?" + urlencode({"queue": queue, "by": by, **kept, by: _group_value(key)})
         ),
         tab_link=lambda key: "?" + urlencode({"queue": queue, "by": key, **kept}),
-        order_link=lambda key: "?" + urlencode({"queue": queue, "by": by, "order": key, **where}),
+        order_link=lambda key: "?" + urlencode({**base, "order": key}),
         actions={
-            a: "confirm?" + urlencode({"queue": queue, "action": a, **where})
+            a: "confirm?" + urlencode({"queue": queue, "action": a, **chosen.given})
             for a in ("resubmit", "purge")
         },
         message_link=lambda seq: (
@@ -178,7 +206,7 @@ def _confirm_page(
     state: State,
     queue: str,
     action: str,
-    where: dict[str, Any],
+    chosen: Selection,
     status_code: int = 200,
     **notes: Any,
 ) -> Response:
@@ -187,12 +215,12 @@ def _confirm_page(
     dead-letter queue needs the number typed; this is what was typed instead), ``busy``
     (a task of this server runs on the queue: no button then), ``invalid`` (a value the
     broker refused, shown with the form as it was filled in, ``given``)."""
-    count = state.broker.count_dead_letters(queue, **where)
+    count = state.broker.count_dead_letters(queue, **chosen.where)
     shown: dict[str, Any] = {"refused": None, "busy": None, "invalid": None, "given": {}}
     shown.update(notes)
     if shown["busy"] is None and (running := state.running(queue)) is not None:
         shown["busy"] = TaskRunningError(queue, running.id)
-    context = {"queue": queue, "action": action, "where": where, "count": count, **shown}
+    context = {"queue": queue, "action": action, "chosen": chosen, "count": count, **shown}
     return page(request, "confirm.html", status_code, **context)
 
 
@@ -200,7 +228,7 @@ def _confirm_page(
 def confirm(request: Request, state: State, queue: str, action: str) -> Response:
     if action not in ("resubmit", "purge"):
         raise InvalidOptionError("action must be resubmit or purge")
-    return _confirm_page(request, state, queue, action, _filters(dict(request.query_params)))
+    return _confirm_page(request, state, queue, action, selection(dict(request.query_params)))
 
 
 @router.get("/tasks", dependencies=[Reader])
@@ -272,7 +300,7 @@ def resubmit(request: Request, state: State, session: Writer, form: Form) -> Res
     """Start the resubmit; a rate or target queue the broker refuses brings the confirmation
     back as it was filled in, with why."""
     queue = form.get("queue", "")
-    where = _filters(form)
+    chosen = selection(form)
     given = {name: form.get(name, "").strip() for name in ("rate", "to")}
     try:
         try:
@@ -280,13 +308,13 @@ def resubmit(request: Request, state: State, session: Writer, form: Form) -> Res
         except ValueError:
             raise InvalidOptionError("rate must be a number of messages per second") from None
         record = state.start_resubmit(
-            queue, to=given["to"] or None, rate=rate, where=where, operator=session.operator
+            queue, to=given["to"] or None, rate=rate, where=chosen.where, operator=session.operator
         )
     except TaskRunningError as busy:
-        return _confirm_page(request, state, queue, "resubmit", where, 409, busy=busy, given=given)
+        return _confirm_page(request, state, queue, "resubmit", chosen, 409, busy=busy, given=given)
     except (InvalidOptionError, InvalidNameError, EntityNotFoundError) as exc:
         return _confirm_page(
-            request, state, queue, "resubmit", where, 400, invalid=str(exc), given=given
+            request, state, queue, "resubmit", chosen, 400, invalid=str(exc), given=given
         )
     return _to_task(record.id, queue)
 
@@ -296,15 +324,15 @@ def purge(request: Request, state: State, session: Writer, form: Form) -> Respon
     """Drop the selection; a purge with no filter drops only if the number typed is the
     number of dead letters there are now (else the confirmation again, with why)."""
     queue = form.get("queue", "")
-    where = _filters(form)
-    if not where:
+    chosen = selection(form)
+    if not chosen.given:
         typed = form.get("count", "").strip()
         if typed != str(state.broker.count_dead_letters(queue)):
-            return _confirm_page(request, state, queue, "purge", where, 400, refused=typed)
+            return _confirm_page(request, state, queue, "purge", chosen, 400, refused=typed)
     try:
-        record = state.start_purge(queue, where, operator=session.operator)
+        record = state.start_purge(queue, chosen.where, operator=session.operator)
     except TaskRunningError as busy:
-        return _confirm_page(request, state, queue, "purge", where, 409, busy=busy)
+        return _confirm_page(request, state, queue, "purge", chosen, 409, busy=busy)
     return _to_task(record.id, queue)
 
 

@@ -20,6 +20,7 @@ from typing import Any, Final
 
 from poisonq.errors import BrokerClosedError, SchemaVersionError
 from poisonq.model import EntityStatus, Lease, MessageState, ReceivedMessage, SubQueue
+from poisonq.store.history import HistoryKeeper
 from poisonq.timeline import PipelineBatch, PipelineSummary
 
 # The columns of :meth:`Transaction.lease_rows`, in order. Times are epoch seconds and
@@ -119,6 +120,37 @@ class DeadLetterGroup:
     last_seen: float
 
 
+@dataclass(frozen=True, slots=True)
+class DeadLetterCause:
+    """Dead-lettered messages of one reason whose last failure had one type (``None``: the
+    messages that never failed), with the lowest sequence number among them as a sample."""
+
+    reason: str | None
+    error_type: str | None
+    count: int
+    sample: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterCount:
+    """Messages dead-lettered into an entity in one bucket of the history, of one key."""
+
+    entity_id: int
+    bucket: int
+    key: str | None
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class DepthChange:
+    """A bucket of the history in which an entity's depth changed, and the depth it had
+    before the bucket's first change."""
+
+    entity_id: int
+    bucket: int
+    opened: int
+
+
 class NoValue(Enum):
     """The type of :data:`NO_VALUE`. Its value is how every surface spells it (``none``)."""
 
@@ -146,6 +178,8 @@ class MessageFilter:
     since: float | None = None
     until: float | None = None
     session_id: str | None = None
+    message_id: str | None = None
+    body_contains: str | None = None  # its UTF-8 bytes anywhere in the body
 
     def to_json(self) -> dict[str, Any]:
         """The filter as a task records it, :data:`NO_VALUE` as its spelling ``none``."""
@@ -535,6 +569,25 @@ class Transaction(ABC):
         """Group held messages by ``reason``, ``subject`` or ``fingerprint``."""
 
     @abstractmethod
+    def dead_letter_causes(self, entity_id: int) -> list[DeadLetterCause]:
+        """The held messages by reason and by the type of their last failure: what a reason
+        such as ``MaxDeliveryCountExceeded`` hides."""
+
+    # History (poisonq/store/history.py) ---------------------------------------------------
+    @abstractmethod
+    def dead_letter_history(
+        self, span: int, since: float, by: str | None, entity_id: int | None
+    ) -> list[DeadLetterCount]:
+        """Dead-letterings in the buckets of ``span`` seconds from ``since`` on, grouped by
+        ``reason``, ``subject`` or ``fingerprint`` (by nothing with ``None``: the key is
+        ``None``), of one entity or of every one."""
+
+    @abstractmethod
+    def depth_history(self, span: int, since: float, entity_id: int | None) -> list[DepthChange]:
+        """The buckets of ``span`` seconds from ``since`` on in which depths changed, of one
+        entity or of every one, oldest first."""
+
+    @abstractmethod
     def select(
         self,
         entity_id: int,
@@ -611,6 +664,7 @@ class Store(ABC):
 
     url: str
     closed = False
+    history: HistoryKeeper  # its clock stamps the history; set by each store's __init__
 
     @abstractmethod
     def transaction(self) -> AbstractContextManager[Transaction]:

@@ -46,6 +46,8 @@ from poisonq.store.base import (
     Transaction,
     pending_migrations,
 )
+from poisonq.store.history import HistoryBuffer, HistoryKeeper
+from poisonq.store.sqlite_history import SqliteHistory
 from poisonq.store.sqlite_leases import SqliteLeases
 from poisonq.store.sqlite_rows import (
     ENTITY_COLUMNS,
@@ -82,9 +84,12 @@ _EXPIRED_LOCKS = (
 )
 
 
-class SqliteTransaction(SqliteSessions, SqliteTasks, SqliteLeases, SqliteTimelines, Transaction):
+class SqliteTransaction(
+    SqliteSessions, SqliteTasks, SqliteLeases, SqliteTimelines, SqliteHistory, Transaction
+):
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._db = conn
+        self.history = HistoryBuffer()
 
     def _returned(self, entity_id: int) -> str:
         """What ``leasable`` becomes for a message that comes (back) to ready in the entity:
@@ -99,6 +104,7 @@ class SqliteTransaction(SqliteSessions, SqliteTasks, SqliteLeases, SqliteTimelin
         if not deltas:
             return
         assert set(deltas) <= LEDGER_COLUMNS
+        self.history.bump(entity_id, deltas)
         sets = ", ".join(f"{name} = {name} + ?" for name in deltas)
         self._db.execute(f"UPDATE entities SET {sets} WHERE id = ?", (*deltas.values(), entity_id))
 
@@ -153,6 +159,7 @@ class SqliteTransaction(SqliteSessions, SqliteTasks, SqliteLeases, SqliteTimelin
         )
 
     def delete_entity(self, entity_id: int) -> None:
+        self.history = HistoryBuffer()  # nothing is kept of what goes
         family = "(SELECT id FROM entities WHERE id = ?1 OR parent_id = ?1)"
         self._db.execute(
             "DELETE FROM bodies WHERE id IN"
@@ -642,7 +649,7 @@ class SqliteTransaction(SqliteSessions, SqliteTasks, SqliteLeases, SqliteTimelin
             f" WHERE entity_id = ?7 AND state IN {LIVE}"
             " AND (?9 IS NULL OR (state = 'locked' AND lock_token = ?9 AND locked_until > ?5)"
             f"{held_by_cover})"
-            f" AND seq IN {SEQS.replace('?', '?8')} RETURNING seq, size",
+            f" AND seq IN {SEQS.replace('?', '?8')} RETURNING seq, size, subject, last_fingerprint",
             (
                 target_id,
                 reason,
@@ -657,6 +664,7 @@ class SqliteTransaction(SqliteSessions, SqliteTasks, SqliteLeases, SqliteTimelin
             ),
         ).fetchall()
         moved, size = len(rows), sum(row[1] for row in rows)
+        self.history.dead_lettered(target_id, reason, (row[2:] for row in rows))
         self._bump(entity_id, moved_out=moved, dead_lettered=moved, size_bytes=-size)
         self._bump(target_id, moved_in=moved, size_bytes=size)
         return [row[0] for row in rows]
@@ -719,6 +727,7 @@ class SqliteStore(Store):
             )
         self.path = Path(path)
         self.url = f"sqlite:///{self.path}"
+        self.history = HistoryKeeper()
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         try:
@@ -791,7 +800,10 @@ class SqliteStore(Store):
             except sqlite3.Error as exc:
                 raise _store_error(f"cannot begin a transaction on {self.path}", exc) from exc
             try:
-                yield SqliteTransaction(self._db)
+                tx = SqliteTransaction(self._db)
+                yield tx
+                if tx.history:
+                    tx.write_history(self.history)
             except sqlite3.Error as exc:
                 self._rollback()
                 raise _store_error(f"SQLite error on {self.path}", exc) from exc

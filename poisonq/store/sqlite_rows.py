@@ -153,9 +153,14 @@ def seqs_json(seqs: Sequence[int]) -> str:
     return json.dumps(list(seqs))
 
 
-def filter_sql(where: MessageFilter) -> tuple[str, list[Any]]:
+# Whether a body holds the bytes of a parameter (SQLite keeps bodies in a table of their own).
+BODY_CONTAINS = "instr((SELECT body FROM bodies WHERE bodies.id = body_id), ?) > 0"
+
+
+def filter_sql(where: MessageFilter, body_contains: str = BODY_CONTAINS) -> tuple[str, list[Any]]:
     """``AND`` clauses (each with a leading space) and their parameters for ``where``;
-    :data:`NO_VALUE` is ``IS NULL``."""
+    :data:`NO_VALUE` is ``IS NULL``. ``body_contains`` is the store's test of a body
+    against one parameter (a scan of the bodies: for an operator's search)."""
     clauses: list[str] = []
     params: list[Any] = []
     for column, value, op in (
@@ -167,10 +172,14 @@ def filter_sql(where: MessageFilter) -> tuple[str, list[Any]]:
         ("coalesce(dead_lettered_at, enqueued_at)", where.since, ">="),
         ("coalesce(dead_lettered_at, enqueued_at)", where.until, "<"),
         ("session_id", where.session_id, "="),
+        ("message_id", where.message_id, "="),
     ):
         if value is NO_VALUE:
             clauses.append(f" AND {column} IS NULL")
         elif value is not None:
             clauses.append(f" AND {column} {op} ?")
             params.append(value)
+    if where.body_contains is not None:
+        clauses.append(f" AND {body_contains}")
+        params.append(where.body_contains.encode())
     return "".join(clauses), params

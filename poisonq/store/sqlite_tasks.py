@@ -6,7 +6,7 @@ import json
 import sqlite3
 from typing import Any
 
-from poisonq.store.base import DeadLetterGroup, MessageFilter, TaskRecord
+from poisonq.store.base import DeadLetterCause, DeadLetterGroup, MessageFilter, TaskRecord
 from poisonq.store.sqlite_leases import SqliteLeases
 from poisonq.store.sqlite_rows import GROUP_KEYS, filter_sql
 
@@ -31,6 +31,15 @@ class SqliteTasks(SqliteLeases):
             (entity_id,),
         )
         return [DeadLetterGroup(*row) for row in rows]
+
+    def dead_letter_causes(self, entity_id: int) -> list[DeadLetterCause]:
+        rows = self._db.execute(
+            "SELECT dead_letter_reason, last_error_type, count(*), min(seq) FROM messages"
+            " WHERE entity_id = ? GROUP BY dead_letter_reason, last_error_type"
+            " ORDER BY dead_letter_reason, count(*) DESC, last_error_type",
+            (entity_id,),
+        )
+        return [DeadLetterCause(*row) for row in rows]
 
     def select(
         self,

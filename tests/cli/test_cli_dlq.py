@@ -125,6 +125,14 @@ def test_dlq_time_filters(url: str, dead: dict[str, list[int]]) -> None:
     assert past["done"] == 5
 
 
+def test_dlq_search_filters(url: str, api: Broker, dead: dict[str, list[int]]) -> None:
+    one = run_json(url, "dlq", "purge", "orders", "--body-contains", "i1", "--yes")
+    assert one["done"] == 1
+    [left] = api.dead_letters("orders", reason="InvalidOrder")
+    moved = run_json(url, "dlq", "resubmit", "orders", "--message-id", left.message_id)
+    assert moved["done"] == 1 and api.counts("orders")["active"] == 1
+
+
 def test_progress_goes_to_stderr_on_a_terminal(url: str, dead: dict[str, list[int]]) -> None:
     terminal = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "0", "COLUMNS": "200"}
     result = CliRunner().invoke(

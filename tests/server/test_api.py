@@ -105,6 +105,24 @@ def test_groups(
     assert all(g["first_seen"] <= g["last_seen"] for g in groups)
 
 
+def test_timeline(client: TestClient, dead: dict[str, list[int]]) -> None:
+    answer = client.get("/api/queues/orders/deadletters/timeline?window=hour", headers=AUTH)
+    found = answer.json()
+    assert found["step"] == 60 and found["start"] == "2023-11-14T21:14:00Z"  # 59 min before now
+    assert [(s["key"], len(s["counts"]), s["counts"][-1]) for s in found["series"]] == [
+        ("InvalidOrder", 60, 3),
+        ("MaxDeliveryCountExceeded", 60, 3),
+    ]
+    by_subject = client.get("/api/queues/orders/deadletters/timeline?by=subject", headers=AUTH)
+    assert {s["key"]: sum(s["counts"]) for s in by_subject.json()["series"]} == {
+        "order": 3,
+        "refund": 2,
+        "<b>refund</b>": 1,
+    }
+    bad = client.get("/api/queues/orders/deadletters/timeline?window=month", headers=AUTH)
+    assert bad.status_code == 422
+
+
 def test_groups_by_fingerprint_name_the_error_type(
     client: TestClient, dead: dict[str, list[int]]
 ) -> None:
@@ -391,6 +409,7 @@ def test_the_openapi_document_lists_every_route(client: TestClient) -> None:
         "/api/queues/{queue}/messages",
         "/api/queues/{queue}/messages/{sequence_number}",
         "/api/queues/{queue}/deadletters/groups",
+        "/api/queues/{queue}/deadletters/timeline",
         "/api/queues/{queue}/deadletters",
         "/api/queues/{queue}/deadletters/resubmit",
         "/api/queues/{queue}/deadletters/purge",

@@ -333,3 +333,51 @@ def test_a_pipeline_timeline_draws_under_the_policy_on_any_screen(
     assert dead and dead["height"] >= 1  # the dead letter of batch 2 shows
     no_sideways_scroll(page)
     assert not [text for text in console if "Content Security Policy" in text], console
+
+
+# Charts ------------------------------------------------------------------------------------
+SERIES_CONTRAST = """el => {
+  const lum = s => {
+    const f = c => (c /= 255) <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4;
+    const [r, g, b] = s.match(/[\\d.]+/g).map(Number);
+    return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+  };
+  return 1.05 / (lum(getComputedStyle(el).fill) + 0.05);
+}"""
+
+
+def test_the_chart_draws_under_the_policy_and_its_window_is_a_link(
+    page: Page, live: BackgroundServer, dead: dict[str, list[int]]
+) -> None:
+    violations: list[str] = []
+    page.on("console", lambda message: violations.append(message.text))
+    log_in(page, live)
+    page.click("#queues a.dead")
+    bars = page.locator("#chart svg rect")
+    expect(bars).to_have_count(2)  # one bar, two reasons stacked
+    box = page.locator("#chart svg").bounding_box()
+    assert box and box["width"] > 600 and box["height"] > 100
+    for n in range(2):  # coloured by their class (an inline style would be refused)
+        assert bars.nth(n).evaluate(SERIES_CONTRAST) >= 3, "a series fades into the page"
+    assert "InvalidOrder: 3" in bars.nth(0).locator("title").text_content()  # type: ignore[operator]
+    expect(page.locator("#chart figcaption")).to_contain_text("MaxDeliveryCountExceeded 3")
+    expect(page.locator("#groups polyline")).to_have_count(2)
+    page.click("#windows >> text=hour")
+    expect(page.locator("#trend-title")).to_have_text("Dead-lettered over the last hour, by reason")
+    expect(page).to_have_url(re.compile(r"window=hour"))
+    page.click("#groups >> text=MaxDeliveryCountExceeded")  # the selection keeps the window
+    expect(page).to_have_url(re.compile(r"window=hour"))
+    expect(page.locator("#matching")).to_have_text("3")
+    page.click("#groups tr.on .causes a")  # a sample of the cause the reason hides
+    expect(page.locator("h1")).to_contain_text(f"Message {dead['MaxDeliveryCountExceeded'][0]}")
+    assert not [v for v in violations if "Content Security Policy" in v], violations
+
+
+def test_the_overview_draws_each_queues_day(
+    page: Page, live: BackgroundServer, dead: dict[str, list[int]]
+) -> None:
+    log_in(page, live)
+    cell = page.locator("#queues .trends").first
+    expect(cell.locator("svg")).to_have_count(2)
+    expect(cell.locator("rect.dead")).to_have_count(1)
+    assert cell.locator("polyline").evaluate("p => getComputedStyle(p).fill") == "none"

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from poisonq.model import Lease, MessageState
-from poisonq.store.base import DeadLetterGroup, MessageFilter, TaskRecord
+from poisonq.store.base import DeadLetterCause, DeadLetterGroup, MessageFilter, TaskRecord
 from poisonq.store.postgres.runner import StatementRunner
 from poisonq.store.sqlite_rows import GROUP_KEYS, filter_sql
 
@@ -14,7 +14,7 @@ from poisonq.store.sqlite_rows import GROUP_KEYS, filter_sql
 def filter_clauses(where: MessageFilter) -> tuple[str, list[Any]]:
     """The SQLite store's filter clauses, with PostgreSQL's placeholder (they hold no other
     question mark: column names and operators only)."""
-    clauses, params = filter_sql(where)
+    clauses, params = filter_sql(where, body_contains="position(? IN body) > 0")
     return clauses.replace("?", "%b"), params
 
 
@@ -187,6 +187,15 @@ class BatchQueries(StatementRunner):
             (entity_id,),
         )
         return [DeadLetterGroup(*row) for row in rows]
+
+    def dead_letter_causes(self, entity_id: int) -> list[DeadLetterCause]:
+        rows = self._all(
+            "SELECT dead_letter_reason, last_error_type, count(*), min(seq) FROM messages"
+            " WHERE entity_id = %b GROUP BY dead_letter_reason, last_error_type"
+            " ORDER BY dead_letter_reason, count(*) DESC, last_error_type NULLS FIRST",
+            (entity_id,),
+        )
+        return [DeadLetterCause(*row) for row in rows]
 
     def select(
         self,

@@ -5,7 +5,8 @@ waits only when it reads a result. What no one waits for (``BEGIN``, the ledger,
 travels with the next statement that is waited for. Two more things save round trips:
 
 - the ledger is kept in memory during the transaction and written in one statement just
-  before ``COMMIT`` (see :meth:`StatementRunner.flush_ledger`);
+  before ``COMMIT`` (see :meth:`StatementRunner.flush_ledger`), and so is what the transaction
+  adds to the history (``poisonq/store/history.py``), after it;
 - an answer the next call will need can be fetched ahead, in a round trip made anyway, and is
   used only if no statement has run since (:meth:`StatementRunner._recall`);
 - a statement the caller says is the transaction's last (a receive's lock) travels with the
@@ -21,6 +22,7 @@ from typing import Any
 from psycopg import Connection, Cursor, Pipeline
 
 from poisonq.store.base import Ledger
+from poisonq.store.history import HistoryBuffer, HistoryKeeper, buckets, cutoffs
 
 NOTIFY_CHANNEL = "poisonq"
 
@@ -31,16 +33,44 @@ _FLUSH_LEDGER = (
     + " WHERE id = %b"
 )
 
+_BUCKETS = "unnest(%(spans)b::int[], %(buckets)b::bigint[]) AS b(span, bucket)"
+# Rows in key order, so that concurrent writers of several rows take their locks in one order.
+_RECORD_DEPTHS = (
+    "INSERT INTO depth_history (entity_id, span, bucket, opened)"
+    " SELECT e.id, b.span, b.bucket,"
+    " e.sent + e.moved_in - e.completed - e.dropped - e.moved_out - c.change"
+    " FROM unnest(%(ids)b::bigint[], %(changes)b::bigint[]) AS c(id, change)"
+    f" JOIN entities e ON e.id = c.id, {_BUCKETS} ORDER BY 1, 2, 3 ON CONFLICT DO NOTHING"
+)
+_RECORD_DEAD_LETTERS = (
+    "INSERT INTO dead_letter_history"
+    " (entity_id, span, bucket, reason, subject, fingerprint, count)"
+    " SELECT d.id, b.span, b.bucket, d.reason, d.subject, d.fingerprint, d.n"
+    " FROM unnest(%(ids)b::bigint[], %(reasons)b::text[], %(subjects)b::text[],"
+    " %(fingerprints)b::text[], %(counts)b::bigint[])"
+    f" AS d(id, reason, subject, fingerprint, n), {_BUCKETS} ORDER BY 1, 2, 3, 4, 5, 6"
+    " ON CONFLICT (entity_id, span, bucket, reason, subject, fingerprint)"
+    " DO UPDATE SET count = dead_letter_history.count + excluded.count"
+)
+
 
 class StatementRunner:
     """The connection of one transaction, with the pending ledger and the answers fetched
     ahead. The store's SQL lives in its subclasses."""
 
-    def __init__(self, conn: Connection[Any], pipeline: Pipeline, end: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        conn: Connection[Any],
+        pipeline: Pipeline,
+        end: Callable[[], None],
+        keeper: HistoryKeeper,
+    ) -> None:
         self._db = conn
         self._pipeline = pipeline
         self._end = end  # leaves pipeline mode: one sync, every result read
         self._ledger: dict[int, dict[str, int]] = defaultdict(lambda: dict.fromkeys(_LEDGER, 0))
+        self._keeper = keeper
+        self.history = HistoryBuffer()  # written with the commit, after the ledger
         self.notify = False  # whether this transaction made a message receivable
         self._statements = 0
         # Answers fetched ahead of the call that needs them, in a round trip that was made
@@ -70,12 +100,14 @@ class StatementRunner:
         return cur.fetchall()
 
     def commit(self) -> None:
-        """Write the ledger, notify the listeners if a message became receivable, and
-        commit: one round trip, with any statement still queued. The store calls it at the
-        end of the transaction unless a last statement did already."""
+        """Write the ledger and the history, notify the listeners if a message became
+        receivable, and commit: one round trip, with any statement still queued. The store
+        calls it at the end of the transaction unless a last statement did already."""
         if self.committed:
             return
         self.flush_ledger()
+        if self.history:
+            self._write_history()
         if self.notify:
             self._db.execute("SELECT pg_notify(%s, '')", (NOTIFY_CHANNEL,))
         self._db.execute("COMMIT")
@@ -106,6 +138,28 @@ class StatementRunner:
         ledger = self._ledger[entity_id]
         for name, delta in deltas.items():
             ledger[name] += delta
+        self.history.bump(entity_id, deltas)
+
+    def _write_history(self) -> None:
+        """Queue the writes of what this transaction added to the history (after the
+        ledger, before ``COMMIT``: see :meth:`commit`), and a prune when one is due."""
+        now, prune = self._keeper.stamp()
+        spans, starts = zip(*buckets(now), strict=True)
+        at = {"spans": list(spans), "buckets": list(starts)}
+        if depths := self.history.depth_rows():
+            ids, changes = zip(*depths, strict=True)
+            self._run(_RECORD_DEPTHS, {**at, "ids": list(ids), "changes": list(changes)})
+        if dead := self.history.dead_rows():
+            ids, reasons, subjects, fingerprints, counts = zip(*dead, strict=True)
+            columns = {"ids": ids, "reasons": reasons, "subjects": subjects}
+            columns |= {"fingerprints": fingerprints, "counts": counts}
+            self._run(_RECORD_DEAD_LETTERS, {**at, **{k: list(v) for k, v in columns.items()}})
+        if prune:
+            for table in ("dead_letter_history", "depth_history"):
+                for span, oldest in cutoffs(now):
+                    self._run(
+                        f"DELETE FROM {table} WHERE span = %b AND bucket < %b", (span, oldest)
+                    )
 
     def flush_ledger(self) -> None:
         """Write the ledger changes so far, entities in id order, in one round trip. The

@@ -35,6 +35,7 @@ from poisonq.errors import (
     StoreUnavailableError,
 )
 from poisonq.store.base import Store, Transaction, pending_migrations
+from poisonq.store.history import HistoryKeeper
 from poisonq.store.postgres.runner import NOTIFY_CHANNEL
 from poisonq.store.postgres.transaction import PostgresTransaction
 
@@ -71,6 +72,7 @@ class PostgresStore(Store):
 
     def __init__(self, url: str, pool_size: int = 4, synchronous_commit: str | None = None) -> None:
         self.url = url
+        self.history = HistoryKeeper()
         parts = urlsplit(url)
         query = [
             (k, v) for k, v in parse_qsl(parts.query) if k not in (_POOL_SIZE, _SYNCHRONOUS_COMMIT)
@@ -146,7 +148,7 @@ class PostgresStore(Store):
                     with ExitStack() as stack:
                         pipeline = stack.enter_context(conn.pipeline())
                         conn.execute("BEGIN")
-                        tx = PostgresTransaction(conn, pipeline, end=stack.close)
+                        tx = PostgresTransaction(conn, pipeline, stack.close, self.history)
                         yield tx
                         tx.commit()
                 except BaseException:

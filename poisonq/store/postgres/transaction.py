@@ -35,12 +35,14 @@ from psycopg import Cursor
 from poisonq.errors import EntityExistsError, StoreError
 from poisonq.model import HELD_STATES, EntityStatus, MessageState, ReceivedMessage, SubQueue
 from poisonq.store.base import EntityRecord, LockInfo, MessageFilter, NewMessage, Transaction
+from poisonq.store.history import HistoryBuffer
 from poisonq.store.postgres.batches import (
     BatchQueries,
     filter_clauses,
     in_index_order,
     ready_seqs,
 )
+from poisonq.store.postgres.history import HistoryQueries
 from poisonq.store.postgres.sessions import SessionQueries
 from poisonq.store.postgres.timeline import TimelineQueries
 
@@ -95,7 +97,9 @@ def _failure_json(failure: dict[str, Any] | None) -> str | None:
     return json.dumps(failure).replace("\\u0000", "\\ufffd") if failure else None
 
 
-class PostgresTransaction(SessionQueries, BatchQueries, TimelineQueries, Transaction):
+class PostgresTransaction(
+    SessionQueries, BatchQueries, TimelineQueries, HistoryQueries, Transaction
+):
     # Entities -----------------------------------------------------------------------------
     def insert_entity(
         self,
@@ -181,6 +185,7 @@ class PostgresTransaction(SessionQueries, BatchQueries, TimelineQueries, Transac
         # what those transactions committed. Leases, duplicate-detection ids, sessions and
         # tasks go with the entity rows (ON DELETE CASCADE).
         self._ledger.clear()
+        self.history = HistoryBuffer()
         gone = self._all(
             "DELETE FROM entities WHERE id = %(id)b OR parent_id = %(id)b RETURNING id",
             {"id": entity_id},
@@ -635,7 +640,7 @@ class PostgresTransaction(SessionQueries, BatchQueries, TimelineQueries, Transac
             f" FROM {_TARGET} WHERE entity_id = %(entity)b AND state IN {_LIVE}"
             " AND (%(token)b::text IS NULL"
             "   OR (state = 'locked' AND lock_token = %(token)b AND locked_until > %(now)b))"
-            " AND seq = ANY(%(seqs)b) RETURNING seq, size",
+            " AND seq = ANY(%(seqs)b) RETURNING seq, size, subject, last_fingerprint",
             {
                 "target": target_id,
                 "reason": reason,
@@ -653,6 +658,7 @@ class PostgresTransaction(SessionQueries, BatchQueries, TimelineQueries, Transac
         rows = moving.fetchall()
         self._check_target(target_id, len(seqs), len(rows))
         moved, size = len(rows), sum(row[1] for row in rows)
+        self.history.dead_lettered(target_id, reason, (row[2:] for row in rows))
         self._bump(entity_id, moved_out=moved, dead_lettered=moved, size_bytes=-size)
         self._bump(target_id, moved_in=moved, size_bytes=size)
         self.notify = self.notify or moved > 0

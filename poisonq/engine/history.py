@@ -1,0 +1,48 @@
+"""The charts' reads: the store's history of one dead-letter queue or of every queue, cut
+into the bars of a window (:mod:`poisonq.history`), and the causes a reason hides."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from poisonq.engine.base import EngineBase
+from poisonq.history import TREND, Timeline, Trend, Window, depths, timeline
+from poisonq.model import SubQueue
+from poisonq.store.base import DeadLetterCause, DeadLetterCount, DepthChange
+
+
+class History(EngineBase):
+    def dead_letter_timeline(self, address: str, by: str, frame: Window) -> Timeline:
+        """Messages dead-lettered into ``address`` over the window, by ``by``."""
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            entity = self._resolve(tx, address).entity
+            counts = tx.dead_letter_history(frame.span, frame.start(now), by, entity.id)
+        return timeline(counts, frame, now)
+
+    def queue_trends(self) -> dict[str, Trend]:
+        """Every queue's depth and dead-letterings over the last day, by the hour."""
+        now = self.clock.now()
+        since = TREND.start(now)
+        with self.store.transaction() as tx:
+            entities = tx.entities()
+            changes = tx.depth_history(TREND.span, since, None)
+            counts = tx.dead_letter_history(TREND.span, since, None, None)
+        dlq_of = {e.parent_id: e.id for e in entities if e.subqueue is SubQueue.DEADLETTER}
+        changes_of: defaultdict[int, list[DepthChange]] = defaultdict(list)
+        for change in changes:
+            changes_of[change.entity_id].append(change)
+        counts_of: defaultdict[int, list[DeadLetterCount]] = defaultdict(list)
+        for count in counts:
+            counts_of[count.entity_id].append(count)
+        trends = {}
+        for queue in (e for e in entities if e.parent_id is None):
+            dead = timeline(counts_of[dlq_of.get(queue.id, 0)], TREND, now)
+            held = depths(changes_of[queue.id], queue.ledger.held, TREND, now)
+            trends[queue.name] = Trend(dead.start, TREND.step, held, dead.totals)
+        return trends
+
+    def dead_letter_causes(self, address: str) -> list[DeadLetterCause]:
+        """The held messages of ``address`` by reason and their last failure's type."""
+        with self.store.transaction() as tx:
+            return tx.dead_letter_causes(self._resolve(tx, address).entity.id)
