@@ -119,9 +119,9 @@ def fill(broker: Broker, clock: ManualClock) -> None:
     clock.advance(time.time() - clock.now())
 
 
-def run_pipeline(broker: Broker) -> None:
+def run_pipeline(broker: Broker, clock: ManualClock) -> None:
     """A pipeline's timeline: batches of orders leased, handled and settled as the Spark
-    runner does, each recorded with its real time (without Spark, to stay quick)."""
+    runner does, each taking its time on the demo's clock (without Spark, to stay quick)."""
     rng = random.Random(11)
     broker.create_queue("orders-feed", max_delivery_count=2)
     for number in range(1, 25):
@@ -130,7 +130,7 @@ def run_pipeline(broker: Broker) -> None:
         broker.sender("orders-feed").send([Message(body=json.dumps(b)) for b in body])
         lease = broker.acquire_lease("orders-feed", "nightly", number, max_messages=size)
         assert lease is not None
-        started = time.time()
+        started = clock.now()
         failed: list[Abandon | DeadLetter] = []
         for seq, _, raw, *_ in broker.lease_rows(lease):
             order = json.loads(raw)
@@ -138,9 +138,12 @@ def run_pipeline(broker: Broker) -> None:
                 failed.append(DeadLetter(seq, lease.lock_token, "InvalidAmount", None))
             elif rng.random() < 0.01:
                 failed.append(Abandon(seq, lease.lock_token))
-        time.sleep(rng.uniform(0.05, 0.2) * (3 if number == 17 else 1))  # the work
+        work = rng.uniform(0.5, 2.0) * (3 if number == 17 else 1)
+        clock.advance(work / 2)
         broker.settle_held("orders-feed", failed)
-        broker.complete_lease(lease, BatchRun(started, time.time() - started))
+        clock.advance(work / 2)
+        broker.complete_lease(lease, BatchRun(started, clock.now() - started))
+        clock.advance(5.0)  # until the next batch
 
 
 def main() -> None:
@@ -150,7 +153,7 @@ def main() -> None:
         clock = ManualClock(time.time() - 24 * 3600)
         broker = poisonq.connect(f"sqlite:///{folder}/demo.db", clock=clock)
         fill(broker, clock)
-        run_pipeline(broker)
+        run_pipeline(broker, clock)
         with BackgroundServer(create_app(broker, token=TOKEN)) as server, sync_playwright() as pw:
             browser = launch(pw)
             page = browser.new_page(viewport={"width": 1360, "height": 760}, device_scale_factor=1)
