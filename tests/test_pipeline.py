@@ -153,17 +153,54 @@ def test_a_second_run_of_a_busy_consumer_stops_and_leaves_the_first_runs_output(
     """Before, a run started while another run of the same consumer held its lease replayed
     that lease beside it, overwriting its output: completed messages lost their rows."""
     send(live, {}, 30)
-    lease = live.acquire_lease("orders", "pipeline", 1, max_messages=20, lock_duration=2)
+    lease = live.acquire_lease("orders", "pipeline", 1, max_messages=20, lock_duration=3)
     assert lease is not None
-    pipeline = Pipeline(
-        spark, url=url, queue="orders", map=transform, schema=SCHEMA,
-        output=str(tmp_path / "out"), batch_size=20, lock_duration=2,
-    )  # fmt: skip
-    pipeline._write(lease, None, pipeline._path(lease))  # the first run, still going
-    with LeaseRenewer(live, lease, 2), pytest.raises(PipelineStoppedError, match="another"):
-        pipeline.run()
+    with LeaseRenewer(live, lease, 3):  # the first run, still going
+        pipeline = Pipeline(
+            spark, url=url, queue="orders", map=transform, schema=SCHEMA,
+            output=str(tmp_path / "out"), batch_size=20, lock_duration=3,
+        )  # fmt: skip
+        pipeline._write(lease, None, pipeline._path(lease))
+        with pytest.raises(PipelineStoppedError, match="another"):
+            pipeline.run()
     assert output(spark, tmp_path / "out") == Counter(range(20))  # its output kept
     assert len(live.lease_sequence_numbers(lease)) == 20  # still the first run's
+    assert_balanced(live)
+
+
+def test_a_bug_in_small_batches_that_retries_its_failures_says_they_come_again(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """Before, the stop told to resubmit the failed messages from the dead-letter queue,
+    where none were: a failure that is not permanent is retried."""
+    send(live, dict.fromkeys(range(40), "broken"), 40)
+    pipeline = Pipeline(
+        spark, url=url, queue="orders", map=transform, schema=SCHEMA,
+        output=str(tmp_path / "out"), batch_size=5,
+    )  # fmt: skip
+    with pytest.raises(PipelineStoppedError, match="back in the queue") as stopped:
+        pipeline.run()
+    assert "resubmit" not in str(stopped.value)
+    assert not dead(live)
+    assert_balanced(live)
+
+
+def test_an_output_that_cannot_be_written_stops_a_replay_in_one_line(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """Before, discarding a dead run's lease output there raised Spark's error from deep
+    inside the runner."""
+    send(live, {}, 10)
+    lease = live.acquire_lease("orders", "pipeline", 1, max_messages=10, lock_duration=1)
+    assert lease is not None
+    time.sleep(1.2)  # the run that took it died and stayed down past its lock
+    pipeline = Pipeline(
+        spark, url=url, queue="orders", map=transform, schema=SCHEMA,
+        output="/proc/poisonq-nowhere",
+    )  # fmt: skip
+    with pytest.raises(PipelineStoppedError, match="cannot write the output of lease 1"):
+        pipeline.run()
+    assert live.counts("orders")["active"] == 10  # nothing spent
     assert_balanced(live)
 
 

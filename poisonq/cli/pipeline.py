@@ -517,3 +517,5 @@ def pipeline_run(
             report, interrupted = seen[0], True
     title = f"pipeline {queue_name} → {output}" + (" (interrupted)" if interrupted else "")
     emit(app, as_json, _report_json(report, interrupted), lambda: _report_table(title, report))
+    if interrupted and not forever:  # (with --forever, Ctrl-C is how a run ends)
+        raise SystemExit(130)  # as a shell reports a command stopped by Ctrl-C

@@ -302,7 +302,7 @@ class Pipeline:
             elif lease.completed_at is None:
                 # Its locks ran out before it was completed: whatever it wrote is an
                 # orphan, and its messages come again in a later lease.
-                self._discard_output(lease)
+                self._discard_output(lease, report)
         return latest.number
 
     def _wait_for_its_run(
@@ -389,7 +389,7 @@ class Pipeline:
         defect = self._judge(broker, lease, fresh, window) if small else None
         if defect is not None:
             self._complete(broker, lease, report, run)  # its output is written
-            self._stop_across(lease, defect, report)
+            self._stop_across(broker, lease, defect, report)
         return run
 
     def _write_isolating(
@@ -449,12 +449,21 @@ class Pipeline:
             window.settled()  # successes outnumber the failures: poison, if anything
         return defect
 
-    def _stop_across(self, lease: Lease, defect: Defect, report: PipelineReport) -> None:
+    def _stop_across(
+        self, broker: poisonq.Broker, lease: Lease, defect: Defect, report: PipelineReport
+    ) -> None:
+        fingerprint = defect.failure.fingerprint or None
+        dead = broker.count_dead_letters(self.queue, fingerprint=fingerprint) if fingerprint else 0
+        after = (
+            "the dead-lettered ones can be resubmitted once it is fixed (poisonq dlq resubmit"
+            f" {self.queue} --fingerprint {fingerprint})"
+            if dead
+            else "they are back in the queue, a delivery counted, and come again when it runs"
+        )
         message = (
             f"stopped after lease {lease.number}: {defect}, over the last batches (each too"
             f" small to tell alone); the {defect.failed} failed messages were settled before it"
-            " showed: resubmit them once it is fixed (poisonq dlq resubmit"
-            f" {self.queue} --fingerprint {defect.failure.fingerprint or '…'})"
+            f" showed: {after}"
         )
         raise PipelineStoppedError(report, message, defect=defect)
 
@@ -493,11 +502,18 @@ class Pipeline:
                 return
             log.warning("lease %d: a failed message had rows written; writing again", lease.number)
 
-    def _discard_output(self, lease: Lease) -> None:
+    def _discard_output(self, lease: Lease, report: PipelineReport) -> None:
         """Overwrite a lease's output with nothing (with Spark, so on any file system)."""
         log.warning("lease %d was never completed: discarding its output", lease.number)
         empty = self.spark.createDataFrame([], self._job.struct)
-        empty.write.mode("overwrite").format(self.output_format).save(self._path(lease))
+        try:
+            with quiet_query_errors():
+                empty.write.mode("overwrite").format(self.output_format).save(self._path(lease))
+        except Exception as exc:  # the sink: a path that cannot be written, a format...
+            first = next(iter(str(exc).strip().splitlines()), type(exc).__name__)
+            raise PipelineStoppedError(
+                report, f"cannot write the output of lease {lease.number}: {first}"
+            ) from exc
 
     def _path(self, lease: Lease) -> str:
         return f"{self.output}/consumer={quote(self.consumer, safe='')}/lease={lease.number}"
