@@ -54,7 +54,9 @@ def overview(request: Request, state: State) -> Response:
     by_queue: dict[str, dict[str, Any]] = {}
     for info in state.broker.entities():
         address = parse_address(info.name)
-        row = by_queue.setdefault(address.entity, {"subqueues": {}})
+        row = by_queue.setdefault(address.entity, {"subqueues": {}, "dropped": 0})
+        # A queue's drops include its subqueues' (a purge drops dead letters).
+        row["dropped"] += info.counts["dropped"]
         if address.subqueue is None:
             row["info"] = info
         else:

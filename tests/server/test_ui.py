@@ -76,6 +76,14 @@ def test_overview_shows_depths_per_subqueue(
     # active, scheduled, locked, deferred, dead-letter, retry, transfer DLQ, completed, dropped
     assert numbers == ["2", "0", "0", "0", "6", "0", "0", "0", "0"]
 
+    broker.purge("orders", reason="InvalidOrder")  # dropped from the dead-letter queue...
+    page = open_client.get("/ui/")
+    row = re.search(r'title="orders">.*?</tr>', page.text, re.S)
+    assert row
+    numbers = re.findall(r'<td class="n[^"]*">\s*(?:<a[^>]*>)?(\d+)', row.group(0))
+    dropped = 6 - int(numbers[4])
+    assert dropped > 0 and numbers[-1] == str(dropped)  # ...counts as the queue's drops
+
 
 def test_every_page_forbids_scripts(open_client: TestClient, dead: dict[str, list[int]]) -> None:
     for path in (
