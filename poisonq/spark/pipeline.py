@@ -49,7 +49,7 @@ from poisonq.errors import (
     PoisonqError,
 )
 from poisonq.guard import Transform
-from poisonq.model import Abandon, FailureRecord, Lease
+from poisonq.model import Abandon, FailureRecord, Lease, MessageState
 from poisonq.names import validate_name
 from poisonq.spark.expectations import check_expectations
 from poisonq.spark.gate import Runs, leaked
@@ -311,8 +311,9 @@ class Pipeline:
         """A lease still locked belongs to a run that died less than a lock ago, or to one
         that is still going (the same consumer started twice): replaying it then would
         overwrite that run's output. A live run renews its lease every third of the lock,
-        so watch the lock for half of it: renewed or completed meanwhile, the consumer is
-        busy and this run stops; else the run that held it is gone, and it is replayed."""
+        so watch the lock for half of it: renewed, or the lease completed, meanwhile, and
+        the consumer is busy, so this run stops; else the run that held it is gone, and
+        the lease is replayed (or, its lock run out, given up)."""
         seconds = self.lock_duration or broker.get_queue(self.queue).options.lock_duration
         first = self._lock_end(broker, seq)
         if first is None:
@@ -323,24 +324,32 @@ class Pipeline:
             lease.number, self.consumer, seconds / 2,
         )  # fmt: skip
         deadline = time.monotonic() + seconds / 2
-        while time.monotonic() < deadline and time.time() < first:
+        while time.monotonic() < deadline:
             time.sleep(min(0.5, seconds / 20))
-            now = self._lock_end(broker, seq)
-            if now is None or now > first:
+            if time.time() >= first:
+                return  # its lock ran out unrenewed (another lease may take its messages now)
+            now = broker.lease(self.queue, self.consumer, lease.number)
+            end = self._lock_end(broker, seq)
+            if (now is not None and now.completed_at is not None) or (end or 0) > first:
                 raise PipelineStoppedError(
                     report,
                     f"consumer {self.consumer!r} is being run by another process (its lease"
                     f" {lease.number} was renewed or completed while this run waited):"
                     " give each instance its own consumer name (--consumer)",
                 )
+            if end is None:
+                return  # its lock ran out
 
     def _lock_end(self, broker: poisonq.Broker, seq: int) -> float | None:
-        """When the lock on message ``seq`` runs out, if it is still held."""
+        """When the lock on message ``seq`` runs out, if it is still locked."""
         try:
-            until = broker.message(self.queue, seq).locked_until
+            message = broker.message(self.queue, seq)
         except MessageNotFoundError:
             return None
-        return None if until is None else until.timestamp()
+        until = message.locked_until
+        if message.state is not MessageState.LOCKED or until is None:
+            return None
+        return until.timestamp() if until.timestamp() > time.time() else None
 
     def _acquire(self, broker: poisonq.Broker, number: int) -> Lease | None:
         return broker.acquire_lease(
