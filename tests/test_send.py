@@ -162,3 +162,17 @@ def test_the_queue_size_quota_refuses_the_whole_batch(broker: Broker) -> None:
     receiver = broker.receiver("orders")
     receiver.complete(receiver.receive(max_messages=1))
     assert len(sender.send(Message(body=b"x" * 300))) == 1
+
+
+@pytest.mark.parametrize("text_field", ["body", "message_id", "subject", "session_id"])
+def test_text_the_store_cannot_encode_is_refused_and_sends_nothing(
+    broker: Broker, queue: str, text_field: str
+) -> None:
+    """A lone surrogate is not Unicode a store can keep: the driver refused it with a
+    UnicodeEncodeError; now the store turns that into the caller's error."""
+    message = Message(**{"body": b"x", text_field: "bad \ud800"})  # type: ignore[arg-type]
+    with pytest.raises(InvalidOptionError, match="valid Unicode"):
+        broker.sender(queue).send([Message(body=b"ok"), message])
+    assert broker.counts(queue)["active"] == 0
+    assert_balanced(broker)
+

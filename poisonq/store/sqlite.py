@@ -37,6 +37,7 @@ from poisonq.model import (
     SubQueue,
 )
 from poisonq.store.base import (
+    UNSTORABLE,
     EntityRecord,
     LockInfo,
     MessageFilter,
@@ -44,6 +45,7 @@ from poisonq.store.base import (
     Store,
     Transaction,
     pending_migrations,
+    unstorable,
 )
 from poisonq.store.sqlite_leases import SqliteLeases
 from poisonq.store.sqlite_rows import (
@@ -793,6 +795,9 @@ class SqliteStore(Store):
             except sqlite3.Error as exc:
                 self._db.execute("ROLLBACK")
                 raise _store_error(f"SQLite error on {self.path}", exc) from exc
+            except UNSTORABLE as exc:
+                self._db.execute("ROLLBACK")
+                raise unstorable(exc) from exc
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise

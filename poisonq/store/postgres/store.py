@@ -29,7 +29,7 @@ from psycopg.errors import TransactionRollback
 from psycopg_pool import ConnectionPool
 
 from poisonq.errors import InvalidOptionError, StoreError, StoreUnavailableError
-from poisonq.store.base import Store, Transaction, pending_migrations
+from poisonq.store.base import UNSTORABLE, Store, Transaction, pending_migrations, unstorable
 from poisonq.store.postgres.runner import NOTIFY_CHANNEL
 from poisonq.store.postgres.transaction import PostgresTransaction
 
@@ -139,6 +139,8 @@ class PostgresStore(Store):
                     raise
         except psycopg.DataError as exc:
             raise InvalidOptionError(f"PostgreSQL cannot store a value: {exc}") from exc
+        except UNSTORABLE as exc:
+            raise unstorable(exc) from exc
         except (psycopg.OperationalError, TransactionRollback) as exc:
             # The server is gone, restarting or refusing connections, or chose this
             # transaction as a deadlock's victim: nothing here says the operation was wrong.
