@@ -176,3 +176,21 @@ def test_text_the_store_cannot_encode_is_refused_and_sends_nothing(
     assert broker.counts(queue)["active"] == 0
     assert_balanced(broker)
 
+
+@pytest.mark.parametrize(
+    "when",
+    [
+        {"time_to_live": 1e300},
+        {"time_to_live": timedelta.max},
+        {"scheduled_enqueue_time": datetime.max.replace(tzinfo=UTC)},
+        {"scheduled_enqueue_time": "now"},
+    ],
+)
+def test_times_past_any_date_are_refused(
+    broker: Broker, queue: str, when: dict[str, object]
+) -> None:
+    """A message that expired or came due after year 9999 was sent, then made every read of
+    its queue fail (its times could not be read back as dates)."""
+    with pytest.raises(InvalidOptionError):
+        broker.sender(queue).send(Message(body=b"x", **when))  # type: ignore[arg-type]
+    assert broker.peek(queue) == []
