@@ -392,3 +392,23 @@ def test_the_renewer_does_not_report_a_message_settled_through_its_receiver(
     renewer.renew_due()
     assert lost == []
     renewer.close()
+
+
+@pytest.mark.parametrize("number", [2**63, -1, 1.5, "1", None, True])
+def test_sequence_numbers_out_of_range_or_of_another_type_are_refused(
+    broker: Broker, queue: str, number: object
+) -> None:
+    """A number past 64 bits raised SQLite's OverflowError; floats and text a TypeError."""
+    broker.sender(queue).send(Message(body=b"x"))
+    receiver = broker.receiver(queue)
+    for call in (
+        lambda: broker.message(queue, number),  # type: ignore[arg-type]
+        lambda: broker.peek(queue, from_sequence=number),  # type: ignore[arg-type]
+        lambda: receiver.receive_deferred(number),  # type: ignore[arg-type]
+        lambda: broker.resolve_poison(queue, number),  # type: ignore[arg-type]
+        lambda: broker.task(number),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(InvalidOptionError):
+            call()
+    assert_balanced(broker)
+

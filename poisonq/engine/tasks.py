@@ -52,6 +52,7 @@ class Tasks(EngineBase):
             return task
 
     def task(self, task_id: int) -> TaskRecord:
+        check_count(task_id, "a task id", minimum=0)
         with self.store.transaction() as tx:
             task = tx.task(task_id)
             if task is None:
@@ -60,6 +61,7 @@ class Tasks(EngineBase):
 
     def finish_task(self, task_id: int, status: str, error: str | None = None) -> TaskRecord:
         """Mark a running task completed, cancelled or failed (a finished one stays as it is)."""
+        check_count(task_id, "a task id", minimum=0)
         with self.store.transaction() as tx:
             task = tx.task(task_id)
             if task is None:
