@@ -412,3 +412,41 @@ def test_sequence_numbers_out_of_range_or_of_another_type_are_refused(
             call()
     assert_balanced(broker)
 
+
+def test_settling_what_is_not_a_received_message_or_a_settlement_is_refused(
+    broker: Broker, queue: str
+) -> None:
+    """These raised TypeError or AttributeError from inside the engine."""
+    broker.sender(queue).send([Message(body=b"a"), Message(body=b"b")])
+    receiver = broker.receiver(queue)
+    first, _ = receiver.receive(max_messages=2)
+    assert first.lock_token is not None
+    for call in (
+        lambda: receiver.complete(5),  # type: ignore[arg-type]
+        lambda: receiver.complete([first, None]),  # type: ignore[list-item]
+        lambda: receiver.abandon(first, error="broken"),  # type: ignore[arg-type]
+        lambda: broker.settle(queue, None),  # type: ignore[arg-type]
+        lambda: broker.settle(queue, [Complete(first.sequence_number, first.lock_token), 5]),  # type: ignore[list-item]
+        lambda: broker.settle(queue, [Complete(first.sequence_number, 5)]),  # type: ignore[arg-type]
+        lambda: broker.settle(queue, [Abandon(first.sequence_number, first.lock_token, "x")]),  # type: ignore[arg-type]
+        lambda: broker.sender(queue).send(None),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(InvalidOptionError):
+            call()
+    assert broker.counts(queue)["locked"] == 2
+    assert_balanced(broker)
+
+
+def test_a_message_settled_twice_in_one_batch_is_refused(broker: Broker, queue: str) -> None:
+    broker.sender(queue).send(Message(body=b"a"))
+    receiver = broker.receiver(queue)
+    (got,) = receiver.receive()
+    assert got.lock_token is not None
+    twice = [
+        Complete(got.sequence_number, got.lock_token),
+        Abandon(got.sequence_number, got.lock_token),
+    ]
+    with pytest.raises(InvalidOptionError, match="settled twice"):
+        broker.settle(queue, twice)
+    assert broker.counts(queue)["locked"] == 1
+    assert_balanced(broker)
