@@ -270,8 +270,9 @@ def test_resubmit_in_the_background(broker: Broker, queue: str) -> None:
 
 
 def test_bad_resubmit_arguments(broker: Broker, queue: str) -> None:
-    with pytest.raises(InvalidOptionError):
-        broker.resubmit(queue, rate=0)
+    for rate in (0, float("nan"), float("inf"), 2**2000):
+        with pytest.raises(InvalidOptionError):
+            broker.resubmit(queue, rate=rate)
     with pytest.raises(InvalidOptionError, match="unknown filter"):
         broker.resubmit(queue, colour="red")
 
