@@ -411,3 +411,19 @@ def test_a_queue_name_with_slashes_is_one_path(client: TestClient, broker: Broke
     assert sent.status_code == 201
     counts = client.get("/api/queues/team/orders/eu/counts", headers=AUTH).json()
     assert counts["active"] == 1
+
+
+def test_an_error_that_echoes_a_lone_surrogate_is_a_clear_4xx(
+    client: TestClient, queue: str
+) -> None:
+    """JSON may escape a lone surrogate, which UTF-8 cannot encode: the validation error that
+    echoed it failed to render (a 500), and so did the store that was sent it."""
+    headers = {**AUTH, "Content-Type": "application/json"}
+    no_batch = b'{"until": "\\ud800"}'
+    refused = client.post("/api/queues/orders/messages", content=no_batch, headers=headers)
+    assert refused.status_code == 422
+    assert refused.json()["detail"][0]["input"] == {"until": "\ud800"}
+    bad_text = b'{"messages": [{"body": "\\ud800"}]}'
+    refused = client.post("/api/queues/orders/messages", content=bad_text, headers=headers)
+    assert refused.status_code == 400
+    assert refused.json()["error"] == "InvalidOptionError"
