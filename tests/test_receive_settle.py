@@ -450,3 +450,24 @@ def test_a_message_settled_twice_in_one_batch_is_refused(broker: Broker, queue: 
         broker.settle(queue, twice)
     assert broker.counts(queue)["locked"] == 1
     assert_balanced(broker)
+
+
+@pytest.mark.parametrize("text", [5, b"x", ["x"], "a\x00b"])
+def test_a_dead_letter_reason_or_description_that_is_not_text_is_refused(
+    broker: Broker, queue: str, text: object
+) -> None:
+    """A reason of another type was kept as its text by one store and failed the other with
+    a StoreError (a 503 on the HTTP API); a NUL was kept by SQLite only."""
+    broker.sender(queue).send(Message(body=b"a"))
+    receiver = broker.receiver(queue)
+    (got,) = receiver.receive()
+    assert got.lock_token is not None
+    for call in (
+        lambda: receiver.dead_letter(got, reason=text),  # type: ignore[arg-type]
+        lambda: receiver.dead_letter(got, reason="r", description=text),  # type: ignore[arg-type]
+        lambda: broker.settle(queue, [DeadLetter(got.sequence_number, got.lock_token, text)]),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(InvalidOptionError):
+            call()
+    assert broker.counts(queue)["locked"] == 1
+    assert_balanced(broker)

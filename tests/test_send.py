@@ -194,3 +194,22 @@ def test_times_past_any_date_are_refused(
     with pytest.raises(InvalidOptionError):
         broker.sender(queue).send(Message(body=b"x", **when))  # type: ignore[arg-type]
     assert broker.peek(queue) == []
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"subject": "a\x00b"},
+        {"message_id": "\x00"},
+        {"properties": {"a\x00": 1}},
+        {"properties": {"a": "\x00"}},
+        {"subject": 5},
+    ],
+)
+def test_nul_in_text_is_refused_on_both_stores(
+    broker: Broker, queue: str, fields: dict[str, object]
+) -> None:
+    """SQLite kept a NUL where PostgreSQL refused it: the stores disagreed on one message."""
+    with pytest.raises(InvalidOptionError):
+        broker.sender(queue).send(Message(body=b"\x00 is fine in a body", **fields))  # type: ignore[arg-type]
+    assert broker.counts(queue)["active"] == 0

@@ -242,6 +242,17 @@ def check_count(value: object, what: str, minimum: int = 1) -> None:
         )
 
 
+def check_text(value: object, what: str) -> None:
+    """Text a caller gives the store to keep (or None): a ``str`` without NUL, which
+    PostgreSQL cannot keep. SQLite could; both refuse it, so the two stores agree."""
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise InvalidOptionError(f"{what} must be text, not {value!r}")
+    if "\x00" in value:
+        raise InvalidOptionError(f"{what} cannot contain NUL characters: {value!r}")
+
+
 def check_sequence_numbers(values: object) -> list[int]:
     """Sequence numbers as a caller gives them (one or a sequence), checked: integers >= 0."""
     seqs = [values] if isinstance(values, int) else values

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from poisonq.engine.base import Lock, Target, all_or_raise, by_token, check_count
+from poisonq.engine.base import (
+    Lock,
+    Target,
+    all_or_raise,
+    by_token,
+    check_count,
+    check_text,
+)
 from poisonq.engine.poison import Poisoning
 from poisonq.errors import InvalidOperationError, InvalidOptionError, MessageLockLostError
 from poisonq.model import Abandon, Complete, DeadLetter, FailureRecord, Release, Settlement
@@ -74,6 +81,8 @@ class Settling(Poisoning):
         failure: FailureRecord | None,
     ) -> None:
         """locked → dead-lettered in the queue's dead-letter queue, with reason and description."""
+        check_text(reason, "a dead-letter reason")
+        check_text(description, "a dead-letter description")
         now = self.clock.now()
         with self.store.transaction() as tx:
             target = self._resolve(tx, address)
@@ -205,6 +214,9 @@ def _checked(settlements: object) -> Sequence[Settlement]:
             raise InvalidOptionError(
                 f"a settlement is Complete, Abandon, DeadLetter or Release, not {settlement!r}"
             )
+        if isinstance(settlement, DeadLetter):
+            check_text(settlement.reason, "a dead-letter reason")
+            check_text(settlement.description, "a dead-letter description")
         failure = getattr(settlement, "failure", None)
         if failure is not None and not isinstance(failure, FailureRecord):
             raise InvalidOptionError(f"a failure is a FailureRecord, not {failure!r}")
