@@ -275,6 +275,14 @@ def test_bad_resubmit_arguments(broker: Broker, queue: str) -> None:
             broker.resubmit(queue, rate=rate)
     with pytest.raises(InvalidOptionError, match="unknown filter"):
         broker.resubmit(queue, colour="red")
+    # A filter value of the wrong kind failed the task's record (TypeError) or the store.
+    for where in ({"reason": b"x"}, {"subject": 5}, {"min_sequence": "1"}, {"since": "now"}):
+        with pytest.raises(InvalidOptionError):
+            broker.resubmit(queue, **where)
+        with pytest.raises(InvalidOptionError):
+            broker.dead_letters(queue, **where)
+    with pytest.raises(InvalidOptionError):
+        broker.dead_letters(queue, after=[])
 
 
 def test_purge_drops_matching_dead_letters(broker: Broker, queue: str) -> None:
