@@ -152,6 +152,7 @@ def test_settle_reports_what_the_retry_policy_poisoned(broker: Broker, queue: st
         ("bad name!", 1, poisonq.InvalidNameError),
         ("pipeline", 0, poisonq.InvalidOptionError),
         ("pipeline", "1", poisonq.InvalidOptionError),
+        (["pipeline"], 1, poisonq.InvalidNameError),
     ],
 )
 def test_bad_lease_requests_get_typed_errors(
@@ -159,6 +160,8 @@ def test_bad_lease_requests_get_typed_errors(
 ) -> None:
     with pytest.raises(error):
         broker.acquire_lease(queue, consumer, number, max_messages=1)
+    with pytest.raises(error):  # a list as the consumer was a StoreError from SQLite
+        broker.lease(queue, consumer, number)
 
 
 def test_release_gives_messages_back_without_counting_a_delivery(

@@ -58,6 +58,9 @@ class Leasing(Receiving):
             return lease
 
     def lease(self, address: str, consumer: str, number: int | None) -> Lease | None:
+        validate_name(consumer)
+        if number is not None:
+            check_count(number, "a lease number")
         with self.store.transaction() as tx:
             entity = self._resolve(tx, address).entity
             return tx.lease(entity.id, entity.name, consumer, number)
