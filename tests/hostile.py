@@ -3,8 +3,9 @@ hypothesis strategies for what a careless or malicious caller passes, and the ru
 must keep.
 
 The rule: a call either works or raises a :class:`poisonq.PoisonqError` (never a driver's
-error, nor a ``TypeError`` from deep inside), a refused call changes nothing, and after
-every call the ledger balances.
+error, nor a ``TypeError`` from deep inside, nor a :class:`poisonq.StoreError`: nothing here
+makes the store fail, so one would be the database refusing what the caller gave it), a
+refused call changes nothing, and after every call the ledger balances.
 
 The settings match the state machine's (random examples, hypothesis' example database) with
 few examples, so that the hostile tests add seconds, not minutes, to ``make test``.
@@ -20,7 +21,7 @@ from typing import Any
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from poisonq import Broker, PoisonqError
+from poisonq import Broker, PoisonqError, StoreError
 from tests.conftest import assert_balanced
 
 HOSTILE = settings(
@@ -101,6 +102,7 @@ def attempt(broker: Broker, call: Callable[[], object]) -> object:
     try:
         result = call()
     except PoisonqError as exc:
+        assert not isinstance(exc, StoreError), f"the store failed on bad input: {exc!r}"
         assert state(broker) == before, f"{exc!r} left changes behind"
         assert_balanced(broker)
         return exc
