@@ -97,19 +97,22 @@ def _compare(op: str, left: Any, right: Any) -> bool | None:
         if op in ("=", "!="):
             return op == "!="
         raise FilterEvaluationError(f"cannot compare {left!r} {op} {right!r}")
-    match op:
-        case "=":
-            return bool(left == right)
-        case "!=":
-            return bool(left != right)
-        case "<":
-            return bool(left < right)
-        case "<=":
-            return bool(left <= right)
-        case ">":
-            return bool(left > right)
-        case _:
-            return bool(left >= right)
+    try:
+        match op:
+            case "=":
+                return bool(left == right)
+            case "!=":
+                return bool(left != right)
+            case "<":
+                return bool(left < right)
+            case "<=":
+                return bool(left <= right)
+            case ">":
+                return bool(left > right)
+            case _:
+                return bool(left >= right)
+    except TypeError:  # values of a type no message property has (a caller's own dict)
+        raise FilterEvaluationError(f"cannot compare {left!r} {op} {right!r}") from None
 
 
 class _Parser:

@@ -74,6 +74,8 @@ def test_a_long_chain_is_evaluated_without_recursing_per_operand() -> None:
 def test_a_comparison_of_incompatible_types_is_an_evaluation_error() -> None:
     with pytest.raises(FilterEvaluationError):
         SqlFilter("amount > 1").matches({"amount": "many"})
+    with pytest.raises(FilterEvaluationError):  # was a TypeError
+        SqlFilter("amount < ''").matches({"amount": b"not a property type"})  # type: ignore[dict-item]
 
 
 def test_correlation_filters_are_property_equality() -> None:
