@@ -311,7 +311,10 @@ class SessionReceiver(Receiver):
 
     def set_session_state(self, state: bytes | str | None) -> None:
         """Store the session's state (kept after the session is closed)."""
-        data = state.encode() if isinstance(state, str) else state
+        try:
+            data = state.encode() if isinstance(state, str) else state
+        except UnicodeEncodeError as exc:
+            raise InvalidOptionError(f"session state text must be valid Unicode: {exc}") from None
         self._engine.set_session_state(self.address, self.session_id, self._token, data)
 
     def renew_session_lock(self) -> None:
