@@ -286,3 +286,16 @@ def test_each_way_of_settling_a_leased_message_apart(broker: Broker, queue: str)
     assert broker.complete_lease(lease) == 1
     assert broker.counts(queue)["completed"] == 2
     assert_balanced(broker)
+
+
+def test_a_lease_range_bound_is_a_sequence_number(broker: Broker, queue: str) -> None:
+    """A bound of another type raised TypeError while the range was cut."""
+    fill(broker, queue, 2)
+    lease = broker.acquire_lease(queue, "pipeline", 1, max_messages=2)
+    assert lease is not None
+    for bad in ("1", 1.5, -1, 2**64):
+        with pytest.raises(poisonq.InvalidOptionError):
+            broker.lease_rows(lease, bad, None)  # type: ignore[arg-type]
+        with pytest.raises(poisonq.InvalidOptionError):
+            broker.release_lease(lease, None, bad)  # type: ignore[arg-type]
+    assert len(broker.lease_rows(lease)) == 2

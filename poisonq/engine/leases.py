@@ -136,6 +136,11 @@ class Leasing(Receiving):
 
 
 def _span(lease: Lease, lo: int | None = None, hi: int | None = None) -> tuple[int, int]:
+    """The part of the lease's range in ``[lo, hi]`` (each a sequence number, or None for
+    no bound)."""
+    for bound in (lo, hi):
+        if bound is not None:
+            check_count(bound, "a sequence number", minimum=0)
     return (
         lease.min_sequence if lo is None else max(lo, lease.min_sequence),
         lease.max_sequence if hi is None else min(hi, lease.max_sequence),
