@@ -188,6 +188,13 @@ def test_hostile_locks_and_counts(
     attempt(broker, lambda: broker.dead_letter_groups(Q, by=text))
     attempt(broker, lambda: broker.acquire_lease(Q, text, count, count, delay))
     attempt(broker, lambda: broker.lease(Q, text, seq))
+    lease = broker.acquire_lease(Q, "hostile", 1, max_messages=1)
+    if lease is not None:
+        attempt(broker, lambda: broker.lease_rows(lease, seq, count))
+        attempt(broker, lambda: broker.lease_sequence_numbers(lease, count, seq))
+        attempt(broker, lambda: broker.release_lease(lease, seq, count))
+        broker.release_lease(lease)
+    attempt(broker, lambda: broker.accept_session(Q, text))
     attempt(broker, lambda: broker.task(seq))
     attempt(broker, lambda: broker.cancel_task(seq))
     attempt(broker, lambda: broker.resubmit(Q, reason=text, rate=delay, to=token))
