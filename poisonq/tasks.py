@@ -112,7 +112,7 @@ def _check_rate(rate: float | None) -> float | None:
     if isinstance(rate, int | float) and not isinstance(rate, bool) and 0 < rate < math.inf:
         with contextlib.suppress(OverflowError):
             return float(rate)
-    raise InvalidOptionError(f"rate must be a finite number of messages per second > 0: {rate!r}")
+    raise InvalidOptionError(f"rate must be messages per second > 0 (finite), not {rate!r}")
 
 
 def resubmit_task(
