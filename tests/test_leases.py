@@ -160,8 +160,9 @@ def test_bad_lease_requests_get_typed_errors(
 ) -> None:
     with pytest.raises(error):
         broker.acquire_lease(queue, consumer, number, max_messages=1)
-    with pytest.raises(error):  # a list as the consumer was a StoreError from SQLite
-        broker.lease(queue, consumer, number)
+    if number != 0:  # lease 0 may be looked up (there is none), not taken
+        with pytest.raises(error):  # a list as the consumer was a StoreError from SQLite
+            broker.lease(queue, consumer, number)
 
 
 def test_release_gives_messages_back_without_counting_a_delivery(

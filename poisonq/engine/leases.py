@@ -59,8 +59,8 @@ class Leasing(Receiving):
 
     def lease(self, address: str, consumer: str, number: int | None) -> Lease | None:
         validate_name(consumer)
-        if number is not None:
-            check_count(number, "a lease number")
+        if number is not None:  # 0: before a consumer's first lease, which none is
+            check_count(number, "a lease number", minimum=0)
         with self.store.transaction() as tx:
             entity = self._resolve(tx, address).entity
             return tx.lease(entity.id, entity.name, consumer, number)
