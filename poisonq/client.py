@@ -7,12 +7,14 @@ directly except the long-poll wait, which asks the store whether anything change
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from poisonq.clock import Clock, SystemClock
 from poisonq.engine import Engine
+from poisonq.engine.base import check_count, check_text
 from poisonq.errors import (
     InvalidOptionError,
     MessageLockLostError,
@@ -31,6 +33,7 @@ from poisonq.model import (
     ReceiveMode,
     Settlement,
     SubQueue,
+    to_timestamp,
 )
 from poisonq.names import NAMESPACE_DEADLETTER, parse_address
 from poisonq.options import QueueOptions
@@ -88,12 +91,22 @@ def spelled_filters(where: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _filter(where: dict[str, Any]) -> MessageFilter:
-    """A message filter from keyword arguments, refusing unknown names."""
+    """A message filter from keyword arguments, refusing unknown names and values of the
+    wrong kind (a task records its filter, and a store compares them with its columns)."""
     try:
-        return MessageFilter(**where)
+        wanted = MessageFilter(**where)
     except TypeError:
         known = ", ".join(MessageFilter.__dataclass_fields__)
         raise InvalidOptionError(f"unknown filter in {sorted(where)}; use {known}") from None
+    for name in (*VALUE_FILTERS, "session_id"):
+        value = getattr(wanted, name)
+        if not isinstance(value, NoValue) or name == "session_id":
+            check_text(value, name)
+    for name in ("min_sequence", "max_sequence"):
+        if getattr(wanted, name) is not None:
+            check_count(getattr(wanted, name), name, minimum=0)
+    since, until = (None if t is None else to_timestamp(t) for t in (wanted.since, wanted.until))
+    return dataclasses.replace(wanted, since=since, until=until)
 
 
 def _check_grouping(by: str) -> None:
@@ -259,6 +272,9 @@ class Broker:
     ) -> SessionReceiver:
         """Lock session ``session_id`` of a session-enabled queue; raises
         :class:`SessionCannotBeLockedError` if another receiver holds it."""
+        if not session_id:  # None would take the next session (accept_next_session)
+            raise InvalidOptionError(f"name the session to accept, not {session_id!r}")
+        check_text(session_id, "session_id")
         seconds = None if lock_duration is None else lock_seconds(lock_duration)
         got = self.engine.accept_session(address, session_id, seconds)
         assert got is not None, "a named session is locked or refused"

@@ -63,10 +63,20 @@ def failure_from_exception(exc: BaseException, now: float) -> FailureRecord:
     return FailureRecord(
         time=now,
         error_type=type_name(root_cause(exc)),
-        message=str(exc)[:MAX_MESSAGE],
-        traceback=text,
+        message=_storable(str(exc)[:MAX_MESSAGE]),
+        traceback=_storable(text),
         fingerprint=fingerprint(exc),
     )
+
+
+def _storable(text: str) -> str:
+    """``text`` with what no store can keep spelled out: a NUL as ``\\x00`` (PostgreSQL has
+    no NUL in text) and a lone surrogate as ``\\udcff`` (not Unicode; a file name that was
+    not UTF-8 carries them). An exception's text is whatever the failing code put there, and
+    its failure must be recorded all the same."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    return text.encode("utf-8", "backslashreplace").decode()
 
 
 def describe(failure: FailureRecord) -> str:

@@ -49,6 +49,9 @@ _TOKEN = re.compile(
     r"|(?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?))"
 )
 _KEYWORDS = {"AND", "OR", "NOT", "IN", "IS", "NULL", "TRUE", "FALSE", "EXISTS"}
+MAX_DEPTH = 32
+"""How deep parentheses and NOTs may nest: the parser and the tree it builds recurse once per
+level, and a filter is evaluated deep in a send's stack."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,19 +97,22 @@ def _compare(op: str, left: Any, right: Any) -> bool | None:
         if op in ("=", "!="):
             return op == "!="
         raise FilterEvaluationError(f"cannot compare {left!r} {op} {right!r}")
-    match op:
-        case "=":
-            return bool(left == right)
-        case "!=":
-            return bool(left != right)
-        case "<":
-            return bool(left < right)
-        case "<=":
-            return bool(left <= right)
-        case ">":
-            return bool(left > right)
-        case _:
-            return bool(left >= right)
+    try:
+        match op:
+            case "=":
+                return bool(left == right)
+            case "!=":
+                return bool(left != right)
+            case "<":
+                return bool(left < right)
+            case "<=":
+                return bool(left <= right)
+            case ">":
+                return bool(left > right)
+            case _:
+                return bool(left >= right)
+    except TypeError:  # values of a type no message property has (a caller's own dict)
+        raise FilterEvaluationError(f"cannot compare {left!r} {op} {right!r}") from None
 
 
 class _Parser:
@@ -118,6 +124,7 @@ class _Parser:
         self.text = text
         self.tokens = _tokens(text)
         self.at = 0
+        self.depth = 0
 
     def parse(self) -> Node:
         node = self._or()
@@ -150,22 +157,28 @@ class _Parser:
         raise FilterError(self.text, token.position, f"{why}, found {found!r}")
 
     def _or(self) -> Node:
-        node = self._and()
+        nodes = [self._and()]
         while self._accept("keyword", "OR"):
-            left, right = node, self._and()
-            node = _or_node(left, right)
-        return node
+            nodes.append(self._and())
+        return nodes[0] if len(nodes) == 1 else _or_node(nodes)
 
     def _and(self) -> Node:
-        node = self._not()
+        nodes = [self._not()]
         while self._accept("keyword", "AND"):
-            left, right = node, self._not()
-            node = _and_node(left, right)
-        return node
+            nodes.append(self._not())
+        return nodes[0] if len(nodes) == 1 else _and_node(nodes)
+
+    def _deeper(self) -> None:
+        """Enter one more level of parentheses or NOT, refusing more than :data:`MAX_DEPTH`."""
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            self._fail(f"nested more than {MAX_DEPTH} deep")
 
     def _not(self) -> Node:
         if self._accept("keyword", "NOT"):
+            self._deeper()
             inner = self._not()
+            self.depth -= 1
             return lambda values: None if (v := inner(values)) is None else not v
         return self._predicate()
 
@@ -180,8 +193,10 @@ class _Parser:
             name = token.text
             return lambda values: _lookup(values, name) is not _MISSING
         if self._accept("op", "("):
+            self._deeper()
             node = self._or()
             self._expect("op", ")")
+            self.depth -= 1
             return node
         left = self._value()
         token = self._peek()
@@ -245,28 +260,33 @@ def _truth(value: Any) -> bool | None:
     raise FilterEvaluationError(f"{value!r} is not a condition (TRUE or FALSE)")
 
 
-def _and_node(left: Node, right: Node) -> Node:
+def _and_node(operands: list[Node]) -> Node:
+    """SQL's three-valued AND of a chain, left to right, as one node (a chain of nodes
+    would recurse once per AND)."""
+
     def node(values: Values) -> bool | None:
-        a = left(values)
-        if a is False:
-            return False
-        b = right(values)
-        if b is False:
-            return False
-        return None if a is None or b is None else True
+        unknown = False
+        for operand in operands:
+            value = operand(values)
+            if value is False:
+                return False
+            unknown = unknown or value is None
+        return None if unknown else True
 
     return node
 
 
-def _or_node(left: Node, right: Node) -> Node:
+def _or_node(operands: list[Node]) -> Node:
+    """SQL's three-valued OR of a chain, as :func:`_and_node`."""
+
     def node(values: Values) -> bool | None:
-        a = left(values)
-        if a is True:
-            return True
-        b = right(values)
-        if b is True:
-            return True
-        return None if a is None or b is None else False
+        unknown = False
+        for operand in operands:
+            value = operand(values)
+            if value is True:
+                return True
+            unknown = unknown or value is None
+        return None if unknown else False
 
     return node
 
@@ -291,9 +311,12 @@ class SqlFilter:
     _node: Node = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.expression, str) or not self.expression.strip():
-            raise InvalidOptionError("a SQL filter needs an expression")
-        object.__setattr__(self, "_node", _Parser(self.expression).parse())
+        text = self.expression
+        if not isinstance(text, str):
+            raise InvalidOptionError(f"a SQL filter is text, not {text!r}")
+        if not text.strip():
+            raise FilterError(text, 0, "a SQL filter needs an expression")
+        object.__setattr__(self, "_node", _Parser(text).parse())
 
     def matches(self, values: Values) -> bool:
         """Whether the message matches (unknown, as with NULL, does not)."""

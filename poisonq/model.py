@@ -111,16 +111,29 @@ class SubQueue(StrEnum):
     TRANSFER_DEADLETTER = "transfer_deadletter"
 
 
+MAX_DURATION = 100 * 365 * 86400.0
+"""The longest duration (100 years): a time to live or a delay is added to a time the store
+keeps and gives back as a datetime, so the sum must stay a date (before year 10000)."""
+MAX_TIMESTAMP = datetime(9000, 1, 1, tzinfo=UTC).timestamp()
+"""The latest time a message may be scheduled for: with :data:`MAX_DURATION` added it is
+still a date."""
+
+
 def to_seconds(value: Duration, what: str) -> float:
     """Convert a duration given as seconds or a ``timedelta`` to seconds, refusing bad values."""
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:
+            seconds = math.inf
     else:
         raise InvalidOptionError(f"{what} must be seconds or a timedelta, not {value!r}")
-    if math.isnan(seconds) or math.isinf(seconds) or seconds < 0:
-        raise InvalidOptionError(f"{what} must be a finite duration >= 0, not {value!r}")
+    if not 0 <= seconds <= MAX_DURATION:  # NaN fails both
+        raise InvalidOptionError(
+            f"{what} must be a duration from 0 to 100 years (in seconds), not {value!r}"
+        )
     return seconds
 
 
@@ -129,8 +142,14 @@ def to_timestamp(value: datetime | float) -> float:
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise InvalidOptionError(f"datetime {value!r} needs a timezone (use datetime.now(UTC))")
-        return value.timestamp()
-    return float(value)
+        stamp = value.timestamp()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        stamp = float(value)
+    else:
+        raise InvalidOptionError(f"a time must be a datetime, not {value!r}")
+    if not -MAX_TIMESTAMP <= stamp <= MAX_TIMESTAMP:  # NaN fails both
+        raise InvalidOptionError(f"a time must be before the year 9000, not {value!r}")
+    return stamp
 
 
 def from_timestamp(value: float | None) -> datetime | None:

@@ -32,7 +32,12 @@ _ITER_WAIT = 60.0  # seconds one receive of an endless iteration waits before it
 
 
 def as_list(messages: Messages) -> list[ReceivedMessage]:
-    return [messages] if isinstance(messages, ReceivedMessage) else list(messages)
+    """One received message or a sequence of them, as a list; anything else is refused."""
+    if isinstance(messages, ReceivedMessage):
+        return [messages]
+    if isinstance(messages, Sequence) and all(isinstance(m, ReceivedMessage) for m in messages):
+        return list(messages)
+    raise InvalidOptionError(f"settle received messages (one or a list), not {messages!r}")
 
 
 def _mark_settled(messages: Messages) -> None:
@@ -50,7 +55,19 @@ def lock_seconds(lock_duration: Duration) -> float:
 def _failure(error: BaseException | FailureRecord | None, now: float) -> FailureRecord | None:
     if error is None or isinstance(error, FailureRecord):
         return error
+    if not isinstance(error, BaseException):
+        raise InvalidOptionError(f"error is an exception or a FailureRecord, not {error!r}")
     return failure_from_exception(error, now)
+
+
+def _batch(messages: object) -> list[Message]:
+    """What a sender was given as a list: one message or an iterable of them (each one is
+    checked when it is sent)."""
+    if isinstance(messages, Message):
+        return [messages]
+    if isinstance(messages, Iterable) and not isinstance(messages, str | bytes):
+        return list(messages)
+    raise InvalidOptionError(f"send takes a Message or a list of them, not {messages!r}")
 
 
 class Sender:
@@ -63,12 +80,11 @@ class Sender:
     def send(self, messages: Message | Iterable[Message]) -> list[int]:
         """Send one message or a batch (one transaction: all or nothing, durable on return).
         Returns the sequence numbers; a duplicate ignored by duplicate detection gets none."""
-        batch = [messages] if isinstance(messages, Message) else list(messages)
-        return self.broker.engine.send(self.address, batch)
+        return self.broker.engine.send(self.address, _batch(messages))
 
     def schedule(self, messages: Message | Iterable[Message], at: Any) -> list[int]:
         """Send messages that become visible at ``at`` (a timezone-aware datetime)."""
-        batch = [messages] if isinstance(messages, Message) else list(messages)
+        batch = _batch(messages)
         for message in batch:
             message.scheduled_enqueue_time = at
         return self.send(batch)
@@ -187,8 +203,7 @@ class Receiver:
 
     def receive_deferred(self, sequence_numbers: int | Sequence[int]) -> list[ReceivedMessage]:
         """Lock deferred messages by sequence number."""
-        seqs = [sequence_numbers] if isinstance(sequence_numbers, int) else list(sequence_numbers)
-        return self._engine.receive_deferred(self.address, seqs, self.lock_duration)
+        return self._engine.receive_deferred(self.address, sequence_numbers, self.lock_duration)
 
     def peek(self, max_messages: int = 1, from_sequence: int = 0) -> list[ReceivedMessage]:
         return self._engine.peek(self.address, from_sequence, max_messages, MessageFilter())
@@ -296,7 +311,10 @@ class SessionReceiver(Receiver):
 
     def set_session_state(self, state: bytes | str | None) -> None:
         """Store the session's state (kept after the session is closed)."""
-        data = state.encode() if isinstance(state, str) else state
+        try:
+            data = state.encode() if isinstance(state, str) else state
+        except UnicodeEncodeError as exc:
+            raise InvalidOptionError(f"session state text must be valid Unicode: {exc}") from None
         self._engine.set_session_state(self.address, self.session_id, self._token, data)
 
     def renew_session_lock(self) -> None:

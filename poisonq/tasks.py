@@ -8,6 +8,8 @@ chunk. Resubmit is paced to ``rate`` messages per second with the broker's clock
 
 from __future__ import annotations
 
+import contextlib
+import math
 import threading
 from collections.abc import Callable
 
@@ -107,9 +109,10 @@ class BulkTask:
 def _check_rate(rate: float | None) -> float | None:
     if rate is None:
         return None
-    if not isinstance(rate, int | float) or isinstance(rate, bool) or rate <= 0:
-        raise InvalidOptionError(f"rate must be messages per second > 0, not {rate!r}")
-    return float(rate)
+    if isinstance(rate, int | float) and not isinstance(rate, bool) and 0 < rate < math.inf:
+        with contextlib.suppress(OverflowError):
+            return float(rate)
+    raise InvalidOptionError(f"rate must be messages per second > 0 (finite), not {rate!r}")
 
 
 def resubmit_task(

@@ -291,10 +291,19 @@ def test_resubmit_in_the_background(broker: Broker, queue: str) -> None:
 
 
 def test_bad_resubmit_arguments(broker: Broker, queue: str) -> None:
-    with pytest.raises(InvalidOptionError):
-        broker.resubmit(queue, rate=0)
+    for rate in (0, float("nan"), float("inf"), 2**2000):
+        with pytest.raises(InvalidOptionError):
+            broker.resubmit(queue, rate=rate)
     with pytest.raises(InvalidOptionError, match="unknown filter"):
         broker.resubmit(queue, colour="red")
+    # A filter value of the wrong kind failed the task's record (TypeError) or the store.
+    for where in ({"reason": b"x"}, {"subject": 5}, {"min_sequence": "1"}, {"since": "now"}):
+        with pytest.raises(InvalidOptionError):
+            broker.resubmit(queue, **where)
+        with pytest.raises(InvalidOptionError):
+            broker.dead_letters(queue, **where)
+    with pytest.raises(InvalidOptionError):
+        broker.dead_letters(queue, after=[])
 
 
 def test_purge_drops_matching_dead_letters(broker: Broker, queue: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from poisonq import Broker, Message
 from poisonq.failures import describe, failure_from_exception, fingerprint, root_cause
 
 
@@ -55,3 +56,15 @@ def test_user_exception_types_are_qualified() -> None:
     record = failure_from_exception(_caught(lambda: (_ for _ in ()).throw(OrderError("x"))), 1.0)
     assert record.error_type.endswith("OrderError")
     assert record.error_type.startswith("tests.test_failures.")
+
+
+def test_an_exception_text_no_store_can_keep_is_recorded_spelled_out(broker: Broker) -> None:
+    """A NUL (PostgreSQL has none in text) or a lone surrogate (a file name that was not
+    UTF-8) in an exception's text made recording the failure fail, so the abandon did too."""
+    broker.create_queue("orders")
+    (seq,) = broker.sender("orders").send(Message(body=b"x"))
+    receiver = broker.receiver("orders")
+    receiver.abandon(receiver.receive(), error=ValueError("cust\x00\udcff"))
+    (failure,) = broker.message("orders", seq).failures
+    assert failure.message == "cust\\x00\\udcff"
+    assert "ValueError: cust\\x00\\udcff" in failure.traceback

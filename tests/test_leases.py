@@ -152,6 +152,7 @@ def test_settle_reports_what_the_retry_policy_poisoned(broker: Broker, queue: st
         ("bad name!", 1, poisonq.InvalidNameError),
         ("pipeline", 0, poisonq.InvalidOptionError),
         ("pipeline", "1", poisonq.InvalidOptionError),
+        (["pipeline"], 1, poisonq.InvalidNameError),
     ],
 )
 def test_bad_lease_requests_get_typed_errors(
@@ -159,6 +160,9 @@ def test_bad_lease_requests_get_typed_errors(
 ) -> None:
     with pytest.raises(error):
         broker.acquire_lease(queue, consumer, number, max_messages=1)
+    if number != 0:  # lease 0 may be looked up (there is none), not taken
+        with pytest.raises(error):  # a list as the consumer was a StoreError from SQLite
+            broker.lease(queue, consumer, number)
 
 
 def test_release_gives_messages_back_without_counting_a_delivery(
@@ -283,3 +287,16 @@ def test_each_way_of_settling_a_leased_message_apart(broker: Broker, queue: str)
     assert broker.complete_lease(lease) == 1
     assert broker.counts(queue)["completed"] == 2
     assert_balanced(broker)
+
+
+def test_a_lease_range_bound_is_a_sequence_number(broker: Broker, queue: str) -> None:
+    """A bound of another type raised TypeError while the range was cut."""
+    fill(broker, queue, 2)
+    lease = broker.acquire_lease(queue, "pipeline", 1, max_messages=2)
+    assert lease is not None
+    for bad in ("1", 1.5, -1, 2**64):
+        with pytest.raises(poisonq.InvalidOptionError):
+            broker.lease_rows(lease, bad, None)  # type: ignore[arg-type]
+        with pytest.raises(poisonq.InvalidOptionError):
+            broker.release_lease(lease, None, bad)  # type: ignore[arg-type]
+    assert len(broker.lease_rows(lease)) == 2

@@ -392,3 +392,82 @@ def test_the_renewer_does_not_report_a_message_settled_through_its_receiver(
     renewer.renew_due()
     assert lost == []
     renewer.close()
+
+
+@pytest.mark.parametrize("number", [2**63, -1, 1.5, "1", None, True])
+def test_sequence_numbers_out_of_range_or_of_another_type_are_refused(
+    broker: Broker, queue: str, number: object
+) -> None:
+    """A number past 64 bits raised SQLite's OverflowError; floats and text a TypeError."""
+    broker.sender(queue).send(Message(body=b"x"))
+    receiver = broker.receiver(queue)
+    for call in (
+        lambda: broker.message(queue, number),  # type: ignore[arg-type]
+        lambda: broker.peek(queue, from_sequence=number),  # type: ignore[arg-type]
+        lambda: receiver.receive_deferred(number),  # type: ignore[arg-type]
+        lambda: broker.resolve_poison(queue, number),  # type: ignore[arg-type]
+        lambda: broker.task(number),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(InvalidOptionError):
+            call()
+    assert_balanced(broker)
+
+
+def test_settling_what_is_not_a_received_message_or_a_settlement_is_refused(
+    broker: Broker, queue: str
+) -> None:
+    """These raised TypeError or AttributeError from inside the engine."""
+    broker.sender(queue).send([Message(body=b"a"), Message(body=b"b")])
+    receiver = broker.receiver(queue)
+    first, _ = receiver.receive(max_messages=2)
+    assert first.lock_token is not None
+    for call in (
+        lambda: receiver.complete(5),  # type: ignore[arg-type]
+        lambda: receiver.complete([first, None]),  # type: ignore[list-item]
+        lambda: receiver.abandon(first, error="broken"),  # type: ignore[arg-type]
+        lambda: broker.settle(queue, None),  # type: ignore[arg-type]
+        lambda: broker.settle(queue, [Complete(first.sequence_number, first.lock_token), 5]),  # type: ignore[list-item]
+        lambda: broker.settle(queue, [Complete(first.sequence_number, 5)]),  # type: ignore[arg-type]
+        lambda: broker.settle(queue, [Abandon(first.sequence_number, first.lock_token, "x")]),  # type: ignore[arg-type]
+        lambda: broker.sender(queue).send(None),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(InvalidOptionError):
+            call()
+    assert broker.counts(queue)["locked"] == 2
+    assert_balanced(broker)
+
+
+def test_a_message_settled_twice_in_one_batch_is_refused(broker: Broker, queue: str) -> None:
+    broker.sender(queue).send(Message(body=b"a"))
+    receiver = broker.receiver(queue)
+    (got,) = receiver.receive()
+    assert got.lock_token is not None
+    twice = [
+        Complete(got.sequence_number, got.lock_token),
+        Abandon(got.sequence_number, got.lock_token),
+    ]
+    with pytest.raises(InvalidOptionError, match="settled twice"):
+        broker.settle(queue, twice)
+    assert broker.counts(queue)["locked"] == 1
+    assert_balanced(broker)
+
+
+@pytest.mark.parametrize("text", [5, b"x", ["x"], "a\x00b"])
+def test_a_dead_letter_reason_or_description_that_is_not_text_is_refused(
+    broker: Broker, queue: str, text: object
+) -> None:
+    """A reason of another type was kept as its text by one store and failed the other with
+    a StoreError (a 503 on the HTTP API); a NUL was kept by SQLite only."""
+    broker.sender(queue).send(Message(body=b"a"))
+    receiver = broker.receiver(queue)
+    (got,) = receiver.receive()
+    assert got.lock_token is not None
+    for call in (
+        lambda: receiver.dead_letter(got, reason=text),  # type: ignore[arg-type]
+        lambda: receiver.dead_letter(got, reason="r", description=text),  # type: ignore[arg-type]
+        lambda: broker.settle(queue, [DeadLetter(got.sequence_number, got.lock_token, text)]),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(InvalidOptionError):
+            call()
+    assert broker.counts(queue)["locked"] == 1
+    assert_balanced(broker)

@@ -162,3 +162,54 @@ def test_the_queue_size_quota_refuses_the_whole_batch(broker: Broker) -> None:
     receiver = broker.receiver("orders")
     receiver.complete(receiver.receive(max_messages=1))
     assert len(sender.send(Message(body=b"x" * 300))) == 1
+
+
+@pytest.mark.parametrize("text_field", ["body", "message_id", "subject", "session_id"])
+def test_text_the_store_cannot_encode_is_refused_and_sends_nothing(
+    broker: Broker, queue: str, text_field: str
+) -> None:
+    """A lone surrogate is not Unicode a store can keep: the driver refused it with a
+    UnicodeEncodeError; now the store turns that into the caller's error."""
+    message = Message(**{"body": b"x", text_field: "bad \ud800"})  # type: ignore[arg-type]
+    with pytest.raises(InvalidOptionError, match="valid Unicode"):
+        broker.sender(queue).send([Message(body=b"ok"), message])
+    assert broker.counts(queue)["active"] == 0
+    assert_balanced(broker)
+
+
+@pytest.mark.parametrize(
+    "when",
+    [
+        {"time_to_live": 1e300},
+        {"time_to_live": timedelta.max},
+        {"scheduled_enqueue_time": datetime.max.replace(tzinfo=UTC)},
+        {"scheduled_enqueue_time": "now"},
+    ],
+)
+def test_times_past_any_date_are_refused(
+    broker: Broker, queue: str, when: dict[str, object]
+) -> None:
+    """A message that expired or came due after year 9999 was sent, then made every read of
+    its queue fail (its times could not be read back as dates)."""
+    with pytest.raises(InvalidOptionError):
+        broker.sender(queue).send(Message(body=b"x", **when))  # type: ignore[arg-type]
+    assert broker.peek(queue) == []
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"subject": "a\x00b"},
+        {"message_id": "\x00"},
+        {"properties": {"a\x00": 1}},
+        {"properties": {"a": "\x00"}},
+        {"subject": 5},
+    ],
+)
+def test_nul_in_text_is_refused_on_both_stores(
+    broker: Broker, queue: str, fields: dict[str, object]
+) -> None:
+    """SQLite kept a NUL where PostgreSQL refused it: the stores disagreed on one message."""
+    with pytest.raises(InvalidOptionError):
+        broker.sender(queue).send(Message(body=b"\x00 is fine in a body", **fields))  # type: ignore[arg-type]
+    assert broker.counts(queue)["active"] == 0

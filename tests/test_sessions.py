@@ -296,3 +296,17 @@ def test_a_parked_session_keeps_its_order_when_the_failure_was_poison(
         assert ops == sorted(ops) and len(ops) == (4 if account == 0 else 5)
     assert stats.completed == 19
     assert_balanced(broker)
+
+
+def test_a_session_is_accepted_by_its_name_only(broker: Broker) -> None:
+    """``accept_session(queue, None)`` took the next session, as ``accept_next_session``
+    does, and its lock with it; state text that is not Unicode raised UnicodeEncodeError."""
+    broker.create_queue("s", requires_session=True)
+    broker.sender("s").send(Message(body=b"x", session_id="a"))
+    for bad in (None, "", 5, "a\x00"):
+        with pytest.raises(InvalidOptionError):
+            broker.accept_session("s", bad)  # type: ignore[arg-type]
+    with broker.accept_session("s", "a") as session:
+        with pytest.raises(InvalidOptionError):
+            session.set_session_state("\ud800")
+        assert session.get_session_state() is None

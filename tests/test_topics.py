@@ -51,6 +51,10 @@ def test_sql_filters_evaluate_a_small_boolean_language(
         "a = 1 b",
         "sys.nope = 1",
         "a ; 1",
+        "",
+        "  ",
+        "(" * 400 + "a" + ")" * 400,  # the parser's recursion ran out (RecursionError)
+        "NOT " * 33 + "a",
     ],
 )
 def test_invalid_filter_text_is_refused_with_a_typed_error(text: str) -> None:
@@ -58,9 +62,20 @@ def test_invalid_filter_text_is_refused_with_a_typed_error(text: str) -> None:
         SqlFilter(text)
 
 
+def test_a_long_chain_is_evaluated_without_recursing_per_operand() -> None:
+    """Each OR was a node calling the one before: 3000 of them raised RecursionError when
+    a message was matched, inside the send."""
+    chain = SqlFilter(" OR ".join(["a = 1"] * 3000) + " OR a = 2")
+    assert chain.matches({"a": 2}) and not chain.matches({"a": 3})
+    assert SqlFilter(" AND ".join(["a = 2"] * 100)).matches({"a": 2})
+    assert not SqlFilter("a = 2 AND b = 1").matches({"a": 2})  # unknown is not a match
+
+
 def test_a_comparison_of_incompatible_types_is_an_evaluation_error() -> None:
     with pytest.raises(FilterEvaluationError):
         SqlFilter("amount > 1").matches({"amount": "many"})
+    with pytest.raises(FilterEvaluationError):  # was a TypeError
+        SqlFilter("amount < ''").matches({"amount": b"not a property type"})  # type: ignore[dict-item]
 
 
 def test_correlation_filters_are_property_equality() -> None:

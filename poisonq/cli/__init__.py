@@ -4,8 +4,8 @@ pipeline and demo.
 This module holds the root group (``--url``, error handling) and ``main``; each command
 family lives in its own module and is attached here. Human output is rich tables on stdout
 and progress bars on stderr (only on a terminal, so pipes and ``--json`` stay clean). Every
-listing takes ``--json``. A :class:`PoisonqError` is the user's problem, not a bug, so it is
-printed as one red ``error:`` line with exit code 2 instead of a traceback.
+listing takes ``--json``. A :class:`PoisonqError` (or a usage error) is the user's problem, not a
+bug, so it is printed as one red ``error:`` line with exit code 2 instead of a traceback.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
+from click.exceptions import NoArgsIsHelpError
 from rich.console import Console
 from rich.text import Text
 
@@ -30,17 +31,25 @@ from poisonq.errors import PoisonqError, StoreNotFoundError
 
 
 class _Cli(click.Group):
-    """The root group: turns a :class:`PoisonqError` from any command into one red line."""
+    """The root group: turns a :class:`PoisonqError` from any command, and a usage error of
+    any command's arguments, into one red line."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except PoisonqError as exc:
-            line = " ".join(str(exc).split())
+            line = str(exc)
             if isinstance(exc, StoreNotFoundError):
                 line += " (create one with: poisonq queue create NAME)"
-            Console(stderr=True).print(Text(f"error: {line}", style="red"), soft_wrap=True)
-            ctx.exit(2)
+        except click.UsageError as exc:
+            if isinstance(exc, NoArgsIsHelpError):
+                raise  # a group called alone: its help, as click shows it
+            line = exc.format_message()
+            if exc.ctx is not None:
+                line += f" (see: {exc.ctx.command_path} --help)"
+        line = " ".join(line.split())
+        Console(stderr=True).print(Text(f"error: {line}", style="red"), soft_wrap=True)
+        ctx.exit(2)
 
 
 @click.group(cls=_Cli)

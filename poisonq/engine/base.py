@@ -232,18 +232,48 @@ class EngineBase:
         )
 
 
-def check_count(value: object, what: str) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InvalidOptionError(f"{what} must be an integer >= 1, not {value!r}")
+MAX_INT = 2**63 - 1
+"""The largest count or number the stores keep (a 64-bit integer)."""
+
+
+def check_count(value: object, what: str, minimum: int = 1) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= MAX_INT:
+        raise InvalidOptionError(
+            f"{what} must be an integer from {minimum} to 2**63-1, not {value!r}"
+        )
+
+
+def check_text(value: object, what: str) -> None:
+    """Text a caller gives the store to keep (or None): a ``str`` without NUL, which
+    PostgreSQL cannot keep. SQLite could; both refuse it, so the two stores agree."""
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise InvalidOptionError(f"{what} must be text, not {value!r}")
+    if "\x00" in value:
+        raise InvalidOptionError(f"{what} cannot contain NUL characters: {value!r}")
+
+
+def check_sequence_numbers(values: object) -> list[int]:
+    """Sequence numbers as a caller gives them (one or a sequence), checked: integers >= 0."""
+    seqs = [values] if isinstance(values, int) else values
+    if not isinstance(seqs, Sequence) or isinstance(seqs, str | bytes):
+        raise InvalidOptionError(f"give a sequence number or a list of them, not {values!r}")
+    for seq in seqs:
+        check_count(seq, "a sequence number", minimum=0)
+    return list(seqs)
 
 
 def by_token(locks: Sequence[Lock]) -> dict[str, list[int]]:
     grouped: dict[str, list[int]] = defaultdict(list)
     for seq, token in locks:
+        check_count(seq, "a sequence number", minimum=0)
         if token is None:
             raise InvalidOperationError(
                 f"message {seq} holds no lock (received in receive-and-delete mode or peeked)"
             )
+        if not isinstance(token, str):
+            raise InvalidOptionError(f"a lock token is text, not {token!r}")
         grouped[token].append(seq)
     return grouped
 

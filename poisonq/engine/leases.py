@@ -60,6 +60,9 @@ class Leasing(Receiving, Timelines):
             return lease
 
     def lease(self, address: str, consumer: str, number: int | None) -> Lease | None:
+        validate_name(consumer)
+        if number is not None:  # 0: before a consumer's first lease, which none is
+            check_count(number, "a lease number", minimum=0)
         with self.store.transaction() as tx:
             entity = self._resolve(tx, address).entity
             return tx.lease(entity.id, entity.name, consumer, number)
@@ -139,6 +142,11 @@ class Leasing(Receiving, Timelines):
 
 
 def _span(lease: Lease, lo: int | None = None, hi: int | None = None) -> tuple[int, int]:
+    """The part of the lease's range in ``[lo, hi]`` (each a sequence number, or None for
+    no bound)."""
+    for bound in (lo, hi):
+        if bound is not None:
+            check_count(bound, "a sequence number", minimum=0)
     return (
         lease.min_sequence if lo is None else max(lo, lease.min_sequence),
         lease.max_sequence if hi is None else min(hi, lease.max_sequence),

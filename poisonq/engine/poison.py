@@ -12,7 +12,7 @@ import random
 from collections import defaultdict
 from collections.abc import Sequence
 
-from poisonq.engine.base import Target, lock_expired
+from poisonq.engine.base import Target, check_count, lock_expired
 from poisonq.engine.routing import Routing
 from poisonq.errors import InvalidOperationError, InvalidOptionError, MessageNotFoundError
 from poisonq.failures import describe
@@ -235,6 +235,7 @@ class Poisoning(Routing):
         with ``enable``, make the entity active again."""
         if action not in ("move", "drop", "resubmit"):
             raise InvalidOptionError(f"action must be move, drop or resubmit, not {action!r}")
+        check_count(sequence_number, "a sequence number", minimum=0)
         now = self.clock.now()
         with self.store.transaction() as tx:
             target = self._resolve(tx, address)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from poisonq.engine.base import Lock, check_count
+from poisonq.engine.base import Lock, check_count, check_sequence_numbers
 from poisonq.engine.settling import Settling
 from poisonq.errors import InvalidOperationError, MessageNotFoundError
 from poisonq.model import DeadLetterReason, MessageState, ReceivedMessage, Settlement
@@ -52,11 +52,15 @@ class Receiving(Settling):
             )
 
     def receive_deferred(
-        self, address: str, sequence_numbers: Sequence[int], lock_duration: float | None = None
+        self,
+        address: str,
+        sequence_numbers: int | Sequence[int],
+        lock_duration: float | None = None,
     ) -> list[ReceivedMessage]:
         """Lock deferred messages by sequence number; a missing one (or one past its time to
         live) raises :class:`MessageNotFoundError` and locks nothing. A deferred message
         that has used every delivery is dead-lettered instead of delivered again."""
+        seqs = check_sequence_numbers(sequence_numbers)
         now = self.clock.now()
         with self.store.transaction() as tx:
             target = self._resolve(tx, address)
@@ -64,8 +68,8 @@ class Receiving(Settling):
             token = str(uuid.uuid4())
             until = now + (lock_duration or target.options.lock_duration)
             entity = target.entity
-            got = tx.lock_deferred(entity.id, entity.name, sequence_numbers, token, until)
-            missing = sorted(set(sequence_numbers) - {m.sequence_number for m in got})
+            got = tx.lock_deferred(entity.id, entity.name, seqs, token, until)
+            missing = sorted(set(seqs) - {m.sequence_number for m in got})
             if missing:
                 raise MessageNotFoundError(entity.name, missing[0])
             if target.subqueue is not None:
@@ -87,6 +91,7 @@ class Receiving(Settling):
         A locked message shows when its lock ends but not its lock token: that is its
         receiver's, and whoever holds it can settle the message."""
         check_count(max_messages, "max_messages")
+        check_count(from_sequence, "from_sequence", minimum=0)
         with self.store.transaction() as tx:
             target = self._resolve(tx, address)
             entity = target.entity
@@ -99,6 +104,7 @@ class Receiving(Settling):
             return tx.seq_span(self._resolve(tx, address).entity.id)
 
     def message(self, address: str, sequence_number: int) -> ReceivedMessage:
+        check_count(sequence_number, "a sequence number", minimum=0)
         with self.store.transaction() as tx:
             target = self._resolve(tx, address)
             entity = target.entity

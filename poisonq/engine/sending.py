@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from poisonq.engine.base import MAX_ID_LENGTH, Target
+from poisonq.engine.base import MAX_ID_LENGTH, Target, check_text
 from poisonq.engine.routing import Routing
 from poisonq.errors import (
     EntityDisabledError,
@@ -202,6 +202,7 @@ def _new_row(message: Message, options: QueueOptions, now: float) -> tuple[NewMe
     message_id = message.message_id
     if type(message_id) is not str or not 0 < len(message_id) <= MAX_ID_LENGTH:
         raise InvalidOptionError(f"message_id must be 1-{MAX_ID_LENGTH} characters: {message_id!r}")
+    check_text(message_id, "message_id")
     size = len(body)
     props = _properties_json(message.properties)
     props_size = len(props.encode()) if props else 0
@@ -214,8 +215,7 @@ def _new_row(message: Message, options: QueueOptions, now: float) -> tuple[NewMe
         message.session_id,
     ):
         if value is not None:
-            if not isinstance(value, str):
-                raise InvalidOptionError(f"message fields must be strings, not {value!r}")
+            check_text(value, "a message field")
             size += len(value.encode())
     session_id = message.session_id
     if session_id is not None and not 0 < len(session_id) <= MAX_ID_LENGTH:
@@ -258,6 +258,9 @@ def _properties_json(properties: dict[str, Any]) -> str | None:
     for key, value in properties.items():
         if not isinstance(key, str) or not key:
             raise InvalidOptionError(f"property names must be non-empty strings, not {key!r}")
+        check_text(key, "a property name")
+        if isinstance(value, str):
+            check_text(value, f"property {key!r}")
         if value is not None and not isinstance(value, str | int | float | bool):
             raise InvalidOptionError(
                 f"property {key!r} must be str, int, float, bool or None, "

@@ -6,9 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from poisonq.engine.base import Lock, Target, all_or_raise, by_token
+from poisonq.engine.base import (
+    Lock,
+    Target,
+    all_or_raise,
+    by_token,
+    check_count,
+    check_text,
+)
 from poisonq.engine.poison import Poisoning
-from poisonq.errors import InvalidOperationError, MessageLockLostError
+from poisonq.errors import InvalidOperationError, InvalidOptionError, MessageLockLostError
 from poisonq.model import Abandon, Complete, DeadLetter, FailureRecord, Release, Settlement
 from poisonq.store.base import EntityRecord, LockInfo, Transaction
 
@@ -74,6 +81,8 @@ class Settling(Poisoning):
         failure: FailureRecord | None,
     ) -> None:
         """locked → dead-lettered in the queue's dead-letter queue, with reason and description."""
+        check_text(reason, "a dead-letter reason")
+        check_text(description, "a dead-letter description")
         now = self.clock.now()
         with self.store.transaction() as tx:
             target = self._resolve(tx, address)
@@ -138,7 +147,7 @@ class Settling(Poisoning):
         are the check: one statement less per batch, and the lost locks are named all the
         same before anything commits."""
         entity = target.entity
-        locks = [(s.sequence_number, s.lock_token) for s in settlements]
+        locks = [(s.sequence_number, s.lock_token) for s in _checked(settlements)]
         by_token(locks)  # every settlement names a lock
         held: dict[int, LockInfo] = {}
         if any(isinstance(s, Abandon) for s in settlements):
@@ -190,3 +199,30 @@ class Settling(Poisoning):
             all_or_raise(seqs, [v.seq for v in valid])
             held.extend(valid)
         return held
+
+
+def _checked(settlements: object) -> Sequence[Settlement]:
+    """``settlements`` if it is a list of settlements, each of one message with its failure
+    (if any) a :class:`FailureRecord`; else :class:`InvalidOptionError`, before anything is
+    settled. A message settled twice under one lock would be settled both ways (an old lock
+    beside the new one is only lost)."""
+    if not isinstance(settlements, Sequence):
+        raise InvalidOptionError(f"settle takes a list of settlements, not {settlements!r}")
+    seen: set[object] = set()
+    for settlement in settlements:
+        if not isinstance(settlement, Complete | Abandon | DeadLetter | Release):
+            raise InvalidOptionError(
+                f"a settlement is Complete, Abandon, DeadLetter or Release, not {settlement!r}"
+            )
+        if isinstance(settlement, DeadLetter):
+            check_text(settlement.reason, "a dead-letter reason")
+            check_text(settlement.description, "a dead-letter description")
+        failure = getattr(settlement, "failure", None)
+        if failure is not None and not isinstance(failure, FailureRecord):
+            raise InvalidOptionError(f"a failure is a FailureRecord, not {failure!r}")
+        check_count(settlement.sequence_number, "a sequence number", minimum=0)
+        lock = (settlement.sequence_number, str(settlement.lock_token))
+        if lock in seen:
+            raise InvalidOptionError(f"message {lock[0]} is settled twice under one lock")
+        seen.add(lock)
+    return settlements

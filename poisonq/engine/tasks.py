@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from poisonq.engine.base import EngineBase, check_count
-from poisonq.errors import EntityDisabledError, TaskNotFoundError
+from poisonq.errors import EntityDisabledError, InvalidOptionError, TaskNotFoundError
 from poisonq.model import ReceivedMessage
 from poisonq.store.base import DeadLetterGroup, MessageFilter, TaskRecord
 
@@ -27,6 +27,9 @@ class Tasks(EngineBase):
         oldest first (or the newest, newest first), at most ``limit``: the messages a bulk
         task with ``where`` would take."""
         check_count(limit, "limit")
+        check_count(after_seq, "after", minimum=0)
+        if not isinstance(newest_first, bool):
+            raise InvalidOptionError(f"newest_first must be true or false, not {newest_first!r}")
         with self.store.transaction() as tx:
             entity = self._resolve(tx, address).entity
             seqs = tx.select(entity.id, where, after_seq, limit, newest_first)
@@ -52,6 +55,7 @@ class Tasks(EngineBase):
             return task
 
     def task(self, task_id: int) -> TaskRecord:
+        check_count(task_id, "a task id", minimum=0)
         with self.store.transaction() as tx:
             task = tx.task(task_id)
             if task is None:
@@ -60,6 +64,7 @@ class Tasks(EngineBase):
 
     def finish_task(self, task_id: int, status: str, error: str | None = None) -> TaskRecord:
         """Mark a running task completed, cancelled or failed (a finished one stays as it is)."""
+        check_count(task_id, "a task id", minimum=0)
         with self.store.transaction() as tx:
             task = tx.task(task_id)
             if task is None:

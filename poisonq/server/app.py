@@ -8,14 +8,14 @@ could not run.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.exception_handlers import (
-    http_exception_handler,
-    request_validation_exception_handler,
-)
+from fastapi.encoders import jsonable_encoder
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
@@ -54,6 +54,15 @@ SECURITY_HEADERS = {
 
 # What an error page of the UI is titled, by status (its error's type is shown below).
 UI_TITLES = {404: "Not found", 409: "Not possible now", 413: "Too large", 503: "The store failed"}
+
+
+class AsciiJSONResponse(JSONResponse):
+    """JSON with every character past ASCII escaped. An error answer echoes what the client
+    sent, and JSON may carry a lone surrogate (``"\\ud800"``) that UTF-8 cannot encode: the
+    plain response failed to render it, a 500 for a bad request."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, allow_nan=False, separators=(",", ":")).encode()
 
 
 def status_for(exc: PoisonqError) -> int:
@@ -124,7 +133,7 @@ def create_app(
         if request.url.path.startswith("/ui"):
             title = UI_TITLES.get(status, "Not accepted")
             return error_page(request, status, title, str(exc), type(exc).__name__)
-        return JSONResponse({"error": type(exc).__name__, "detail": str(exc)}, status)
+        return AsciiJSONResponse({"error": type(exc).__name__, "detail": str(exc)}, status)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
@@ -138,7 +147,7 @@ def create_app(
         if request.url.path.startswith("/ui"):
             problems = "; ".join(f"{e['loc'][-1]}: {e['msg']}" for e in exc.errors())
             return error_page(request, 400, "Not accepted", problems, "RequestValidationError")
-        return await request_validation_exception_handler(request, exc)
+        return AsciiJSONResponse({"detail": jsonable_encoder(exc.errors())}, 422)
 
     @app.exception_handler(Throttled)
     async def throttled(request: Request, exc: Throttled) -> Response:

@@ -18,7 +18,7 @@ from enum import Enum
 from importlib import resources
 from typing import Any, Final
 
-from poisonq.errors import BrokerClosedError, SchemaVersionError
+from poisonq.errors import BrokerClosedError, InvalidOptionError, SchemaVersionError
 from poisonq.model import EntityStatus, Lease, MessageState, ReceivedMessage, SubQueue
 from poisonq.store.history import HistoryKeeper
 from poisonq.timeline import PipelineBatch, PipelineSummary
@@ -637,6 +637,20 @@ class Transaction(ABC):
     @abstractmethod
     def pipelines(self) -> list[PipelineSummary]:
         """Every consumer of a queue with recorded batches, by queue and consumer."""
+
+
+UNSTORABLE = (UnicodeEncodeError, OverflowError)
+"""What a driver raises, before anything reaches the database, for a value it cannot
+represent: text that is not valid Unicode (a lone surrogate) or an integer beyond 64 bits."""
+
+
+def unstorable(exc: UnicodeEncodeError | OverflowError) -> InvalidOptionError:
+    """The caller's error for a value the store cannot hold (see :data:`UNSTORABLE`); the
+    transaction was rolled back, so nothing of the call was written."""
+    if isinstance(exc, UnicodeEncodeError):
+        bad = exc.object[exc.start : exc.end]
+        return InvalidOptionError(f"text must be valid Unicode, not with {bad!r}")
+    return InvalidOptionError(f"a number is out of the store's 64-bit range ({exc})")
 
 
 def pending_migrations(kind: str, applied: Collection[int], store: str) -> list[tuple[int, str]]:

@@ -38,6 +38,7 @@ from poisonq.model import (
     SubQueue,
 )
 from poisonq.store.base import (
+    UNSTORABLE,
     EntityRecord,
     LockInfo,
     MessageFilter,
@@ -45,6 +46,7 @@ from poisonq.store.base import (
     Store,
     Transaction,
     pending_migrations,
+    unstorable,
 )
 from poisonq.store.history import HistoryBuffer, HistoryKeeper
 from poisonq.store.sqlite_history import SqliteHistory
@@ -807,6 +809,9 @@ class SqliteStore(Store):
             except sqlite3.Error as exc:
                 self._rollback()
                 raise _store_error(f"SQLite error on {self.path}", exc) from exc
+            except UNSTORABLE as exc:
+                self._db.execute("ROLLBACK")
+                raise unstorable(exc) from exc
             except BaseException:
                 self._rollback()
                 raise

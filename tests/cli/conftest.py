@@ -10,6 +10,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import click
 import pytest
 from click.testing import CliRunner, Result
 
@@ -18,6 +19,16 @@ from poisonq import Broker, Message
 from poisonq.cli import cli
 
 DLQ = "orders/$deadletterqueue"
+
+
+def all_commands(
+    group: click.Group, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], click.Command]]:
+    """Every command and group under ``group``, with the words that call it."""
+    for name, command in group.commands.items():
+        yield (*path, name), command
+        if isinstance(command, click.Group):
+            yield from all_commands(command, (*path, name))
 
 
 def run(url: str, *args: str, code: int = 0, stdin: str | bytes | None = None) -> Result:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -13,20 +12,11 @@ import poisonq
 from poisonq import Broker
 from poisonq.cli import cli
 from poisonq.cli.app import CREATING
-from tests.cli.conftest import assert_one_error_line, run
-
-
-def _commands(
-    group: click.Group, path: tuple[str, ...] = ()
-) -> Iterator[tuple[tuple[str, ...], click.Command]]:
-    for name, command in group.commands.items():
-        yield (*path, name), command
-        if isinstance(command, click.Group):
-            yield from _commands(command, (*path, name))
+from tests.cli.conftest import all_commands, assert_one_error_line, run
 
 
 def test_every_command_has_help(url: str) -> None:
-    commands = dict(_commands(cli))
+    commands = dict(all_commands(cli))
     expected = {("dlq", "resubmit"), ("queue", "create"), ("send",), ("pipeline", "run"), ("demo",)}
     assert expected <= set(commands)
     for path, command in commands.items():
@@ -58,6 +48,15 @@ def test_an_unknown_queue_is_named_as_typed_with_the_closest_names(url: str, ord
 def test_an_invalid_option_is_one_error_line(url: str) -> None:
     result = run(url, "queue", "create", "orders", "--lock-duration", "900", code=2)
     assert_one_error_line(result, "lock_duration")
+
+
+def test_a_usage_error_is_one_error_line_naming_the_help(url: str) -> None:
+    """Click's usage errors were four lines (usage, hint, a blank, the error)."""
+    bad = run(url, "queue", "create", "orders", "--max-delivery-count", "x", code=2)
+    assert_one_error_line(bad, "'x' is not a valid integer", "queue create --help)")
+    assert_one_error_line(run(url, "send", code=2), "Missing argument 'ADDRESS'")
+    assert_one_error_line(run(url, "queue", "bogus", code=2), "No such command 'bogus'")
+    assert run(url, "queue", code=2).stderr.startswith("Usage: ")  # a group alone: its help
 
 
 def test_the_url_comes_from_the_environment(tmp_path: Path) -> None:
@@ -110,7 +109,7 @@ def test_a_pipeline_run_on_a_missing_store_creates_none(
 
 
 def test_the_commands_that_make_something_make_the_store(tmp_path: Path) -> None:
-    assert {" ".join(path) for path, _ in _commands(cli)} >= CREATING
+    assert {" ".join(path) for path, _ in all_commands(cli)} >= CREATING
     run(f"sqlite:///{tmp_path / 'queues.db'}", "queue", "create", "orders")
     run(f"sqlite:///{tmp_path / 'topics.db'}", "topic", "create", "events")
     with poisonq.connect(f"sqlite:///{tmp_path / 'topics.db'}", create=False) as broker:

@@ -449,3 +449,19 @@ def test_pipelines_and_a_consumers_timeline(
     assert missing.status_code == 404
     assert missing.json()["error"] == "PipelineNotFoundError"
     assert client.get("/api/pipelines").status_code == 401
+
+
+def test_an_error_that_echoes_a_lone_surrogate_is_a_clear_4xx(
+    client: TestClient, queue: str
+) -> None:
+    """JSON may escape a lone surrogate, which UTF-8 cannot encode: the validation error that
+    echoed it failed to render (a 500), and so did the store that was sent it."""
+    headers = {**AUTH, "Content-Type": "application/json"}
+    no_batch = b'{"until": "\\ud800"}'
+    refused = client.post("/api/queues/orders/messages", content=no_batch, headers=headers)
+    assert refused.status_code == 422
+    assert refused.json()["detail"][0]["input"] == {"until": "\ud800"}
+    bad_text = b'{"messages": [{"body": "\\ud800"}]}'
+    refused = client.post("/api/queues/orders/messages", content=bad_text, headers=headers)
+    assert refused.status_code == 400
+    assert refused.json()["error"] == "InvalidOptionError"

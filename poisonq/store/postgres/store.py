@@ -34,7 +34,7 @@ from poisonq.errors import (
     StoreFullError,
     StoreUnavailableError,
 )
-from poisonq.store.base import Store, Transaction, pending_migrations
+from poisonq.store.base import UNSTORABLE, Store, Transaction, pending_migrations, unstorable
 from poisonq.store.history import HistoryKeeper
 from poisonq.store.postgres.runner import NOTIFY_CHANNEL
 from poisonq.store.postgres.transaction import PostgresTransaction
@@ -159,6 +159,8 @@ class PostgresStore(Store):
             raise InvalidOptionError(f"PostgreSQL cannot store a value: {exc}") from exc
         except DiskFull as exc:
             raise StoreFullError(f"PostgreSQL on {self._name} has no room left: {exc}") from exc
+        except UNSTORABLE as exc:
+            raise unstorable(exc) from exc
         except (psycopg.OperationalError, TransactionRollback) as exc:
             # The server is gone, restarting or refusing connections, or chose this
             # transaction as a deadlock's victim: nothing here says the operation was wrong.
