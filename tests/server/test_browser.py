@@ -122,8 +122,9 @@ LONG_NAME = "customer_reference_" * 16  # a 304-character property name
 
 @pytest.fixture
 def long_values(broker: Broker, dead: dict[str, list[int]]) -> int:
-    """One more dead letter whose subject, id, reason and property name are all too long to
-    show whole; returns its sequence number."""
+    """One more dead letter whose subject, id, reason, property name and failure (a JVM
+    frame with no space to break at) are all too long to show whole; returns its sequence
+    number."""
     [seq] = broker.sender("orders").send(
         Message(
             body="{}",
@@ -133,7 +134,10 @@ def long_values(broker: Broker, dead: dict[str, list[int]]) -> int:
         )
     )
     receiver = broker.receiver("orders")
-    receiver.dead_letter(receiver.receive(), "Reason" + "Long" * 30, "why " * 80)
+    frame = "org.apache.spark.api.python.BasePythonRunner$ReaderIterator$$anonfun$1" * 2
+    receiver.dead_letter(
+        receiver.receive(), "Reason" + "Long" * 30, "why " * 80, error=RuntimeError(frame)
+    )
     return seq
 
 
