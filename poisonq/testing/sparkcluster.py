@@ -207,6 +207,11 @@ class StandaloneCluster(SparkServers):
         )
         return self
 
+    def executor_dirs(self) -> list[Path]:
+        """The working directory of each executor the workers started (one per application
+        and worker): where an application's tasks ran."""
+        return sorted(self.dir.glob("worker-*/app-*/*")) if self.dir else []
+
     def _alive_workers(self) -> int | None:
         """How many workers the master has registered (its web UI's JSON); None while the
         master does not answer."""

@@ -1,0 +1,126 @@
+"""The Spark runtime on a standalone cluster: a master and two workers on this machine
+(``poisonq.testing.sparkcluster``), so executors run in JVMs of their own with Python
+workers of their own, and nothing the driver holds in memory reaches a task unless the job
+ships it. Each job is a ``spark-submit`` of ``tests/spark_jobs.py`` against the cluster,
+over a PostgreSQL queue, and ends with the chaos suite's end-state check: every good order
+in the output once, every bad one dead-lettered once with its reason, nothing held, the
+audit balanced."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import poisonq
+from poisonq.testing.sparkcluster import StandaloneCluster, spark_home
+from tests.chaos.scenarios import output_ids, send_orders
+from tests.chaos.verdict import check
+
+ROOT = Path(__file__).resolve().parents[1]
+JOB_TIMEOUT = 300
+ORDERS = 1000
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[StandaloneCluster]:
+    """One cluster for the module (its JVMs take half a minute to start). Its daemons, and
+    so the executors and their Python workers, find the checkout on their path, as an
+    install of poisonq on every node would put it there."""
+    with StandaloneCluster(workers=2, cores=1, memory="1g", python_path=[str(ROOT)]) as started:
+        yield started.start()
+
+
+def submit(cluster: StandaloneCluster, work: Path, *args: str) -> None:
+    """``spark-submit`` a job of ``tests/spark_jobs.py`` to the cluster, in client mode."""
+    conf = {
+        **cluster.executor_conf,
+        "spark.ui.enabled": "false",
+        "spark.driver.memory": "1g",
+        "spark.sql.shuffle.partitions": "2",
+    }
+    command = [str(spark_home() / "bin" / "spark-submit"), "--master", cluster.master_url]
+    command += [arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")]
+    command += [str(ROOT / "tests" / "spark_jobs.py"), args[0], "cluster", *args[1:]]
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    }
+    log = work / f"{args[0]}.log"
+    with open(log, "wb") as out:
+        done = subprocess.run(
+            command, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT,
+            timeout=JOB_TIMEOUT, check=False,
+        )  # fmt: skip
+    assert done.returncode == 0, log.read_text(errors="replace")[-5000:]
+
+
+@pytest.fixture
+def orders(pg_url: str) -> Iterator[tuple[poisonq.Broker, set[str], dict[str, str]]]:
+    """A PostgreSQL queue of orders, about 1 % of them bad."""
+    with poisonq.connect(pg_url) as broker:
+        broker.create_queue("orders", max_delivery_count=3)
+        good, bad = send_orders(broker, "orders", ORDERS)
+        yield broker, good, bad
+
+
+def ran_on_executors(cluster: StandaloneCluster, before: int) -> None:
+    """Both workers started an executor for the job (its tasks ran there)."""
+    started = cluster.executor_dirs()[before:]
+    assert len({path.parent.parent.name for path in started}) == 2, started
+
+
+def test_the_pipeline_runner_with_map_on_a_cluster(
+    cluster: StandaloneCluster, orders: tuple[poisonq.Broker, set[str], dict[str, str]],
+    pg_url: str, tmp_path: Path,
+) -> None:  # fmt: skip
+    broker, good, bad = orders
+    before = len(cluster.executor_dirs())
+    submit(cluster, tmp_path, "map", pg_url, str(tmp_path / "out"))
+    verdict = check(broker, "orders", good, bad, output_ids(tmp_path / "out"))
+    assert verdict.ok, verdict.problems()
+    ran_on_executors(cluster, before)
+
+
+def test_the_pipeline_runner_with_a_transform_and_an_expectation_on_a_cluster(
+    cluster: StandaloneCluster, orders: tuple[poisonq.Broker, set[str], dict[str, str]],
+    pg_url: str, tmp_path: Path,
+) -> None:  # fmt: skip
+    """The gate's accumulator comes back from the executors' tasks to the driver."""
+    broker, good, bad = orders
+    submit(cluster, tmp_path, "transform", pg_url, str(tmp_path / "out"))
+    expected = dict.fromkeys(bad, "ExpectationFailed")
+    verdict = check(broker, "orders", good, expected, output_ids(tmp_path / "out"))
+    assert verdict.ok, verdict.problems()
+
+
+def test_the_data_source_reads_a_queue_on_a_cluster(
+    cluster: StandaloneCluster, orders: tuple[poisonq.Broker, set[str], dict[str, str]],
+    pg_url: str, tmp_path: Path,
+) -> None:  # fmt: skip
+    """A batch read is a peek: every message once in the output, all still in the queue."""
+    broker, good, bad = orders
+    submit(cluster, tmp_path, "read", pg_url, str(tmp_path / "out"))
+    assert sorted(output_ids(tmp_path / "out")) == sorted(good | bad.keys())
+    assert broker.counts("orders")["active"] == ORDERS
+
+
+def test_a_streaming_query_with_foreach_batch_on_a_cluster(
+    cluster: StandaloneCluster, orders: tuple[poisonq.Broker, set[str], dict[str, str]],
+    pg_url: str, tmp_path: Path,
+) -> None:  # fmt: skip
+    broker, good, bad = orders
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    submit(cluster, tmp_path, "stream", pg_url, str(out), str(checkpoint))
+    verdict = check(
+        broker, "orders", good, dict.fromkeys(bad, "ExpectationFailed"), output_ids(out)
+    )
+    assert verdict.ok, verdict.problems()
