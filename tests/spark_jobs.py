@@ -9,7 +9,9 @@ Every job works on the queue ``orders`` of ``tests.chaos.scenarios.send_orders``
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -17,7 +19,21 @@ from pyspark.sql import functions as F
 from poisonq.spark import Pipeline
 from tests.chaos import children
 
+PROGRAM = Path(__file__).resolve()
+ROOT = PROGRAM.parents[1]
+TIMEOUT = 300  # seconds a job may take
 KIND = "get_json_object(cast(body AS string), '$.kind')"
+
+
+def environment() -> dict[str, str]:
+    """A job's: the checkout importable (``tests.chaos``), Python workers on this
+    interpreter."""
+    return {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    }
 
 
 def session(target: str) -> SparkSession:

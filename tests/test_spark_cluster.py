@@ -8,22 +8,16 @@ audit balanced."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-import poisonq
 from poisonq.testing.sparkcluster import StandaloneCluster, spark_home
-from tests.chaos.scenarios import output_ids, send_orders
-from tests.chaos.verdict import check
-
-ROOT = Path(__file__).resolve().parents[1]
-JOB_TIMEOUT = 300
-ORDERS = 1000
+from tests.chaos.scenarios import output_ids
+from tests.conftest import Orders
+from tests.spark_jobs import PROGRAM, ROOT, TIMEOUT, environment
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -47,29 +41,14 @@ def submit(cluster: StandaloneCluster, work: Path, *args: str) -> None:
     }
     command = [str(spark_home() / "bin" / "spark-submit"), "--master", cluster.master_url]
     command += [arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")]
-    command += [str(ROOT / "tests" / "spark_jobs.py"), args[0], "cluster", *args[1:]]
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-    }
+    command += [str(PROGRAM), args[0], "cluster", *args[1:]]
     log = work / f"{args[0]}.log"
     with open(log, "wb") as out:
         done = subprocess.run(
-            command, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT,
-            timeout=JOB_TIMEOUT, check=False,
+            command, cwd=work, env=environment(), stdout=out, stderr=subprocess.STDOUT,
+            timeout=TIMEOUT, check=False,
         )  # fmt: skip
     assert done.returncode == 0, log.read_text(errors="replace")[-5000:]
-
-
-@pytest.fixture
-def orders(pg_url: str) -> Iterator[tuple[poisonq.Broker, set[str], dict[str, str]]]:
-    """A PostgreSQL queue of orders, about 1 % of them bad."""
-    with poisonq.connect(pg_url) as broker:
-        broker.create_queue("orders", max_delivery_count=3)
-        good, bad = send_orders(broker, "orders", ORDERS)
-        yield broker, good, bad
 
 
 def ran_on_executors(cluster: StandaloneCluster, before: int) -> None:
@@ -79,48 +58,34 @@ def ran_on_executors(cluster: StandaloneCluster, before: int) -> None:
 
 
 def test_the_pipeline_runner_with_map_on_a_cluster(
-    cluster: StandaloneCluster, orders: tuple[poisonq.Broker, set[str], dict[str, str]],
-    pg_url: str, tmp_path: Path,
-) -> None:  # fmt: skip
-    broker, good, bad = orders
+    cluster: StandaloneCluster, orders: Orders, tmp_path: Path
+) -> None:
     before = len(cluster.executor_dirs())
-    submit(cluster, tmp_path, "map", pg_url, str(tmp_path / "out"))
-    verdict = check(broker, "orders", good, bad, output_ids(tmp_path / "out"))
-    assert verdict.ok, verdict.problems()
+    submit(cluster, tmp_path, "map", orders.url, str(tmp_path / "out"))
+    assert orders.problems(output_ids(tmp_path / "out")) == "none"
     ran_on_executors(cluster, before)
 
 
 def test_the_pipeline_runner_with_a_transform_and_an_expectation_on_a_cluster(
-    cluster: StandaloneCluster, orders: tuple[poisonq.Broker, set[str], dict[str, str]],
-    pg_url: str, tmp_path: Path,
-) -> None:  # fmt: skip
+    cluster: StandaloneCluster, orders: Orders, tmp_path: Path
+) -> None:
     """The gate's accumulator comes back from the executors' tasks to the driver."""
-    broker, good, bad = orders
-    submit(cluster, tmp_path, "transform", pg_url, str(tmp_path / "out"))
-    expected = dict.fromkeys(bad, "ExpectationFailed")
-    verdict = check(broker, "orders", good, expected, output_ids(tmp_path / "out"))
-    assert verdict.ok, verdict.problems()
+    submit(cluster, tmp_path, "transform", orders.url, str(tmp_path / "out"))
+    assert orders.problems(output_ids(tmp_path / "out"), "ExpectationFailed") == "none"
 
 
 def test_the_data_source_reads_a_queue_on_a_cluster(
-    cluster: StandaloneCluster, orders: tuple[poisonq.Broker, set[str], dict[str, str]],
-    pg_url: str, tmp_path: Path,
-) -> None:  # fmt: skip
+    cluster: StandaloneCluster, orders: Orders, tmp_path: Path
+) -> None:
     """A batch read is a peek: every message once in the output, all still in the queue."""
-    broker, good, bad = orders
-    submit(cluster, tmp_path, "read", pg_url, str(tmp_path / "out"))
-    assert sorted(output_ids(tmp_path / "out")) == sorted(good | bad.keys())
-    assert broker.counts("orders")["active"] == ORDERS
+    submit(cluster, tmp_path, "read", orders.url, str(tmp_path / "out"))
+    assert sorted(output_ids(tmp_path / "out")) == sorted(orders.good | orders.bad.keys())
+    assert orders.broker.counts("orders")["active"] == orders.count
 
 
 def test_a_streaming_query_with_foreach_batch_on_a_cluster(
-    cluster: StandaloneCluster, orders: tuple[poisonq.Broker, set[str], dict[str, str]],
-    pg_url: str, tmp_path: Path,
-) -> None:  # fmt: skip
-    broker, good, bad = orders
+    cluster: StandaloneCluster, orders: Orders, tmp_path: Path
+) -> None:
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-    submit(cluster, tmp_path, "stream", pg_url, str(out), str(checkpoint))
-    verdict = check(
-        broker, "orders", good, dict.fromkeys(bad, "ExpectationFailed"), output_ids(out)
-    )
-    assert verdict.ok, verdict.problems()
+    submit(cluster, tmp_path, "stream", orders.url, str(out), str(checkpoint))
+    assert orders.problems(output_ids(out), "ExpectationFailed") == "none"
