@@ -31,6 +31,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from poisonq.testing.pgserver import free_port
+
 START_TIMEOUT = 90.0  # seconds for a daemon to come up (JVM start on a busy machine)
 STOP_TIMEOUT = 10.0
 
@@ -40,12 +42,6 @@ def spark_home() -> Path:
     import pyspark
 
     return Path(pyspark.__file__).resolve().parent
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class SparkServers:
@@ -154,8 +150,8 @@ class StandaloneCluster(SparkServers):
     """A standalone master and ``workers`` workers of ``cores`` cores and ``memory`` each.
 
     Use as ``with StandaloneCluster().start() as cluster:`` and give :attr:`master_url` to
-    ``SparkSession.builder.master``; :attr:`executor_conf` keeps executors within the
-    workers (and their scratch files in the cluster's directory)."""
+    ``SparkSession.builder.master`` (or ``spark-submit --master``); :attr:`executor_conf`
+    sizes executors to fit the workers, one per worker."""
 
     def __init__(
         self,
