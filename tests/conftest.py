@@ -143,13 +143,14 @@ class Orders:
 
 
 @pytest.fixture
-def orders(pg_url: str) -> Iterator[Orders]:
-    """1,000 orders, about 1 % of them bad, for the Spark jobs of ``tests/spark_jobs.py``."""
+def orders(pg_url: str, request: pytest.FixtureRequest) -> Iterator[Orders]:
+    """1,000 orders, about 1 % of them bad, for the Spark jobs of ``tests/spark_jobs.py``;
+    parametrized indirectly with a number, that many kill their Python worker."""
     from tests.chaos.scenarios import send_orders
 
     with poisonq.connect(pg_url) as broker:
         broker.create_queue("orders", max_delivery_count=3)
-        good, bad = send_orders(broker, "orders", 1000)
+        good, bad = send_orders(broker, "orders", 1000, crash=getattr(request, "param", 0))
         yield Orders(pg_url, broker, good, bad)
 
 

@@ -57,9 +57,13 @@ def ran_on_executors(cluster: StandaloneCluster, before: int) -> None:
     assert len({path.parent.parent.name for path in started}) == 2, started
 
 
+@pytest.mark.parametrize("orders", [2], indirect=True)
 def test_the_pipeline_runner_with_map_on_a_cluster(
     cluster: StandaloneCluster, orders: Orders, tmp_path: Path
 ) -> None:
+    """Two orders also kill their Python worker: the crash fails the task (which a cluster
+    retries before it fails the job), the runner writes the batch again under the crash
+    guard, and each crashing order is abandoned until its deliveries run out."""
     before = len(cluster.executor_dirs())
     submit(cluster, tmp_path, "map", orders.url, str(tmp_path / "out"))
     assert orders.problems(output_ids(tmp_path / "out")) == "none"
