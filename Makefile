@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	scripts/ensure-java
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,spark,server]'
+	$(BIN)/pip install --quiet -e '.[dev,spark,connect,server]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import sqlite3
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -126,6 +127,41 @@ def spark() -> Iterator[SparkSession]:
     session = local_session("poisonq-tests")
     yield session
     session.stop()
+
+
+@dataclass(frozen=True)
+class Orders:
+    """A PostgreSQL queue ``orders`` of the chaos suite's orders, at ``url``: the message ids
+    that must reach the output, and each bad one's reason (``PermanentError``)."""
+
+    url: str
+    broker: Broker
+    good: set[str]
+    bad: dict[str, str]
+
+    @property
+    def count(self) -> int:
+        return len(self.good) + len(self.bad)
+
+    def problems(self, output: list[str], reason: str | None = None) -> str:
+        """What the chaos suite's end-state check finds wrong ("none"), every bad order
+        dead-lettered with ``reason`` if given, else with its own."""
+        from tests.chaos.verdict import check
+
+        bad = dict.fromkeys(self.bad, reason) if reason else self.bad
+        return check(self.broker, "orders", self.good, bad, output).problems()
+
+
+@pytest.fixture
+def orders(pg_url: str, request: pytest.FixtureRequest) -> Iterator[Orders]:
+    """1,000 orders, about 1 % of them bad, for the Spark jobs of ``tests/spark_jobs.py``;
+    parametrized indirectly with a number, that many kill their Python worker."""
+    from tests.chaos.scenarios import send_orders
+
+    with poisonq.connect(pg_url) as broker:
+        broker.create_queue("orders", max_delivery_count=3)
+        good, bad = send_orders(broker, "orders", 1000, crash=getattr(request, "param", 0))
+        yield Orders(pg_url, broker, good, bad)
 
 
 def execute_behind_the_back(url: str, sql: str) -> list[tuple[object, ...]]:

@@ -46,10 +46,11 @@ def gated(
     frame: DataFrame,
     expectations: Mapping[str, str],
     context: LeaseContext,
-    passed: Accumulator[Runs],
+    passed: Accumulator[Runs] | None,
 ) -> DataFrame:
     """``frame`` through the gate of ``context``'s lease, its rows checked against
-    ``expectations``; the runs of sequence numbers passed go to ``passed``. Spark's
+    ``expectations``; the runs of sequence numbers passed go to ``passed``, if given (an
+    accumulator needs a SparkContext, which Spark Connect has not). Spark's
     ``mapInArrow`` cannot resolve a column whose name has a dot (an unnamed
     ``get_json_object(body, '$.n')``), so the gate sees the columns by position."""
     names = frame.columns
@@ -63,7 +64,9 @@ def gated(
 class Gate:
     """The ``mapInArrow`` function: see the module docstring."""
 
-    def __init__(self, context: LeaseContext, passed: Accumulator[Runs], names: list[str]) -> None:
+    def __init__(
+        self, context: LeaseContext, passed: Accumulator[Runs] | None, names: list[str]
+    ) -> None:
         self.context = context
         self.passed = passed
         self.names = names  # of the columns, which the gate gets by position
@@ -92,7 +95,8 @@ class Gate:
             held = set(broker.lease_sequence_numbers(lease, lo, hi))
         keep = [seq in held and seq not in failed for seq in seen]
         out = table.filter(pa.array(keep)).drop_columns([FAILED])
-        self.passed.add(runs(sorted({seq for seq, kept in zip(seen, keep, strict=True) if kept})))
+        if self.passed is not None:
+            self.passed.add(runs(sorted({s for s, kept in zip(seen, keep, strict=True) if kept})))
         yield from out.to_batches()
 
     def _failed(self, table: pa.Table, seqs: list[int]) -> dict[int, DeadLetter]:

@@ -21,6 +21,7 @@ from pyspark.sql.types import IntegerType, LongType, StructType
 
 from poisonq.errors import InvalidOptionError
 from poisonq.model import Lease
+from poisonq.spark.connect import require_classic
 from poisonq.spark.gate import Runs, RunsParam, gated
 from poisonq.spark.isolation import worker_crashed
 from poisonq.spark.schema import MESSAGE_SCHEMA_DDL
@@ -107,6 +108,13 @@ class FrameJob:
         self.permanent = permanent
         self.max_failure_ratio = max_failure_ratio
         spark = reader.spark
+        require_classic(
+            spark,
+            "the pipeline runner's transform=",
+            "run the pipeline in a classic session (spark-submit, or pyspark on the cluster),"
+            " or over Connect use map= (a function of one message) or a stream with"
+            " poisonq.spark.foreach_batch, whose expectations work over Connect",
+        )
         spark.dataSource.register(PoisonqDataSource)
         nothing = Lease(reader.queue, reader.consumer, 0, "", 0, 0, 0, 0.0)
         empty = spark.createDataFrame([], MESSAGE_SCHEMA_DDL)

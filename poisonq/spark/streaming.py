@@ -39,7 +39,7 @@ from poisonq.errors import InvalidOptionError, PermanentError
 from poisonq.failures import failure_from_exception
 from poisonq.model import Complete, DeadLetter, FailureRecord, Lease
 from poisonq.spark.expectations import FAILED, check_expectations, with_failed
-from poisonq.spark.gate import RunsParam, gated
+from poisonq.spark.gate import gated
 from poisonq.spark.isolation import JobError, isolate, job_failure
 from poisonq.spark.lease_renewer import LeaseRenewer
 from poisonq.spark.pipeline import PipelineReport, PipelineStoppedError
@@ -133,13 +133,12 @@ class ForeachBatch:
 
     def _expect(self, frame: DataFrame, context: LeaseContext) -> DataFrame:
         """Dead-letter the messages of rows failing an expectation (the pipeline's gate, in
-        a job of its own); the rows that pass."""
+        a job of its own); the rows that pass. Those are chosen again by the expectations,
+        not by what the gate passed, so no accumulator is needed (nor a SparkContext: this
+        runs over Spark Connect too)."""
         if not self.expectations:
             return frame
-        passed = frame.sparkSession.sparkContext.accumulator([], RunsParam())
-        gated(frame, self.expectations, context, passed).write.format("noop").mode(
-            "overwrite"
-        ).save()
+        gated(frame, self.expectations, context, None).write.format("noop").mode("overwrite").save()
         checked = with_failed(frame, self.expectations)
         return checked.filter(F.size(FAILED) == 0).drop(FAILED)
 

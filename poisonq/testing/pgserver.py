@@ -47,7 +47,8 @@ def find_binaries() -> Path:
     )
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
@@ -95,7 +96,7 @@ class TemporaryServer:
                   "--no-sync", "--locale=C")  # fmt: skip
         options = " ".join(f"-c {key}={value}" for key, value in self.settings.items())
         for attempt in range(_START_ATTEMPTS):
-            self.port = _free_port()
+            self.port = free_port()
             try:
                 self._start(f"-h 127.0.0.1 -p {self.port} -k {self.dir} {options}")
                 return self

@@ -8,8 +8,12 @@ import json
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import poisonq
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 ORDERS_SCHEMA = "message_id string, n long"
 
@@ -68,15 +72,22 @@ def process(url: str, queue: str, log: str) -> None:
 
 
 def stream(url: str, queue: str, output: str, checkpoint: str) -> None:
+    """:func:`stream_on` a local session."""
+    from poisonq.spark import local_session
+
+    spark = local_session("chaos-stream")
+    stream_on(spark, url, queue, output, checkpoint)
+    spark.stop()
+
+
+def stream_on(spark: SparkSession, url: str, queue: str, output: str, checkpoint: str) -> None:
     """A Structured Streaming query over the queue with the ``foreach_batch`` helper: a bad
     order fails an expectation, and each call writes its rows once, overwriting a directory
     named by its batch id and first sequence number (as the README advises)."""
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
 
-    from poisonq.spark import foreach_batch, local_session
-
-    spark = local_session("chaos-stream")
+    from poisonq.spark import foreach_batch
 
     def write(df: DataFrame, batch_id: int) -> None:
         first = df.agg(F.min("sequence_number")).first()
@@ -101,7 +112,6 @@ def stream(url: str, queue: str, output: str, checkpoint: str) -> None:
         .start()
     )
     query.awaitTermination()
-    spark.stop()
 
 
 def sink(url: str, queue: str, output: str, checkpoint: str) -> None:

@@ -108,7 +108,7 @@ def _finish(argv: list[str], work: Path, name: str) -> None:
         raise RuntimeError(f"{' '.join(argv[:4])} exited {code}:\n{tail}")
 
 
-def _orders(
+def send_orders(
     broker: poisonq.Broker, queue: str, count: int, crash: int = 0
 ) -> tuple[set[str], dict[str, str]]:
     """Send ``count`` orders (every ``BAD_EVERY``-th bad, and ``crash`` that kill their
@@ -225,7 +225,7 @@ def processor(store: Store, work: Path, rng: Random) -> Verdict:
     url = store.url
     with poisonq.connect(url) as broker:
         broker.create_queue("orders", max_delivery_count=3, lock_duration=2)
-        good, bad = _orders(broker, "orders", 4000)
+        good, bad = send_orders(broker, "orders", 4000)
         log = work / "handled.log"
         argv = [*CHILDREN, "process", url, "orders", str(log)]
         done = rng.randrange(3500)
@@ -261,7 +261,7 @@ def _holdings(log: Path) -> list[Holding]:
     ]
 
 
-def _output_ids(path: Path) -> list[str]:
+def output_ids(path: Path) -> list[str]:
     """The ``message_id`` column of every Parquet file under ``path`` (Spark's unfinished
     ``_temporary`` files and ``.crc`` files are ignored, as Spark's reader ignores them)."""
     if not path.exists():
@@ -277,12 +277,12 @@ def pipeline(store: Store, work: Path, rng: Random) -> Verdict:
     url = store.url
     with poisonq.connect(url) as broker:
         broker.create_queue("orders", max_delivery_count=3)
-        good, bad = _orders(broker, "orders", 3000, crash=2)
+        good, bad = send_orders(broker, "orders", 3000, crash=2)
         argv = _pipeline_argv(url, "pipeline", output)
         reached = _lease_reached(broker, "pipeline", rng.randrange(1, 7))
         faults = _kill_when(_start(argv, work, "pipeline"), reached, rng.uniform(0, 2.0))
         _finish(argv, work, "rerun")
-        verdict = check(broker, "orders", good, bad, _output_ids(output))
+        verdict = check(broker, "orders", good, bad, output_ids(output))
         verdict.faults = faults
         return verdict
 
@@ -305,7 +305,7 @@ def shared(store: Store, work: Path, rng: Random) -> Verdict:
     url = store.url
     with poisonq.connect(url) as broker:
         broker.create_queue("orders", max_delivery_count=3, lock_duration=20)
-        good, bad = _orders(broker, "orders", 20_000)
+        good, bad = send_orders(broker, "orders", 20_000)
         first = _pipeline_argv(url, "ingest-1", output)
         killed = _start(first, work, "ingest-1")
         others = [_start(_pipeline_argv(url, "ingest-2", output), work, "ingest-2")]
@@ -325,7 +325,7 @@ def shared(store: Store, work: Path, rng: Random) -> Verdict:
         idle = [c for c in ("ingest-1", "ingest-2") if not (output / f"consumer={c}").exists()]
         if idle or not handled:
             raise RuntimeError(f"not all at once: {idle or 'the Processor'} took no message")
-        verdict = check(broker, "orders", good, bad, _output_ids(output) + handled)
+        verdict = check(broker, "orders", good, bad, output_ids(output) + handled)
         verdict.faults = faults
         verdict.double_holders = double_holders(_holdings(log))
         return verdict
@@ -371,7 +371,7 @@ def streaming(store: Store, work: Path, rng: Random) -> Verdict:
     url = store.url
     with poisonq.connect(url) as broker:
         broker.create_queue("orders", max_delivery_count=3)
-        good, bad = _orders(broker, "orders", 2000)
+        good, bad = send_orders(broker, "orders", 2000)
         bad = dict.fromkeys(bad, "ExpectationFailed")
         argv = [*CHILDREN, "stream", url, "orders", str(output), str(checkpoint)]
         reached = _lease_reached(broker, "chaos", rng.randrange(1, 9))
@@ -382,7 +382,7 @@ def streaming(store: Store, work: Path, rng: Random) -> Verdict:
             if not counts["locked"] + counts["active"]:
                 break
             time.sleep(5)  # the killed query's lease runs out (lockDuration)
-        verdict = check(broker, "orders", good, bad, _output_ids(output))
+        verdict = check(broker, "orders", good, bad, output_ids(output))
         verdict.faults = faults
         return verdict
 
