@@ -340,7 +340,7 @@ def outage(store: Store, work: Path, rng: Random) -> Verdict:
     url, output, log = store.url, work / "out", work / "handled.log"
     with poisonq.connect(url) as broker:
         broker.create_queue("orders", max_delivery_count=5, requires_duplicate_detection=True)
-        good, bad = _orders(broker, "orders", 4000)
+        good, bad = send_orders(broker, "orders", 4000)
         good |= {f"m{n}" for n in range(4000, 9000)}
         pipeline = _pipeline_argv(url, "ingest", output)
         programs = [
@@ -358,7 +358,7 @@ def outage(store: Store, work: Path, rng: Random) -> Verdict:
         if broker.counts("orders")["active"]:  # sent after the others went idle
             _finish(pipeline, work, "pipeline-last")
         handled = [line.split()[1] for line in log.read_text().splitlines() if line[:2] == "D "]
-        verdict = check(broker, "orders", good, bad, _output_ids(output) + handled)
+        verdict = check(broker, "orders", good, bad, output_ids(output) + handled)
         verdict.faults = 1
         verdict.double_holders = double_holders(_holdings(log))
         return verdict
