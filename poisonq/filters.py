@@ -160,13 +160,13 @@ class _Parser:
         nodes = [self._and()]
         while self._accept("keyword", "OR"):
             nodes.append(self._and())
-        return nodes[0] if len(nodes) == 1 else _or_node(nodes)
+        return nodes[0] if len(nodes) == 1 else _chain(nodes, decisive=True)
 
     def _and(self) -> Node:
         nodes = [self._not()]
         while self._accept("keyword", "AND"):
             nodes.append(self._not())
-        return nodes[0] if len(nodes) == 1 else _and_node(nodes)
+        return nodes[0] if len(nodes) == 1 else _chain(nodes, decisive=False)
 
     def _deeper(self) -> None:
         """Enter one more level of parentheses or NOT, refusing more than :data:`MAX_DEPTH`."""
@@ -260,33 +260,18 @@ def _truth(value: Any) -> bool | None:
     raise FilterEvaluationError(f"{value!r} is not a condition (TRUE or FALSE)")
 
 
-def _and_node(operands: list[Node]) -> Node:
-    """SQL's three-valued AND of a chain, left to right, as one node (a chain of nodes
-    would recurse once per AND)."""
+def _chain(operands: list[Node], decisive: bool) -> Node:
+    """SQL's three-valued AND (``decisive`` False) or OR (True) of a chain, left to right,
+    as one node (a chain of nodes would recurse once per operator)."""
 
     def node(values: Values) -> bool | None:
         unknown = False
         for operand in operands:
-            value = operand(values)
-            if value is False:
-                return False
+            value: bool | None = operand(values)
+            if value is decisive:
+                return decisive
             unknown = unknown or value is None
-        return None if unknown else True
-
-    return node
-
-
-def _or_node(operands: list[Node]) -> Node:
-    """SQL's three-valued OR of a chain, as :func:`_and_node`."""
-
-    def node(values: Values) -> bool | None:
-        unknown = False
-        for operand in operands:
-            value = operand(values)
-            if value is True:
-                return True
-            unknown = unknown or value is None
-        return None if unknown else False
+        return None if unknown else not decisive
 
     return node
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import poisonq
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 ORDERS_SCHEMA = "message_id string, n long"
 
@@ -84,7 +84,6 @@ def stream_on(spark: SparkSession, url: str, queue: str, output: str, checkpoint
     """A Structured Streaming query over the queue with the ``foreach_batch`` helper: a bad
     order fails an expectation, and each call writes its rows once, overwriting a directory
     named by its batch id and first sequence number (as the README advises)."""
-    from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
 
     from poisonq.spark import foreach_batch
@@ -99,6 +98,19 @@ def stream_on(spark: SparkSession, url: str, queue: str, output: str, checkpoint
 
     good = {"good": "get_json_object(cast(body AS string), '$.kind') = 'good'"}
     query = (
+        orders_stream(spark, url, queue)
+        .writeStream.foreachBatch(foreach_batch(write, good))
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+
+
+def orders_stream(spark: SparkSession, url: str, queue: str) -> DataFrame:
+    """The queue as a stream, as the streaming scenarios read it: consumer ``chaos``,
+    batches of 250, and a lock short enough that a killed query's lease runs out soon."""
+    return (
         spark.readStream.format("poisonq")
         .option("url", url)
         .option("queue", queue)
@@ -106,12 +118,7 @@ def stream_on(spark: SparkSession, url: str, queue: str, output: str, checkpoint
         .option("maxMessagesPerBatch", 250)
         .option("lockDuration", 5)
         .load()
-        .writeStream.foreachBatch(foreach_batch(write, good))
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
     )
-    query.awaitTermination()
 
 
 def sink(url: str, queue: str, output: str, checkpoint: str) -> None:
@@ -121,13 +128,7 @@ def sink(url: str, queue: str, output: str, checkpoint: str) -> None:
 
     spark = local_session("chaos-sink")
     query = (
-        spark.readStream.format("poisonq")
-        .option("url", url)
-        .option("queue", queue)
-        .option("consumer", "chaos")
-        .option("maxMessagesPerBatch", 250)
-        .option("lockDuration", 5)
-        .load()
+        orders_stream(spark, url, queue)
         .select("message_id")
         .writeStream.format("parquet")
         .option("path", output)

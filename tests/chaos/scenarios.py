@@ -154,6 +154,18 @@ def _held_ids(broker: poisonq.Broker, queue: str) -> list[str]:
     return held
 
 
+def _run_until_drained(broker: poisonq.Broker, argv: list[str], work: Path) -> None:
+    """Run a streaming query again (from its checkpoint) until the queue holds nothing. A
+    query that stops keeps its last lease until it runs again: a run within the lock
+    completes it; the killed query's lease runs out after ``lockDuration`` (5 s)."""
+    for attempt in range(4):
+        _finish(argv, work, f"rerun{attempt}")
+        counts = broker.counts("orders")
+        if not counts["locked"] + counts["active"]:
+            return
+        time.sleep(5)
+
+
 def _committed_ids(path: Path) -> list[str]:
     """The ``message_id`` column of the files Spark's file sink committed (listed in its
     ``_spark_metadata`` log, as Spark's own reader takes them): a killed batch may leave
@@ -184,13 +196,7 @@ def source(store: Store, work: Path, rng: Random) -> Verdict:
         argv = [*CHILDREN, "sink", url, "orders", str(output), str(checkpoint)]
         reached = _lease_reached(broker, "chaos", rng.randrange(1, 9))
         faults = _kill_when(_start(argv, work, "sink"), reached, rng.uniform(0, 1.5))
-        for attempt in range(4):
-            # A query that stops keeps its last lease until it runs again: a run within
-            # the lock completes it, a later one reads it again.
-            _finish(argv, work, f"rerun{attempt}")
-            counts = broker.counts("orders")
-            if not counts["locked"] + counts["active"]:
-                break
+        _run_until_drained(broker, argv, work)
         verdict = check(broker, "orders", good, {}, _committed_ids(output))
         verdict.faults = faults
         return verdict
@@ -376,12 +382,7 @@ def streaming(store: Store, work: Path, rng: Random) -> Verdict:
         argv = [*CHILDREN, "stream", url, "orders", str(output), str(checkpoint)]
         reached = _lease_reached(broker, "chaos", rng.randrange(1, 9))
         faults = _kill_when(_start(argv, work, "stream"), reached, rng.uniform(0, 1.5))
-        for attempt in range(4):
-            _finish(argv, work, f"rerun{attempt}")
-            counts = broker.counts("orders")
-            if not counts["locked"] + counts["active"]:
-                break
-            time.sleep(5)  # the killed query's lease runs out (lockDuration)
+        _run_until_drained(broker, argv, work)
         verdict = check(broker, "orders", good, bad, output_ids(output))
         verdict.faults = faults
         return verdict
