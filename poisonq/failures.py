@@ -30,6 +30,12 @@ def root_cause(exc: BaseException) -> BaseException:
         exc = nxt
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's text (Spark's errors go on with the JVM's stack and
+    a query's context), or its type's name when it has no text."""
+    return next(iter(str(exc).strip().splitlines()), type(exc).__name__)
+
+
 def type_name(exc: BaseException) -> str:
     cls = type(exc)
     return (

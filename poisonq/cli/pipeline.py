@@ -34,6 +34,7 @@ from poisonq.cli.app import App
 from poisonq.cli.output import emit, json_option, progress, table
 from poisonq.defects import DEFAULT_MAX_FAILURE_RATIO
 from poisonq.errors import InvalidOptionError, PoisonqError
+from poisonq.failures import first_line
 from poisonq.timeline import DEFAULT_KEEP
 
 if TYPE_CHECKING:
@@ -161,7 +162,7 @@ def _parse_schema(schema: str) -> StructType:
     try:
         parsed = StructType.fromDDL(schema)
     except PySparkException as exc:
-        first = next(iter(str(exc).strip().splitlines()), "")
+        first = first_line(exc)
         raise InvalidOptionError(f"--schema {schema!r} is not Spark DDL: {first}") from None
     if not isinstance(parsed, StructType):
         raise InvalidOptionError(f"--schema {schema!r} must list columns, not one type")
@@ -206,7 +207,7 @@ def check_dataframe_transform(spark: SparkSession, target: str, function: Any) -
 
     out, _ = _probe(spark, function)
     if isinstance(out, PySparkException):
-        first = next(iter(str(out).strip().splitlines()), type(out).__name__)
+        first = first_line(out)
         raise InvalidOptionError(f"{target} failed on the batch DataFrame: {first}")
     if isinstance(out, Exception):
         raise InvalidOptionError(

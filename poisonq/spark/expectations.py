@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType
 
 from poisonq.errors import InvalidOptionError
-from poisonq.failures import MAX_MESSAGE
+from poisonq.failures import MAX_MESSAGE, first_line
 from poisonq.model import DeadLetter, FailureRecord
 
 REASON = "ExpectationFailed"
@@ -52,7 +52,7 @@ def with_failed(frame: DataFrame, expectations: Mapping[str, str]) -> DataFrame:
         try:
             kind = frame.select(F.expr(sql)).schema[0].dataType
         except PySparkException as exc:
-            first = str(exc).strip().splitlines()[0]
+            first = first_line(exc)
             message = f"expectation {name!r} ({sql}) does not apply: {first}"
             raise InvalidOptionError(message) from None
         if not isinstance(kind, BooleanType):

@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import IntegerType, LongType, StructType
 
 from poisonq.errors import InvalidOptionError
+from poisonq.failures import first_line
 from poisonq.model import Lease
 from poisonq.spark.connect import require_classic
 from poisonq.spark.gate import Runs, RunsParam, gated
@@ -153,7 +154,7 @@ class FrameJob:
         try:
             out = self.transform(batch)
         except PySparkException as exc:
-            first = str(exc).strip().splitlines()[0]
+            first = first_line(exc)
             message = f"the transform failed on the batch DataFrame: {first}"
             if "`sequence_number`" in first:
                 message += (

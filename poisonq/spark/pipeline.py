@@ -48,6 +48,7 @@ from poisonq.errors import (
     MessageNotFoundError,
     PoisonqError,
 )
+from poisonq.failures import first_line
 from poisonq.guard import Transform
 from poisonq.model import Abandon, FailureRecord, Lease, MessageState
 from poisonq.names import validate_name
@@ -519,7 +520,7 @@ class Pipeline:
             with quiet_query_errors():
                 empty.write.mode("overwrite").format(self.output_format).save(self._path(lease))
         except Exception as exc:  # the sink: a path that cannot be written, a format...
-            first = next(iter(str(exc).strip().splitlines()), type(exc).__name__)
+            first = first_line(exc)
             raise PipelineStoppedError(
                 report, f"cannot write the output of lease {lease.number}: {first}"
             ) from exc

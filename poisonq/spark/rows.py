@@ -31,6 +31,7 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from poisonq.failures import first_line
 from poisonq.model import FailureRecord
 
 ERROR_TYPE = "OutputSchemaMismatch"
@@ -223,7 +224,7 @@ class OutputSchema:
         try:
             pa.array([value], kind)
         except _ARROW_ERRORS as exc:
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            first = first_line(exc)
             raise _Mismatch(
                 where, f"type:{type(value).__name__}->{kind}", f"{_shown(value)}: {first}"
             ) from None

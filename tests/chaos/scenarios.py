@@ -97,7 +97,12 @@ def _lease_reached(broker: poisonq.Broker, consumer: str, number: int) -> Callab
 
 def _finish(argv: list[str], work: Path, name: str) -> None:
     """Run a program to its end; a failure is the scenario's failure."""
-    process = _start(argv, work, name)
+    _await(_start(argv, work, name), work, name)
+
+
+def _await(process: subprocess.Popen[bytes], work: Path, name: str) -> None:
+    """Wait for a program started as ``name`` to end; a failure (or a program still running
+    after ``RUN_TIMEOUT``) is the scenario's failure, with the end of its stderr."""
     try:
         code = process.wait(timeout=RUN_TIMEOUT)
     except subprocess.TimeoutExpired:
@@ -105,7 +110,24 @@ def _finish(argv: list[str], work: Path, name: str) -> None:
         raise
     if code != 0:
         tail = (work / f"{name}.err").read_text(errors="replace")[-3000:]
-        raise RuntimeError(f"{' '.join(argv[:4])} exited {code}:\n{tail}")
+        raise RuntimeError(f"the {name} program exited {code}:\n{tail}")
+
+
+def _run_until_drained(broker: poisonq.Broker, argv: list[str], work: Path, pause: float) -> None:
+    """Run a program again until the queue holds nothing, waiting ``pause`` (the lock of
+    what the killed program held) between runs. A streaming query that stops keeps its
+    last lease until it runs again: a run within the lock completes it."""
+    for attempt in range(5):
+        _finish(argv, work, f"rerun{attempt}")
+        counts = broker.counts("orders")
+        if not counts["locked"] + counts["active"]:
+            return
+        time.sleep(pause)
+
+
+def _handled(log: Path) -> list[str]:
+    """The messages a handler log says were handled well (a ``Processor``'s output)."""
+    return [line.split()[1] for line in log.read_text().splitlines() if line[:2] == "D "]
 
 
 def send_orders(
@@ -154,18 +176,6 @@ def _held_ids(broker: poisonq.Broker, queue: str) -> list[str]:
     return held
 
 
-def _run_until_drained(broker: poisonq.Broker, argv: list[str], work: Path) -> None:
-    """Run a streaming query again (from its checkpoint) until the queue holds nothing. A
-    query that stops keeps its last lease until it runs again: a run within the lock
-    completes it; the killed query's lease runs out after ``lockDuration`` (5 s)."""
-    for attempt in range(4):
-        _finish(argv, work, f"rerun{attempt}")
-        counts = broker.counts("orders")
-        if not counts["locked"] + counts["active"]:
-            return
-        time.sleep(5)
-
-
 def _committed_ids(path: Path) -> list[str]:
     """The ``message_id`` column of the files Spark's file sink committed (listed in its
     ``_spark_metadata`` log, as Spark's own reader takes them): a killed batch may leave
@@ -196,7 +206,7 @@ def source(store: Store, work: Path, rng: Random) -> Verdict:
         argv = [*CHILDREN, "sink", url, "orders", str(output), str(checkpoint)]
         reached = _lease_reached(broker, "chaos", rng.randrange(1, 9))
         faults = _kill_when(_start(argv, work, "sink"), reached, rng.uniform(0, 1.5))
-        _run_until_drained(broker, argv, work)
+        _run_until_drained(broker, argv, work, pause=5)  # lockDuration
         verdict = check(broker, "orders", good, {}, _committed_ids(output))
         verdict.faults = faults
         return verdict
@@ -240,11 +250,7 @@ def processor(store: Store, work: Path, rng: Random) -> Verdict:
             lambda: broker.counts("orders")["completed"] >= done,
             rng.uniform(0, 0.3),
         )
-        for attempt in range(5):
-            _finish(argv, work, f"rerun{attempt}")
-            if not broker.counts("orders")["locked"] + broker.counts("orders")["active"]:
-                break
-            time.sleep(2)
+        _run_until_drained(broker, argv, work, pause=2)  # the queue's lock
         verdict = check(broker, "orders", good, bad, None, broker.counts("orders")["completed"])
         verdict.faults = faults
         verdict.double_holders = double_holders(_holdings(log))
@@ -314,20 +320,19 @@ def shared(store: Store, work: Path, rng: Random) -> Verdict:
         good, bad = send_orders(broker, "orders", 20_000)
         first = _pipeline_argv(url, "ingest-1", output)
         killed = _start(first, work, "ingest-1")
-        others = [_start(_pipeline_argv(url, "ingest-2", output), work, "ingest-2")]
+        second = _start(_pipeline_argv(url, "ingest-2", output), work, "ingest-2")
         # The Processor starts once the pipelines have: it would drain the queue alone
         # while their JVMs start.
         _wait_until(killed, _lease_reached(broker, "ingest-1", 1))
-        others.append(_start([*CHILDREN, "process", url, "orders", str(log)], work, "processor"))
+        processor = _start([*CHILDREN, "process", url, "orders", str(log)], work, "processor")
         reached = _lease_reached(broker, "ingest-1", rng.randrange(2, 4))
         faults = _kill_when(killed, reached, rng.uniform(0, 2.0))
         _finish(first, work, "ingest-1-rerun")
-        for process in others:
-            if process.wait(timeout=RUN_TIMEOUT) != 0:
-                raise RuntimeError(f"{process.args[:6]} exited {process.returncode}")
+        _await(second, work, "ingest-2")
+        _await(processor, work, "processor")
         if broker.counts("orders")["active"]:  # arrived back after the others went idle
             _finish(first, work, "ingest-1-last")
-        handled = [line.split()[1] for line in log.read_text().splitlines() if line[:2] == "D "]
+        handled = _handled(log)
         idle = [c for c in ("ingest-1", "ingest-2") if not (output / f"consumer={c}").exists()]
         if idle or not handled:
             raise RuntimeError(f"not all at once: {idle or 'the Processor'} took no message")
@@ -358,12 +363,10 @@ def outage(store: Store, work: Path, rng: Random) -> Verdict:
         time.sleep(rng.uniform(0, 3))
         store.server.restart(down_for=rng.uniform(0.5, 2.5))
         for program, name in zip(programs, ("producer", "pipeline", "processor"), strict=True):
-            if program.wait(timeout=RUN_TIMEOUT) != 0:
-                tail = (work / f"{name}.err").read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"the {name} did not ride out the outage:\n{tail}")
+            _await(program, work, name)  # each rode out the outage
         if broker.counts("orders")["active"]:  # sent after the others went idle
             _finish(pipeline, work, "pipeline-last")
-        handled = [line.split()[1] for line in log.read_text().splitlines() if line[:2] == "D "]
+        handled = _handled(log)
         verdict = check(broker, "orders", good, bad, output_ids(output) + handled)
         verdict.faults = 1
         verdict.double_holders = double_holders(_holdings(log))
@@ -382,7 +385,7 @@ def streaming(store: Store, work: Path, rng: Random) -> Verdict:
         argv = [*CHILDREN, "stream", url, "orders", str(output), str(checkpoint)]
         reached = _lease_reached(broker, "chaos", rng.randrange(1, 9))
         faults = _kill_when(_start(argv, work, "stream"), reached, rng.uniform(0, 1.5))
-        _run_until_drained(broker, argv, work)
+        _run_until_drained(broker, argv, work, pause=5)  # lockDuration
         verdict = check(broker, "orders", good, bad, output_ids(output))
         verdict.faults = faults
         return verdict

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -17,19 +16,14 @@ from queue import Queue
 import pytest
 
 from poisonq import Broker, Message
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+from poisonq.testing.pgserver import free_port
 
 
 @pytest.fixture
 def served(url: str, queue: str, broker: Broker) -> Iterator[tuple[str, str]]:
     """(base URL, token) of ``poisonq serve`` running on the test's store."""
     broker.sender(queue).send(Message(body="x"))
-    port = _free_port()
+    port = free_port()
     poisonq = [sys.executable, "-c", "from poisonq.cli import main; main()"]
     command = [*poisonq, "--url", url, "serve", "--port", str(port)]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
