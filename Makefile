@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench chaos clean
+.PHONY: install demo check test lint bench chaos clean
 
 $(STAMP): pyproject.toml
 	scripts/ensure-java
@@ -22,6 +22,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check poisonq pyspark_poisonq.py tests bench scripts
 	$(BIN)/ruff format --check poisonq pyspark_poisonq.py tests bench scripts
 	$(BIN)/mypy
+
+# The fast tier: lint, types and the tests that need neither Spark, PostgreSQL nor Chromium.
+check: lint
+	$(BIN)/pytest -q -m "not spark and not postgres and not browser and not slow"
 
 test: lint
 	scripts/ensure-postgres

@@ -29,6 +29,24 @@ if TYPE_CHECKING:
 
 STORES = ["sqlite", "postgresql"]
 _schemas = itertools.count(1)
+# The fixtures that start a PostgreSQL server, and the Spark ones: what `make check` leaves out.
+_POSTGRES_FIXTURES = {"pg_server", "pg_url", "own_server", "orders"}
+_SPARK_FIXTURES = {"spark", "cluster"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test by what it needs, so the fast tier (``make check``: ``-m "not spark and
+    not postgres and not browser and not slow"``) can leave out the tests that start a
+    PostgreSQL server, a SparkSession or Chromium. A test needs PostgreSQL when it asks for
+    one of its fixtures or runs on the ``postgresql`` store of the ``url`` parameter."""
+    for item in items:
+        needs = set(getattr(item, "fixturenames", ()))
+        callspec = getattr(item, "callspec", None)
+        params = callspec.params.values() if callspec is not None else ()
+        if needs & _POSTGRES_FIXTURES or "postgresql" in params:
+            item.add_marker(pytest.mark.postgres)
+        if needs & _SPARK_FIXTURES or item.module.__name__.startswith("tests.test_spark"):
+            item.add_marker(pytest.mark.spark)
 
 
 @pytest.fixture

@@ -15,8 +15,14 @@ def test_the_readme_has_examples() -> None:
     assert len(BLOCKS) >= 2
 
 
-# poisonq.spark.udf declares its Arrow UDF by type, which PySpark warns about on each call.
-@pytest.mark.parametrize("block", BLOCKS, ids=[f"block{i}" for i in range(len(BLOCKS))])
+# The examples that start Spark are marked for the fast tier to leave out.
+EXAMPLES = [
+    pytest.param(block, id=f"block{i}", marks=[pytest.mark.spark] if "spark" in block else [])
+    for i, block in enumerate(BLOCKS)
+]
+
+
+@pytest.mark.parametrize("block", EXAMPLES)
 def test_readme_example_runs(block: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     exec(compile(block, str(README), "exec"), {"__name__": "readme"})
