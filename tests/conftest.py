@@ -11,9 +11,7 @@ and migrated by the store as it opens, so tests never see each other's queues.
 from __future__ import annotations
 
 import itertools
-import sqlite3
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,13 +19,13 @@ import pytest
 
 import poisonq
 from poisonq import Broker, ManualClock
+from tests.helpers import STORES, Orders, store_url
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from poisonq.testing.pgserver import TemporaryServer
 
-STORES = ["sqlite", "postgresql"]
 _schemas = itertools.count(1)
 # The fixtures that start a PostgreSQL server, and the Spark ones: what `make check` leaves out.
 _POSTGRES_FIXTURES = {"pg_server", "pg_url", "own_server", "orders"}
@@ -88,16 +86,6 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'queues.db'}"
 
 
-def store_url(request: pytest.FixtureRequest) -> str:
-    """The URL of a fresh store of the kind ``request.param`` names."""
-    return str(request.getfixturevalue(f"{request.param.replace('postgresql', 'pg')}_url"))
-
-
-# Spark tests take seconds each, so their modules run on SQLite (``url = spark_store_url``);
-# the tests marked ``on_both_stores`` also run on PostgreSQL, whose executors read from it.
-spark_store_url = pytest.fixture(params=["sqlite"], name="url")(store_url)
-
-
 @pytest.fixture
 def live(url: str) -> Iterator[Broker]:
     """A broker on the real clock, which Spark's Python workers share."""
@@ -109,11 +97,6 @@ def live(url: str) -> Iterator[Broker]:
 def url(request: pytest.FixtureRequest) -> str:
     """The store under test: each test using it runs once per store."""
     return store_url(request)
-
-
-# For modules whose ``url`` is SQLite only (the Spark suite, slow per test): run one test on
-# both stores anyway.
-on_both_stores = pytest.mark.parametrize("url", STORES, indirect=True)
 
 
 @pytest.fixture
@@ -129,14 +112,6 @@ def queue(broker: Broker) -> str:
     return "orders"
 
 
-def assert_balanced(broker: Broker) -> None:
-    """The accounting invariant: sent = completed + dropped + held, per entity and overall."""
-    report = broker.audit()
-    bad = [entry for entry in report.entries if not entry.ok]
-    assert not bad, f"ledger out of balance: {bad}"
-    assert report.sent == report.completed + report.dropped + report.held
-
-
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """One local SparkSession for the whole run (starting one costs seconds)."""
@@ -145,29 +120,6 @@ def spark() -> Iterator[SparkSession]:
     session = local_session("poisonq-tests")
     yield session
     session.stop()
-
-
-@dataclass(frozen=True)
-class Orders:
-    """A PostgreSQL queue ``orders`` of the chaos suite's orders, at ``url``: the message ids
-    that must reach the output, and each bad one's reason (``PermanentError``)."""
-
-    url: str
-    broker: Broker
-    good: set[str]
-    bad: dict[str, str]
-
-    @property
-    def count(self) -> int:
-        return len(self.good) + len(self.bad)
-
-    def problems(self, output: list[str], reason: str | None = None) -> str:
-        """What the chaos suite's end-state check finds wrong ("none"), every bad order
-        dead-lettered with ``reason`` if given, else with its own."""
-        from tests.chaos.verdict import check
-
-        bad = dict.fromkeys(self.bad, reason) if reason else self.bad
-        return check(self.broker, "orders", self.good, bad, output).problems()
 
 
 @pytest.fixture
@@ -180,16 +132,3 @@ def orders(pg_url: str, request: pytest.FixtureRequest) -> Iterator[Orders]:
         broker.create_queue("orders", max_delivery_count=3)
         good, bad = send_orders(broker, "orders", 1000, crash=getattr(request, "param", 0))
         yield Orders(pg_url, broker, good, bad)
-
-
-def execute_behind_the_back(url: str, sql: str) -> list[tuple[object, ...]]:
-    """Run ``sql`` on the store's database directly, as an outside program (or a bug) would;
-    returns its rows."""
-    if url.startswith("sqlite:///"):
-        with sqlite3.connect(url.removeprefix("sqlite:///")) as db:
-            return db.execute(sql).fetchall()
-    import psycopg
-
-    with psycopg.connect(url) as conn:
-        cur = conn.execute(sql.encode())
-        return cur.fetchall() if cur.description else []

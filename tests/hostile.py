@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from poisonq import Broker, PoisonqError, StoreError
-from tests.conftest import assert_balanced
+from tests.helpers import assert_balanced
 
 HOSTILE = settings(
     max_examples=25,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from poisonq import Broker, EntityDisabledError, ManualClock, Message, PoisonMessageError
-from tests.conftest import assert_balanced
+from tests.helpers import assert_balanced
 
 
 def _abandon(broker: Broker, n: int = 1) -> None:

@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 
 import poisonq
-from poisonq import Broker, Message, MessageLockLostError
-from tests.conftest import assert_balanced
+from poisonq import MessageLockLostError
+from tests.helpers import assert_balanced, fill
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -162,17 +162,6 @@ def _churn(url: str, queue: str, out: str, start: Barrier, seed: int) -> None:
 
 
 # Helpers --------------------------------------------------------------------------------------
-def _send(broker: Broker, queue: str, n: int, chunk: int = 1000) -> list[int]:
-    seqs: list[int] = []
-    for first in range(0, n, chunk):
-        batch = [
-            Message(body=f"body-{i}", message_id=f"{queue}-{i}")
-            for i in range(first, min(n, first + chunk))
-        ]
-        seqs += broker.sender(queue).send(batch)
-    return seqs
-
-
 def _run(
     processes: list[Any], start: Barrier | None = None, run_timeout: float = RUN_TIMEOUT
 ) -> None:
@@ -224,7 +213,7 @@ def test_four_processes_complete_20000_messages_exactly_once(url: str, tmp_path:
     n = 20_000
     with poisonq.connect(url) as broker:
         broker.create_queue("work")
-        seqs = _send(broker, "work", n)
+        seqs = fill(broker, "work", n)
         assert len(set(seqs)) == n
         start = SPAWN.Barrier(5)
         processes, outs = _consumers(url, "work", tmp_path, 4, start, None, 100)
@@ -236,7 +225,7 @@ def test_four_processes_complete_20000_messages_exactly_once(url: str, tmp_path:
         assert max(per_seq.values()) == 1, "a message was completed twice"
         by_seq = {r["seq"]: r for r in done}
         for i, seq in enumerate(seqs):  # each record is the message that was sent
-            assert (by_seq[seq]["message_id"], by_seq[seq]["body"]) == (f"work-{i}", f"body-{i}")
+            assert (by_seq[seq]["message_id"], by_seq[seq]["body"]) == (f"m{i}", f"b{i}")
         counts = broker.counts("work")
         assert counts["completed"] == n
         assert counts["active"] + counts["locked"] + counts["scheduled"] + counts["deferred"] == 0
@@ -250,7 +239,7 @@ def test_locks_of_a_killed_receiver_expire_and_its_messages_are_delivered_again(
 ) -> None:
     with poisonq.connect(url) as broker:
         broker.create_queue("crash", lock_duration=2, max_delivery_count=5)
-        seqs = _send(broker, "crash", 50)
+        seqs = fill(broker, "crash", 50)
 
         holding = SPAWN.Event()
         victim_out = tmp_path / "victim.json"
@@ -302,7 +291,7 @@ def test_a_consumer_killed_at_any_moment_loses_and_duplicates_nothing(
     n = 3000
     with poisonq.connect(url) as broker:
         broker.create_queue("busy", lock_duration=1, max_delivery_count=10)
-        seqs = _send(broker, "busy", n)
+        seqs = fill(broker, "busy", n)
 
         start, progress = SPAWN.Barrier(2), SPAWN.Event()
         victim_out = tmp_path / "busy-victim.jsonl"
@@ -348,7 +337,7 @@ def test_competing_processes_never_hold_the_same_message(url: str, tmp_path: Pat
     n = 2000
     with poisonq.connect(url) as broker:
         broker.create_queue("locks", lock_duration=120)  # nothing expires during the test
-        seqs = _send(broker, "locks", n)
+        seqs = fill(broker, "locks", n)
         start = SPAWN.Barrier(5)
         outs = [tmp_path / f"holder-{i}.json" for i in range(4)]
         processes = [
@@ -389,7 +378,7 @@ def test_many_processes_with_abandons_and_lock_expiries_complete_50000_messages_
     n, consumers = 50_000, 8 if url.startswith("postgresql") else 4
     with poisonq.connect(url) as broker:
         broker.create_queue("churn", lock_duration=2, max_delivery_count=100)
-        seqs = _send(broker, "churn", n, chunk=5000)
+        seqs = fill(broker, "churn", n, chunk=5000)
         start = SPAWN.Barrier(consumers + 1)
         outs = [tmp_path / f"churn-{i}.jsonl" for i in range(consumers)]
         processes = [

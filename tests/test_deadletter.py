@@ -14,7 +14,7 @@ from poisonq import (
     Message,
     MessageState,
 )
-from tests.conftest import assert_balanced
+from tests.helpers import assert_balanced
 
 DLQ = "orders/$deadletterqueue"
 

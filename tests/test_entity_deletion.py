@@ -16,7 +16,7 @@ from poisonq import Broker, Message
 from poisonq.errors import StoreError
 from poisonq.model import MessageState
 from poisonq.store.base import NewMessage
-from tests.conftest import assert_balanced, execute_behind_the_back
+from tests.helpers import assert_balanced, execute_behind_the_back
 
 
 def _message_rows(url: str) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from poisonq import Broker, EntityNotFoundError, InvalidNameError, InvalidOptionError, Message
-from tests.conftest import assert_balanced
+from tests.helpers import assert_balanced
 
 
 def test_forward_to_moves_each_message_in_the_same_transaction_with_its_hop_count(

@@ -13,7 +13,7 @@ from poisonq import Broker, ManualClock, Message
 from poisonq.history import TREND, WINDOWS, Window, depths, timeline
 from poisonq.store.base import DeadLetterCount, DepthChange
 from poisonq.store.history import HOUR, KEEP, MINUTE, PRUNE_EVERY
-from tests.conftest import execute_behind_the_back
+from tests.helpers import execute_behind_the_back
 
 
 def _fail(customer: str) -> None:

@@ -5,19 +5,10 @@ from __future__ import annotations
 import pytest
 
 import poisonq
-from poisonq import Abandon, Broker, Complete, DeadLetter, ManualClock, Message, Release
+from poisonq import Abandon, Broker, Complete, DeadLetter, ManualClock, Release
 from poisonq.failures import failure_from_exception
 from poisonq.store.base import LEASE_COLUMNS, MessageFilter
-from tests.conftest import assert_balanced
-
-
-def fill(broker: Broker, queue: str, count: int) -> list[int]:
-    return broker.sender(queue).send(
-        [
-            Message(body=f"b{n}".encode(), message_id=f"m{n}", properties={"n": n})
-            for n in range(count)
-        ]
-    )
+from tests.helpers import assert_balanced, fill
 
 
 def test_a_lease_locks_a_batch_under_one_token(broker: Broker, queue: str) -> None:

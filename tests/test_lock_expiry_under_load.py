@@ -17,10 +17,10 @@ from pyspark import cloudpickle
 from pyspark.sql import SparkSession
 
 import poisonq
-from poisonq import Broker, Message, MessageLockLostError
+from poisonq import Broker, MessageLockLostError
 from poisonq.spark.pipeline import Pipeline
 from tests.chaos.verdict import Holding, dead_lettered, double_holders
-from tests.conftest import assert_balanced
+from tests.helpers import assert_balanced, fill
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -29,9 +29,9 @@ LOCK = 0.6  # seconds
 SLOW = 1.5 * LOCK  # every handler outlasts its lock
 
 
-def _send(broker: Broker, count: int, **options: Any) -> None:
+def _orders(broker: Broker, count: int, **options: Any) -> None:
     broker.create_queue("orders", lock_duration=LOCK, **options)
-    broker.sender("orders").send([Message(body=str(n), message_id=f"m{n}") for n in range(count)])
+    fill(broker, "orders", count)
 
 
 def test_handlers_slower_than_their_locks_are_renewed_and_complete_once(url: str) -> None:
@@ -43,7 +43,7 @@ def test_handlers_slower_than_their_locks_are_renewed_and_complete_once(url: str
         holdings.append(Holding(message.message_id, start, time.time()))
 
     with poisonq.connect(url) as broker:
-        _send(broker, 12, max_delivery_count=2)
+        _orders(broker, 12, max_delivery_count=2)
         stats = poisonq.Processor(
             broker, "orders", handle, batch_size=3, concurrency=4, max_wait=LOCK
         ).run(until_idle=True)
@@ -89,7 +89,7 @@ def test_handlers_slower_than_unrenewed_locks_lose_them_and_never_share_a_messag
                     refused[message.message_id] += 1
 
     with poisonq.connect(url) as broker:
-        _send(broker, 4, max_delivery_count=2)
+        _orders(broker, 4, max_delivery_count=2)
         brokers = [poisonq.connect(url) for _ in range(2)]
         threads = [threading.Thread(target=consume, args=(b,)) for b in brokers]
         for thread in threads:
@@ -118,7 +118,7 @@ def test_a_pipeline_batch_that_outlasts_its_lease_lock_is_renewed_and_written_on
 ) -> None:
     url = f"sqlite:///{tmp_path / 'store.db'}"
     with poisonq.connect(url) as broker:
-        _send(broker, 400, max_delivery_count=1)  # a second delivery would dead-letter
+        _orders(broker, 400, max_delivery_count=1)  # a second delivery would dead-letter
         report = Pipeline(
             spark, url=url, queue="orders", map=slow_row, schema="message_id string",
             output=str(tmp_path / "out"), batch_size=200, lock_duration=LOCK,

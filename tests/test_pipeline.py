@@ -23,7 +23,7 @@ import poisonq
 from poisonq import Broker, Message
 from poisonq.spark.lease_renewer import LeaseRenewer
 from poisonq.spark.pipeline import Pipeline, PipelineStoppedError
-from tests.conftest import assert_balanced, on_both_stores, spark_store_url
+from tests.helpers import assert_balanced, on_both_stores, spark_store_url
 
 # Executors cannot import this test module: ship its functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

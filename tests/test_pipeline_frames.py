@@ -19,7 +19,7 @@ import poisonq
 from poisonq import Broker, Message
 from poisonq.errors import InvalidOptionError
 from poisonq.spark import Pipeline, PipelineStoppedError, udf
-from tests.conftest import assert_balanced, on_both_stores, spark_store_url
+from tests.helpers import assert_balanced, on_both_stores, spark_store_url
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

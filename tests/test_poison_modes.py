@@ -16,7 +16,7 @@ from poisonq import (
     ReceivedMessage,
     RetryPolicy,
 )
-from tests.conftest import assert_balanced
+from tests.helpers import assert_balanced
 
 
 def _policy(handling: str, attempts: int = 2) -> RetryPolicy:

@@ -12,7 +12,7 @@ import pytest
 
 import poisonq
 from poisonq import Broker, ManualClock, Message, Processor, ReceivedMessage
-from tests.conftest import assert_balanced
+from tests.helpers import assert_balanced
 
 
 class InvalidCustomer(poisonq.PermanentError):

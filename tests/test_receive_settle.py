@@ -23,17 +23,13 @@ from poisonq import (
     MessageState,
     Settlement,
 )
-from tests.conftest import assert_balanced
-
-
-def _send(broker: Broker, queue: str, n: int) -> list[int]:
-    return broker.sender(queue).send([Message(body=f"m{i}".encode()) for i in range(n)])
+from tests.helpers import assert_balanced, fill
 
 
 def test_peek_lock_sets_lock_fields_in_fifo_order(
     broker: Broker, queue: str, clock: ManualClock
 ) -> None:
-    seqs = _send(broker, queue, 5)
+    seqs = fill(broker, queue, 5)
     got = broker.receiver(queue).receive(max_messages=3)
     assert [m.sequence_number for m in got] == seqs[:3]
     assert all(m.state is MessageState.LOCKED and m.delivery_count == 1 for m in got)
@@ -46,7 +42,7 @@ def test_peek_lock_sets_lock_fields_in_fifo_order(
 
 
 def test_receive_and_delete_completes_as_it_hands_out(broker: Broker, queue: str) -> None:
-    _send(broker, queue, 3)
+    fill(broker, queue, 3)
     receiver = broker.receiver(queue, receive_mode="receive_and_delete")
     got = receiver.receive(max_messages=2)
     assert [m.state for m in got] == [MessageState.COMPLETED] * 2
@@ -57,7 +53,7 @@ def test_receive_and_delete_completes_as_it_hands_out(broker: Broker, queue: str
 
 
 def test_peek_neither_locks_nor_counts(broker: Broker, queue: str) -> None:
-    seqs = _send(broker, queue, 3)
+    seqs = fill(broker, queue, 3)
     assert [m.sequence_number for m in broker.peek(queue, from_sequence=seqs[1])] == seqs[1:]
     (first,) = broker.receiver(queue).peek()
     assert first.delivery_count == 0 and first.lock_token is None
@@ -65,7 +61,7 @@ def test_peek_neither_locks_nor_counts(broker: Broker, queue: str) -> None:
 
 
 def test_peek_shows_a_lock_but_never_its_token(broker: Broker, queue: str) -> None:
-    _send(broker, queue, 1)
+    fill(broker, queue, 1)
     (held,) = broker.receiver(queue).receive()
     (seen,) = broker.peek(queue)
     assert seen.state == "locked" and seen.locked_until == held.locked_until
@@ -104,7 +100,7 @@ def test_long_poll_returns_when_a_message_arrives(url: str) -> None:
 
 
 def test_complete_removes_and_counts(broker: Broker, queue: str) -> None:
-    _send(broker, queue, 2)
+    fill(broker, queue, 2)
     receiver = broker.receiver(queue)
     receiver.complete(receiver.receive(max_messages=2))
     counts = broker.counts(queue)
@@ -115,7 +111,7 @@ def test_complete_removes_and_counts(broker: Broker, queue: str) -> None:
 def test_a_lost_lock_raises_and_changes_nothing(
     broker: Broker, queue: str, clock: ManualClock
 ) -> None:
-    _send(broker, queue, 2)
+    fill(broker, queue, 2)
     receiver = broker.receiver(queue)
     first = receiver.receive()
     clock.advance(31)
@@ -146,7 +142,7 @@ def _with_token(message, token):  # type: ignore[no-untyped-def]
 
 
 def test_abandon_puts_the_message_back_in_front(broker: Broker, queue: str) -> None:
-    seqs = _send(broker, queue, 3)
+    seqs = fill(broker, queue, 3)
     receiver = broker.receiver(queue)
     (first,) = receiver.receive()
     assert receiver.abandon(first, error=ValueError("bad")) == []
@@ -157,7 +153,7 @@ def test_abandon_puts_the_message_back_in_front(broker: Broker, queue: str) -> N
 
 
 def test_lock_expiry_counts_as_an_abandon(broker: Broker, queue: str, clock: ManualClock) -> None:
-    _send(broker, queue, 1)
+    fill(broker, queue, 1)
     receiver = broker.receiver(queue)
     receiver.receive()
     clock.advance(30)
@@ -168,7 +164,7 @@ def test_lock_expiry_counts_as_an_abandon(broker: Broker, queue: str, clock: Man
 
 
 def test_competing_receivers_never_share_a_valid_lock(broker: Broker, queue: str) -> None:
-    _send(broker, queue, 100)
+    fill(broker, queue, 100)
     seen: list[int] = []
     lock = threading.Lock()
 
@@ -191,7 +187,7 @@ def test_competing_receivers_never_share_a_valid_lock(broker: Broker, queue: str
 def test_defer_and_receive_deferred_by_sequence_number(
     broker: Broker, queue: str, clock: ManualClock
 ) -> None:
-    seqs = _send(broker, queue, 2)
+    seqs = fill(broker, queue, 2)
     receiver = broker.receiver(queue)
     (first,) = receiver.receive()
     receiver.defer(first)
@@ -208,7 +204,7 @@ def test_defer_and_receive_deferred_by_sequence_number(
 
 
 def test_renew_lock_moves_locked_until(broker: Broker, queue: str, clock: ManualClock) -> None:
-    _send(broker, queue, 1)
+    fill(broker, queue, 1)
     receiver = broker.receiver(queue)
     (message,) = receiver.receive()
     clock.advance(20)
@@ -222,7 +218,7 @@ def test_renew_lock_moves_locked_until(broker: Broker, queue: str, clock: Manual
 def test_receiver_lock_duration_overrides_the_queue(
     broker: Broker, queue: str, clock: ManualClock
 ) -> None:
-    _send(broker, queue, 1)
+    fill(broker, queue, 1)
     (message,) = broker.receiver(queue, lock_duration=5).receive()
     assert message.locked_until.timestamp() == clock.now() + 5  # type: ignore[union-attr]
 
@@ -230,7 +226,7 @@ def test_receiver_lock_duration_overrides_the_queue(
 def test_auto_lock_renewer_keeps_a_slow_handler_locked(
     broker: Broker, queue: str, clock: ManualClock
 ) -> None:
-    _send(broker, queue, 2)
+    fill(broker, queue, 2)
     receiver = broker.receiver(queue)
     messages = receiver.receive(max_messages=2)
     renewer = AutoLockRenewer(max_lock_renewal_duration=600)
@@ -246,7 +242,7 @@ def test_auto_lock_renewer_keeps_a_slow_handler_locked(
 def test_auto_lock_renewer_reports_a_lost_lock(
     broker: Broker, queue: str, clock: ManualClock
 ) -> None:
-    _send(broker, queue, 1)
+    fill(broker, queue, 1)
     receiver = broker.receiver(queue)
     messages = receiver.receive()
     failures: list[int] = []
@@ -263,7 +259,7 @@ def test_auto_lock_renewer_reports_a_lost_lock(
 def test_settle_and_receive_settles_each_way_and_locks_the_next_in_one_transaction(
     broker: Broker, queue: str
 ) -> None:
-    seqs = _send(broker, queue, 6)
+    seqs = fill(broker, queue, 6)
     receiver = broker.receiver(queue)
     first = receiver.receive(max_messages=3)
     settlements: list[Settlement] = [
@@ -295,7 +291,7 @@ def test_settle_and_receive_settles_each_way_and_locks_the_next_in_one_transacti
 def test_a_settlement_without_abandons_names_every_lost_lock(broker: Broker, queue: str) -> None:
     """Without an abandon no lock is read first: the guarded completions and moves find the
     lost ones, and all of them are named before anything commits."""
-    _send(broker, queue, 4)
+    fill(broker, queue, 4)
     receiver = broker.receiver(queue)
     got = receiver.receive(max_messages=4)
     seqs = [m.sequence_number for m in got]
@@ -324,7 +320,7 @@ def test_an_audit_balances_while_others_send_and_complete(broker: Broker, queue:
         for _ in range(200):  # bounded: stops by itself
             if stop.is_set():
                 return
-            _send(broker, queue, 5)
+            fill(broker, queue, 5)
             sent.set()
             receiver.complete(receiver.receive(max_messages=5))
 

@@ -8,7 +8,7 @@ import pytest
 
 from poisonq import Broker, InvalidOptionError, ManualClock, Message, RetryPolicy
 from poisonq.options import MoveToRetry, Poison, QueueOptions, Redeliver
-from tests.conftest import assert_balanced
+from tests.helpers import assert_balanced
 
 RETRY = "orders;retry"
 

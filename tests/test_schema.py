@@ -16,7 +16,7 @@ import poisonq
 from poisonq.errors import SchemaVersionError
 from poisonq.model import EntityStatus, MessageState, SubQueue
 from poisonq.store.sqlite import SqliteStore
-from tests.conftest import execute_behind_the_back
+from tests.helpers import execute_behind_the_back
 
 
 def _check_values(db: sqlite3.Connection, table: str, column: str) -> set[str]:

@@ -17,7 +17,7 @@ from poisonq import (
     MessageTooLargeError,
     QuotaExceededError,
 )
-from tests.conftest import assert_balanced
+from tests.helpers import assert_balanced
 
 
 def test_a_batch_is_all_or_nothing(broker: Broker, queue: str) -> None:

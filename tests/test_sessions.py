@@ -20,7 +20,7 @@ from poisonq import (
     SessionCannotBeLockedError,
     SessionLockLostError,
 )
-from tests.conftest import assert_balanced
+from tests.helpers import assert_balanced
 
 
 @pytest.fixture

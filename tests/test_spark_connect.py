@@ -16,7 +16,7 @@ import pytest
 
 from poisonq.testing.sparkcluster import ConnectServer
 from tests.chaos.scenarios import output_ids
-from tests.conftest import Orders
+from tests.helpers import Orders
 from tests.spark_jobs import PROGRAM, ROOT, TIMEOUT, environment
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]

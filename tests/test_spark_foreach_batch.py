@@ -21,7 +21,7 @@ import poisonq
 from poisonq import Broker
 from poisonq.errors import InvalidOptionError
 from poisonq.spark import dead_letter, foreach_batch
-from tests.conftest import assert_balanced, on_both_stores, spark_store_url
+from tests.helpers import assert_balanced, on_both_stores, spark_store_url
 from tests.test_spark_source import fill, start
 
 if TYPE_CHECKING:

@@ -23,7 +23,8 @@ from poisonq import Broker, Message
 from poisonq.failures import failure_from_exception
 from poisonq.spark import source
 from poisonq.spark.source import SourceOptions, StreamReader
-from tests.conftest import assert_balanced, on_both_stores, spark_store_url
+from tests import helpers
+from tests.helpers import assert_balanced, on_both_stores, spark_store_url
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row, SparkSession
@@ -41,18 +42,9 @@ def live(url: str) -> Iterator[Broker]:
         yield opened
 
 
-def fill(broker: Broker, count: int, queue: str = "orders") -> list[int]:
-    return broker.sender(queue).send(
-        [
-            Message(
-                body=f"b{n}".encode(),
-                message_id=f"m{n}",
-                subject="order",
-                properties={"n": n, "kind": "test"},
-            )
-            for n in range(count)
-        ]
-    )
+def fill(broker: Broker, count: int) -> list[int]:
+    """``count`` orders (subject ``order``, property ``kind``) in the ``orders`` queue."""
+    return helpers.fill(broker, "orders", count, subject="order", properties={"kind": "test"})
 
 
 def read(spark: SparkSession, url: str, **options: str) -> DataFrame:

@@ -60,7 +60,7 @@ from poisonq import (
     Receiver,
     RetryPolicy,
 )
-from tests.conftest import assert_balanced
+from tests.helpers import assert_balanced
 
 if TYPE_CHECKING:
     from poisonq.testing.pgserver import TemporaryServer

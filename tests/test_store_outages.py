@@ -17,7 +17,7 @@ import poisonq
 from poisonq import Message, Processor, ReceivedMessage
 from poisonq.store.sqlite import SqliteStore
 from poisonq.testing.pgserver import TemporaryServer
-from tests.conftest import assert_balanced, execute_behind_the_back
+from tests.helpers import assert_balanced, execute_behind_the_back
 
 
 @pytest.mark.slow

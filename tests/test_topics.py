@@ -6,7 +6,7 @@ import pytest
 
 from poisonq import Broker, FilterError, InvalidOperationError, Message, SqlFilter
 from poisonq.filters import CorrelationFilter, FilterEvaluationError
-from tests.conftest import assert_balanced
+from tests.helpers import assert_balanced
 
 EU = "events/subscriptions/eu"
 ALL = "events/subscriptions/all"

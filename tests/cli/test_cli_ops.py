@@ -17,7 +17,7 @@ import poisonq.cli.ops
 from poisonq import Broker, Message
 from poisonq.cli import cli
 from tests.cli.conftest import run, run_json
-from tests.conftest import execute_behind_the_back
+from tests.helpers import execute_behind_the_back
 
 
 def test_audit_passes_then_fails_when_a_message_vanishes(

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from poisonq import Broker
 from poisonq.cli import cli
 from tests.cli.conftest import all_commands, assert_one_error_line
-from tests.conftest import assert_balanced
+from tests.helpers import assert_balanced
 from tests.hostile import HOSTILE, SPECIAL_TEXT, any_char
 
 # Options that would make a command wait for real (the CLI has the real clock): a receive's

@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 
 from poisonq import Broker, ManualClock
 from poisonq.server import create_app
-from tests.conftest import assert_balanced
+from tests.helpers import assert_balanced
 from tests.server.conftest import AUTH, MALICIOUS, TOKEN, GatedClock, record, wait_for_task
 
 DLQ = "orders/$deadletterqueue"

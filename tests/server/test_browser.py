@@ -13,7 +13,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from poisonq import Broker, ManualClock, Message
 from poisonq.server import create_app
 from poisonq.server.background import BackgroundServer
-from tests.conftest import assert_balanced
+from tests.helpers import assert_balanced
 from tests.server.chromium import launch
 from tests.server.conftest import MALICIOUS, TOKEN, GatedClock, record
 

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from poisonq import Broker
-from tests.conftest import assert_balanced
+from tests.helpers import assert_balanced
 from tests.hostile import HOSTILE, SPECIAL_TEXT, any_char, hostile_text
 from tests.server.conftest import AUTH, wait_for_task
 

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from poisonq import Broker
 from poisonq.server import create_app
-from tests.conftest import assert_balanced
+from tests.helpers import assert_balanced
 from tests.server.conftest import AUTH, TOKEN, GatedClock, finished, wait_for_task
 from tests.server.test_ui import OPERATOR, login
 

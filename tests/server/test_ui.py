@@ -12,7 +12,7 @@ from poisonq import Broker, Message
 from poisonq.server import create_app
 from poisonq.server.pages import body_view
 from poisonq.server.sessions import SESSION_COOKIE
-from tests.conftest import assert_balanced
+from tests.helpers import assert_balanced
 from tests.server.conftest import TOKEN, GatedClock, finished, wait_for_task
 
 DLQ = "orders/$deadletterqueue"

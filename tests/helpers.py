@@ -1,0 +1,93 @@
+"""What tests share besides fixtures: checks of the end state, stores reached behind the
+engine's back, and messages to fill a queue with (fixtures stay in ``conftest.py``)."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from poisonq import Broker, Message
+
+STORES = ["sqlite", "postgresql"]
+
+
+def store_url(request: pytest.FixtureRequest) -> str:
+    """The URL of a fresh store of the kind ``request.param`` names."""
+    return str(request.getfixturevalue(f"{request.param.replace('postgresql', 'pg')}_url"))
+
+
+# Spark tests take seconds each, so their modules run on SQLite (``url = spark_store_url``);
+# the tests marked ``on_both_stores`` also run on PostgreSQL, whose executors read from it.
+spark_store_url = pytest.fixture(params=["sqlite"], name="url")(store_url)
+
+# For modules whose ``url`` is SQLite only (the Spark suite, slow per test): run one test on
+# both stores anyway.
+on_both_stores = pytest.mark.parametrize("url", STORES, indirect=True)
+
+
+def assert_balanced(broker: Broker) -> None:
+    """The accounting invariant: sent = completed + dropped + held, per entity and overall."""
+    report = broker.audit()
+    bad = [entry for entry in report.entries if not entry.ok]
+    assert not bad, f"ledger out of balance: {bad}"
+    assert report.sent == report.completed + report.dropped + report.held
+
+
+def fill(broker: Broker, queue: str, count: int, *, chunk: int = 1000, **fields: Any) -> list[int]:
+    """Send ``count`` messages to ``queue`` in batches of ``chunk``; returns their sequence
+    numbers. Message ``n`` has body ``b"b<n>"``, message id ``m<n>`` and the property ``n``;
+    ``fields`` are given to every message (``properties`` are added to ``n``)."""
+    extra = fields.pop("properties", {})
+    seqs: list[int] = []
+    for first in range(0, count, chunk):
+        seqs += broker.sender(queue).send(
+            [
+                Message(
+                    body=f"b{n}".encode(),
+                    message_id=f"m{n}",
+                    properties={"n": n, **extra},
+                    **fields,
+                )
+                for n in range(first, min(count, first + chunk))
+            ]
+        )
+    return seqs
+
+
+def execute_behind_the_back(url: str, sql: str) -> list[tuple[object, ...]]:
+    """Run ``sql`` on the store's database directly, as an outside program (or a bug) would;
+    returns its rows."""
+    if url.startswith("sqlite:///"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as db:
+            return db.execute(sql).fetchall()
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        cur = conn.execute(sql.encode())
+        return cur.fetchall() if cur.description else []
+
+
+@dataclass(frozen=True)
+class Orders:
+    """A PostgreSQL queue ``orders`` of the chaos suite's orders, at ``url``: the message ids
+    that must reach the output, and each bad one's reason (``PermanentError``)."""
+
+    url: str
+    broker: Broker
+    good: set[str]
+    bad: dict[str, str]
+
+    @property
+    def count(self) -> int:
+        return len(self.good) + len(self.bad)
+
+    def problems(self, output: list[str], reason: str | None = None) -> str:
+        """What the chaos suite's end-state check finds wrong ("none"), every bad order
+        dead-lettered with ``reason`` if given, else with its own."""
+        from tests.chaos.verdict import check
+
+        bad = dict.fromkeys(self.bad, reason) if reason else self.bad
+        return check(self.broker, "orders", self.good, bad, output).problems()
