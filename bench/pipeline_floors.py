@@ -3,12 +3,12 @@
 - SQLite: lock and then complete 100,000 messages durably (WAL, ``synchronous=FULL``) with bare
   SQL on poisonq's own schema: the least a store of per-message locks can cost per message.
 - fork: one cycle of fork, exit and wait of a Python process, bare and after ``import
-  poisonq.guard`` (what the crash guard's helper holds; a transform that refers to
+  poisonq.worker.guard`` (what the crash guard's helper holds; a transform that refers to
   ``poisonq.PermanentError`` adds ``poisonq.errors``, which the guard has already): the least a
   crash that kills its process can cost.
 
 And what the crash guard makes of that floor: ``guard_ms_per_crash``, the wall time a crash
-adds to 100,000 rows through :func:`poisonq.guard.run_isolated` with one crashing row in
+adds to 100,000 rows through :func:`poisonq.worker.guard.run_isolated` with one crashing row in
 1,000, against the same rows without a crash, in one run.
 
 Prints one line: ``sqlite_lock_complete_us_per_msg=… fork_cycle_ms_bare=…
@@ -32,7 +32,7 @@ FORK_CYCLES = 300
 _FORK_LOOP = f"""
 import gc, os, sys, time
 if sys.argv[1:]:
-    import poisonq.guard  # what the crash guard's helper loads
+    import poisonq.worker.guard  # what the crash guard's helper loads
 gc.freeze()
 started = time.perf_counter()
 for _ in range({FORK_CYCLES}):
@@ -109,7 +109,7 @@ def _clean(row: int) -> dict[str, int]:
 
 def guard_crash_cost(rows: int = 100_000) -> float:
     """Milliseconds a crashing row adds, the guard alone (median of three runs each way)."""
-    from poisonq.guard import Crashed, run_isolated
+    from poisonq.worker.guard import Crashed, run_isolated
 
     data = list(range(rows))
     run_isolated(_clean, data[:10], ())  # start the helpers

@@ -31,7 +31,7 @@ from rich.table import Table
 
 from poisonq.client import Broker, connect
 from poisonq.errors import PermanentError
-from poisonq.model import HELD_STATES, DeadLetterReason, Message, ReceivedMessage
+from poisonq.model import LIVE_STATES, DeadLetterReason, Message, ReceivedMessage
 from poisonq.processor import Processor, ProcessorStats
 
 QUEUE = "orders"
@@ -178,7 +178,7 @@ def check(broker: Broker, orders: list[Order], handler: OrderHandler) -> list[tu
         ("good and flaky orders completed exactly once", ok_once),
         ("bad orders dead-lettered once with the expected reason", dead_right),
         ("nothing unknown completed or dead-lettered", set(completed) | set(dead) <= known),
-        ("nothing left in the queue", sum(counts[state] for state in HELD_STATES) == 0),
+        ("nothing left in the queue", sum(counts[state] for state in LIVE_STATES) == 0),
         ("audit: every message accounted for", broker.audit().ok),
     ]
 

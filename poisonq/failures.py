@@ -12,10 +12,9 @@ import hashlib
 import os
 import traceback
 
-from poisonq.model import FailureRecord
+from poisonq.limits import MAX_MESSAGE, MAX_TRACEBACK, tail
+from poisonq.model import DeadLetter, FailureRecord
 
-MAX_TRACEBACK = 16_384
-MAX_MESSAGE = 4_096
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
@@ -63,9 +62,7 @@ def _from_user_frames(exc: BaseException) -> BaseException:
 
 def failure_from_exception(exc: BaseException, now: float) -> FailureRecord:
     """The failure record of one attempt that raised ``exc``."""
-    text = "".join(traceback.format_exception(_from_user_frames(exc)))
-    if len(text) > MAX_TRACEBACK:
-        text = "...\n" + text[-MAX_TRACEBACK:]
+    text = tail("".join(traceback.format_exception(_from_user_frames(exc))), MAX_TRACEBACK)
     return FailureRecord(
         time=now,
         error_type=type_name(root_cause(exc)),
@@ -88,3 +85,12 @@ def _storable(text: str) -> str:
 def describe(failure: FailureRecord) -> str:
     """The one-line description a dead-lettered message carries for its last failure."""
     return f"{failure.error_type}: {failure.message}"[:MAX_MESSAGE]
+
+
+def dead_lettering(seq: int, lock_token: str, failure: FailureRecord) -> DeadLetter:
+    """The dead-lettering of a message for ``failure``, the same on every path (the
+    Processor, the pipeline's workers, a Spark UDF): the reason is the root-cause exception's
+    class name (as the failure records it, so a worker that only has the record can tell it),
+    the description its one line (:func:`describe`); the traceback stays in the failure."""
+    reason = failure.error_type.rsplit(".", 1)[-1]
+    return DeadLetter(seq, lock_token, reason, describe(failure), failure)

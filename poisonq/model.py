@@ -33,12 +33,16 @@ class MessageState(StrEnum):
     DROPPED = "dropped"
 
 
-HELD_STATES = (
+LIVE_STATES = (
     MessageState.SCHEDULED,
     MessageState.ACTIVE,
     MessageState.LOCKED,
     MessageState.DEFERRED,
 )
+"""The states of a message still on its way through a queue (not dead-lettered)."""
+
+HELD_STATES = (*LIVE_STATES, MessageState.DEAD_LETTERED)
+"""The states of a message the store still holds: what the audit counts as held."""
 
 
 class DeadLetterReason(StrEnum):

@@ -32,15 +32,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from poisonq.bisection import failing_alone
 from poisonq.client import Broker, Receiver, SessionReceiver
 from poisonq.defects import DEFAULT_MAX_FAILURE_RATIO, Defect, FailureWindow, check_ratio
 from poisonq.errors import InvalidOptionError, PermanentError, PoisonqError
-from poisonq.failures import failure_from_exception
+from poisonq.failures import dead_lettering, failure_from_exception
 from poisonq.lock_renewer import AutoLockRenewer
 from poisonq.model import (
     Abandon,
     Complete,
-    DeadLetter,
     Duration,
     FailureRecord,
     ReceivedMessage,
@@ -56,7 +56,6 @@ MessageHandler = Callable[[ReceivedMessage], Any]
 BatchHandler = Callable[[list[ReceivedMessage]], Any]
 PoisonHook = Callable[[ReceivedMessage, BaseException], Any]
 LockLostHook = Callable[[ReceivedMessage], Any]
-MAX_DESCRIPTION = 4_096
 FLUSH_INTERVAL = 0.5  # seconds a handled message may wait for the rest of its batch
 
 
@@ -412,7 +411,7 @@ class Processor:
         if self.batch:
             if in_order:
                 return self._first_failure(messages, stats)
-            return self._bisect(messages, stats, known_to_fail=False)
+            return self._bisect(messages, stats)
         outcomes: list[Outcome] = []
         finished: list[Outcome] = []
         flush_at = time.monotonic() + FLUSH_INTERVAL
@@ -459,23 +458,19 @@ class Processor:
             *(Skipped(message) for message in messages[passing + 1 :]),
         ]
 
-    def _bisect(
-        self, messages: list[ReceivedMessage], stats: ProcessorStats, known_to_fail: bool
-    ) -> list[Outcome]:
-        """Run the batch handler on ``messages``; if it fails, on each half, down to single
-        messages. A right half whose left sibling succeeded is known to fail and is split
-        without running it whole, which saves one run per level."""
-        if not (known_to_fail and len(messages) > 1):
+    def _bisect(self, messages: list[ReceivedMessage], stats: ProcessorStats) -> list[Outcome]:
+        """Run the batch handler on ``messages``, and on halves of a failing part down to
+        single messages (:func:`poisonq.bisection.failing_alone`)."""
+
+        def run(part: Sequence[ReceivedMessage]) -> BaseException | None:
             stats.handler_runs += 1
-            error = self._call(messages)
-            if error is None:
-                return [Completed(message) for message in messages]
-            if len(messages) == 1:
-                return [self._outcome(messages[0], error)]
-        middle = len(messages) // 2
-        left = self._bisect(messages[:middle], stats, known_to_fail=False)
-        left_ok = all(isinstance(outcome, Completed) for outcome in left)
-        return left + self._bisect(messages[middle:], stats, known_to_fail=left_ok)
+            return self._call(list(part))
+
+        failing = failing_alone(messages, run)
+        return [
+            self._outcome(message, failing[position]) if position in failing else Completed(message)
+            for position, message in enumerate(messages)
+        ]
 
     def _call(self, work: ReceivedMessage | list[ReceivedMessage]) -> BaseException | None:
         """Run the handler; its failure, whatever it is, becomes data to settle by."""
@@ -557,8 +552,9 @@ class Processor:
                 return Complete(seq, token)
             case Skipped():
                 return Release(seq, token)
-            case Reject(_, error):
-                return DeadLetter(seq, token, type(error).__name__, _description(failure), failure)
+            case Reject():
+                assert failure is not None, "a rejected message has its failure"
+                return dead_lettering(seq, token, failure)
             case Retry():
                 return Abandon(seq, token, failure)
 
@@ -584,12 +580,6 @@ class Processor:
         stats.poisoned += 1
         if self.on_poison is not None:
             self.on_poison(message, error)
-
-
-def _description(failure: FailureRecord | None) -> str:
-    """The traceback, cut from the front to fit a dead-letter description."""
-    text = failure.traceback if failure else ""
-    return text if len(text) <= MAX_DESCRIPTION else "...\n" + text[-MAX_DESCRIPTION:]
 
 
 def _first_delivery(outcome: Outcome) -> bool:

@@ -11,7 +11,7 @@ import pytest
 from pyspark import cloudpickle as spark_cloudpickle
 
 from poisonq import PermanentError
-from poisonq.guard import WINDOW, Crashed, Failed, run_inline, run_isolated
+from poisonq.worker.guard import WINDOW, Crashed, Failed, run_inline, run_isolated
 
 
 def transform(row: dict[str, Any]) -> dict[str, Any] | None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC
 
 import poisonq
-from poisonq.lease_rows import lease_message
 from poisonq.store.base import LEASE_COLUMNS
+from poisonq.worker.lease_rows import lease_message
 
 
 def test_a_lease_row_becomes_the_message_dict_with_every_column(broker: poisonq.Broker) -> None:

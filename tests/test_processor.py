@@ -12,6 +12,7 @@ import pytest
 
 import poisonq
 from poisonq import Broker, ManualClock, Message, Processor, ReceivedMessage
+from poisonq.failures import dead_lettering
 from tests.helpers import assert_balanced
 
 
@@ -59,8 +60,10 @@ def test_a_permanent_error_dead_letters_at_once_with_type_and_traceback(
     assert message.message_id == "m1"
     assert message.delivery_count == 1  # no retry: fail fast
     assert message.dead_letter_reason == "InvalidCustomer"
-    assert "Traceback" in (message.dead_letter_error_description or "")
-    assert "customer 17 does not exist" in (message.dead_letter_error_description or "")
+    # One line (the traceback is in the failure history), as on every path.
+    assert message.dead_letter_error_description == (
+        "tests.test_processor.InvalidCustomer: customer 17 does not exist"
+    )
     detail = broker.message(f"{queue}/$deadletterqueue", message.sequence_number)
     assert detail.failures[-1].error_type.endswith("InvalidCustomer")
     # The history starts at the user's frame, not at the Processor's (it did before).
@@ -69,6 +72,30 @@ def test_a_permanent_error_dead_letters_at_once_with_type_and_traceback(
     assert [(mid, type(e)) for mid, e in poisoned] == [("m1", InvalidCustomer)]
     assert (stats.completed, stats.dead_lettered, stats.poisoned) == (2, 1, 1)
     assert_balanced(broker)
+
+
+def test_a_chained_permanent_error_is_dead_lettered_by_its_root_cause_as_everywhere(
+    broker: Broker, queue: str
+) -> None:
+    send(broker, queue, 1)
+
+    def handle(message: ReceivedMessage) -> None:
+        try:
+            {}["C17"]
+        except KeyError as exc:
+            raise poisonq.PermanentError("order 17: unknown customer") from exc
+
+    Processor(broker, queue, handle, max_wait=0).run(until_idle=True)
+
+    [message] = dead(broker, queue)
+    failure = broker.message(f"{queue}/$deadletterqueue", message.sequence_number).failures[-1]
+    # The same rule as the pipeline's workers, which have only the failure record.
+    expected = dead_lettering(message.sequence_number, "token", failure)
+    assert (message.dead_letter_reason, message.dead_letter_error_description) == (
+        expected.reason,
+        expected.description,
+    )
+    assert message.dead_letter_reason == "KeyError"
 
 
 def test_types_listed_as_permanent_dead_letter_at_once(broker: Broker, queue: str) -> None:

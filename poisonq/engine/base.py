@@ -26,7 +26,7 @@ from poisonq.errors import (
 )
 from poisonq.filters import Filter, filter_from_json
 from poisonq.model import (
-    HELD_STATES,
+    LIVE_STATES,
     EntityKind,
     EntityStatus,
     FailureRecord,
@@ -40,7 +40,6 @@ from poisonq.options import QueueOptions, RetryPolicy
 from poisonq.reports import QueueInfo, StatusEvent
 from poisonq.store.base import EntityRecord, Store, Transaction
 
-MAX_ID_LENGTH = 128
 MAX_HOPS = 4  # Service Bus: a message may be forwarded at most 4 times
 Lock = tuple[int, str]  # (sequence number, lock token)
 
@@ -198,7 +197,7 @@ class EngineBase:
         not counted as locked but as ready again (the next receive counts the abandon)."""
         entity = target.entity
         held = tx.held_counts(entity.id, target.ready, entity.ledger.held)
-        counts = {state.value: held.get(state, 0) for state in HELD_STATES}
+        counts = {state.value: held.get(state, 0) for state in LIVE_STATES}
         if target.subqueue is None and entity.name != NAMESPACE_DEADLETTER:
             counts["dead_lettered"] = self._child(tx, target, SubQueue.DEADLETTER).ledger.held
         else:

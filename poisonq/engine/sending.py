@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from poisonq.engine.base import MAX_ID_LENGTH, Target, check_text
+from poisonq.engine.base import Target, check_text
 from poisonq.engine.routing import Routing
 from poisonq.errors import (
     EntityDisabledError,
@@ -20,6 +20,7 @@ from poisonq.errors import (
     QuotaExceededError,
 )
 from poisonq.filters import SYSTEM_FIELDS, FilterEvaluationError
+from poisonq.limits import MAX_ID_LENGTH
 from poisonq.model import (
     DeadLetterReason,
     EntityKind,

@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from poisonq.client import Broker
-from poisonq.model import HELD_STATES, EntityStatus, MessageState
+from poisonq.model import LIVE_STATES, EntityStatus, MessageState
 from poisonq.names import parse_address
 
 _LABELS = ["queue", "subqueue"]
@@ -76,7 +76,7 @@ class BrokerCollector(Collector):
         for info in entities:
             address = parse_address(info.name)
             labels = [address.entity, address.subqueue.value if address.subqueue else "main"]
-            states = [*HELD_STATES, *([MessageState.DEAD_LETTERED] if address.subqueue else [])]
+            states = [*LIVE_STATES, *([MessageState.DEAD_LETTERED] if address.subqueue else [])]
             for state in states:
                 held = info.counts.get(state.value, 0)
                 depth.add_metric([*labels, state.value], held)

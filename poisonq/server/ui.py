@@ -24,7 +24,7 @@ from poisonq.errors import (
     TaskRunningError,
 )
 from poisonq.history import WINDOWS
-from poisonq.model import SubQueue
+from poisonq.model import HELD_STATES, LIVE_STATES, SubQueue
 from poisonq.names import parse_address
 from poisonq.server.charts import GroupChart, bars, group_chart, sparkline
 from poisonq.server.listing import newest_dead_letters
@@ -41,8 +41,6 @@ NonNegative = Annotated[int, Query(ge=0)]
 PAGE = 50
 TASK_REFRESH = 2  # seconds between reloads of a running task's page
 DEFAULT_WINDOW = "day"  # the explorer's chart, unless the operator picks another
-_LIVE = ("active", "scheduled", "locked", "deferred")
-_HELD = (*_LIVE, "dead_lettered")
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -60,11 +58,11 @@ def overview(request: Request, state: State) -> Response:
         if address.subqueue is None:
             row["info"] = info
         else:
-            row["subqueues"][address.subqueue.value] = sum(info.counts[s] for s in _HELD)
+            row["subqueues"][address.subqueue.value] = sum(info.counts[s] for s in HELD_STATES)
     queues = [{"name": name, **row} for name, row in by_queue.items() if "info" in row]
     totals = {
         "queues": len(queues),
-        "held": sum(sum(q["info"].counts[s] for s in _LIVE) for q in queues),
+        "held": sum(sum(q["info"].counts[s] for s in LIVE_STATES) for q in queues),
         "dead_lettered": sum(q["subqueues"].get(SubQueue.DEADLETTER.value, 0) for q in queues),
     }
     totals["pipelines"] = len(state.broker.pipelines())

@@ -35,7 +35,7 @@ from poisonq.demo import (
     report_checks,
     send_orders,
 )
-from poisonq.model import HELD_STATES, DeadLetterReason
+from poisonq.model import LIVE_STATES, DeadLetterReason
 from poisonq.spark.pipeline import Pipeline, PipelineReport
 from poisonq.spark.session import local_session
 
@@ -103,7 +103,7 @@ def check(
             all(ended_right(o) for o in orders if o.kind in expected),
         ),
         ("nothing else written", set(written) <= {o.order_id for o in orders}),
-        ("nothing left in the queue", sum(counts[state] for state in HELD_STATES) == 0),
+        ("nothing left in the queue", sum(counts[state] for state in LIVE_STATES) == 0),
         ("audit: every message accounted for", broker.audit().ok),
     ]
 

@@ -20,12 +20,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType
 
 from poisonq.errors import InvalidOptionError
-from poisonq.failures import MAX_MESSAGE, first_line
+from poisonq.failures import first_line
+from poisonq.limits import MAX_MESSAGE, MAX_SHOWN_VALUES
 from poisonq.model import DeadLetter, FailureRecord
 
 REASON = "ExpectationFailed"
 FAILED = "__poisonq_failed_expectations"
-_SHOWN_ROW = 400  # characters of a failing row's values kept in its description
 
 
 def check_expectations(expectations: Mapping[str, str] | None) -> dict[str, str]:
@@ -78,8 +78,8 @@ def expectation_dead_letter(
     """The dead-lettering of a message whose row failed ``names``; the description names
     them and shows the row's values (truncated)."""
     values = json.dumps(row, default=str, ensure_ascii=False)
-    if len(values) > _SHOWN_ROW:
-        values = values[:_SHOWN_ROW] + "…"
+    if len(values) > MAX_SHOWN_VALUES:
+        values = values[:MAX_SHOWN_VALUES] + "…"
     failed = ", ".join(names)
     description = f"failed expectation{'s' if len(names) > 1 else ''} {failed}; row: {values}"
     failure = FailureRecord(

@@ -2,8 +2,9 @@
 
 When a batch fails as a whole (a Spark job error in the pipeline runner, an exception from a
 ``foreachBatch`` handler in :mod:`poisonq.spark.streaming`), nothing says which message is
-to blame. Both run the batch again in parts by sequence range, bisecting, until the messages
-whose parts fail alone are found (:func:`isolate`); only those are settled as failures, so a
+to blame. Both run the batch again in parts by sequence range, bisecting
+(:mod:`poisonq.bisection`), until the messages whose parts fail alone are found
+(:func:`isolate`); only those are settled as failures, so a
 poison message never takes its neighbours' deliveries.
 
 Bisecting a broken job (a sink that cannot be written, a transform that cannot be loaded)
@@ -25,8 +26,9 @@ from collections.abc import Callable, Sequence
 from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
 
+from poisonq.bisection import failing_alone
 from poisonq.defects import Defect
-from poisonq.failures import MAX_MESSAGE, MAX_TRACEBACK
+from poisonq.limits import MAX_MESSAGE, MAX_TRACEBACK, tail
 from poisonq.model import FailureRecord
 
 JobError = (PySparkException, Py4JError)
@@ -63,20 +65,16 @@ def isolate(
         if all(p is not None and _signature(p) == signature for p in probes):
             return job_defect(error, fresh)
 
-    def passes(part: list[int], known_to_fail: bool) -> bool:
-        if not (known_to_fail and len(part) > 1):
-            failure = fails(part)
-            if failure is None:
-                return True
-            if len(part) == 1:
-                guilty[part[0]] = failure
-                if len(fresh_set.intersection(guilty)) > MAX_GUILTY_PER_BATCH:
-                    raise _NotPoison from None
-                return False
-        middle = len(part) // 2
-        left = passes(part[:middle], False)
-        passes(part[middle:], left)
-        return False
+    def search(part: list[int], known_to_fail: bool) -> None:
+        def probe(members: Sequence[int]) -> BaseException | None:
+            return fails(list(members))
+
+        def found(position: int, failure: BaseException) -> None:
+            guilty[part[position]] = failure
+            if len(fresh_set.intersection(guilty)) > MAX_GUILTY_PER_BATCH:
+                raise _NotPoison from None
+
+        failing_alone(part, probe, known_to_fail=known_to_fail, found=found)
 
     # Messages delivered before come back because they failed: try them alone first, so
     # poison coming back costs a job each, not a bisection of the batch around it.
@@ -85,9 +83,9 @@ def isolate(
     rest = [seq for seq in held if seq not in tried]
     try:
         for seq in suspects:
-            passes([seq], False)
+            search([seq], False)
         if rest:
-            passes(rest, not suspects)  # the whole batch is known to fail
+            search(rest, not suspects)  # the whole batch is known to fail
     except _NotPoison:
         return job_defect(error, fresh)
     if len(fresh) >= 3 and fresh_set.issubset(guilty):
@@ -135,6 +133,6 @@ def job_failure(error: BaseException) -> FailureRecord:
         time.time(),
         "BatchJobFailed",
         first[:MAX_MESSAGE],
-        traceback=chain[-MAX_TRACEBACK:],
+        traceback=tail(chain, MAX_TRACEBACK),
         fingerprint="batch-job-failed" + (f":{kind.group(1)}" if kind else ""),
     )

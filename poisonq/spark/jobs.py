@@ -61,7 +61,7 @@ class LeaseReader:
 class MapJob:
     """``map=``: each pipeline registers its own data sources, which carry the function
     (options can only carry strings): one that runs it in the Python worker, and, with
-    ``work.isolate``, one that runs it under the crash guard (:mod:`poisonq.guard`).
+    ``work.isolate``, one that runs it under the crash guard (:mod:`poisonq.worker.guard`).
 
     The guard costs about as much as a simple transform on every row, so a run starts
     without it and switches it on for the rest of the run when a Python worker dies: the

@@ -7,7 +7,7 @@ and a gate (:mod:`poisonq.spark.gate`) dead-letters the messages whose rows fail
 expectation and passes on only the rows of good messages, which Spark writes; a
 :func:`poisonq.spark.udf` settles the message of a row it fails on. A ``map`` is a function
 of one message: the executors read the lease and run it under the crash guard
-(:mod:`poisonq.spark.transform`, :mod:`poisonq.guard`), settle the failed messages and pass
+(:mod:`poisonq.spark.transform`, :mod:`poisonq.worker.guard`), settle the failed messages and pass
 the good rows on. Either way a permanent error dead-letters and any other error or a crash
 abandons, so the queue's retry policy applies; when the job has written the batch, the
 driver completes whatever the lease still holds, in one statement.
@@ -49,7 +49,6 @@ from poisonq.errors import (
     PoisonqError,
 )
 from poisonq.failures import first_line
-from poisonq.guard import Transform
 from poisonq.model import Abandon, FailureRecord, Lease, MessageState
 from poisonq.names import validate_name
 from poisonq.spark.expectations import check_expectations
@@ -63,6 +62,7 @@ from poisonq.spark.settling import defect_in
 from poisonq.spark.source import absolute_url
 from poisonq.spark.transform import LeaseTransform
 from poisonq.timeline import DEFAULT_KEEP, BatchRun
+from poisonq.worker.guard import Transform
 
 log = logging.getLogger(__name__)
 MAX_REWRITES = 5

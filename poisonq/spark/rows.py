@@ -32,12 +32,11 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from poisonq.failures import first_line
+from poisonq.limits import MAX_SHOWN_ROW, MAX_SHOWN_VALUE
 from poisonq.model import FailureRecord
 
 ERROR_TYPE = "OutputSchemaMismatch"
 _ARROW_ERRORS = (pa.ArrowException, TypeError, ValueError, OverflowError)
-_SHOWN = 200  # characters of a value shown in a failure message
-_SHOWN_ROW = 2_000
 
 
 class _Mismatch(Exception):
@@ -49,7 +48,7 @@ class _Mismatch(Exception):
         self.kind = kind
 
 
-def _shown(value: Any, limit: int = _SHOWN) -> str:
+def _shown(value: Any, limit: int = MAX_SHOWN_VALUE) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -238,7 +237,7 @@ class OutputSchema:
             message=str(mismatch),
             traceback=(
                 f"{ERROR_TYPE}: {mismatch}\n"
-                f"the transform returned: {_shown(output, _SHOWN_ROW)}\n"
+                f"the transform returned: {_shown(output, MAX_SHOWN_ROW)}\n"
                 f"the output schema is: {self.struct.simpleString()}"
             ),
             fingerprint=hashlib.sha1(key.encode()).hexdigest()[:16],

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import poisonq
 from poisonq.defects import MIN_FAILURES, Defect, find_defect
+from poisonq.failures import dead_lettering
 from poisonq.model import Abandon, DeadLetter, FailureRecord, Lease
 
 Failure = Abandon | DeadLetter
@@ -37,7 +38,7 @@ class LeaseContext:
     def failure(self, seq: int, failure: FailureRecord, permanent: bool) -> Failure:
         """The settlement of a failed message: dead-letter if permanent, else abandon."""
         if permanent:
-            return dead_letter(seq, self.lease.lock_token, failure)
+            return dead_lettering(seq, self.lease.lock_token, failure)
         return Abandon(seq, self.lease.lock_token, failure)
 
     def settle(
@@ -57,13 +58,6 @@ class LeaseContext:
             if defect is not None:
                 raise DefectFound(defect)
         broker.settle_held(self.address, failures)
-
-
-def dead_letter(seq: int, lock_token: str, failure: FailureRecord) -> DeadLetter:
-    """A dead-lettering for ``failure``, its reason the error's class name."""
-    reason = failure.error_type.rsplit(".", 1)[-1]
-    description = f"{failure.error_type}: {failure.message}"
-    return DeadLetter(seq, lock_token, reason, description, failure)
 
 
 class DefectFound(Exception):

@@ -28,13 +28,14 @@ from pyspark.sql.types import StructType
 
 import poisonq
 from poisonq.defects import find_defect
-from poisonq.guard import Crashed, Failed, Transform, run_inline, run_isolated
-from poisonq.lease_rows import OnLeaseRows
+from poisonq.failures import dead_lettering
 from poisonq.model import Abandon
 from poisonq.spark.rows import OutputSchema
-from poisonq.spark.settling import DefectFound, Failure, dead_letter
+from poisonq.spark.settling import DefectFound, Failure
 from poisonq.spark.source import ARROW_BATCH_ROWS, BatchReader, SequenceRange, SourceOptions
 from poisonq.store.base import LEASE_COLUMNS
+from poisonq.worker.guard import Crashed, Failed, Transform, run_inline, run_isolated
+from poisonq.worker.lease_rows import OnLeaseRows
 
 _DELIVERY_COUNT = LEASE_COLUMNS.index("delivery_count")
 
@@ -65,14 +66,14 @@ class LeaseTransform:
             seq = row[0]  # LEASE_COLUMNS begin with the sequence number
             kind = type(result)  # not isinstance, nor a match: this runs once per message
             if kind is Failed and result.permanent:
-                failed.append(dead_letter(seq, lock_token, result.failure))
+                failed.append(dead_lettering(seq, lock_token, result.failure))
             elif kind is Failed or kind is Crashed:
                 failed.append(Abandon(seq, lock_token, result.failure))
             else:
                 seqs.append(seq)
                 outputs.append(result)
         batch, unfit = self.output.batch(outputs)
-        failed += [dead_letter(seqs[index], lock_token, failure) for index, failure in unfit]
+        failed += [dead_lettering(seqs[index], lock_token, failure) for index, failure in unfit]
         return batch
 
 

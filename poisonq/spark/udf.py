@@ -31,10 +31,11 @@ from pyspark.sql.pandas.functions import arrow_udf
 from pyspark.sql.types import DataType, StructField, StructType, _parse_datatype_string
 
 import poisonq
-from poisonq.guard import Failed, apply
+from poisonq.failures import dead_lettering
 from poisonq.spark.rows import OutputSchema
-from poisonq.spark.settling import Failure, LeaseContext, dead_letter
+from poisonq.spark.settling import Failure, LeaseContext
 from poisonq.spark.source import SEQUENCE
+from poisonq.worker.guard import Failed, apply
 
 _CURRENT: ContextVar[LeaseContext | None] = ContextVar("poisonq_lease", default=None)
 
@@ -141,7 +142,7 @@ class _Rows:
                 fitted.append(index)
                 values.append((result,))
         batch, unfit = self.output.batch(values)
-        failures += [dead_letter(seqs[fitted[i]], token, failure) for i, failure in unfit]
+        failures += [dead_lettering(seqs[fitted[i]], token, failure) for i, failure in unfit]
         if failures:
             with poisonq.connect(self.context.url) as broker:
                 self.context.settle(broker, failures, seqs)

@@ -173,7 +173,7 @@ class SqliteTransaction(
     def held_counts(
         self, entity_id: int, ready: MessageState, held: int
     ) -> dict[MessageState, int]:
-        others = [s for s in (*HELD_STATES, MessageState.DEAD_LETTERED) if s is not ready]
+        others = [s for s in HELD_STATES if s is not ready]
         rows = self._db.execute(
             "SELECT state, count(*) FROM messages WHERE entity_id = ?"
             f" AND state IN {SEQS} GROUP BY state",

@@ -8,7 +8,15 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from poisonq.model import EntityStatus, FailureRecord, MessageState, ReceivedMessage, SubQueue
+from poisonq.model import (
+    HELD_STATES,
+    LIVE_STATES,
+    EntityStatus,
+    FailureRecord,
+    MessageState,
+    ReceivedMessage,
+    SubQueue,
+)
 from poisonq.store.base import NO_VALUE, EntityRecord, Ledger, MessageFilter
 
 
@@ -32,8 +40,9 @@ ENTITY_COLUMNS = (
     "sent, moved_in, completed, dropped, moved_out, dead_lettered, resubmitted, lock_expiries, "
     "size_bytes, abandoned, poisoned, rollbacks"
 )
-HELD = "('scheduled', 'active', 'locked', 'deferred', 'dead_lettered')"
-LIVE = "('scheduled', 'active', 'locked', 'deferred')"
+# The state sets of poisonq.model as SQL lists, for ``state IN …``.
+HELD = "(" + ", ".join(f"'{state.value}'" for state in HELD_STATES) + ")"
+LIVE = "(" + ", ".join(f"'{state.value}'" for state in LIVE_STATES) + ")"
 # Whether a row of ``messages`` is held by a lease's cover range: it is ready (a queue's
 # messages are active, a dead-letter queue's dead-lettered), leasable, and at or below the top
 # of its entity's cover ranges. Every such message lies in exactly one cover (a lease's cover

@@ -195,7 +195,7 @@ class PostgresTransaction(
     def held_counts(
         self, entity_id: int, ready: MessageState, held: int
     ) -> dict[MessageState, int]:
-        others = [s.value for s in (*HELD_STATES, MessageState.DEAD_LETTERED) if s is not ready]
+        others = [s.value for s in HELD_STATES if s is not ready]
         rows = self._all(
             "SELECT state, count(*) FROM messages WHERE entity_id = %b AND state = ANY(%b)"
             " GROUP BY state",

@@ -118,7 +118,7 @@ def _pickled(transform: RowTransform, permanent: tuple[type[BaseException], ...]
     be: the helper then imports only what the transform itself refers to, not the rest of
     its module (a job file that imports pyspark and pyarrow makes every fork cost five
     times more). The module is that of the transform, or of the function it wraps
-    (``transform.transform``, as :class:`poisonq.lease_rows.OnLeaseRows` does)."""
+    (``transform.transform``, as :class:`poisonq.worker.lease_rows.OnLeaseRows` does)."""
     import cloudpickle
 
     inner = getattr(transform, "transform", transform)
@@ -170,8 +170,8 @@ class Helper:
 
     def __init__(self, pickled_transform: bytes) -> None:
         self._process = subprocess.Popen(
-            # Not ``-m poisonq.guard``: results must pickle as poisonq.guard's classes.
-            [sys.executable, "-c", "from poisonq.guard import helper_main; helper_main()"],
+            # Not ``-m poisonq.worker.guard``: results must pickle as that module's classes.
+            [sys.executable, "-c", "from poisonq.worker.guard import helper_main; helper_main()"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )

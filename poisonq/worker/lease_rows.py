@@ -1,7 +1,7 @@
 """The message a pipeline's transform gets, built from a lease row.
 
 Kept apart from :mod:`poisonq.spark` because it runs in the crash guard's helper process
-(:mod:`poisonq.guard`), which must stay lean: a fork costs in proportion to the memory of the
+(:mod:`poisonq.worker.guard`), which must stay lean: a fork costs in proportion to the memory of the
 process forked, and importing pyspark, pyarrow or the store there would multiply it. Rows
 travel to the helper as the store's tuples, which pickle at half the cost of the dicts built
 from them.
@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
-from poisonq.guard import Transform
+from poisonq.worker.guard import Transform
 
 _NO_PROPERTIES = ("{}", "", None)
 

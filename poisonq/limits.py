@@ -1,0 +1,32 @@
+"""How much of a text the project keeps or shows, in one place.
+
+Failure records, dead-letter descriptions and the values quoted in an error message are cut
+to these lengths wherever they are made (the engine, the Processor, the Spark workers), so
+every path keeps the same amount and a store never grows with a runaway exception text.
+"""
+
+from __future__ import annotations
+
+MAX_ID_LENGTH = 128
+"""Characters of a message id or a session id."""
+
+MAX_MESSAGE = 4_096
+"""Characters of an error's message in a failure record, and of a dead-letter description."""
+
+MAX_TRACEBACK = 16_384
+"""Characters of a failure record's traceback (its end: where the error was raised)."""
+
+MAX_SHOWN_VALUE = 200
+"""Characters of one value quoted in an error message (an output field that does not fit)."""
+
+MAX_SHOWN_ROW = 2_000
+"""Characters of a whole row quoted in a failure (a transform's output that does not fit)."""
+
+MAX_SHOWN_VALUES = 400
+"""Characters of a failing row's values in an expectation's dead-letter description."""
+
+
+def tail(text: str, limit: int) -> str:
+    """The end of ``text``, at most ``limit`` characters after a ``...`` line when cut: a
+    traceback's last frames say where the error was raised."""
+    return text if len(text) <= limit else "...\n" + text[-limit:]

@@ -1,0 +1,7 @@
+"""What runs in Spark's Python workers for the per-message ``map``, kept free of PySpark.
+
+The crash guard (:mod:`poisonq.worker.guard`) runs a transform in a lean helper process and
+forks it per crash; the lease rows it takes (:mod:`poisonq.worker.lease_rows`) become the
+messages a transform gets. A fork costs in proportion to the memory of the process forked, so
+nothing here imports pyspark, pyarrow or the store: importing :mod:`poisonq.spark` would.
+"""
