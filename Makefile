@@ -35,7 +35,7 @@ test: lint
 
 chaos: $(STAMP)
 	scripts/ensure-postgres
-	$(BIN)/python -m tests.chaos --runs 50
+	$(BIN)/python -m tests.chaos --runs 50 --jobs 2
 
 bench: $(STAMP)
 	$(BIN)/python bench/queue_throughput.py

@@ -9,9 +9,10 @@ import contextlib
 import dataclasses
 import logging
 import tempfile
+import threading
 import time
 import traceback
-from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from random import Random
 
@@ -64,36 +65,38 @@ def _store(
     return Store(server.create_database(f"chaos_{scenario.name}_{seed}"), server)
 
 
-def _runs(
+def _run(
     scenario: Scenario,
     store: str,
-    seeds: range,
+    seed: int,
     root: Path,
     server: TemporaryServer | None,
     console: Console,
-    advance: Callable[[str], None],
-) -> Tally:
-    """Run one scenario on one store once per seed; a run that fails or breaks a guarantee
-    is printed as it happens."""
-    tally = Tally(scenario.name, store)
-    for seed in seeds:
-        where = f"{scenario.name} on {store}, seed {seed}"
-        advance(where)
-        work = root / f"{scenario.name}-{store}-{seed}"
-        work.mkdir()
-        started = time.monotonic()
-        try:
-            verdict = scenario.run(_store(scenario, store, seed, work, server), work, Random(seed))
-        except Exception:
+    tally: Tally,
+) -> None:
+    """Run one scenario on one store with one seed into ``tally``; a run that fails or breaks
+    a guarantee is printed as it happens."""
+    where = f"{scenario.name} on {store}, seed {seed}"
+    work = root / f"{scenario.name}-{store}-{seed}"
+    work.mkdir()
+    started = time.monotonic()
+    try:
+        verdict = scenario.run(_store(scenario, store, seed, work, server), work, Random(seed))
+    except Exception:
+        with _TALLIES:
             tally.errors += 1
-            console.print(f"[red]{where}:[/red] {traceback.format_exc()}")
-        else:
+        console.print(f"[red]{where}:[/red] {traceback.format_exc()}")
+    else:
+        with _TALLIES:
             tally.add(verdict)
-            if not verdict.ok:
-                console.print(f"[red]{where}:[/red] {verdict.problems()}")
+        if not verdict.ok:
+            console.print(f"[red]{where}:[/red] {verdict.problems()}")
+    with _TALLIES:
         tally.runs += 1
         tally.seconds += time.monotonic() - started
-    return tally
+
+
+_TALLIES = threading.Lock()
 
 
 def main() -> None:
@@ -104,6 +107,13 @@ def main() -> None:
         "--scenario", action="append", choices=[s.name for s in SCENARIOS], help="(repeatable)"
     )
     parser.add_argument("--no-spark", action="store_true", help="skip the Spark scenarios")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="runs at once (each in its own processes, store and directory; the outage"
+        " scenario, which restarts the shared PostgreSQL server, always runs alone)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)  # the retries through an outage are expected
     chosen = [
@@ -122,22 +132,28 @@ def main() -> None:
         progress = stack.enter_context(Progress(console=console))
         task = progress.add_task("chaos", total=sum(len(s.stores) for s in chosen) * args.runs)
 
-        def advance(description: str) -> None:
-            progress.update(task, description=description, advance=1)
-
         seeds = range(args.seed, args.seed + args.runs)
-        tallies = [
-            _runs(scenario, store, seeds, root, server, console, advance)
-            for scenario in chosen
-            for store in scenario.stores
-        ]
+        tallies = {(s.name, store): Tally(s.name, store) for s in chosen for store in s.stores}
+        runs = [(s, store, seed) for s in chosen for store in s.stores for seed in seeds]
+
+        def run(scenario: Scenario, store: str, seed: int) -> None:
+            tally = tallies[scenario.name, store]
+            _run(scenario, store, seed, root, server, console, tally)
+            progress.update(task, description=f"{scenario.name} on {store}", advance=1)
+
+        with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+            for done in [pool.submit(run, *each) for each in runs if not each[0].alone]:
+                done.result()
+        for each in runs:
+            if each[0].alone:
+                run(*each)
     table = Table(title="poisonq chaos")
     for column in (
         "scenario", "store", "runs", "faults injected", "lost", "duplicated",
         "misplaced", "held", "audit", "errors", "s/run",
     ):  # fmt: skip
         table.add_column(column, justify="left" if column in ("scenario", "store") else "right")
-    for t in tallies:
+    for t in tallies.values():
         audit = "balanced" if not t.unbalanced else f"{t.unbalanced} unbalanced"
         table.add_row(
             t.scenario, t.store, str(t.runs), str(t.faults), str(t.lost), str(t.duplicated),
@@ -145,13 +161,13 @@ def main() -> None:
             f"{t.seconds / max(t.runs, 1):.1f}",
         )  # fmt: skip
     console.print(table)
-    for t in tallies:
+    for t in tallies.values():
         print(
             f"chaos scenario={t.scenario} store={t.store} runs={t.runs} faults={t.faults}"
             f" lost={t.lost} duplicated={t.duplicated} misplaced={t.misplaced} held={t.held}"
             f" unbalanced={t.unbalanced} errors={t.errors}"
         )
-    raise SystemExit(0 if all(t.ok for t in tallies) else 1)
+    raise SystemExit(0 if all(t.ok for t in tallies.values()) else 1)
 
 
 if __name__ == "__main__":

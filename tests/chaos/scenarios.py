@@ -45,6 +45,8 @@ class Scenario:
     run: Callable[[Store, Path, Random], Verdict]
     stores: tuple[str, ...]
     spark: bool = False
+    # Restarts the PostgreSQL server every run shares: it runs alone, never beside other runs.
+    alone: bool = False
 
 
 def _env() -> dict[str, str]:
@@ -399,5 +401,5 @@ SCENARIOS = [
     Scenario("source", source, ("sqlite",), spark=True),
     Scenario("writer", writer, ("sqlite",), spark=True),
     Scenario("shared", shared, ("postgresql",), spark=True),
-    Scenario("outage", outage, ("postgresql",), spark=True),
+    Scenario("outage", outage, ("postgresql",), spark=True, alone=True),
 ]
