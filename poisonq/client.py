@@ -196,8 +196,6 @@ class Broker:
         """The operator's way out of a fault: ``move`` message ``sequence_number`` to the
         dead-letter queue, ``drop`` it or ``resubmit`` it (fresh delivery count, back of the
         queue), and with ``enable`` make the queue active again, all in one transaction."""
-        if action not in ("move", "drop", "resubmit"):
-            raise InvalidOptionError(f"action must be move, drop or resubmit, not {action!r}")
         return self.engine.resolve_poison(address, sequence_number, action, enable)
 
     def get_queue(self, address: str) -> QueueInfo:

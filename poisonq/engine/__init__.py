@@ -8,17 +8,22 @@ expired TTLs) runs at the start of each receive on that entity, inside the same 
 so no message is ever delivered with an expired TTL and an expired lock always counts as an
 abandon before the message can be received again.
 
-The engine is one class assembled from one module per concept:
+The engine's operations are grouped by concept, one module each, all on the same store and
+clock (:mod:`~poisonq.engine.common`): :mod:`~poisonq.engine.admin` (entities, status, the
+way out of a fault), :mod:`~poisonq.engine.sending`, :mod:`~poisonq.engine.settling`,
+:mod:`~poisonq.engine.receiving` (a receive may settle the last batch first),
+:mod:`~poisonq.engine.sessions`, :mod:`~poisonq.engine.leases` (with
+:mod:`~poisonq.engine.timeline`, the batches a pipeline records as it completes its leases),
+:mod:`~poisonq.engine.tasks` and :mod:`~poisonq.engine.history` (the charts' reads). Inside
+an operation's transaction they share three collaborators, each with a narrow interface and
+testable alone:
 
-- :mod:`~poisonq.engine.base`: resolving addresses, status events, shared checks
-- :mod:`~poisonq.engine.routing`: dead-lettering, auto-forwarding, the namespace DLQ
-- :mod:`~poisonq.engine.poison`: retry cycles, poison actions, auto-disable, housekeeping
-- :mod:`~poisonq.engine.sending`, :mod:`~poisonq.engine.settling`,
-  :mod:`~poisonq.engine.receiving` (a receive may settle the last batch first),
-  :mod:`~poisonq.engine.sessions`, :mod:`~poisonq.engine.leases` (with
-  :mod:`~poisonq.engine.timeline`, the batches a pipeline records as it completes its
-  leases), :mod:`~poisonq.engine.admin`, :mod:`~poisonq.engine.tasks`,
-  :mod:`~poisonq.engine.history` (the charts' reads)
+- :class:`~poisonq.engine.resolving.Resolver`: an address to its entity and options; what an
+  operation reads or checks of it (receivable, counts, report);
+- :class:`~poisonq.engine.routing.Router`: dead-lettering, auto-forwarding, the namespace
+  dead-letter queue;
+- :class:`~poisonq.engine.poison.Poisoner`: the retry policy's decision after a failed
+  delivery, the poison actions, auto-disable, housekeeping.
 """
 
 from __future__ import annotations

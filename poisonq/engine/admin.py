@@ -1,18 +1,31 @@
-"""Entity administration: queues, topics and their subscriptions, status, counts, audit."""
+"""Entity administration: queues, topics and their subscriptions, status, counts, audit, and
+the operator's way out of a fault."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
-from poisonq.engine.base import EngineBase, Spec, Target
-from poisonq.errors import InvalidOperationError, InvalidOptionError
+from poisonq.engine.base import Spec, Target, check_count
+from poisonq.engine.common import EngineBase
+from poisonq.errors import InvalidOperationError, InvalidOptionError, MessageNotFoundError
 from poisonq.filters import Filter, TrueFilter
-from poisonq.model import EntityKind, EntityStatus, SubQueue
+from poisonq.model import (
+    DeadLetterReason,
+    EntityKind,
+    EntityStatus,
+    FaultAction,
+    MessageState,
+    StatusEventKind,
+    SubQueue,
+)
 from poisonq.names import parse_address, subqueue_name, validate_name
 from poisonq.options import QueueOptions
-from poisonq.reports import AuditEntry, AuditReport, QueueInfo
-from poisonq.store.base import Transaction
+from poisonq.reports import AuditEntry, AuditReport, QueueInfo, StatusEvent
+from poisonq.store.base import EntityRecord, Transaction
+
+log = logging.getLogger(__name__)
 
 SUBSCRIPTIONS = "subscriptions"
 
@@ -44,7 +57,7 @@ class Admin(EngineBase):
         if "/" in name:
             raise InvalidOptionError(f"a subscription name has no '/': {name!r}")
         with self.store.transaction() as tx:
-            if self._main(tx, topic).kind is not EntityKind.TOPIC:
+            if self.resolver.main(tx, topic).kind is not EntityKind.TOPIC:
                 raise InvalidOperationError(f"{topic!r} is not a topic")
         spec = Spec(EntityKind.SUBSCRIPTION, options, rule, dead_letter_on_filter_exceptions)
         return self._create(f"{topic}/{SUBSCRIPTIONS}/{name}", spec)
@@ -57,7 +70,7 @@ class Admin(EngineBase):
             queue_id = tx.insert_entity(name, None, None, spec.to_text(), now)
             for sub in SubQueue:
                 tx.insert_entity(subqueue_name(name, sub), queue_id, sub, "{}", now)
-            return self._info(tx, self._resolve(tx, name))
+            return self.resolver.info(tx, self.resolver.resolve(tx, name))
 
     @staticmethod
     def _check_forwarding(options: QueueOptions, name: str) -> None:
@@ -73,8 +86,8 @@ class Admin(EngineBase):
                 continue
             found = tx.entity(destination)
             if found is None:
-                raise self._missing(tx, parse_address(destination))
-            if found.parent_id is not None or self._spec(found).kind is EntityKind.TOPIC:
+                raise self.resolver.missing(tx, parse_address(destination))
+            if found.parent_id is not None or self.resolver.spec(found).kind is EntityKind.TOPIC:
                 raise InvalidOptionError(
                     f"forward to a queue or a subscription, not {destination!r}"
                 )
@@ -82,7 +95,7 @@ class Admin(EngineBase):
     def update_queue(self, name: str, **changes: Any) -> QueueInfo:
         """Change options of a queue, topic or subscription; the rest keep their values."""
         with self.store.transaction() as tx:
-            target = self._main(tx, name)
+            target = self.resolver.main(tx, name)
             options = QueueOptions.build(target.options, **changes)
             if options.requires_session != target.options.requires_session:
                 # As in Service Bus: messages already held were sent for the other mode.
@@ -91,13 +104,13 @@ class Admin(EngineBase):
             self._check_destinations(tx, options)
             spec = dataclasses.replace(target.spec, options=options)
             tx.set_options(target.entity.id, spec.to_text(), self.clock.now())
-            return self._info(tx, self._resolve(tx, name))
+            return self.resolver.info(tx, self.resolver.resolve(tx, name))
 
     def set_status(self, address: str, status: EntityStatus, cause: str | None = None) -> None:
         """Set the status; making an entity active also clears its run of rollbacks (an
         operator enabling it after an auto-disable starts the count again)."""
         with self.store.transaction() as tx:
-            target = self._resolve(tx, address)
+            target = self.resolver.resolve(tx, address)
             tx.set_status(target.entity.id, EntityStatus(status), cause, self.clock.now())
             if status is EntityStatus.ACTIVE:
                 tx.reset_rollbacks(target.entity.id)
@@ -105,7 +118,7 @@ class Admin(EngineBase):
     def delete_queue(self, name: str) -> None:
         """Delete a queue (or topic, with its subscriptions), its subqueues and messages."""
         with self.store.transaction() as tx:
-            target = self._main(tx, name)
+            target = self.resolver.main(tx, name)
             if target.kind is EntityKind.TOPIC:
                 for sub in self._subscriptions(tx, name):
                     tx.delete_entity(sub.entity.id)
@@ -114,20 +127,20 @@ class Admin(EngineBase):
     def _subscriptions(self, tx: Transaction, topic: str) -> list[Target]:
         prefix = f"{topic}/{SUBSCRIPTIONS}/"
         return [
-            Target(e, e, self._spec(e))
+            self.resolver.of(e)
             for e in tx.entities()
             if e.parent_id is None and e.name.startswith(prefix)
         ]
 
     def get_queue(self, address: str) -> QueueInfo:
         with self.store.transaction() as tx:
-            return self._info(tx, self._resolve(tx, address))
+            return self.resolver.info(tx, self.resolver.resolve(tx, address))
 
     def list_queues(self) -> list[QueueInfo]:
         """Queues, topics and subscriptions (not their subqueues)."""
         with self.store.transaction() as tx:
             return [
-                self._info(tx, self._resolve(tx, e.name))
+                self.resolver.info(tx, self.resolver.resolve(tx, e.name))
                 for e in tx.entities()
                 if e.parent_id is None and e.subqueue is None
             ]
@@ -135,11 +148,13 @@ class Admin(EngineBase):
     def list_entities(self) -> list[QueueInfo]:
         """Every queue, topic, subscription and subqueue, by name, read in one transaction."""
         with self.store.transaction() as tx:
-            return [self._info(tx, self._resolve(tx, e.name)) for e in tx.entities()]
+            return [
+                self.resolver.info(tx, self.resolver.resolve(tx, e.name)) for e in tx.entities()
+            ]
 
     def counts(self, address: str) -> dict[str, int]:
         with self.store.transaction() as tx:
-            return self._counts(tx, self._resolve(tx, address))
+            return self.resolver.counts(tx, self.resolver.resolve(tx, address))
 
     def audit(self) -> AuditReport:
         """Check every entity's ledger against the messages it holds."""
@@ -159,3 +174,63 @@ class Admin(EngineBase):
                     )
                 )
             return AuditReport(entries)
+
+    # The operator's way out of a fault ----------------------------------------------------
+    def resolve_poison(
+        self, address: str, sequence_number: int, action: FaultAction, enable: bool = True
+    ) -> QueueInfo:
+        """Act on message ``sequence_number`` of a faulted entity, in one transaction:
+        ``move`` it to the dead-letter queue (``MaxDeliveryCountExceeded``), ``drop`` it, or
+        ``resubmit`` it (a new sequence number at the back, a fresh delivery count); then,
+        with ``enable``, make the entity active again."""
+        if action not in ("move", "drop", "resubmit"):
+            raise InvalidOptionError(f"action must be move, drop or resubmit, not {action!r}")
+        check_count(sequence_number, "a sequence number", minimum=0)
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            target = self.resolver.resolve(tx, address)
+            entity = target.entity
+            found = tx.message(entity.id, entity.name, sequence_number)
+            if found is None or found.state is MessageState.LOCKED:
+                raise MessageNotFoundError(entity.name, sequence_number)
+            match action:
+                case "move":
+                    if target.subqueue is not None:
+                        raise InvalidOperationError(
+                            f"{entity.name!r} is a subqueue; drop or resubmit the message"
+                        )
+                    reason = DeadLetterReason.MAX_DELIVERY_COUNT_EXCEEDED
+                    why = "moved by an operator after a fault"
+                    self.router.dead_letter(tx, target, [sequence_number], reason, why, None, now)
+                case "drop":
+                    tx.drop(entity.id, [sequence_number])
+                case "resubmit":
+                    home = target.queue if target.subqueue is not None else entity
+                    ttl = target.options.default_message_ttl
+                    expires = None if ttl is None else now + ttl
+                    tx.resubmit(entity.id, [sequence_number], home.id, now, expires)
+            left = self._still_poisoned(tx, entity, sequence_number, now)
+            if left:
+                why = f"poison message {left[0]} (message {sequence_number} was {action}d)"
+                event = StatusEvent(
+                    StatusEventKind.FAULT, now, why, sequence_number=left[0], pending=left[1:]
+                )
+                tx.set_status(entity.id, EntityStatus.RECEIVE_DISABLED, event.to_text(), now)
+            elif enable:
+                tx.set_status(entity.id, EntityStatus.ACTIVE, None, now)
+                tx.reset_rollbacks(entity.id)
+            log.warning("%s message %d of %s by an operator", action, sequence_number, entity.name)
+            return self.resolver.info(tx, self.resolver.resolve(tx, address))
+
+    def _still_poisoned(
+        self, tx: Transaction, entity: EntityRecord, resolved: int, now: float
+    ) -> tuple[int, ...]:
+        """The poison messages of the entity's fault that wait for the operator after
+        ``resolved``: those still held there and not locked."""
+        event = StatusEvent.from_text(entity.status_cause, now)
+        if event is None or event.kind is not StatusEventKind.FAULT:
+            return ()
+        named = [s for s in (event.sequence_number, *event.pending) if s not in (None, resolved)]
+        held = tx.messages(entity.id, entity.name, named)
+        waiting = {m.sequence_number for m in held if m.state is not MessageState.LOCKED}
+        return tuple(seq for seq in named if seq in waiting)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from poisonq.engine.base import EngineBase
+from poisonq.engine.common import EngineBase
 from poisonq.history import TREND, Timeline, Trend, Window, depths, timeline
 from poisonq.model import SubQueue
 from poisonq.store.base import DeadLetterCause, DeadLetterCount, DepthChange
@@ -16,7 +16,7 @@ class History(EngineBase):
         """Messages dead-lettered into ``address`` over the window, by ``by``."""
         now = self.clock.now()
         with self.store.transaction() as tx:
-            entity = self._resolve(tx, address).entity
+            entity = self.resolver.resolve(tx, address).entity
             counts = tx.dead_letter_history(frame.span, frame.start(now), by, entity.id)
         return timeline(counts, frame, now)
 
@@ -45,4 +45,4 @@ class History(EngineBase):
     def dead_letter_causes(self, address: str) -> list[DeadLetterCause]:
         """The held messages of ``address`` by reason and their last failure's type."""
         with self.store.transaction() as tx:
-            return tx.dead_letter_causes(self._resolve(tx, address).entity.id)
+            return tx.dead_letter_causes(self.resolver.resolve(tx, address).entity.id)

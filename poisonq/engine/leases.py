@@ -36,7 +36,7 @@ class Leasing(Receiving, Timelines):
         check_count(max_messages, "max_messages")
         now = self.clock.now()
         with self.store.transaction() as tx:
-            target = self._resolve(tx, address)
+            target = self.resolver.resolve(tx, address)
             entity = target.entity
             until = now + (lock_duration or target.options.lock_duration)
             lease = tx.lease(entity.id, entity.name, consumer, number)
@@ -47,8 +47,8 @@ class Leasing(Receiving, Timelines):
                 raise InvalidOperationError(
                     f"{entity.name!r} requires sessions; leases do not lock by session"
                 )
-            self._check_receivable(target)
-            if not self._housekeep(tx, target, now):
+            self.resolver.check_receivable(target)
+            if not self.poisoner.housekeep(tx, target, now):
                 return None
             token = str(uuid.uuid4())
             lease = tx.lock_lease(
@@ -64,7 +64,7 @@ class Leasing(Receiving, Timelines):
         if number is not None:  # 0: before a consumer's first lease, which none is
             check_count(number, "a lease number", minimum=0)
         with self.store.transaction() as tx:
-            entity = self._resolve(tx, address).entity
+            entity = self.resolver.resolve(tx, address).entity
             return tx.lease(entity.id, entity.name, consumer, number)
 
     def lease_sequence_numbers(
@@ -78,7 +78,7 @@ class Leasing(Receiving, Timelines):
         ``first_delivery``, only those delivered for the first time)."""
         now = self.clock.now()
         with self.store.transaction() as tx:
-            entity = self._resolve(tx, lease.entity).entity
+            entity = self.resolver.resolve(tx, lease.entity).entity
             span = _span(lease, lo, hi)
             return tx.lease_seqs(entity.id, lease.lock_token, *span, now, first_delivery)
 
@@ -88,14 +88,14 @@ class Leasing(Receiving, Timelines):
         """The messages the lease still holds in ``[lo, hi]``, as :data:`LEASE_COLUMNS`."""
         now = self.clock.now()
         with self.store.transaction() as tx:
-            entity = self._resolve(tx, lease.entity).entity
+            entity = self.resolver.resolve(tx, lease.entity).entity
             return tx.lease_rows(entity.id, lease.lock_token, *_span(lease, lo, hi), now)
 
     def renew_lease(self, lease: Lease, lock_duration: float | None = None) -> int:
         """Extend the locks the lease still holds; returns how many."""
         now = self.clock.now()
         with self.store.transaction() as tx:
-            target = self._resolve(tx, lease.entity)
+            target = self.resolver.resolve(tx, lease.entity)
             until = now + (lock_duration or target.options.lock_duration)
             return self._renew_lease(tx, target.entity, lease, now, until)
 
@@ -111,7 +111,7 @@ class Leasing(Receiving, Timelines):
         timeline in the same transaction. Returns how many."""
         now = self.clock.now()
         with self.store.transaction() as tx:
-            target = self._resolve(tx, lease.entity)
+            target = self.resolver.resolve(tx, lease.entity)
             entity = target.entity
             tx.finish_lease(entity.id, lease.consumer, lease.number, now)
             completed = tx.complete_span(entity.id, lease.lock_token, *_span(lease), now)
@@ -125,7 +125,7 @@ class Leasing(Receiving, Timelines):
         """Count a planning of the lease's batch; more than one means it is being replayed
         (its query failed, or was stopped, after planning it)."""
         with self.store.transaction() as tx:
-            entity = self._resolve(tx, lease.entity).entity
+            entity = self.resolver.resolve(tx, lease.entity).entity
             return tx.plan_lease(entity.id, lease.consumer, lease.number)
 
     def release_lease(self, lease: Lease, lo: int | None = None, hi: int | None = None) -> int:
@@ -134,7 +134,7 @@ class Leasing(Receiving, Timelines):
         the fault in itself, or that narrows a lease. Returns how many."""
         now = self.clock.now()
         with self.store.transaction() as tx:
-            target = self._resolve(tx, lease.entity)
+            target = self.resolver.resolve(tx, lease.entity)
             span = _span(lease, lo, hi)
             return len(
                 tx.release(target.entity.id, lease.lock_token, *span, None, target.ready, now)

@@ -1,7 +1,7 @@
 """What happens after a failed delivery: the retry policy's decision (redeliver, park in the
 retry subqueue for a cycle, or poison), the four poison actions of WCF (move, drop, reject,
 fault), whole-session poisoning, Service Broker's auto-disable after consecutive rollbacks,
-lazy housekeeping, and the operator's way out of a fault.
+and lazy housekeeping. (The operator's way out of a fault is an admin operation.)
 """
 
 from __future__ import annotations
@@ -12,31 +12,38 @@ import random
 from collections import defaultdict
 from collections.abc import Sequence
 
-from poisonq.engine.base import Target, check_count, lock_expired
-from poisonq.engine.routing import Routing
-from poisonq.errors import InvalidOperationError, InvalidOptionError, MessageNotFoundError
+from poisonq.clock import Clock
+from poisonq.engine.base import Target, lock_expired
+from poisonq.engine.resolving import Resolver
+from poisonq.engine.routing import Router
 from poisonq.failures import describe
 from poisonq.model import (
     DeadLetterReason,
-    EntityStatus,
     FailureRecord,
-    FaultAction,
     MessageState,
     ReceiveErrorHandling,
     StatusEventKind,
     SubQueue,
 )
 from poisonq.options import MoveToRetry, Poison, Redeliver
-from poisonq.reports import QueueInfo, StatusEvent
-from poisonq.store.base import EntityRecord, LockInfo, MessageFilter, Transaction
+from poisonq.reports import StatusEvent
+from poisonq.store.base import LockInfo, MessageFilter, Transaction
 
 log = logging.getLogger(__name__)
 
 _EVERYTHING = 1 << 62
 
 
-class Poisoning(Routing):
-    def _after_failure(
+class Poisoner:
+    """The poison rules, applied inside the caller's transaction after a failed delivery or
+    in a receive's housekeeping."""
+
+    def __init__(self, resolver: Resolver, router: Router, clock: Clock) -> None:
+        self.resolver = resolver
+        self.router = router
+        self.clock = clock
+
+    def after_failure(
         self,
         tx: Transaction,
         target: Target,
@@ -82,7 +89,7 @@ class Poisoning(Routing):
                 spread = 1 + jitter * (2 * random.random() - 1)
                 tx.reschedule(entity.id, chosen, now + wait * spread)
         if parked:
-            retry = self._child(tx, target, SubQueue.RETRY)
+            retry = self.resolver.child(tx, target, SubQueue.RETRY)
             for cycle_delay, chosen in parked.items():
                 visible_at = now + cycle_delay
                 tx.move(entity.id, chosen, retry.id, MessageState.SCHEDULED, visible_at, 1)
@@ -123,7 +130,7 @@ class Poisoning(Routing):
         match action:
             case ReceiveErrorHandling.MOVE:
                 reason = DeadLetterReason.MAX_DELIVERY_COUNT_EXCEEDED
-                self._dead_letter(tx, target, seqs, reason, description, None, now)
+                self.router.dead_letter(tx, target, seqs, reason, description, None, now)
             case ReceiveErrorHandling.DROP:
                 tx.drop(entity.id, seqs)
                 log.warning("dropped poison message(s) %s from %s", seqs, entity.name)
@@ -150,7 +157,7 @@ class Poisoning(Routing):
         event = StatusEvent(
             StatusEventKind.FAULT, now, why, sequence_number=seqs[0], pending=tuple(seqs[1:])
         )
-        self._disable_receive(tx, target, event)
+        self.resolver.disable_receive(tx, target, event)
         log.error("%s faulted on %s", entity.name, why)
 
     def _reject(
@@ -164,11 +171,9 @@ class Poisoning(Routing):
             seq = message.sequence_number
             sender = tx.entity(message.reply_to) if message.reply_to else None
             if sender is not None and sender.parent_id is None and sender.subqueue is None:
-                dlq = self._child(
-                    tx, Target(sender, sender, self._spec(sender)), SubQueue.DEADLETTER
-                )
+                dlq = self.resolver.child(tx, self.resolver.of(sender), SubQueue.DEADLETTER)
             else:
-                dlq = self._namespace_dlq(tx, now)
+                dlq = self.router.namespace_dlq(tx, now)
             by_destination[dlq.id].append(seq)
         for dlq_id, chosen in by_destination.items():
             if target.ready is MessageState.DEAD_LETTERED:
@@ -188,9 +193,9 @@ class Poisoning(Routing):
         if total >= limit:
             why = f"{total} rollbacks in a row with no completion (limit {limit})"
             event = StatusEvent(StatusEventKind.AUTO_DISABLED, now, why, rollbacks=total)
-            self._disable_receive(tx, target, event)
+            self.resolver.disable_receive(tx, target, event)
 
-    def _housekeep(self, tx: Transaction, target: Target, now: float) -> bool:
+    def housekeep(self, tx: Transaction, target: Target, now: float) -> bool:
         """Expired locks count as abandons; messages whose retry cycle delay has passed come
         back from the retry subqueue; due scheduled messages become active; messages past
         their TTL are dead-lettered or dropped before anyone can receive them.
@@ -201,14 +206,14 @@ class Poisoning(Routing):
         entity = target.entity
         expired = tx.expired_locks(entity.id, now)
         if expired:
-            self._after_failure(tx, target, expired, lock_expired(now), lock_expired=True)
+            self.after_failure(tx, target, expired, lock_expired(now), lock_expired=True)
         tx.close_expired_leases(entity.id, now)
         if expired and not tx.entity_by_id(entity.id).status.can_receive:
             return False
         if target.subqueue is not None:
             return True  # no TTL or scheduling in subqueues
         if target.options.retry.max_retry_cycles:
-            retry = self._child(tx, target, SubQueue.RETRY)
+            retry = self.resolver.child(tx, target, SubQueue.RETRY)
             due = tx.due_scheduled(retry.id, now)
             if due:
                 tx.move(retry.id, due, entity.id, MessageState.ACTIVE, None)
@@ -219,68 +224,8 @@ class Poisoning(Routing):
         if target.options.dead_lettering_on_message_expiration:
             reason = DeadLetterReason.TTL_EXPIRED
             description = "the message expired before it was received"
-            self._dead_letter(tx, target, stale, reason, description, None, now)
+            self.router.dead_letter(tx, target, stale, reason, description, None, now)
         else:
             tx.drop(entity.id, stale)
             log.info("dropped expired message(s) %s from %s", stale, entity.name)
         return True
-
-    # The operator's way out of a fault ----------------------------------------------------
-    def resolve_poison(
-        self, address: str, sequence_number: int, action: FaultAction, enable: bool = True
-    ) -> QueueInfo:
-        """Act on message ``sequence_number`` of a faulted entity, in one transaction:
-        ``move`` it to the dead-letter queue (``MaxDeliveryCountExceeded``), ``drop`` it, or
-        ``resubmit`` it (a new sequence number at the back, a fresh delivery count); then,
-        with ``enable``, make the entity active again."""
-        if action not in ("move", "drop", "resubmit"):
-            raise InvalidOptionError(f"action must be move, drop or resubmit, not {action!r}")
-        check_count(sequence_number, "a sequence number", minimum=0)
-        now = self.clock.now()
-        with self.store.transaction() as tx:
-            target = self._resolve(tx, address)
-            entity = target.entity
-            found = tx.message(entity.id, entity.name, sequence_number)
-            if found is None or found.state is MessageState.LOCKED:
-                raise MessageNotFoundError(entity.name, sequence_number)
-            match action:
-                case "move":
-                    if target.subqueue is not None:
-                        raise InvalidOperationError(
-                            f"{entity.name!r} is a subqueue; drop or resubmit the message"
-                        )
-                    reason = DeadLetterReason.MAX_DELIVERY_COUNT_EXCEEDED
-                    why = "moved by an operator after a fault"
-                    self._dead_letter(tx, target, [sequence_number], reason, why, None, now)
-                case "drop":
-                    tx.drop(entity.id, [sequence_number])
-                case "resubmit":
-                    home = target.queue if target.subqueue is not None else entity
-                    ttl = target.options.default_message_ttl
-                    expires = None if ttl is None else now + ttl
-                    tx.resubmit(entity.id, [sequence_number], home.id, now, expires)
-            left = self._still_poisoned(tx, entity, sequence_number, now)
-            if left:
-                why = f"poison message {left[0]} (message {sequence_number} was {action}d)"
-                event = StatusEvent(
-                    StatusEventKind.FAULT, now, why, sequence_number=left[0], pending=left[1:]
-                )
-                tx.set_status(entity.id, EntityStatus.RECEIVE_DISABLED, event.to_text(), now)
-            elif enable:
-                tx.set_status(entity.id, EntityStatus.ACTIVE, None, now)
-                tx.reset_rollbacks(entity.id)
-            log.warning("%s message %d of %s by an operator", action, sequence_number, entity.name)
-            return self._info(tx, self._resolve(tx, address))
-
-    def _still_poisoned(
-        self, tx: Transaction, entity: EntityRecord, resolved: int, now: float
-    ) -> tuple[int, ...]:
-        """The poison messages of the entity's fault that wait for the operator after
-        ``resolved``: those still held there and not locked."""
-        event = StatusEvent.from_text(entity.status_cause, now)
-        if event is None or event.kind is not StatusEventKind.FAULT:
-            return ()
-        named = [s for s in (event.sequence_number, *event.pending) if s not in (None, resolved)]
-        held = tx.messages(entity.id, entity.name, named)
-        waiting = {m.sequence_number for m in held if m.state is not MessageState.LOCKED}
-        return tuple(seq for seq in named if seq in waiting)

@@ -33,15 +33,15 @@ class Receiving(Settling):
         check_count(max_messages, "max_messages")
         now = self.clock.now()
         with self.store.transaction() as tx:
-            target = self._resolve(tx, address)
+            target = self.resolver.resolve(tx, address)
             entity = target.entity
             self._settle_previous(tx, target, complete, settle, now)
             if target.sessions:
                 raise InvalidOperationError(
                     f"{entity.name!r} requires sessions; accept a session to receive from it"
                 )
-            self._check_receivable(target)
-            if not self._housekeep(tx, target, now):
+            self.resolver.check_receivable(target)
+            if not self.poisoner.housekeep(tx, target, now):
                 return []
             if delete:
                 return tx.take_ready(entity.id, entity.name, target.ready, max_messages)
@@ -63,8 +63,8 @@ class Receiving(Settling):
         seqs = check_sequence_numbers(sequence_numbers)
         now = self.clock.now()
         with self.store.transaction() as tx:
-            target = self._resolve(tx, address)
-            self._housekeep(tx, target, now)
+            target = self.resolver.resolve(tx, address)
+            self.poisoner.housekeep(tx, target, now)
             token = str(uuid.uuid4())
             until = now + (lock_duration or target.options.lock_duration)
             entity = target.entity
@@ -79,7 +79,7 @@ class Receiving(Settling):
             if spent:
                 reason = DeadLetterReason.MAX_DELIVERY_COUNT_EXCEEDED
                 why = f"deferred after its last delivery ({limit} attempts)"
-                self._dead_letter(tx, target, spent, reason, why, None, now, lock_token=token)
+                self.router.dead_letter(tx, target, spent, reason, why, None, now, lock_token=token)
                 tx.count_poisoned(entity.id, len(spent))
             return [m for m in got if m.delivery_count <= limit]
 
@@ -93,7 +93,7 @@ class Receiving(Settling):
         check_count(max_messages, "max_messages")
         check_count(from_sequence, "from_sequence", minimum=0)
         with self.store.transaction() as tx:
-            target = self._resolve(tx, address)
+            target = self.resolver.resolve(tx, address)
             entity = target.entity
             found = tx.peek(entity.id, entity.name, from_sequence, max_messages, where)
             return _as_seen(found, target.ready, self.clock.now())
@@ -101,12 +101,12 @@ class Receiving(Settling):
     def sequence_span(self, address: str) -> tuple[int, int, int]:
         """(count, lowest, highest) sequence number held; (0, 0, -1) when empty."""
         with self.store.transaction() as tx:
-            return tx.seq_span(self._resolve(tx, address).entity.id)
+            return tx.seq_span(self.resolver.resolve(tx, address).entity.id)
 
     def message(self, address: str, sequence_number: int) -> ReceivedMessage:
         check_count(sequence_number, "a sequence number", minimum=0)
         with self.store.transaction() as tx:
-            target = self._resolve(tx, address)
+            target = self.resolver.resolve(tx, address)
             entity = target.entity
             found = tx.message(entity.id, entity.name, sequence_number)
             if found is None:

@@ -11,7 +11,8 @@ import json
 import logging
 from collections.abc import Sequence
 
-from poisonq.engine.base import MAX_HOPS, EngineBase, Target
+from poisonq.engine.base import MAX_HOPS, Target
+from poisonq.engine.resolving import Resolver
 from poisonq.errors import EntityNotFoundError
 from poisonq.model import DeadLetterReason, EntityKind, MessageState, SubQueue
 from poisonq.names import NAMESPACE_DEADLETTER
@@ -21,8 +22,13 @@ from poisonq.store.base import EntityRecord, Transaction
 log = logging.getLogger(__name__)
 
 
-class Routing(EngineBase):
-    def _dead_letter(
+class Router:
+    """Moves between entities inside the caller's transaction."""
+
+    def __init__(self, resolver: Resolver) -> None:
+        self.resolver = resolver
+
+    def dead_letter(
         self,
         tx: Transaction,
         target: Target,
@@ -35,7 +41,7 @@ class Routing(EngineBase):
     ) -> list[int]:
         """Held messages of the target → its queue's dead-letter queue; then on to
         ``forward_dead_lettered_messages_to`` if the queue names one."""
-        dlq = self._child(tx, target, SubQueue.DEADLETTER)
+        dlq = self.resolver.child(tx, target, SubQueue.DEADLETTER)
         moved = tx.dead_letter(
             target.entity.id,
             seqs,
@@ -50,10 +56,10 @@ class Routing(EngineBase):
         destination = target.options.forward_dead_lettered_messages_to
         if moved and destination:
             hops = {m.sequence_number: m.hop_count for m in tx.messages(dlq.id, dlq.name, moved)}
-            self._forward(tx, target, dlq, hops, destination, now, strict=False)
+            self.forward(tx, target, dlq, hops, destination, now, strict=False)
         return moved
 
-    def _forward(
+    def forward(
         self,
         tx: Transaction,
         source: Target,
@@ -75,7 +81,7 @@ class Routing(EngineBase):
         over = [seq for seq, hop in hops.items() if hop >= MAX_HOPS]
         if over:
             description = f"forwarded {MAX_HOPS} times already; not forwarded to {destination}"
-            self._to_transfer_dlq(
+            self.to_transfer_dlq(
                 tx, source, holder, over, DeadLetterReason.MAX_TRANSFER_HOP_COUNT_EXCEEDED,
                 description, now,
             )  # fmt: skip
@@ -88,10 +94,10 @@ class Routing(EngineBase):
                 raise EntityNotFoundError(destination)
             log.warning("cannot forward to %s: no such queue", destination)
             return
-        dest_target = Target(dest, dest, self._spec(dest))
+        dest_target = self.resolver.of(dest)
         problem = self._cannot_take(dest_target, holder, list(going), tx)
         if problem:
-            self._to_transfer_dlq(
+            self.to_transfer_dlq(
                 tx, source, holder, list(going), DeadLetterReason.TRANSFER_FAILED, problem, now
             )
             return
@@ -99,7 +105,7 @@ class Routing(EngineBase):
         moved = tx.move(holder.id, list(going), dest.id, state, None, hop_count=1)
         onward = dest_target.options.forward_to
         if moved and onward:
-            self._forward(
+            self.forward(
                 tx, dest_target, dest, {seq: going[seq] + 1 for seq in moved}, onward, now, strict
             )
 
@@ -117,7 +123,7 @@ class Routing(EngineBase):
             return f"destination {entity.name} is full (max_size {dest.options.max_size} bytes)"
         return None
 
-    def _to_transfer_dlq(
+    def to_transfer_dlq(
         self,
         tx: Transaction,
         source: Target,
@@ -127,14 +133,14 @@ class Routing(EngineBase):
         description: str,
         now: float,
     ) -> None:
-        transfer = self._child(tx, source, SubQueue.TRANSFER_DEADLETTER)
+        transfer = self.resolver.child(tx, source, SubQueue.TRANSFER_DEADLETTER)
         if holder.subqueue is SubQueue.DEADLETTER:
             # Already dead-lettered (with its own reason): it only changes place.
             tx.move(holder.id, seqs, transfer.id, MessageState.DEAD_LETTERED, None)
             return
         tx.dead_letter(holder.id, seqs, transfer.id, reason, description, holder.name, None, now)
 
-    def _namespace_dlq(self, tx: Transaction, now: float) -> EntityRecord:
+    def namespace_dlq(self, tx: Transaction, now: float) -> EntityRecord:
         """The namespace dead-letter queue, created the first time it is needed."""
         found = tx.entity(NAMESPACE_DEADLETTER)
         if found is not None:

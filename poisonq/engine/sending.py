@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from poisonq.engine.base import Target, check_text
-from poisonq.engine.routing import Routing
+from poisonq.engine.common import EngineBase
 from poisonq.errors import (
     EntityDisabledError,
     InvalidOptionError,
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 Arrival = tuple[NewMessage, str | None]
 
 
-class Sending(Routing):
+class Sending(EngineBase):
     def send(self, address: str, messages: Sequence[Message]) -> list[int]:
         """Send a batch: all or nothing, durable on return. Returns the new sequence numbers
         (duplicates ignored by duplicate detection get none; a topic returns those of every
@@ -48,7 +48,7 @@ class Sending(Routing):
             messages = [messages]
         now = self.clock.now()
         with self.store.transaction() as tx:
-            target = self._main(tx, address)
+            target = self.resolver.main(tx, address)
             if not target.entity.status.can_send:
                 raise EntityDisabledError(target.entity.name, target.entity.status, "send")
             if target.kind is EntityKind.TOPIC:
@@ -78,14 +78,14 @@ class Sending(Routing):
             if why is not None:
                 refused.setdefault(why, []).append(seq)
         for reason, chosen in refused.items():
-            self._dead_letter(
+            self.router.dead_letter(
                 tx, target, chosen, reason, _arrival_description(reason, options), None, now
             )
         if destination:
             dead = {seq for chosen in refused.values() for seq in chosen}
             hops = {seq: 0 for seq in seqs if seq not in dead}
             if hops:
-                self._forward(tx, target, target.entity, hops, destination, now, strict=True)
+                self.router.forward(tx, target, target.entity, hops, destination, now, strict=True)
         return seqs
 
     def _rows(
@@ -145,7 +145,7 @@ class Sending(Routing):
         for entity in tx.entities():
             if not entity.name.startswith(prefix) or entity.parent_id is not None:
                 continue
-            sub = Target(entity, entity, self._spec(entity))
+            sub = self.resolver.of(entity)
             if not entity.status.can_send:
                 continue
             rows: list[Arrival] = []

@@ -36,8 +36,8 @@ class Sessions(Receiving):
         now = self.clock.now()
         with self.store.transaction() as tx:
             target = self._session_target(tx, address)
-            self._check_receivable(target)
-            if not self._housekeep(tx, target, now):
+            self.resolver.check_receivable(target)
+            if not self.poisoner.housekeep(tx, target, now):
                 return None
             token = str(uuid.uuid4())
             until = now + (lock_duration or target.options.lock_duration)
@@ -65,8 +65,8 @@ class Sessions(Receiving):
             target = self._session_target(tx, address)
             entity = target.entity
             self._settle_previous(tx, target, complete, settle, now)
-            self._check_receivable(target)
-            if not self._housekeep(tx, target, now):
+            self.resolver.check_receivable(target)
+            if not self.poisoner.housekeep(tx, target, now):
                 return []
             held = self._held_session(tx, target, session_id, token, now)
             assert held.locked_until is not None
@@ -119,7 +119,7 @@ class Sessions(Receiving):
             tx.release_session(target.entity.id, session_id, token)
 
     def _session_target(self, tx: Transaction, address: str) -> Target:
-        target = self._resolve(tx, address)
+        target = self.resolver.resolve(tx, address)
         if not target.sessions:
             raise InvalidOperationError(f"{target.entity.name!r} does not require sessions")
         return target

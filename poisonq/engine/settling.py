@@ -14,18 +14,18 @@ from poisonq.engine.base import (
     check_count,
     check_text,
 )
-from poisonq.engine.poison import Poisoning
+from poisonq.engine.common import EngineBase
 from poisonq.errors import InvalidOperationError, InvalidOptionError, MessageLockLostError
 from poisonq.model import Abandon, Complete, DeadLetter, FailureRecord, Release, Settlement
 from poisonq.store.base import EntityRecord, LockInfo, Transaction
 
 
-class Settling(Poisoning):
+class Settling(EngineBase):
     def complete(self, address: str, locks: Sequence[Lock]) -> None:
         """locked → completed for every lock, or (a lock lost) nothing at all."""
         now = self.clock.now()
         with self.store.transaction() as tx:
-            self._complete(tx, self._resolve(tx, address).entity, locks, now)
+            self._complete(tx, self.resolver.resolve(tx, address).entity, locks, now)
 
     def _complete(
         self, tx: Transaction, entity: EntityRecord, locks: Sequence[Lock], now: float
@@ -59,15 +59,15 @@ class Settling(Poisoning):
         numbers that were poisoned."""
         now = self.clock.now()
         with self.store.transaction() as tx:
-            target = self._resolve(tx, address)
+            target = self.resolver.resolve(tx, address)
             held = self._held_locks(tx, target, locks, now)
-            return self._after_failure(tx, target, held, failure, False, delay)
+            return self.poisoner.after_failure(tx, target, held, failure, False, delay)
 
     def defer(self, address: str, locks: Sequence[Lock]) -> None:
         """locked → deferred: kept until received again by sequence number."""
         now = self.clock.now()
         with self.store.transaction() as tx:
-            entity = self._resolve(tx, address).entity
+            entity = self.resolver.resolve(tx, address).entity
             for token, seqs in by_token(locks).items():
                 if tx.defer(entity.id, token, seqs, now) != len(seqs):
                     all_or_raise(seqs, [i.seq for i in tx.locked(entity.id, token, seqs, now)])
@@ -85,7 +85,7 @@ class Settling(Poisoning):
         check_text(description, "a dead-letter description")
         now = self.clock.now()
         with self.store.transaction() as tx:
-            target = self._resolve(tx, address)
+            target = self.resolver.resolve(tx, address)
             if target.subqueue is not None:
                 raise InvalidOperationError(
                     f"messages in {target.entity.name!r} cannot be dead-lettered again"
@@ -93,7 +93,7 @@ class Settling(Poisoning):
             record = failure.to_json() if failure else None
             for token, seqs in by_token(locks).items():
                 reason = reason or "DeadLetteredByReceiver"
-                moved = self._dead_letter(
+                moved = self.router.dead_letter(
                     tx, target, seqs, reason, description, record, now, lock_token=token
                 )
                 all_or_raise(seqs, moved)
@@ -104,7 +104,7 @@ class Settling(Poisoning):
         """Move ``locked_until`` on by the lock duration; returns the new time."""
         now = self.clock.now()
         with self.store.transaction() as tx:
-            target = self._resolve(tx, address)
+            target = self.resolver.resolve(tx, address)
             until = now + (lock_duration or target.options.lock_duration)
             for token, seqs in by_token(locks).items():
                 if tx.renew(target.entity.id, token, seqs, now, until) != len(seqs):
@@ -120,7 +120,7 @@ class Settling(Poisoning):
         the sequence numbers the retry policy poisoned."""
         now = self.clock.now()
         with self.store.transaction() as tx:
-            return self._settle(tx, self._resolve(tx, address), settlements, now)
+            return self._settle(tx, self.resolver.resolve(tx, address), settlements, now)
 
     def _settle_previous(
         self,
@@ -171,7 +171,7 @@ class Settling(Poisoning):
                 case Complete():
                     continue
                 case Abandon(seq, _, failure):
-                    poisoned += self._after_failure(tx, target, [held[seq]], failure, False)
+                    poisoned += self.poisoner.after_failure(tx, target, [held[seq]], failure, False)
                 case DeadLetter(seq, token, reason, description, failure):
                     letters.setdefault((token, reason, description, failure), []).append(seq)
                 case Release():
@@ -182,7 +182,7 @@ class Settling(Poisoning):
             )
         for (token, reason, description, failure), seqs in letters.items():
             record = failure.to_json() if failure else None
-            moved = self._dead_letter(
+            moved = self.router.dead_letter(
                 tx, target, seqs, reason, description, record, now, lock_token=token
             )
             lost += set(seqs) - set(moved)

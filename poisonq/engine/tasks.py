@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from poisonq.engine.base import EngineBase, check_count
+from poisonq.engine.base import check_count
+from poisonq.engine.common import EngineBase
 from poisonq.errors import EntityDisabledError, InvalidOptionError, TaskNotFoundError
 from poisonq.model import ReceivedMessage
 from poisonq.store.base import DeadLetterGroup, MessageFilter, TaskRecord
@@ -13,7 +14,7 @@ from poisonq.store.base import DeadLetterGroup, MessageFilter, TaskRecord
 class Tasks(EngineBase):
     def dead_letter_groups(self, address: str, by: str) -> list[DeadLetterGroup]:
         with self.store.transaction() as tx:
-            return tx.dead_letter_groups(self._resolve(tx, address).entity.id, by)
+            return tx.dead_letter_groups(self.resolver.resolve(tx, address).entity.id, by)
 
     def find(
         self,
@@ -31,7 +32,7 @@ class Tasks(EngineBase):
         if not isinstance(newest_first, bool):
             raise InvalidOptionError(f"newest_first must be true or false, not {newest_first!r}")
         with self.store.transaction() as tx:
-            entity = self._resolve(tx, address).entity
+            entity = self.resolver.resolve(tx, address).entity
             seqs = tx.select(entity.id, where, after_seq, limit, newest_first)
             found = tx.messages(entity.id, entity.name, seqs)
             return found[::-1] if newest_first else found
@@ -39,7 +40,7 @@ class Tasks(EngineBase):
     def count_matching(self, address: str, where: MessageFilter) -> int:
         """How many unlocked held messages of ``address`` match ``where``."""
         with self.store.transaction() as tx:
-            return tx.count_matching(self._resolve(tx, address).entity.id, where)
+            return tx.count_matching(self.resolver.resolve(tx, address).entity.id, where)
 
     def start_task(
         self, kind: str, address: str, where: MessageFilter, spec: dict[str, Any]
@@ -47,7 +48,7 @@ class Tasks(EngineBase):
         """Record a bulk task over the messages of ``address`` matching ``where``."""
         now = self.clock.now()
         with self.store.transaction() as tx:
-            entity = self._resolve(tx, address).entity
+            entity = self.resolver.resolve(tx, address).entity
             total = tx.count_matching(entity.id, where)
             task_id = tx.insert_task(kind, entity.id, spec, total, now)
             task = tx.task(task_id)
@@ -87,13 +88,17 @@ class Tasks(EngineBase):
                 raise TaskNotFoundError(task_id)
             if task.status != "running":
                 return []
-            source = self._resolve(tx, address)
+            source = self.resolver.resolve(tx, address)
             seqs = tx.select(source.entity.id, where, after_seq, limit)
             if not seqs:
                 return []
             if task.kind == "resubmit":
                 to = task.spec.get("to")
-                target = self._main(tx, to) if to else self._resolve(tx, source.queue.name)
+                target = (
+                    self.resolver.main(tx, to)
+                    if to
+                    else self.resolver.resolve(tx, source.queue.name)
+                )
                 if not target.entity.status.can_send:
                     raise EntityDisabledError(target.entity.name, target.entity.status, "resubmit")
                 ttl = target.options.default_message_ttl

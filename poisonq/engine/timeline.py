@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from difflib import get_close_matches
 
-from poisonq.engine.base import EngineBase, Target, check_count
+from poisonq.engine.base import Target, check_count
+from poisonq.engine.common import EngineBase
 from poisonq.errors import InvalidOperationError, PipelineNotFoundError
 from poisonq.model import Lease, SubQueue
 from poisonq.store.base import Transaction
@@ -21,7 +22,7 @@ class Timelines(EngineBase):
         it settled a message then; what failed and was not dead-lettered or completed went
         back to be retried."""
         check_count(run.keep, "the batches to keep")
-        dead_letters = self._child(tx, target, SubQueue.DEADLETTER)
+        dead_letters = self.resolver.child(tx, target, SubQueue.DEADLETTER)
         dead = tx.dead_lettered_between(
             dead_letters.id,
             lease.min_sequence,
@@ -53,7 +54,7 @@ class Timelines(EngineBase):
         runs on more than one), oldest first."""
         with self.store.transaction() as tx:
             if queue is not None:
-                queue = self._resolve(tx, queue).entity.name
+                queue = self.resolver.resolve(tx, queue).entity.name
             known = tx.pipelines()
             found = [s for s in known if s.consumer == consumer and queue in (None, s.queue)]
             if not found:
@@ -64,5 +65,5 @@ class Timelines(EngineBase):
                 raise InvalidOperationError(
                     f"consumer {consumer!r} has batches on queues {queues}: name the queue"
                 )
-            entity = self._resolve(tx, found[0].queue).entity
+            entity = self.resolver.resolve(tx, found[0].queue).entity
             return tx.pipeline_batches(entity.id, consumer)
