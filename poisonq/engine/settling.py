@@ -131,6 +131,8 @@ class Settling(EngineBase):
         now: float,
     ) -> None:
         """A receive's settlement of the previous batch, first in its transaction."""
+        if complete or settle:
+            tx.receive_follows(target.entity.id)
         if complete:
             self._complete(tx, target.entity, complete, now)
         if settle:

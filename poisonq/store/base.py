@@ -215,6 +215,13 @@ class TaskRecord:
 class Transaction(ABC):
     """One store transaction. Every method runs inside it; all commit or none do."""
 
+    @abstractmethod
+    def receive_follows(self, entity_id: int) -> None:
+        """The caller says this transaction will settle messages of the entity and then
+        receive from it (a consumer loop's ``complete_and_receive``): a store whose
+        statements cost a round trip each may send the receive's housekeeping reads with the
+        settlement."""
+
     # Entities -----------------------------------------------------------------------------
     @abstractmethod
     def insert_entity(

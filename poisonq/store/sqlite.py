@@ -431,6 +431,9 @@ class SqliteTransaction(
         self._db.execute("UPDATE entities SET rollbacks = 0 WHERE id = ?", (entity_id,))
 
     # Settling -----------------------------------------------------------------------------
+    def receive_follows(self, entity_id: int) -> None:
+        """Nothing to send ahead: a statement here costs no round trip."""
+
     def seq_span(self, entity_id: int) -> tuple[int, int, int]:
         count, lo, hi = self._db.execute(
             "SELECT count(*), min(seq), max(seq) FROM messages WHERE entity_id = ?", (entity_id,)

@@ -72,6 +72,7 @@ class StatementRunner:
         self._keeper = keeper
         self.history = HistoryBuffer()  # written with the commit, after the ledger
         self.notify = False  # whether this transaction made a message receivable
+        self._receiving: int | None = None  # the entity a receive follows a settlement of
         self._statements = 0
         # Answers fetched ahead of the call that needs them, in a round trip that was made
         # anyway; valid only while no other statement has run (see _recall).

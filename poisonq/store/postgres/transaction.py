@@ -405,11 +405,14 @@ class PostgresTransaction(
         self._remember(("nothing expired", entity_id, now), rows[0][5])
         return [LockInfo(*row[:4]) for row in rows if row[0] is not None]
 
+    def receive_follows(self, entity_id: int) -> None:
+        self._receiving = entity_id
+
     def _sweep_after(self, entity_id: int, now: float) -> None:
-        """Run a receive's housekeeping reads with a settlement (in its round trip): in
-        complete_and_receive and settle_and_receive the receive follows at once. Locking the
-        expired locks a moment early is harmless when none follows: the transaction ends."""
-        self._remember(("expired locks", entity_id, now), self._sweep(entity_id, now))
+        """Run the housekeeping reads of the receive the caller said follows
+        (:meth:`receive_follows`) with a settlement, in its round trip."""
+        if self._receiving == entity_id:
+            self._remember(("expired locks", entity_id, now), self._sweep(entity_id, now))
 
     def expired_locks(self, entity_id: int, now: float) -> list[LockInfo]:
         known = self._recall(("expired locks", entity_id, now))
@@ -653,8 +656,7 @@ class PostgresTransaction(
                 "seqs": list(seqs),
             },
         )
-        if lock_token is not None:  # a receiver's settlement: a receive may follow
-            self._sweep_after(entity_id, now)
+        self._sweep_after(entity_id, now)
         rows = moving.fetchall()
         self._check_target(target_id, len(seqs), len(rows))
         moved, size = len(rows), sum(row[1] for row in rows)
