@@ -49,23 +49,25 @@ from poisonq.store.base import (
     unstorable,
 )
 from poisonq.store.history import HistoryBuffer, HistoryKeeper
+from poisonq.store.rows import (
+    ENTITY_COLUMNS,
+    HELD,
+    LIVE,
+    STATES,
+    entity_row,
+    message_row,
+    message_rows,
+)
 from poisonq.store.sqlite_history import SqliteHistory
 from poisonq.store.sqlite_leases import SqliteLeases
 from poisonq.store.sqlite_rows import (
-    ENTITY_COLUMNS,
-    HELD,
     HELD_COLUMNS,
     INSERT_CHUNK,
     LEDGER_COLUMNS,
-    LIVE,
     MESSAGE_COLUMNS,
     OPTIONAL_COLUMNS,
     SEQS,
-    STATES,
-    entity_row,
-    filter_sql,
-    message_row,
-    message_rows,
+    filter_clauses,
     seqs_json,
 )
 from poisonq.store.sqlite_sessions import SqliteSessions
@@ -321,7 +323,7 @@ class SqliteTransaction(
     def peek(
         self, entity_id: int, name: str, from_seq: int, limit: int, where: MessageFilter
     ) -> list[ReceivedMessage]:
-        clauses, params = filter_sql(where)
+        clauses, params = filter_clauses(where)
         rows = self._db.execute(
             f"SELECT {HELD_COLUMNS} FROM held_messages WHERE entity_id = ? AND seq >= ?"
             f"{clauses} ORDER BY seq LIMIT ?",

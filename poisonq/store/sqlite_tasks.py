@@ -7,8 +7,9 @@ import sqlite3
 from typing import Any
 
 from poisonq.store.base import DeadLetterCause, DeadLetterGroup, MessageFilter, TaskRecord
+from poisonq.store.rows import GROUP_KEYS
 from poisonq.store.sqlite_leases import SqliteLeases
-from poisonq.store.sqlite_rows import GROUP_KEYS, filter_sql
+from poisonq.store.sqlite_rows import filter_clauses
 
 # The states of held messages nobody holds a lock on (a lease's cover aside).
 UNLOCKED = ("scheduled", "active", "deferred", "dead_lettered")
@@ -52,7 +53,7 @@ class SqliteTasks(SqliteLeases):
         # One ordered walk of the state index per unlocked state, merged: a chunk of a task
         # costs its size, however many messages the entity holds (``state != 'locked'``
         # would read all of them and sort).
-        clauses, params = filter_sql(where)
+        clauses, params = filter_clauses(where)
         order = "DESC" if newest_first else "ASC"
         covered = self._covered_clause(entity_id)
         part = (
@@ -69,7 +70,7 @@ class SqliteTasks(SqliteLeases):
         return [row[0] for row in rows]
 
     def count_matching(self, entity_id: int, where: MessageFilter) -> int:
-        clauses, params = filter_sql(where)
+        clauses, params = filter_clauses(where)
         (n,) = self._db.execute(
             f"SELECT count(*) FROM messages WHERE entity_id = ? AND state IN {UNLOCKED_SQL}"
             f"{clauses} AND NOT {self._covered_clause(entity_id)}",

@@ -8,14 +8,12 @@ from typing import Any
 from poisonq.model import Lease, MessageState
 from poisonq.store.base import DeadLetterCause, DeadLetterGroup, MessageFilter, TaskRecord
 from poisonq.store.postgres.runner import StatementRunner
-from poisonq.store.sqlite_rows import GROUP_KEYS, filter_sql
+from poisonq.store.rows import GROUP_KEYS, filter_sql
 
 
 def filter_clauses(where: MessageFilter) -> tuple[str, list[Any]]:
-    """The SQLite store's filter clauses, with PostgreSQL's placeholder (they hold no other
-    question mark: column names and operators only)."""
-    clauses, params = filter_sql(where, body_contains="position(? IN body) > 0")
-    return clauses.replace("?", "%b"), params
+    """The clauses of :func:`poisonq.store.rows.filter_sql` in PostgreSQL's dialect."""
+    return filter_sql(where, "%b", "position(%b IN body) > 0")
 
 
 def in_index_order(columns: str, key: str, also: str = "") -> str:

@@ -46,14 +46,14 @@ from poisonq.store.postgres.history import HistoryQueries
 from poisonq.store.postgres.sessions import SessionQueries
 from poisonq.store.postgres.timeline import TimelineQueries
 
-# The row mappers and the entity columns are the SQLite store's: the message columns below
-# return the same values in the same order (``failures::text`` is the JSON text SQLite keeps).
-from poisonq.store.sqlite_rows import ENTITY_COLUMNS as _ENTITY_COLUMNS
-from poisonq.store.sqlite_rows import HELD as _HELD
-from poisonq.store.sqlite_rows import LIVE as _LIVE
-from poisonq.store.sqlite_rows import entity_row as entity_from_row
-from poisonq.store.sqlite_rows import message_row as message_from_row
-from poisonq.store.sqlite_rows import message_rows
+# The message columns below return the values the shared row mappers take, in their order
+# (``failures::text`` is the JSON text SQLite keeps).
+from poisonq.store.rows import ENTITY_COLUMNS as _ENTITY_COLUMNS
+from poisonq.store.rows import HELD as _HELD
+from poisonq.store.rows import LIVE as _LIVE
+from poisonq.store.rows import entity_row as entity_from_row
+from poisonq.store.rows import message_row as message_from_row
+from poisonq.store.rows import message_rows
 
 _MESSAGE_COLUMNS = (
     "seq, message_id, body, content_type, subject, properties, session_id, correlation_id,"
