@@ -38,7 +38,7 @@ def ready_seqs(*, session: bool = False) -> str:
     """The sequence numbers of the ``limit`` oldest messages of ``entity`` in state ``ready``
     (of one ``session``), locked for the statement they are part of, as an array.
     ``ARRAY(...)`` runs the subquery once: as ``seq IN (subquery)`` a plan may run it again
-    per row and lock more than ``limit`` (seen: 20,000 locked by a receive of 100)."""
+    per row and lock more than ``limit``."""
     if session:  # messages_by_session, which holds only messages with a session id
         order = in_index_order(
             "entity_id, session_id, state, seq",

@@ -1,8 +1,7 @@
 """The SQL of the PostgreSQL store: one :class:`PostgresTransaction` per store transaction.
 
-The statements follow the SQLite store's one for one (same tables, columns and guards), so a
-method added there ports by translating placeholders: ``?`` → ``%b``, ``json_each(?)`` →
-``= ANY(%b)`` with a list, ``json_insert`` → ``jsonb ||``. What differs is concurrency.
+The statements follow the SQLite store's one for one (same tables, columns and guards; the
+rows and filters both read are :mod:`poisonq.store.rows`). What differs is concurrency.
 SQLite runs one writer at a time; here transactions run side by side under READ COMMITTED, so:
 
 - receiving locks rows with ``FOR UPDATE SKIP LOCKED``: competing receivers take disjoint
