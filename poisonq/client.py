@@ -37,7 +37,7 @@ from poisonq.model import (
 )
 from poisonq.names import NAMESPACE_DEADLETTER, parse_address
 from poisonq.options import QueueOptions
-from poisonq.receivers import Messages, Receiver, Sender, SessionReceiver, lock_seconds
+from poisonq.receivers import MessageOrList, Receiver, Sender, SessionReceiver, lock_seconds
 from poisonq.reports import AuditReport, QueueInfo
 from poisonq.retrying import OperationRetry, RetryingEngine, retried
 from poisonq.store import open_store
@@ -502,7 +502,7 @@ __all__ = [
     "NO_VALUE",
     "Broker",
     "DeadLetterGroup",
-    "Messages",
+    "MessageOrList",
     "NoValue",
     "Receiver",
     "Sender",

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from poisonq.errors import InvalidOperationError, MessageLockLostError, PoisonqError
 from poisonq.model import Duration, ReceivedMessage, to_seconds
-from poisonq.receivers import Messages, as_list
+from poisonq.receivers import MessageOrList, as_list
 
 if TYPE_CHECKING:
     from poisonq.receivers import Receiver
@@ -45,7 +45,7 @@ class AutoLockRenewer:
     def register(
         self,
         receiver: Receiver,
-        messages: Messages,
+        messages: MessageOrList,
         max_lock_renewal_duration: Duration | None = None,
     ) -> None:
         """Keep renewing these messages' locks until they are settled or the time is up."""
@@ -70,7 +70,7 @@ class AutoLockRenewer:
                 )
                 self._thread.start()
 
-    def unregister(self, messages: Messages) -> None:
+    def unregister(self, messages: MessageOrList) -> None:
         with self._lock:
             for message in as_list(messages):
                 self._entries.pop((message.sequence_number, message.lock_token or ""), None)

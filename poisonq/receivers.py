@@ -27,11 +27,11 @@ from poisonq.store.base import MessageFilter
 if TYPE_CHECKING:
     from poisonq.client import Broker
 
-Messages = ReceivedMessage | Sequence[ReceivedMessage]
+MessageOrList = ReceivedMessage | Sequence[ReceivedMessage]
 _ITER_WAIT = 60.0  # seconds one receive of an endless iteration waits before it asks again
 
 
-def as_list(messages: Messages) -> list[ReceivedMessage]:
+def as_list(messages: MessageOrList) -> list[ReceivedMessage]:
     """One received message or a sequence of them, as a list; anything else is refused."""
     if isinstance(messages, ReceivedMessage):
         return [messages]
@@ -40,7 +40,7 @@ def as_list(messages: Messages) -> list[ReceivedMessage]:
     raise InvalidOptionError(f"settle received messages (one or a list), not {messages!r}")
 
 
-def _mark_settled(messages: Messages) -> None:
+def _mark_settled(messages: MessageOrList) -> None:
     for message in as_list(messages):
         message.settled = True
 
@@ -146,7 +146,7 @@ class Receiver:
         return self._receive(max_messages, max_wait, [])
 
     def complete_and_receive(
-        self, messages: Messages, max_messages: int = 1, max_wait: Duration | None = None
+        self, messages: MessageOrList, max_messages: int = 1, max_wait: Duration | None = None
     ) -> list[ReceivedMessage]:
         """Complete ``messages`` and receive the next ones in one transaction: the same as
         :meth:`complete` then :meth:`receive`, with one commit instead of two. If a lock was
@@ -208,7 +208,7 @@ class Receiver:
     def peek(self, max_messages: int = 1, from_sequence: int = 0) -> list[ReceivedMessage]:
         return self._engine.peek(self.address, from_sequence, max_messages, MessageFilter())
 
-    def _locks(self, messages: Messages) -> list[tuple[int, str]]:
+    def _locks(self, messages: MessageOrList) -> list[tuple[int, str]]:
         if self.receive_mode is ReceiveMode.RECEIVE_AND_DELETE:
             raise InvalidOperationError("messages received with receive_and_delete hold no lock")
         locks = []
@@ -218,14 +218,14 @@ class Receiver:
             locks.append((message.sequence_number, message.lock_token))
         return locks
 
-    def complete(self, messages: Messages) -> None:
+    def complete(self, messages: MessageOrList) -> None:
         """locked → completed."""
         self._engine.complete(self.address, self._locks(messages))
         _mark_settled(messages)
 
     def abandon(
         self,
-        messages: Messages,
+        messages: MessageOrList,
         error: BaseException | FailureRecord | None = None,
         delay: Duration | None = None,
     ) -> list[int]:
@@ -239,14 +239,14 @@ class Receiver:
         _mark_settled(messages)
         return poisoned
 
-    def defer(self, messages: Messages) -> None:
+    def defer(self, messages: MessageOrList) -> None:
         """locked → deferred; get it back with :meth:`receive_deferred`."""
         self._engine.defer(self.address, self._locks(messages))
         _mark_settled(messages)
 
     def dead_letter(
         self,
-        messages: Messages,
+        messages: MessageOrList,
         reason: str | None = None,
         description: str | None = None,
         error: BaseException | FailureRecord | None = None,
@@ -262,7 +262,7 @@ class Receiver:
             self.lock_duration = self.broker.get_queue(self.address).options.lock_duration
         return self.lock_duration
 
-    def renew_lock(self, messages: Messages) -> None:
+    def renew_lock(self, messages: MessageOrList) -> None:
         """Extend the locks by the lock duration; updates ``locked_until`` on the objects."""
         batch = as_list(messages)
         until = self._engine.renew_lock(self.address, self._locks(batch), self.lock_duration)
@@ -324,7 +324,7 @@ class SessionReceiver(Receiver):
         )
         self.session_locked_until = from_timestamp(until)
 
-    def renew_lock(self, messages: Messages) -> None:
+    def renew_lock(self, messages: MessageOrList) -> None:
         """Extend these messages' locks (raising if one is lost) and the session lock with
         them, so a long handler (or :class:`AutoLockRenewer`) keeps the session too."""
         super().renew_lock(messages)

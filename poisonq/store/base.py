@@ -374,13 +374,13 @@ class Transaction(ABC):
         self,
         entity_id: int,
         seqs: Sequence[int],
-        target_id: int,
+        destination_id: int,
         state: MessageState | None,
         visible_at: float | None,
         move_count: int = 0,
         hop_count: int = 0,
     ) -> list[int]:
-        """Move unlocked held messages to ``target_id``, keeping their sequence numbers and
+        """Move unlocked held messages to ``destination_id``, keeping their sequence numbers and
         fields; ``state`` and ``visible_at`` replace theirs unless ``None``, ``move_count`` and
         ``hop_count`` are added to theirs. Counted as moved out / moved in. Returns the
         sequence numbers moved, ascending."""
@@ -537,7 +537,7 @@ class Transaction(ABC):
         self,
         entity_id: int,
         seqs: Sequence[int],
-        target_id: int,
+        destination_id: int,
         reason: str,
         description: str | None,
         source: str,
@@ -545,7 +545,7 @@ class Transaction(ABC):
         now: float,
         lock_token: str | None = None,
     ) -> list[int]:
-        """Move held messages into the dead-letter queue ``target_id``; with ``lock_token``,
+        """Move held messages into the dead-letter queue ``destination_id``; with ``lock_token``,
         only those validly locked under it. Each keeps its ``delivery_count`` as
         ``dead_lettered_deliveries``. Returns the sequence numbers moved."""
 
@@ -562,11 +562,11 @@ class Transaction(ABC):
         self,
         entity_id: int,
         seqs: Sequence[int],
-        target_id: int,
+        destination_id: int,
         now: float,
         expires_at: float | None,
     ) -> int:
-        """Move unlocked messages to ``target_id`` under new sequence numbers, as if sent at
+        """Move unlocked messages to ``destination_id`` under new sequence numbers, as if sent at
         ``now`` (expiring at ``expires_at``), with a fresh delivery count and no dead-letter
         fields; failure history is kept."""
 

@@ -102,7 +102,7 @@ class SqliteTransaction(
         an entry in the index of unleasable messages)."""
         return "0" if self.cover_top(entity_id) else "leasable"
 
-    def _bump(self, entity_id: int, **deltas: int) -> None:
+    def _add_to_ledger(self, entity_id: int, **deltas: int) -> None:
         """Add ``deltas`` to the entity's ledger columns (names are ours, never user input)."""
         deltas = {k: v for k, v in deltas.items() if v}
         if not deltas:
@@ -232,7 +232,7 @@ class SqliteTransaction(
                 params += [getattr(m, c) for c in optional]
             top = self._db.execute(insert + ", ".join([row_marks] * len(chunk)), params).lastrowid
         assert top is not None
-        self._bump(entity_id, sent=len(rows), size_bytes=sum(m.size for m in rows))
+        self._add_to_ledger(entity_id, sent=len(rows), size_bytes=sum(m.size for m in rows))
         return list(range(top - len(rows) + 1, top + 1))
 
     def _delete_bodies(self, body_ids: list[int]) -> None:
@@ -300,7 +300,9 @@ class SqliteTransaction(
         ).fetchall()
         rows.sort(key=lambda row: row[0])
         self._delete_bodies([row[-1] for row in rows])
-        self._bump(entity_id, completed=len(rows), size_bytes=-sum(row[-2] for row in rows))
+        self._add_to_ledger(
+            entity_id, completed=len(rows), size_bytes=-sum(row[-2] for row in rows)
+        )
         taken = message_rows((row[:-2] for row in rows), name)
         for message in taken:
             message.delivery_count += 1
@@ -402,7 +404,7 @@ class SqliteTransaction(
         self,
         entity_id: int,
         seqs: Sequence[int],
-        target_id: int,
+        destination_id: int,
         state: MessageState | None,
         visible_at: float | None,
         move_count: int = 0,
@@ -411,15 +413,15 @@ class SqliteTransaction(
         covered = self._covered_clause(entity_id)
         rows = self._db.execute(
             "UPDATE messages SET entity_id = ?, state = coalesce(?, state),"
-            f" visible_at = coalesce(?, visible_at), leasable = {self._returned(target_id)},"
+            f" visible_at = coalesce(?, visible_at), leasable = {self._returned(destination_id)},"
             " move_count = move_count + ?, hop_count = hop_count + ?"
             f" WHERE entity_id = ? AND state IN {HELD} AND state != 'locked' AND NOT {covered}"
             f" AND seq IN {SEQS} RETURNING seq, size",
-            (target_id, state, visible_at, move_count, hop_count, entity_id, seqs_json(seqs)),
+            (destination_id, state, visible_at, move_count, hop_count, entity_id, seqs_json(seqs)),
         ).fetchall()
         moved, size = len(rows), sum(row[1] for row in rows)
-        self._bump(entity_id, moved_out=moved, size_bytes=-size)
-        self._bump(target_id, moved_in=moved, size_bytes=size)
+        self._add_to_ledger(entity_id, moved_out=moved, size_bytes=-size)
+        self._add_to_ledger(destination_id, moved_in=moved, size_bytes=size)
         return sorted(row[0] for row in rows)
 
     def add_rollbacks(self, entity_id: int, count: int) -> int:
@@ -497,12 +499,12 @@ class SqliteTransaction(
             f"DELETE FROM bodies WHERE id IN (SELECT body_id FROM messages WHERE {which})", params
         )
         self._db.execute(f"DELETE FROM messages WHERE {which}", params)
-        self._bump(entity_id, completed=count, size_bytes=-size)
+        self._add_to_ledger(entity_id, completed=count, size_bytes=-size)
         return int(count)
 
     def _completed(self, entity_id: int, rows: list[Any]) -> list[int]:
         self._delete_bodies([row[2] for row in rows])
-        self._bump(entity_id, completed=len(rows), size_bytes=-sum(row[1] for row in rows))
+        self._add_to_ledger(entity_id, completed=len(rows), size_bytes=-sum(row[1] for row in rows))
         return [row[0] for row in rows]
 
     def abandon(
@@ -532,9 +534,9 @@ class SqliteTransaction(
             (record, entity_id, seqs_json(seqs), ready),
         ).rowcount
         if lock_expired:
-            self._bump(entity_id, lock_expiries=changed)
+            self._add_to_ledger(entity_id, lock_expiries=changed)
         else:
-            self._bump(entity_id, abandoned=changed)
+            self._add_to_ledger(entity_id, abandoned=changed)
         return changed
 
     def reschedule(self, entity_id: int, seqs: Sequence[int], visible_at: float) -> int:
@@ -625,7 +627,7 @@ class SqliteTransaction(
         self,
         entity_id: int,
         seqs: Sequence[int],
-        target_id: int,
+        destination_id: int,
         reason: str,
         description: str | None,
         source: str,
@@ -642,7 +644,7 @@ class SqliteTransaction(
         rows = self._db.execute(
             "UPDATE messages SET entity_id = ?1, state = 'dead_lettered', lock_token = NULL,"
             " locked_until = NULL, dead_letter_reason = ?2,"
-            f" leasable = {self._returned(target_id)},"
+            f" leasable = {self._returned(destination_id)},"
             f" delivery_count = delivery_count + {covered},"
             # Without a description, the last recorded failure describes the message.
             " dead_letter_description = coalesce(?3, json_extract(failures, '$[#-1].error_type')"
@@ -658,7 +660,7 @@ class SqliteTransaction(
             f"{held_by_cover})"
             f" AND seq IN {SEQS.replace('?', '?8')} RETURNING seq, size, subject, last_fingerprint",
             (
-                target_id,
+                destination_id,
                 reason,
                 description,
                 source,
@@ -671,13 +673,13 @@ class SqliteTransaction(
             ),
         ).fetchall()
         moved, size = len(rows), sum(row[1] for row in rows)
-        self.history.dead_lettered(target_id, reason, (row[2:] for row in rows))
-        self._bump(entity_id, moved_out=moved, dead_lettered=moved, size_bytes=-size)
-        self._bump(target_id, moved_in=moved, size_bytes=size)
+        self.history.dead_lettered(destination_id, reason, (row[2:] for row in rows))
+        self._add_to_ledger(entity_id, moved_out=moved, dead_lettered=moved, size_bytes=-size)
+        self._add_to_ledger(destination_id, moved_in=moved, size_bytes=size)
         return [row[0] for row in rows]
 
     def count_poisoned(self, entity_id: int, count: int) -> None:
-        self._bump(entity_id, poisoned=count)
+        self._add_to_ledger(entity_id, poisoned=count)
 
     def drop(self, entity_id: int, seqs: Sequence[int]) -> int:
         rows = self._db.execute(
@@ -686,14 +688,14 @@ class SqliteTransaction(
             (entity_id, seqs_json(seqs)),
         ).fetchall()
         self._delete_bodies([row[1] for row in rows])
-        self._bump(entity_id, dropped=len(rows), size_bytes=-sum(row[0] for row in rows))
+        self._add_to_ledger(entity_id, dropped=len(rows), size_bytes=-sum(row[0] for row in rows))
         return len(rows)
 
     def resubmit(
         self,
         entity_id: int,
         seqs: Sequence[int],
-        target_id: int,
+        destination_id: int,
         now: float,
         expires_at: float | None,
     ) -> int:
@@ -714,13 +716,13 @@ class SqliteTransaction(
             " session_id, correlation_id, reply_to, ?, ?, abort_count, resubmit_count + 1,"
             " hop_count, last_error_type, last_fingerprint, failures"
             f" FROM messages WHERE {guard} ORDER BY seq",
-            (target_id, now, expires_at, *params),
+            (destination_id, now, expires_at, *params),
         )
         rows = self._db.execute(f"DELETE FROM messages WHERE {guard} RETURNING size", params)
         sizes = [row[0] for row in rows]
         moved, size = len(sizes), sum(sizes)
-        self._bump(entity_id, moved_out=moved, resubmitted=moved, size_bytes=-size)
-        self._bump(target_id, moved_in=moved, size_bytes=size)
+        self._add_to_ledger(entity_id, moved_out=moved, resubmitted=moved, size_bytes=-size)
+        self._add_to_ledger(destination_id, moved_in=moved, size_bytes=size)
         return moved
 
 

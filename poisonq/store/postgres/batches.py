@@ -81,7 +81,7 @@ class BatchQueries(StatementRunner):
     def renew_lease(
         self, entity_id: int, token: str, lo: int, hi: int, now: float, locked_until: float
     ) -> int:
-        return self._count(
+        return self._changed(
             "UPDATE messages SET locked_until = %b WHERE entity_id = %b AND state = 'locked'"
             " AND lock_token = %b AND locked_until > %b AND seq BETWEEN %b AND %b",
             (locked_until, entity_id, token, now, lo, hi),
@@ -121,7 +121,7 @@ class BatchQueries(StatementRunner):
         )
 
     def lease(self, entity_id: int, name: str, consumer: str, number: int | None) -> Lease | None:
-        rows = self._all(
+        rows = self._fetch_all(
             "SELECT consumer, number, lock_token, count, min_seq, max_seq, created_at,"
             " completed_at FROM leases WHERE entity_id = %(entity)b AND consumer = %(consumer)b"
             " AND (%(number)b::bigint IS NULL OR number = %(number)b)"
@@ -138,7 +138,7 @@ class BatchQueries(StatementRunner):
         )
 
     def plan_lease(self, entity_id: int, consumer: str, number: int) -> int:
-        rows = self._all(
+        rows = self._fetch_all(
             "UPDATE leases SET planned = planned + 1 WHERE entity_id = %b AND consumer = %b"
             " AND number = %b RETURNING planned",
             (entity_id, consumer, number),
@@ -154,7 +154,7 @@ class BatchQueries(StatementRunner):
     def lease_seqs(
         self, entity_id: int, token: str, lo: int, hi: int, now: float, first_delivery: bool = False
     ) -> list[int]:
-        rows = self._all(
+        rows = self._fetch_all(
             "SELECT seq FROM messages WHERE entity_id = %b AND state = 'locked'"
             " AND seq BETWEEN %b AND %b AND lock_token = %b AND locked_until > %b"
             " AND (NOT %b OR delivery_count = 1) ORDER BY seq",
@@ -165,7 +165,7 @@ class BatchQueries(StatementRunner):
     def lease_rows(
         self, entity_id: int, token: str, lo: int, hi: int, now: float
     ) -> list[tuple[Any, ...]]:
-        return self._all(
+        return self._fetch_all(
             "SELECT seq, message_id, body, content_type, subject, properties, session_id,"
             " correlation_id, enqueued_at, delivery_count FROM messages"
             " WHERE entity_id = %b AND state = 'locked' AND seq BETWEEN %b AND %b"
@@ -176,7 +176,7 @@ class BatchQueries(StatementRunner):
     # Dead-letter analysis and tasks ------------------------------------------------------
     def dead_letter_groups(self, entity_id: int, by: str) -> list[DeadLetterGroup]:
         key, label = GROUP_KEYS[by]
-        rows = self._all(
+        rows = self._fetch_all(
             f"SELECT {key}, max({label}), count(*),"
             " min(coalesce(dead_lettered_at, enqueued_at)),"
             " max(coalesce(dead_lettered_at, enqueued_at))"
@@ -187,7 +187,7 @@ class BatchQueries(StatementRunner):
         return [DeadLetterGroup(*row) for row in rows]
 
     def dead_letter_causes(self, entity_id: int) -> list[DeadLetterCause]:
-        rows = self._all(
+        rows = self._fetch_all(
             "SELECT dead_letter_reason, last_error_type, count(*), min(seq) FROM messages"
             " WHERE entity_id = %b GROUP BY dead_letter_reason, last_error_type"
             " ORDER BY dead_letter_reason, count(*) DESC, last_error_type NULLS FIRST",
@@ -206,7 +206,7 @@ class BatchQueries(StatementRunner):
         clauses, params = filter_clauses(where)
         order = "DESC" if newest_first else "ASC"
         # Locked here, so a receiver cannot take them before the task moves or drops them.
-        rows = self._all(
+        rows = self._fetch_all(
             "SELECT seq FROM messages WHERE entity_id = %b AND state != 'locked' AND seq > %b"
             f"{clauses} ORDER BY seq {order} LIMIT %b FOR UPDATE SKIP LOCKED",
             (entity_id, after_seq, *params, limit),
@@ -215,7 +215,7 @@ class BatchQueries(StatementRunner):
 
     def count_matching(self, entity_id: int, where: MessageFilter) -> int:
         clauses, params = filter_clauses(where)
-        ((n,),) = self._all(
+        ((n,),) = self._fetch_all(
             f"SELECT count(*) FROM messages WHERE entity_id = %b AND state != 'locked'{clauses}",
             (entity_id, *params),
         )
@@ -224,7 +224,7 @@ class BatchQueries(StatementRunner):
     def insert_task(
         self, kind: str, entity_id: int, spec: dict[str, Any], total: int, now: float
     ) -> int:
-        ((task_id,),) = self._all(
+        ((task_id,),) = self._fetch_all(
             "INSERT INTO tasks (kind, entity_id, status, spec, total, created_at, updated_at)"
             " VALUES (%b, %b, 'running', %b, %b, %b, %b) RETURNING id",
             (kind, entity_id, json.dumps(spec), total, now, now),
@@ -232,7 +232,7 @@ class BatchQueries(StatementRunner):
         return int(task_id)
 
     def task(self, task_id: int) -> TaskRecord | None:
-        rows = self._all(
+        rows = self._fetch_all(
             "SELECT id, kind, entity_id, status, spec, total, done, created_at, updated_at, error"
             " FROM tasks WHERE id = %b",
             (task_id,),

@@ -13,7 +13,7 @@ class HistoryQueries(StatementRunner):
         self, span: int, since: float, by: str | None, entity_id: int | None
     ) -> list[DeadLetterCount]:
         key = key_column(by)
-        rows = self._all(
+        rows = self._fetch_all(
             f"SELECT entity_id, bucket, {key}, sum(count)::bigint FROM dead_letter_history"
             f" WHERE span = %(span)b AND bucket >= %(since)b{_of_entity(entity_id)}"
             f" GROUP BY entity_id, bucket, {key} ORDER BY entity_id, bucket",
@@ -22,7 +22,7 @@ class HistoryQueries(StatementRunner):
         return [DeadLetterCount(e, b, key_value(k), n) for e, b, k, n in rows]
 
     def depth_history(self, span: int, since: float, entity_id: int | None) -> list[DepthChange]:
-        rows = self._all(
+        rows = self._fetch_all(
             "SELECT entity_id, bucket, opened FROM depth_history"
             f" WHERE span = %(span)b AND bucket >= %(since)b{_of_entity(entity_id)}"
             " ORDER BY entity_id, bucket",

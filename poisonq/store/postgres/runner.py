@@ -87,7 +87,9 @@ class StatementRunner:
         self._statements += 1
         return self._db.execute(sql, params, binary=True)
 
-    def _all(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
+    def _fetch_all(
+        self, sql: str, params: Sequence[Any] | dict[str, Any] = ()
+    ) -> list[tuple[Any, ...]]:
         return self._run(sql, params).fetchall()
 
     def _last_or_all(
@@ -115,7 +117,7 @@ class StatementRunner:
         self._end()
         self.committed = True
 
-    def _count(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> int:
+    def _changed(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> int:
         """Run a statement and return how many rows it changed (which waits for it)."""
         cur = self._run(sql, params)
         self._pipeline.sync()
@@ -134,7 +136,7 @@ class StatementRunner:
             return None
         return self._ahead.pop(key, None)
 
-    def _bump(self, entity_id: int, **deltas: int) -> None:
+    def _add_to_ledger(self, entity_id: int, **deltas: int) -> None:
         """Add ``deltas`` to the entity's ledger at commit (see the module docstring)."""
         ledger = self._ledger[entity_id]
         for name, delta in deltas.items():

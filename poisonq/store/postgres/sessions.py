@@ -20,7 +20,7 @@ class SessionQueries(StatementRunner):
         self, entity_id: int, session_id: str | None, token: str, locked_until: float, now: float
     ) -> str | None:
         if session_id is None:
-            rows = self._all(
+            rows = self._fetch_all(
                 "SELECT session_id FROM messages m WHERE entity_id = %(e)b AND state = 'active'"
                 " AND session_id IS NOT NULL AND NOT EXISTS (SELECT FROM sessions s"
                 "   WHERE s.entity_id = %(e)b AND s.session_id = m.session_id"
@@ -31,7 +31,7 @@ class SessionQueries(StatementRunner):
             if not rows:
                 return None
             session_id = str(rows[0][0])
-        changed = self._count(
+        changed = self._changed(
             "INSERT INTO sessions (entity_id, session_id, lock_token, locked_until)"
             " VALUES (%(e)b, %(s)b, %(token)b, %(until)b) ON CONFLICT (entity_id, session_id)"
             " DO UPDATE SET lock_token = %(token)b, locked_until = %(until)b"
@@ -41,7 +41,7 @@ class SessionQueries(StatementRunner):
         return session_id if changed else None
 
     def session(self, entity_id: int, session_id: str) -> SessionRecord | None:
-        rows = self._all(
+        rows = self._fetch_all(
             "SELECT session_id, lock_token, locked_until, state FROM sessions"
             " WHERE entity_id = %b AND session_id = %b",
             (entity_id, session_id),
@@ -51,7 +51,7 @@ class SessionQueries(StatementRunner):
     def renew_session(
         self, entity_id: int, session_id: str, token: str, now: float, locked_until: float
     ) -> int:
-        changed = self._count(
+        changed = self._changed(
             "UPDATE sessions SET locked_until = %b WHERE entity_id = %b AND session_id = %b"
             " AND lock_token = %b AND locked_until > %b",
             (locked_until, entity_id, session_id, token, now),
@@ -67,14 +67,14 @@ class SessionQueries(StatementRunner):
     def set_session_state(
         self, entity_id: int, session_id: str, token: str, now: float, state: bytes | None
     ) -> int:
-        return self._count(
+        return self._changed(
             "UPDATE sessions SET state = %b WHERE entity_id = %b AND session_id = %b"
             " AND lock_token = %b AND locked_until > %b",
             (state, entity_id, session_id, token, now),
         )
 
     def release_session(self, entity_id: int, session_id: str, token: str) -> int:
-        return self._count(
+        return self._changed(
             "UPDATE sessions SET lock_token = NULL, locked_until = NULL"
             " WHERE entity_id = %b AND session_id = %b AND lock_token = %b",
             (entity_id, session_id, token),

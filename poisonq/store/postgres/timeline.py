@@ -17,7 +17,7 @@ class TimelineQueries(StatementRunner):
     def dead_lettered_between(
         self, entity_id: int, lo: int, hi: int, since: float, until: float
     ) -> dict[str, int]:
-        rows = self._all(_pg(sql.DEAD_LETTERED_BETWEEN), (entity_id, lo, hi, since, until))
+        rows = self._fetch_all(_pg(sql.DEAD_LETTERED_BETWEEN), (entity_id, lo, hi, since, until))
         return {reason: int(count) for reason, count in rows}
 
     def record_batch(self, entity_id: int, batch: PipelineBatch, keep: int) -> None:
@@ -25,8 +25,8 @@ class TimelineQueries(StatementRunner):
         self._run(_pg(sql.FORGET_BATCHES), (entity_id, batch.consumer, batch.lease - keep))
 
     def pipeline_batches(self, entity_id: int, consumer: str) -> list[PipelineBatch]:
-        rows = self._all(_pg(sql.PIPELINE_BATCHES), (entity_id, consumer))
+        rows = self._fetch_all(_pg(sql.PIPELINE_BATCHES), (entity_id, consumer))
         return [sql.batch_row(row) for row in rows]
 
     def pipelines(self) -> list[PipelineSummary]:
-        return [sql.summary_row(row) for row in self._all(sql.PIPELINES)]
+        return [sql.summary_row(row) for row in self._fetch_all(sql.PIPELINES)]

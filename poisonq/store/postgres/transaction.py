@@ -14,7 +14,7 @@ SQLite runs one writer at a time; here transactions run side by side under READ 
   concurrent consumers from queueing behind each other's whole transactions. Entities are
   updated in id order, so two transactions never wait for each other's entity rows in a cycle;
 - messages have no foreign key to their entity (schema 5): a statement that adds messages to an
-  entity holds that entity row (``FOR KEY SHARE``, see ``_TARGET``) and adds nothing if it is
+  entity holds that entity row (``FOR KEY SHARE``, see ``_DESTINATION``) and adds nothing if it is
   gone, and :meth:`PostgresTransaction.delete_entity` deletes the entity rows before their
   messages, so a deletion waits for the transactions adding to it and then deletes what they
   added.
@@ -81,8 +81,8 @@ _RECORD_FAILURE = (
 
 # The entity a statement adds messages to, held against deletion until the transaction ends
 # (one lock per statement where a foreign key would check every row). Joined into the
-# statement, so that a deleted entity gets no rows: see _check_target.
-_TARGET = "(SELECT id FROM entities WHERE id = %(target)b FOR KEY SHARE) AS target"
+# statement, so that a deleted entity gets no rows: see _check_destination.
+_DESTINATION = "(SELECT id FROM entities WHERE id = %(destination)b FOR KEY SHARE) AS destination"
 
 
 # The entity's locked messages past their lock, oldest first (see in_index_order).
@@ -108,7 +108,7 @@ class PostgresTransaction(
         options: str,
         now: float,
     ) -> int:
-        rows = self._all(
+        rows = self._fetch_all(
             "INSERT INTO entities (name, parent_id, subqueue, options, created_at, updated_at)"
             " VALUES (%b, %b, %b, %b, %b, %b) ON CONFLICT (name) DO NOTHING RETURNING id",
             (name, parent_id, subqueue, options, now, now),
@@ -124,7 +124,7 @@ class PostgresTransaction(
             return cast(EntityRecord, known)
         # The engine resolves a queue's subqueues (or a subqueue's queue) right after the
         # entity itself: fetch the whole family in the same round trip.
-        rows = self._all(
+        rows = self._fetch_all(
             "WITH named AS (SELECT id, parent_id FROM entities WHERE name = %b)"
             f" SELECT {_ENTITY_COLUMNS} FROM entities WHERE id IN (SELECT id FROM named)"
             " OR id IN (SELECT parent_id FROM named) OR parent_id IN (SELECT id FROM named)",
@@ -144,12 +144,14 @@ class PostgresTransaction(
         known = self._recall(("entity_id", entity_id))
         if known is not None:
             return cast(EntityRecord, known)
-        (row,) = self._all(f"SELECT {_ENTITY_COLUMNS} FROM entities WHERE id = %b", (entity_id,))
+        (row,) = self._fetch_all(
+            f"SELECT {_ENTITY_COLUMNS} FROM entities WHERE id = %b", (entity_id,)
+        )
         return entity_from_row(row)
 
     def entities(self) -> list[EntityRecord]:
         self.flush_ledger()
-        rows = self._all(f"SELECT {_ENTITY_COLUMNS} FROM entities ORDER BY name")
+        rows = self._fetch_all(f"SELECT {_ENTITY_COLUMNS} FROM entities ORDER BY name")
         return [entity_from_row(row) for row in rows]
 
     def audit_rows(self) -> list[tuple[EntityRecord, int]]:
@@ -157,7 +159,7 @@ class PostgresTransaction(
         # could see other transactions' commits in between and report a ledger out of
         # balance that is not.
         self.flush_ledger()
-        rows = self._all(
+        rows = self._fetch_all(
             f"SELECT {_ENTITY_COLUMNS}, (SELECT count(*) FROM messages"
             " WHERE messages.entity_id = entities.id) FROM entities ORDER BY name"
         )
@@ -180,12 +182,12 @@ class PostgresTransaction(
 
     def delete_entity(self, entity_id: int) -> None:
         # The entity rows first: this waits for every transaction that holds them to add
-        # messages (_TARGET), and the messages are deleted by a later statement, which sees
+        # messages (_DESTINATION), and the messages are deleted by a later statement, which sees
         # what those transactions committed. Leases, duplicate-detection ids, sessions and
         # tasks go with the entity rows (ON DELETE CASCADE).
         self._ledger.clear()
         self.history = HistoryBuffer()
-        gone = self._all(
+        gone = self._fetch_all(
             "DELETE FROM entities WHERE id = %(id)b OR parent_id = %(id)b RETURNING id",
             {"id": entity_id},
         )
@@ -195,7 +197,7 @@ class PostgresTransaction(
         self, entity_id: int, ready: MessageState, held: int
     ) -> dict[MessageState, int]:
         others = [s.value for s in HELD_STATES if s is not ready]
-        rows = self._all(
+        rows = self._fetch_all(
             "SELECT state, count(*) FROM messages WHERE entity_id = %b AND state = ANY(%b)"
             " GROUP BY state",
             (entity_id, others),
@@ -205,7 +207,7 @@ class PostgresTransaction(
         return {state: n for state, n in counts.items() if n}
 
     def expired_lock_count(self, entity_id: int, now: float) -> int:
-        (n,) = self._all(
+        (n,) = self._fetch_all(
             "SELECT count(*) FROM messages WHERE entity_id = %b AND state = 'locked'"
             " AND locked_until <= %b",
             (entity_id, now),
@@ -232,18 +234,18 @@ class PostgresTransaction(
         scheduled = column("scheduled_at")
         # Counted before it runs (the sizes are known), so that with ``last`` the ledger can
         # travel with the statement and COMMIT.
-        self._bump(entity_id, sent=len(rows), size_bytes=sum(m.size for m in rows))
+        self._add_to_ledger(entity_id, sent=len(rows), size_bytes=sum(m.size for m in rows))
         self.notify = True
         seqs = self._last_or_all(
             last,
             "INSERT INTO messages (entity_id, enqueued_at, state, message_id, body, size,"
             " content_type, subject, properties, session_id, correlation_id, reply_to,"
             " scheduled_at, visible_at, expires_at)"
-            " SELECT target.id, %(now)b, coalesce(r.state, 'active'), r.message_id, r.body,"
+            " SELECT destination.id, %(now)b, coalesce(r.state, 'active'), r.message_id, r.body,"
             " coalesce(r.size, octet_length(r.body)), r.content_type,"
             " r.subject, r.properties, r.session_id, r.correlation_id, r.reply_to,"
             " r.scheduled_at, r.scheduled_at, r.expires_at"
-            f" FROM {_TARGET}, unnest(%(state)b::text[], %(id)b::text[], %(body)b::bytea[],"
+            f" FROM {_DESTINATION}, unnest(%(state)b::text[], %(id)b::text[], %(body)b::bytea[],"
             " %(size)b::int[], %(type)b::text[], %(subject)b::text[], %(props)b::text[],"
             " %(session)b::text[], %(correlation)b::text[], %(reply)b::text[],"
             " %(scheduled)b::float8[], %(expires)b::float8[])"
@@ -251,7 +253,7 @@ class PostgresTransaction(
             " properties, session_id, correlation_id, reply_to, scheduled_at, expires_at, n)"
             " ORDER BY r.n RETURNING seq",
             {
-                "target": entity_id,
+                "destination": entity_id,
                 "now": now,
                 "state": None if usual_state else [m.state.value for m in rows],
                 "id": [m.message_id for m in rows],
@@ -267,12 +269,12 @@ class PostgresTransaction(
                 "expires": column("expires_at"),
             },
         )
-        self._check_target(entity_id, len(rows), len(seqs))
+        self._check_destination(entity_id, len(rows), len(seqs))
         # Identity values are drawn in the order the rows are inserted (ORDER BY r.n).
         return sorted(row[0] for row in seqs)
 
     def seen_message_ids(self, entity_id: int, message_ids: Sequence[str], now: float) -> set[str]:
-        rows = self._all(
+        rows = self._fetch_all(
             "SELECT message_id FROM seen_message_ids WHERE entity_id = %b AND expires_at > %b"
             " AND message_id = ANY(%b)",
             (entity_id, now, list(message_ids)),
@@ -290,7 +292,7 @@ class PostgresTransaction(
         )
 
     def forget_message_ids(self, now: float) -> int:
-        return self._count("DELETE FROM seen_message_ids WHERE expires_at <= %b", (now,))
+        return self._changed("DELETE FROM seen_message_ids WHERE expires_at <= %b", (now,))
 
     # Receiving ----------------------------------------------------------------------------
     def lock_ready(
@@ -314,13 +316,15 @@ class PostgresTransaction(
     def take_ready(
         self, entity_id: int, name: str, ready: MessageState, limit: int
     ) -> list[ReceivedMessage]:
-        rows = self._all(
+        rows = self._fetch_all(
             f"DELETE FROM messages WHERE seq = ANY({ready_seqs()})"
             f" RETURNING {_MESSAGE_COLUMNS}, size",
             {"entity": entity_id, "ready": ready.value, "limit": limit},
         )
         rows.sort(key=lambda row: row[0])
-        self._bump(entity_id, completed=len(rows), size_bytes=-sum(row[-1] for row in rows))
+        self._add_to_ledger(
+            entity_id, completed=len(rows), size_bytes=-sum(row[-1] for row in rows)
+        )
         taken = message_rows((row[:-1] for row in rows), name)
         for message in taken:
             message.delivery_count += 1
@@ -330,7 +334,7 @@ class PostgresTransaction(
     def lock_deferred(
         self, entity_id: int, name: str, seqs: Sequence[int], token: str, locked_until: float
     ) -> list[ReceivedMessage]:
-        rows = self._all(
+        rows = self._fetch_all(
             "UPDATE messages SET state = 'locked', lock_token = %b, locked_until = %b,"
             " delivery_count = delivery_count + 1"
             " WHERE entity_id = %b AND state = 'deferred' AND seq = ANY(%b)"
@@ -344,7 +348,7 @@ class PostgresTransaction(
         self, entity_id: int, name: str, from_seq: int, limit: int, where: MessageFilter
     ) -> list[ReceivedMessage]:
         clauses, params = filter_clauses(where)
-        rows = self._all(
+        rows = self._fetch_all(
             f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE entity_id = %b AND seq >= %b"
             f"{clauses} ORDER BY seq LIMIT %b",
             (entity_id, from_seq, *params, limit),
@@ -352,21 +356,21 @@ class PostgresTransaction(
         return message_rows(rows, name)
 
     def seq_span(self, entity_id: int) -> tuple[int, int, int]:
-        ((count, lo, hi),) = self._all(
+        ((count, lo, hi),) = self._fetch_all(
             "SELECT count(*), min(seq), max(seq) FROM messages WHERE entity_id = %b",
             (entity_id,),
         )
         return (count, lo, hi) if count else (0, 0, -1)
 
     def message(self, entity_id: int, name: str, seq: int) -> ReceivedMessage | None:
-        rows = self._all(
+        rows = self._fetch_all(
             f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE entity_id = %b AND seq = %b",
             (entity_id, seq),
         )
         return message_from_row(rows[0], name) if rows else None
 
     def messages(self, entity_id: int, name: str, seqs: Sequence[int]) -> list[ReceivedMessage]:
-        rows = self._all(
+        rows = self._fetch_all(
             f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE entity_id = %b AND seq = ANY(%b)"
             " ORDER BY seq",
             (entity_id, list(seqs)),
@@ -376,7 +380,7 @@ class PostgresTransaction(
     def locked(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[LockInfo]:
         # FOR UPDATE: the settlement that follows acts on exactly these rows, and no lock
         # sweep of another transaction can release them in between.
-        rows = self._all(
+        rows = self._fetch_all(
             f"SELECT {_LOCK_COLUMNS} FROM messages WHERE entity_id = %b"
             " AND state = 'locked' AND lock_token = %b AND locked_until > %b AND seq = ANY(%b)"
             " ORDER BY seq FOR UPDATE",
@@ -390,7 +394,7 @@ class PostgresTransaction(
         promote_scheduled and expired_messages usually find nothing, and then cost nothing)."""
         # SKIP LOCKED: an expired lock that another transaction is already releasing (or its
         # owner is settling, and will find lost) is that transaction's to handle.
-        rows = self._all(
+        rows = self._fetch_all(
             "SELECT l.seq, l.delivery_count, l.move_count, l.dead_lettered_deliveries,"
             " f.nothing_due, f.nothing_expired FROM (SELECT NOT EXISTS (SELECT FROM messages"
             "   WHERE entity_id = %(e)b AND state = 'scheduled' AND visible_at <= %(now)b)"
@@ -422,7 +426,7 @@ class PostgresTransaction(
     def expired_messages(self, entity_id: int, now: float) -> list[int]:
         if self._recall(("nothing expired", entity_id, now)):
             return []
-        rows = self._all(
+        rows = self._fetch_all(
             f"SELECT seq FROM messages WHERE seq IN (SELECT seq FROM {_EXPIRING} m)"
             " AND state IN ('scheduled', 'active', 'deferred') ORDER BY seq"
             " FOR UPDATE SKIP LOCKED",
@@ -433,7 +437,7 @@ class PostgresTransaction(
     def promote_scheduled(self, entity_id: int, now: float) -> int:
         if self._recall(("nothing due", entity_id, now)):
             return 0
-        promoted = self._count(
+        promoted = self._changed(
             "UPDATE messages SET state = 'active' WHERE entity_id = %b AND state = 'scheduled'"
             " AND visible_at <= %b",
             (entity_id, now),
@@ -443,7 +447,7 @@ class PostgresTransaction(
 
     def due_scheduled(self, entity_id: int, now: float) -> list[int]:
         # Locked, for the move that follows; one another receive is moving already is its own.
-        rows = self._all(
+        rows = self._fetch_all(
             "SELECT seq FROM messages WHERE entity_id = %b AND state = 'scheduled'"
             " AND visible_at <= %b ORDER BY seq FOR UPDATE SKIP LOCKED",
             (entity_id, now),
@@ -455,20 +459,21 @@ class PostgresTransaction(
         self,
         entity_id: int,
         seqs: Sequence[int],
-        target_id: int,
+        destination_id: int,
         state: MessageState | None,
         visible_at: float | None,
         move_count: int = 0,
         hop_count: int = 0,
     ) -> list[int]:
-        rows = self._all(
-            "UPDATE messages SET entity_id = target.id, state = coalesce(%(state)b::text, state),"
+        rows = self._fetch_all(
+            "UPDATE messages SET entity_id = destination.id,"
+            " state = coalesce(%(state)b::text, state),"
             " visible_at = coalesce(%(visible)b::float8, visible_at),"
             " move_count = move_count + %(moves)b, hop_count = hop_count + %(hops)b"
-            f" FROM {_TARGET} WHERE entity_id = %(entity)b AND state IN {_HELD}"
+            f" FROM {_DESTINATION} WHERE entity_id = %(entity)b AND state IN {_HELD}"
             " AND state != 'locked' AND seq = ANY(%(seqs)b) RETURNING seq, size",
             {
-                "target": target_id,
+                "destination": destination_id,
                 "state": None if state is None else state.value,
                 "visible": visible_at,
                 "moves": move_count,
@@ -477,16 +482,16 @@ class PostgresTransaction(
                 "seqs": list(seqs),
             },
         )
-        self._check_target(target_id, len(seqs), len(rows))
+        self._check_destination(destination_id, len(seqs), len(rows))
         moved, size = len(rows), sum(row[1] for row in rows)
-        self._bump(entity_id, moved_out=moved, size_bytes=-size)
-        self._bump(target_id, moved_in=moved, size_bytes=size)
+        self._add_to_ledger(entity_id, moved_out=moved, size_bytes=-size)
+        self._add_to_ledger(destination_id, moved_in=moved, size_bytes=size)
         self.notify = self.notify or moved > 0
         return sorted(row[0] for row in rows)
 
     def add_rollbacks(self, entity_id: int, count: int) -> int:
         # Written at once, not with the ledger at commit: the engine decides on the total.
-        ((total,),) = self._all(
+        ((total,),) = self._fetch_all(
             "UPDATE entities SET rollbacks = rollbacks + %b WHERE id = %b RETURNING rollbacks",
             (count, entity_id),
         )
@@ -524,18 +529,20 @@ class PostgresTransaction(
 
     def _completed(self, entity_id: int, done: Cursor[Any]) -> list[int]:
         rows = done.fetchall()
-        self._bump(entity_id, completed=len(rows), size_bytes=-sum(row[1] for row in rows))
+        self._add_to_ledger(entity_id, completed=len(rows), size_bytes=-sum(row[1] for row in rows))
         return [row[0] for row in rows]
 
-    def _check_target(self, target_id: int, asked: int, added: int) -> None:
-        """Raise if a statement joined with ``_TARGET`` added fewer messages than asked
-        because the target entity was deleted meanwhile (fewer can also be right: messages
+    def _check_destination(self, destination_id: int, asked: int, added: int) -> None:
+        """Raise if a statement joined with ``_DESTINATION`` added fewer messages than asked
+        because the destination entity was deleted meanwhile (fewer can also be right: messages
         no longer in the state the statement asks for)."""
         if added < asked and (
-            self.committed or not self._all("SELECT FROM entities WHERE id = %b", (target_id,))
+            self.committed
+            or not self._fetch_all("SELECT FROM entities WHERE id = %b", (destination_id,))
         ):
             raise StoreError(
-                f"entity #{target_id} was deleted while this transaction ran; nothing was added"
+                f"entity #{destination_id} was deleted while this transaction ran;"
+                " nothing was added"
             )
 
     def abandon(
@@ -546,7 +553,7 @@ class PostgresTransaction(
         failure: dict[str, Any] | None,
         lock_expired: bool,
     ) -> int:
-        changed = self._count(
+        changed = self._changed(
             "UPDATE messages SET state = %(ready)b, lock_token = NULL, locked_until = NULL,"
             f" abort_count = abort_count + 1, {_RECORD_FAILURE}"
             " WHERE entity_id = %(entity)b AND state = 'locked' AND seq = ANY(%(seqs)b)",
@@ -558,14 +565,14 @@ class PostgresTransaction(
             },
         )
         if lock_expired:
-            self._bump(entity_id, lock_expiries=changed)
+            self._add_to_ledger(entity_id, lock_expiries=changed)
         else:
-            self._bump(entity_id, abandoned=changed)
+            self._add_to_ledger(entity_id, abandoned=changed)
         self.notify = True
         return changed
 
     def reschedule(self, entity_id: int, seqs: Sequence[int], visible_at: float) -> int:
-        return self._count(
+        return self._changed(
             "UPDATE messages SET state = 'scheduled', visible_at = %b"
             " WHERE entity_id = %b AND state = 'active' AND seq = ANY(%b)",
             (visible_at, entity_id, list(seqs)),
@@ -582,7 +589,7 @@ class PostgresTransaction(
         now: float,
     ) -> list[int]:
         listed = "" if seqs is None else " AND seq = ANY(%(seqs)b)"
-        rows = self._all(
+        rows = self._fetch_all(
             "UPDATE messages SET state = %(ready)b, lock_token = NULL, locked_until = NULL,"
             " delivery_count = delivery_count - 1"
             " WHERE entity_id = %(entity)b AND state = 'locked' AND lock_token = %(token)b"
@@ -603,7 +610,7 @@ class PostgresTransaction(
         return sorted(row[0] for row in rows)
 
     def defer(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> int:
-        return self._count(
+        return self._changed(
             "UPDATE messages SET state = 'deferred', lock_token = NULL, locked_until = NULL"
             " WHERE entity_id = %b AND state = 'locked' AND lock_token = %b AND locked_until > %b"
             " AND seq = ANY(%b)",
@@ -613,7 +620,7 @@ class PostgresTransaction(
     def renew(
         self, entity_id: int, token: str, seqs: Sequence[int], now: float, locked_until: float
     ) -> int:
-        return self._count(
+        return self._changed(
             "UPDATE messages SET locked_until = %b WHERE entity_id = %b AND state = 'locked'"
             " AND lock_token = %b AND locked_until > %b AND seq = ANY(%b)",
             (locked_until, entity_id, token, now, list(seqs)),
@@ -623,7 +630,7 @@ class PostgresTransaction(
         self,
         entity_id: int,
         seqs: Sequence[int],
-        target_id: int,
+        destination_id: int,
         reason: str,
         description: str | None,
         source: str,
@@ -632,19 +639,19 @@ class PostgresTransaction(
         lock_token: str | None = None,
     ) -> list[int]:
         moving = self._run(
-            "UPDATE messages SET entity_id = target.id, state = 'dead_lettered',"
+            "UPDATE messages SET entity_id = destination.id, state = 'dead_lettered',"
             " lock_token = NULL, locked_until = NULL, dead_letter_reason = %(reason)b,"
             # Without a description, the last recorded failure describes the message.
             " dead_letter_description = coalesce(%(description)b,"
             "   (failures -> -1 ->> 'error_type') || ': ' || (failures -> -1 ->> 'message')),"
             " dead_letter_source = %(source)b, dead_lettered_at = %(now)b,"
             f" dead_lettered_deliveries = delivery_count, {_RECORD_FAILURE}"
-            f" FROM {_TARGET} WHERE entity_id = %(entity)b AND state IN {_LIVE}"
+            f" FROM {_DESTINATION} WHERE entity_id = %(entity)b AND state IN {_LIVE}"
             " AND (%(token)b::text IS NULL"
             "   OR (state = 'locked' AND lock_token = %(token)b AND locked_until > %(now)b))"
             " AND seq = ANY(%(seqs)b) RETURNING seq, size, subject, last_fingerprint",
             {
-                "target": target_id,
+                "destination": destination_id,
                 "reason": reason,
                 "description": description,
                 "source": source,
@@ -657,58 +664,58 @@ class PostgresTransaction(
         )
         self._sweep_after(entity_id, now)
         rows = moving.fetchall()
-        self._check_target(target_id, len(seqs), len(rows))
+        self._check_destination(destination_id, len(seqs), len(rows))
         moved, size = len(rows), sum(row[1] for row in rows)
-        self.history.dead_lettered(target_id, reason, (row[2:] for row in rows))
-        self._bump(entity_id, moved_out=moved, dead_lettered=moved, size_bytes=-size)
-        self._bump(target_id, moved_in=moved, size_bytes=size)
+        self.history.dead_lettered(destination_id, reason, (row[2:] for row in rows))
+        self._add_to_ledger(entity_id, moved_out=moved, dead_lettered=moved, size_bytes=-size)
+        self._add_to_ledger(destination_id, moved_in=moved, size_bytes=size)
         self.notify = self.notify or moved > 0
         return sorted(row[0] for row in rows)
 
     def count_poisoned(self, entity_id: int, count: int) -> None:
-        self._bump(entity_id, poisoned=count)
+        self._add_to_ledger(entity_id, poisoned=count)
 
     def drop(self, entity_id: int, seqs: Sequence[int]) -> int:
-        rows = self._all(
+        rows = self._fetch_all(
             f"DELETE FROM messages WHERE entity_id = %b AND state IN {_HELD} AND seq = ANY(%b)"
             " RETURNING size",
             (entity_id, list(seqs)),
         )
-        self._bump(entity_id, dropped=len(rows), size_bytes=-sum(row[0] for row in rows))
+        self._add_to_ledger(entity_id, dropped=len(rows), size_bytes=-sum(row[0] for row in rows))
         return len(rows)
 
     def resubmit(
         self,
         entity_id: int,
         seqs: Sequence[int],
-        target_id: int,
+        destination_id: int,
         now: float,
         expires_at: float | None,
     ) -> int:
         # One statement moves the rows: the copies get new, ascending sequence numbers (in
         # the old order), so a resubmitted message joins the back of the queue as a new send.
-        rows = self._all(
-            f"WITH gone AS (DELETE FROM messages USING {_TARGET} WHERE entity_id = %(entity)b"
+        rows = self._fetch_all(
+            f"WITH gone AS (DELETE FROM messages USING {_DESTINATION} WHERE entity_id = %(entity)b"
             " AND state IN ('active', 'deferred', 'dead_lettered') AND seq = ANY(%(seqs)b)"
-            " RETURNING messages.*, target.id AS target_id)"
+            " RETURNING messages.*, destination.id AS destination_id)"
             " INSERT INTO messages (entity_id, state, message_id, body, size, content_type,"
             " subject, properties, session_id, correlation_id, reply_to, enqueued_at, expires_at,"
             " abort_count, resubmit_count, hop_count, last_error_type, last_fingerprint, failures)"
-            " SELECT target_id, 'active', message_id, body, size, content_type, subject,"
+            " SELECT destination_id, 'active', message_id, body, size, content_type, subject,"
             " properties, session_id, correlation_id, reply_to, %(now)b, %(expires)b,"
             " abort_count, resubmit_count + 1, hop_count, last_error_type, last_fingerprint,"
             " failures FROM gone ORDER BY seq RETURNING size",
             {
                 "entity": entity_id,
                 "seqs": list(seqs),
-                "target": target_id,
+                "destination": destination_id,
                 "now": now,
                 "expires": expires_at,
             },
         )
-        self._check_target(target_id, len(seqs), len(rows))
+        self._check_destination(destination_id, len(seqs), len(rows))
         moved, size = len(rows), sum(row[0] for row in rows)
-        self._bump(entity_id, moved_out=moved, resubmitted=moved, size_bytes=-size)
-        self._bump(target_id, moved_in=moved, size_bytes=size)
+        self._add_to_ledger(entity_id, moved_out=moved, resubmitted=moved, size_bytes=-size)
+        self._add_to_ledger(destination_id, moved_in=moved, size_bytes=size)
         self.notify = self.notify or moved > 0
         return moved
