@@ -9,6 +9,7 @@ from poisonq.engine.poison import Poisoner
 from poisonq.engine.resolving import Resolver
 from poisonq.engine.routing import Router
 from poisonq.model import MessageState, SubQueue
+from poisonq.store.shared_sql import for_postgres
 
 
 def test_the_resolver_names_a_subqueue_and_the_queue_whose_options_govern_it(
@@ -45,3 +46,12 @@ def test_the_poisoner_dead_letters_a_message_out_of_deliveries(
         ]
     [dead] = broker.peek(f"{queue}/$deadletterqueue")
     assert dead.dead_letter_reason == "MaxDeliveryCountExceeded"
+
+
+def test_a_statement_written_once_gets_postgresql_parameters_and_keeps_its_casts() -> None:
+    sql = "SELECT :entity::bigint FROM t WHERE a = :entity AND b <= :until"
+    assert for_postgres(sql) == (
+        "SELECT %(entity)b::bigint FROM t WHERE a = %(entity)b AND b <= %(until)b"
+    )
+    with pytest.raises(ValueError, match="quoted literal"):
+        for_postgres("SELECT 'a:b' FROM t WHERE a = :entity")

@@ -58,6 +58,8 @@ from poisonq.store.rows import (
     message_row,
     message_rows,
 )
+from poisonq.store.sessions_sql import Sessions
+from poisonq.store.shared_sql import Params
 from poisonq.store.sqlite_history import SqliteHistory
 from poisonq.store.sqlite_leases import SqliteLeases
 from poisonq.store.sqlite_rows import (
@@ -70,9 +72,8 @@ from poisonq.store.sqlite_rows import (
     filter_clauses,
     seqs_json,
 )
-from poisonq.store.sqlite_sessions import SqliteSessions
 from poisonq.store.sqlite_tasks import SqliteTasks
-from poisonq.store.sqlite_timeline import SqliteTimelines
+from poisonq.store.timelines_sql import Timelines
 
 # The locks that ran out: a message's own, and those of the leases whose locks ran out
 # (CROSS JOIN keeps the few expired leases outside, then reads their ranges). Parameters:
@@ -88,12 +89,20 @@ _EXPIRED_LOCKS = (
 )
 
 
-class SqliteTransaction(
-    SqliteSessions, SqliteTasks, SqliteLeases, SqliteTimelines, SqliteHistory, Transaction
-):
+class SqliteTransaction(Sessions, SqliteTasks, SqliteLeases, Timelines, SqliteHistory, Transaction):
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._db = conn
         self.history = HistoryBuffer()
+
+    # The primitives of the statements both stores share (poisonq.store.shared_sql).
+    def _query(self, sql: str, params: Params) -> list[tuple[Any, ...]]:
+        return self._db.execute(sql, params).fetchall()
+
+    def _update(self, sql: str, params: Params) -> int:
+        return self._db.execute(sql, params).rowcount
+
+    def _execute(self, sql: str, params: Params) -> None:
+        self._db.execute(sql, params)
 
     def _returned(self, entity_id: int) -> str:
         """What ``leasable`` becomes for a message that comes (back) to ready in the entity:

@@ -23,6 +23,7 @@ from psycopg import Connection, Cursor, Pipeline
 
 from poisonq.store.base import Ledger
 from poisonq.store.history import HistoryBuffer, HistoryKeeper, buckets, cutoffs
+from poisonq.store.shared_sql import Params, SharedStatements, for_postgres
 
 NOTIFY_CHANNEL = "poisonq"
 
@@ -54,7 +55,7 @@ _RECORD_DEAD_LETTERS = (
 )
 
 
-class StatementRunner:
+class StatementRunner(SharedStatements):
     """The connection of one transaction, with the pending ledger and the answers fetched
     ahead. The store's SQL lives in its subclasses."""
 
@@ -116,6 +117,16 @@ class StatementRunner:
         self._db.execute("COMMIT")
         self._end()
         self.committed = True
+
+    # The primitives of the statements both stores share (poisonq.store.shared_sql).
+    def _query(self, sql: str, params: Params) -> list[tuple[Any, ...]]:
+        return self._fetch_all(for_postgres(sql), params)
+
+    def _update(self, sql: str, params: Params) -> int:
+        return self._changed(for_postgres(sql), params)
+
+    def _execute(self, sql: str, params: Params) -> None:
+        self._run(for_postgres(sql), params)
 
     def _changed(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> int:
         """Run a statement and return how many rows it changed (which waits for it)."""

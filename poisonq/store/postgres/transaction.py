@@ -42,8 +42,6 @@ from poisonq.store.postgres.batches import (
     ready_seqs,
 )
 from poisonq.store.postgres.history import HistoryQueries
-from poisonq.store.postgres.sessions import SessionQueries
-from poisonq.store.postgres.timeline import TimelineQueries
 
 # The message columns below return the values the shared row mappers take, in their order
 # (``failures::text`` is the JSON text SQLite keeps).
@@ -53,6 +51,8 @@ from poisonq.store.rows import LIVE as _LIVE
 from poisonq.store.rows import entity_row as entity_from_row
 from poisonq.store.rows import message_row as message_from_row
 from poisonq.store.rows import message_rows
+from poisonq.store.sessions_sql import Sessions
+from poisonq.store.timelines_sql import Timelines
 
 _MESSAGE_COLUMNS = (
     "seq, message_id, body, content_type, subject, properties, session_id, correlation_id,"
@@ -96,9 +96,7 @@ def _failure_json(failure: dict[str, Any] | None) -> str | None:
     return json.dumps(failure).replace("\\u0000", "\\ufffd") if failure else None
 
 
-class PostgresTransaction(
-    SessionQueries, BatchQueries, TimelineQueries, HistoryQueries, Transaction
-):
+class PostgresTransaction(Sessions, BatchQueries, Timelines, HistoryQueries, Transaction):
     # Entities -----------------------------------------------------------------------------
     def insert_entity(
         self,

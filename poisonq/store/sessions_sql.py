@@ -1,0 +1,101 @@
+"""Sessions in both stores: one row per session holding its lock and its state.
+
+``lock_session`` takes a session only if no other token holds it with a lock still valid, in
+one guarded ``INSERT ... ON CONFLICT DO UPDATE``, so two receivers never hold one session at
+once. SQLite runs one writer at a time; under PostgreSQL's READ COMMITTED two receivers may
+pick the same free session at once, and the upsert locks its row and checks the guard again
+on the newest version, so only one of them gets it (the other gets ``None``, as if it had
+looked a moment later). The messages a session receiver locks carry the session's token.
+"""
+
+from __future__ import annotations
+
+from poisonq.store.base import SessionRecord
+from poisonq.store.shared_sql import SharedStatements
+
+
+class Sessions(SharedStatements):
+    """The session methods of both stores' transactions."""
+
+    def lock_session(
+        self, entity_id: int, session_id: str | None, token: str, locked_until: float, now: float
+    ) -> str | None:
+        if session_id is None:
+            rows = self._query(
+                "SELECT session_id FROM messages m WHERE entity_id = :entity AND state = 'active'"
+                " AND session_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM sessions s"
+                "   WHERE s.entity_id = :entity AND s.session_id = m.session_id"
+                "   AND s.lock_token IS NOT NULL AND s.locked_until > :now)"
+                " ORDER BY seq LIMIT 1",
+                {"entity": entity_id, "now": now},
+            )
+            if not rows:
+                return None
+            session_id = str(rows[0][0])
+        changed = self._update(
+            "INSERT INTO sessions (entity_id, session_id, lock_token, locked_until)"
+            " VALUES (:entity, :session, :token, :until) ON CONFLICT (entity_id, session_id)"
+            " DO UPDATE SET lock_token = :token, locked_until = :until"
+            " WHERE sessions.lock_token IS NULL OR sessions.locked_until <= :now",
+            {
+                "entity": entity_id,
+                "session": session_id,
+                "token": token,
+                "until": locked_until,
+                "now": now,
+            },
+        )
+        return session_id if changed else None
+
+    def session(self, entity_id: int, session_id: str) -> SessionRecord | None:
+        rows = self._query(
+            "SELECT session_id, lock_token, locked_until, state FROM sessions"
+            " WHERE entity_id = :entity AND session_id = :session",
+            {"entity": entity_id, "session": session_id},
+        )
+        return SessionRecord(*rows[0]) if rows else None
+
+    def renew_session(
+        self, entity_id: int, session_id: str, token: str, now: float, locked_until: float
+    ) -> int:
+        params = {
+            "entity": entity_id,
+            "session": session_id,
+            "token": token,
+            "now": now,
+            "until": locked_until,
+        }
+        changed = self._update(
+            "UPDATE sessions SET locked_until = :until WHERE entity_id = :entity"
+            " AND session_id = :session AND lock_token = :token AND locked_until > :now",
+            params,
+        )
+        if changed:
+            self._execute(
+                "UPDATE messages SET locked_until = :until WHERE entity_id = :entity"
+                " AND state = 'locked' AND lock_token = :token AND locked_until > :now",
+                params,
+            )
+        return changed
+
+    def set_session_state(
+        self, entity_id: int, session_id: str, token: str, now: float, state: bytes | None
+    ) -> int:
+        return self._update(
+            "UPDATE sessions SET state = :state WHERE entity_id = :entity"
+            " AND session_id = :session AND lock_token = :token AND locked_until > :now",
+            {
+                "entity": entity_id,
+                "session": session_id,
+                "token": token,
+                "now": now,
+                "state": state,
+            },
+        )
+
+    def release_session(self, entity_id: int, session_id: str, token: str) -> int:
+        return self._update(
+            "UPDATE sessions SET lock_token = NULL, locked_until = NULL"
+            " WHERE entity_id = :entity AND session_id = :session AND lock_token = :token",
+            {"entity": entity_id, "session": session_id, "token": token},
+        )

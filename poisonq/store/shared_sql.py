@@ -1,0 +1,49 @@
+"""Statements written once for both stores.
+
+Where the two dialects agree (most statements that are not about locking rows), a store's
+method is written once, in a class both transactions inherit, with named parameters
+(``:name``, which SQLite reads as they are). Each store runs them through three primitives of
+its own: :meth:`SharedStatements._query` (rows), :meth:`SharedStatements._update` (how many
+rows changed) and :meth:`SharedStatements._execute` (nothing awaited: PostgreSQL sends it
+with the next statement that is). PostgreSQL's driver spells a parameter ``%(name)b``:
+:func:`for_postgres` rewrites a statement once, and the text it rewrites holds no other colon
+than a ``::`` cast.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from functools import cache
+from typing import Any
+
+_NAMED = re.compile(r"(?<![:\w]):([a-z_]+)\b")
+_LITERAL = re.compile(r"'(?:[^']|'')*'")
+
+Params = dict[str, Any]
+
+
+@cache
+def for_postgres(sql: str) -> str:
+    """``sql`` with its ``:name`` parameters as psycopg's binary ``%(name)b``. A colon in a
+    quoted literal would read as a parameter: such a statement is refused (pass the literal
+    as a parameter)."""
+    if any(":" in literal for literal in _LITERAL.findall(sql)):
+        raise ValueError(f"a colon in a quoted literal of a shared statement: {sql}")
+    return _NAMED.sub(r"%(\1)b", sql)
+
+
+class SharedStatements(ABC):
+    """What a store provides to run the statements of :mod:`poisonq.store.shared_sql`."""
+
+    @abstractmethod
+    def _query(self, sql: str, params: Params) -> list[tuple[Any, ...]]:
+        """The rows of a statement."""
+
+    @abstractmethod
+    def _update(self, sql: str, params: Params) -> int:
+        """How many rows a statement changed."""
+
+    @abstractmethod
+    def _execute(self, sql: str, params: Params) -> None:
+        """Run a statement whose result nobody needs (a store may send it later)."""
