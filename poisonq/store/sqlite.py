@@ -48,6 +48,7 @@ from poisonq.store.base import (
     pending_migrations,
     unstorable,
 )
+from poisonq.store.dead_letters_sql import DeadLetterAnalysis
 from poisonq.store.history import HistoryBuffer, HistoryKeeper
 from poisonq.store.rows import (
     ENTITY_COLUMNS,
@@ -89,7 +90,9 @@ _EXPIRED_LOCKS = (
 )
 
 
-class SqliteTransaction(Sessions, SqliteTasks, SqliteLeases, Timelines, SqliteHistory, Transaction):
+class SqliteTransaction(
+    Sessions, DeadLetterAnalysis, SqliteTasks, SqliteLeases, Timelines, SqliteHistory, Transaction
+):
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._db = conn
         self.history = HistoryBuffer()

@@ -6,8 +6,7 @@ import json
 import sqlite3
 from typing import Any
 
-from poisonq.store.base import DeadLetterCause, DeadLetterGroup, MessageFilter, TaskRecord
-from poisonq.store.rows import GROUP_KEYS
+from poisonq.store.base import MessageFilter, TaskRecord
 from poisonq.store.sqlite_leases import SqliteLeases
 from poisonq.store.sqlite_rows import filter_clauses
 
@@ -21,26 +20,6 @@ class SqliteTasks(SqliteLeases):
     :class:`poisonq.store.sqlite.SqliteTransaction`."""
 
     _db: sqlite3.Connection
-
-    def dead_letter_groups(self, entity_id: int, by: str) -> list[DeadLetterGroup]:
-        key, label = GROUP_KEYS[by]
-        rows = self._db.execute(
-            f"SELECT {key}, max({label}), count(*),"
-            " min(coalesce(dead_lettered_at, enqueued_at)),"
-            " max(coalesce(dead_lettered_at, enqueued_at))"
-            f" FROM messages WHERE entity_id = ? GROUP BY {key} ORDER BY count(*) DESC, {key}",
-            (entity_id,),
-        )
-        return [DeadLetterGroup(*row) for row in rows]
-
-    def dead_letter_causes(self, entity_id: int) -> list[DeadLetterCause]:
-        rows = self._db.execute(
-            "SELECT dead_letter_reason, last_error_type, count(*), min(seq) FROM messages"
-            " WHERE entity_id = ? GROUP BY dead_letter_reason, last_error_type"
-            " ORDER BY dead_letter_reason, count(*) DESC, last_error_type",
-            (entity_id,),
-        )
-        return [DeadLetterCause(*row) for row in rows]
 
     def select(
         self,

@@ -6,9 +6,9 @@ import json
 from typing import Any
 
 from poisonq.model import Lease, MessageState
-from poisonq.store.base import DeadLetterCause, DeadLetterGroup, MessageFilter, TaskRecord
+from poisonq.store.base import MessageFilter, TaskRecord
 from poisonq.store.postgres.runner import StatementRunner
-from poisonq.store.rows import GROUP_KEYS, filter_sql
+from poisonq.store.rows import filter_sql
 
 
 def filter_clauses(where: MessageFilter) -> tuple[str, list[Any]]:
@@ -174,27 +174,6 @@ class BatchQueries(StatementRunner):
         )
 
     # Dead-letter analysis and tasks ------------------------------------------------------
-    def dead_letter_groups(self, entity_id: int, by: str) -> list[DeadLetterGroup]:
-        key, label = GROUP_KEYS[by]
-        rows = self._fetch_all(
-            f"SELECT {key}, max({label}), count(*),"
-            " min(coalesce(dead_lettered_at, enqueued_at)),"
-            " max(coalesce(dead_lettered_at, enqueued_at))"
-            f" FROM messages WHERE entity_id = %b GROUP BY {key}"
-            f" ORDER BY count(*) DESC, {key} NULLS FIRST",
-            (entity_id,),
-        )
-        return [DeadLetterGroup(*row) for row in rows]
-
-    def dead_letter_causes(self, entity_id: int) -> list[DeadLetterCause]:
-        rows = self._fetch_all(
-            "SELECT dead_letter_reason, last_error_type, count(*), min(seq) FROM messages"
-            " WHERE entity_id = %b GROUP BY dead_letter_reason, last_error_type"
-            " ORDER BY dead_letter_reason, count(*) DESC, last_error_type NULLS FIRST",
-            (entity_id,),
-        )
-        return [DeadLetterCause(*row) for row in rows]
-
     def select(
         self,
         entity_id: int,

@@ -34,6 +34,7 @@ from psycopg import Cursor
 from poisonq.errors import EntityExistsError, StoreError
 from poisonq.model import HELD_STATES, EntityStatus, MessageState, ReceivedMessage, SubQueue
 from poisonq.store.base import EntityRecord, LockInfo, MessageFilter, NewMessage, Transaction
+from poisonq.store.dead_letters_sql import DeadLetterAnalysis
 from poisonq.store.history import HistoryBuffer
 from poisonq.store.postgres.batches import (
     BatchQueries,
@@ -96,7 +97,9 @@ def _failure_json(failure: dict[str, Any] | None) -> str | None:
     return json.dumps(failure).replace("\\u0000", "\\ufffd") if failure else None
 
 
-class PostgresTransaction(Sessions, BatchQueries, Timelines, HistoryQueries, Transaction):
+class PostgresTransaction(
+    Sessions, DeadLetterAnalysis, BatchQueries, Timelines, HistoryQueries, Transaction
+):
     # Entities -----------------------------------------------------------------------------
     def insert_entity(
         self,
