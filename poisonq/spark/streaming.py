@@ -113,6 +113,9 @@ class ForeachBatch:
             if lease is None:  # an empty batch before the consumer's first lease
                 self.handler(frame, batch_id)
                 return
+            # This wrapper isolates the batch's failures itself: if the query dies and
+            # replays the batch, that is a restart's replay, to run whole, not narrowed.
+            broker.reset_lease_plans(lease)
             context = LeaseContext(
                 tag.url, tag.address, lease, self.permanent, self.max_failure_ratio
             )
@@ -183,7 +186,11 @@ class ForeachBatch:
             context.failure(seq, _failure(exc), isinstance(exc, permanent))
             for seq, exc in found.items()
         ]
-        broker.settle_held(context.address, failures)
+        # What the parts wrote is completed in the transaction that settles the failures: a
+        # kill between the two would replay the batch without its failures, whole, and
+        # write in one call what the parts wrote under their own first sequence numbers.
+        done = [Complete(seq, lease.lock_token) for seq in written]
+        broker.settle_held(context.address, [*done, *failures])
 
     def _stop_on_defect(
         self, broker: poisonq.Broker, lease: Lease, batch_id: int, error: BaseException
