@@ -368,6 +368,12 @@ class Broker:
         seconds = None if lock_duration is None else lock_seconds(lock_duration)
         return self.engine.renew_lease(lease, seconds)
 
+    def resume_lease(self, lease: Lease, lock_duration: Duration | None = None) -> int:
+        """Renew the lease's locks, reviving those that ran out if nothing reclaimed their
+        messages since (a replay after a restart); returns how many messages it holds."""
+        seconds = None if lock_duration is None else lock_seconds(lock_duration)
+        return self.engine.resume_lease(lease, seconds)
+
     def complete_lease(self, lease: Lease, run: BatchRun | None = None) -> int:
         """Complete what the lease still holds; returns how many were completed. With
         ``run`` (its job's start, duration and isolation jobs), the batch is recorded in the
@@ -378,6 +384,11 @@ class Broker:
         """Count a planning of the lease's batch; returns how many times it was planned
         (more than once: a replay)."""
         return self.engine.plan_lease(lease)
+
+    def reset_lease_plans(self, lease: Lease) -> None:
+        """Count the lease's batch as not planned yet (a handler that isolates its own
+        failures took it up: a later planning is a restart's replay, not narrowed)."""
+        self.engine.reset_lease_plans(lease)
 
     def release_lease(self, lease: Lease, lo: int | None = None, hi: int | None = None) -> int:
         """Give back what the lease still holds in ``[lo, hi]`` (all of it by default) as if

@@ -44,14 +44,7 @@ def test_a_program_killed_mid_work_loses_and_duplicates_nothing(
     "scenario",
     [
         pipeline,
-        pytest.param(
-            streaming,
-            marks=pytest.mark.xfail(
-                reason="open finding: a foreach_batch replay after a kill can write a batch"
-                " under another (batch id, first sequence) directory, so rows are written twice",
-                strict=False,
-            ),
-        ),
+        streaming,
         source,
         writer,
     ],

@@ -108,6 +108,44 @@ def test_an_expired_lease_is_delivered_again(
     assert_balanced(broker)
 
 
+def test_a_lease_resumed_after_its_lock_ran_out_holds_its_messages_again(
+    broker: Broker, queue: str, clock: ManualClock
+) -> None:
+    """A query restarted after its lease's lock ran out replays the lease: if nothing received
+    from the queue since, its messages (covered, and locked row by row) are still its own."""
+    seqs = fill(broker, queue, 4)
+    receiver = broker.receiver(queue)
+    (first,) = receiver.receive(max_messages=1)
+    receiver.abandon(first)  # comes back: locked row by row in the lease
+    lease = broker.acquire_lease(queue, "spark", 1, max_messages=4, lock_duration=10)
+    assert lease is not None
+    clock.advance(11)
+    assert broker.lease_sequence_numbers(lease) == []
+    assert broker.renew_lease(lease) == 0  # a renewal does not bring a lock back
+    assert broker.resume_lease(lease, 10) == 4
+    assert broker.lease_sequence_numbers(lease) == seqs
+    assert broker.acquire_lease(queue, "spark", 1, max_messages=4) == lease  # replayed
+    assert broker.complete_lease(lease) == 4
+    assert [m.delivery_count for m in broker.peek(queue)] == []
+    assert_balanced(broker)
+
+
+def test_a_lease_whose_lock_ran_out_and_was_taken_back_resumes_with_nothing(
+    broker: Broker, queue: str, clock: ManualClock
+) -> None:
+    fill(broker, queue, 3)
+    lease = broker.acquire_lease(queue, "spark", 1, max_messages=3)
+    assert lease is not None
+    clock.advance(31)
+    taken = broker.receiver(queue).receive(max_messages=3)  # counts the expiry first
+    assert [m.delivery_count for m in taken] == [2, 2, 2]
+    assert broker.resume_lease(lease) == 0
+    assert broker.lease_sequence_numbers(lease) == []
+    assert broker.lease_rows(lease) == []
+    assert broker.complete_lease(lease) == 0
+    assert_balanced(broker)
+
+
 def test_settle_is_all_or_nothing_and_names_every_lost_lock(
     broker: Broker, queue: str, clock: ManualClock
 ) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,7 @@ from pyspark.sql import functions as F
 import poisonq
 from poisonq import Broker
 from poisonq.errors import InvalidOptionError
+from poisonq.model import Abandon
 from poisonq.spark import dead_letter, foreach_batch
 from tests.helpers import assert_balanced, on_both_stores, spark_store_url
 from tests.test_spark_source import fill, start
@@ -217,4 +219,84 @@ def test_trigger_available_now_reads_everything_once_and_completes_every_batch(
     assert live.counts("orders")["completed"] == 24
     assert live.counts("orders")["locked"] == 0
     assert [m.sequence_number for m in live.peek("orders/$deadletterqueue")] == [poison]
+    assert_balanced(live)
+
+
+class Killed(Exception):
+    """Stands for a kill of the driver between a batch's write and its completion: the
+    query dies there, Spark's commit log never records the batch, and nothing completes
+    its lease."""
+
+
+def partition_writer(out: Path) -> Callable[[DataFrame, int], None]:
+    """The README's handler: one write per call, overwriting a directory named by the batch
+    id and the call's first sequence number."""
+
+    def write(df: DataFrame, batch_id: int) -> None:
+        first = df.agg(F.min("sequence_number")).first()
+        if first is None or first[0] is None:
+            return
+        df.select("message_id").write.mode("overwrite").parquet(
+            f"{out}/batch={batch_id}/first={first[0]}"
+        )
+
+    return write
+
+
+@on_both_stores
+@pytest.mark.parametrize(
+    ("redelivered", "lock_runs_out"),
+    [(None, True), (2, False), (2, True)],
+    ids=["lock-ran-out", "redelivered-within-lock", "redelivered-lock-ran-out"],
+)
+def test_a_batch_replayed_after_a_kill_between_its_write_and_its_completion_overwrites_it(
+    spark: SparkSession,
+    live: Broker,
+    url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    redelivered: int | None,
+    lock_runs_out: bool,
+) -> None:
+    """The kill point of the chaos suite's finding: the handler wrote batch 0, then the
+    query died before the lease was completed and before Spark's commit log took the batch.
+    Restarted, Spark replays batch 0 with the same offsets (the same lease): it must bring
+    the same messages, so that the write of the replay overwrites the killed one's. Before,
+    a lease whose lock ran out while the query was down came back empty and its messages
+    in a later batch (another directory: written twice), and a lease holding a message
+    delivered before was narrowed to that message (another first sequence number)."""
+    sent = fill(live, 12)
+    if redelivered is not None:  # delivered once before, as after an earlier kill
+        before = live.acquire_lease("orders", "before", 1, redelivered + 1)
+        assert before is not None
+        live.release_lease(before, hi=sent[redelivered - 1])  # no delivery counted
+        live.settle_held("orders", [Abandon(sent[redelivered], before.lock_token)])
+    out, checkpoint = tmp_path / "out", tmp_path / "ck"
+    write = partition_writer(out)
+    complete = Broker.complete_lease
+
+    def killed(self: Broker, lease: Any, run: Any = None) -> int:
+        raise Killed(f"killed before lease {lease.number} was completed")
+
+    monkeypatch.setattr(Broker, "complete_lease", killed)
+    options = {"maxMessagesPerBatch": "5", "lockDuration": "5"}
+    query = start(spark, url, checkpoint, foreach_batch(write), "kill", **options)
+    try:
+        with pytest.raises(Exception, match="killed before lease 1"):
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    monkeypatch.setattr(Broker, "complete_lease", complete)
+    assert spark.read.parquet(str(out)).count() == 5  # batch 0 was written
+    if lock_runs_out:
+        time.sleep(5.5)  # the restart comes after the lease's lock ran out
+
+    query = start(spark, url, checkpoint, foreach_batch(write), "kill", **options)
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    ids = sorted(row.message_id for row in spark.read.parquet(str(out)).collect())
+    assert ids == sorted(f"m{n}" for n in range(12))
+    assert live.counts("orders")["completed"] == 12
     assert_balanced(live)

@@ -26,8 +26,9 @@ class Leasing(Receiving, Timelines):
         lock_duration: float | None = None,
     ) -> Lease | None:
         """Lease ``number`` of ``consumer``: up to ``max_messages`` messages locked under one
-        token. Asking again for a lease that exists returns it with its locks renewed (a
-        restarted consumer replays it); a new lease forgets the consumer's leases before the
+        token. Asking again for a lease that exists returns it with its locks renewed,
+        revived if they ran out and nothing reclaimed them (a restarted consumer replays it:
+        see :meth:`resume_lease`); a new lease forgets the consumer's leases before the
         one before it (a consumer may take a lease while it finishes the one before, as the
         pipeline runner does; the older ones are settled by then). ``None`` when nothing is
         receivable."""
@@ -41,7 +42,7 @@ class Leasing(Receiving, Timelines):
             until = now + (lock_duration or target.options.lock_duration)
             lease = tx.lease(entity.id, entity.name, consumer, number)
             if lease is not None:
-                self._renew_lease(tx, entity, lease, now, until)
+                tx.revive_lease(entity.id, lease.lock_token, *_span(lease), until)
                 return lease
             if target.sessions:
                 raise InvalidOperationError(
@@ -99,6 +100,21 @@ class Leasing(Receiving, Timelines):
             until = now + (lock_duration or target.options.lock_duration)
             return self._renew_lease(tx, target.entity, lease, now, until)
 
+    def resume_lease(self, lease: Lease, lock_duration: float | None = None) -> int:
+        """Renew the lease's locks, those that ran out included as long as nothing reclaimed
+        them (every receive and lease of the entity first counts its expired locks, and only
+        then are their messages another's); returns how many it holds.
+
+        A consumer replaying a batch (a query restarted after a kill, later than the lock)
+        resumes its lease so that the replay has the messages the killed run had, under the
+        same lease: what the killed run wrote is then written again under the same identity,
+        not in a later batch."""
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            target = self._resolve(tx, lease.entity)
+            until = now + (lock_duration or target.options.lock_duration)
+            return tx.revive_lease(target.entity.id, lease.lock_token, *_span(lease), until)
+
     def _renew_lease(
         self, tx: Transaction, entity: EntityRecord, lease: Lease, now: float, until: float
     ) -> int:
@@ -127,6 +143,15 @@ class Leasing(Receiving, Timelines):
         with self.store.transaction() as tx:
             entity = self.resolver.resolve(tx, lease.entity).entity
             return tx.plan_lease(entity.id, lease.consumer, lease.number)
+
+    def reset_lease_plans(self, lease: Lease) -> None:
+        """Count the lease's batch as not planned yet: a handler that isolates its own
+        failures (``poisonq.spark.foreach_batch``) took it up, so a planning after this one
+        is a restart's replay, not a replay after the batch failed its query, and the source
+        does not narrow it."""
+        with self.store.transaction() as tx:
+            entity = self._resolve(tx, lease.entity).entity
+            tx.reset_lease_plans(entity.id, lease.consumer, lease.number)
 
     def release_lease(self, lease: Lease, lo: int | None = None, hi: int | None = None) -> int:
         """Give back what the lease still holds in ``[lo, hi]`` as if it had never been

@@ -6,12 +6,17 @@ commit each run in a different one), so they hold only the parsed options and ev
 opens the store itself; nothing may live in memory between calls. A streaming micro-batch is
 a *lease*: messages locked under one token and recorded in the store under the consumer's
 name and a number, and the offset is that number. So a query restarted from its checkpoint
-finds the same lease and reads the same messages again. Spark calls ``commit(end)`` one batch
+finds the same lease and reads the same messages again, its lock renewed, or revived if it
+ran out while the query was down and nothing received from the queue since (so a batch
+replayed after a kill is the batch the killed run had: same batch id, same lease, same
+messages less those it settled). Spark calls ``commit(end)`` one batch
 late and never for the last batch, but it runs micro-batches in order, so a call to
 ``latestOffset(start)`` proves the batch ending at ``start`` committed: both complete that
-lease. A lease whose query died is never completed; its locks run out and its messages are
-delivered again. A lease planned a second time is a replay after a failure, and is narrowed
-(:func:`_narrow`) so that a poison row cannot keep failing its whole batch.
+lease. A lease whose query died and was not restarted is never completed; its locks run out
+and its messages are delivered again. A lease planned a second time is a replay after a
+failure, and is narrowed (:func:`_narrow`) so that a poison row cannot keep failing its whole
+batch, unless a handler that isolates its own failures took the batch up
+(:mod:`poisonq.spark.streaming` resets the count): then the replay is a restart's, kept whole.
 
 The schema tags the ``sequence_number`` column with where the rows come from (:class:`StoreTag`):
 column metadata reaches the DataFrame a ``foreachBatch`` function gets, so the streaming helper
@@ -382,6 +387,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             lease = broker.lease(self.options.address, self.options.consumer, end["lease"])
             if lease is None:
                 return []
+            # A replay after a kill may come after the lease's lock ran out: its messages
+            # are still its own unless something received from the queue since.
+            broker.resume_lease(lease, self.options.lock_duration)
             if broker.plan_lease(lease) > 1:
                 _narrow(broker, lease, self.options.address)
         return _lease_partitions(lease, self.options)
@@ -390,7 +398,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert isinstance(partition, SequenceRange)
         if partition.lease is not None:
             with self.options.connect() as broker:
-                broker.renew_lease(partition.lease, self.options.lock_duration)
+                broker.resume_lease(partition.lease, self.options.lock_duration)
         return _read(self.options, partition)
 
     def commit(self, end: dict[str, int]) -> None:

@@ -78,8 +78,18 @@ def foreach_batch(
     .parquet(...)``, a Delta append) writes nothing when its job fails. A handler that writes
     twice (two tables) or writes before it raises must make a repeated write harmless: key
     rows by ``sequence_number`` and ``MERGE``, or overwrite a partition named by
-    ``(batch_id, first sequence number of the call)``. A batch replayed after a restart is
-    a new call too (see the README on Spark's batch ids).
+    ``(batch_id, first sequence number of the call)``.
+
+    **After a kill** between a call's write and the batch's completion, the restarted query
+    replays the batch with the same batch id and lease, whole (this wrapper keeps the source
+    from narrowing it, :meth:`~poisonq.Broker.reset_lease_plans`), its locks revived if they
+    ran out while nothing received from the queue (:meth:`~poisonq.Broker.resume_lease`), so
+    the replay's calls are the killed run's calls and the partition naming above overwrites
+    what the killed run wrote. Take the first sequence number from the rows written if the
+    handler settles rows itself, and write nothing for a call with no rows. If something
+    else received from the queue between the kill and the restart, after the lock ran out,
+    the messages it took back come in a later batch: only ``MERGE`` is safe then (README,
+    Idempotency).
     """
     if not callable(handler):
         raise InvalidOptionError(
@@ -113,6 +123,9 @@ class ForeachBatch:
             if lease is None:  # an empty batch before the consumer's first lease
                 self.handler(frame, batch_id)
                 return
+            # This wrapper isolates the batch's failures itself: if the query dies and
+            # replays the batch, that is a restart's replay, to run whole, not narrowed.
+            broker.reset_lease_plans(lease)
             context = LeaseContext(
                 tag.url, tag.address, lease, self.permanent, self.max_failure_ratio
             )
@@ -183,7 +196,11 @@ class ForeachBatch:
             context.failure(seq, _failure(exc), isinstance(exc, permanent))
             for seq, exc in found.items()
         ]
-        broker.settle_held(context.address, failures)
+        # What the parts wrote is completed in the transaction that settles the failures: a
+        # kill between the two would replay the batch without its failures, whole, and
+        # write in one call what the parts wrote under their own first sequence numbers.
+        done = [Complete(seq, lease.lock_token) for seq in written]
+        broker.settle_held(context.address, [*done, *failures])
 
     def _stop_on_defect(
         self, broker: poisonq.Broker, lease: Lease, batch_id: int, error: BaseException

@@ -449,6 +449,14 @@ class Transaction(ABC):
         in ``[lo, hi]``; returns how many."""
 
     @abstractmethod
+    def revive_lease(
+        self, entity_id: int, token: str, lo: int, hi: int, locked_until: float
+    ) -> int:
+        """Extend to ``locked_until`` the locks the lease with ``token`` holds in ``[lo, hi]``,
+        those that ran out included while nothing reclaimed them (:meth:`expired_locks` and
+        :meth:`close_expired_leases` not yet run since); returns how many."""
+
+    @abstractmethod
     def close_expired_leases(self, entity_id: int, now: float) -> None:
         """Called once the messages of :meth:`expired_locks` have been abandoned or poisoned:
         the leases whose locks ran out hold nothing any more."""
@@ -460,6 +468,10 @@ class Transaction(ABC):
     @abstractmethod
     def plan_lease(self, entity_id: int, consumer: str, number: int) -> int:
         """Count one more planning of the lease's batch; returns the count (0: no lease)."""
+
+    @abstractmethod
+    def reset_lease_plans(self, entity_id: int, consumer: str, number: int) -> None:
+        """Set the lease's count of plannings back to zero."""
 
     @abstractmethod
     def finish_lease(self, entity_id: int, consumer: str, number: int, now: float) -> None:

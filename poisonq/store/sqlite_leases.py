@@ -138,6 +138,28 @@ class SqliteLeases:
         ).fetchone()
         return renewed + int(covered)
 
+    def revive_lease(
+        self, entity_id: int, token: str, lo: int, hi: int, locked_until: float
+    ) -> int:
+        revived: int = self._db.execute(
+            "UPDATE messages SET locked_until = ? WHERE entity_id = ? AND state = 'locked'"
+            " AND lock_token = ? AND seq BETWEEN ? AND ?",
+            (locked_until, entity_id, token, lo, hi),
+        ).rowcount
+        row = self._db.execute(
+            "UPDATE leases SET locked_until = ? WHERE entity_id = ? AND lock_token = ?"
+            " AND cover_lo IS NOT NULL RETURNING cover_lo, cover_hi",
+            (locked_until, entity_id, token),
+        ).fetchone()
+        if row is None:
+            return revived
+        (covered,) = self._db.execute(
+            "SELECT count(*) FROM messages WHERE entity_id = ? AND leasable = 1"
+            " AND state IN ('active', 'dead_lettered') AND seq BETWEEN ? AND ?",
+            (entity_id, max(lo, row[0]), min(hi, row[1])),
+        ).fetchone()
+        return revived + int(covered)
+
     def close_expired_leases(self, entity_id: int, now: float) -> None:
         self._db.execute(
             "UPDATE leases SET cover_lo = NULL, cover_hi = NULL WHERE entity_id = ?"
@@ -196,6 +218,12 @@ class SqliteLeases:
             (entity_id, consumer, number),
         ).fetchone()
         return 0 if row is None else int(row[0])
+
+    def reset_lease_plans(self, entity_id: int, consumer: str, number: int) -> None:
+        self._db.execute(
+            "UPDATE leases SET planned = 0 WHERE entity_id = ? AND consumer = ? AND number = ?",
+            (entity_id, consumer, number),
+        )
 
     def delete_leases(self, entity_id: int, consumer: str, before: int) -> None:
         # A lease that still covers messages stays until it is completed or its lock runs

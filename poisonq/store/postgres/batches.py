@@ -87,6 +87,15 @@ class BatchQueries(StatementRunner):
             (locked_until, entity_id, token, now, lo, hi),
         )
 
+    def revive_lease(
+        self, entity_id: int, token: str, lo: int, hi: int, locked_until: float
+    ) -> int:
+        return self._count(
+            "UPDATE messages SET locked_until = %b WHERE entity_id = %b AND state = 'locked'"
+            " AND lock_token = %b AND seq BETWEEN %b AND %b",
+            (locked_until, entity_id, token, lo, hi),
+        )
+
     def close_expired_leases(self, entity_id: int, now: float) -> None:
         pass  # the expired locks were each a message's
 
@@ -144,6 +153,12 @@ class BatchQueries(StatementRunner):
             (entity_id, consumer, number),
         )
         return int(rows[0][0]) if rows else 0
+
+    def reset_lease_plans(self, entity_id: int, consumer: str, number: int) -> None:
+        self._run(
+            "UPDATE leases SET planned = 0 WHERE entity_id = %b AND consumer = %b AND number = %b",
+            (entity_id, consumer, number),
+        )
 
     def delete_leases(self, entity_id: int, consumer: str, before: int) -> None:
         self._run(
