@@ -111,7 +111,7 @@ class Leasing(Receiving, Timelines):
         not in a later batch."""
         now = self.clock.now()
         with self.store.transaction() as tx:
-            target = self._resolve(tx, lease.entity)
+            target = self.resolver.resolve(tx, lease.entity)
             until = now + (lock_duration or target.options.lock_duration)
             return tx.revive_lease(target.entity.id, lease.lock_token, *_span(lease), until)
 
@@ -150,7 +150,7 @@ class Leasing(Receiving, Timelines):
         is a restart's replay, not a replay after the batch failed its query, and the source
         does not narrow it."""
         with self.store.transaction() as tx:
-            entity = self._resolve(tx, lease.entity).entity
+            entity = self.resolver.resolve(tx, lease.entity).entity
             tx.reset_lease_plans(entity.id, lease.consumer, lease.number)
 
     def release_lease(self, lease: Lease, lo: int | None = None, hi: int | None = None) -> int:

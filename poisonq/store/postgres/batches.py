@@ -90,7 +90,7 @@ class BatchQueries(StatementRunner):
     def revive_lease(
         self, entity_id: int, token: str, lo: int, hi: int, locked_until: float
     ) -> int:
-        return self._count(
+        return self._changed(
             "UPDATE messages SET locked_until = %b WHERE entity_id = %b AND state = 'locked'"
             " AND lock_token = %b AND seq BETWEEN %b AND %b",
             (locked_until, entity_id, token, lo, hi),
