@@ -106,6 +106,13 @@ def _filter(where: dict[str, Any]) -> MessageFilter:
         if getattr(wanted, name) is not None:
             check_count(getattr(wanted, name), name, minimum=0)
     since, until = (None if t is None else to_timestamp(t) for t in (wanted.since, wanted.until))
+    # A range that is empty by construction is a typo, not a search: say so rather than
+    # answer "no messages" (``until`` is exclusive).
+    if since is not None and until is not None and until <= since:
+        raise InvalidOptionError("until must be later than since (the range is empty)")
+    low, high = wanted.min_sequence, wanted.max_sequence
+    if low is not None and high is not None and high < low:
+        raise InvalidOptionError("max_sequence must not be below min_sequence")
     return dataclasses.replace(wanted, since=since, until=until)
 
 

@@ -14,7 +14,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.encoders import jsonable_encoder
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
@@ -144,10 +143,12 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
+        """A request that does not parse, in the shape of every other error (``error``,
+        ``detail``: what was wrong with which field, in one line)."""
+        problems = "; ".join(f"{e['loc'][-1]}: {e['msg']}" for e in exc.errors())
         if request.url.path.startswith("/ui"):
-            problems = "; ".join(f"{e['loc'][-1]}: {e['msg']}" for e in exc.errors())
             return error_page(request, 400, "Not accepted", problems, "RequestValidationError")
-        return AsciiJSONResponse({"detail": jsonable_encoder(exc.errors())}, 422)
+        return AsciiJSONResponse({"error": "RequestValidationError", "detail": problems}, 422)
 
     @app.exception_handler(Throttled)
     async def throttled(request: Request, exc: Throttled) -> Response:

@@ -124,18 +124,17 @@ def explorer(
         for cause in state.broker.dead_letter_causes(queue):
             causes[cause.reason].append(cause)
     invalid, messages, matching = None, [], 0
-    chosen = Selection({}, {})
-    try:
+    try:  # a filter that does not parse, or that the broker refuses (an empty time range)
         chosen = selection(typed)
+        matching = state.broker.count_dead_letters(queue, **chosen.where)
     except InvalidOptionError as exc:
-        invalid = str(exc)
+        invalid, chosen = str(exc), Selection({}, {})
     where = chosen.where
     if invalid is None:
         if order == "newest":
             messages = newest_dead_letters(state.broker, queue, before, PAGE, where)
         else:
             messages = state.broker.dead_letters(queue, after=after, limit=PAGE, **where)
-        matching = state.broker.count_dead_letters(queue, **where)
     kept = {"order": order} if order == "newest" else {}
     if window != DEFAULT_WINDOW and bad_window is None:
         kept["window"] = window

@@ -143,6 +143,17 @@ def test_the_form_searches_by_time_message_id_and_body(
     assert (
         "since must be a time such as 2026-11-24T18:05 (UTC), not &#39;yesterday&#39;" in bad.text
     )
+    backwards = "since=2023-11-15T00:13:20&until=2023-11-14T23:13:20"
+    bad = open_client.get(f"/ui/deadletters?queue=orders&{backwards}")
+    assert bad.status_code == 400
+    assert "Nothing selected: until must be later than since" in bad.text
+    assert 'name="until" value="2023-11-14T23:13:20"' in bad.text  # the form as it was typed
+    api = open_client.get(f"/api/queues/orders/deadletters?{backwards}")
+    assert api.status_code == 400
+    assert api.json() == {
+        "error": "InvalidOptionError",
+        "detail": "until must be later than since (the range is empty)",
+    }
 
 
 def test_shapes() -> None:
