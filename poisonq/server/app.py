@@ -2,8 +2,9 @@
 
 One process serves the JSON API (``/api``, OpenAPI at ``/api/openapi.json``), the web UI
 (``/ui``) and ``/metrics``. Every answer carries a Content-Security-Policy that allows no
-script at all (the UI has none) and no framing, so even a body that slipped past escaping
-could not run.
+script at all (the UI has none), so even a body that slipped past escaping could not run,
+and framing by this server's own pages only (a running task's page shows its progress in a
+frame that reloads itself, so the page around it, and the keyboard's place, stay still).
 """
 
 from __future__ import annotations
@@ -41,12 +42,12 @@ from poisonq.server.throttle import Throttled
 
 CONTENT_SECURITY_POLICY = (
     "default-src 'none'; script-src 'none'; style-src 'self'; img-src 'self';"
-    " form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    " form-action 'self'; frame-src 'self'; frame-ancestors 'self'; base-uri 'none'"
 )
 SECURITY_HEADERS = {
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
     "X-Content-Type-Options": "nosniff",
-    "X-Frame-Options": "DENY",
+    "X-Frame-Options": "SAMEORIGIN",
     "Referrer-Policy": "no-referrer",
 }
 

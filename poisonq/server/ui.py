@@ -39,7 +39,7 @@ from poisonq.timeline import PipelineSummary
 State = Annotated[ServerState, Depends(server_state)]
 NonNegative = Annotated[int, Query(ge=0)]
 PAGE = 50
-TASK_REFRESH = 2  # seconds between reloads of a running task's page
+TASK_REFRESH = 2  # seconds between reloads of a running task's progress frame
 DEFAULT_WINDOW = "day"  # the explorer's chart, unless the operator picks another
 _LIVE = ("active", "scheduled", "locked", "deferred")
 _HELD = (*_LIVE, "dead_lettered")
@@ -245,8 +245,8 @@ def tasks_page(request: Request, state: State, id: NonNegative | None = None) ->
 def task_page(
     request: Request, state: State, task_id: int, queue: str = "", follow: bool = True
 ) -> Response:
-    """A task's progress; the page reloads itself (a meta refresh, not a script) while the
-    task runs, unless ``follow`` is off."""
+    """A task's progress; while the task runs (and ``follow`` is on), in a frame that
+    reloads itself, so the page with Cancel does not move under the keyboard."""
     record = state.broker.task(task_id)
     started = state.started_task(task_id)
     return page(
@@ -258,6 +258,14 @@ def task_page(
         follow=follow,
         refresh=TASK_REFRESH,
     )
+
+
+@router.get("/tasks/{task_id}/progress", dependencies=[Reader])
+def task_progress(request: Request, state: State, task_id: int, queue: str = "") -> Response:
+    """The progress frame of a task's page: reloads itself (a meta refresh) while the task
+    runs."""
+    record = state.broker.task(task_id)
+    return page(request, "task_progress.html", task=record, queue=queue, refresh=TASK_REFRESH)
 
 
 # Pipelines --------------------------------------------------------------------------------
