@@ -63,9 +63,7 @@ def test_serve_prints_its_url_and_token_and_needs_it(served: tuple[str, str]) ->
     refused.value.close()
 
 
-def test_serve_on_a_port_in_use_says_so_in_one_line_before_any_banner(
-    url: str, queue: str
-) -> None:
+def test_serve_on_a_port_in_use_says_so_in_one_line_before_any_banner(url: str, queue: str) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
