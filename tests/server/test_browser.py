@@ -420,3 +420,24 @@ def test_the_overview_draws_each_queues_day(
     expect(cell.locator("svg")).to_have_count(2)
     expect(cell.locator("rect.dead")).to_have_count(1)
     assert cell.locator("polyline").evaluate("p => getComputedStyle(p).fill") == "none"
+
+
+def test_a_message_with_many_properties_keeps_them_in_a_box_that_scrolls(
+    page: Page, live: BackgroundServer, broker: Broker, queue: str
+) -> None:
+    properties = {f"attribute_{n:03}": "value " * 4 for n in range(300)}
+    [seq] = broker.sender(queue).send(Message(body="{}", properties=properties))
+    receiver = broker.receiver(queue)
+    receiver.dead_letter(receiver.receive(), "Invalid")
+    log_in(page, live)
+    page.goto(f"{live.url}/ui/message?address={queue}/$deadletterqueue&seq={seq}")
+    expect(page.locator("#properties-count")).to_have_text("300")
+    box = page.locator("#properties-box")
+    height = box.evaluate("b => b.clientHeight")
+    assert 100 < height <= 360
+    assert box.evaluate("b => b.scrollHeight > b.clientHeight"), "nothing left to scroll to"
+    page_height = page.evaluate("() => document.documentElement.scrollHeight")
+    assert page_height < 1600, f"the message page is {page_height} px tall"
+    box.focus()  # the keyboard reaches the box and scrolls it
+    page.keyboard.press("End")
+    expect(box.locator("th", has_text="attribute_299")).to_be_in_viewport()
