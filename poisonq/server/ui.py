@@ -234,11 +234,11 @@ def confirm(request: Request, state: State, queue: str, action: str) -> Response
 
 @router.get("/tasks", dependencies=[Reader])
 def tasks_page(request: Request, state: State, id: NonNegative | None = None) -> Response:
-    """The resubmits and purges this server started, newest first, and who started them
-    (the broker lists no tasks: one started elsewhere is opened by its id)."""
+    """The resubmits and purges this server started, newest first, and who started (and
+    cancelled) them (the broker lists no tasks: one started elsewhere is opened by its id)."""
     if id is not None:
         return RedirectResponse(f"/ui/tasks/{id}", 303)
-    return page(request, "tasks.html", started=state.started())
+    return page(request, "tasks.html", started=state.started(), cancellation=state.cancellation)
 
 
 @router.get("/tasks/{task_id}", dependencies=[Reader])
@@ -255,6 +255,7 @@ def task_page(
         task=record,
         queue=queue,
         started=started,
+        cancellation=state.cancellation(task_id),
         follow=follow,
         refresh=TASK_REFRESH,
     )
@@ -346,6 +347,6 @@ def purge(request: Request, state: State, session: Writer, form: Form) -> Respon
 
 
 @router.post("/tasks/{task_id}/cancel")
-def cancel(state: State, task_id: int, _: Writer, form: Form) -> Response:
-    state.broker.cancel_task(task_id)
+def cancel(state: State, task_id: int, session: Writer, form: Form) -> Response:
+    state.cancel(task_id, session.operator)
     return _to_task(task_id, form.get("queue", ""))
