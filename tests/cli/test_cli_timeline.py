@@ -6,8 +6,10 @@ from __future__ import annotations
 import time
 
 import pytest
+from rich.console import Console
 
 from poisonq import BatchRun, Broker, DeadLetter, Message
+from poisonq.cli.timeline import timeline_view
 from tests.cli.conftest import assert_one_error_line, run, run_json
 
 
@@ -34,7 +36,8 @@ def test_show_prints_a_row_and_a_bar_per_batch(url: str, timeline: str) -> None:
     assert [row[0] for row in rows] == ["1", "2", "3"]
     assert rows[1][3:9] == ["8", "7", "0", "1", "InvalidOrder", "1"]
     bars = [len(row[-1]) for row in rows]
-    assert bars[2] == 30 and bars[0] < bars[1] < bars[2]  # the longest batch is a full bar
+    # The longest batch is a full bar, a tenth of the terminal (COLUMNS=200).
+    assert bars[2] == 20 and bars[0] < bars[1] < bars[2]
     assert "░" in rows[1][-1] and "░" not in rows[0][-1]  # its dead letter shows
     assert "completed" in shown.splitlines()[-1]  # the legend
 
@@ -62,3 +65,34 @@ def test_show_an_unknown_consumer_or_queue(url: str, timeline: str) -> None:
 def test_show_help_explains_the_timeline(url: str) -> None:
     shown = run(url, "pipeline", "show", "--help").stdout
     assert "--keep-batches" in shown and "--json" in shown and "cut by outcome" in shown
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_show_fits_a_terminal_of_80_or_100_columns(
+    api: Broker, orders: str, timeline: str, width: int
+) -> None:
+    """Every line within the width, every number whole, one line a batch; the reasons cut
+    with an ellipsis, the bars a tenth of the width."""
+    api.sender(orders).send([Message(body=str(n)) for n in range(3)])
+    lease = api.acquire_lease(orders, timeline, 4, max_messages=100)
+    assert lease is not None
+    started = time.time()
+    reasons = ("MaxDeliveryCountExceeded", "UnknownCustomerError", "TTLExpiredException")
+    api.settle_held(
+        orders,
+        [
+            DeadLetter(lease.min_sequence + n, lease.lock_token, r, None)
+            for n, r in enumerate(reasons)
+        ],
+    )
+    api.complete_lease(lease, BatchRun(started, 4.01, isolation_jobs=12))
+    console = Console(width=width, record=True, color_system=None)
+    console.print(timeline_view(timeline, api.pipeline_batches(timeline), width))
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= width
+    rows = [line.split() for line in lines if line.strip()[:1].isdigit()]
+    assert [row[0] for row in rows] == ["1", "2", "3", "4"]  # one line each
+    assert rows[3][2:7] == ["4.01", "3", "0", "0", "3"]  # secs, size, done, retry, dead whole
+    assert rows[3][-3:-1] == ["12", "1"]  # jobs and msg/s whole, then the bar
+    assert "…" in " ".join(rows[3])  # three reasons do not fit: cut
+    assert len(rows[3][-1]) == width // 10  # the longest batch's bar
