@@ -441,3 +441,26 @@ def test_a_message_with_many_properties_keeps_them_in_a_box_that_scrolls(
     box.focus()  # the keyboard reaches the box and scrolls it
     page.keyboard.press("End")
     expect(box.locator("th", has_text="attribute_299")).to_be_in_viewport()
+
+
+def test_the_pipeline_pages_fit_a_phone(
+    page: Page, live: BackgroundServer, broker: Broker, clock: ManualClock
+) -> None:
+    """At 390 px: the list of consumers, a consumer's chart (its tick labels) and batches,
+    and the overview's cards, with names long enough to push, never widen the page."""
+    queue = "orders.incoming." + "eu-west-" * 4
+    broker.create_queue(queue)
+    consumer = "nightly-reconciliation-" + "x" * 40
+    record(broker, clock, queue, consumer, [5, 8000, 3, 120000])
+    page.set_viewport_size({"width": 390, "height": 800})
+    log_in(page, live)
+    no_sideways_scroll(page)  # the overview, its cards
+    page.click("#pipelines-card")
+    expect(page.locator("#pipelines")).to_be_visible()
+    no_sideways_scroll(page)
+    page.click(f"#pipelines a:text-is('{consumer}')")
+    expect(page.locator("#timeline .batch")).to_have_count(4)
+    no_sideways_scroll(page)
+    for label in page.locator("#timeline text").all():
+        box = label.bounding_box()
+        assert box and box["x"] >= 0 and box["x"] + box["width"] <= 390, label.text_content()
