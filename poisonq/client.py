@@ -398,6 +398,16 @@ class Broker:
         """Every consumer with recorded pipeline batches, with its last batch."""
         return self.engine.pipelines()
 
+    def forget_pipeline(
+        self, consumer: str, queue: str | None = None, *, force: bool = False
+    ) -> PipelineSummary:
+        """Forget a retired pipeline consumer: its timeline (so its metrics, and the
+        ``PoisonqPipelineStalled`` alert, go) and its settled leases. Refused with
+        :class:`~poisonq.errors.PipelineLeaseHeldError` while its latest lease holds
+        messages under a live lock, unless ``force`` (they go back to the queue, no delivery
+        counted). Returns the consumer's summary as it was."""
+        return self.engine.forget_pipeline(consumer, queue, force)
+
     def pipeline_batches(self, consumer: str, queue: str | None = None) -> list[PipelineBatch]:
         """The batches recorded for ``consumer``, oldest first (its last ``keep``: see
         :class:`~poisonq.spark.Pipeline`). ``queue`` is needed only when the consumer runs

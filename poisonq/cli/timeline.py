@@ -1,4 +1,5 @@
-"""``poisonq pipeline show``: a pipeline consumer's timeline, one row and one bar per batch.
+"""``poisonq pipeline show`` and ``forget``: a pipeline consumer's timeline, one row and one bar
+per batch; and forgetting a retired consumer.
 
 A bar's length is the batch's time against the longest batch shown, so a slow batch stands
 out; it is cut by what became of the batch's messages (completed, retried, dead-lettered), so
@@ -139,3 +140,35 @@ def pipeline_show(
     batches = app.broker.pipeline_batches(consumer, queue_name)[-last:]
     data = [b.to_json() for b in batches]
     emit(app, as_json, data, lambda: timeline_view(consumer, batches, app.out.width))
+
+
+@click.command("forget")
+@click.argument("consumer")
+@click.option(
+    "--queue",
+    "queue_name",
+    help="The consumer's queue: needed only when the consumer runs on more than one.",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Forget it even if its latest lease still holds messages (they go back to the queue).",
+)
+@click.pass_obj
+def pipeline_forget(app: App, consumer: str, queue_name: str | None, force: bool) -> None:
+    """Forget retired pipeline CONSUMER: its timeline and its settled leases.
+
+    Its metrics (poisonq_pipeline_last_batch_*) go with them, and so does a
+    PoisonqPipelineStalled alert about it. No message changes. A consumer whose latest
+    lease still holds messages under a live lock may be running: refused (exit 2) unless
+    --force, which gives those messages back to the queue first (no delivery counted).
+
+    \b
+      poisonq pipeline forget nightly-2023
+      poisonq pipeline forget nightly --queue orders --force
+    """
+    gone = app.broker.forget_pipeline(consumer, queue_name, force=force)
+    app.out.print(
+        Text(f"forgot consumer {gone.consumer} on {gone.queue}: {gone.batches} batch(es)"),
+        soft_wrap=True,
+    )

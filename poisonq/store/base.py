@@ -631,6 +631,10 @@ class Transaction(ABC):
         or more below it."""
 
     @abstractmethod
+    def forget_pipeline(self, entity_id: int, consumer: str) -> None:
+        """Delete every recorded batch of ``consumer`` on the queue ``entity_id``."""
+
+    @abstractmethod
     def pipeline_batches(self, entity_id: int, consumer: str) -> list[PipelineBatch]:
         """The recorded batches of ``consumer`` on the queue ``entity_id``, by lease."""
 

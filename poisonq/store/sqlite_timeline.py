@@ -23,6 +23,9 @@ class SqliteTimelines:
         self._db.execute(sql.RECORD_BATCH, sql.record_params(entity_id, batch))
         self._db.execute(sql.FORGET_BATCHES, (entity_id, batch.consumer, batch.lease - keep))
 
+    def forget_pipeline(self, entity_id: int, consumer: str) -> None:
+        self._db.execute(sql.FORGET_PIPELINE, (entity_id, consumer))
+
     def pipeline_batches(self, entity_id: int, consumer: str) -> list[PipelineBatch]:
         rows = self._db.execute(sql.PIPELINE_BATCHES, (entity_id, consumer))
         return [sql.batch_row(row) for row in rows]

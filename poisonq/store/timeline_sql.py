@@ -26,6 +26,7 @@ RECORD_BATCH = (
     " dead_lettered = excluded.dead_lettered, isolation_jobs = excluded.isolation_jobs"
 )
 FORGET_BATCHES = "DELETE FROM pipeline_batches WHERE entity_id = ? AND consumer = ? AND lease <= ?"
+FORGET_PIPELINE = "DELETE FROM pipeline_batches WHERE entity_id = ? AND consumer = ?"
 PIPELINE_BATCHES = (
     f"SELECT {_SELECTED} FROM pipeline_batches b JOIN entities e ON e.id = b.entity_id"
     " WHERE b.entity_id = ? AND b.consumer = ? ORDER BY b.lease"

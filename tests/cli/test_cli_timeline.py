@@ -3,13 +3,16 @@ batch, or JSON; an unknown consumer is one red line with the nearest names."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
+from prometheus_client import generate_latest
 from rich.console import Console
 
-from poisonq import BatchRun, Broker, DeadLetter, Message
+from poisonq import BatchRun, Broker, DeadLetter, Message, PipelineLeaseHeldError
 from poisonq.cli.timeline import timeline_view
+from poisonq.server.metrics import registry
 from tests.cli.conftest import assert_one_error_line, run, run_json
 
 
@@ -96,3 +99,55 @@ def test_show_fits_a_terminal_of_80_or_100_columns(
     assert rows[3][-3:-1] == ["12", "1"]  # jobs and msg/s whole, then the bar
     assert "…" in " ".join(rows[3])  # three reasons do not fit: cut
     assert len(rows[3][-1]) == width // 10  # the longest batch's bar
+
+
+def _metric_consumers(broker: Broker) -> set[str]:
+    """The consumers /metrics reports a last batch of (what the stalled alert reads)."""
+    scraped = generate_latest(registry(broker)).decode()
+    return set(
+        re.findall(
+            r'poisonq_pipeline_last_batch_timestamp_seconds\{[^}]*consumer="([^"]+)"', scraped
+        )
+    )
+
+
+def test_forget_a_retired_consumer_takes_its_timeline_and_its_metrics(
+    api: Broker, orders: str, timeline: str
+) -> None:
+    api.sender(orders).send(Message(body="x"))
+    other = api.acquire_lease(orders, "hourly", 1, max_messages=10)
+    assert other is not None
+    api.complete_lease(other, BatchRun(time.time(), 0.5))
+    assert _metric_consumers(api) == {"nightly", "hourly"}
+    counts = api.counts(orders)
+    forgot = run(api.url, "pipeline", "forget", timeline)
+    assert forgot.stdout.strip() == "forgot consumer nightly on orders: 3 batch(es)"
+    assert _metric_consumers(api) == {"hourly"}  # the alert has nothing left to fire on
+    assert [p.consumer for p in api.pipelines()] == ["hourly"]
+    assert api.lease(orders, timeline, None) is None  # its settled leases went too
+    assert_one_error_line(run(api.url, "pipeline", "show", timeline, code=2), "no pipeline")
+    again = run(api.url, "pipeline", "forget", timeline, code=2)
+    assert_one_error_line(again, "no pipeline batches recorded for consumer 'nightly'")
+    assert api.counts(orders) == counts  # no message changed
+
+
+def test_forget_refuses_a_consumer_holding_a_live_lease_unless_forced(
+    api: Broker, orders: str, timeline: str
+) -> None:
+    api.sender(orders).send([Message(body=str(n)) for n in range(5)])
+    live = api.acquire_lease(orders, timeline, 4, max_messages=10)  # a batch under way
+    assert live is not None
+    refused = run(api.url, "pipeline", "forget", timeline, code=2)
+    assert_one_error_line(
+        refused, "consumer 'nightly' on 'orders' holds 5 message(s) under lease 4", "force"
+    )
+    with pytest.raises(PipelineLeaseHeldError) as held:
+        api.forget_pipeline(timeline)
+    assert (held.value.lease, held.value.held) == (4, 5)
+    assert _metric_consumers(api) == {"nightly"}  # nothing was forgotten
+    assert api.counts(orders)["locked"] == 5
+    run(api.url, "pipeline", "forget", timeline, "--force")
+    assert _metric_consumers(api) == set()
+    assert api.counts(orders)["locked"] == 0 and api.counts(orders)["active"] == 5
+    [again] = api.receiver(orders).receive(max_messages=1)
+    assert again.delivery_count == 1  # given back as never delivered

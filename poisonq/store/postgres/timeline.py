@@ -24,6 +24,9 @@ class TimelineQueries(StatementRunner):
         self._run(_pg(sql.RECORD_BATCH), sql.record_params(entity_id, batch))
         self._run(_pg(sql.FORGET_BATCHES), (entity_id, batch.consumer, batch.lease - keep))
 
+    def forget_pipeline(self, entity_id: int, consumer: str) -> None:
+        self._run(_pg(sql.FORGET_PIPELINE), (entity_id, consumer))
+
     def pipeline_batches(self, entity_id: int, consumer: str) -> list[PipelineBatch]:
         rows = self._all(_pg(sql.PIPELINE_BATCHES), (entity_id, consumer))
         return [sql.batch_row(row) for row in rows]
