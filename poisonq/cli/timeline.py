@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 from rich import box
-from rich.console import Group, RenderableType
+from rich.console import Group, JustifyMethod, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -31,7 +31,7 @@ def bar_width(console_width: int) -> int:
     return max(MIN_BAR, min(MAX_BAR, console_width // 10))
 
 
-def batch_bar(batch: PipelineBatch, longest: float, width: int = MAX_BAR) -> Text:
+def batch_bar(batch: PipelineBatch, longest: float, width: int) -> Text:
     """The batch's bar: ``width`` cells for ``longest``, as long as its time is against that,
     cut by outcome."""
     length = max(1, round(width * batch.seconds / longest)) if longest > 0 else 1
@@ -55,7 +55,7 @@ def _reasons(batch: PipelineBatch) -> str:
 
 # The columns' headings and justification. Every column but the reasons is as wide as its
 # widest value (numbers are never cut); the reasons take what is left.
-COLUMNS = (
+COLUMNS: tuple[tuple[str, JustifyMethod], ...] = (
     ("lease", "right"), ("started", "left"), ("secs", "right"), ("size", "right"),
     ("done", "right"), ("retry", "right"), ("dead", "right"), ("reasons", "left"),
     ("jobs", "right"), ("msg/s", "right"), ("bar", "left"),
@@ -96,7 +96,7 @@ def timeline_view(consumer: str, batches: list[PipelineBatch], width: int) -> Re
     for row in rows:
         row[reasons].truncate(widths[reasons], overflow="ellipsis")
     for (heading, justify), cells in zip(COLUMNS, widths, strict=True):
-        shown.add_column(heading, justify=justify, no_wrap=True, width=cells)  # type: ignore[arg-type]
+        shown.add_column(heading, justify=justify, no_wrap=True, width=cells)
     for row in rows:
         shown.add_row(*row)
     legend = Text("bar: the batch's time; ")
