@@ -392,6 +392,10 @@ def test_malformed_requests_get_422(client: TestClient, queue: str, body: object
 def test_the_rate_must_be_positive(client: TestClient, dead: dict[str, list[int]]) -> None:
     answer = client.post("/api/queues/orders/deadletters/resubmit", json={"rate": 0}, headers=AUTH)
     assert answer.status_code == 422
+    assert answer.json() == {
+        "error": "RequestValidationError",
+        "detail": "rate: Input should be greater than 0",
+    }
 
 
 def test_json_answers_carry_the_body_as_data_not_html(
