@@ -106,6 +106,13 @@ def _filter(where: dict[str, Any]) -> MessageFilter:
         if getattr(wanted, name) is not None:
             check_count(getattr(wanted, name), name, minimum=0)
     since, until = (None if t is None else to_timestamp(t) for t in (wanted.since, wanted.until))
+    # A range that is empty by construction is a typo, not a search: say so rather than
+    # answer "no messages" (``until`` is exclusive).
+    if since is not None and until is not None and until <= since:
+        raise InvalidOptionError("until must be later than since (the range is empty)")
+    low, high = wanted.min_sequence, wanted.max_sequence
+    if low is not None and high is not None and high < low:
+        raise InvalidOptionError("max_sequence must not be below min_sequence")
     return dataclasses.replace(wanted, since=since, until=until)
 
 
@@ -399,6 +406,16 @@ class Broker:
     def pipelines(self) -> list[PipelineSummary]:
         """Every consumer with recorded pipeline batches, with its last batch."""
         return self.engine.pipelines()
+
+    def forget_pipeline(
+        self, consumer: str, queue: str | None = None, *, force: bool = False
+    ) -> PipelineSummary:
+        """Forget a retired pipeline consumer: its timeline (so its metrics, and the
+        ``PoisonqPipelineStalled`` alert, go) and its settled leases. Refused with
+        :class:`~poisonq.errors.PipelineLeaseHeldError` while its latest lease holds
+        messages under a live lock, unless ``force`` (they go back to the queue, no delivery
+        counted). Returns the consumer's summary as it was."""
+        return self.engine.forget_pipeline(consumer, queue, force)
 
     def pipeline_batches(self, consumer: str, queue: str | None = None) -> list[PipelineBatch]:
         """The batches recorded for ``consumer``, oldest first (its last ``keep``: see

@@ -142,6 +142,23 @@ class InvalidOperationError(PoisonqError):
     """The operation is not allowed here (for example dead-lettering a dead-lettered message)."""
 
 
+class PipelineLeaseHeldError(InvalidOperationError):
+    """A pipeline consumer to forget still holds messages under a live lease: it looks
+    alive (a driver mid-batch), and forgetting it would leave its messages held by a
+    consumer no one remembers. Stop it first, or force: its messages go back to the queue."""
+
+    def __init__(self, consumer: str, queue: str, lease: int, held: int) -> None:
+        super().__init__(
+            f"consumer {consumer!r} on {queue!r} holds {held} message(s) under lease {lease},"
+            " whose lock is live: stop its pipeline first, or force (its messages go back"
+            " to the queue, no delivery counted)"
+        )
+        self.consumer = consumer
+        self.queue = queue
+        self.lease = lease
+        self.held = held
+
+
 class TaskNotFoundError(PoisonqError, LookupError):
     """No resubmit task with this id."""
 

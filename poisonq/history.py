@@ -69,8 +69,8 @@ class Timeline:
 
 @dataclass(frozen=True, slots=True)
 class Trend:
-    """A queue over a window: its depth at the end of each bar, and the messages
-    dead-lettered in each."""
+    """A queue over a window: the highest depth in each bar (see :func:`peaks`), and the
+    messages dead-lettered in each."""
 
     start: int
     step: int
@@ -102,4 +102,20 @@ def depths(changes: Iterable[DepthChange], held: int, frame: Window, now: float)
         while later and later[-1].bucket >= end:
             value = later.pop().opened
         values[bar] = value
+    return values
+
+
+def peaks(changes: Iterable[DepthChange], held: int, frame: Window, now: float) -> list[int]:
+    """The highest depth in each bar of the window: a backlog that came and went within a
+    bar shows, where the depth at the bar's end would not. It is the highest of the bar's
+    end, the depths its buckets opened with (the first is the bar's start) and their peaks
+    (a bucket without one, from before schema 10, adds only its opening)."""
+    changes = list(changes)
+    values = depths(changes, held, frame, now)
+    start = frame.start(now)
+    for change in changes:
+        bar = (change.bucket - start) // frame.step
+        if 0 <= bar < frame.bars:
+            reached = change.opened if change.peak is None else max(change.opened, change.peak)
+            values[bar] = max(values[bar], reached)
     return values

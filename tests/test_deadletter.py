@@ -207,6 +207,9 @@ def test_dead_letters_are_found_by_message_id_and_by_text_in_the_body(
     assert broker.count_dead_letters(queue, body_contains="cust-17", message_id="o-3") == 1
     assert [m.message_id for m in broker.dead_letters(queue, message_id="o-2")] == ["o-2"]
     assert broker.count_dead_letters(queue, body_contains="no such text") == 0
+    # The search is of the body's bytes, so it is case-sensitive, on every store alike.
+    assert broker.count_dead_letters(queue, body_contains="CUST-17") == 0
+    assert broker.count_dead_letters(queue, body_contains="Customer") == 0
     assert broker.purge(queue, body_contains='"total"').done == 1
     assert_balanced(broker)
 
@@ -304,6 +307,21 @@ def test_bad_resubmit_arguments(broker: Broker, queue: str) -> None:
             broker.dead_letters(queue, **where)
     with pytest.raises(InvalidOptionError):
         broker.dead_letters(queue, after=[])
+
+
+def test_an_empty_range_is_refused_not_answered_with_nothing(broker: Broker, queue: str) -> None:
+    """``until`` at or before ``since`` (or ``max_sequence`` below ``min_sequence``) selects
+    nothing by construction: a typo, refused with why, so a search does not look empty."""
+    for where in (
+        {"since": 1_700_000_100, "until": 1_700_000_000},
+        {"since": 1_700_000_000, "until": 1_700_000_000},
+        {"min_sequence": 5, "max_sequence": 4},
+    ):
+        with pytest.raises(InvalidOptionError, match="must"):
+            broker.count_dead_letters(queue, **where)
+        with pytest.raises(InvalidOptionError, match="must"):
+            broker.purge(queue, **where)
+    assert broker.count_dead_letters(queue, min_sequence=4, max_sequence=4) == 0
 
 
 def test_purge_drops_matching_dead_letters(broker: Broker, queue: str) -> None:

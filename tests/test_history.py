@@ -10,7 +10,7 @@ import pytest
 
 import poisonq
 from poisonq import Broker, ManualClock, Message
-from poisonq.history import TREND, WINDOWS, Window, depths, timeline
+from poisonq.history import TREND, WINDOWS, Window, depths, peaks, timeline
 from poisonq.store.base import DeadLetterCount, DepthChange
 from poisonq.store.history import HOUR, KEEP, MINUTE, PRUNE_EVERY
 from tests.helpers import execute_behind_the_back
@@ -88,8 +88,39 @@ def test_depth_is_read_back_from_the_ledger(broker: Broker, queue: str, clock: M
     assert trend.step == HOUR and len(trend.depth) == 24
     bar = (int(start) - trend.start) // HOUR
     assert trend.depth[: bar - 1] == [0] * (bar - 1)
-    assert trend.depth[bar:] == [10, 6, 6, 7]
+    # The highest depth of each hour: the second opened with 10, the last reached 7.
+    assert trend.depth[bar:] == [10, 10, 6, 7]
     assert trend.dead_lettered == [0] * 24
+
+
+def test_a_backlog_that_came_and_went_within_the_hour_shows(
+    broker: Broker, queue: str, clock: ManualClock
+) -> None:
+    """The hour's bar is the highest depth in the hour, not the depth at its end: 500 sent
+    and drained in one hour (in commits of 100) is a bar of 500, though the hour ends
+    empty."""
+    clock.advance(HOUR - clock.now() % HOUR + 60)  # a minute into an hour
+    receiver = broker.receiver(queue)
+    for _ in range(5):
+        broker.sender(queue).send([Message(body=str(n)) for n in range(100)])
+        clock.advance(60)
+    for _ in range(5):
+        receiver.complete(receiver.receive(max_messages=100))
+        clock.advance(60)
+    broker.sender(queue).send([Message(body=b"x")] * 3)  # the hour ends with 3
+    clock.advance(HOUR)
+    depth = broker.queue_trends()["orders"].depth
+    assert depth[-3:] == [0, 500, 3]
+    assert broker.counts(queue)["active"] == 3
+
+
+def test_a_bucket_from_before_schema_10_has_no_peak() -> None:
+    """Rows written before the peak was kept: the bar falls back to the depths read back."""
+    frame = Window(4 * MINUTE, MINUTE, MINUTE)
+    now = 10 * MINUTE + 5
+    changes = [DepthChange(1, 8 * MINUTE, 5, None), DepthChange(1, 9 * MINUTE, 7, 40)]
+    assert depths(changes, 9, frame, now) == [5, 7, 9, 9]
+    assert peaks(changes, 9, frame, now) == [5, 7, 40, 9]
 
 
 def test_the_overview_counts_each_queues_dead_letterings(broker: Broker, queue: str) -> None:
@@ -99,7 +130,7 @@ def test_the_overview_counts_each_queues_dead_letterings(broker: Broker, queue: 
     trends = broker.queue_trends()
     assert trends["orders"].dead_lettered[-1] == 3
     assert trends["payments"].dead_lettered[-1] == 1
-    assert trends["orders"].depth[-1] == 0
+    assert trends["orders"].depth[-1] == 3  # the hour's highest: 3 sent, then dead-lettered
 
 
 def test_buckets_are_pruned_by_age(
@@ -159,7 +190,10 @@ def test_concurrent_writers_lose_no_count(url: str, clock: ManualClock) -> None:
             assert sum(broker.dead_letter_timeline("orders", "reason", window).totals) == total
         by_subject = broker.dead_letter_timeline("orders", "subject", "hour").series
         assert {k: sum(v) for k, v in by_subject.items()} == {"s0": total / 2, "s1": total / 2}
-        assert broker.queue_trends()["orders"].depth[-1] == 0
+        # The hour's highest depth: one batch at least, never more than every worker's at
+        # once (each sends its batch and dead-letters it before the next).
+        assert size <= broker.queue_trends()["orders"].depth[-1] <= workers * size
+        assert broker.counts("orders")["active"] == 0
 
 
 @pytest.mark.parametrize("name", ["hour", "day", "week"])
@@ -180,3 +214,19 @@ def test_binning_drops_what_falls_outside_the_window() -> None:
     changes = [DepthChange(1, 8 * MINUTE, 5), DepthChange(1, 9 * MINUTE, 7)]
     assert depths(changes, 9, frame, now) == [5, 7, 9, 9]
     assert depths([], 3, TREND, now) == [3] * 24
+
+
+def test_a_bucket_written_before_schema_10_reads_back_and_takes_a_peak(
+    broker: Broker, queue: str, clock: ManualClock, url: str
+) -> None:
+    """A store upgraded to schema 10 has buckets without a peak (NULL): the chart reads
+    their depths back as before, and the bucket's next change records the peak."""
+    clock.advance(HOUR - clock.now() % HOUR + 60)
+    broker.sender(queue).send([Message(body=str(n)) for n in range(4)])
+    receiver = broker.receiver(queue)
+    receiver.complete(receiver.receive(max_messages=4))
+    execute_behind_the_back(url, "UPDATE depth_history SET peak = NULL")
+    assert broker.queue_trends()["orders"].depth[-1] == 0  # opened 0, ends 0: no peak kept
+    broker.sender(queue).send([Message(body=b"x")] * 2)
+    receiver.complete(receiver.receive(max_messages=2))
+    assert broker.queue_trends()["orders"].depth[-1] == 2  # the peak from here on

@@ -24,7 +24,7 @@ from poisonq.cli.ops import audit, demo
 from poisonq.cli.pipeline import pipeline
 from poisonq.cli.queues import queue
 from poisonq.cli.serve import serve
-from poisonq.cli.timeline import pipeline_show
+from poisonq.cli.timeline import pipeline_forget, pipeline_show
 from poisonq.cli.topics import topic
 from poisonq.client import DEFAULT_URL
 from poisonq.errors import PoisonqError, StoreNotFoundError
@@ -88,6 +88,7 @@ def cli(ctx: click.Context, url: str) -> None:
 for _command in (queue, topic, send, receive, peek, dlq, audit, serve, pipeline, demo):
     cli.add_command(_command)
 pipeline.add_command(pipeline_show)
+pipeline.add_command(pipeline_forget)
 
 
 def main() -> None:

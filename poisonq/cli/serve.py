@@ -3,10 +3,27 @@
 from __future__ import annotations
 
 import ipaddress
+import socket
 
 import click
 
 from poisonq.cli.app import App
+
+
+def _check_port(host: str, port: int) -> None:
+    """Bind the address once before anything is printed: a port in use (or an address not
+    of this machine) is one clear line and exit 2, not a banner and then uvicorn's exit 3.
+    The probe is closed and uvicorn binds again (and logs where it listens); a server that
+    takes the port in that instant still ends in uvicorn's own error."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise click.BadParameter(
+                f"cannot listen on {host} port {port}: {exc.strerror or exc}", param_hint="--port"
+            ) from None
 
 
 def _is_loopback(host: str) -> bool:
@@ -49,6 +66,7 @@ def serve(app: App, /, host: str, port: int, token: str | None, open_reads: bool
         raise click.ClickException(
             f"poisonq serve needs the server extra: pip install 'poisonq[server]' ({exc})"
         ) from None
+    _check_port(host, port)
     given = token is not None
     token = token or new_token()
     server = create_app(app.broker, token=token, open_reads=open_reads)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from poisonq.engine.common import EngineBase
-from poisonq.history import TREND, Timeline, Trend, Window, depths, timeline
+from poisonq.history import TREND, Timeline, Trend, Window, peaks, timeline
 from poisonq.model import SubQueue
 from poisonq.store.base import DeadLetterCause, DeadLetterCount, DepthChange
 
@@ -21,7 +21,8 @@ class History(EngineBase):
         return timeline(counts, frame, now)
 
     def queue_trends(self) -> dict[str, Trend]:
-        """Every queue's depth and dead-letterings over the last day, by the hour."""
+        """Every queue's depth (the highest in each hour) and dead-letterings over the last
+        day, by the hour."""
         now = self.clock.now()
         since = TREND.start(now)
         with self.store.transaction() as tx:
@@ -38,7 +39,7 @@ class History(EngineBase):
         trends = {}
         for queue in (e for e in entities if e.parent_id is None):
             dead = timeline(counts_of[dlq_of.get(queue.id, 0)], TREND, now)
-            held = depths(changes_of[queue.id], queue.ledger.held, TREND, now)
+            held = peaks(changes_of[queue.id], queue.ledger.held, TREND, now)
             trends[queue.name] = Trend(dead.start, TREND.step, held, dead.totals)
         return trends
 

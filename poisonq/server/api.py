@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from poisonq.client import TaskRecord
 from poisonq.jsonview import group_json, message_json, queue_json, task_json
 from poisonq.names import parse_address
 from poisonq.server.schemas import (
@@ -144,9 +145,15 @@ def pipeline_batches(state: State, consumer: str, queue: str | None = None) -> l
     return [batch.to_json() for batch in state.broker.pipeline_batches(consumer, queue)]
 
 
+def _task_out(state: ServerState, record: TaskRecord) -> TaskOut:
+    cancellation = state.cancellation(record.id)
+    cancelled_by = None if cancellation is None else cancellation.operator
+    return TaskOut(**task_json(record), cancelled_by=cancelled_by)
+
+
 @reads.get("/tasks/{task_id}", summary="A resubmit or purge task's progress")
 def task(state: State, task_id: int) -> TaskOut:
-    return TaskOut(**task_json(state.broker.task(task_id)))
+    return _task_out(state, state.broker.task(task_id))
 
 
 @writes.post("/queues/{queue:path}/messages", summary="Send a batch", status_code=201)
@@ -181,4 +188,4 @@ def purge(state: State, queue: str, filters: PurgeRequest) -> TaskOut:
 @writes.post("/tasks/{task_id}/cancel", summary="Cancel a running task")
 def cancel(state: State, task_id: int) -> TaskOut:
     """The task stops after its current chunk; what was moved stays moved."""
-    return TaskOut(**task_json(state.broker.cancel_task(task_id)))
+    return _task_out(state, state.cancel(task_id))

@@ -2,8 +2,9 @@
 
 One process serves the JSON API (``/api``, OpenAPI at ``/api/openapi.json``), the web UI
 (``/ui``) and ``/metrics``. Every answer carries a Content-Security-Policy that allows no
-script at all (the UI has none) and no framing, so even a body that slipped past escaping
-could not run.
+script at all (the UI has none), so even a body that slipped past escaping could not run,
+and framing by this server's own pages only (a running task's page shows its progress in a
+frame that reloads itself, so the page around it, and the keyboard's place, stay still).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.encoders import jsonable_encoder
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
@@ -42,12 +42,12 @@ from poisonq.server.throttle import Throttled
 
 CONTENT_SECURITY_POLICY = (
     "default-src 'none'; script-src 'none'; style-src 'self'; img-src 'self';"
-    " form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    " form-action 'self'; frame-src 'self'; frame-ancestors 'self'; base-uri 'none'"
 )
 SECURITY_HEADERS = {
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
     "X-Content-Type-Options": "nosniff",
-    "X-Frame-Options": "DENY",
+    "X-Frame-Options": "SAMEORIGIN",
     "Referrer-Policy": "no-referrer",
 }
 
@@ -144,10 +144,12 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
+        """A request that does not parse, in the shape of every other error (``error``,
+        ``detail``: what was wrong with which field, in one line)."""
+        problems = "; ".join(f"{e['loc'][-1]}: {e['msg']}" for e in exc.errors())
         if request.url.path.startswith("/ui"):
-            problems = "; ".join(f"{e['loc'][-1]}: {e['msg']}" for e in exc.errors())
             return error_page(request, 400, "Not accepted", problems, "RequestValidationError")
-        return AsciiJSONResponse({"detail": jsonable_encoder(exc.errors())}, 422)
+        return AsciiJSONResponse({"error": "RequestValidationError", "detail": problems}, 422)
 
     @app.exception_handler(Throttled)
     async def throttled(request: Request, exc: Throttled) -> Response:

@@ -98,6 +98,16 @@ def login(request: Request, state: State, form: Form) -> Response:
     return response
 
 
+@router.get("/logout")
+def logout_page(request: Request, state: State) -> Response:
+    """A typed or bookmarked ``/ui/logout``: logging out stays a POST with the CSRF value (a
+    link or an image on another site must not end a session), so this is the page with the
+    button; with no session there is nothing to end, and it is the login page."""
+    if state.auth.session(request) is None:
+        return RedirectResponse("/ui/login", 303)
+    return page(request, "logout.html")
+
+
 @router.post("/logout")
 def logout(request: Request, state: State, _: Writer) -> Response:
     state.auth.sessions.close(request.cookies.get(SESSION_COOKIE, ""))

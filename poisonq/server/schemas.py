@@ -134,6 +134,11 @@ class TaskOut(BaseModel):
     created_at: str
     updated_at: str
     error: str | None
+    cancelled_by: str | None = Field(
+        default=None,
+        description="the operator who cancelled it in this server's web UI (the store records"
+        " no operator: null when cancelled through the API, elsewhere, or not at all)",
+    )
 
 
 def _epoch(value: datetime) -> float:

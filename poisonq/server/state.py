@@ -28,6 +28,13 @@ class StartedTask:
     operator: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class Cancellation:
+    """A task cancelled through this server, and by whom (as :class:`StartedTask`)."""
+
+    operator: str | None
+
+
 class _Starting:
     """Holds a queue while its task is being created (before it has an id)."""
 
@@ -51,6 +58,7 @@ class ServerState:
         self._owns_broker = owns_broker
         self._started: dict[int, StartedTask] = {}  # by id, oldest first
         self._by_queue: dict[str, BulkTask | _Starting] = {}  # each queue's latest task
+        self._cancelled: dict[int, Cancellation] = {}  # by id, oldest first
         self._lock = threading.Lock()
 
     def start_resubmit(
@@ -87,6 +95,24 @@ class ServerState:
             raise
         self._track(key, task, operator)
         return task.record
+
+    def cancel(self, task_id: int, operator: str | None = None) -> TaskRecord:
+        """Cancel a task (any process's, by id) and remember who did, if it was running:
+        the store records no operator, so this server keeps the name, as it does the
+        starter's."""
+        was_running = self.broker.task(task_id).status == "running"
+        record = self.broker.cancel_task(task_id)
+        if was_running and record.status == "cancelled":
+            with self._lock:
+                self._cancelled[task_id] = Cancellation(operator)
+                while len(self._cancelled) > KEPT_TASKS:
+                    del self._cancelled[next(iter(self._cancelled))]
+        return record
+
+    def cancellation(self, task_id: int) -> Cancellation | None:
+        """Who cancelled the task, if it was cancelled through this server."""
+        with self._lock:
+            return self._cancelled.get(task_id)
 
     def running(self, queue: str) -> TaskRecord | None:
         """The task this server is running on ``queue``'s dead letters, if any."""

@@ -39,7 +39,7 @@ from poisonq.timeline import PipelineSummary
 State = Annotated[ServerState, Depends(server_state)]
 NonNegative = Annotated[int, Query(ge=0)]
 PAGE = 50
-TASK_REFRESH = 2  # seconds between reloads of a running task's page
+TASK_REFRESH = 2  # seconds between reloads of a running task's progress frame
 DEFAULT_WINDOW = "day"  # the explorer's chart, unless the operator picks another
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -122,18 +122,17 @@ def explorer(
         for cause in state.broker.dead_letter_causes(queue):
             causes[cause.reason].append(cause)
     invalid, messages, matching = None, [], 0
-    chosen = Selection({}, {})
-    try:
+    try:  # a filter that does not parse, or that the broker refuses (an empty time range)
         chosen = selection(typed)
+        matching = state.broker.count_dead_letters(queue, **chosen.where)
     except InvalidOptionError as exc:
-        invalid = str(exc)
+        invalid, chosen = str(exc), Selection({}, {})
     where = chosen.where
     if invalid is None:
         if order == "newest":
             messages = newest_dead_letters(state.broker, queue, before, PAGE, where)
         else:
             messages = state.broker.dead_letters(queue, after=after, limit=PAGE, **where)
-        matching = state.broker.count_dead_letters(queue, **where)
     kept = {"order": order} if order == "newest" else {}
     if window != DEFAULT_WINDOW and bad_window is None:
         kept["window"] = window
@@ -233,19 +232,19 @@ def confirm(request: Request, state: State, queue: str, action: str) -> Response
 
 @router.get("/tasks", dependencies=[Reader])
 def tasks_page(request: Request, state: State, id: NonNegative | None = None) -> Response:
-    """The resubmits and purges this server started, newest first, and who started them
-    (the broker lists no tasks: one started elsewhere is opened by its id)."""
+    """The resubmits and purges this server started, newest first, and who started (and
+    cancelled) them (the broker lists no tasks: one started elsewhere is opened by its id)."""
     if id is not None:
         return RedirectResponse(f"/ui/tasks/{id}", 303)
-    return page(request, "tasks.html", started=state.started())
+    return page(request, "tasks.html", started=state.started(), cancellation=state.cancellation)
 
 
 @router.get("/tasks/{task_id}", dependencies=[Reader])
 def task_page(
     request: Request, state: State, task_id: int, queue: str = "", follow: bool = True
 ) -> Response:
-    """A task's progress; the page reloads itself (a meta refresh, not a script) while the
-    task runs, unless ``follow`` is off."""
+    """A task's progress; while the task runs (and ``follow`` is on), in a frame that
+    reloads itself, so the page with Cancel does not move under the keyboard."""
     record = state.broker.task(task_id)
     started = state.started_task(task_id)
     return page(
@@ -254,9 +253,18 @@ def task_page(
         task=record,
         queue=queue,
         started=started,
+        cancellation=state.cancellation(task_id),
         follow=follow,
         refresh=TASK_REFRESH,
     )
+
+
+@router.get("/tasks/{task_id}/progress", dependencies=[Reader])
+def task_progress(request: Request, state: State, task_id: int, queue: str = "") -> Response:
+    """The progress frame of a task's page: reloads itself (a meta refresh) while the task
+    runs."""
+    record = state.broker.task(task_id)
+    return page(request, "task_progress.html", task=record, queue=queue, refresh=TASK_REFRESH)
 
 
 # Pipelines --------------------------------------------------------------------------------
@@ -337,6 +345,6 @@ def purge(request: Request, state: State, session: Writer, form: Form) -> Respon
 
 
 @router.post("/tasks/{task_id}/cancel")
-def cancel(state: State, task_id: int, _: Writer, form: Form) -> Response:
-    state.broker.cancel_task(task_id)
+def cancel(state: State, task_id: int, session: Writer, form: Form) -> Response:
+    state.cancel(task_id, session.operator)
     return _to_task(task_id, form.get("queue", ""))

@@ -143,12 +143,14 @@ class DeadLetterCount:
 
 @dataclass(frozen=True, slots=True)
 class DepthChange:
-    """A bucket of the history in which an entity's depth changed, and the depth it had
-    before the bucket's first change."""
+    """A bucket of the history in which an entity's depth changed, the depth it had before
+    the bucket's first change, and the highest it reached in the bucket (None: a bucket
+    written before schema 10 kept no peak)."""
 
     entity_id: int
     bucket: int
     opened: int
+    peak: int | None = None
 
 
 class NoValue(Enum):
@@ -648,6 +650,10 @@ class Transaction(ABC):
         """Record a batch of ``batch.consumer`` on the queue ``entity_id`` (a lease replayed
         replaces its record) and forget the consumer's batches of leases numbered ``keep``
         or more below it."""
+
+    @abstractmethod
+    def forget_pipeline(self, entity_id: int, consumer: str) -> None:
+        """Delete every recorded batch of ``consumer`` on the queue ``entity_id``."""
 
     @abstractmethod
     def pipeline_batches(self, entity_id: int, consumer: str) -> list[PipelineBatch]:

@@ -18,12 +18,15 @@ from poisonq.store.history import (
 
 _HELD = "sent + moved_in - completed - dropped - moved_out"
 # ?1: [[entity, change], ...]; ?2: [[span, bucket], ...]. The first change of a bucket
-# records the depth before it; later ones find the row and leave it.
+# records the depth before it, and the peak so far (the higher of that and the depth after);
+# later ones raise the peak when they pass it, and otherwise leave the row unwritten.
 _RECORD_DEPTHS = (
-    "INSERT INTO depth_history (entity_id, span, bucket, opened)"
-    f" SELECT e.id, b.value ->> 0, b.value ->> 1, {_HELD} - (c.value ->> 1)"
+    "INSERT INTO depth_history (entity_id, span, bucket, opened, peak)"
+    f" SELECT e.id, b.value ->> 0, b.value ->> 1, {_HELD} - (c.value ->> 1),"
+    f" max({_HELD} - (c.value ->> 1), {_HELD})"
     " FROM json_each(?1) c JOIN entities e ON e.id = c.value ->> 0, json_each(?2) b"
-    " WHERE true ON CONFLICT DO NOTHING"
+    " WHERE true ON CONFLICT DO UPDATE SET peak = excluded.peak"
+    " WHERE peak IS NULL OR excluded.peak > peak"
 )
 # ?1: [[entity, reason, subject, fingerprint, count], ...] (keys as JSON text); ?2 as above.
 _RECORD_DEAD_LETTERS = (
@@ -73,7 +76,7 @@ class SqliteHistory:
     def depth_history(self, span: int, since: float, entity_id: int | None) -> list[DepthChange]:
         one, params = _of_entity(entity_id)
         rows = self._db.execute(
-            "SELECT entity_id, bucket, opened FROM depth_history"
+            "SELECT entity_id, bucket, opened, peak FROM depth_history"
             f" WHERE span = ? AND bucket >= ?{one} ORDER BY entity_id, bucket",
             (span, since, *params),
         )

@@ -31,6 +31,7 @@ _FORGET_BATCHES = (
     "DELETE FROM pipeline_batches WHERE entity_id = :entity AND consumer = :consumer"
     " AND lease <= :last"
 )
+_FORGET_PIPELINE = "DELETE FROM pipeline_batches WHERE entity_id = :entity AND consumer = :consumer"
 _PIPELINE_BATCHES = (
     f"SELECT {_SELECTED} FROM pipeline_batches b JOIN entities e ON e.id = b.entity_id"
     " WHERE b.entity_id = :entity AND b.consumer = :consumer ORDER BY b.lease"
@@ -94,6 +95,9 @@ class Timelines(SharedStatements):
         self._execute(
             _FORGET_BATCHES, {"entity": entity_id, "consumer": batch.consumer, "last": last}
         )
+
+    def forget_pipeline(self, entity_id: int, consumer: str) -> None:
+        self._execute(_FORGET_PIPELINE, {"entity": entity_id, "consumer": consumer})
 
     def pipeline_batches(self, entity_id: int, consumer: str) -> list[PipelineBatch]:
         rows = self._query(_PIPELINE_BATCHES, {"entity": entity_id, "consumer": consumer})

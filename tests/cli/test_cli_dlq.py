@@ -121,6 +121,9 @@ def test_a_resubmit_or_purge_that_matches_nothing_shows_what_there_is(
 def test_dlq_time_filters(url: str, dead: dict[str, list[int]]) -> None:
     future = run(url, "dlq", "purge", "orders", "--since", "2999-01-01", "--yes", code=1)
     assert "matches since=2999-01-01 00:00:00" in future.stderr
+    backwards = ("--since", "2999-01-02", "--until", "2999-01-01", "--yes")
+    empty = run(url, "dlq", "purge", "orders", *backwards, code=2)
+    assert_one_error_line(empty, "until must be later than since (the range is empty)")
     past = run_json(url, "dlq", "purge", "orders", "--until", "2999-01-01", "--yes")
     assert past["done"] == 5
 

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, FrameLocator, Page, expect, sync_playwright
 
 from poisonq import Broker, ManualClock, Message
 from poisonq.server import create_app
@@ -46,6 +46,13 @@ def log_in(page: Page, live: BackgroundServer) -> None:
     expect(page.locator("#queues")).to_be_visible()
 
 
+def task_view(page: Page) -> Page | FrameLocator:
+    """Where a task's page shows its status: the progress frame while the task ran when the
+    page was made, else the page itself."""
+    expect(page.locator("h1")).to_contain_text(" task ")
+    return page.frame_locator("#task-frame") if page.locator("#task-frame").count() else page
+
+
 def test_resubmit_from_the_explorer(
     page: Page, live: BackgroundServer, broker: Broker, dead: dict[str, list[int]]
 ) -> None:
@@ -57,8 +64,8 @@ def test_resubmit_from_the_explorer(
     page.click("#resubmit")
     expect(page.locator("#question")).to_contain_text("Send 3 dead-lettered message(s)")
     page.click("#confirm")
-    expect(page.locator("#task-status")).to_have_text("completed")
-    expect(page.locator("#task-progress")).to_have_text("3 of 3")
+    expect(task_view(page).locator("#task-status")).to_have_text("completed")
+    expect(task_view(page).locator("#task-progress")).to_have_text("3 of 3")
     page.click("text=Back to the dead letters of orders")
     expect(page.locator("#matching")).to_have_text("3")
     expect(page.locator("#groups")).not_to_contain_text("MaxDeliveryCountExceeded")
@@ -83,7 +90,7 @@ def test_purging_everything_asks_for_the_count(
     assert broker.counts("orders")["dead_lettered"] == 6
     page.fill("#count", "6")
     page.click("#confirm")
-    expect(page.locator("#task-status")).to_have_text("completed")
+    expect(task_view(page).locator("#task-status")).to_have_text("completed")
     assert broker.counts("orders")["dead_lettered"] == 0
 
 
@@ -169,7 +176,7 @@ def test_long_values_are_cut_with_a_tooltip_and_never_widen_a_page(
     expect(page.locator("#properties")).to_contain_text("region")
     page.click("#resubmit")
     page.click("#confirm")
-    expect(page.locator("#task-status")).to_have_text("completed")
+    expect(task_view(page).locator("#task-status")).to_have_text("completed")
     no_sideways_scroll(page)
     page.goto(f"{live.url}/ui/tasks")
     expect(page.locator("#tasks td[title='Ada Lovelace']")).to_be_visible()
@@ -258,7 +265,8 @@ def test_text_pills_labels_and_fields_meet_wcag_aa(
     page.goto(f"{live.url}/ui/deadletters?queue=orders")
     page.click("#resubmit")
     page.click("#confirm")
-    expect(page.locator("#task-status")).to_have_text("completed")
+    expect(task_view(page).locator("#task-status")).to_have_text("completed")
+    page.reload()  # the finished task's status in the page itself
     for measured in contrast(page, "#task-status"):
         assert measured["text"] >= 4.5, measured
 
@@ -284,9 +292,46 @@ def test_a_failed_login_is_announced_and_keeps_the_name(page: Page, live: Backgr
     expect(page.locator("input[name=token]")).to_be_focused()
 
 
-def test_a_running_tasks_page_keeps_focus_on_cancel_and_can_stop_reloading(
+def test_a_running_tasks_progress_reloads_without_moving_the_keyboard(
     page: Page, gated: tuple[Broker, GatedClock]
 ) -> None:
+    """The progress is a frame that reloads itself; the page around it, with Cancel, does
+    not reload, so the keyboard stays where it was put (a meta refresh of the whole page
+    sent it back to the top every 2 s)."""
+    broker, clock = gated
+    task = broker.resubmit("orders", rate=5, wait=False)
+    try:
+        assert clock.sleeping.wait(10)
+        with BackgroundServer(create_app(broker, token=TOKEN)) as server:
+            violations: list[str] = []
+            page.on("console", lambda message: violations.append(message.text))
+            log_in(page, server)
+            page.goto(f"{server.url}/ui/tasks/{task.id}?queue=orders")
+            progress = page.frame_locator("#task-frame")
+            bar = progress.get_by_role("progressbar", name=re.compile("Progress: 1 of 10"))
+            expect(bar).to_be_visible()
+            page.locator("#cancel").focus()
+            page.keyboard.press("Tab")  # on to the next control: Stop reloading
+            expect(page.locator("#stop-reloading")).to_be_focused()
+            loads: list[str] = []
+            page.on("load", lambda loaded: loads.append(loaded.url))
+            for _ in range(2):  # the frame reloads itself ...
+                with page.expect_event("framenavigated", lambda f: f.parent_frame is not None):
+                    pass
+            assert loads == []  # ... the page does not
+            expect(page.locator("#stop-reloading")).to_be_focused()
+            page.keyboard.press("Shift+Tab")
+            expect(page.locator("#cancel")).to_be_focused()
+            page.keyboard.press("Enter")
+            expect(page.locator("#task-status")).to_have_text("cancelled")  # in the page now
+            assert page.locator("#task-frame").count() == 0
+            assert not [v for v in violations if "Content Security Policy" in v], violations
+    finally:
+        clock.go.set()
+        task.wait(10)
+
+
+def test_a_task_page_can_stop_reloading(page: Page, gated: tuple[Broker, GatedClock]) -> None:
     broker, clock = gated
     task = broker.resubmit("orders", rate=5, wait=False)
     try:
@@ -294,23 +339,13 @@ def test_a_running_tasks_page_keeps_focus_on_cancel_and_can_stop_reloading(
         with BackgroundServer(create_app(broker, token=TOKEN)) as server:
             log_in(page, server)
             page.goto(f"{server.url}/ui/tasks/{task.id}?queue=orders")
-            bar = page.get_by_role("progressbar", name=re.compile("Progress: 1 of 10"))
-            expect(bar).to_be_visible()
-            cancel = page.locator("#cancel")
-            expect(cancel).to_be_focused()
-            with page.expect_event("load", timeout=10_000):  # the page reloads itself ...
-                pass
-            expect(cancel).to_be_focused()  # ... and the keyboard is still on Cancel
             page.click("#stop-reloading")
-            page.locator("#follow").focus()
-            loads: list[str] = []
-            page.on("load", lambda loaded: loads.append(loaded.url))
-            page.wait_for_timeout(2500)  # longer than a reload period
-            assert loads == []
-            expect(page.locator("#follow")).to_be_focused()
-            cancel.click()
-            expect(page.locator("#task-status")).to_have_text("cancelled")
-            assert page.locator("meta[http-equiv=refresh]").count() == 0
+            expect(page.locator("#task-progress")).to_have_text("1 of 10")  # still, in the page
+            assert page.locator("#task-frame, meta[http-equiv=refresh]").count() == 0
+            page.click("#follow")
+            expect(page.frame_locator("#task-frame").locator("#task-status")).to_have_text(
+                "running"
+            )
     finally:
         clock.go.set()
         task.wait(10)
@@ -385,3 +420,47 @@ def test_the_overview_draws_each_queues_day(
     expect(cell.locator("svg")).to_have_count(2)
     expect(cell.locator("rect.dead")).to_have_count(1)
     assert cell.locator("polyline").evaluate("p => getComputedStyle(p).fill") == "none"
+
+
+def test_a_message_with_many_properties_keeps_them_in_a_box_that_scrolls(
+    page: Page, live: BackgroundServer, broker: Broker, queue: str
+) -> None:
+    properties = {f"attribute_{n:03}": "value " * 4 for n in range(300)}
+    [seq] = broker.sender(queue).send(Message(body="{}", properties=properties))
+    receiver = broker.receiver(queue)
+    receiver.dead_letter(receiver.receive(), "Invalid")
+    log_in(page, live)
+    page.goto(f"{live.url}/ui/message?address={queue}/$deadletterqueue&seq={seq}")
+    expect(page.locator("#properties-count")).to_have_text("300")
+    box = page.locator("#properties-box")
+    height = box.evaluate("b => b.clientHeight")
+    assert 100 < height <= 360
+    assert box.evaluate("b => b.scrollHeight > b.clientHeight"), "nothing left to scroll to"
+    page_height = page.evaluate("() => document.documentElement.scrollHeight")
+    assert page_height < 1600, f"the message page is {page_height} px tall"
+    box.focus()  # the keyboard reaches the box and scrolls it
+    page.keyboard.press("End")
+    expect(box.locator("th", has_text="attribute_299")).to_be_in_viewport()
+
+
+def test_the_pipeline_pages_fit_a_phone(
+    page: Page, live: BackgroundServer, broker: Broker, clock: ManualClock
+) -> None:
+    """At 390 px: the list of consumers, a consumer's chart (its tick labels) and batches,
+    and the overview's cards, with names long enough to push, never widen the page."""
+    queue = "orders.incoming." + "eu-west-" * 4
+    broker.create_queue(queue)
+    consumer = "nightly-reconciliation-" + "x" * 40
+    record(broker, clock, queue, consumer, [5, 8000, 3, 120000])
+    page.set_viewport_size({"width": 390, "height": 800})
+    log_in(page, live)
+    no_sideways_scroll(page)  # the overview, its cards
+    page.click("#pipelines-card")
+    expect(page.locator("#pipelines")).to_be_visible()
+    no_sideways_scroll(page)
+    page.click(f"#pipelines a:text-is('{consumer}')")
+    expect(page.locator("#timeline .batch")).to_have_count(4)
+    no_sideways_scroll(page)
+    for label in page.locator("#timeline text").all():
+        box = label.bounding_box()
+        assert box and box["x"] >= 0 and box["x"] + box["width"] <= 390, label.text_content()

@@ -124,3 +124,18 @@ def test_the_api_throttles_wrong_bearer_tokens_not_missing_ones(
         assert other.get("/api/queues/orders/counts", headers=AUTH).status_code == 200
         clock.advance(60)
         assert client.get("/api/queues/orders/counts", headers=AUTH).status_code == 200
+
+
+def test_a_get_of_logout_is_a_page_with_the_button_not_an_error(
+    client: TestClient, queue: str
+) -> None:
+    """Logging out stays a POST (with the CSRF value); a typed /ui/logout is its page."""
+    answer = client.get("/ui/logout", follow_redirects=False)
+    assert answer.status_code == 303 and answer.headers["location"] == "/ui/login"
+    csrf = login(client)
+    shown = client.get("/ui/logout", follow_redirects=False)
+    assert shown.status_code == 200 and shown.headers["content-type"].startswith("text/html")
+    assert f"logged in as <strong>{OPERATOR}</strong>" in shown.text
+    assert '<form method="post" action="/ui/logout">' in shown.text
+    assert f'name="csrf" value="{csrf}"' in shown.text
+    assert client.get("/ui/", follow_redirects=False).status_code == 200  # still logged in

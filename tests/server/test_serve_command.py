@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -60,3 +61,19 @@ def test_serve_prints_its_url_and_token_and_needs_it(served: tuple[str, str]) ->
         urllib.request.urlopen(_get(f"{base}/api/queues/orders/counts", None))
     assert refused.value.code == 401
     refused.value.close()
+
+
+def test_serve_on_a_port_in_use_says_so_in_one_line_before_any_banner(url: str, queue: str) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        poisonq = [sys.executable, "-c", "from poisonq.cli import main; main()"]
+        command = [*poisonq, "--url", url, "serve", "--port", str(port)]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    [line] = done.stderr.splitlines()
+    assert line.startswith("error: Invalid value for --port: cannot listen on 127.0.0.1 port")
+    assert "Address already in use" in line
+    assert "serving at" not in done.stderr and "token" not in done.stderr

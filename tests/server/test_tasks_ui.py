@@ -91,3 +91,36 @@ def test_a_second_task_on_a_queue_is_refused_while_one_runs(
         wait_for_task(client.app, int(after.headers["location"].split("/")[3].split("?")[0]))  # type: ignore[arg-type]
     assert broker.counts("orders")["dead_lettered"] == 0
     assert_balanced(broker)
+
+
+def test_who_cancelled_a_task_is_on_its_page_the_list_and_the_api(
+    gated: tuple[Broker, GatedClock],
+) -> None:
+    broker, clock = gated
+    with TestClient(create_app(broker, token=TOKEN)) as client:
+        csrf = login(client)
+        started = client.post("/ui/resubmit", data={"csrf": csrf, "queue": "orders", "rate": "5"})
+        task_id = int(re.search(r"Resubmit task (\d+)", started.text)[1])  # type: ignore[index]
+        assert clock.sleeping.wait(10)
+        assert client.get(f"/api/tasks/{task_id}", headers=AUTH).json()["cancelled_by"] is None
+        cancelled = client.post(f"/ui/tasks/{task_id}/cancel", data={"csrf": csrf, "queue": ""})
+        assert f'id="cancelled-by">Cancelled by {OPERATOR}, <time' in cancelled.text
+        listed = client.get("/ui/tasks").text
+        assert f'title="cancelled by {OPERATOR}"' in listed
+        assert f'<span class="muted small cancelled-by">by {OPERATOR}</span>' in listed
+        answer = client.get(f"/api/tasks/{task_id}", headers=AUTH).json()
+        assert (answer["status"], answer["cancelled_by"]) == ("cancelled", OPERATOR)
+        # Cancelling it again (it has ended) changes nothing, nor who did it.
+        again = client.post(f"/api/tasks/{task_id}/cancel", headers=AUTH).json()
+        assert again["cancelled_by"] == OPERATOR
+        clock.go.set()
+        wait_for_task(client.app, task_id)  # type: ignore[arg-type]
+        # Through the API, the token is all there is to know of who.
+        clock.go.clear()
+        other = broker.resubmit("orders", rate=5, wait=False)  # another process's task
+        by_api = client.post(f"/api/tasks/{other.id}/cancel", headers=AUTH).json()
+        assert (by_api["status"], by_api["cancelled_by"]) == ("cancelled", None)
+        page = client.get(f"/ui/tasks/{other.id}").text
+        assert 'id="cancelled-by">Cancelled by a client of the API, <time' in page
+        clock.go.set()
+        other.wait(10)

@@ -97,7 +97,9 @@ def test_every_page_forbids_scripts(open_client: TestClient, dead: dict[str, lis
         assert answer.status_code == 200, path
         policy = answer.headers["content-security-policy"]
         assert "script-src 'none'" in policy and "default-src 'none'" in policy
-        assert answer.headers["x-frame-options"] == "DENY"
+        # Framed by this server's own pages only (a running task's progress frame).
+        assert "frame-ancestors 'self'" in policy and "frame-src 'self'" in policy
+        assert answer.headers["x-frame-options"] == "SAMEORIGIN"
         assert "<script" not in answer.text.lower()
 
 
@@ -266,11 +268,18 @@ def test_cancel_from_the_task_page(gated: tuple[Broker, GatedClock]) -> None:
         task = broker.resubmit("orders", rate=5, wait=False)  # as another process would
         assert clock.sleeping.wait(10)
         page = client.get(f"/ui/tasks/{task.id}?queue=orders").text
-        assert 'id="cancel" autofocus' in page and 'http-equiv="refresh" content="2"' in page
-        assert "1 of 10" in page
+        assert 'id="cancel"' in page and "http-equiv" not in page  # the page stays still
+        frame = f'src="/ui/tasks/{task.id}/progress?queue=orders"'
+        assert '<iframe id="task-frame" class="task-frame" title="Progress of task' in page
+        assert frame in page
+        progress = client.get(f"/ui/tasks/{task.id}/progress?queue=orders").text
+        assert 'http-equiv="refresh" content="2"' in progress and "1 of 10" in progress
         form = {"csrf": csrf, "queue": "orders"}
         answer = client.post(f"/ui/tasks/{task.id}/cancel", data=form)
         assert 'id="task-status">cancelled<' in answer.text
+        progress = client.get(f"/ui/tasks/{task.id}/progress?queue=orders").text
+        assert "http-equiv" not in progress  # a finished task's frame stops reloading
+        assert 'target="_top">Show the cancelled task</a>' in progress
         clock.go.set()
         assert task.wait(10).status == "cancelled"
     assert broker.counts("orders")["dead_lettered"] == 9

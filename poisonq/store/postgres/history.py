@@ -23,7 +23,7 @@ class HistoryQueries(StatementRunner):
 
     def depth_history(self, span: int, since: float, entity_id: int | None) -> list[DepthChange]:
         rows = self._fetch_all(
-            "SELECT entity_id, bucket, opened FROM depth_history"
+            "SELECT entity_id, bucket, opened, peak FROM depth_history"
             f" WHERE span = %(span)b AND bucket >= %(since)b{_of_entity(entity_id)}"
             " ORDER BY entity_id, bucket",
             {"span": span, "since": since, "entity": entity_id},

@@ -36,12 +36,16 @@ _FLUSH_LEDGER = (
 
 _BUCKETS = "unnest(%(spans)b::int[], %(buckets)b::bigint[]) AS b(span, bucket)"
 # Rows in key order, so that concurrent writers of several rows take their locks in one order.
+# The first change of a bucket records the depth before it and the peak so far; later ones
+# raise the peak when they pass it, and otherwise write nothing (as SQLite's).
+_HELD = "e.sent + e.moved_in - e.completed - e.dropped - e.moved_out"
 _RECORD_DEPTHS = (
-    "INSERT INTO depth_history (entity_id, span, bucket, opened)"
-    " SELECT e.id, b.span, b.bucket,"
-    " e.sent + e.moved_in - e.completed - e.dropped - e.moved_out - c.change"
+    "INSERT INTO depth_history AS h (entity_id, span, bucket, opened, peak)"
+    f" SELECT e.id, b.span, b.bucket, {_HELD} - c.change, greatest({_HELD} - c.change, {_HELD})"
     " FROM unnest(%(ids)b::bigint[], %(changes)b::bigint[]) AS c(id, change)"
-    f" JOIN entities e ON e.id = c.id, {_BUCKETS} ORDER BY 1, 2, 3 ON CONFLICT DO NOTHING"
+    f" JOIN entities e ON e.id = c.id, {_BUCKETS} ORDER BY 1, 2, 3"
+    " ON CONFLICT (entity_id, span, bucket) DO UPDATE SET peak = excluded.peak"
+    " WHERE h.peak IS NULL OR excluded.peak > h.peak"
 )
 _RECORD_DEAD_LETTERS = (
     "INSERT INTO dead_letter_history"
