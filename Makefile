@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo check test lint bench chaos clean
+.PHONY: install demo check test lint bench chaos docs clean
 
 $(STAMP): pyproject.toml
 	scripts/ensure-java
@@ -49,5 +49,9 @@ bench: $(STAMP)
 	$(BIN)/python bench/held_costs.py
 	$(BIN)/python bench/defect_ratio.py
 
+# The reference site from docs/ into site/ (live preview: .venv/bin/mkdocs serve).
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) demo .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) demo site .pytest_cache .mypy_cache .ruff_cache

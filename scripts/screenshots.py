@@ -1,4 +1,4 @@
-"""Screenshots of the web UI for the README: a demo store with realistic dead-letters,
+"""Screenshots of the web UI for docs/http.md: a demo store with realistic dead-letters,
 served in this process and photographed in Debian's Chromium.
 
     .venv/bin/python scripts/screenshots.py        # writes docs/*.png
