@@ -277,9 +277,8 @@ class Broker:
     ) -> SessionReceiver:
         """Lock session ``session_id`` of a session-enabled queue; raises
         :class:`SessionCannotBeLockedError` if another receiver holds it."""
-        if not session_id:  # None would take the next session (accept_next_session)
-            raise InvalidOptionError(f"name the session to accept, not {session_id!r}")
-        check_text(session_id, "session_id")
+        if session_id is None:  # the engine would take the next session (accept_next_session)
+            raise InvalidOptionError("name the session to accept, not None")
         seconds = None if lock_duration is None else lock_seconds(lock_duration)
         got = self.engine.accept_session(address, session_id, seconds)
         assert got is not None, "a named session is locked or refused"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from poisonq.engine.base import Lock, Target, check_count
+from poisonq.engine.base import Lock, Target, check_count, check_text
 from poisonq.engine.receiving import Receiving
 from poisonq.errors import (
     InvalidOperationError,
@@ -33,6 +33,7 @@ class Sessions(Receiving):
         :class:`SessionCannotBeLockedError`."""
         if session_id is not None and (not isinstance(session_id, str) or not session_id):
             raise InvalidOptionError(f"session_id must be a non-empty string: {session_id!r}")
+        check_text(session_id, "session_id")
         now = self.clock.now()
         with self.store.transaction() as tx:
             target = self._session_target(tx, address)
