@@ -14,7 +14,7 @@ from typing import Any, cast
 
 from poisonq.clock import Clock, SystemClock
 from poisonq.engine import Engine
-from poisonq.engine.base import check_count, check_text
+from poisonq.engine.base import check_text
 from poisonq.errors import (
     InvalidOptionError,
     MessageLockLostError,
@@ -22,6 +22,7 @@ from poisonq.errors import (
 from poisonq.filters import Filter, make_filter
 from poisonq.history import Timeline, Trend
 from poisonq.history import window as history_window
+from poisonq.limits import check_count
 from poisonq.model import (
     Duration,
     EntityKind,

@@ -1,4 +1,4 @@
-"""How much of a text the project keeps or shows, in one place.
+"""How much of a text the project keeps or shows, and the largest count it keeps, in one place.
 
 Failure records, dead-letter descriptions and the values quoted in an error message are cut
 to these lengths wherever they are made (the engine, the Processor, the Spark workers), so
@@ -6,6 +6,11 @@ every path keeps the same amount and a store never grows with a runaway exceptio
 """
 
 from __future__ import annotations
+
+from poisonq.errors import InvalidOptionError
+
+MAX_INT = 2**63 - 1
+"""The largest count or number the stores keep (a 64-bit integer)."""
 
 MAX_ID_LENGTH = 128
 """Characters of a message id or a session id."""
@@ -30,3 +35,12 @@ def tail(text: str, limit: int) -> str:
     """The end of ``text``, at most ``limit`` characters after a ``...`` line when cut: a
     traceback's last frames say where the error was raised."""
     return text if len(text) <= limit else "...\n" + text[-limit:]
+
+
+def check_count(value: object, what: str, minimum: int = 1) -> None:
+    """A count a caller gives (a batch size, a retry count, a size limit): an ``int``, not a
+    ``bool``, from ``minimum`` to what the stores keep."""
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= MAX_INT:
+        raise InvalidOptionError(
+            f"{what} must be an integer from {minimum} to 2**63-1, not {value!r}"
+        )

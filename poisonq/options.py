@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from poisonq.errors import InvalidOptionError
+from poisonq.limits import check_count
 from poisonq.model import ReceiveErrorHandling, to_seconds
 from poisonq.names import validate_name
 
@@ -43,12 +44,6 @@ class Poison:
 RetryDecision = Redeliver | MoveToRetry | Poison
 
 
-def _count(value: object, what: str, minimum: int = 0) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise InvalidOptionError(f"{what} must be an integer >= {minimum}, not {value!r}")
-    return value
-
-
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """When a failed message is retried, parked for a cycle, or poisoned (WCF names).
@@ -74,8 +69,8 @@ class RetryPolicy:
     redelivery_jitter: float = 0.2
 
     def __post_init__(self) -> None:
-        _count(self.receive_retry_count, "receive_retry_count")
-        _count(self.max_retry_cycles, "max_retry_cycles")
+        check_count(self.receive_retry_count, "receive_retry_count", minimum=0)
+        check_count(self.max_retry_cycles, "max_retry_cycles", minimum=0)
         for name in ("retry_cycle_delay", "redelivery_delay", "max_redelivery_delay"):
             object.__setattr__(self, name, to_seconds(getattr(self, name), name))
         for name in ("retry_cycle_delay_multiplier", "redelivery_delay_multiplier"):
@@ -98,7 +93,7 @@ class RetryPolicy:
     @classmethod
     def service_bus(cls, max_delivery_count: int = 10) -> RetryPolicy:
         """Service Bus: ``max_delivery_count`` immediate attempts, then the dead-letter queue."""
-        _count(max_delivery_count, "max_delivery_count", minimum=1)
+        check_count(max_delivery_count, "max_delivery_count")
         return cls(receive_retry_count=max_delivery_count - 1)
 
     @classmethod
@@ -189,11 +184,13 @@ class QueueOptions:
         for name in ("forward_to", "forward_dead_lettered_messages_to"):
             if getattr(self, name) is not None:
                 validate_name(getattr(self, name))
-        _count(self.max_message_size, "max_message_size", minimum=1)
-        _count(self.max_properties_size, "max_properties_size", minimum=1)
-        _count(self.max_size, "max_size", minimum=1)
+        check_count(self.max_message_size, "max_message_size")
+        check_count(self.max_properties_size, "max_properties_size")
+        check_count(self.max_size, "max_size")
         if self.auto_disable_after_rollbacks is not None:
-            _count(self.auto_disable_after_rollbacks, "auto_disable_after_rollbacks", minimum=1)
+            check_count(
+                self.auto_disable_after_rollbacks, "auto_disable_after_rollbacks", minimum=1
+            )
         if self.dead_letter_retry is not None:
             _check_dead_letter_policy(self.dead_letter_retry)
 
@@ -223,7 +220,7 @@ class QueueOptions:
         if max_delivery_count is not None:
             if "retry" in changes:
                 raise InvalidOptionError("give either max_delivery_count or retry, not both")
-            _count(max_delivery_count, "max_delivery_count", minimum=1)
+            check_count(max_delivery_count, "max_delivery_count")
             policy = (base or cls()).retry
             changes["retry"] = dataclasses.replace(
                 policy, receive_retry_count=max_delivery_count - 1

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from poisonq.errors import InvalidOptionError, StoreUnavailableError
+from poisonq.limits import check_count
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +40,7 @@ class OperationRetry:
     retry_backoff_max: float = 120.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.retry_total, int) or self.retry_total < 0:
-            raise InvalidOptionError(f"retry_total must be an integer >= 0: {self.retry_total!r}")
+        check_count(self.retry_total, "retry_total", minimum=0)
         for name in ("retry_backoff_factor", "retry_backoff_max"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:

@@ -7,10 +7,11 @@ import dataclasses
 import logging
 from typing import Any
 
-from poisonq.engine.base import Spec, Target, check_count
+from poisonq.engine.base import Spec, Target
 from poisonq.engine.common import EngineBase
 from poisonq.errors import InvalidOperationError, InvalidOptionError, MessageNotFoundError
 from poisonq.filters import Filter, TrueFilter
+from poisonq.limits import check_count
 from poisonq.model import (
     DeadLetterReason,
     EntityKind,

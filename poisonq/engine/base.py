@@ -20,6 +20,7 @@ from poisonq.errors import (
     MessageLockLostError,
 )
 from poisonq.filters import Filter, filter_from_json
+from poisonq.limits import check_count
 from poisonq.model import (
     EntityKind,
     FailureRecord,
@@ -108,17 +109,6 @@ class Target:
 
 def lock_expired(now: float) -> FailureRecord:
     return FailureRecord(time=now, error_type="LockExpired", message="the lock expired")
-
-
-MAX_INT = 2**63 - 1
-"""The largest count or number the stores keep (a 64-bit integer)."""
-
-
-def check_count(value: object, what: str, minimum: int = 1) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= MAX_INT:
-        raise InvalidOptionError(
-            f"{what} must be an integer from {minimum} to 2**63-1, not {value!r}"
-        )
 
 
 def check_text(value: object, what: str) -> None:

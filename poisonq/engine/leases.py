@@ -6,10 +6,10 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from poisonq.engine.base import check_count
 from poisonq.engine.receiving import Receiving
 from poisonq.engine.timeline import Timelines
 from poisonq.errors import InvalidOperationError
+from poisonq.limits import check_count
 from poisonq.model import Lease
 from poisonq.names import validate_name
 from poisonq.store.base import EntityRecord, Transaction

@@ -5,9 +5,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from poisonq.engine.base import Lock, check_count, check_sequence_numbers
+from poisonq.engine.base import Lock, check_sequence_numbers
 from poisonq.engine.settling import Settling
 from poisonq.errors import InvalidOperationError, MessageNotFoundError
+from poisonq.limits import check_count
 from poisonq.model import DeadLetterReason, MessageState, ReceivedMessage, Settlement
 from poisonq.store.base import MessageFilter
 

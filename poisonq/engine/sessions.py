@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from poisonq.engine.base import Lock, Target, check_count, check_text
+from poisonq.engine.base import Lock, Target, check_text
 from poisonq.engine.receiving import Receiving
 from poisonq.errors import (
     InvalidOperationError,
@@ -19,6 +19,7 @@ from poisonq.errors import (
     SessionCannotBeLockedError,
     SessionLockLostError,
 )
+from poisonq.limits import check_count
 from poisonq.model import ReceivedMessage, Settlement
 from poisonq.store.base import SessionRecord, Transaction
 

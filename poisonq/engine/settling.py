@@ -11,11 +11,11 @@ from poisonq.engine.base import (
     Target,
     all_or_raise,
     by_token,
-    check_count,
     check_text,
 )
 from poisonq.engine.common import EngineBase
 from poisonq.errors import InvalidOperationError, InvalidOptionError, MessageLockLostError
+from poisonq.limits import check_count
 from poisonq.model import Abandon, Complete, DeadLetter, FailureRecord, Release, Settlement
 from poisonq.store.base import EntityRecord, LockInfo, Transaction
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from poisonq.engine.base import check_count
 from poisonq.engine.common import EngineBase
 from poisonq.errors import EntityDisabledError, InvalidOptionError, TaskNotFoundError
+from poisonq.limits import check_count
 from poisonq.model import ReceivedMessage
 from poisonq.store.base import DeadLetterGroup, MessageFilter, TaskRecord
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from difflib import get_close_matches
 
-from poisonq.engine.base import Target, check_count
+from poisonq.engine.base import Target
 from poisonq.engine.common import EngineBase
 from poisonq.errors import (
     InvalidOperationError,
@@ -12,6 +12,7 @@ from poisonq.errors import (
     PipelineLeaseHeldError,
     PipelineNotFoundError,
 )
+from poisonq.limits import check_count
 from poisonq.model import Lease, SubQueue
 from poisonq.store.base import Transaction
 from poisonq.timeline import BatchRun, PipelineBatch, PipelineSummary
