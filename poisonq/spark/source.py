@@ -412,8 +412,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._broker = None
 
     def _complete(self, broker: poisonq.Broker, number: int) -> None:
+        """Complete a batch Spark committed. Its lease is resumed first: a batch replayed
+        after a kill that the sink had already committed (the file sink skips it) is never
+        read, so nothing renewed its locks while the query was down; what nobody took since
+        is still the batch's, and was written."""
         lease = broker.lease(self.options.address, self.options.consumer, number)
         if lease is not None:
+            broker.resume_lease(lease, self.options.lock_duration)
             broker.complete_lease(lease)
 
 
