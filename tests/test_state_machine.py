@@ -536,8 +536,15 @@ class QueueMachine(RuleBasedStateMachine):
 
     # Leases: a pipeline's batches --------------------------------------------------------
     def _lease_held(
-        self, lease: Lease, lo: int | None = None, hi: int | None = None
+        self,
+        lease: Lease,
+        lo: int | None = None,
+        hi: int | None = None,
+        *,
+        ran_out: bool = False,
     ) -> list[Model]:
+        """The lease's messages in ``[lo, hi]`` under a valid lock; with ``ran_out``, also
+        those whose lock ran out and that nothing reclaimed since (a replay revives them)."""
         lo = lease.min_sequence if lo is None else lo
         hi = lease.max_sequence if hi is None else hi
         return [
@@ -545,7 +552,7 @@ class QueueMachine(RuleBasedStateMachine):
             for m in self._in(MAIN, MessageState.LOCKED)
             if m.lock_token == lease.lock_token
             and m.locked_until is not None
-            and m.locked_until > self.now
+            and (ran_out or m.locked_until > self.now)
             and lo <= m.seq <= hi
         ]
 
@@ -580,12 +587,13 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(data=st.data(), lock=lock_durations, replay=st.booleans())
     def renew_lease(self, data: st.DataObject, lock: float | None, replay: bool) -> None:
         """Renew what a lease still holds, or (``replay``) ask for the lease again, as a
-        restarted pipeline does: the same lease, renewed."""
+        restarted pipeline does: the same lease, renewed, its locks that ran out revived if
+        nothing reclaimed them."""
         if replay:  # a consumer keeps its last two leases (it replays no older one)
             lease = data.draw(st.sampled_from(self.leases[-2:]))
         else:
             lease = data.draw(st.sampled_from(self.leases))
-        held = self._lease_held(lease)
+        held = self._lease_held(lease, ran_out=replay)
         if replay:
             again = self.broker.acquire_lease(Q, "pipeline", lease.number, 1, lock)
             assert again is not None and again.lock_token == lease.lock_token
