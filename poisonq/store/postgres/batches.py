@@ -7,6 +7,7 @@ from typing import Any
 
 from poisonq.model import Lease, MessageState
 from poisonq.store.base import MessageFilter, TaskRecord
+from poisonq.store.leases_sql import Leases
 from poisonq.store.postgres.runner import StatementRunner
 from poisonq.store.rows import filter_sql
 
@@ -50,7 +51,7 @@ def ready_seqs(*, session: bool = False) -> str:
     return f"ARRAY(SELECT seq FROM messages {order} LIMIT %(limit)b FOR UPDATE SKIP LOCKED)"
 
 
-class BatchQueries(StatementRunner):
+class BatchQueries(Leases, StatementRunner):
     # Leases -------------------------------------------------------------------------------
     # A lease's messages are locked row by row, so that competing consumers skip them as
     # they skip any lock (SKIP LOCKED).
@@ -71,30 +72,8 @@ class BatchQueries(StatementRunner):
             return None
         seqs = sorted(row[0] for row in rows)
         lease = Lease(name, consumer, number, token, len(seqs), seqs[0], seqs[-1], now)
-        self._run(
-            "INSERT INTO leases (entity_id, consumer, number, lock_token, count, min_seq,"
-            " max_seq, created_at) VALUES (%b, %b, %b, %b, %b, %b, %b, %b)",
-            (entity_id, consumer, number, token, len(seqs), seqs[0], seqs[-1], now),
-        )
+        self._insert_lease(entity_id, lease)
         return lease
-
-    def renew_lease(
-        self, entity_id: int, token: str, lo: int, hi: int, now: float, locked_until: float
-    ) -> int:
-        return self._changed(
-            "UPDATE messages SET locked_until = %b WHERE entity_id = %b AND state = 'locked'"
-            " AND lock_token = %b AND locked_until > %b AND seq BETWEEN %b AND %b",
-            (locked_until, entity_id, token, now, lo, hi),
-        )
-
-    def revive_lease(
-        self, entity_id: int, token: str, lo: int, hi: int, locked_until: float
-    ) -> int:
-        return self._changed(
-            "UPDATE messages SET locked_until = %b WHERE entity_id = %b AND state = 'locked'"
-            " AND lock_token = %b AND seq BETWEEN %b AND %b",
-            (locked_until, entity_id, token, lo, hi),
-        )
 
     def close_expired_leases(self, entity_id: int, now: float) -> None:
         pass  # the expired locks were each a message's
@@ -129,53 +108,11 @@ class BatchQueries(StatementRunner):
             },
         )
 
-    def lease(self, entity_id: int, name: str, consumer: str, number: int | None) -> Lease | None:
-        rows = self._fetch_all(
-            "SELECT consumer, number, lock_token, count, min_seq, max_seq, created_at,"
-            " completed_at FROM leases WHERE entity_id = %(entity)b AND consumer = %(consumer)b"
-            " AND (%(number)b::bigint IS NULL OR number = %(number)b)"
-            " ORDER BY number DESC LIMIT 1",
-            {"entity": entity_id, "consumer": consumer, "number": number},
-        )
-        return Lease(name, *rows[0]) if rows else None
-
-    def finish_lease(self, entity_id: int, consumer: str, number: int, now: float) -> None:
-        self._run(
-            "UPDATE leases SET completed_at = %b WHERE entity_id = %b AND consumer = %b"
-            " AND number = %b",
-            (now, entity_id, consumer, number),
-        )
-
-    def plan_lease(self, entity_id: int, consumer: str, number: int) -> int:
-        rows = self._fetch_all(
-            "UPDATE leases SET planned = planned + 1 WHERE entity_id = %b AND consumer = %b"
-            " AND number = %b RETURNING planned",
-            (entity_id, consumer, number),
-        )
-        return int(rows[0][0]) if rows else 0
-
-    def reset_lease_plans(self, entity_id: int, consumer: str, number: int) -> None:
-        self._run(
-            "UPDATE leases SET planned = 0 WHERE entity_id = %b AND consumer = %b AND number = %b",
-            (entity_id, consumer, number),
-        )
-
     def delete_leases(self, entity_id: int, consumer: str, before: int) -> None:
         self._run(
             "DELETE FROM leases WHERE entity_id = %b AND consumer = %b AND number < %b",
             (entity_id, consumer, before),
         )
-
-    def lease_seqs(
-        self, entity_id: int, token: str, lo: int, hi: int, now: float, first_delivery: bool = False
-    ) -> list[int]:
-        rows = self._fetch_all(
-            "SELECT seq FROM messages WHERE entity_id = %b AND state = 'locked'"
-            " AND seq BETWEEN %b AND %b AND lock_token = %b AND locked_until > %b"
-            " AND (NOT %b OR delivery_count = 1) ORDER BY seq",
-            (entity_id, lo, hi, token, now, first_delivery),
-        )
-        return [row[0] for row in rows]
 
     def lease_rows(
         self, entity_id: int, token: str, lo: int, hi: int, now: float
