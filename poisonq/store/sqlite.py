@@ -74,6 +74,7 @@ from poisonq.store.sqlite_rows import (
     seqs_json,
 )
 from poisonq.store.sqlite_tasks import SqliteTasks
+from poisonq.store.tasks_sql import Tasks
 from poisonq.store.timelines_sql import Timelines
 
 # The locks that ran out: a message's own, and those of the leases whose locks ran out
@@ -91,7 +92,14 @@ _EXPIRED_LOCKS = (
 
 
 class SqliteTransaction(
-    Sessions, DeadLetterAnalysis, SqliteTasks, SqliteLeases, Timelines, SqliteHistory, Transaction
+    Sessions,
+    DeadLetterAnalysis,
+    Tasks,
+    SqliteTasks,
+    SqliteLeases,
+    Timelines,
+    SqliteHistory,
+    Transaction,
 ):
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._db = conn

@@ -1,12 +1,13 @@
-"""Statements over whole batches: Spark leases, dead-letter analysis and bulk tasks."""
+"""Statements over whole batches: how a lease locks its messages, and what a bulk task
+selects (locked, for the task's next step). The rest of leases and tasks is shared
+(:mod:`poisonq.store.leases_sql`, :mod:`poisonq.store.tasks_sql`)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from poisonq.model import Lease, MessageState
-from poisonq.store.base import MessageFilter, TaskRecord
+from poisonq.store.base import MessageFilter
 from poisonq.store.leases_sql import Leases
 from poisonq.store.postgres.runner import StatementRunner
 from poisonq.store.rows import filter_sql
@@ -125,7 +126,7 @@ class BatchQueries(Leases, StatementRunner):
             (entity_id, lo, hi, token, now),
         )
 
-    # Dead-letter analysis and tasks ------------------------------------------------------
+    # Tasks --------------------------------------------------------------------------------
     def select(
         self,
         entity_id: int,
@@ -151,34 +152,3 @@ class BatchQueries(Leases, StatementRunner):
             (entity_id, *params),
         )
         return int(n)
-
-    def insert_task(
-        self, kind: str, entity_id: int, spec: dict[str, Any], total: int, now: float
-    ) -> int:
-        ((task_id,),) = self._fetch_all(
-            "INSERT INTO tasks (kind, entity_id, status, spec, total, created_at, updated_at)"
-            " VALUES (%b, %b, 'running', %b, %b, %b, %b) RETURNING id",
-            (kind, entity_id, json.dumps(spec), total, now, now),
-        )
-        return int(task_id)
-
-    def task(self, task_id: int) -> TaskRecord | None:
-        rows = self._fetch_all(
-            "SELECT id, kind, entity_id, status, spec, total, done, created_at, updated_at, error"
-            " FROM tasks WHERE id = %b",
-            (task_id,),
-        )
-        if not rows:
-            return None
-        task_id, kind, entity_id, status, spec, total, done, created, updated, error = rows[0]
-        return TaskRecord(
-            task_id, kind, entity_id, status, json.loads(spec), total, done, created, updated, error
-        )
-
-    def update_task(
-        self, task_id: int, done: int, status: str, error: str | None, now: float
-    ) -> None:
-        self._run(
-            "UPDATE tasks SET done = %b, status = %b, error = %b, updated_at = %b WHERE id = %b",
-            (done, status, error, now, task_id),
-        )

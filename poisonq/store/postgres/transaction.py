@@ -53,6 +53,7 @@ from poisonq.store.rows import entity_row as entity_from_row
 from poisonq.store.rows import message_row as message_from_row
 from poisonq.store.rows import message_rows
 from poisonq.store.sessions_sql import Sessions
+from poisonq.store.tasks_sql import Tasks
 from poisonq.store.timelines_sql import Timelines
 
 _MESSAGE_COLUMNS = (
@@ -98,7 +99,7 @@ def _failure_json(failure: dict[str, Any] | None) -> str | None:
 
 
 class PostgresTransaction(
-    Sessions, DeadLetterAnalysis, BatchQueries, Timelines, HistoryQueries, Transaction
+    Sessions, DeadLetterAnalysis, Tasks, BatchQueries, Timelines, HistoryQueries, Transaction
 ):
     # Entities -----------------------------------------------------------------------------
     def insert_entity(
