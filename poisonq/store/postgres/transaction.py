@@ -42,7 +42,6 @@ from poisonq.store.postgres.batches import (
     in_index_order,
     ready_seqs,
 )
-from poisonq.store.postgres.history import HistoryQueries
 
 # The message columns below return the values the shared row mappers take, in their order
 # (``failures::text`` is the JSON text SQLite keeps).
@@ -99,7 +98,7 @@ def _failure_json(failure: dict[str, Any] | None) -> str | None:
 
 
 class PostgresTransaction(
-    Sessions, DeadLetterAnalysis, Tasks, BatchQueries, Timelines, HistoryQueries, Transaction
+    Sessions, DeadLetterAnalysis, Tasks, BatchQueries, Timelines, Transaction
 ):
     # Entities -----------------------------------------------------------------------------
     def insert_entity(
