@@ -23,7 +23,6 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from poisonq.errors import (
-    EntityExistsError,
     InvalidOptionError,
     StoreError,
     StoreFullError,
@@ -32,10 +31,8 @@ from poisonq.errors import (
 )
 from poisonq.model import (
     HELD_STATES,
-    EntityStatus,
     MessageState,
     ReceivedMessage,
-    SubQueue,
 )
 from poisonq.store.base import (
     UNSTORABLE,
@@ -49,6 +46,7 @@ from poisonq.store.base import (
     unstorable,
 )
 from poisonq.store.dead_letters_sql import DeadLetterAnalysis
+from poisonq.store.entities_sql import Entities
 from poisonq.store.history import HistoryBuffer, HistoryKeeper
 from poisonq.store.rows import (
     ENTITY_COLUMNS,
@@ -94,6 +92,7 @@ _EXPIRED_LOCKS = (
 class SqliteTransaction(
     Sessions,
     DeadLetterAnalysis,
+    Entities,
     Tasks,
     SqliteTasks,
     SqliteLeases,
@@ -133,54 +132,11 @@ class SqliteTransaction(
         self._db.execute(f"UPDATE entities SET {sets} WHERE id = ?", (*deltas.values(), entity_id))
 
     # Entities -----------------------------------------------------------------------------
-    def insert_entity(
-        self,
-        name: str,
-        parent_id: int | None,
-        subqueue: SubQueue | None,
-        options: str,
-        now: float,
-    ) -> int:
-        try:
-            cur = self._db.execute(
-                "INSERT INTO entities (name, parent_id, subqueue, options, created_at, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (name, parent_id, subqueue, options, now, now),
-            )
-        except sqlite3.IntegrityError as exc:
-            raise EntityExistsError(name) from exc
-        assert cur.lastrowid is not None
-        return cur.lastrowid
-
     def entity(self, name: str) -> EntityRecord | None:
         row = self._db.execute(
             f"SELECT {ENTITY_COLUMNS} FROM entities WHERE name = ?", (name,)
         ).fetchone()
         return entity_row(row) if row else None
-
-    def entity_by_id(self, entity_id: int) -> EntityRecord:
-        row = self._db.execute(
-            f"SELECT {ENTITY_COLUMNS} FROM entities WHERE id = ?", (entity_id,)
-        ).fetchone()
-        return entity_row(row)
-
-    def entities(self) -> list[EntityRecord]:
-        rows = self._db.execute(f"SELECT {ENTITY_COLUMNS} FROM entities ORDER BY name")
-        return [entity_row(row) for row in rows]
-
-    def set_options(self, entity_id: int, options: str, now: float) -> None:
-        self._db.execute(
-            "UPDATE entities SET options = ?, updated_at = ? WHERE id = ?",
-            (options, now, entity_id),
-        )
-
-    def set_status(
-        self, entity_id: int, status: EntityStatus, cause: str | None, now: float
-    ) -> None:
-        self._db.execute(
-            "UPDATE entities SET status = ?, status_cause = ?, updated_at = ? WHERE id = ?",
-            (status, cause, now, entity_id),
-        )
 
     def delete_entity(self, entity_id: int) -> None:
         self.history = HistoryBuffer()  # nothing is kept of what goes
@@ -274,11 +230,6 @@ class SqliteTransaction(
             " VALUES (?, ?, ?)",
             [(entity_id, mid, expires_at) for mid in message_ids],
         )
-
-    def forget_message_ids(self, now: float) -> int:
-        return self._db.execute(
-            "DELETE FROM seen_message_ids WHERE expires_at <= ?", (now,)
-        ).rowcount
 
     # Receiving ----------------------------------------------------------------------------
     def lock_ready(
@@ -444,25 +395,9 @@ class SqliteTransaction(
         self._add_to_ledger(destination_id, moved_in=moved, size_bytes=size)
         return sorted(row[0] for row in rows)
 
-    def add_rollbacks(self, entity_id: int, count: int) -> int:
-        (total,) = self._db.execute(
-            "UPDATE entities SET rollbacks = rollbacks + ? WHERE id = ? RETURNING rollbacks",
-            (count, entity_id),
-        ).fetchone()
-        return int(total)
-
-    def reset_rollbacks(self, entity_id: int) -> None:
-        self._db.execute("UPDATE entities SET rollbacks = 0 WHERE id = ?", (entity_id,))
-
     # Settling -----------------------------------------------------------------------------
     def receive_follows(self, entity_id: int) -> None:
         """Nothing to send ahead: a statement here costs no round trip."""
-
-    def seq_span(self, entity_id: int) -> tuple[int, int, int]:
-        count, lo, hi = self._db.execute(
-            "SELECT count(*), min(seq), max(seq) FROM messages WHERE entity_id = ?", (entity_id,)
-        ).fetchone()
-        return (count, lo, hi) if count else (0, 0, -1)
 
     def complete(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
         done = self._complete(entity_id, token, now, f"seq IN {SEQS}", seqs_json(seqs))

@@ -1,7 +1,9 @@
 """The SQL of the PostgreSQL store: one :class:`PostgresTransaction` per store transaction.
 
 The statements follow the SQLite store's one for one (same tables, columns and guards; the
-rows and filters both read are :mod:`poisonq.store.rows`). What differs is concurrency.
+rows and filters both read are :mod:`poisonq.store.rows`), and those that read the same in both
+dialects are written once, in the ``*_sql`` modules of :mod:`poisonq.store` this class
+inherits. What differs is concurrency.
 SQLite runs one writer at a time; here transactions run side by side under READ COMMITTED, so:
 
 - receiving locks rows with ``FOR UPDATE SKIP LOCKED``: competing receivers take disjoint
@@ -19,8 +21,8 @@ SQLite runs one writer at a time; here transactions run side by side under READ 
   messages, so a deletion waits for the transactions adding to it and then deletes what they
   added.
 
-Leases, dead-letter analysis and bulk tasks are in ``batches.py``, sessions in
-``sessions.py``; running statements, the ledger and answers fetched ahead in ``runner.py``.
+How a lease locks and what a bulk task selects are in ``batches.py``; running statements, the
+ledger, the history's writes and answers fetched ahead in ``runner.py``.
 """
 
 from __future__ import annotations
@@ -31,10 +33,11 @@ from typing import Any, cast
 
 from psycopg import Cursor
 
-from poisonq.errors import EntityExistsError, StoreError
-from poisonq.model import HELD_STATES, EntityStatus, MessageState, ReceivedMessage, SubQueue
+from poisonq.errors import StoreError
+from poisonq.model import HELD_STATES, EntityStatus, MessageState, ReceivedMessage
 from poisonq.store.base import EntityRecord, LockInfo, MessageFilter, NewMessage, Transaction
 from poisonq.store.dead_letters_sql import DeadLetterAnalysis
+from poisonq.store.entities_sql import Entities
 from poisonq.store.history import HistoryBuffer
 from poisonq.store.postgres.batches import (
     BatchQueries,
@@ -98,26 +101,9 @@ def _failure_json(failure: dict[str, Any] | None) -> str | None:
 
 
 class PostgresTransaction(
-    Sessions, DeadLetterAnalysis, Tasks, BatchQueries, Timelines, Transaction
+    Sessions, DeadLetterAnalysis, Entities, Tasks, BatchQueries, Timelines, Transaction
 ):
     # Entities -----------------------------------------------------------------------------
-    def insert_entity(
-        self,
-        name: str,
-        parent_id: int | None,
-        subqueue: SubQueue | None,
-        options: str,
-        now: float,
-    ) -> int:
-        rows = self._fetch_all(
-            "INSERT INTO entities (name, parent_id, subqueue, options, created_at, updated_at)"
-            " VALUES (%b, %b, %b, %b, %b, %b) ON CONFLICT (name) DO NOTHING RETURNING id",
-            (name, parent_id, subqueue, options, now, now),
-        )
-        if not rows:
-            raise EntityExistsError(name)
-        return int(rows[0][0])
-
     def entity(self, name: str) -> EntityRecord | None:
         self.flush_ledger()
         known = self._recall(("entity", name))
@@ -145,15 +131,11 @@ class PostgresTransaction(
         known = self._recall(("entity_id", entity_id))
         if known is not None:
             return cast(EntityRecord, known)
-        (row,) = self._fetch_all(
-            f"SELECT {_ENTITY_COLUMNS} FROM entities WHERE id = %b", (entity_id,)
-        )
-        return entity_from_row(row)
+        return super().entity_by_id(entity_id)
 
     def entities(self) -> list[EntityRecord]:
         self.flush_ledger()
-        rows = self._fetch_all(f"SELECT {_ENTITY_COLUMNS} FROM entities ORDER BY name")
-        return [entity_from_row(row) for row in rows]
+        return super().entities()
 
     def audit_rows(self) -> list[tuple[EntityRecord, int]]:
         # The ledger and the rows in one statement: under READ COMMITTED separate statements
@@ -166,19 +148,10 @@ class PostgresTransaction(
         )
         return [(entity_from_row(row[:-1]), row[-1]) for row in rows]
 
-    def set_options(self, entity_id: int, options: str, now: float) -> None:
-        self._run(
-            "UPDATE entities SET options = %b, updated_at = %b WHERE id = %b",
-            (options, now, entity_id),
-        )
-
     def set_status(
         self, entity_id: int, status: EntityStatus, cause: str | None, now: float
     ) -> None:
-        self._run(
-            "UPDATE entities SET status = %b, status_cause = %b, updated_at = %b WHERE id = %b",
-            (status.value, cause, now, entity_id),
-        )
+        super().set_status(entity_id, status, cause, now)
         self.notify = True  # an enabled queue may have messages to receive
 
     def delete_entity(self, entity_id: int) -> None:
@@ -292,9 +265,6 @@ class PostgresTransaction(
             (entity_id, list(message_ids), expires_at),
         )
 
-    def forget_message_ids(self, now: float) -> int:
-        return self._changed("DELETE FROM seen_message_ids WHERE expires_at <= %b", (now,))
-
     # Receiving ----------------------------------------------------------------------------
     def lock_ready(
         self,
@@ -355,13 +325,6 @@ class PostgresTransaction(
             (entity_id, from_seq, *params, limit),
         )
         return message_rows(rows, name)
-
-    def seq_span(self, entity_id: int) -> tuple[int, int, int]:
-        ((count, lo, hi),) = self._fetch_all(
-            "SELECT count(*), min(seq), max(seq) FROM messages WHERE entity_id = %b",
-            (entity_id,),
-        )
-        return (count, lo, hi) if count else (0, 0, -1)
 
     def message(self, entity_id: int, name: str, seq: int) -> ReceivedMessage | None:
         rows = self._fetch_all(
@@ -489,19 +452,6 @@ class PostgresTransaction(
         self._add_to_ledger(destination_id, moved_in=moved, size_bytes=size)
         self.notify = self.notify or moved > 0
         return sorted(row[0] for row in rows)
-
-    def add_rollbacks(self, entity_id: int, count: int) -> int:
-        # Written at once, not with the ledger at commit: the engine decides on the total.
-        ((total,),) = self._fetch_all(
-            "UPDATE entities SET rollbacks = rollbacks + %b WHERE id = %b RETURNING rollbacks",
-            (count, entity_id),
-        )
-        return int(total)
-
-    def reset_rollbacks(self, entity_id: int) -> None:
-        self._run(
-            "UPDATE entities SET rollbacks = 0 WHERE id = %b AND rollbacks != 0", (entity_id,)
-        )
 
     # Settling -----------------------------------------------------------------------------
     def complete(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
