@@ -22,6 +22,12 @@ _LITERAL = re.compile(r"'(?:[^']|'')*'")
 
 Params = dict[str, Any]
 
+# The schema versions a store applied, one row each (see base.pending_migrations), read and
+# added as a store opens; SQLite makes the table STRICT, as all of its tables.
+SCHEMA_TABLE = "CREATE TABLE IF NOT EXISTS poisonq_schema (version INTEGER NOT NULL)"
+SCHEMA_VERSIONS = "SELECT version FROM poisonq_schema"
+ADD_SCHEMA_VERSION = "INSERT INTO poisonq_schema (version) VALUES (:version)"
+
 
 @cache
 def for_postgres(sql: str) -> str:

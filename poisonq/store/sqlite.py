@@ -58,7 +58,12 @@ from poisonq.store.rows import (
     message_rows,
 )
 from poisonq.store.sessions_sql import Sessions
-from poisonq.store.shared_sql import Params
+from poisonq.store.shared_sql import (
+    ADD_SCHEMA_VERSION,
+    SCHEMA_TABLE,
+    SCHEMA_VERSIONS,
+    Params,
+)
 from poisonq.store.sqlite_history import SqliteHistory
 from poisonq.store.sqlite_leases import SqliteLeases
 from poisonq.store.sqlite_rows import (
@@ -736,15 +741,13 @@ class SqliteStore(Store):
     def _migrate(self) -> None:
         self._db.execute("BEGIN IMMEDIATE")
         try:
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS poisonq_schema (version INTEGER NOT NULL) STRICT"
-            )
-            applied = {v for (v,) in self._db.execute("SELECT version FROM poisonq_schema")}
+            self._db.execute(f"{SCHEMA_TABLE} STRICT")
+            applied = {v for (v,) in self._db.execute(SCHEMA_VERSIONS)}
             for version, script in pending_migrations("sqlite", applied, str(self.path)):
                 for statement in script.split(";\n"):
                     if statement.strip():
                         self._db.execute(statement)
-                self._db.execute("INSERT INTO poisonq_schema (version) VALUES (?)", (version,))
+                self._db.execute(ADD_SCHEMA_VERSION, {"version": version})
             self._db.execute("COMMIT")
         except BaseException:
             self._db.execute("ROLLBACK")
