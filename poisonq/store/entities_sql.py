@@ -8,6 +8,8 @@ deleting an entity and the ledger are each store's own.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from poisonq.errors import EntityExistsError
 from poisonq.model import EntityStatus, SubQueue
 from poisonq.store.base import EntityRecord
@@ -88,6 +90,14 @@ class Entities(SharedStatements):
             {"entity": entity_id},
         )
         return (count, lo, hi) if count else (0, 0, -1)
+
+    def seen_message_ids(self, entity_id: int, message_ids: Sequence[str], now: float) -> set[str]:
+        rows = self._query(
+            "SELECT message_id FROM seen_message_ids WHERE entity_id = :entity"
+            f" AND expires_at > :now AND message_id {self._in_list('ids')}",
+            {"entity": entity_id, "now": now, "ids": self._list(message_ids)},
+        )
+        return {row[0] for row in rows}
 
     def forget_message_ids(self, now: float) -> int:
         return self._update("DELETE FROM seen_message_ids WHERE expires_at <= :now", {"now": now})

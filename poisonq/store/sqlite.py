@@ -58,6 +58,7 @@ from poisonq.store.rows import (
     message_rows,
 )
 from poisonq.store.sessions_sql import Sessions
+from poisonq.store.settling_sql import Settling
 from poisonq.store.shared_sql import (
     ADD_SCHEMA_VERSION,
     SCHEMA_TABLE,
@@ -101,6 +102,7 @@ class SqliteTransaction(
     Tasks,
     SqliteTasks,
     SqliteLeases,
+    Settling,
     Timelines,
     SqliteHistory,
     Transaction,
@@ -118,6 +120,12 @@ class SqliteTransaction(
 
     def _execute(self, sql: str, params: Params) -> None:
         self._db.execute(sql, params)
+
+    def _list(self, values: Sequence[Any]) -> str:
+        return json.dumps(list(values))
+
+    def _in_list(self, name: str) -> str:
+        return f"IN (SELECT value FROM json_each(:{name}))"
 
     def _returned(self, entity_id: int) -> str:
         """What ``leasable`` becomes for a message that comes (back) to ready in the entity:
@@ -218,14 +226,6 @@ class SqliteTransaction(
 
     def _delete_bodies(self, body_ids: list[int]) -> None:
         self._db.execute(f"DELETE FROM bodies WHERE id IN {SEQS}", (json.dumps(body_ids),))
-
-    def seen_message_ids(self, entity_id: int, message_ids: Sequence[str], now: float) -> set[str]:
-        rows = self._db.execute(
-            "SELECT message_id FROM seen_message_ids WHERE entity_id = ? AND expires_at > ?"
-            f" AND message_id IN {SEQS}",
-            (entity_id, now, json.dumps(list(message_ids))),
-        )
-        return {row[0] for row in rows}
 
     def remember_message_ids(
         self, entity_id: int, message_ids: Sequence[str], expires_at: float
@@ -499,13 +499,6 @@ class SqliteTransaction(
             self._add_to_ledger(entity_id, abandoned=changed)
         return changed
 
-    def reschedule(self, entity_id: int, seqs: Sequence[int], visible_at: float) -> int:
-        return self._db.execute(
-            "UPDATE messages SET state = 'scheduled', visible_at = ?"
-            f" WHERE entity_id = ? AND state = 'active' AND seq IN {SEQS}",
-            (visible_at, entity_id, seqs_json(seqs)),
-        ).rowcount
-
     def release(
         self,
         entity_id: int,
@@ -551,12 +544,7 @@ class SqliteTransaction(
         return sorted(released + covered)
 
     def defer(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> int:
-        deferred: int = self._db.execute(
-            "UPDATE messages SET state = 'deferred', lock_token = NULL, locked_until = NULL"
-            " WHERE entity_id = ? AND state = 'locked' AND lock_token = ? AND locked_until > ?"
-            f" AND seq IN {SEQS}",
-            (entity_id, token, now, seqs_json(seqs)),
-        ).rowcount
+        deferred = super().defer(entity_id, token, seqs, now)
         if deferred < len(seqs):
             covered = self._covered(entity_id, token, list(seqs), min(seqs), max(seqs), now)
             deferred += self._db.execute(
@@ -569,11 +557,7 @@ class SqliteTransaction(
     def renew(
         self, entity_id: int, token: str, seqs: Sequence[int], now: float, locked_until: float
     ) -> int:
-        renewed: int = self._db.execute(
-            "UPDATE messages SET locked_until = ? WHERE entity_id = ? AND state = 'locked'"
-            f" AND lock_token = ? AND locked_until > ? AND seq IN {SEQS}",
-            (locked_until, entity_id, token, now, seqs_json(seqs)),
-        ).rowcount
+        renewed = super().renew(entity_id, token, seqs, now, locked_until)
         if renewed < len(seqs):  # a covered message leaves its lease's cover for a lock of its own
             covered = self._covered(entity_id, token, list(seqs), min(seqs), max(seqs), now)
             renewed += self._db.execute(

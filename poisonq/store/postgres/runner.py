@@ -133,6 +133,12 @@ class StatementRunner(HistoryTables):
     def _execute(self, sql: str, params: Params) -> None:
         self._run(for_postgres(sql), params)
 
+    def _list(self, values: Sequence[Any]) -> list[Any]:
+        return list(values)
+
+    def _in_list(self, name: str) -> str:
+        return f"= ANY(:{name})"
+
     def _changed(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> int:
         """Run a statement and return how many rows it changed (which waits for it)."""
         cur = self._run(sql, params)

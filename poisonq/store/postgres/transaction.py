@@ -55,6 +55,7 @@ from poisonq.store.rows import entity_row as entity_from_row
 from poisonq.store.rows import message_row as message_from_row
 from poisonq.store.rows import message_rows
 from poisonq.store.sessions_sql import Sessions
+from poisonq.store.settling_sql import Settling
 from poisonq.store.tasks_sql import Tasks
 from poisonq.store.timelines_sql import Timelines
 
@@ -101,7 +102,14 @@ def _failure_json(failure: dict[str, Any] | None) -> str | None:
 
 
 class PostgresTransaction(
-    Sessions, DeadLetterAnalysis, Entities, Tasks, BatchQueries, Timelines, Transaction
+    Sessions,
+    DeadLetterAnalysis,
+    Entities,
+    Tasks,
+    BatchQueries,
+    Settling,
+    Timelines,
+    Transaction,
 ):
     # Entities -----------------------------------------------------------------------------
     def entity(self, name: str) -> EntityRecord | None:
@@ -246,14 +254,6 @@ class PostgresTransaction(
         self._check_destination(entity_id, len(rows), len(seqs))
         # Identity values are drawn in the order the rows are inserted (ORDER BY r.n).
         return sorted(row[0] for row in seqs)
-
-    def seen_message_ids(self, entity_id: int, message_ids: Sequence[str], now: float) -> set[str]:
-        rows = self._fetch_all(
-            "SELECT message_id FROM seen_message_ids WHERE entity_id = %b AND expires_at > %b"
-            " AND message_id = ANY(%b)",
-            (entity_id, now, list(message_ids)),
-        )
-        return {row[0] for row in rows}
 
     def remember_message_ids(
         self, entity_id: int, message_ids: Sequence[str], expires_at: float
@@ -522,13 +522,6 @@ class PostgresTransaction(
         self.notify = True
         return changed
 
-    def reschedule(self, entity_id: int, seqs: Sequence[int], visible_at: float) -> int:
-        return self._changed(
-            "UPDATE messages SET state = 'scheduled', visible_at = %b"
-            " WHERE entity_id = %b AND state = 'active' AND seq = ANY(%b)",
-            (visible_at, entity_id, list(seqs)),
-        )
-
     def release(
         self,
         entity_id: int,
@@ -559,23 +552,6 @@ class PostgresTransaction(
         if rows:
             self.notify = True
         return sorted(row[0] for row in rows)
-
-    def defer(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> int:
-        return self._changed(
-            "UPDATE messages SET state = 'deferred', lock_token = NULL, locked_until = NULL"
-            " WHERE entity_id = %b AND state = 'locked' AND lock_token = %b AND locked_until > %b"
-            " AND seq = ANY(%b)",
-            (entity_id, token, now, list(seqs)),
-        )
-
-    def renew(
-        self, entity_id: int, token: str, seqs: Sequence[int], now: float, locked_until: float
-    ) -> int:
-        return self._changed(
-            "UPDATE messages SET locked_until = %b WHERE entity_id = %b AND state = 'locked'"
-            " AND lock_token = %b AND locked_until > %b AND seq = ANY(%b)",
-            (locked_until, entity_id, token, now, list(seqs)),
-        )
 
     def dead_letter(
         self,
