@@ -1,5 +1,6 @@
 """Entities in both stores: their rows (options, status, the rollback counter), the span of
-their messages' sequence numbers, and the duplicate-detection ids kept past their time.
+their messages' sequence numbers, and their duplicate-detection ids (looked up, and forgotten
+once past their time; each store remembers them its own way, an upsert of many rows).
 
 Finding an entity by name stays in each store (PostgreSQL fetches the whole family in that
 round trip), and PostgreSQL adds its ledger and its answers fetched ahead to the reads here;

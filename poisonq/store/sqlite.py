@@ -375,7 +375,7 @@ class SqliteTransaction(
         )
         return [row[0] for row in rows]
 
-    # Moves between entities, the rollback counter ----------------------------------------
+    # Moves between entities ---------------------------------------------------------------
     def move(
         self,
         entity_id: int,

@@ -418,7 +418,7 @@ class PostgresTransaction(
         )
         return [row[0] for row in rows]
 
-    # Moves between entities, the rollback counter ----------------------------------------
+    # Moves between entities ---------------------------------------------------------------
     def move(
         self,
         entity_id: int,
