@@ -5,7 +5,9 @@ method is written once, in a class both transactions inherit, with named paramet
 (``:name``, which SQLite reads as they are). Each store runs them through three primitives of
 its own: :meth:`SharedStatements._query` (rows), :meth:`SharedStatements._update` (how many
 rows changed) and :meth:`SharedStatements._execute` (nothing awaited: PostgreSQL sends it
-with the next statement that is). PostgreSQL's driver spells a parameter ``%(name)b``:
+with the next statement that is). A list is bound the store's way (SQLite has no arrays: a
+JSON array it expands), through :meth:`SharedStatements._list` and
+:meth:`SharedStatements._in_list`. PostgreSQL's driver spells a parameter ``%(name)b``:
 :func:`for_postgres` rewrites a statement once, and the text it rewrites holds no other colon
 than a ``::`` cast.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
@@ -21,6 +24,12 @@ _NAMED = re.compile(r"(?<![:\w]):([a-z_]+)\b")
 _LITERAL = re.compile(r"'(?:[^']|'')*'")
 
 Params = dict[str, Any]
+
+# The schema versions a store applied, one row each (see base.pending_migrations), read and
+# added as a store opens; SQLite makes the table STRICT, as all of its tables.
+SCHEMA_TABLE = "CREATE TABLE IF NOT EXISTS poisonq_schema (version INTEGER NOT NULL)"
+SCHEMA_VERSIONS = "SELECT version FROM poisonq_schema"
+ADD_SCHEMA_VERSION = "INSERT INTO poisonq_schema (version) VALUES (:version)"
 
 
 @cache
@@ -47,3 +56,12 @@ class SharedStatements(ABC):
     @abstractmethod
     def _execute(self, sql: str, params: Params) -> None:
         """Run a statement whose result nobody needs (a store may send it later)."""
+
+    @abstractmethod
+    def _list(self, values: Sequence[Any]) -> Any:
+        """``values`` bound as one parameter, for :meth:`_in_list`."""
+
+    @abstractmethod
+    def _in_list(self, name: str) -> str:
+        """The test that a value is in the list bound as parameter ``name``: ``IN ...``
+        or ``= ANY(...)``."""

@@ -23,7 +23,6 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from poisonq.errors import (
-    EntityExistsError,
     InvalidOptionError,
     StoreError,
     StoreFullError,
@@ -32,10 +31,8 @@ from poisonq.errors import (
 )
 from poisonq.model import (
     HELD_STATES,
-    EntityStatus,
     MessageState,
     ReceivedMessage,
-    SubQueue,
 )
 from poisonq.store.base import (
     UNSTORABLE,
@@ -49,6 +46,7 @@ from poisonq.store.base import (
     unstorable,
 )
 from poisonq.store.dead_letters_sql import DeadLetterAnalysis
+from poisonq.store.entities_sql import Entities
 from poisonq.store.history import HistoryBuffer, HistoryKeeper
 from poisonq.store.rows import (
     ENTITY_COLUMNS,
@@ -60,7 +58,13 @@ from poisonq.store.rows import (
     message_rows,
 )
 from poisonq.store.sessions_sql import Sessions
-from poisonq.store.shared_sql import Params
+from poisonq.store.settling_sql import Settling
+from poisonq.store.shared_sql import (
+    ADD_SCHEMA_VERSION,
+    SCHEMA_TABLE,
+    SCHEMA_VERSIONS,
+    Params,
+)
 from poisonq.store.sqlite_history import SqliteHistory
 from poisonq.store.sqlite_leases import SqliteLeases
 from poisonq.store.sqlite_rows import (
@@ -74,6 +78,7 @@ from poisonq.store.sqlite_rows import (
     seqs_json,
 )
 from poisonq.store.sqlite_tasks import SqliteTasks
+from poisonq.store.tasks_sql import Tasks
 from poisonq.store.timelines_sql import Timelines
 
 # The locks that ran out: a message's own, and those of the leases whose locks ran out
@@ -91,7 +96,16 @@ _EXPIRED_LOCKS = (
 
 
 class SqliteTransaction(
-    Sessions, DeadLetterAnalysis, SqliteTasks, SqliteLeases, Timelines, SqliteHistory, Transaction
+    Sessions,
+    DeadLetterAnalysis,
+    Entities,
+    Tasks,
+    SqliteTasks,
+    SqliteLeases,
+    Settling,
+    Timelines,
+    SqliteHistory,
+    Transaction,
 ):
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._db = conn
@@ -106,6 +120,12 @@ class SqliteTransaction(
 
     def _execute(self, sql: str, params: Params) -> None:
         self._db.execute(sql, params)
+
+    def _list(self, values: Sequence[Any]) -> str:
+        return json.dumps(list(values))
+
+    def _in_list(self, name: str) -> str:
+        return f"IN (SELECT value FROM json_each(:{name}))"
 
     def _returned(self, entity_id: int) -> str:
         """What ``leasable`` becomes for a message that comes (back) to ready in the entity:
@@ -125,54 +145,11 @@ class SqliteTransaction(
         self._db.execute(f"UPDATE entities SET {sets} WHERE id = ?", (*deltas.values(), entity_id))
 
     # Entities -----------------------------------------------------------------------------
-    def insert_entity(
-        self,
-        name: str,
-        parent_id: int | None,
-        subqueue: SubQueue | None,
-        options: str,
-        now: float,
-    ) -> int:
-        try:
-            cur = self._db.execute(
-                "INSERT INTO entities (name, parent_id, subqueue, options, created_at, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (name, parent_id, subqueue, options, now, now),
-            )
-        except sqlite3.IntegrityError as exc:
-            raise EntityExistsError(name) from exc
-        assert cur.lastrowid is not None
-        return cur.lastrowid
-
     def entity(self, name: str) -> EntityRecord | None:
         row = self._db.execute(
             f"SELECT {ENTITY_COLUMNS} FROM entities WHERE name = ?", (name,)
         ).fetchone()
         return entity_row(row) if row else None
-
-    def entity_by_id(self, entity_id: int) -> EntityRecord:
-        row = self._db.execute(
-            f"SELECT {ENTITY_COLUMNS} FROM entities WHERE id = ?", (entity_id,)
-        ).fetchone()
-        return entity_row(row)
-
-    def entities(self) -> list[EntityRecord]:
-        rows = self._db.execute(f"SELECT {ENTITY_COLUMNS} FROM entities ORDER BY name")
-        return [entity_row(row) for row in rows]
-
-    def set_options(self, entity_id: int, options: str, now: float) -> None:
-        self._db.execute(
-            "UPDATE entities SET options = ?, updated_at = ? WHERE id = ?",
-            (options, now, entity_id),
-        )
-
-    def set_status(
-        self, entity_id: int, status: EntityStatus, cause: str | None, now: float
-    ) -> None:
-        self._db.execute(
-            "UPDATE entities SET status = ?, status_cause = ?, updated_at = ? WHERE id = ?",
-            (status, cause, now, entity_id),
-        )
 
     def delete_entity(self, entity_id: int) -> None:
         self.history = HistoryBuffer()  # nothing is kept of what goes
@@ -250,14 +227,6 @@ class SqliteTransaction(
     def _delete_bodies(self, body_ids: list[int]) -> None:
         self._db.execute(f"DELETE FROM bodies WHERE id IN {SEQS}", (json.dumps(body_ids),))
 
-    def seen_message_ids(self, entity_id: int, message_ids: Sequence[str], now: float) -> set[str]:
-        rows = self._db.execute(
-            "SELECT message_id FROM seen_message_ids WHERE entity_id = ? AND expires_at > ?"
-            f" AND message_id IN {SEQS}",
-            (entity_id, now, json.dumps(list(message_ids))),
-        )
-        return {row[0] for row in rows}
-
     def remember_message_ids(
         self, entity_id: int, message_ids: Sequence[str], expires_at: float
     ) -> None:
@@ -266,11 +235,6 @@ class SqliteTransaction(
             " VALUES (?, ?, ?)",
             [(entity_id, mid, expires_at) for mid in message_ids],
         )
-
-    def forget_message_ids(self, now: float) -> int:
-        return self._db.execute(
-            "DELETE FROM seen_message_ids WHERE expires_at <= ?", (now,)
-        ).rowcount
 
     # Receiving ----------------------------------------------------------------------------
     def lock_ready(
@@ -411,7 +375,7 @@ class SqliteTransaction(
         )
         return [row[0] for row in rows]
 
-    # Moves between entities, the rollback counter ----------------------------------------
+    # Moves between entities ---------------------------------------------------------------
     def move(
         self,
         entity_id: int,
@@ -436,25 +400,9 @@ class SqliteTransaction(
         self._add_to_ledger(destination_id, moved_in=moved, size_bytes=size)
         return sorted(row[0] for row in rows)
 
-    def add_rollbacks(self, entity_id: int, count: int) -> int:
-        (total,) = self._db.execute(
-            "UPDATE entities SET rollbacks = rollbacks + ? WHERE id = ? RETURNING rollbacks",
-            (count, entity_id),
-        ).fetchone()
-        return int(total)
-
-    def reset_rollbacks(self, entity_id: int) -> None:
-        self._db.execute("UPDATE entities SET rollbacks = 0 WHERE id = ?", (entity_id,))
-
     # Settling -----------------------------------------------------------------------------
     def receive_follows(self, entity_id: int) -> None:
         """Nothing to send ahead: a statement here costs no round trip."""
-
-    def seq_span(self, entity_id: int) -> tuple[int, int, int]:
-        count, lo, hi = self._db.execute(
-            "SELECT count(*), min(seq), max(seq) FROM messages WHERE entity_id = ?", (entity_id,)
-        ).fetchone()
-        return (count, lo, hi) if count else (0, 0, -1)
 
     def complete(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
         done = self._complete(entity_id, token, now, f"seq IN {SEQS}", seqs_json(seqs))
@@ -551,13 +499,6 @@ class SqliteTransaction(
             self._add_to_ledger(entity_id, abandoned=changed)
         return changed
 
-    def reschedule(self, entity_id: int, seqs: Sequence[int], visible_at: float) -> int:
-        return self._db.execute(
-            "UPDATE messages SET state = 'scheduled', visible_at = ?"
-            f" WHERE entity_id = ? AND state = 'active' AND seq IN {SEQS}",
-            (visible_at, entity_id, seqs_json(seqs)),
-        ).rowcount
-
     def release(
         self,
         entity_id: int,
@@ -603,12 +544,7 @@ class SqliteTransaction(
         return sorted(released + covered)
 
     def defer(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> int:
-        deferred: int = self._db.execute(
-            "UPDATE messages SET state = 'deferred', lock_token = NULL, locked_until = NULL"
-            " WHERE entity_id = ? AND state = 'locked' AND lock_token = ? AND locked_until > ?"
-            f" AND seq IN {SEQS}",
-            (entity_id, token, now, seqs_json(seqs)),
-        ).rowcount
+        deferred = super().defer(entity_id, token, seqs, now)
         if deferred < len(seqs):
             covered = self._covered(entity_id, token, list(seqs), min(seqs), max(seqs), now)
             deferred += self._db.execute(
@@ -621,11 +557,7 @@ class SqliteTransaction(
     def renew(
         self, entity_id: int, token: str, seqs: Sequence[int], now: float, locked_until: float
     ) -> int:
-        renewed: int = self._db.execute(
-            "UPDATE messages SET locked_until = ? WHERE entity_id = ? AND state = 'locked'"
-            f" AND lock_token = ? AND locked_until > ? AND seq IN {SEQS}",
-            (locked_until, entity_id, token, now, seqs_json(seqs)),
-        ).rowcount
+        renewed = super().renew(entity_id, token, seqs, now, locked_until)
         if renewed < len(seqs):  # a covered message leaves its lease's cover for a lock of its own
             covered = self._covered(entity_id, token, list(seqs), min(seqs), max(seqs), now)
             renewed += self._db.execute(
@@ -793,15 +725,13 @@ class SqliteStore(Store):
     def _migrate(self) -> None:
         self._db.execute("BEGIN IMMEDIATE")
         try:
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS poisonq_schema (version INTEGER NOT NULL) STRICT"
-            )
-            applied = {v for (v,) in self._db.execute("SELECT version FROM poisonq_schema")}
+            self._db.execute(f"{SCHEMA_TABLE} STRICT")
+            applied = {v for (v,) in self._db.execute(SCHEMA_VERSIONS)}
             for version, script in pending_migrations("sqlite", applied, str(self.path)):
                 for statement in script.split(";\n"):
                     if statement.strip():
                         self._db.execute(statement)
-                self._db.execute("INSERT INTO poisonq_schema (version) VALUES (?)", (version,))
+                self._db.execute(ADD_SCHEMA_VERSION, {"version": version})
             self._db.execute("COMMIT")
         except BaseException:
             self._db.execute("ROLLBACK")

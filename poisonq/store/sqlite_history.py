@@ -1,20 +1,13 @@
-"""The history of the SQLite store (poisonq/store/history.py): written with a commit,
-pruned by age, read by the charts."""
+"""The history writes of the SQLite store (poisonq/store/history.py), with a commit; the
+reads and the prune are :mod:`poisonq.store.history_sql`."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
 
-from poisonq.store.base import DeadLetterCount, DepthChange
-from poisonq.store.history import (
-    HistoryBuffer,
-    HistoryKeeper,
-    buckets,
-    cutoffs,
-    key_column,
-    key_value,
-)
+from poisonq.store.history import HistoryBuffer, HistoryKeeper, buckets
+from poisonq.store.history_sql import HistoryTables
 
 _HELD = "sent + moved_in - completed - dropped - moved_out"
 # ?1: [[entity, change], ...]; ?2: [[span, bucket], ...]. The first change of a bucket
@@ -38,8 +31,8 @@ _RECORD_DEAD_LETTERS = (
 )
 
 
-class SqliteHistory:
-    """The history methods of :class:`poisonq.store.sqlite.SqliteTransaction`."""
+class SqliteHistory(HistoryTables):
+    """The history writes of :class:`poisonq.store.sqlite.SqliteTransaction`."""
 
     _db: sqlite3.Connection
     history: HistoryBuffer
@@ -54,35 +47,4 @@ class SqliteHistory:
         if dead := self.history.dead_rows():
             self._db.execute(_RECORD_DEAD_LETTERS, (json.dumps(dead), spans))
         if prune:
-            for table in ("dead_letter_history", "depth_history"):
-                for span, oldest in cutoffs(now):
-                    self._db.execute(
-                        f"DELETE FROM {table} WHERE span = ? AND bucket < ?", (span, oldest)
-                    )
-
-    def dead_letter_history(
-        self, span: int, since: float, by: str | None, entity_id: int | None
-    ) -> list[DeadLetterCount]:
-        key = key_column(by)
-        one, params = _of_entity(entity_id)
-        rows = self._db.execute(
-            f"SELECT entity_id, bucket, {key}, sum(count) FROM dead_letter_history"
-            f" WHERE span = ? AND bucket >= ?{one}"
-            f" GROUP BY entity_id, bucket, {key} ORDER BY entity_id, bucket",
-            (span, since, *params),
-        )
-        return [DeadLetterCount(e, b, key_value(k), n) for e, b, k, n in rows]
-
-    def depth_history(self, span: int, since: float, entity_id: int | None) -> list[DepthChange]:
-        one, params = _of_entity(entity_id)
-        rows = self._db.execute(
-            "SELECT entity_id, bucket, opened, peak FROM depth_history"
-            f" WHERE span = ? AND bucket >= ?{one} ORDER BY entity_id, bucket",
-            (span, since, *params),
-        )
-        return [DepthChange(*row) for row in rows]
-
-
-def _of_entity(entity_id: int | None) -> tuple[str, list[int]]:
-    """The clause (and its parameter) that keeps one entity's rows; none for every entity."""
-    return ("", []) if entity_id is None else (" AND entity_id = ?", [entity_id])
+            self._prune_history(now)

@@ -20,6 +20,7 @@ import sqlite3
 from typing import Any
 
 from poisonq.model import Lease, MessageState
+from poisonq.store.leases_sql import Leases
 from poisonq.store.sqlite_rows import COVERED, SEQS, seqs_json
 
 # The receivable messages of an entity in its ``ready`` state, oldest first: those above the
@@ -40,8 +41,9 @@ _LEASE_COLUMNS = (
 )
 
 
-class SqliteLeases:
-    """The lease methods of :class:`poisonq.store.sqlite.SqliteTransaction`."""
+class SqliteLeases(Leases):
+    """The lease methods of :class:`poisonq.store.sqlite.SqliteTransaction`: the covers'
+    part of each."""
 
     _db: sqlite3.Connection
 
@@ -96,34 +98,15 @@ class SqliteLeases:
                 (token, locked_until, seqs_json([row[0] for row in returned])),
             )
         lease = Lease(name, consumer, number, token, count, first, last, now)
-        self._db.execute(
-            "INSERT INTO leases (entity_id, consumer, number, lock_token, count, min_seq,"
-            " max_seq, created_at, locked_until, cover_lo, cover_hi)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                entity_id,
-                consumer,
-                number,
-                token,
-                lease.count,
-                lease.min_sequence,
-                lease.max_sequence,
-                now,
-                locked_until,
-                cover_lo,
-                cover_hi,
-            ),
+        self._insert_lease(
+            entity_id, lease, locked_until=locked_until, cover_lo=cover_lo, cover_hi=cover_hi
         )
         return lease
 
     def renew_lease(
         self, entity_id: int, token: str, lo: int, hi: int, now: float, locked_until: float
     ) -> int:
-        renewed: int = self._db.execute(
-            "UPDATE messages SET locked_until = ? WHERE entity_id = ? AND state = 'locked'"
-            " AND lock_token = ? AND locked_until > ? AND seq BETWEEN ? AND ?",
-            (locked_until, entity_id, token, now, lo, hi),
-        ).rowcount
+        renewed = super().renew_lease(entity_id, token, lo, hi, now, locked_until)
         cover = self._cover(entity_id, token, now)
         if cover is None:
             return renewed
@@ -141,11 +124,7 @@ class SqliteLeases:
     def revive_lease(
         self, entity_id: int, token: str, lo: int, hi: int, locked_until: float
     ) -> int:
-        revived: int = self._db.execute(
-            "UPDATE messages SET locked_until = ? WHERE entity_id = ? AND state = 'locked'"
-            " AND lock_token = ? AND seq BETWEEN ? AND ?",
-            (locked_until, entity_id, token, lo, hi),
-        ).rowcount
+        revived = super().revive_lease(entity_id, token, lo, hi, locked_until)
         row = self._db.execute(
             "UPDATE leases SET locked_until = ? WHERE entity_id = ? AND lock_token = ?"
             " AND cover_lo IS NOT NULL RETURNING cover_lo, cover_hi",
@@ -194,37 +173,6 @@ class SqliteLeases:
         )
         return [row[0] for row in rows]
 
-    def lease(self, entity_id: int, name: str, consumer: str, number: int | None) -> Lease | None:
-        row = self._db.execute(
-            "SELECT consumer, number, lock_token, count, min_seq, max_seq, created_at,"
-            " completed_at FROM leases WHERE entity_id = ? AND consumer = ?"
-            " AND (? IS NULL OR number = ?)"
-            " ORDER BY number DESC LIMIT 1",
-            (entity_id, consumer, number, number),
-        ).fetchone()
-        return None if row is None else Lease(name, *row)
-
-    def finish_lease(self, entity_id: int, consumer: str, number: int, now: float) -> None:
-        self._db.execute(
-            "UPDATE leases SET completed_at = ? WHERE entity_id = ? AND consumer = ?"
-            " AND number = ?",
-            (now, entity_id, consumer, number),
-        )
-
-    def plan_lease(self, entity_id: int, consumer: str, number: int) -> int:
-        row = self._db.execute(
-            "UPDATE leases SET planned = planned + 1 WHERE entity_id = ? AND consumer = ?"
-            " AND number = ? RETURNING planned",
-            (entity_id, consumer, number),
-        ).fetchone()
-        return 0 if row is None else int(row[0])
-
-    def reset_lease_plans(self, entity_id: int, consumer: str, number: int) -> None:
-        self._db.execute(
-            "UPDATE leases SET planned = 0 WHERE entity_id = ? AND consumer = ? AND number = ?",
-            (entity_id, consumer, number),
-        )
-
     def delete_leases(self, entity_id: int, consumer: str, before: int) -> None:
         # A lease that still covers messages stays until it is completed or its lock runs
         # out and is closed: without it they would be held by nothing.
@@ -237,13 +185,7 @@ class SqliteLeases:
     def lease_seqs(
         self, entity_id: int, token: str, lo: int, hi: int, now: float, first_delivery: bool = False
     ) -> list[int]:
-        rows = self._db.execute(
-            "SELECT seq FROM messages WHERE entity_id = ? AND state = 'locked'"
-            " AND seq BETWEEN ? AND ? AND lock_token = ? AND locked_until > ?"
-            " AND (NOT ? OR delivery_count = 1)",
-            (entity_id, lo, hi, token, now, first_delivery),
-        )
-        locked = [row[0] for row in rows]
+        locked = super().lease_seqs(entity_id, token, lo, hi, now, first_delivery)
         if first_delivery:  # a covered message is on its first delivery if its row has none
             cover = self._cover(entity_id, token, now)
             covered = [] if cover is None else self._first_covered(entity_id, cover, lo, hi)

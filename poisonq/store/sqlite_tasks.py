@@ -1,12 +1,11 @@
-"""Dead-letter analysis and bulk tasks in the SQLite store."""
+"""What a bulk task selects in the SQLite store: the unlocked messages that match a filter,
+leaving out those a lease's cover holds (the task rows are :mod:`poisonq.store.tasks_sql`)."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
-from typing import Any
 
-from poisonq.store.base import MessageFilter, TaskRecord
+from poisonq.store.base import MessageFilter
 from poisonq.store.sqlite_leases import SqliteLeases
 from poisonq.store.sqlite_rows import filter_clauses
 
@@ -16,8 +15,7 @@ UNLOCKED_SQL = "('scheduled', 'active', 'deferred', 'dead_lettered')"
 
 
 class SqliteTasks(SqliteLeases):
-    """The dead-letter grouping, selection and task methods of
-    :class:`poisonq.store.sqlite.SqliteTransaction`."""
+    """The selection methods of :class:`poisonq.store.sqlite.SqliteTransaction`."""
 
     _db: sqlite3.Connection
 
@@ -56,35 +54,3 @@ class SqliteTasks(SqliteLeases):
             (entity_id, *params),
         ).fetchone()
         return int(n)
-
-    def insert_task(
-        self, kind: str, entity_id: int, spec: dict[str, Any], total: int, now: float
-    ) -> int:
-        cur = self._db.execute(
-            "INSERT INTO tasks (kind, entity_id, status, spec, total, created_at, updated_at)"
-            " VALUES (?, ?, 'running', ?, ?, ?, ?)",
-            (kind, entity_id, json.dumps(spec), total, now, now),
-        )
-        assert cur.lastrowid is not None
-        return cur.lastrowid
-
-    def task(self, task_id: int) -> TaskRecord | None:
-        row = self._db.execute(
-            "SELECT id, kind, entity_id, status, spec, total, done, created_at, updated_at, error"
-            " FROM tasks WHERE id = ?",
-            (task_id,),
-        ).fetchone()
-        if row is None:
-            return None
-        task_id, kind, entity_id, status, spec, total, done, created, updated, error = row
-        return TaskRecord(
-            task_id, kind, entity_id, status, json.loads(spec), total, done, created, updated, error
-        )
-
-    def update_task(
-        self, task_id: int, done: int, status: str, error: str | None, now: float
-    ) -> None:
-        self._db.execute(
-            "UPDATE tasks SET done = ?, status = ?, error = ?, updated_at = ? WHERE id = ?",
-            (done, status, error, now, task_id),
-        )

@@ -1,12 +1,14 @@
-"""Statements over whole batches: Spark leases, dead-letter analysis and bulk tasks."""
+"""Statements over whole batches: how a lease locks its messages, and what a bulk task
+selects (locked, for the task's next step). The rest of leases and tasks is shared
+(:mod:`poisonq.store.leases_sql`, :mod:`poisonq.store.tasks_sql`)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from poisonq.model import Lease, MessageState
-from poisonq.store.base import MessageFilter, TaskRecord
+from poisonq.store.base import MessageFilter
+from poisonq.store.leases_sql import Leases
 from poisonq.store.postgres.runner import StatementRunner
 from poisonq.store.rows import filter_sql
 
@@ -50,7 +52,7 @@ def ready_seqs(*, session: bool = False) -> str:
     return f"ARRAY(SELECT seq FROM messages {order} LIMIT %(limit)b FOR UPDATE SKIP LOCKED)"
 
 
-class BatchQueries(StatementRunner):
+class BatchQueries(Leases, StatementRunner):
     # Leases -------------------------------------------------------------------------------
     # A lease's messages are locked row by row, so that competing consumers skip them as
     # they skip any lock (SKIP LOCKED).
@@ -71,30 +73,8 @@ class BatchQueries(StatementRunner):
             return None
         seqs = sorted(row[0] for row in rows)
         lease = Lease(name, consumer, number, token, len(seqs), seqs[0], seqs[-1], now)
-        self._run(
-            "INSERT INTO leases (entity_id, consumer, number, lock_token, count, min_seq,"
-            " max_seq, created_at) VALUES (%b, %b, %b, %b, %b, %b, %b, %b)",
-            (entity_id, consumer, number, token, len(seqs), seqs[0], seqs[-1], now),
-        )
+        self._insert_lease(entity_id, lease)
         return lease
-
-    def renew_lease(
-        self, entity_id: int, token: str, lo: int, hi: int, now: float, locked_until: float
-    ) -> int:
-        return self._changed(
-            "UPDATE messages SET locked_until = %b WHERE entity_id = %b AND state = 'locked'"
-            " AND lock_token = %b AND locked_until > %b AND seq BETWEEN %b AND %b",
-            (locked_until, entity_id, token, now, lo, hi),
-        )
-
-    def revive_lease(
-        self, entity_id: int, token: str, lo: int, hi: int, locked_until: float
-    ) -> int:
-        return self._changed(
-            "UPDATE messages SET locked_until = %b WHERE entity_id = %b AND state = 'locked'"
-            " AND lock_token = %b AND seq BETWEEN %b AND %b",
-            (locked_until, entity_id, token, lo, hi),
-        )
 
     def close_expired_leases(self, entity_id: int, now: float) -> None:
         pass  # the expired locks were each a message's
@@ -129,53 +109,11 @@ class BatchQueries(StatementRunner):
             },
         )
 
-    def lease(self, entity_id: int, name: str, consumer: str, number: int | None) -> Lease | None:
-        rows = self._fetch_all(
-            "SELECT consumer, number, lock_token, count, min_seq, max_seq, created_at,"
-            " completed_at FROM leases WHERE entity_id = %(entity)b AND consumer = %(consumer)b"
-            " AND (%(number)b::bigint IS NULL OR number = %(number)b)"
-            " ORDER BY number DESC LIMIT 1",
-            {"entity": entity_id, "consumer": consumer, "number": number},
-        )
-        return Lease(name, *rows[0]) if rows else None
-
-    def finish_lease(self, entity_id: int, consumer: str, number: int, now: float) -> None:
-        self._run(
-            "UPDATE leases SET completed_at = %b WHERE entity_id = %b AND consumer = %b"
-            " AND number = %b",
-            (now, entity_id, consumer, number),
-        )
-
-    def plan_lease(self, entity_id: int, consumer: str, number: int) -> int:
-        rows = self._fetch_all(
-            "UPDATE leases SET planned = planned + 1 WHERE entity_id = %b AND consumer = %b"
-            " AND number = %b RETURNING planned",
-            (entity_id, consumer, number),
-        )
-        return int(rows[0][0]) if rows else 0
-
-    def reset_lease_plans(self, entity_id: int, consumer: str, number: int) -> None:
-        self._run(
-            "UPDATE leases SET planned = 0 WHERE entity_id = %b AND consumer = %b AND number = %b",
-            (entity_id, consumer, number),
-        )
-
     def delete_leases(self, entity_id: int, consumer: str, before: int) -> None:
         self._run(
             "DELETE FROM leases WHERE entity_id = %b AND consumer = %b AND number < %b",
             (entity_id, consumer, before),
         )
-
-    def lease_seqs(
-        self, entity_id: int, token: str, lo: int, hi: int, now: float, first_delivery: bool = False
-    ) -> list[int]:
-        rows = self._fetch_all(
-            "SELECT seq FROM messages WHERE entity_id = %b AND state = 'locked'"
-            " AND seq BETWEEN %b AND %b AND lock_token = %b AND locked_until > %b"
-            " AND (NOT %b OR delivery_count = 1) ORDER BY seq",
-            (entity_id, lo, hi, token, now, first_delivery),
-        )
-        return [row[0] for row in rows]
 
     def lease_rows(
         self, entity_id: int, token: str, lo: int, hi: int, now: float
@@ -188,7 +126,7 @@ class BatchQueries(StatementRunner):
             (entity_id, lo, hi, token, now),
         )
 
-    # Dead-letter analysis and tasks ------------------------------------------------------
+    # Tasks --------------------------------------------------------------------------------
     def select(
         self,
         entity_id: int,
@@ -214,34 +152,3 @@ class BatchQueries(StatementRunner):
             (entity_id, *params),
         )
         return int(n)
-
-    def insert_task(
-        self, kind: str, entity_id: int, spec: dict[str, Any], total: int, now: float
-    ) -> int:
-        ((task_id,),) = self._fetch_all(
-            "INSERT INTO tasks (kind, entity_id, status, spec, total, created_at, updated_at)"
-            " VALUES (%b, %b, 'running', %b, %b, %b, %b) RETURNING id",
-            (kind, entity_id, json.dumps(spec), total, now, now),
-        )
-        return int(task_id)
-
-    def task(self, task_id: int) -> TaskRecord | None:
-        rows = self._fetch_all(
-            "SELECT id, kind, entity_id, status, spec, total, done, created_at, updated_at, error"
-            " FROM tasks WHERE id = %b",
-            (task_id,),
-        )
-        if not rows:
-            return None
-        task_id, kind, entity_id, status, spec, total, done, created, updated, error = rows[0]
-        return TaskRecord(
-            task_id, kind, entity_id, status, json.loads(spec), total, done, created, updated, error
-        )
-
-    def update_task(
-        self, task_id: int, done: int, status: str, error: str | None, now: float
-    ) -> None:
-        self._run(
-            "UPDATE tasks SET done = %b, status = %b, error = %b, updated_at = %b WHERE id = %b",
-            (done, status, error, now, task_id),
-        )

@@ -22,8 +22,9 @@ from typing import Any
 from psycopg import Connection, Cursor, Pipeline
 
 from poisonq.store.base import Ledger
-from poisonq.store.history import HistoryBuffer, HistoryKeeper, buckets, cutoffs
-from poisonq.store.shared_sql import Params, SharedStatements, for_postgres
+from poisonq.store.history import HistoryBuffer, HistoryKeeper, buckets
+from poisonq.store.history_sql import HistoryTables
+from poisonq.store.shared_sql import Params, for_postgres
 
 NOTIFY_CHANNEL = "poisonq"
 
@@ -59,9 +60,9 @@ _RECORD_DEAD_LETTERS = (
 )
 
 
-class StatementRunner(SharedStatements):
-    """The connection of one transaction, with the pending ledger and the answers fetched
-    ahead. The store's SQL lives in its subclasses."""
+class StatementRunner(HistoryTables):
+    """The connection of one transaction, with the pending ledger, the history it writes with
+    the commit, and the answers fetched ahead. The store's SQL lives in its subclasses."""
 
     def __init__(
         self,
@@ -132,6 +133,12 @@ class StatementRunner(SharedStatements):
     def _execute(self, sql: str, params: Params) -> None:
         self._run(for_postgres(sql), params)
 
+    def _list(self, values: Sequence[Any]) -> list[Any]:
+        return list(values)
+
+    def _in_list(self, name: str) -> str:
+        return f"= ANY(:{name})"
+
     def _changed(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> int:
         """Run a statement and return how many rows it changed (which waits for it)."""
         cur = self._run(sql, params)
@@ -173,11 +180,7 @@ class StatementRunner(SharedStatements):
             columns |= {"fingerprints": fingerprints, "counts": counts}
             self._run(_RECORD_DEAD_LETTERS, {**at, **{k: list(v) for k, v in columns.items()}})
         if prune:
-            for table in ("dead_letter_history", "depth_history"):
-                for span, oldest in cutoffs(now):
-                    self._run(
-                        f"DELETE FROM {table} WHERE span = %b AND bucket < %b", (span, oldest)
-                    )
+            self._prune_history(now)
 
     def flush_ledger(self) -> None:
         """Write the ledger changes so far, entities in id order, in one round trip. The

@@ -38,6 +38,12 @@ from poisonq.store.base import UNSTORABLE, Store, Transaction, pending_migration
 from poisonq.store.history import HistoryKeeper
 from poisonq.store.postgres.runner import NOTIFY_CHANNEL
 from poisonq.store.postgres.transaction import PostgresTransaction
+from poisonq.store.shared_sql import (
+    ADD_SCHEMA_VERSION,
+    SCHEMA_TABLE,
+    SCHEMA_VERSIONS,
+    for_postgres,
+)
 
 log = logging.getLogger(__name__)
 
@@ -130,11 +136,11 @@ class PostgresStore(Store):
         advisory lock makes processes that start together take turns."""
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-            conn.execute("CREATE TABLE IF NOT EXISTS poisonq_schema (version integer NOT NULL)")
-            applied = {v for (v,) in conn.execute("SELECT version FROM poisonq_schema")}
+            conn.execute(SCHEMA_TABLE)
+            applied = {v for (v,) in conn.execute(SCHEMA_VERSIONS)}
             for version, script in pending_migrations("postgres", applied, self._name):
                 conn.execute(script.encode(), prepare=False)
-                conn.execute("INSERT INTO poisonq_schema (version) VALUES (%s)", (version,))
+                conn.execute(for_postgres(ADD_SCHEMA_VERSION), {"version": version})
 
     # Transactions -------------------------------------------------------------------------
     @contextmanager

@@ -1,7 +1,9 @@
 """The SQL of the PostgreSQL store: one :class:`PostgresTransaction` per store transaction.
 
 The statements follow the SQLite store's one for one (same tables, columns and guards; the
-rows and filters both read are :mod:`poisonq.store.rows`). What differs is concurrency.
+rows and filters both read are :mod:`poisonq.store.rows`), and those that read the same in both
+dialects are written once, in the ``*_sql`` modules of :mod:`poisonq.store` this class
+inherits. What differs is concurrency.
 SQLite runs one writer at a time; here transactions run side by side under READ COMMITTED, so:
 
 - receiving locks rows with ``FOR UPDATE SKIP LOCKED``: competing receivers take disjoint
@@ -19,8 +21,8 @@ SQLite runs one writer at a time; here transactions run side by side under READ 
   messages, so a deletion waits for the transactions adding to it and then deletes what they
   added.
 
-Leases, dead-letter analysis and bulk tasks are in ``batches.py``, sessions in
-``sessions.py``; running statements, the ledger and answers fetched ahead in ``runner.py``.
+How a lease locks and what a bulk task selects are in ``batches.py``; running statements, the
+ledger, the history's writes and answers fetched ahead in ``runner.py``.
 """
 
 from __future__ import annotations
@@ -31,10 +33,11 @@ from typing import Any, cast
 
 from psycopg import Cursor
 
-from poisonq.errors import EntityExistsError, StoreError
-from poisonq.model import HELD_STATES, EntityStatus, MessageState, ReceivedMessage, SubQueue
+from poisonq.errors import StoreError
+from poisonq.model import HELD_STATES, EntityStatus, MessageState, ReceivedMessage
 from poisonq.store.base import EntityRecord, LockInfo, MessageFilter, NewMessage, Transaction
 from poisonq.store.dead_letters_sql import DeadLetterAnalysis
+from poisonq.store.entities_sql import Entities
 from poisonq.store.history import HistoryBuffer
 from poisonq.store.postgres.batches import (
     BatchQueries,
@@ -42,7 +45,6 @@ from poisonq.store.postgres.batches import (
     in_index_order,
     ready_seqs,
 )
-from poisonq.store.postgres.history import HistoryQueries
 
 # The message columns below return the values the shared row mappers take, in their order
 # (``failures::text`` is the JSON text SQLite keeps).
@@ -53,6 +55,8 @@ from poisonq.store.rows import entity_row as entity_from_row
 from poisonq.store.rows import message_row as message_from_row
 from poisonq.store.rows import message_rows
 from poisonq.store.sessions_sql import Sessions
+from poisonq.store.settling_sql import Settling
+from poisonq.store.tasks_sql import Tasks
 from poisonq.store.timelines_sql import Timelines
 
 _MESSAGE_COLUMNS = (
@@ -98,26 +102,16 @@ def _failure_json(failure: dict[str, Any] | None) -> str | None:
 
 
 class PostgresTransaction(
-    Sessions, DeadLetterAnalysis, BatchQueries, Timelines, HistoryQueries, Transaction
+    Sessions,
+    DeadLetterAnalysis,
+    Entities,
+    Tasks,
+    BatchQueries,
+    Settling,
+    Timelines,
+    Transaction,
 ):
     # Entities -----------------------------------------------------------------------------
-    def insert_entity(
-        self,
-        name: str,
-        parent_id: int | None,
-        subqueue: SubQueue | None,
-        options: str,
-        now: float,
-    ) -> int:
-        rows = self._fetch_all(
-            "INSERT INTO entities (name, parent_id, subqueue, options, created_at, updated_at)"
-            " VALUES (%b, %b, %b, %b, %b, %b) ON CONFLICT (name) DO NOTHING RETURNING id",
-            (name, parent_id, subqueue, options, now, now),
-        )
-        if not rows:
-            raise EntityExistsError(name)
-        return int(rows[0][0])
-
     def entity(self, name: str) -> EntityRecord | None:
         self.flush_ledger()
         known = self._recall(("entity", name))
@@ -145,15 +139,11 @@ class PostgresTransaction(
         known = self._recall(("entity_id", entity_id))
         if known is not None:
             return cast(EntityRecord, known)
-        (row,) = self._fetch_all(
-            f"SELECT {_ENTITY_COLUMNS} FROM entities WHERE id = %b", (entity_id,)
-        )
-        return entity_from_row(row)
+        return super().entity_by_id(entity_id)
 
     def entities(self) -> list[EntityRecord]:
         self.flush_ledger()
-        rows = self._fetch_all(f"SELECT {_ENTITY_COLUMNS} FROM entities ORDER BY name")
-        return [entity_from_row(row) for row in rows]
+        return super().entities()
 
     def audit_rows(self) -> list[tuple[EntityRecord, int]]:
         # The ledger and the rows in one statement: under READ COMMITTED separate statements
@@ -166,19 +156,10 @@ class PostgresTransaction(
         )
         return [(entity_from_row(row[:-1]), row[-1]) for row in rows]
 
-    def set_options(self, entity_id: int, options: str, now: float) -> None:
-        self._run(
-            "UPDATE entities SET options = %b, updated_at = %b WHERE id = %b",
-            (options, now, entity_id),
-        )
-
     def set_status(
         self, entity_id: int, status: EntityStatus, cause: str | None, now: float
     ) -> None:
-        self._run(
-            "UPDATE entities SET status = %b, status_cause = %b, updated_at = %b WHERE id = %b",
-            (status.value, cause, now, entity_id),
-        )
+        super().set_status(entity_id, status, cause, now)
         self.notify = True  # an enabled queue may have messages to receive
 
     def delete_entity(self, entity_id: int) -> None:
@@ -274,14 +255,6 @@ class PostgresTransaction(
         # Identity values are drawn in the order the rows are inserted (ORDER BY r.n).
         return sorted(row[0] for row in seqs)
 
-    def seen_message_ids(self, entity_id: int, message_ids: Sequence[str], now: float) -> set[str]:
-        rows = self._fetch_all(
-            "SELECT message_id FROM seen_message_ids WHERE entity_id = %b AND expires_at > %b"
-            " AND message_id = ANY(%b)",
-            (entity_id, now, list(message_ids)),
-        )
-        return {row[0] for row in rows}
-
     def remember_message_ids(
         self, entity_id: int, message_ids: Sequence[str], expires_at: float
     ) -> None:
@@ -291,9 +264,6 @@ class PostgresTransaction(
             " DO UPDATE SET expires_at = excluded.expires_at",
             (entity_id, list(message_ids), expires_at),
         )
-
-    def forget_message_ids(self, now: float) -> int:
-        return self._changed("DELETE FROM seen_message_ids WHERE expires_at <= %b", (now,))
 
     # Receiving ----------------------------------------------------------------------------
     def lock_ready(
@@ -355,13 +325,6 @@ class PostgresTransaction(
             (entity_id, from_seq, *params, limit),
         )
         return message_rows(rows, name)
-
-    def seq_span(self, entity_id: int) -> tuple[int, int, int]:
-        ((count, lo, hi),) = self._fetch_all(
-            "SELECT count(*), min(seq), max(seq) FROM messages WHERE entity_id = %b",
-            (entity_id,),
-        )
-        return (count, lo, hi) if count else (0, 0, -1)
 
     def message(self, entity_id: int, name: str, seq: int) -> ReceivedMessage | None:
         rows = self._fetch_all(
@@ -455,7 +418,7 @@ class PostgresTransaction(
         )
         return [row[0] for row in rows]
 
-    # Moves between entities, the rollback counter ----------------------------------------
+    # Moves between entities ---------------------------------------------------------------
     def move(
         self,
         entity_id: int,
@@ -489,19 +452,6 @@ class PostgresTransaction(
         self._add_to_ledger(destination_id, moved_in=moved, size_bytes=size)
         self.notify = self.notify or moved > 0
         return sorted(row[0] for row in rows)
-
-    def add_rollbacks(self, entity_id: int, count: int) -> int:
-        # Written at once, not with the ledger at commit: the engine decides on the total.
-        ((total,),) = self._fetch_all(
-            "UPDATE entities SET rollbacks = rollbacks + %b WHERE id = %b RETURNING rollbacks",
-            (count, entity_id),
-        )
-        return int(total)
-
-    def reset_rollbacks(self, entity_id: int) -> None:
-        self._run(
-            "UPDATE entities SET rollbacks = 0 WHERE id = %b AND rollbacks != 0", (entity_id,)
-        )
 
     # Settling -----------------------------------------------------------------------------
     def complete(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
@@ -572,13 +522,6 @@ class PostgresTransaction(
         self.notify = True
         return changed
 
-    def reschedule(self, entity_id: int, seqs: Sequence[int], visible_at: float) -> int:
-        return self._changed(
-            "UPDATE messages SET state = 'scheduled', visible_at = %b"
-            " WHERE entity_id = %b AND state = 'active' AND seq = ANY(%b)",
-            (visible_at, entity_id, list(seqs)),
-        )
-
     def release(
         self,
         entity_id: int,
@@ -609,23 +552,6 @@ class PostgresTransaction(
         if rows:
             self.notify = True
         return sorted(row[0] for row in rows)
-
-    def defer(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> int:
-        return self._changed(
-            "UPDATE messages SET state = 'deferred', lock_token = NULL, locked_until = NULL"
-            " WHERE entity_id = %b AND state = 'locked' AND lock_token = %b AND locked_until > %b"
-            " AND seq = ANY(%b)",
-            (entity_id, token, now, list(seqs)),
-        )
-
-    def renew(
-        self, entity_id: int, token: str, seqs: Sequence[int], now: float, locked_until: float
-    ) -> int:
-        return self._changed(
-            "UPDATE messages SET locked_until = %b WHERE entity_id = %b AND state = 'locked'"
-            " AND lock_token = %b AND locked_until > %b AND seq = ANY(%b)",
-            (locked_until, entity_id, token, now, list(seqs)),
-        )
 
     def dead_letter(
         self,
