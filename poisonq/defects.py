@@ -12,8 +12,8 @@ whose bad-record ratio passes a threshold).
 With fewer than :data:`MIN_FAILURES` failures a batch is never called a defect: a batch of one
 poison message must still be dead-lettered in the end. Only first deliveries count, on both
 sides of the ratio: a message that failed before is suspected already, and as a queue drains,
-its last batches are mostly poison messages on their later deliveries. The README's "Defects"
-section says how the default ratio was chosen.
+its last batches are mostly poison messages on their later deliveries. docs/python-api.md,
+"Defects are not poison", says how the default ratio was chosen.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The Python examples of README.md and of every docs/*.md page run as written (STYLE rule 10).
+"""The Python examples of README.md and of every docs/*.md page run as written.
 Each block runs alone, in a fresh directory."""
 
 from __future__ import annotations

@@ -229,8 +229,8 @@ class Killed(Exception):
 
 
 def partition_writer(out: Path) -> Callable[[DataFrame, int], None]:
-    """The README's handler: one write per call, overwriting a directory named by the batch
-    id and the call's first sequence number."""
+    """The handler docs/spark.md advises: one write per call, overwriting a directory named
+    by the batch id and the call's first sequence number."""
 
     def write(df: DataFrame, batch_id: int) -> None:
         first = df.agg(F.min("sequence_number")).first()

@@ -88,8 +88,8 @@ def foreach_batch(
     what the killed run wrote. Take the first sequence number from the rows written if the
     handler settles rows itself, and write nothing for a call with no rows. If something
     else received from the queue between the kill and the restart, after the lock ran out,
-    the messages it took back come in a later batch: only ``MERGE`` is safe then (README,
-    Idempotency).
+    the messages it took back come in a later batch: only ``MERGE`` is safe then
+    (docs/spark.md, "Streaming with foreach_batch": Idempotency, After a kill).
     """
     if not callable(handler):
         raise InvalidOptionError(

@@ -83,7 +83,7 @@ def stream(url: str, queue: str, output: str, checkpoint: str) -> None:
 def stream_on(spark: SparkSession, url: str, queue: str, output: str, checkpoint: str) -> None:
     """A Structured Streaming query over the queue with the ``foreach_batch`` helper: a bad
     order fails an expectation, and each call writes its rows once, overwriting a directory
-    named by its batch id and first sequence number (as the README advises)."""
+    named by its batch id and first sequence number (as docs/spark.md advises)."""
     from pyspark.sql import functions as F
 
     from poisonq.spark import foreach_batch
