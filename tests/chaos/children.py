@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 ORDERS_SCHEMA = "message_id string, n long"
+PATIENT = 6  # retries (about 50 s): a PostgreSQL restart under load outlasts the default 3
 
 
 def order(n: int, kind: str = "good") -> poisonq.Message:
@@ -44,7 +45,7 @@ def parse(message: dict[str, object]) -> dict[str, object]:
 def produce(url: str, queue: str, batches: int, size: int, first: int = 0) -> None:
     """Send batches of ``size`` orders numbered from ``first``; print a batch's number once
     its send has returned."""
-    sender = poisonq.connect(url).sender(queue)
+    sender = poisonq.connect(url, retry_total=PATIENT).sender(queue)
     for b in range(batches):
         sender.send([order(first + b * size + i) for i in range(size)])
         print(b, flush=True)
@@ -54,7 +55,7 @@ def process(url: str, queue: str, log: str) -> None:
     """A ``Processor`` that logs when it starts a message (with its lock's expiry), when its
     handler is done, so that the parent can tell whether two held it at once, and the
     messages it handled well (its output)."""
-    with poisonq.connect(url) as broker, open(log, "a", buffering=1) as out:
+    with poisonq.connect(url, retry_total=PATIENT) as broker, open(log, "a", buffering=1) as out:
 
         def handle(message: poisonq.ReceivedMessage) -> None:
             assert message.locked_until is not None
