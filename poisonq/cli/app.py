@@ -26,6 +26,7 @@ class App:
 
     url: str
     ctx: click.Context
+    retry_total: int = 3
     out: Console = dataclasses.field(default_factory=Console)
     err: Console = dataclasses.field(default_factory=lambda: Console(stderr=True))
     _broker: Broker | None = dataclasses.field(default=None, init=False)
@@ -35,7 +36,7 @@ class App:
         if self._broker is None:
             path = click.get_current_context().command_path  # "poisonq queue create"
             command = path.removeprefix(self.ctx.command_path).strip()
-            broker = connect(self.url, create=command in CREATING)
+            broker = connect(self.url, create=command in CREATING, retry_total=self.retry_total)
             self._broker = self.ctx.with_resource(broker)
         return self._broker
 

@@ -484,6 +484,7 @@ def pipeline_run(
         "permanent": permanent,
         "max_failure_ratio": None if max_failure_ratio == 1 else max_failure_ratio,
         "keep_batches": keep_batches,
+        "retry_total": app.retry_total,
     }
     if schema is not None:
         struct = _parse_schema(schema)

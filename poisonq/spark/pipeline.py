@@ -49,6 +49,7 @@ from poisonq.errors import (
     PoisonqError,
 )
 from poisonq.failures import first_line
+from poisonq.limits import check_count
 from poisonq.model import Abandon, FailureRecord, Lease, MessageState
 from poisonq.names import validate_name
 from poisonq.spark.expectations import check_expectations
@@ -141,6 +142,8 @@ class Pipeline:
 
     Each batch is recorded in the consumer's timeline as its lease is completed (see
     :meth:`poisonq.Broker.pipeline_batches`); the store keeps the last ``keep_batches``.
+    The driver's store operations are retried ``retry_total`` times over a store outage, as
+    :func:`poisonq.connect` does.
     """
 
     def __init__(
@@ -163,6 +166,7 @@ class Pipeline:
         ignore_extra_fields: bool = False,
         max_failure_ratio: float | None = DEFAULT_MAX_FAILURE_RATIO,
         keep_batches: int = DEFAULT_KEEP,
+        retry_total: int = 3,
     ) -> None:
         if batch_size < 1:
             raise InvalidOptionError("batch_size must be at least 1")
@@ -176,6 +180,8 @@ class Pipeline:
         self.consumer = consumer
         self.batch_size = batch_size
         self.keep_batches = keep_batches
+        check_count(retry_total, "retry_total", minimum=0)
+        self.retry_total = retry_total
         self.lock_duration = lock_duration
         self.output_format = output_format
         self.permanent = permanent
@@ -231,7 +237,7 @@ class Pipeline:
         is given back with no delivery counted."""
         report = PipelineReport()
         started = time.monotonic()
-        with poisonq.connect(self.url) as broker:
+        with poisonq.connect(self.url, retry_total=self.retry_total) as broker:
             dead_before = _dead_letters(broker, self.queue)
             work = ThreadPoolExecutor(1, thread_name_prefix="poisonq-pipeline-store")
             ahead: Future[Lease | None] | None = None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import socket
 from pathlib import Path
 
 import click
@@ -114,3 +116,29 @@ def test_the_commands_that_make_something_make_the_store(tmp_path: Path) -> None
     run(f"sqlite:///{tmp_path / 'topics.db'}", "topic", "create", "events")
     with poisonq.connect(f"sqlite:///{tmp_path / 'topics.db'}", create=False) as broker:
         assert [q.name for q in broker.list_queues()] == ["events"]
+
+
+def test_retry_total_sets_how_often_a_store_outage_is_retried(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--retry-total`` (or POISONQ_RETRY_TOTAL) is the budget of every store operation of
+    the command, opening the store included: a server that is down is tried that many times
+    more, then the command fails in one line."""
+    with socket.socket() as probe:  # a port nobody listens on: the server is down
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    down = f"postgresql://postgres@127.0.0.1:{port}/poisonq"
+    for option, env, retries in (
+        (["--retry-total", "0"], {}, 0),
+        ([], {"POISONQ_RETRY_TOTAL": "1"}, 1),
+    ):
+        caplog.clear()
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        with caplog.at_level(logging.WARNING, logger="poisonq"):
+            result = CliRunner().invoke(cli, ["--url", down, *option, "audit"])
+        assert result.exit_code == 2, result.output
+        assert_one_error_line(result, "cannot open PostgreSQL store")
+        assert sum("retrying in" in r.getMessage() for r in caplog.records) == retries
+    refused = CliRunner().invoke(cli, ["--retry-total", "-1", "audit"])
+    assert refused.exit_code == 2 and "-1 is not in the range x>=0" in refused.output
