@@ -353,8 +353,8 @@ def outage(store: Store, work: Path, rng: Random) -> Verdict:
     url, output, log = store.url, work / "out", work / "handled.log"
     with poisonq.connect(url) as broker:
         broker.create_queue(
-            "orders", max_delivery_count=5, requires_duplicate_detection=True, lock_duration=5
-        )
+            "orders", max_delivery_count=5, requires_duplicate_detection=True, lock_duration=30
+        )  # a settlement retried over the outage lands within the lock
         good, bad = send_orders(broker, "orders", 4000)
         good |= {f"m{n}" for n in range(4000, 9000)}
         pipeline = _pipeline_argv(url, "ingest", output)
@@ -372,7 +372,7 @@ def outage(store: Store, work: Path, rng: Random) -> Verdict:
         if counts["active"] + counts["locked"]:
             # Sent after the others went idle, or received by a call whose answer the outage
             # cut (retried, it received again): that lock runs out and they come again.
-            _run_until_drained(broker, pipeline, work, pause=5)  # the queue's lock
+            _run_until_drained(broker, pipeline, work, pause=10)  # 30 s lock: a few runs
         handled = _handled(log)
         verdict = check(broker, "orders", good, bad, output_ids(output) + handled)
         verdict.faults = 1
