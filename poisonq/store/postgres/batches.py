@@ -93,8 +93,7 @@ class BatchQueries(Leases, StatementRunner):
     ) -> list[tuple[Any, ...]]:
         """Lock the ``limit`` oldest ready messages (of one session) under ``token`` until
         ``locked_until``, counting a delivery; returns the ``returning`` columns of each."""
-        return self._last_or_all(
-            last,
+        return self._fetch_all(
             "UPDATE messages SET state = 'locked', lock_token = %(token)b,"
             " locked_until = %(until)b, delivery_count = delivery_count + 1"
             f" WHERE seq = ANY({ready_seqs(session=session_id is not None)})"
@@ -107,6 +106,7 @@ class BatchQueries(Leases, StatementRunner):
                 "ready": ready.value,
                 "limit": limit,
             },
+            last=last,
         )
 
     def delete_leases(self, entity_id: int, consumer: str, before: int) -> None:

@@ -10,7 +10,7 @@ travels with the next statement that is waited for. Two more things save round t
 - an answer the next call will need can be fetched ahead, in a round trip made anyway, and is
   used only if no statement has run since (:meth:`StatementRunner._recall`);
 - a statement the caller says is the transaction's last (a receive's lock) travels with the
-  ledger, the notification and ``COMMIT`` (:meth:`StatementRunner._last_or_all`).
+  ledger, the notification and ``COMMIT`` (``last`` of :meth:`StatementRunner._fetch_all`).
 """
 
 from __future__ import annotations
@@ -94,15 +94,10 @@ class StatementRunner(HistoryTables):
         return self._db.execute(sql, params, binary=True)
 
     def _fetch_all(
-        self, sql: str, params: Sequence[Any] | dict[str, Any] = ()
+        self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *, last: bool = False
     ) -> list[tuple[Any, ...]]:
-        return self._run(sql, params).fetchall()
-
-    def _last_or_all(
-        self, last: bool, sql: str, params: Sequence[Any] | dict[str, Any] = ()
-    ) -> list[tuple[Any, ...]]:
-        """:meth:`_all`; with ``last``, the transaction commits in the same round trip (the
-        statement must not change the ledger: that is written before it)."""
+        """The statement's rows; with ``last``, the transaction commits in the same round
+        trip (the statement must not change the ledger: that is written before it)."""
         cur = self._run(sql, params)
         if last:
             self.commit()

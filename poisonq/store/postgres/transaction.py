@@ -218,8 +218,7 @@ class PostgresTransaction(
         # travel with the statement and COMMIT.
         self._add_to_ledger(entity_id, sent=len(rows), size_bytes=sum(m.size for m in rows))
         self.notify = True
-        seqs = self._last_or_all(
-            last,
+        seqs = self._fetch_all(
             "INSERT INTO messages (entity_id, enqueued_at, state, message_id, body, size,"
             " content_type, subject, properties, session_id, correlation_id, reply_to,"
             " scheduled_at, visible_at, expires_at)"
@@ -250,6 +249,7 @@ class PostgresTransaction(
                 "scheduled": scheduled,
                 "expires": column("expires_at"),
             },
+            last=last,
         )
         self._check_destination(entity_id, len(rows), len(seqs))
         # Identity values are drawn in the order the rows are inserted (ORDER BY r.n).
