@@ -303,7 +303,9 @@ class Pipeline:
                 continue
             if held := broker.lease_sequence_numbers(lease):
                 self._wait_for_its_run(broker, lease, held[0], report)
-            if broker.lease_sequence_numbers(lease):
+            # Renewed for a whole lock before its batch runs: the dead run's lock may be
+            # nearly out, and the renewer's first renewal is a third of a lock away.
+            if broker.renew_lease(lease, self.lock_duration):
                 run = self._batch(broker, lease, report, window)
                 self._complete(broker, lease, report, run)
             elif lease.completed_at is None:
