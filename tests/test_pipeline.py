@@ -147,6 +147,33 @@ def test_a_restarted_pipeline_replays_its_lease_without_duplicating_output(
     assert_balanced(live)
 
 
+def _slow_first(message: dict[str, Any]) -> dict[str, Any] | None:
+    if json.loads(message["body"])["n"] == 0:
+        time.sleep(2.5)  # the batch outlasts what was left of the dead run's lock
+    return transform(message)
+
+
+def test_a_replayed_lease_is_renewed_before_its_batch_runs(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """Before, a rerun replayed the dead run's lease with what was left of its lock (here
+    1.5 s, after watching it for half a lock): the lock ran out before the renewer's first
+    renewal (a third of a lock, 2 s, into the batch), the completion found it lost, and the
+    batch's messages came again in lease 2: every row written twice (chaos, pipeline)."""
+    send(live, {}, 30)
+    lease = live.acquire_lease("orders", "pipeline", 1, max_messages=20, lock_duration=4.5)
+    assert lease is not None  # and the run that took it died at once
+    pipeline = Pipeline(
+        spark, url=url, queue="orders", map=_slow_first, schema=SCHEMA,
+        output=str(tmp_path / "out"), batch_size=20, lock_duration=6,
+    )  # fmt: skip
+    report = pipeline.run()
+    assert [(b.lease, b.completed) for b in live.pipeline_batches("pipeline")] == [(1, 20), (2, 10)]
+    assert output(spark, tmp_path / "out") == Counter(range(30))
+    assert report.completed == 30 and live.counts("orders")["completed"] == 30
+    assert_balanced(live)
+
+
 def test_a_second_run_of_a_busy_consumer_stops_and_leaves_the_first_runs_output(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
