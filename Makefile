@@ -1,7 +1,7 @@
 # Everything a fresh machine needs is installed by these targets.
 PYTHON ?= python3
 VENV := .venv
-BIN := $(VENV)/bin
+override BIN := $(VENV)/bin  # set VENV to use another virtualenv
 STAMP := $(VENV)/.installed
 
 .PHONY: install demo check test lint bench chaos docs clean

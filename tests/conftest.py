@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 
 _schemas = itertools.count(1)
 # The fixtures that start a PostgreSQL server, and the Spark ones: what `make check` leaves out.
-_POSTGRES_FIXTURES = {"pg_server", "pg_url", "own_server", "orders"}
+# (`item.fixturenames` holds every fixture a test needs, also through other fixtures.)
+_POSTGRES_FIXTURES = {"pg_server", "pg_url", "own_server"}
 _SPARK_FIXTURES = {"spark", "cluster"}
 
 

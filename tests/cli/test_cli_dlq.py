@@ -153,7 +153,11 @@ def test_ctrl_c_cancels_a_resubmit_and_keeps_what_moved(url: str, api: Broker) -
     receiver.dead_letter(receiver.receive(max_messages=200), "Broken")
     command = [sys.executable, "-c", "from poisonq.cli import main; main()", "--url", url]
     slow = [*command, "dlq", "resubmit", "orders", "--rate", "20", "--json"]
-    with subprocess.Popen(slow, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+    # A shell's background job starts with Ctrl-C ignored, and its children inherit that.
+    ctrl_c = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
+    with subprocess.Popen(
+        slow, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=ctrl_c
+    ) as process:
         deadline = time.monotonic() + 30
         while api.counts("orders")["active"] == 0 and time.monotonic() < deadline:
             time.sleep(0.05)
