@@ -56,6 +56,7 @@ class DeadLetterReason(StrEnum):
     REJECTED = "Rejected"
     TRANSFER_FAILED = "TransferFailed"
     FILTER_EVALUATION_EXCEPTION = "FilterEvaluationException"
+    DEAD_LETTERED_BY_RECEIVER = "DeadLetteredByReceiver"  # a receiver that gave no reason
 
 
 class ReceiveMode(StrEnum):

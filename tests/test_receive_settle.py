@@ -288,6 +288,24 @@ def test_settle_and_receive_settles_each_way_and_locks_the_next_in_one_transacti
     assert_balanced(broker)
 
 
+def test_a_dead_letter_without_a_reason_gets_the_same_reason_either_way(
+    broker: Broker, queue: str
+) -> None:
+    """Before, a settlement without a reason stored none (or an empty one), while the
+    receiver's ``dead_letter`` gave ``DeadLetteredByReceiver``: three groups for one act."""
+    fill(broker, queue, 3)
+    receiver = broker.receiver(queue)
+    first, second, third = receiver.receive(max_messages=3)
+    receiver.dead_letter(first)
+    broker.settle(queue, [DeadLetter(second.sequence_number, second.lock_token or "", "")])
+    broker.settle(queue, [DeadLetter(third.sequence_number, third.lock_token or "", None)])  # type: ignore[arg-type]
+    reasons = {
+        m.dead_letter_reason for m in broker.peek(f"{queue}/$deadletterqueue", max_messages=3)
+    }
+    assert reasons == {"DeadLetteredByReceiver"}
+    assert_balanced(broker)
+
+
 def test_a_settlement_without_abandons_names_every_lost_lock(broker: Broker, queue: str) -> None:
     """Without an abandon no lock is read first: the guarded completions and moves find the
     lost ones, and all of them are named before anything commits."""

@@ -19,12 +19,11 @@ message by its sequence number).
 
 Two paths of ``receive_deferred`` are left to their own tests at the end of this file rather
 than modelled: a deferred message past its TTL (refused) and a deferred message that already
-used every delivery (dead-lettered instead of delivered).
+used every delivery (poisoned instead of delivered).
 """
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import tempfile
 import uuid
@@ -460,6 +459,7 @@ class QueueMachine(RuleBasedStateMachine):
         seqs = data.draw(st.lists(st.sampled_from([m.seq for m in candidates]), min_size=1))
         chosen = [self.msgs[seq] for seq in sorted(set(seqs))]
         receiver = self._receiver(MAIN, lock)
+        self._housekeep(MAIN)  # receive_deferred housekeeps too, in its transaction
         if missing is not None:
             wrong = self.max_seq + missing  # a message in another state, gone, or never sent
             other = self.msgs.get(wrong)
@@ -467,8 +467,7 @@ class QueueMachine(RuleBasedStateMachine):
                 with pytest.raises(MessageNotFoundError) as caught:
                     receiver.receive_deferred([m.seq for m in chosen] + [wrong])
                 assert caught.value.sequence_number == wrong
-                return  # nothing changed: the invariants compare the model with the broker
-        self._housekeep(MAIN)  # receive_deferred housekeeps too, in its transaction
+                return  # nothing locked, the housekeeping kept
         got = receiver.receive_deferred([m.seq for m in chosen])
         self._delivered(MAIN, got, chosen, lock)
 
@@ -494,7 +493,7 @@ class QueueMachine(RuleBasedStateMachine):
                 receiver.defer(handle.message)
                 m.state, m.lock_token, m.locked_until = MessageState.DEFERRED, None, None
             case "dead_letter":
-                reason = data.draw(st.sampled_from([None, "BadInput"]))
+                reason = data.draw(st.sampled_from([None, "", "BadInput"]))
                 receiver.dead_letter(handle.message, reason=reason, description="checked")
                 self._to_dead_letter(m, reason or "DeadLetteredByReceiver")
             case "renew":
@@ -818,18 +817,18 @@ def test_the_state_machine_on_postgresql(
 def test_a_deferred_message_past_its_ttl_is_never_delivered(
     broker: Broker, clock: ManualClock
 ) -> None:
+    """Before, the refusal rolled back the housekeeping that dead-lettered it: the message
+    stayed deferred, and ``counts`` and ``peek`` showed what ``receive_deferred`` denied."""
     broker.create_queue(Q, max_delivery_count=3)
     (seq,) = broker.sender(Q).send(Message(body=b"x", time_to_live=60))
     receiver = broker.receiver(Q)
     receiver.defer(receiver.receive())
     clock.advance(61)
-    # Had any plain receive run now, housekeeping would dead-letter the message with
-    # TTLExpiredException and receive_deferred would raise MessageNotFoundError. Without one,
-    # the expired message is handed out: the outcome depends on unrelated traffic.
-    delivered: list[ReceivedMessage] = []
-    with contextlib.suppress(MessageNotFoundError):
-        delivered = receiver.receive_deferred(seq)
-    assert delivered == []
+    with pytest.raises(MessageNotFoundError):
+        receiver.receive_deferred(seq)
+    [dead] = broker.peek(f"{Q}/$deadletterqueue")
+    assert dead.sequence_number == seq and dead.dead_letter_reason == "TTLExpiredException"
+    assert broker.counts(Q)["deferred"] == 0
 
 
 def test_a_deferred_message_is_never_delivered_past_max_delivery_count(broker: Broker) -> None:
@@ -839,8 +838,27 @@ def test_a_deferred_message_is_never_delivered_past_max_delivery_count(broker: B
     (first,) = receiver.receive()
     assert first.delivery_count == 1
     receiver.defer(first)
-    delivered: list[ReceivedMessage] = []
-    delivered = receiver.receive_deferred(seq)
-    assert delivered == []
+    assert receiver.receive_deferred(seq) == []
     [dead] = broker.peek(f"{Q}/$deadletterqueue")
     assert dead.dead_letter_reason == "MaxDeliveryCountExceeded"
+    assert dead.delivery_count == 1  # the refused delivery is not counted
+
+
+@pytest.mark.parametrize("action", ["drop", "fault"])
+def test_a_spent_deferred_message_gets_the_queues_poison_action(
+    broker: Broker, action: str
+) -> None:
+    """Before, it was dead-lettered whatever the queue's action."""
+    policy = RetryPolicy(receive_retry_count=0, receive_error_handling=action)
+    broker.create_queue(Q, retry=policy)
+    (seq,) = broker.sender(Q).send(Message(body=b"x"))
+    receiver = broker.receiver(Q)
+    receiver.defer(receiver.receive())
+    assert receiver.receive_deferred(seq) == []
+    counts = broker.counts(Q)
+    assert counts["dead_lettered"] == 0 and counts["deferred"] == 0
+    if action == "drop":
+        assert counts["dropped"] == 1
+    else:
+        assert counts["active"] == 1 and broker.get_queue(Q).status.value != "active"
+    assert_balanced(broker)

@@ -132,16 +132,22 @@ def check_sequence_numbers(values: object) -> list[int]:
     return list(seqs)
 
 
+def check_lock(seq: object, token: object) -> None:
+    """A lock as a caller names it: a sequence number and the text of its lock token."""
+    check_count(seq, "a sequence number", minimum=0)
+    if token is None:
+        raise InvalidOperationError(
+            f"message {seq} holds no lock (received in receive-and-delete mode or peeked)"
+        )
+    if not isinstance(token, str):
+        raise InvalidOptionError(f"a lock token is text, not {token!r}")
+
+
 def by_token(locks: Sequence[Lock]) -> dict[str, list[int]]:
+    """The locks' sequence numbers by lock token, each lock checked."""
     grouped: dict[str, list[int]] = defaultdict(list)
     for seq, token in locks:
-        check_count(seq, "a sequence number", minimum=0)
-        if token is None:
-            raise InvalidOperationError(
-                f"message {seq} holds no lock (received in receive-and-delete mode or peeked)"
-            )
-        if not isinstance(token, str):
-            raise InvalidOptionError(f"a lock token is text, not {token!r}")
+        check_lock(seq, token)
         grouped[token].append(seq)
     return grouped
 

@@ -94,14 +94,23 @@ class Poisoner:
                 visible_at = now + cycle_delay
                 tx.move(entity.id, chosen, retry.id, MessageState.SCHEDULED, visible_at, 1)
         if poisoned:
-            action = policy.receive_error_handling
-            followers = sorted(set(self._with_sessions(tx, target, poisoned)) - set(poisoned))
-            self._poison(tx, target, poisoned, action, describe(failure) if failure else None)
-            if followers:  # never delivered, never failed: they go with their session
-                why = f"moved with poison message {poisoned[0]} of its session"
-                self._poison(tx, target, followers, action, why)
-            tx.count_poisoned(entity.id, len(poisoned))
+            self.poison(tx, target, poisoned, describe(failure) if failure else None)
         return sorted(poisoned)
+
+    def poison(
+        self, tx: Transaction, target: Target, seqs: list[int], description: str | None
+    ) -> None:
+        """Unlocked messages that used every attempt: the queue's poison action, for them
+        and (unless poisoned per message) their sessions' other messages."""
+        policy = target.policy
+        assert policy is not None  # only a policy poisons
+        action = policy.receive_error_handling
+        followers = sorted(set(self._with_sessions(tx, target, seqs)) - set(seqs))
+        self._poison(tx, target, seqs, action, description)
+        if followers:  # never delivered, never failed: they go with their session
+            why = f"moved with poison message {seqs[0]} of its session"
+            self._poison(tx, target, followers, action, why)
+        tx.count_poisoned(target.entity.id, len(seqs))
 
     def _with_sessions(self, tx: Transaction, target: Target, seqs: list[int]) -> list[int]:
         """In a session queue a poisoned message takes its whole session with it (WCF),

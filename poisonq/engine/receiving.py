@@ -5,12 +5,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from poisonq.engine.base import Lock, check_sequence_numbers
+from poisonq.engine.base import Lock, Target, check_sequence_numbers
 from poisonq.engine.settling import Settling
 from poisonq.errors import InvalidOperationError, MessageNotFoundError
 from poisonq.limits import check_count
-from poisonq.model import DeadLetterReason, MessageState, ReceivedMessage, Settlement
-from poisonq.store.base import MessageFilter
+from poisonq.model import MessageState, ReceivedMessage, Settlement
+from poisonq.store.base import MessageFilter, Transaction
 
 
 class Receiving(Settling):
@@ -60,29 +60,47 @@ class Receiving(Settling):
     ) -> list[ReceivedMessage]:
         """Lock deferred messages by sequence number; a missing one (or one past its time to
         live) raises :class:`MessageNotFoundError` and locks nothing. A deferred message
-        that has used every delivery is dead-lettered instead of delivered again."""
+        that has used every delivery is poisoned (the queue's poison action) instead of
+        delivered again."""
         seqs = check_sequence_numbers(sequence_numbers)
         now = self.clock.now()
         with self.store.transaction() as tx:
             target = self.resolver.resolve(tx, address)
-            self.poisoner.housekeep(tx, target, now)
-            token = str(uuid.uuid4())
-            until = now + (lock_duration or target.options.lock_duration)
             entity = target.entity
-            got = tx.lock_deferred(entity.id, entity.name, seqs, token, until)
-            missing = sorted(set(seqs) - {m.sequence_number for m in got})
-            if missing:
-                raise MessageNotFoundError(entity.name, missing[0])
-            if target.subqueue is not None:
-                return got
-            limit = target.options.retry.total_attempts
-            spent = [m.sequence_number for m in got if m.delivery_count > limit]
-            if spent:
-                reason = DeadLetterReason.MAX_DELIVERY_COUNT_EXCEEDED
-                why = f"deferred after its last delivery ({limit} attempts)"
-                self.router.dead_letter(tx, target, spent, reason, why, None, now, lock_token=token)
-                tx.count_poisoned(entity.id, len(spent))
-            return [m for m in got if m.delivery_count <= limit]
+            self.poisoner.housekeep(tx, target, now)
+            deferred = tx.messages(entity.id, entity.name, seqs)
+            missing = sorted(
+                set(seqs)
+                - {m.sequence_number for m in deferred if m.state is MessageState.DEFERRED}
+            )
+            if not missing:  # else raised once the housekeeping is committed
+                return self._lock_deferred(tx, target, seqs, lock_duration, now)
+        raise MessageNotFoundError(entity.name, missing[0])
+
+    def _lock_deferred(
+        self,
+        tx: Transaction,
+        target: Target,
+        seqs: list[int],
+        lock_duration: float | None,
+        now: float,
+    ) -> list[ReceivedMessage]:
+        entity = target.entity
+        token = str(uuid.uuid4())
+        until = now + (lock_duration or target.options.lock_duration)
+        got = tx.lock_deferred(entity.id, entity.name, seqs, token, until)
+        missing = sorted(set(seqs) - {m.sequence_number for m in got})
+        if missing:  # taken meanwhile by another receive
+            raise MessageNotFoundError(entity.name, missing[0])
+        if target.subqueue is not None:
+            return got  # a deferred message is poisoned in its queue only
+        limit = target.options.retry.total_attempts
+        spent = [m.sequence_number for m in got if m.delivery_count > limit]
+        if spent:  # not delivered after all
+            tx.release(entity.id, token, min(spent), max(spent), spent, target.ready, now)
+            why = f"deferred after its last delivery ({limit} attempts)"
+            self.poisoner.poison(tx, target, spent, why)
+        return [m for m in got if m.delivery_count <= limit]
 
     def peek(
         self, address: str, from_sequence: int, max_messages: int, where: MessageFilter

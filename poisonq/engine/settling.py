@@ -11,12 +11,20 @@ from poisonq.engine.base import (
     Target,
     all_or_raise,
     by_token,
+    check_lock,
     check_text,
 )
 from poisonq.engine.common import EngineBase
 from poisonq.errors import InvalidOperationError, InvalidOptionError, MessageLockLostError
-from poisonq.limits import check_count
-from poisonq.model import Abandon, Complete, DeadLetter, FailureRecord, Release, Settlement
+from poisonq.model import (
+    Abandon,
+    Complete,
+    DeadLetter,
+    DeadLetterReason,
+    FailureRecord,
+    Release,
+    Settlement,
+)
 from poisonq.store.base import EntityRecord, LockInfo, Transaction
 
 
@@ -80,23 +88,10 @@ class Settling(EngineBase):
         description: str | None,
         failure: FailureRecord | None,
     ) -> None:
-        """locked → dead-lettered in the queue's dead-letter queue, with reason and description."""
-        check_text(reason, "a dead-letter reason")
-        check_text(description, "a dead-letter description")
-        now = self.clock.now()
-        with self.store.transaction() as tx:
-            target = self.resolver.resolve(tx, address)
-            if target.subqueue is not None:
-                raise InvalidOperationError(
-                    f"messages in {target.entity.name!r} cannot be dead-lettered again"
-                )
-            record = failure.to_json() if failure else None
-            for token, seqs in by_token(locks).items():
-                reason = reason or "DeadLetteredByReceiver"
-                moved = self.router.dead_letter(
-                    tx, target, seqs, reason, description, record, now, lock_token=token
-                )
-                all_or_raise(seqs, moved)
+        """locked → dead-lettered in the queue's dead-letter queue, with reason and
+        description: a :meth:`settle` of one kind."""
+        reason = reason or ""  # the default is settle's
+        self.settle(address, [DeadLetter(s, t, reason, description, failure) for s, t in locks])
 
     def renew_lock(
         self, address: str, locks: Sequence[Lock], lock_duration: float | None = None
@@ -150,7 +145,6 @@ class Settling(EngineBase):
         same before anything commits."""
         entity = target.entity
         locks = [(s.sequence_number, s.lock_token) for s in _checked(settlements)]
-        by_token(locks)  # every settlement names a lock
         held: dict[int, LockInfo] = {}
         if any(isinstance(s, Abandon) for s in settlements):
             held = {lock.seq: lock for lock in self._held_locks(tx, target, locks, now)}
@@ -175,6 +169,7 @@ class Settling(EngineBase):
                 case Abandon(seq, _, failure):
                     poisoned += self.poisoner.after_failure(tx, target, [held[seq]], failure, False)
                 case DeadLetter(seq, token, reason, description, failure):
+                    reason = reason or DeadLetterReason.DEAD_LETTERED_BY_RECEIVER
                     letters.setdefault((token, reason, description, failure), []).append(seq)
                 case Release():
                     continue
@@ -222,8 +217,8 @@ def _checked(settlements: object) -> Sequence[Settlement]:
         failure = getattr(settlement, "failure", None)
         if failure is not None and not isinstance(failure, FailureRecord):
             raise InvalidOptionError(f"a failure is a FailureRecord, not {failure!r}")
-        check_count(settlement.sequence_number, "a sequence number", minimum=0)
-        lock = (settlement.sequence_number, str(settlement.lock_token))
+        check_lock(settlement.sequence_number, settlement.lock_token)
+        lock = (settlement.sequence_number, settlement.lock_token)
         if lock in seen:
             raise InvalidOptionError(f"message {lock[0]} is settled twice under one lock")
         seen.add(lock)
