@@ -14,7 +14,7 @@ from typing import Any, cast
 
 from poisonq.clock import Clock, SystemClock
 from poisonq.engine import Engine
-from poisonq.engine.base import check_text
+from poisonq.engine.targets import check_text
 from poisonq.errors import (
     InvalidOptionError,
     MessageLockLostError,

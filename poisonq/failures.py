@@ -61,13 +61,17 @@ def _from_user_frames(exc: BaseException) -> BaseException:
 
 
 def failure_from_exception(exc: BaseException, now: float) -> FailureRecord:
-    """The failure record of one attempt that raised ``exc``."""
-    text = tail("".join(traceback.format_exception(_from_user_frames(exc))), MAX_TRACEBACK)
+    """The failure record of one attempt that raised ``exc``: its type is the root cause's,
+    and so is the start of its message, which goes on with the exception the code raised
+    (``'cust-17' → RuntimeError: order failed``), so that each type is told with its text."""
+    root = root_cause(exc)
+    message = str(root) if root is exc else f"{root} → {type(exc).__name__}: {first_line(exc)}"
+    text = "".join(traceback.format_exception(_from_user_frames(exc)))
     return FailureRecord(
         time=now,
-        error_type=type_name(root_cause(exc)),
-        message=_storable(str(exc)[:MAX_MESSAGE]),
-        traceback=_storable(text),
+        error_type=type_name(root),
+        message=_storable(message)[:MAX_MESSAGE],
+        traceback=tail(_storable(text), MAX_TRACEBACK),
         fingerprint=fingerprint(exc),
     )
 

@@ -49,9 +49,9 @@ def test_the_poisoner_dead_letters_a_message_out_of_deliveries(
 
 
 def test_a_statement_written_once_gets_postgresql_parameters_and_keeps_its_casts() -> None:
-    sql = "SELECT :entity::bigint FROM t WHERE a = :entity AND b <= :until"
+    sql = "SELECT :entity::bigint FROM t WHERE a = :entity AND b <= :until2"
     assert for_postgres(sql) == (
-        "SELECT %(entity)b::bigint FROM t WHERE a = %(entity)b AND b <= %(until)b"
+        "SELECT %(entity)b::bigint FROM t WHERE a = %(entity)b AND b <= %(until2)b"
     )
     with pytest.raises(ValueError, match="quoted literal"):
         for_postgres("SELECT 'a:b' FROM t WHERE a = :entity")

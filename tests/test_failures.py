@@ -43,10 +43,10 @@ def test_the_root_cause_not_the_wrapper_decides() -> None:
     assert fingerprint(wrapped) == fingerprint(_caught(_lookup, "cust-99"))
     record = failure_from_exception(wrapped, now=10.0)
     assert record.error_type == "KeyError"
-    assert record.message == "order failed"
+    assert record.message == "'cust-17' → RuntimeError: order failed"
     assert "RuntimeError: order failed" in record.traceback
     assert "KeyError: 'cust-17'" in record.traceback
-    assert describe(record) == "KeyError: order failed"
+    assert describe(record) == "KeyError: 'cust-17' → RuntimeError: order failed"
 
 
 def test_user_exception_types_are_qualified() -> None:

@@ -192,7 +192,7 @@ def test_defer_and_receive_deferred_by_sequence_number(
     (first,) = receiver.receive()
     receiver.defer(first)
     assert broker.counts(queue)["deferred"] == 1
-    clock.advance(10_000)  # deferred messages never expire and are never received in order
+    clock.advance(10_000)  # a deferred message without a time to live waits, out of order
     (second,) = receiver.receive(max_messages=5)
     assert second.sequence_number == seqs[1]
     (back,) = receiver.receive_deferred(seqs[0])

@@ -9,7 +9,7 @@ so no message is ever delivered with an expired TTL and an expired lock always c
 abandon before the message can be received again.
 
 The engine's operations are grouped by concept, one module each, all on the same store and
-clock (:mod:`~poisonq.engine.common`): :mod:`~poisonq.engine.admin` (entities, status, the
+clock (:mod:`~poisonq.engine.base`): :mod:`~poisonq.engine.admin` (entities, status, the
 way out of a fault), :mod:`~poisonq.engine.sending`, :mod:`~poisonq.engine.settling`,
 :mod:`~poisonq.engine.receiving` (a receive may settle the last batch first),
 :mod:`~poisonq.engine.sessions`, :mod:`~poisonq.engine.leases` (with
@@ -29,11 +29,11 @@ testable alone:
 from __future__ import annotations
 
 from poisonq.engine.admin import Admin
-from poisonq.engine.base import Lock, Target
 from poisonq.engine.history import History
 from poisonq.engine.leases import Leasing
 from poisonq.engine.sending import Sending
 from poisonq.engine.sessions import Sessions
+from poisonq.engine.targets import Lock, Target
 from poisonq.engine.tasks import Tasks
 
 

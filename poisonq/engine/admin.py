@@ -7,8 +7,8 @@ import dataclasses
 import logging
 from typing import Any
 
-from poisonq.engine.base import Spec, Target
-from poisonq.engine.common import EngineBase
+from poisonq.engine.base import EngineBase
+from poisonq.engine.targets import Spec, Target
 from poisonq.errors import InvalidOperationError, InvalidOptionError, MessageNotFoundError
 from poisonq.filters import Filter, TrueFilter
 from poisonq.limits import check_count

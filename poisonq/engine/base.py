@@ -1,160 +1,23 @@
-"""What every part of the engine shares: resolving an address to its entity and options, the
-status events, and small argument checks.
-
-An entity's options are kept by the store as JSON text it never reads. The engine writes
-there the :class:`QueueOptions` plus what kind of entity it is (queue, topic, subscription)
-and a subscription's filter, and parses them back here, cached by their text.
-"""
+"""What every operation of the engine works with: the store, the clock, and the three
+collaborators that run inside an operation's transaction — resolving addresses
+(:class:`~poisonq.engine.resolving.Resolver`), moving messages between entities
+(:class:`~poisonq.engine.routing.Router`) and the poison rules
+(:class:`~poisonq.engine.poison.Poisoner`)."""
 
 from __future__ import annotations
 
-import json
-from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
-
-from poisonq.errors import (
-    InvalidOperationError,
-    InvalidOptionError,
-    MessageLockLostError,
-)
-from poisonq.filters import Filter, filter_from_json
-from poisonq.limits import check_count
-from poisonq.model import (
-    EntityKind,
-    FailureRecord,
-    MessageState,
-    SubQueue,
-)
-from poisonq.names import NAMESPACE_DEADLETTER
-from poisonq.options import QueueOptions, RetryPolicy
-from poisonq.store.base import EntityRecord
-
-MAX_HOPS = 4  # Service Bus: a message may be forwarded at most 4 times
-Lock = tuple[int, str]  # (sequence number, lock token)
+from poisonq.clock import Clock
+from poisonq.engine.poison import Poisoner
+from poisonq.engine.resolving import Resolver
+from poisonq.engine.routing import Router
+from poisonq.store.base import Store
 
 
-@dataclass(frozen=True, slots=True)
-class Spec:
-    """What an entity's options text holds, parsed."""
-
-    kind: EntityKind
-    options: QueueOptions
-    filter: Filter
-    dead_letter_on_filter_exceptions: bool
-
-    def to_text(self) -> str:
-        data: dict[str, Any] = self.options.to_json()
-        data["kind"] = self.kind.value
-        if self.kind is EntityKind.SUBSCRIPTION:
-            data["filter"] = self.filter.to_json()
-            data["dead_letter_on_filter_exceptions"] = self.dead_letter_on_filter_exceptions
-        return json.dumps(data)
-
-    @classmethod
-    def from_text(cls, text: str) -> Spec:
-        data: dict[str, Any] = json.loads(text)
-        kind = EntityKind(data.pop("kind", EntityKind.QUEUE))
-        rule = filter_from_json(data.pop("filter", {}))
-        on_error = bool(data.pop("dead_letter_on_filter_exceptions", False))
-        return cls(kind, QueueOptions.from_json(data), rule, on_error)
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """A resolved address: the entity addressed and the queue whose options govern it."""
-
-    entity: EntityRecord
-    queue: EntityRecord
-    spec: Spec
-
-    @property
-    def options(self) -> QueueOptions:
-        return self.spec.options
-
-    @property
-    def kind(self) -> EntityKind:
-        return self.spec.kind
-
-    @property
-    def subqueue(self) -> SubQueue | None:
-        return self.entity.subqueue
-
-    @property
-    def ready(self) -> MessageState:
-        """The state a receivable message has here."""
-        if self.subqueue is SubQueue.DEADLETTER or self.subqueue is SubQueue.TRANSFER_DEADLETTER:
-            return MessageState.DEAD_LETTERED
-        return MessageState.ACTIVE
-
-    @property
-    def policy(self) -> RetryPolicy | None:
-        """The retry policy that applies to failed deliveries here: the queue's own, the one
-        it sets for reading its dead-letter queue, or none (a message is never poisoned in
-        the retry or transfer dead-letter subqueues, nor in the namespace dead-letter queue)."""
-        if self.entity.name == NAMESPACE_DEADLETTER:
-            return None
-        if self.subqueue is None:
-            return self.options.retry
-        if self.subqueue is SubQueue.DEADLETTER:
-            return self.options.dead_letter_retry
-        return None
-
-    @property
-    def sessions(self) -> bool:
-        """Whether receiving here goes through session locks (the main entity only)."""
-        return self.options.requires_session and self.subqueue is None
-
-
-def lock_expired(now: float) -> FailureRecord:
-    return FailureRecord(time=now, error_type="LockExpired", message="the lock expired")
-
-
-def check_text(value: object, what: str) -> None:
-    """Text a caller gives the store to keep (or None): a ``str`` without NUL, which
-    PostgreSQL cannot keep. SQLite could; both refuse it, so the two stores agree."""
-    if value is None:
-        return
-    if not isinstance(value, str):
-        raise InvalidOptionError(f"{what} must be text, not {value!r}")
-    if "\x00" in value:
-        raise InvalidOptionError(f"{what} cannot contain NUL characters: {value!r}")
-
-
-def check_sequence_numbers(values: object) -> list[int]:
-    """Sequence numbers as a caller gives them (one or a sequence), checked: integers >= 0."""
-    seqs = [values] if isinstance(values, int) else values
-    if not isinstance(seqs, Sequence) or isinstance(seqs, str | bytes):
-        raise InvalidOptionError(f"give a sequence number or a list of them, not {values!r}")
-    for seq in seqs:
-        check_count(seq, "a sequence number", minimum=0)
-    return list(seqs)
-
-
-def check_lock(seq: object, token: object) -> None:
-    """A lock as a caller names it: a sequence number and the text of its lock token."""
-    check_count(seq, "a sequence number", minimum=0)
-    if token is None:
-        raise InvalidOperationError(
-            f"message {seq} holds no lock (received in receive-and-delete mode or peeked)"
-        )
-    if not isinstance(token, str):
-        raise InvalidOptionError(f"a lock token is text, not {token!r}")
-
-
-def by_token(locks: Sequence[Lock]) -> dict[str, list[int]]:
-    """The locks' sequence numbers by lock token, each lock checked."""
-    grouped: dict[str, list[int]] = defaultdict(list)
-    for seq, token in locks:
-        check_lock(seq, token)
-        grouped[token].append(seq)
-    return grouped
-
-
-def all_or_raise(wanted: Sequence[int], got: Sequence[int]) -> None:
-    """Raise :class:`MessageLockLostError` for ``wanted`` numbers missing from ``got``; the
-    transaction then rolls back, so a batch with one lost lock changes nothing."""
-    if len(got) != len(wanted):
-        lost = sorted(set(wanted) - set(got))
-        raise MessageLockLostError(lost)
+class EngineBase:
+    def __init__(self, store: Store, clock: Clock) -> None:
+        self.store = store
+        self.clock = clock
+        store.history.clock = clock  # the history's buckets on the messages' time
+        self.resolver = Resolver(clock)
+        self.router = Router(self.resolver)
+        self.poisoner = Poisoner(self.resolver, self.router, clock)

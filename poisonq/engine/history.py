@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from poisonq.engine.common import EngineBase
+from poisonq.engine.base import EngineBase
 from poisonq.history import TREND, Timeline, Trend, Window, peaks, timeline
 from poisonq.model import SubQueue
 from poisonq.store.base import DeadLetterCause, DeadLetterCount, DepthChange

@@ -13,9 +13,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from poisonq.clock import Clock
-from poisonq.engine.base import Target, lock_expired
 from poisonq.engine.resolving import Resolver
 from poisonq.engine.routing import Router
+from poisonq.engine.targets import Target, lock_expired
 from poisonq.failures import describe
 from poisonq.model import (
     DeadLetterReason,

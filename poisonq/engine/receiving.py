@@ -5,8 +5,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from poisonq.engine.base import Lock, Target, check_sequence_numbers
 from poisonq.engine.settling import Settling
+from poisonq.engine.targets import Lock, Target, check_sequence_numbers
 from poisonq.errors import InvalidOperationError, MessageNotFoundError
 from poisonq.limits import check_count
 from poisonq.model import MessageState, ReceivedMessage, Settlement

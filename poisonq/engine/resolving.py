@@ -2,7 +2,7 @@
 read of a resolved entity: whether it can be received from, its counts, its report.
 
 An entity's options are kept by the store as JSON text it never reads (see
-:class:`~poisonq.engine.base.Spec`); they are parsed here, once per text.
+:class:`~poisonq.engine.targets.Spec`); they are parsed here, once per text.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from difflib import get_close_matches
 
 from poisonq.clock import Clock
-from poisonq.engine.base import Spec, Target
+from poisonq.engine.targets import Spec, Target
 from poisonq.errors import (
     EntityDisabledError,
     EntityNotFoundError,

@@ -11,8 +11,8 @@ import json
 import logging
 from collections.abc import Sequence
 
-from poisonq.engine.base import MAX_HOPS, Target
 from poisonq.engine.resolving import Resolver
+from poisonq.engine.targets import MAX_HOPS, Target
 from poisonq.errors import EntityNotFoundError
 from poisonq.model import DeadLetterReason, EntityKind, MessageState, SubQueue
 from poisonq.names import NAMESPACE_DEADLETTER

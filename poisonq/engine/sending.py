@@ -11,8 +11,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from poisonq.engine.base import Target, check_text
-from poisonq.engine.common import EngineBase
+from poisonq.engine.base import EngineBase
+from poisonq.engine.targets import Target, check_text
 from poisonq.errors import (
     EntityDisabledError,
     InvalidOptionError,

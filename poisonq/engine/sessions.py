@@ -11,8 +11,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from poisonq.engine.base import Lock, Target, check_text
 from poisonq.engine.receiving import Receiving
+from poisonq.engine.targets import Lock, Target, check_text
 from poisonq.errors import (
     InvalidOperationError,
     InvalidOptionError,

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from poisonq.engine.base import (
+from poisonq.engine.base import EngineBase
+from poisonq.engine.targets import (
     Lock,
     Target,
     all_or_raise,
@@ -14,7 +15,6 @@ from poisonq.engine.base import (
     check_lock,
     check_text,
 )
-from poisonq.engine.common import EngineBase
 from poisonq.errors import InvalidOperationError, InvalidOptionError, MessageLockLostError
 from poisonq.model import (
     Abandon,

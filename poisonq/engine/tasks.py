@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from poisonq.engine.common import EngineBase
+from poisonq.engine.base import EngineBase
 from poisonq.errors import EntityDisabledError, InvalidOptionError, TaskNotFoundError
 from poisonq.limits import check_count
 from poisonq.model import ReceivedMessage

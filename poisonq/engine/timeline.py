@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from difflib import get_close_matches
 
-from poisonq.engine.base import Target
-from poisonq.engine.common import EngineBase
+from poisonq.engine.base import EngineBase
+from poisonq.engine.targets import Target
 from poisonq.errors import (
     InvalidOperationError,
     InvalidOptionError,

@@ -18,7 +18,7 @@ import secrets
 from fastapi import HTTPException, Request
 
 from poisonq.clock import Clock
-from poisonq.server.sessions import SESSION_COOKIE, Session, Sessions
+from poisonq.server.sessions import SESSION_COOKIE, LoginSessions, Session
 from poisonq.server.throttle import Throttle
 
 
@@ -35,7 +35,7 @@ class Auth:
             raise ValueError("the token cannot be empty")
         self.token = token
         self.open_reads = open_reads
-        self.sessions = Sessions(clock)
+        self.sessions = LoginSessions(clock)
         self.throttle = Throttle(clock)
 
     def token_matches(self, request: Request, given: str) -> bool:

@@ -30,7 +30,7 @@ class Session:
     expires_at: float
 
 
-class Sessions:
+class LoginSessions:
     """Open sessions by id. Thread-safe: uvicorn runs sync routes in a thread pool."""
 
     def __init__(self, clock: Clock, lifetime: float = SESSION_LIFETIME) -> None:

@@ -18,7 +18,7 @@ from poisonq.store.rows import ENTITY_COLUMNS, entity_row
 from poisonq.store.shared_sql import SharedStatements
 
 
-class Entities(SharedStatements):
+class EntityStatements(SharedStatements):
     """The entity methods of both stores' transactions."""
 
     def insert_entity(

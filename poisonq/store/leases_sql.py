@@ -3,9 +3,8 @@ the locks it holds message by message.
 
 How a lease locks its batch differs (SQLite holds the fresh part as one range, its cover;
 PostgreSQL locks every row, which competing consumers skip): each store locks in its own
-``lock_lease``, and SQLite adds what its covers hold to :meth:`Leases.renew_lease`,
-:meth:`Leases.revive_lease` and :meth:`Leases.lease_seqs`, which here cover the messages
-locked row by row.
+``lock_lease``, and SQLite adds what its covers hold to ``renew_lease``, ``revive_lease``
+and ``lease_seqs``, which here cover the messages locked row by row.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from poisonq.model import Lease
 from poisonq.store.shared_sql import SharedStatements
 
 
-class Leases(SharedStatements):
+class LeaseStatements(SharedStatements):
     """The lease methods of both stores' transactions."""
 
     def _insert_lease(self, entity_id: int, lease: Lease, **columns: Any) -> None:

@@ -14,7 +14,7 @@ from poisonq.store.base import SessionRecord
 from poisonq.store.shared_sql import SharedStatements
 
 
-class Sessions(SharedStatements):
+class SessionStatements(SharedStatements):
     """The session methods of both stores' transactions."""
 
     def lock_session(

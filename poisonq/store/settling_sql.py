@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from poisonq.store.shared_sql import SharedStatements
 
 
-class Settling(SharedStatements):
+class SettlingStatements(SharedStatements):
     """The settlement methods of both stores' transactions."""
 
     def renew(

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
-_NAMED = re.compile(r"(?<![:\w]):([a-z_]+)\b")
+_NAMED = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)\b")
 _LITERAL = re.compile(r"'(?:[^']|'')*'")
 
 Params = dict[str, Any]

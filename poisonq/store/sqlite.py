@@ -46,7 +46,7 @@ from poisonq.store.base import (
     unstorable,
 )
 from poisonq.store.dead_letters_sql import DeadLetterAnalysis
-from poisonq.store.entities_sql import Entities
+from poisonq.store.entities_sql import EntityStatements
 from poisonq.store.history import HistoryBuffer, HistoryKeeper
 from poisonq.store.rows import (
     ENTITY_COLUMNS,
@@ -57,8 +57,8 @@ from poisonq.store.rows import (
     message_row,
     message_rows,
 )
-from poisonq.store.sessions_sql import Sessions
-from poisonq.store.settling_sql import Settling
+from poisonq.store.sessions_sql import SessionStatements
+from poisonq.store.settling_sql import SettlingStatements
 from poisonq.store.shared_sql import (
     ADD_SCHEMA_VERSION,
     SCHEMA_TABLE,
@@ -78,8 +78,8 @@ from poisonq.store.sqlite_rows import (
     seqs_json,
 )
 from poisonq.store.sqlite_tasks import SqliteTasks
-from poisonq.store.tasks_sql import Tasks
-from poisonq.store.timelines_sql import Timelines
+from poisonq.store.tasks_sql import TaskStatements
+from poisonq.store.timelines_sql import TimelineStatements
 
 # The locks that ran out: a message's own, and those of the leases whose locks ran out
 # (CROSS JOIN keeps the few expired leases outside, then reads their ranges). Parameters:
@@ -96,14 +96,14 @@ _EXPIRED_LOCKS = (
 
 
 class SqliteTransaction(
-    Sessions,
+    SessionStatements,
     DeadLetterAnalysis,
-    Entities,
-    Tasks,
+    EntityStatements,
+    TaskStatements,
     SqliteTasks,
     SqliteLeases,
-    Settling,
-    Timelines,
+    SettlingStatements,
+    TimelineStatements,
     SqliteHistory,
     Transaction,
 ):

@@ -20,7 +20,7 @@ import sqlite3
 from typing import Any
 
 from poisonq.model import Lease, MessageState
-from poisonq.store.leases_sql import Leases
+from poisonq.store.leases_sql import LeaseStatements
 from poisonq.store.sqlite_rows import COVERED, SEQS, seqs_json
 
 # The receivable messages of an entity in its ``ready`` state, oldest first: those above the
@@ -41,7 +41,7 @@ _LEASE_COLUMNS = (
 )
 
 
-class SqliteLeases(Leases):
+class SqliteLeases(LeaseStatements):
     """The lease methods of :class:`poisonq.store.sqlite.SqliteTransaction`: the covers'
     part of each."""
 

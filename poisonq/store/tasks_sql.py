@@ -11,7 +11,7 @@ from poisonq.store.base import TaskRecord
 from poisonq.store.shared_sql import SharedStatements
 
 
-class Tasks(SharedStatements):
+class TaskStatements(SharedStatements):
     """The task methods of both stores' transactions."""
 
     def insert_task(

@@ -77,7 +77,7 @@ def _summary_row(row: tuple[Any, ...]) -> PipelineSummary:
     return PipelineSummary(last.queue, last.consumer, int(row[10]), last)
 
 
-class Timelines(SharedStatements):
+class TimelineStatements(SharedStatements):
     """The timeline methods of both stores' transactions."""
 
     def dead_lettered_between(

@@ -8,7 +8,7 @@ from typing import Any
 
 from poisonq.model import Lease, MessageState
 from poisonq.store.base import MessageFilter
-from poisonq.store.leases_sql import Leases
+from poisonq.store.leases_sql import LeaseStatements
 from poisonq.store.postgres.runner import StatementRunner
 from poisonq.store.rows import filter_sql
 
@@ -52,7 +52,7 @@ def ready_seqs(*, session: bool = False) -> str:
     return f"ARRAY(SELECT seq FROM messages {order} LIMIT %(limit)b FOR UPDATE SKIP LOCKED)"
 
 
-class BatchQueries(Leases, StatementRunner):
+class BatchQueries(LeaseStatements, StatementRunner):
     # Leases -------------------------------------------------------------------------------
     # A lease's messages are locked row by row, so that competing consumers skip them as
     # they skip any lock (SKIP LOCKED).

@@ -37,7 +37,7 @@ from poisonq.errors import StoreError
 from poisonq.model import HELD_STATES, EntityStatus, MessageState, ReceivedMessage
 from poisonq.store.base import EntityRecord, LockInfo, MessageFilter, NewMessage, Transaction
 from poisonq.store.dead_letters_sql import DeadLetterAnalysis
-from poisonq.store.entities_sql import Entities
+from poisonq.store.entities_sql import EntityStatements
 from poisonq.store.history import HistoryBuffer
 from poisonq.store.postgres.batches import (
     BatchQueries,
@@ -54,10 +54,10 @@ from poisonq.store.rows import LIVE as _LIVE
 from poisonq.store.rows import entity_row as entity_from_row
 from poisonq.store.rows import message_row as message_from_row
 from poisonq.store.rows import message_rows
-from poisonq.store.sessions_sql import Sessions
-from poisonq.store.settling_sql import Settling
-from poisonq.store.tasks_sql import Tasks
-from poisonq.store.timelines_sql import Timelines
+from poisonq.store.sessions_sql import SessionStatements
+from poisonq.store.settling_sql import SettlingStatements
+from poisonq.store.tasks_sql import TaskStatements
+from poisonq.store.timelines_sql import TimelineStatements
 
 _MESSAGE_COLUMNS = (
     "seq, message_id, body, content_type, subject, properties, session_id, correlation_id,"
@@ -102,13 +102,13 @@ def _failure_json(failure: dict[str, Any] | None) -> str | None:
 
 
 class PostgresTransaction(
-    Sessions,
+    SessionStatements,
     DeadLetterAnalysis,
-    Entities,
-    Tasks,
+    EntityStatements,
+    TaskStatements,
     BatchQueries,
-    Settling,
-    Timelines,
+    SettlingStatements,
+    TimelineStatements,
     Transaction,
 ):
     # Entities -----------------------------------------------------------------------------
