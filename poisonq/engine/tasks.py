@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from poisonq.engine.base import EngineBase
+from poisonq.engine.targets import Target
 from poisonq.errors import EntityDisabledError, InvalidOptionError, TaskNotFoundError
 from poisonq.limits import check_count
 from poisonq.model import ReceivedMessage
-from poisonq.store.base import DeadLetterGroup, MessageFilter, TaskRecord
+from poisonq.store.base import DeadLetterGroup, MessageFilter, TaskRecord, Transaction
 
 
 class Tasks(EngineBase):
@@ -32,7 +33,7 @@ class Tasks(EngineBase):
         if not isinstance(newest_first, bool):
             raise InvalidOptionError(f"newest_first must be true or false, not {newest_first!r}")
         with self.store.transaction() as tx:
-            entity = self.resolver.resolve(tx, address).entity
+            entity = self._housekept(tx, address).entity
             seqs = tx.select(entity.id, where, after_seq, limit, newest_first)
             found = tx.messages(entity.id, entity.name, seqs)
             return found[::-1] if newest_first else found
@@ -40,7 +41,7 @@ class Tasks(EngineBase):
     def count_matching(self, address: str, where: MessageFilter) -> int:
         """How many unlocked held messages of ``address`` match ``where``."""
         with self.store.transaction() as tx:
-            return tx.count_matching(self.resolver.resolve(tx, address).entity.id, where)
+            return tx.count_matching(self._housekept(tx, address).entity.id, where)
 
     def start_task(
         self, kind: str, address: str, where: MessageFilter, spec: dict[str, Any]
@@ -48,7 +49,7 @@ class Tasks(EngineBase):
         """Record a bulk task over the messages of ``address`` matching ``where``."""
         now = self.clock.now()
         with self.store.transaction() as tx:
-            entity = self.resolver.resolve(tx, address).entity
+            entity = self._housekept(tx, address).entity
             total = tx.count_matching(entity.id, where)
             task_id = tx.insert_task(kind, entity.id, spec, total, now)
             task = tx.task(task_id)
@@ -88,7 +89,7 @@ class Tasks(EngineBase):
                 raise TaskNotFoundError(task_id)
             if task.status != "running":
                 return []
-            source = self.resolver.resolve(tx, address)
+            source = self._housekept(tx, address)
             seqs = tx.select(source.entity.id, where, after_seq, limit)
             if not seqs:
                 return []
@@ -108,3 +109,11 @@ class Tasks(EngineBase):
                 done = tx.drop(source.entity.id, seqs)
             tx.update_task(task_id, task.done + done, "running", None, now)
             return seqs
+
+    def _housekept(self, tx: Transaction, address: str) -> Target:
+        """``address`` resolved, its expired locks counted first: a message whose lock ran
+        out is back where it was held (a dead letter received and never settled is a dead
+        letter again), and so among what a task selects."""
+        target = self.resolver.resolve(tx, address)
+        self.poisoner.housekeep(tx, target, self.clock.now())
+        return target
