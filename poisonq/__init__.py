@@ -38,6 +38,8 @@ if TYPE_CHECKING:
         StoreFullError,
         StoreNotFoundError,
         StoreUnavailableError,
+        TaskNotFoundError,
+        TaskRunningError,
     )
     from poisonq.filters import CorrelationFilter, SqlFilter
     from poisonq.lock_renewer import AutoLockRenewer
@@ -121,6 +123,8 @@ __all__ = [
     "StoreUnavailableError",
     "SubQueue",
     "SystemClock",
+    "TaskNotFoundError",
+    "TaskRunningError",
     "connect",
 ]
 

@@ -476,6 +476,7 @@ class Broker:
         rate: float | None = 500.0,
         wait: bool = True,
         progress: Callable[[BulkTask], None] | None = None,
+        started_by: str | None = None,
         **where: Any,
     ) -> BulkTask:
         """Move dead-lettered messages of ``queue`` back to it (or to ``to``) as a tracked
@@ -483,14 +484,17 @@ class Broker:
         ``fingerprint`` (each a value, or :data:`NO_VALUE` for the messages without one),
         ``min_sequence``, ``max_sequence``, ``since``, ``until``, ``message_id``,
         ``body_contains`` (text the body holds).
-        With ``wait=False`` the task runs in a thread; ``task.cancel()`` stops it."""
+        With ``wait=False`` the task runs in a thread; ``task.cancel()`` stops it.
+        ``started_by`` names who started it in the task list (:meth:`tasks`). While another
+        task works on the same messages, :class:`TaskRunningError`."""
         if to is None and queue == NAMESPACE_DEADLETTER:
             raise InvalidOptionError(
                 "the namespace dead-letter queue has no queue of its own: resubmit with to=QUEUE"
             )
         if to is not None:
             self.get_queue(to)  # an unknown target fails here, not in the task's first chunk
-        task = resubmit_task(self.engine, self._dlq(queue), _filter(where), to, rate)
+        dlq, chosen = self._dlq(queue), _filter(where)
+        task = resubmit_task(self.engine, dlq, chosen, to, rate, started_by)
         return task.run(wait=wait, progress=progress)
 
     def purge(
@@ -499,22 +503,32 @@ class Broker:
         *,
         wait: bool = True,
         progress: Callable[[BulkTask], None] | None = None,
+        started_by: str | None = None,
         **where: Any,
     ) -> BulkTask:
         """Drop dead-lettered messages of ``queue`` that match the filters (all by default),
         as a tracked task. With ``wait=False`` the task runs in a thread; ``task.cancel()``
-        stops it."""
-        task = purge_task(self.engine, self._dlq(queue), _filter(where))
+        stops it. ``started_by`` and a task already running: as :meth:`resubmit`."""
+        task = purge_task(self.engine, self._dlq(queue), _filter(where), started_by)
         return task.run(wait=wait, progress=progress)
 
     def task(self, task_id: int) -> TaskRecord:
         """A resubmit or purge task's progress, whichever process runs it."""
         return self.engine.task(task_id)
 
-    def cancel_task(self, task_id: int) -> TaskRecord:
+    def tasks(
+        self, queue: str | None = None, *, before: int | None = None, limit: int = 50
+    ) -> list[TaskRecord]:
+        """The resubmit and purge tasks, newest first, whoever ran them: who started and
+        who cancelled each, what it selected, at what rate, how far it got. ``queue``
+        keeps those of its dead-letter queue; ``before`` a task id, for the next page."""
+        return self.engine.tasks(None if queue is None else self._dlq(queue), before, limit)
+
+    def cancel_task(self, task_id: int, by: str | None = None) -> TaskRecord:
         """Cancel a running task; the process running it stops after its current chunk, and
-        what was moved stays moved. A finished task stays as it finished."""
-        return self.engine.finish_task(task_id, "cancelled")
+        what was moved stays moved. A finished task stays as it finished. ``by`` names who
+        cancelled it in the task list."""
+        return self.engine.finish_task(task_id, "cancelled", by=by)
 
     def _dlq(self, queue: str) -> str:
         """``orders`` means its dead-letter queue here; a subqueue address (or the namespace

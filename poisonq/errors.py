@@ -185,14 +185,17 @@ class TaskRunningError(InvalidOperationError):
     a time per queue (as SQS allows one move task per queue), so two never take the same
     messages. ``task_id`` is the running one's, when known."""
 
-    def __init__(self, queue: str, task_id: int | None) -> None:
+    def __init__(self, queue: str, task_id: int | None, started_by: str | None = None) -> None:
         which = f"task {task_id}" if task_id is not None else "a task"
+        by = f" (started by {started_by})" if started_by else ""
+        cancel = f" (poisonq task cancel {task_id})" if task_id is not None else ""
         super().__init__(
-            f"{which} is already resubmitting or purging the dead letters of {queue!r}:"
-            " wait for it to finish or cancel it, then start again"
+            f"{which} is already resubmitting or purging the messages of {queue!r}{by}:"
+            f" wait for it to finish or cancel it{cancel}, then start again"
         )
         self.queue = queue
         self.task_id = task_id
+        self.started_by = started_by
 
 
 class StoreError(PoisonqError):

@@ -15,6 +15,9 @@ MAX_INT = 2**63 - 1
 MAX_ID_LENGTH = 128
 """Characters of a message id or a session id."""
 
+MAX_OPERATOR = 60
+"""Characters of an operator's name: who started or cancelled a task."""
+
 MAX_MESSAGE = 4_096
 """Characters of an error's message in a failure record, and of a dead-letter description."""
 

@@ -59,9 +59,10 @@ class BulkTask:
         self.record = self.engine.task(self.id)
         return self.record
 
-    def cancel(self) -> None:
-        """Stop the task after the chunk in progress; what was moved stays moved."""
-        self.record = self.engine.finish_task(self.id, "cancelled")
+    def cancel(self, by: str | None = None) -> None:
+        """Stop the task after the chunk in progress; what was moved stays moved. ``by``
+        names who cancelled it, for the task list."""
+        self.record = self.engine.finish_task(self.id, "cancelled", by=by)
 
     def run(
         self, wait: bool = True, progress: Callable[[BulkTask], None] | None = None
@@ -74,6 +75,11 @@ class BulkTask:
             self._thread = threading.Thread(target=self._run, args=(progress,), daemon=True)
             self._thread.start()
         return self
+
+    @property
+    def running(self) -> bool:
+        """Whether its thread (``run(wait=False)``) still runs."""
+        return self._thread is not None and self._thread.is_alive()
 
     def wait(self, timeout: float | None = None) -> TaskRecord:
         if self._thread is not None:
@@ -116,14 +122,21 @@ def _check_rate(rate: float | None) -> float | None:
 
 
 def resubmit_task(
-    engine: Engine, address: str, where: MessageFilter, to: str | None, rate: float | None
+    engine: Engine,
+    address: str,
+    where: MessageFilter,
+    to: str | None,
+    rate: float | None,
+    started_by: str | None,
 ) -> BulkTask:
     rate = _check_rate(rate)
     spec = {"to": to, "rate": rate, "where": where.to_json()}
-    record = engine.start_task("resubmit", address, where, spec)
+    record = engine.start_task("resubmit", address, where, spec, started_by)
     return BulkTask(engine, address, where, record, rate)
 
 
-def purge_task(engine: Engine, address: str, where: MessageFilter) -> BulkTask:
-    record = engine.start_task("purge", address, where, {"where": where.to_json()})
+def purge_task(
+    engine: Engine, address: str, where: MessageFilter, started_by: str | None
+) -> BulkTask:
+    record = engine.start_task("purge", address, where, {"where": where.to_json()}, started_by)
     return BulkTask(engine, address, where, record, None)

@@ -13,7 +13,10 @@ from poisonq import (
     ManualClock,
     Message,
     MessageState,
+    TaskRunningError,
 )
+from poisonq.store.base import MessageFilter
+from poisonq.tasks import BulkTask
 from tests.helpers import assert_balanced
 
 DLQ = "orders/$deadletterqueue"
@@ -347,4 +350,39 @@ def test_a_dead_letter_whose_lock_ran_out_is_among_what_a_task_takes(
     assert held.sequence_number in {m.sequence_number for m in broker.dead_letters(queue)}
     assert broker.purge(queue).done == 3
     assert broker.counts(queue)["dead_lettered"] == 0
+    assert_balanced(broker)
+
+
+def test_the_task_list_says_who_started_and_cancelled_each_task(broker: Broker, queue: str) -> None:
+    _dead_letter(broker, queue, ["a", "b", "c"])
+    broker.purge(queue, subject="a", started_by="alice")
+
+    def cancel(task: BulkTask) -> None:
+        if task.status == "running":
+            broker.cancel_task(task.id, by="carol")
+
+    broker.resubmit(queue, rate=1, started_by="bob", progress=cancel)
+    newest, oldest = broker.tasks(queue)
+    assert (oldest.kind, oldest.started_by, oldest.cancelled_by) == ("purge", "alice", None)
+    assert (newest.kind, newest.status) == ("resubmit", "cancelled")
+    assert (newest.started_by, newest.cancelled_by, newest.spec["rate"]) == ("bob", "carol", 1.0)
+    assert newest.entity == f"{queue}/$deadletterqueue"
+    assert broker.tasks(queue, before=newest.id) == [oldest]
+    assert broker.tasks(limit=1) == [newest]
+    with pytest.raises(InvalidOptionError):
+        broker.tasks(queue, limit=0)
+
+
+def test_a_second_task_on_a_queue_is_refused_until_the_first_ends_or_goes_quiet(
+    broker: Broker, queue: str, clock: ManualClock
+) -> None:
+    """Before, only the web server that started a task knew it ran: a task from the command
+    line beside it took the same messages (a resubmit said "completed 1 of 8")."""
+    _dead_letter(broker, queue, ["a", "b"])
+    first = broker.engine.start_task("purge", f"{queue}/$deadletterqueue", MessageFilter(), {}, "x")
+    with pytest.raises(TaskRunningError, match=rf"task {first.id} .*started by x"):
+        broker.resubmit(queue, started_by="y")
+    clock.advance(61)  # its process died: no progress for a minute
+    assert broker.purge(queue).done == 2
+    assert broker.task(first.id).status == "running"  # until someone cancels it
     assert_balanced(broker)

@@ -658,7 +658,9 @@ class QueueMachine(RuleBasedStateMachine):
     @rule()
     def resubmit(self) -> None:
         """Every dead-lettered message not locked goes back to the queue, in order, as a new
-        message (a new sequence number) with a fresh delivery count and TTL."""
+        message (a new sequence number) with a fresh delivery count and TTL. A task counts
+        the dead-letter queue's expired locks first."""
+        self._housekeep(DEAD)
         moving = self._in(DEAD, MessageState.DEAD_LETTERED)
         task = self.broker.resubmit(Q, rate=None)
         assert (task.status, task.done) == ("completed", len(moving))

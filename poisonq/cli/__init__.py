@@ -1,5 +1,5 @@
-"""The ``poisonq`` command line: admin, send/receive/peek, the dead-letter queue, audit,
-pipeline and demo.
+"""The ``poisonq`` command line: admin, send/receive/peek, the dead-letter queue, tasks,
+audit, pipeline and demo.
 
 This module holds the root group (``--url``, error handling) and ``main``; each command
 family lives in its own module and is attached here. Human output is rich tables on stdout
@@ -24,6 +24,7 @@ from poisonq.cli.ops import audit, demo
 from poisonq.cli.pipeline import pipeline
 from poisonq.cli.queues import queue
 from poisonq.cli.serve import serve
+from poisonq.cli.tasks import task
 from poisonq.cli.timeline import pipeline_forget, pipeline_show
 from poisonq.cli.topics import topic
 from poisonq.client import DEFAULT_URL
@@ -83,6 +84,7 @@ def cli(ctx: click.Context, url: str, retry_total: int) -> None:
       poisonq dlq list orders --by fingerprint
       poisonq dlq show orders 42
       poisonq dlq resubmit orders --reason MaxDeliveryCountExceeded --rate 200
+      poisonq task list --queue orders
       poisonq queue resolve orders 42 --action resubmit
       poisonq topic subscribe events eu --filter "region = 'eu'"
       poisonq audit
@@ -94,7 +96,7 @@ def cli(ctx: click.Context, url: str, retry_total: int) -> None:
     ctx.obj = App(url, ctx, retry_total=retry_total)
 
 
-for _command in (queue, topic, send, receive, peek, dlq, audit, serve, pipeline, demo):
+for _command in (queue, topic, send, receive, peek, dlq, task, audit, serve, pipeline, demo):
     cli.add_command(_command)
 pipeline.add_command(pipeline_show)
 pipeline.add_command(pipeline_forget)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import getpass
+import os
+import socket
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -10,6 +13,7 @@ import click
 from rich.console import Console
 
 from poisonq.client import Broker, connect
+from poisonq.limits import MAX_OPERATOR
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -30,6 +34,19 @@ class App:
     out: Console = dataclasses.field(default_factory=Console)
     err: Console = dataclasses.field(default_factory=lambda: Console(stderr=True))
     _broker: Broker | None = dataclasses.field(default=None, init=False)
+
+    @property
+    def operator(self) -> str:
+        """Who runs this command, for the task list: ``POISONQ_OPERATOR``, else the user and
+        host of the command line."""
+        named = " ".join(os.environ.get("POISONQ_OPERATOR", "").split())
+        if named:
+            return named[:MAX_OPERATOR]
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):  # no name for this uid (a container's)
+            user = f"uid {os.getuid()}"
+        return f"{user}@{socket.gethostname()} (cli)"[:MAX_OPERATOR]
 
     @property
     def broker(self) -> Broker:

@@ -41,7 +41,7 @@ def _run_task(app: App, description: str, start: TaskStart, as_json: bool) -> No
         try:
             task.wait()
         except KeyboardInterrupt:
-            task.cancel()
+            task.cancel(by=app.operator)
             task.wait()
     if task.error is not None:
         raise task.error
@@ -160,7 +160,13 @@ def dlq_resubmit(
         app,
         f"resubmitting from {queue_name}",
         lambda progress: app.broker.resubmit(
-            queue_name, to=to, rate=rate or None, wait=False, progress=progress, **where
+            queue_name,
+            to=to,
+            rate=rate or None,
+            wait=False,
+            progress=progress,
+            started_by=app.operator,
+            **where,
         ),
         as_json,
     )
@@ -188,6 +194,8 @@ def dlq_purge(app: App, /, queue_name: str, yes: bool, as_json: bool, **filters:
     _run_task(
         app,
         f"purging {queue_name}",
-        lambda progress: app.broker.purge(queue_name, progress=progress, **where),
+        lambda progress: app.broker.purge(
+            queue_name, progress=progress, started_by=app.operator, **where
+        ),
         as_json,
     )

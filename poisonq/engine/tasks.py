@@ -5,8 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from poisonq.engine.base import EngineBase
-from poisonq.engine.targets import Target
-from poisonq.errors import EntityDisabledError, InvalidOptionError, TaskNotFoundError
+from poisonq.engine.targets import Target, check_text
+from poisonq.errors import (
+    EntityDisabledError,
+    InvalidOptionError,
+    TaskNotFoundError,
+    TaskRunningError,
+)
 from poisonq.limits import check_count
 from poisonq.model import ReceivedMessage
 from poisonq.store.base import DeadLetterGroup, MessageFilter, TaskRecord, Transaction
@@ -44,17 +49,39 @@ class Tasks(EngineBase):
             return tx.count_matching(self._housekept(tx, address).entity.id, where)
 
     def start_task(
-        self, kind: str, address: str, where: MessageFilter, spec: dict[str, Any]
+        self,
+        kind: str,
+        address: str,
+        where: MessageFilter,
+        spec: dict[str, Any],
+        started_by: str | None,
     ) -> TaskRecord:
-        """Record a bulk task over the messages of ``address`` matching ``where``."""
+        """Record a bulk task over the messages of ``address`` matching ``where``; or
+        :class:`TaskRunningError` while another task works there (one at a time, as SQS
+        allows one move task per queue, so two never take the same messages)."""
+        check_text(started_by, "an operator's name")
         now = self.clock.now()
         with self.store.transaction() as tx:
             entity = self._housekept(tx, address).entity
+            for running in tx.tasks(entity.id, None, 10, running=True):
+                if _alive(running, now):
+                    raise TaskRunningError(entity.name, running.id, running.started_by)
             total = tx.count_matching(entity.id, where)
-            task_id = tx.insert_task(kind, entity.id, spec, total, now)
+            task_id = tx.insert_task(kind, entity.id, spec, total, now, started_by)
             task = tx.task(task_id)
             assert task is not None
             return task
+
+    def tasks(
+        self, address: str | None, before_id: int | None = None, limit: int = 50
+    ) -> list[TaskRecord]:
+        """The tasks, newest first: of ``address``'s entity, or all."""
+        check_count(limit, "limit")
+        if before_id is not None:
+            check_count(before_id, "before", minimum=0)
+        with self.store.transaction() as tx:
+            entity_id = None if address is None else self.resolver.resolve(tx, address).entity.id
+            return tx.tasks(entity_id, before_id, limit)
 
     def task(self, task_id: int) -> TaskRecord:
         check_count(task_id, "a task id", minimum=0)
@@ -64,15 +91,19 @@ class Tasks(EngineBase):
                 raise TaskNotFoundError(task_id)
             return task
 
-    def finish_task(self, task_id: int, status: str, error: str | None = None) -> TaskRecord:
-        """Mark a running task completed, cancelled or failed (a finished one stays as it is)."""
+    def finish_task(
+        self, task_id: int, status: str, error: str | None = None, by: str | None = None
+    ) -> TaskRecord:
+        """Mark a running task completed, cancelled (``by`` whom) or failed (a finished one
+        stays as it is)."""
         check_count(task_id, "a task id", minimum=0)
+        check_text(by, "an operator's name")
         with self.store.transaction() as tx:
             task = tx.task(task_id)
             if task is None:
                 raise TaskNotFoundError(task_id)
             if task.status == "running":
-                tx.update_task(task_id, task.done, status, error, self.clock.now())
+                tx.update_task(task_id, task.done, status, error, self.clock.now(), by)
             return tx.task(task_id)  # type: ignore[return-value]
 
     def task_step(
@@ -117,3 +148,15 @@ class Tasks(EngineBase):
         target = self.resolver.resolve(tx, address)
         self.poisoner.housekeep(tx, target, self.clock.now())
         return target
+
+
+QUIET = 60.0  # seconds a running task may go without progress before it counts as dead
+
+
+def _alive(task: TaskRecord, now: float) -> bool:
+    """Whether a task marked running is still worked on: it records progress every chunk (a
+    resubmit paced to ``rate`` takes at least ``1 / rate`` seconds a chunk); one whose
+    process died stays marked running, and must not hold its queue for ever."""
+    rate = task.spec.get("rate")
+    pause = 1.0 / rate if isinstance(rate, int | float) and rate > 0 else 0.0
+    return now - task.updated_at <= QUIET + 3 * pause

@@ -15,7 +15,6 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from poisonq.client import TaskRecord
 from poisonq.jsonview import group_json, message_json, queue_json, task_json
 from poisonq.names import parse_address
 from poisonq.server.schemas import (
@@ -145,15 +144,22 @@ def pipeline_batches(state: State, consumer: str, queue: str | None = None) -> l
     return [batch.to_json() for batch in state.broker.pipeline_batches(consumer, queue)]
 
 
-def _task_out(state: ServerState, record: TaskRecord) -> TaskOut:
-    cancellation = state.cancellation(record.id)
-    cancelled_by = None if cancellation is None else cancellation.operator
-    return TaskOut(**task_json(record), cancelled_by=cancelled_by)
+@reads.get("/tasks", summary="Resubmit and purge tasks, newest first")
+def tasks(
+    state: State,
+    queue: str | None = None,
+    before: Annotated[int | None, Query(ge=0)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+) -> list[TaskOut]:
+    """Every resubmit and purge, whichever process ran it, newest first: who started and
+    who cancelled it, what it selected and at what rate, how far it got. ``queue`` keeps
+    those on its dead letters; ``before`` (a task id) pages back."""
+    return [TaskOut(**task_json(r)) for r in state.broker.tasks(queue, before=before, limit=limit)]
 
 
 @reads.get("/tasks/{task_id}", summary="A resubmit or purge task's progress")
 def task(state: State, task_id: int) -> TaskOut:
-    return _task_out(state, state.broker.task(task_id))
+    return TaskOut(**task_json(state.broker.task(task_id)))
 
 
 @writes.post("/queues/{queue:path}/messages", summary="Send a batch", status_code=201)
@@ -188,4 +194,4 @@ def purge(state: State, queue: str, filters: PurgeRequest) -> TaskOut:
 @writes.post("/tasks/{task_id}/cancel", summary="Cancel a running task")
 def cancel(state: State, task_id: int) -> TaskOut:
     """The task stops after its current chunk; what was moved stays moved."""
-    return _task_out(state, state.cancel(task_id))
+    return TaskOut(**task_json(state.cancel(task_id)))

@@ -12,8 +12,9 @@ from urllib.parse import parse_qsl, urlencode
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import RedirectResponse, Response
 
+from poisonq.limits import MAX_OPERATOR
 from poisonq.server.pages import error_page, page
-from poisonq.server.sessions import MAX_OPERATOR, SESSION_COOKIE, Session
+from poisonq.server.sessions import SESSION_COOKIE, Session
 from poisonq.server.state import ServerState, server_state
 from poisonq.server.throttle import Throttled
 

@@ -127,18 +127,19 @@ class TaskOut(BaseModel):
     id: int
     kind: str
     entity_id: int
+    entity: str = Field(description="the address it takes messages from")
     status: Literal["running", "completed", "cancelled", "failed"]
-    spec: dict[str, Any]
+    spec: dict[str, Any] = Field(description="what it selects (`where`), its `rate` and `to`")
     total: int
     done: int
     created_at: str
     updated_at: str
     error: str | None
-    cancelled_by: str | None = Field(
-        default=None,
-        description="the operator who cancelled it in this server's web UI (the store records"
-        " no operator: null when cancelled through the API, elsewhere, or not at all)",
+    started_by: str | None = Field(
+        description="the operator's name at the web UI's login, `user@host (cli)` for the"
+        " command line, `a client of the API`, or what a program gave; null: not recorded"
     )
+    cancelled_by: str | None = Field(description="who cancelled it, named as `started_by`")
 
 
 def _epoch(value: datetime) -> float:

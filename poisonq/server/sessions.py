@@ -17,7 +17,6 @@ from poisonq.clock import Clock
 
 SESSION_COOKIE = "poisonq_session"
 SESSION_LIFETIME = 12 * 3600.0  # seconds: a working day, then the token again
-MAX_OPERATOR = 60  # characters of an operator's name
 
 
 @dataclass(frozen=True, slots=True)

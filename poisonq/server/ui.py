@@ -1,5 +1,5 @@
 """The web UI: a queue overview, the dead-letter explorer, message pages, resubmit/purge
-with a confirmation step, the tasks this server started, and the pipelines' timelines.
+with a confirmation step, every task and who started it, and the pipelines' timelines.
 Server-rendered HTML with no JavaScript at all, so the Content-Security-Policy can forbid
 every script.
 
@@ -40,6 +40,7 @@ State = Annotated[ServerState, Depends(server_state)]
 NonNegative = Annotated[int, Query(ge=0)]
 PAGE = 50
 TASK_REFRESH = 2  # seconds between reloads of a running task's progress frame
+TASKS_PER_PAGE = 50
 DEFAULT_WINDOW = "day"  # the explorer's chart, unless the operator picks another
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -231,12 +232,21 @@ def confirm(request: Request, state: State, queue: str, action: str) -> Response
 
 
 @router.get("/tasks", dependencies=[Reader])
-def tasks_page(request: Request, state: State, id: NonNegative | None = None) -> Response:
-    """The resubmits and purges this server started, newest first, and who started (and
-    cancelled) them (the broker lists no tasks: one started elsewhere is opened by its id)."""
+def tasks_page(
+    request: Request,
+    state: State,
+    id: NonNegative | None = None,
+    queue: str = "",
+    before: NonNegative | None = None,
+) -> Response:
+    """Every resubmit and purge, newest first, whichever process ran it: who started and
+    who cancelled each, what it selected, how far it got (of one queue with ``queue``)."""
     if id is not None:
         return RedirectResponse(f"/ui/tasks/{id}", 303)
-    return page(request, "tasks.html", started=state.started(), cancellation=state.cancellation)
+    chosen = state.broker.tasks(queue or None, before=before, limit=TASKS_PER_PAGE + 1)
+    older = chosen[TASKS_PER_PAGE].id + 1 if len(chosen) > TASKS_PER_PAGE else None
+    listed = [(task, parse_address(task.entity).entity) for task in chosen[:TASKS_PER_PAGE]]
+    return page(request, "tasks.html", tasks=listed, queue=queue, older=older)
 
 
 @router.get("/tasks/{task_id}", dependencies=[Reader])
@@ -246,17 +256,7 @@ def task_page(
     """A task's progress; while the task runs (and ``follow`` is on), in a frame that
     reloads itself, so the page with Cancel does not move under the keyboard."""
     record = state.broker.task(task_id)
-    started = state.started_task(task_id)
-    return page(
-        request,
-        "task.html",
-        task=record,
-        queue=queue,
-        started=started,
-        cancellation=state.cancellation(task_id),
-        follow=follow,
-        refresh=TASK_REFRESH,
-    )
+    return page(request, "task.html", task=record, queue=queue, follow=follow, refresh=TASK_REFRESH)
 
 
 @router.get("/tasks/{task_id}/progress", dependencies=[Reader])

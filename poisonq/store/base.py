@@ -200,11 +200,13 @@ class SessionRecord:
 
 @dataclass(frozen=True, slots=True)
 class TaskRecord:
-    """A tracked bulk operation (a resubmit) with its progress."""
+    """A tracked bulk operation (a resubmit or a purge) with its progress, and who started
+    and cancelled it (None: not said, or before the store kept it)."""
 
     id: int
     kind: str
     entity_id: int
+    entity: str  # the name of the entity it takes messages from
     status: str
     spec: dict[str, Any]
     total: int
@@ -212,6 +214,8 @@ class TaskRecord:
     created_at: float
     updated_at: float
     error: str | None
+    started_by: str | None
+    cancelled_by: str | None
 
 
 class Transaction(ABC):
@@ -626,15 +630,34 @@ class Transaction(ABC):
 
     @abstractmethod
     def insert_task(
-        self, kind: str, entity_id: int, spec: dict[str, Any], total: int, now: float
+        self,
+        kind: str,
+        entity_id: int,
+        spec: dict[str, Any],
+        total: int,
+        now: float,
+        started_by: str | None,
     ) -> int: ...
 
     @abstractmethod
     def task(self, task_id: int) -> TaskRecord | None: ...
 
     @abstractmethod
+    def tasks(
+        self, entity_id: int | None, before_id: int | None, limit: int, running: bool = False
+    ) -> list[TaskRecord]:
+        """Tasks newest first (of one entity, or all), with an id below ``before_id`` if
+        given; with ``running`` only those still marked running."""
+
+    @abstractmethod
     def update_task(
-        self, task_id: int, done: int, status: str, error: str | None, now: float
+        self,
+        task_id: int,
+        done: int,
+        status: str,
+        error: str | None,
+        now: float,
+        cancelled_by: str | None = None,
     ) -> None: ...
 
     # Pipeline timelines ------------------------------------------------------------------
