@@ -76,3 +76,17 @@ class PipelineSummary:
     consumer: str
     batches: int
     last: PipelineBatch
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "consumer": self.consumer,
+            "batches": self.batches,
+            "last": self.last.to_json(),
+        }
+
+
+def per_second(rate: float) -> str:
+    """A rate as tables show it: whole numbers from 10 up, two figures below (a batch of 4
+    messages in 8.7 s is 0.46/s, not 0)."""
+    return f"{rate:,.0f}" if rate >= 10 else f"{rate:.2g}"

@@ -10,7 +10,7 @@ bug, so it is printed as one red ``error:`` line with exit code 2 instead of a t
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 from click.exceptions import NoArgsIsHelpError
@@ -25,7 +25,7 @@ from poisonq.cli.pipeline import pipeline
 from poisonq.cli.queues import queue
 from poisonq.cli.serve import serve
 from poisonq.cli.tasks import task
-from poisonq.cli.timeline import pipeline_forget, pipeline_show
+from poisonq.cli.timeline import pipeline_forget, pipeline_list, pipeline_show
 from poisonq.cli.topics import topic
 from poisonq.client import DEFAULT_URL
 from poisonq.errors import PoisonqError, StoreNotFoundError
@@ -33,7 +33,15 @@ from poisonq.errors import PoisonqError, StoreNotFoundError
 
 class _Cli(click.Group):
     """The root group: turns a :class:`PoisonqError` from any command, and a usage error of
-    any command's arguments, into one red line."""
+    its own options or of any command's arguments, into one red line."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            if isinstance(exc, NoArgsIsHelpError):
+                raise
+            _fail(ctx, _usage_line(exc))
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -45,12 +53,19 @@ class _Cli(click.Group):
         except click.UsageError as exc:
             if isinstance(exc, NoArgsIsHelpError):
                 raise  # a group called alone: its help, as click shows it
-            line = exc.format_message()
-            if exc.ctx is not None:
-                line += f" (see: {exc.ctx.command_path} --help)"
-        line = " ".join(line.split())
-        Console(stderr=True).print(Text(f"error: {line}", style="red"), soft_wrap=True)
-        ctx.exit(2)
+            line = _usage_line(exc)
+        _fail(ctx, line)
+
+
+def _usage_line(exc: click.UsageError) -> str:
+    line = exc.format_message()
+    return line + (f" (see: {exc.ctx.command_path} --help)" if exc.ctx is not None else "")
+
+
+def _fail(ctx: click.Context, line: str) -> NoReturn:
+    line = " ".join(line.split())
+    Console(stderr=True).print(Text(f"error: {line}", style="red"), soft_wrap=True)
+    ctx.exit(2)
 
 
 @click.group(cls=_Cli)
@@ -98,6 +113,7 @@ def cli(ctx: click.Context, url: str, retry_total: int) -> None:
 
 for _command in (queue, topic, send, receive, peek, dlq, task, audit, serve, pipeline, demo):
     cli.add_command(_command)
+pipeline.add_command(pipeline_list)
 pipeline.add_command(pipeline_show)
 pipeline.add_command(pipeline_forget)
 

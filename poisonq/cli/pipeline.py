@@ -35,7 +35,7 @@ from poisonq.cli.output import emit, json_option, progress, table
 from poisonq.defects import DEFAULT_MAX_FAILURE_RATIO
 from poisonq.errors import InvalidOptionError, PoisonqError
 from poisonq.failures import first_line
-from poisonq.timeline import DEFAULT_KEEP
+from poisonq.timeline import DEFAULT_KEEP, per_second
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -255,7 +255,7 @@ def _report_table(title: str, report: PipelineReport) -> Table:
         *((f"  {reason or '(none)'}", n) for reason, n in report.dead_lettered.most_common()),
         ("isolation jobs", report.isolation_jobs),
         ("elapsed (s)", f"{report.elapsed:.1f}"),
-        ("msgs/s", f"{report.messages_per_second:,.0f}"),
+        ("msgs/s", per_second(report.messages_per_second)),
     ]
     return table(title, ["measure", "value"], rows)
 
@@ -264,7 +264,7 @@ def _summary(report: PipelineReport) -> str:
     return (
         f"{report.batches} batch(es) · {report.leased} leased · {report.completed} completed · "
         f"{report.retried} retried · {report.dead_lettered.total()} dead-lettered · "
-        f"{report.messages_per_second:,.0f} msgs/s"
+        f"{per_second(report.messages_per_second)} msgs/s"
     )
 
 

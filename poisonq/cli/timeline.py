@@ -1,5 +1,5 @@
-"""``poisonq pipeline show`` and ``forget``: a pipeline consumer's timeline, one row and one bar
-per batch; and forgetting a retired consumer.
+"""``poisonq pipeline list``, ``show`` and ``forget``: the consumers with a timeline, a
+consumer's timeline (one row and one bar per batch), and forgetting a retired consumer.
 
 A bar's length is the batch's time against the longest batch shown, so a slow batch stands
 out; it is cut by what became of the batch's messages (completed, retried, dead-lettered), so
@@ -15,8 +15,8 @@ from rich.table import Table
 from rich.text import Text
 
 from poisonq.cli.app import App
-from poisonq.cli.output import emit, json_option, short_time
-from poisonq.timeline import PipelineBatch
+from poisonq.cli.output import emit, json_option, short_time, table
+from poisonq.timeline import PipelineBatch, per_second
 
 MAX_BAR = 30  # cells of the longest batch's bar on a wide terminal
 MIN_BAR = 6
@@ -81,7 +81,7 @@ def timeline_view(consumer: str, batches: list[PipelineBatch], width: int) -> Re
             for cell in (
                 b.lease, short_time(b.started_at), f"{b.seconds:.2f}", b.size, b.completed,
                 b.retried, b.dead_lettered_total, _reasons(b), b.isolation_jobs,
-                f"{b.messages_per_second:,.0f}",
+                per_second(b.messages_per_second),
             )
         ] + [batch_bar(b, longest, bars)]
         for b in batches
@@ -103,6 +103,37 @@ def timeline_view(consumer: str, batches: list[PipelineBatch], width: int) -> Re
     for name, style, char in OUTCOMES:
         legend.append(f"{char * 2} {name}  ", style=style)
     return Group(shown, legend)
+
+
+@click.command("list")
+@json_option
+@click.pass_obj
+def pipeline_list(app: App, as_json: bool) -> None:
+    """List the pipeline consumers with a timeline: each one's queue, how many batches the
+    store keeps of it, and its last batch (when, how long, how many messages, how many
+    dead-lettered). Their names are what pipeline show takes."""
+    summaries = app.broker.pipelines()
+    rows = [
+        [
+            p.consumer,
+            p.queue,
+            p.batches,
+            p.last.lease,
+            short_time(p.last.started_at),
+            f"{p.last.seconds:.2f}",
+            p.last.size,
+            p.last.dead_lettered_total,
+            per_second(p.last.messages_per_second),
+        ]
+        for p in summaries
+    ]
+    columns = ["consumer", "queue", "batches", "last lease", "started", "secs", "size", "dead"]
+    emit(
+        app,
+        as_json,
+        [p.to_json() for p in summaries],
+        lambda: table("pipelines", [*columns, "msg/s"], rows),
+    )  # fmt: skip
 
 
 @click.command("show")

@@ -130,10 +130,7 @@ def dead_letters(
 def pipelines(state: State) -> list[dict[str, Any]]:
     """Every pipeline consumer with recorded batches: its queue, how many batches the store
     keeps of it, and its last batch."""
-    return [
-        {"queue": p.queue, "consumer": p.consumer, "batches": p.batches, "last": p.last.to_json()}
-        for p in state.broker.pipelines()
-    ]
+    return [summary.to_json() for summary in state.broker.pipelines()]
 
 
 @reads.get("/pipelines/{consumer:path}/batches", summary="A pipeline consumer's timeline")

@@ -19,6 +19,7 @@ from jinja2 import Environment, PackageLoader
 from poisonq.model import ReceivedMessage
 from poisonq.server.charts import HEIGHT, SPARK_HEIGHT, SPARK_WIDTH, WIDTH
 from poisonq.server.state import server_state
+from poisonq.timeline import per_second
 
 
 def _utc(value: datetime | float) -> datetime:
@@ -99,6 +100,7 @@ _templates.filters["preview"] = _preview
 _templates.filters["ago"] = ago
 _templates.filters["size"] = size
 _templates.filters["short_type"] = _short_type
+_templates.filters["per_second"] = per_second
 _templates.globals.update(
     width=WIDTH, height=HEIGHT, spark_width=SPARK_WIDTH, spark_height=SPARK_HEIGHT
 )

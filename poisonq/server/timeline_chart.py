@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from poisonq.timeline import PipelineBatch
+from poisonq.timeline import PipelineBatch, per_second
 
 WIDTH, HEIGHT = 800, 240
 LEFT, RIGHT, TOP, BOTTOM = 56, 8, 12, 28  # margins: the y axis' labels, the x axis' labels
@@ -62,7 +62,7 @@ def describe(batch: PipelineBatch) -> str:
     reasons = ", ".join(f"{r or '(none)'} {n}" for r, n in sorted(batch.dead_lettered.items()))
     return (
         f"lease {batch.lease}: {batch.seconds:.2f} s, {batch.size} messages"
-        f" ({batch.messages_per_second:,.0f}/s): {batch.completed} completed,"
+        f" ({per_second(batch.messages_per_second)}/s): {batch.completed} completed,"
         f" {batch.retried} retried, {batch.dead_lettered_total} dead-lettered"
         + (f" ({reasons})" if reasons else "")
         + (f", {batch.isolation_jobs} isolation jobs" if batch.isolation_jobs else "")

@@ -38,6 +38,7 @@ from poisonq.demo import (
 from poisonq.model import LIVE_STATES, DeadLetterReason
 from poisonq.spark.pipeline import Pipeline, PipelineReport
 from poisonq.spark.session import local_session
+from poisonq.timeline import per_second
 
 MAX_DELIVERY_COUNT = 3
 POISONED = DeadLetterReason.MAX_DELIVERY_COUNT_EXCEEDED.value
@@ -126,7 +127,7 @@ def summary(title: str, orders: list[Order], report: PipelineReport) -> Table:
     ):
         table.add_row(what, f"{value:,}")
     table.add_row("processing time", f"{report.elapsed:.1f} s")
-    table.add_row("messages / s", f"{report.messages_per_second:,.0f}")
+    table.add_row("messages / s", per_second(report.messages_per_second))
     return table
 
 

@@ -59,6 +59,9 @@ def test_a_usage_error_is_one_error_line_naming_the_help(url: str) -> None:
     assert_one_error_line(run(url, "send", code=2), "Missing argument 'ADDRESS'")
     assert_one_error_line(run(url, "queue", "bogus", code=2), "No such command 'bogus'")
     assert run(url, "queue", code=2).stderr.startswith("Usage: ")  # a group alone: its help
+    # The root's own options too (were click's three lines):
+    assert_one_error_line(run(url, "--retry-total", "-1", "audit", code=2), "--retry-total")
+    assert_one_error_line(run(url, "--nope", "audit", code=2), "No such option '--nope'")
 
 
 def test_the_url_comes_from_the_environment(tmp_path: Path) -> None:

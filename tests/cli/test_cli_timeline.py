@@ -1,5 +1,6 @@
-"""``poisonq pipeline show`` on both stores: a consumer's timeline as a table with a bar per
-batch, or JSON; an unknown consumer is one red line with the nearest names."""
+"""``poisonq pipeline list`` and ``show`` on both stores: the consumers, a consumer's timeline
+as a table with a bar per batch, or JSON; an unknown consumer is one red line with the
+nearest names."""
 
 from __future__ import annotations
 
@@ -58,6 +59,14 @@ def test_show_json(url: str, timeline: str) -> None:
     assert [b["lease"] for b in newest] == [2, 3]
 
 
+def test_list_names_each_consumer_with_its_last_batch(url: str, api: Broker, timeline: str) -> None:
+    """Before, the consumer's name had to be remembered (the default is ``pipeline``)."""
+    assert run_json(url, "pipeline", "list") == [p.to_json() for p in api.pipelines()]
+    (row,) = [line.split() for line in run(url, "pipeline", "list").stdout.splitlines()
+              if line.strip().startswith("nightly")]  # fmt: skip
+    assert row[:4] == ["nightly", "orders", "3", "3"] and row[-3:] == ["12", "0", "4"]  # 12 in 3 s
+
+
 def test_show_an_unknown_consumer_or_queue(url: str, timeline: str) -> None:
     unknown = run(url, "pipeline", "show", "nightlly", code=2)
     assert_one_error_line(unknown, "no pipeline batches recorded", "did you mean 'nightly'?")
@@ -96,7 +105,7 @@ def test_show_fits_a_terminal_of_80_or_100_columns(
     rows = [line.split() for line in lines if line.strip()[:1].isdigit()]
     assert [row[0] for row in rows] == ["1", "2", "3", "4"]  # one line each
     assert rows[3][2:7] == ["4.01", "3", "0", "0", "3"]  # secs, size, done, retry, dead whole
-    assert rows[3][-3:-1] == ["12", "1"]  # jobs and msg/s whole, then the bar
+    assert rows[3][-3:-1] == ["12", "0.75"]  # jobs, msg/s to two figures (was "1"), the bar
     assert "…" in " ".join(rows[3])  # three reasons do not fit: cut
     assert len(rows[3][-1]) == width // 10  # the longest batch's bar
 
