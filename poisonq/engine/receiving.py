@@ -67,15 +67,20 @@ class Receiving(Settling):
         with self.store.transaction() as tx:
             target = self.resolver.resolve(tx, address)
             entity = target.entity
+            missing = self._not_deferred(tx, target, seqs)
+            if missing:  # a number that names no deferred message: nothing changes
+                raise MessageNotFoundError(entity.name, missing[0])
             self.poisoner.housekeep(tx, target, now)
-            deferred = tx.messages(entity.id, entity.name, seqs)
-            missing = sorted(
-                set(seqs)
-                - {m.sequence_number for m in deferred if m.state is MessageState.DEFERRED}
-            )
-            if not missing:  # else raised once the housekeeping is committed
+            missing = self._not_deferred(tx, target, seqs)
+            if not missing:  # else expired: raised once the housekeeping is committed
                 return self._lock_deferred(tx, target, seqs, lock_duration, now)
         raise MessageNotFoundError(entity.name, missing[0])
+
+    @staticmethod
+    def _not_deferred(tx: Transaction, target: Target, seqs: list[int]) -> list[int]:
+        held = tx.messages(target.entity.id, target.entity.name, seqs)
+        deferred = {m.sequence_number for m in held if m.state is MessageState.DEFERRED}
+        return sorted(set(seqs) - deferred)
 
     def _lock_deferred(
         self,
