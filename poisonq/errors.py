@@ -167,6 +167,15 @@ class TaskNotFoundError(PoisonqError, LookupError):
         self.task_id = task_id
 
 
+class NothingSelectedError(PoisonqError, LookupError):
+    """A resubmit or purge whose filters select no dead letter: nothing is started, and the
+    message says what there is instead, so that the next try can be right."""
+
+    def __init__(self, queue: str, there: str) -> None:
+        super().__init__(f"no dead letter of {queue!r} matches: {there}")
+        self.queue = queue
+
+
 class PipelineNotFoundError(PoisonqError, LookupError):
     """No pipeline batch is recorded for this consumer (on this queue); ``close`` holds the
     consumers with a timeline whose names are nearest, best first."""

@@ -4,12 +4,20 @@ engine's back, and messages to fill a queue with (fixtures stay in ``conftest.py
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+import poisonq
 from poisonq import Broker, Message
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
 STORES = ["sqlite", "postgresql"]
 
@@ -55,6 +63,50 @@ def fill(broker: Broker, queue: str, count: int, *, chunk: int = 1000, **fields:
             ]
         )
     return seqs
+
+
+def fill_orders(broker: Broker, count: int) -> list[int]:
+    """``count`` orders (subject ``order``, property ``kind``) in the ``orders`` queue, as the
+    Spark source's tests read them."""
+    return fill(broker, "orders", count, subject="order", properties={"kind": "test"})
+
+
+def dead_letters_by_id(broker: Broker, queue: str = "orders") -> dict[str, poisonq.ReceivedMessage]:
+    return {m.message_id: m for m in broker.peek(f"{queue}/$deadletterqueue", max_messages=1000)}
+
+
+def start_stream(
+    spark: SparkSession,
+    url: str,
+    checkpoint: Path,
+    handle: Callable[[Any, int], None],
+    consumer: str,
+    **options: str,
+) -> StreamingQuery:
+    """A streaming query of the ``orders`` queue through the source, each micro-batch given
+    to ``handle`` (``foreachBatch``), as soon as the one before is done."""
+    reader = (
+        spark.readStream.format("poisonq")
+        .option("url", url)
+        .option("queue", "orders")
+        .option("consumer", consumer)
+    )
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return (
+        reader.load()
+        .writeStream.foreachBatch(handle)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+
+
+def script_versions(kind: str) -> list[int]:
+    """The versions of the store's migration scripts (numbers may skip: see
+    :func:`~poisonq.store.base.pending_migrations`)."""
+    folder = resources.files("poisonq.store") / "migrations" / kind
+    return sorted(int(p.name.split("_")[0]) for p in folder.iterdir() if p.name.endswith(".sql"))
 
 
 def execute_behind_the_back(url: str, sql: str) -> list[tuple[object, ...]]:

@@ -23,7 +23,7 @@ import poisonq
 from poisonq import Broker, Message
 from poisonq.spark.lease_renewer import LeaseRenewer
 from poisonq.spark.pipeline import Pipeline, PipelineStoppedError
-from tests.helpers import assert_balanced, on_both_stores, spark_store_url
+from tests.helpers import assert_balanced, dead_letters_by_id, on_both_stores, spark_store_url
 
 # Executors cannot import this test module: ship its functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -74,10 +74,6 @@ def output(spark: SparkSession, path: Path) -> Counter[int]:
     return Counter(row.n for row in spark.read.parquet(str(path)).select("n").collect())
 
 
-def dead(broker: Broker) -> dict[str, poisonq.ReceivedMessage]:
-    return {m.message_id: m for m in broker.peek("orders/$deadletterqueue", max_messages=1000)}
-
-
 @on_both_stores
 def test_each_outcome_is_settled_by_what_the_transform_did(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
@@ -91,7 +87,7 @@ def test_each_outcome_is_settled_by_what_the_transform_did(
     report = pipeline.run()
 
     assert output(spark, tmp_path / "out") == Counter(set(range(40)) - {3, 8, 13, 21, 34})
-    letters = dead(live)
+    letters = dead_letters_by_id(live)
     assert sorted(letters) == ["o13", "o3", "o34", "o8"]
     invalid = live.message("orders/$deadletterqueue", letters["o3"].sequence_number)
     assert (invalid.dead_letter_reason, invalid.delivery_count) == ("InvalidCustomer", 1)
@@ -208,7 +204,7 @@ def test_a_bug_in_small_batches_that_retries_its_failures_says_they_come_again(
     with pytest.raises(PipelineStoppedError, match="back in the queue") as stopped:
         pipeline.run()
     assert "resubmit" not in str(stopped.value)
-    assert not dead(live)
+    assert not dead_letters_by_id(live)
     assert_balanced(live)
 
 
@@ -268,7 +264,7 @@ def test_a_batch_that_fails_as_a_whole_is_bisected_to_the_guilty_messages(
     assert (batch.isolation_jobs, batch.completed) == (report.isolation_jobs, n - len(guilty))
     assert batch.dead_lettered == {"MaxDeliveryCountExceeded": len(guilty)}
     assert output(spark, tmp_path / "out") == Counter(set(range(n)) - guilty)
-    letters = dead(live)
+    letters = dead_letters_by_id(live)
     assert sorted(letters) == ["o11", "o4"]
     failure = live.message("orders/$deadletterqueue", letters["o4"].sequence_number).failures[-1]
     assert failure.error_type == "BatchJobFailed"
@@ -367,7 +363,7 @@ def test_a_returned_row_that_does_not_fit_is_dead_lettered_never_completed_silen
     ).run()  # fmt: skip
     assert output(spark, tmp_path / "out") == Counter(set(range(30)) - {3, 4, 5, 6, 7})
     assert report.dead_lettered == Counter({"OutputSchemaMismatch": 5})
-    letters = dead(live)
+    letters = dead_letters_by_id(live)
     assert sorted(letters) == ["o3", "o4", "o5", "o6", "o7"]
     missing = live.message("orders/$deadletterqueue", letters["o4"].sequence_number)
     assert "missing field(s) customer" in (missing.dead_letter_error_description or "")

@@ -19,7 +19,7 @@ import poisonq
 from poisonq import Broker, Message
 from poisonq.errors import InvalidOptionError
 from poisonq.spark import Pipeline, PipelineStoppedError, udf
-from tests.helpers import assert_balanced, on_both_stores, spark_store_url
+from tests.helpers import assert_balanced, dead_letters_by_id, on_both_stores, spark_store_url
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -94,10 +94,6 @@ def written(spark: SparkSession, path: Path) -> Counter[tuple[int, int]]:
     return Counter((row.n, row.part) for row in rows)
 
 
-def dead(broker: Broker) -> dict[str, poisonq.ReceivedMessage]:
-    return {m.message_id: m for m in broker.peek("orders/$deadletterqueue", max_messages=1000)}
-
-
 @on_both_stores
 def test_each_failure_of_a_dataframe_transform_fails_only_its_message(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
@@ -122,7 +118,7 @@ def test_each_failure_of_a_dataframe_transform_fails_only_its_message(
     out = written(spark, tmp_path / "out")
     good = set(range(40)) - {2, 3, 5, 13, 21, 30}
     assert out == Counter({(n, 1): 1 for n in good} | {(34, 2): 1})
-    found = dead(live)
+    found = dead_letters_by_id(live)
     assert {k: m.dead_letter_reason for k, m in found.items()} == {
         "o2": "ExpectationFailed",
         "o3": "ExpectationFailed",
@@ -169,7 +165,7 @@ def test_a_message_with_one_failing_row_writes_none_even_from_other_partitions(
 
     out = written(spark, tmp_path / "out")
     assert out == Counter({(n, part): 1 for n in range(30) if n != 7 for part in range(1, 5)})
-    assert dead(live)["o7"].dead_letter_reason == "ExpectationFailed"
+    assert dead_letters_by_id(live)["o7"].dead_letter_reason == "ExpectationFailed"
     assert_balanced(live)
 
 
@@ -188,7 +184,7 @@ def test_an_expectation_every_row_fails_is_a_defect_not_poison(
     assert (report.released, report.retried, report.completed) == (20, 0, 0)
     assert live.counts("orders")["active"] == 40
     assert {m.delivery_count for m in live.peek("orders", max_messages=100)} == {0}
-    assert not dead(live)
+    assert not dead_letters_by_id(live)
 
 
 def test_a_poisonq_udf_that_fails_every_row_is_a_defect(
@@ -212,7 +208,7 @@ def test_a_poisonq_udf_that_fails_every_row_is_a_defect(
         pipeline.run()
     assert "n.decode()" in stopped.value.traceback
     assert live.counts("orders")["active"] == 40
-    assert not dead(live)
+    assert not dead_letters_by_id(live)
 
 
 def side_table_udf(frame: DataFrame) -> DataFrame:
@@ -291,7 +287,7 @@ def test_a_worker_crash_in_a_plain_udf_is_isolated_to_its_message(
         spark, url=url, queue="orders", transform=transform, output=str(tmp_path / "out")
     ).run()
     assert written(spark, tmp_path / "out") == Counter({(n, 1): 1 for n in range(12) if n != 7})
-    crashed = dead(live)["o7"]
+    crashed = dead_letters_by_id(live)["o7"]
     assert crashed.dead_letter_reason == "MaxDeliveryCountExceeded"
     assert live.message("orders/$deadletterqueue", crashed.sequence_number).failures
     assert report.dead_lettered == Counter({"MaxDeliveryCountExceeded": 1})
@@ -312,7 +308,7 @@ def test_small_batches_that_all_fail_the_same_way_stop_across_batches(
     with pytest.raises(PipelineStoppedError, match="over the last batches") as stopped:
         pipeline.run()
     assert "--fingerprint expectation:typo" in str(stopped.value)
-    dead_count = len(dead(live))
+    dead_count = len(dead_letters_by_id(live))
     assert 10 <= dead_count <= 15
     assert live.counts("orders")["active"] == 40 - dead_count
     assert {m.delivery_count for m in live.peek("orders", max_messages=100)} == {0}

@@ -16,7 +16,7 @@ import poisonq
 from poisonq.errors import SchemaVersionError
 from poisonq.model import EntityStatus, MessageState, SubQueue
 from poisonq.store.sqlite import SqliteStore
-from tests.helpers import execute_behind_the_back
+from tests.helpers import execute_behind_the_back, script_versions
 
 
 def _check_values(db: sqlite3.Connection, table: str, column: str) -> set[str]:
@@ -24,13 +24,6 @@ def _check_values(db: sqlite3.Connection, table: str, column: str) -> set[str]:
     match = re.search(rf"{column}\s[^,]*?CHECK \({column} IN \(([^)]*)\)\)", ddl, re.S)
     assert match, f"no CHECK on {table}.{column}"
     return set(re.findall(r"'([^']+)'", match.group(1)))
-
-
-def script_versions(kind: str) -> list[int]:
-    """The versions of the store's migration scripts (numbers may skip: see
-    :func:`~poisonq.store.base.pending_migrations`)."""
-    folder = resources.files("poisonq.store") / "migrations" / kind
-    return sorted(int(p.name.split("_")[0]) for p in folder.iterdir() if p.name.endswith(".sql"))
 
 
 def test_check_constraints_match_the_enums(tmp_path: Path) -> None:

@@ -23,8 +23,13 @@ from poisonq import Broker
 from poisonq.errors import InvalidOptionError
 from poisonq.model import Abandon
 from poisonq.spark import dead_letter, foreach_batch
-from tests.helpers import assert_balanced, on_both_stores, spark_store_url
-from tests.test_spark_source import fill, start
+from tests.helpers import (
+    assert_balanced,
+    fill_orders,
+    on_both_stores,
+    spark_store_url,
+    start_stream,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -63,7 +68,7 @@ def writing(written: list[int], bad: int, error: BaseException) -> Callable[[Dat
 def run(
     spark: SparkSession, url: str, checkpoint: Path, handle: Callable[[Any, int], None]
 ) -> None:
-    query = start(spark, url, checkpoint, handle, "fb")
+    query = start_stream(spark, url, checkpoint, handle, "fb")
     try:
         query.processAllAvailable()
     finally:
@@ -74,7 +79,7 @@ def run(
 def test_a_raising_row_is_isolated_within_its_batch_and_the_query_goes_on(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
-    sent = fill(live, 8)
+    sent = fill_orders(live, 8)
     poison = sent[3]
     written: list[int] = []
 
@@ -98,7 +103,7 @@ def test_a_raising_row_is_isolated_within_its_batch_and_the_query_goes_on(
 def test_a_permanent_error_dead_letters_its_message_at_once(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
-    sent = fill(live, 4)
+    sent = fill_orders(live, 4)
     bad = sent[1]
     written: list[int] = []
     handle = writing(written, bad, poisonq.PermanentError(f"order {bad} can never be written"))
@@ -117,7 +122,7 @@ def test_a_permanent_error_dead_letters_its_message_at_once(
 def test_rows_failing_an_expectation_are_dead_lettered_and_kept_from_the_handler(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
-    sent = fill(live, 4)
+    sent = fill_orders(live, 4)
     [long] = live.sender("orders").send(poisonq.Message(body=b"far too long"))
     written: list[int] = []
 
@@ -136,7 +141,7 @@ def test_rows_failing_an_expectation_are_dead_lettered_and_kept_from_the_handler
 def test_the_handler_dead_letters_the_rows_it_rejects(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
-    sent = fill(live, 6)
+    sent = fill_orders(live, 6)
     written: list[int] = []
     rejected: list[int] = []
 
@@ -167,7 +172,7 @@ def test_a_dataframe_not_from_the_source_is_refused(spark: SparkSession) -> None
 def test_a_defect_stops_the_query_with_the_lease_released_and_a_restart_writes_once(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
-    sent = fill(live, 6)
+    sent = fill_orders(live, 6)
     checkpoint = tmp_path / "ck"
 
     def broken(df: DataFrame, batch_id: int) -> None:
@@ -196,7 +201,7 @@ def test_trigger_available_now_reads_everything_once_and_completes_every_batch(
     """availableNow runs batches until what the queue held at the start is read (messages
     given back to retry included), and each batch is completed when its handler is done:
     Spark never plans a batch after the last one, which would complete it."""
-    sent = fill(live, 25)
+    sent = fill_orders(live, 25)
     poison = sent[12]
     written: list[int] = []
     handle = writing(written, poison, RuntimeError(f"cannot write message {poison}"))
@@ -265,7 +270,7 @@ def test_a_batch_replayed_after_a_kill_between_its_write_and_its_completion_over
     a lease whose lock ran out while the query was down came back empty and its messages
     in a later batch (another directory: written twice), and a lease holding a message
     delivered before was narrowed to that message (another first sequence number)."""
-    sent = fill(live, 12)
+    sent = fill_orders(live, 12)
     if redelivered is not None:  # delivered once before, as after an earlier kill
         before = live.acquire_lease("orders", "before", 1, redelivered + 1)
         assert before is not None
@@ -280,7 +285,7 @@ def test_a_batch_replayed_after_a_kill_between_its_write_and_its_completion_over
 
     monkeypatch.setattr(Broker, "complete_lease", killed)
     options = {"maxMessagesPerBatch": "5", "lockDuration": "5"}
-    query = start(spark, url, checkpoint, foreach_batch(write), "kill", **options)
+    query = start_stream(spark, url, checkpoint, foreach_batch(write), "kill", **options)
     try:
         with pytest.raises(Exception, match="killed before lease 1"):
             query.processAllAvailable()
@@ -291,7 +296,7 @@ def test_a_batch_replayed_after_a_kill_between_its_write_and_its_completion_over
     if lock_runs_out:
         time.sleep(5.5)  # the restart comes after the lease's lock ran out
 
-    query = start(spark, url, checkpoint, foreach_batch(write), "kill", **options)
+    query = start_stream(spark, url, checkpoint, foreach_batch(write), "kill", **options)
     try:
         query.processAllAvailable()
     finally:

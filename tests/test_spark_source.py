@@ -24,7 +24,13 @@ from poisonq.failures import failure_from_exception
 from poisonq.spark import source
 from poisonq.spark.source import SourceOptions, StreamReader
 from tests import helpers
-from tests.helpers import assert_balanced, on_both_stores, spark_store_url
+from tests.helpers import (
+    assert_balanced,
+    fill_orders,
+    on_both_stores,
+    spark_store_url,
+    start_stream,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row, SparkSession
@@ -40,11 +46,6 @@ def live(url: str) -> Iterator[Broker]:
     with poisonq.connect(url) as opened:
         opened.create_queue("orders", max_delivery_count=5, lock_duration=30)
         yield opened
-
-
-def fill(broker: Broker, count: int) -> list[int]:
-    """``count`` orders (subject ``order``, property ``kind``) in the ``orders`` queue."""
-    return helpers.fill(broker, "orders", count, subject="order", properties={"kind": "test"})
 
 
 def read(spark: SparkSession, url: str, **options: str) -> DataFrame:
@@ -65,7 +66,7 @@ def seqs_of(rows: list[Row]) -> list[int]:
 def test_a_batch_read_peeks_every_message_with_its_columns(
     spark: SparkSession, live: Broker, url: str
 ) -> None:
-    seqs = fill(live, 7)
+    seqs = fill_orders(live, 7)
     rows = sorted(read(spark, url, queue="orders").collect(), key=lambda r: r.sequence_number)
     assert [r.sequence_number for r in rows] == seqs
     assert [r.message_id for r in rows] == [f"m{n}" for n in range(7)]
@@ -84,7 +85,7 @@ def test_a_batch_read_peeks_every_message_with_its_columns(
 def test_a_batch_read_splits_into_partitions_and_ranges(
     spark: SparkSession, live: Broker, url: str
 ) -> None:
-    seqs = fill(live, 7)
+    seqs = fill_orders(live, 7)
     df = read(spark, url, queue="orders", numPartitions="3")
     assert df.rdd.getNumPartitions() == 3
     placed = df.select("sequence_number", spark_partition_id().alias("part")).collect()
@@ -100,14 +101,14 @@ def test_a_batch_read_of_nothing_is_empty(
     spark: SparkSession, live: Broker, url: str, where: dict[str, str]
 ) -> None:
     if where:
-        fill(live, 3)
+        fill_orders(live, 3)
     assert read(spark, url, queue="orders", **where).count() == 0
 
 
 def test_a_batch_read_with_the_lease_option_reads_what_the_lease_holds(
     spark: SparkSession, live: Broker, url: str
 ) -> None:
-    seqs = fill(live, 5)
+    seqs = fill_orders(live, 5)
     lease = live.acquire_lease("orders", "c1", 1, max_messages=3)
     assert lease is not None
     rows = read(spark, url, queue="orders", consumer="c1", lease="1").collect()
@@ -142,7 +143,7 @@ def dead_letter_some(broker: Broker) -> None:
 def test_a_batch_read_of_the_dead_letter_queue_shows_why(
     spark: SparkSession, live: Broker, url: str
 ) -> None:
-    fill(live, 5)
+    fill_orders(live, 5)
     dead_letter_some(live)
     assert live.counts("orders")["dead_lettered"] == 4
     df = read(spark, url, queue="orders", subqueue="deadletter")
@@ -206,13 +207,13 @@ def test_a_read_without_a_queue_option_says_so(spark: SparkSession, live: Broker
 def test_bad_integer_options_name_the_option(
     spark: SparkSession, live: Broker, url: str, option: str, value: str, match: str
 ) -> None:
-    fill(live, 1)
+    fill_orders(live, 1)
     with pytest.raises(Exception, match=match):
         read(spark, url, queue="orders", **{option: value}).collect()
 
 
 def test_a_bad_lock_duration_names_the_option(spark: SparkSession, live: Broker, url: str) -> None:
-    fill(live, 1)
+    fill_orders(live, 1)
     with pytest.raises(Exception, match="lockDuration"):
         read(spark, url, queue="orders", lockDuration="abc").collect()
 
@@ -258,31 +259,6 @@ def recorder(
     return handle
 
 
-def start(
-    spark: SparkSession,
-    url: str,
-    checkpoint: Path,
-    handle: Callable[[Any, int], None],
-    consumer: str,
-    **options: str,
-) -> StreamingQuery:
-    reader = (
-        spark.readStream.format("poisonq")
-        .option("url", url)
-        .option("queue", "orders")
-        .option("consumer", consumer)
-    )
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return (
-        reader.load()
-        .writeStream.foreachBatch(handle)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(processingTime="0 seconds")
-        .start()
-    )
-
-
 def run_to_failure(query: StreamingQuery) -> None:
     try:
         with pytest.raises(Exception, match="sink down"):
@@ -295,9 +271,9 @@ def run_to_failure(query: StreamingQuery) -> None:
 def test_a_stream_reads_leases_of_at_most_max_messages_and_completes_them(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
-    seqs = fill(live, 25)
+    seqs = fill_orders(live, 25)
     batches: list[Batch] = []
-    query = start(
+    query = start_stream(
         spark, url, tmp_path / "ck", recorder(url, batches), "t1", maxMessagesPerBatch="10"
     )
     try:
@@ -363,7 +339,7 @@ def test_a_batch_the_sink_had_written_is_completed_though_its_lock_ran_out(url: 
     (found by the chaos suite: a batch written twice)."""
     with poisonq.connect(url) as broker:
         broker.create_queue("orders", lock_duration=30)
-        seqs = fill(broker, 6)
+        seqs = fill_orders(broker, 6)
         options = SourceOptions.parse({"url": url, "queue": "orders", "maxMessagesPerBatch": "3"})
         killed = StreamReader(options)
         limit = killed.getDefaultReadLimit()
@@ -388,11 +364,11 @@ def test_a_batch_the_sink_had_written_is_completed_though_its_lock_ran_out(url: 
 def test_a_restart_from_the_checkpoint_replays_the_failed_lease(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
-    seqs = fill(live, 25)
+    seqs = fill_orders(live, 25)
     checkpoint = tmp_path / "ck"
     first: list[Batch] = []
     run_to_failure(
-        start(
+        start_stream(
             spark, url, checkpoint, recorder(url, first, fail_on=1), "t2", maxMessagesPerBatch="10"
         )
     )
@@ -404,7 +380,9 @@ def test_a_restart_from_the_checkpoint_replays_the_failed_lease(
     assert lease is not None and live.lease_sequence_numbers(lease) == failed
 
     second: list[Batch] = []
-    query = start(spark, url, checkpoint, recorder(url, second), "t2", maxMessagesPerBatch="10")
+    query = start_stream(
+        spark, url, checkpoint, recorder(url, second), "t2", maxMessagesPerBatch="10"
+    )
     try:
         query.processAllAvailable()
     finally:
@@ -424,9 +402,9 @@ def test_a_restart_from_the_checkpoint_replays_the_failed_lease(
 def test_a_dead_query_leaves_its_lease_to_expire_and_be_delivered_again(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
-    seqs = fill(live, 4)
+    seqs = fill_orders(live, 4)
     batches: list[Batch] = []
-    query = start(
+    query = start_stream(
         spark, url, tmp_path / "ck", recorder(url, batches, fail_on=0), "t3", lockDuration="3"
     )
     run_to_failure(query)
@@ -545,7 +523,7 @@ def test_a_plain_query_restarted_after_each_failure_dead_letters_only_the_poison
     after each failure as a scheduler does, dead-lettered the whole batch: the poison and
     every good message with it. A replayed lease is narrowed instead."""
     live.update_queue("orders", max_delivery_count=2)
-    seqs = fill(live, 12)
+    seqs = fill_orders(live, 12)
     poison = seqs[4]
     written: dict[int, list[int]] = {}  # batch id -> sequence numbers: idempotent per batch
 
@@ -557,7 +535,7 @@ def test_a_plain_query_restarted_after_each_failure_dead_letters_only_the_poison
 
     restarts = 0
     while True:
-        query = start(spark, url, tmp_path / "ck", handle, "plain", maxMessagesPerBatch="12")
+        query = start_stream(spark, url, tmp_path / "ck", handle, "plain", maxMessagesPerBatch="12")
         try:
             query.processAllAvailable()
             break

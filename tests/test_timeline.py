@@ -14,7 +14,7 @@ import poisonq
 from poisonq import Abandon, BatchRun, Broker, DeadLetter, ManualClock, Message
 from poisonq.store.base import pending_migrations
 from poisonq.store.sqlite import SqliteStore
-from tests.test_schema import script_versions
+from tests.helpers import script_versions
 
 
 def _lease(broker: Broker, queue: str, number: int, count: int) -> poisonq.Lease:

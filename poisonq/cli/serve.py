@@ -33,6 +33,23 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
+MIN_TOKEN = 16  # characters of a token given: a short one is guessed, throttle or not
+
+
+def _check_token(token: str | None) -> str | None:
+    """A token given is kept as given, if it is long enough to be worth guarding."""
+    if token is None:
+        return None
+    if len(token.strip()) < MIN_TOKEN:
+        what = "empty" if not token.strip() else f"{len(token.strip())} characters"
+        raise click.BadParameter(
+            f"the token is {what}: give one of at least {MIN_TOKEN} characters, or none"
+            " for a random one",
+            param_hint="'--token'",
+        )
+    return token
+
+
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option(
@@ -45,8 +62,9 @@ def _is_loopback(host: str) -> bool:
 @click.option(
     "--token",
     envvar="POISONQ_TOKEN",
-    help="Bearer token for writes (and reads); a random one is made and printed if not given"
-    " (also from POISONQ_TOKEN).",
+    callback=lambda _ctx, _param, value: _check_token(value),
+    help="Bearer token for writes (and reads), at least 16 characters; a random one is made"
+    " and printed if not given (also from POISONQ_TOKEN).",
 )
 @click.option("--open-reads", is_flag=True, help="Let anyone read (the UI, GET /api, /metrics).")
 @click.pass_obj

@@ -57,16 +57,18 @@ class Admin(EngineBase):
         validate_name(name)
         if "/" in name:
             raise InvalidOptionError(f"a subscription name has no '/': {name!r}")
-        with self.store.transaction() as tx:
-            if self.resolver.main(tx, topic).kind is not EntityKind.TOPIC:
-                raise InvalidOperationError(f"{topic!r} is not a topic")
         spec = Spec(EntityKind.SUBSCRIPTION, options, rule, dead_letter_on_filter_exceptions)
-        return self._create(f"{topic}/{SUBSCRIPTIONS}/{name}", spec)
+        return self._create(f"{topic}/{SUBSCRIPTIONS}/{name}", spec, topic)
 
-    def _create(self, name: str, spec: Spec) -> QueueInfo:
+    def _create(self, name: str, spec: Spec, topic: str | None = None) -> QueueInfo:
+        """The entity and its subqueues, in one transaction with the checks (a subscription's
+        ``topic`` is a topic, in the same transaction, so none is made for a topic that was
+        deleted meanwhile)."""
         self._check_forwarding(spec.options, name)
         now = self.clock.now()
         with self.store.transaction() as tx:
+            if topic is not None and self.resolver.main(tx, topic).kind is not EntityKind.TOPIC:
+                raise InvalidOperationError(f"{topic!r} is not a topic")
             self._check_destinations(tx, spec.options)
             queue_id = tx.insert_entity(name, None, None, spec.to_text(), now)
             for sub in SubQueue:

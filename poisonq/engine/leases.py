@@ -12,7 +12,6 @@ from poisonq.errors import InvalidOperationError
 from poisonq.limits import check_count
 from poisonq.model import Lease
 from poisonq.names import validate_name
-from poisonq.store.base import EntityRecord, Transaction
 from poisonq.timeline import BatchRun
 
 
@@ -39,7 +38,7 @@ class Leasing(Receiving, Timelines):
         with self.store.transaction() as tx:
             target = self.resolver.resolve(tx, address)
             entity = target.entity
-            until = now + (lock_duration or target.options.lock_duration)
+            until = target.lock_until(now, lock_duration)
             lease = tx.lease(entity.id, entity.name, consumer, number)
             if lease is not None:
                 tx.revive_lease(entity.id, lease.lock_token, *_span(lease), until)
@@ -97,8 +96,8 @@ class Leasing(Receiving, Timelines):
         now = self.clock.now()
         with self.store.transaction() as tx:
             target = self.resolver.resolve(tx, lease.entity)
-            until = now + (lock_duration or target.options.lock_duration)
-            return self._renew_lease(tx, target.entity, lease, now, until)
+            until = target.lock_until(now, lock_duration)
+            return tx.renew_lease(target.entity.id, lease.lock_token, *_span(lease), now, until)
 
     def resume_lease(self, lease: Lease, lock_duration: float | None = None) -> int:
         """Renew the lease's locks, those that ran out included as long as nothing reclaimed
@@ -112,13 +111,8 @@ class Leasing(Receiving, Timelines):
         now = self.clock.now()
         with self.store.transaction() as tx:
             target = self.resolver.resolve(tx, lease.entity)
-            until = now + (lock_duration or target.options.lock_duration)
+            until = target.lock_until(now, lock_duration)
             return tx.revive_lease(target.entity.id, lease.lock_token, *_span(lease), until)
-
-    def _renew_lease(
-        self, tx: Transaction, entity: EntityRecord, lease: Lease, now: float, until: float
-    ) -> int:
-        return tx.renew_lease(entity.id, lease.lock_token, *_span(lease), now, until)
 
     def complete_lease(self, lease: Lease, run: BatchRun | None = None) -> int:
         """Complete every message the lease still holds (the others were settled apart, or

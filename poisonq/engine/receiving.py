@@ -47,7 +47,7 @@ class Receiving(Settling):
             if delete:
                 return tx.take_ready(entity.id, entity.name, target.ready, max_messages)
             token = str(uuid.uuid4())
-            until = now + (lock_duration or target.options.lock_duration)
+            until = target.lock_until(now, lock_duration)
             return tx.lock_ready(
                 entity.id, entity.name, target.ready, max_messages, token, until, last=True
             )
@@ -92,7 +92,7 @@ class Receiving(Settling):
     ) -> list[ReceivedMessage]:
         entity = target.entity
         token = str(uuid.uuid4())
-        until = now + (lock_duration or target.options.lock_duration)
+        until = target.lock_until(now, lock_duration)
         got = tx.lock_deferred(entity.id, entity.name, seqs, token, until)
         missing = sorted(set(seqs) - {m.sequence_number for m in got})
         if missing:  # taken meanwhile by another receive

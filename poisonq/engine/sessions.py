@@ -42,7 +42,7 @@ class Sessions(Receiving):
             if not self.poisoner.housekeep(tx, target, now):
                 return None
             token = str(uuid.uuid4())
-            until = now + (lock_duration or target.options.lock_duration)
+            until = target.lock_until(now, lock_duration)
             got = tx.lock_session(target.entity.id, session_id, token, until, now)
             if got is None:
                 if session_id is not None:
@@ -109,7 +109,7 @@ class Sessions(Receiving):
         now = self.clock.now()
         with self.store.transaction() as tx:
             target = self._session_target(tx, address)
-            until = now + (lock_duration or target.options.lock_duration)
+            until = target.lock_until(now, lock_duration)
             if not tx.renew_session(target.entity.id, session_id, token, now, until):
                 raise SessionLockLostError(target.entity.name, session_id)
             return until

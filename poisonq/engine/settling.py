@@ -100,7 +100,7 @@ class Settling(EngineBase):
         now = self.clock.now()
         with self.store.transaction() as tx:
             target = self.resolver.resolve(tx, address)
-            until = now + (lock_duration or target.options.lock_duration)
+            until = target.lock_until(now, lock_duration)
             for token, seqs in by_token(locks).items():
                 if tx.renew(target.entity.id, token, seqs, now, until) != len(seqs):
                     held = tx.locked(target.entity.id, token, seqs, now)

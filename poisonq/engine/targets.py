@@ -101,6 +101,10 @@ class Target:
             return self.options.dead_letter_retry
         return None
 
+    def lock_until(self, now: float, lock_duration: float | None) -> float:
+        """When a lock taken at ``now`` ends: after ``lock_duration``, else the queue's."""
+        return now + (lock_duration or self.options.lock_duration)
+
     @property
     def sessions(self) -> bool:
         """Whether receiving here goes through session locks (the main entity only)."""

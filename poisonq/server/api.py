@@ -15,6 +15,8 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from poisonq.client import VALUE_FILTERS
+from poisonq.errors import NothingSelectedError
 from poisonq.jsonview import group_json, message_json, queue_json, task_json
 from poisonq.names import parse_address
 from poisonq.server.schemas import (
@@ -174,7 +176,10 @@ def resubmit(state: State, queue: str, request: ResubmitRequest) -> TaskOut:
     """Start moving the matching dead-lettered messages back to their queue (or ``to``) at
     most ``rate`` per second, with a fresh delivery count and their failure history. The
     answer is the task: follow it at ``/api/tasks/{id}``, stop it with ``.../cancel``."""
-    record = state.start_resubmit(queue, to=request.to, rate=request.rate, where=request.where())
+    if request.to is not None:
+        state.broker.get_queue(request.to)  # an unknown target first, as the broker says it
+    where = _selecting(state, queue, request.where())
+    record = state.start_resubmit(queue, to=request.to, rate=request.rate, where=where)
     return TaskOut(**task_json(record))
 
 
@@ -185,7 +190,19 @@ def purge(state: State, queue: str, filters: PurgeRequest) -> TaskOut:
     """Start dropping the matching dead-lettered messages (all of them with no filter),
     counted as dropped in the ledger. The answer is the task: follow it at
     ``/api/tasks/{id}``, stop it with ``.../cancel``."""
-    return TaskOut(**task_json(state.start_purge(queue, filters.where())))
+    where = _selecting(state, queue, filters.where())
+    return TaskOut(**task_json(state.start_purge(queue, where)))
+
+
+def _selecting(state: ServerState, queue: str, where: dict[str, Any]) -> dict[str, Any]:
+    """``where``, if it selects a dead letter; else :class:`NothingSelectedError` (404),
+    naming the groups there are by the field filtered on, as the command line does."""
+    if state.broker.count_dead_letters(queue, **where):
+        return where
+    by = next((name for name in VALUE_FILTERS if name in where), "reason")
+    groups = state.broker.dead_letter_groups(queue, by)
+    there = ", ".join(f"{g.key or '(none)'} {g.count}" for g in groups)
+    raise NothingSelectedError(queue, f"by {by}, there are {there}" if groups else "it has none")
 
 
 @writes.post("/tasks/{task_id}/cancel", summary="Cancel a running task")

@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from http import HTTPStatus
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
@@ -137,10 +137,14 @@ def create_app(
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
-        """A page of the UI that does not exist is a page, not a line of JSON."""
+        """A page of the UI that does not exist is a page, not a line of JSON; anywhere else
+        the answer has the shape of every other error (``error``: ``Unauthorized``,
+        ``NotFound``, …; ``detail``), its headers (``WWW-Authenticate``) kept."""
         if request.url.path.startswith("/ui") and exc.status_code == 404:
             return error_page(request, 404, "Not found", f"No page at {request.url.path}.")
-        return await http_exception_handler(request, exc)
+        name = HTTPStatus(exc.status_code).phrase.title().replace(" ", "").replace("-", "")
+        body = {"error": name, "detail": str(exc.detail)}
+        return AsciiJSONResponse(body, exc.status_code, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> Response:

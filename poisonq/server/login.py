@@ -44,7 +44,12 @@ def _reader(request: Request) -> None:
 
 
 class Unauthorized(Exception):
-    """A change was posted without a valid session and CSRF value."""
+    """A change was posted without a valid session and CSRF value: ``logged_in`` when the
+    session was valid and the form's CSRF value was not (a form from before a restart or
+    another login, kept in a tab)."""
+
+    def __init__(self, logged_in: bool) -> None:
+        self.logged_in = logged_in
 
 
 def _writer(request: Request, form: Form) -> Session:
@@ -52,7 +57,7 @@ def _writer(request: Request, form: Form) -> Session:
     auth = server_state(request).auth
     session = auth.session(request)
     if session is None or not auth.csrf_ok(session, form.get("csrf", "")):
-        raise Unauthorized()
+        raise Unauthorized(logged_in=session is not None)
     return session
 
 
@@ -122,4 +127,7 @@ def login_redirect(request: Request, exc: LoginNeeded) -> Response:
 
 
 def unauthorized_page(request: Request, exc: Unauthorized) -> Response:
+    if exc.logged_in:
+        why = "This form is from an earlier session: nothing was changed. Reload the page."
+        return error_page(request, 403, "Form expired", why)
     return error_page(request, 401, "Log in first", "Changes need the token: log in and try again.")

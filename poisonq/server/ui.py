@@ -312,7 +312,7 @@ def resubmit(request: Request, state: State, session: Writer, form: Form) -> Res
     given = {name: form.get(name, "").strip() for name in ("rate", "to")}
     try:
         try:
-            rate = float(given["rate"]) if given["rate"] else None
+            rate = float(given["rate"] or 0) or None  # 0 or empty: no limit, as the CLI's
         except ValueError:
             raise InvalidOptionError("rate must be a number of messages per second") from None
         record = state.start_resubmit(

@@ -313,8 +313,8 @@ class BatchReader(DataSourceReader):
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Each micro-batch is one lease of at most ``maxMessagesPerBatch`` messages.
 
-    Spark asks for the latest offset on every trigger, data or not: about every 15 ms for an
-    idle query. So after finding the queue empty, the planning process keeps its connection
+    Spark asks for the latest offset on every trigger, data or not: many times a second for
+    an idle query. So after finding the queue empty, the planning process keeps its connection
     and looks again only when the store changed (or :data:`IDLE_RECHECK` seconds passed, for
     messages that become receivable without a commit: scheduled ones, expired locks); an idle
     query then costs a read of a counter, not a write transaction. This cache is not state:

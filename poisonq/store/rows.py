@@ -21,8 +21,10 @@ from poisonq.model import (
 from poisonq.store.base import NO_VALUE, EntityRecord, Ledger, MessageFilter
 
 # The state sets of poisonq.model as SQL lists, for ``state IN …``.
-HELD = "(" + ", ".join(f"'{state.value}'" for state in HELD_STATES) + ")"
+HELD_IN = "(" + ", ".join(f"'{state.value}'" for state in HELD_STATES) + ")"
 LIVE = "(" + ", ".join(f"'{state.value}'" for state in LIVE_STATES) + ")"
+# An entities row's held messages by its ledger (the row aliased ``e``): what the audit checks.
+HELD_COUNT = "e.sent + e.moved_in - e.completed - e.dropped - e.moved_out"
 
 ENTITY_COLUMNS = (
     "id, name, parent_id, subqueue, status, status_cause, options, created_at, updated_at, "

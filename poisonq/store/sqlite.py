@@ -50,7 +50,7 @@ from poisonq.store.entities_sql import EntityStatements
 from poisonq.store.history import HistoryBuffer, HistoryKeeper
 from poisonq.store.rows import (
     ENTITY_COLUMNS,
-    HELD,
+    HELD_IN,
     LIVE,
     STATES,
     entity_row,
@@ -391,7 +391,7 @@ class SqliteTransaction(
             "UPDATE messages SET entity_id = ?, state = coalesce(?, state),"
             f" visible_at = coalesce(?, visible_at), leasable = {self._returned(destination_id)},"
             " move_count = move_count + ?, hop_count = hop_count + ?"
-            f" WHERE entity_id = ? AND state IN {HELD} AND state != 'locked' AND NOT {covered}"
+            f" WHERE entity_id = ? AND state IN {HELD_IN} AND state != 'locked' AND NOT {covered}"
             f" AND seq IN {SEQS} RETURNING seq, size",
             (destination_id, state, visible_at, move_count, hop_count, entity_id, seqs_json(seqs)),
         ).fetchall()
@@ -627,7 +627,7 @@ class SqliteTransaction(
 
     def drop(self, entity_id: int, seqs: Sequence[int]) -> int:
         rows = self._db.execute(
-            f"DELETE FROM messages WHERE entity_id = ? AND state IN {HELD} AND seq IN {SEQS}"
+            f"DELETE FROM messages WHERE entity_id = ? AND state IN {HELD_IN} AND seq IN {SEQS}"
             " RETURNING size, body_id",
             (entity_id, seqs_json(seqs)),
         ).fetchall()

@@ -8,15 +8,15 @@ import sqlite3
 
 from poisonq.store.history import HistoryBuffer, HistoryKeeper, buckets
 from poisonq.store.history_sql import HistoryTables
+from poisonq.store.rows import HELD_COUNT
 
-_HELD = "sent + moved_in - completed - dropped - moved_out"
 # ?1: [[entity, change], ...]; ?2: [[span, bucket], ...]. The first change of a bucket
 # records the depth before it, and the peak so far (the higher of that and the depth after);
 # later ones raise the peak when they pass it, and otherwise leave the row unwritten.
 _RECORD_DEPTHS = (
     "INSERT INTO depth_history (entity_id, span, bucket, opened, peak)"
-    f" SELECT e.id, b.value ->> 0, b.value ->> 1, {_HELD} - (c.value ->> 1),"
-    f" max({_HELD} - (c.value ->> 1), {_HELD})"
+    f" SELECT e.id, b.value ->> 0, b.value ->> 1, {HELD_COUNT} - (c.value ->> 1),"
+    f" max({HELD_COUNT} - (c.value ->> 1), {HELD_COUNT})"
     " FROM json_each(?1) c JOIN entities e ON e.id = c.value ->> 0, json_each(?2) b"
     " WHERE true ON CONFLICT DO UPDATE SET peak = excluded.peak"
     " WHERE peak IS NULL OR excluded.peak > peak"

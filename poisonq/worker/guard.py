@@ -10,9 +10,9 @@ memory before each row. When the child dies, that word names the row that killed
 No extra Spark job is needed, and a crash costs one fork and at most a window of lost work.
 
 The children are forked from a lean helper process, not from the Spark worker: a fork costs
-in proportion to the memory of the process forked, about 15 ms for a Python worker with
-pyarrow and pandas loaded against 1-2 ms for the helper, which holds nothing but the
-transform, and a crashing message crashes once per delivery. The helper forks each child
+in proportion to the memory of the process forked (a Python worker with pyarrow and pandas
+loaded is many times the helper, which holds nothing but the transform: figures in
+docs/speed.md), and a crashing message crashes once per delivery. The helper forks each child
 ahead, while the one before works, and wakes it when that one dies, so a crash waits for the
 death of its child but not for the birth of the next. Each Python worker keeps one helper per
 transform (a cache, not state: a lost helper is started again).

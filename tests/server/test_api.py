@@ -262,6 +262,7 @@ def test_a_write_without_the_token_gets_401_and_changes_nothing(
     answer = open_client.post(path, json=body, headers=headers)
     assert answer.status_code == 401
     assert answer.headers["www-authenticate"].startswith("Bearer")
+    assert answer.json()["error"] == "Unauthorized"  # the shape of every error (was detail only)
     assert broker.counts("orders")["dead_lettered"] == 6
     assert broker.counts("orders")["active"] == 0
 
@@ -474,3 +475,20 @@ def test_an_error_that_echoes_a_lone_surrogate_is_a_clear_4xx(
     refused = client.post("/api/queues/orders/messages", content=bad_text, headers=headers)
     assert refused.status_code == 400
     assert refused.json()["error"] == "InvalidOptionError"
+
+
+def test_a_task_that_selects_nothing_is_not_started_and_says_what_there_is(
+    client: TestClient, broker: Broker, dead: dict[str, list[int]]
+) -> None:
+    """Before, the API started an empty task (202, total 0) where the command line says
+    what there is and starts nothing."""
+    url = "/api/queues/orders/deadletters"
+    for action in ("purge", "resubmit"):
+        answer = client.post(f"{url}/{action}", json={"reason": "Nope"}, headers=AUTH)
+        assert answer.status_code == 404, answer.text
+        assert answer.json()["error"] == "NothingSelectedError"
+        assert (
+            "by reason, there are InvalidOrder 3, MaxDeliveryCountExceeded 3"
+            in (answer.json()["detail"])
+        )
+    assert broker.tasks("orders") == []

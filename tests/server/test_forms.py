@@ -9,6 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from poisonq import Broker
+from tests.server.conftest import finished
 from tests.server.test_ui import login
 
 
@@ -77,5 +78,17 @@ def test_a_missing_or_malformed_ui_address_is_a_page(open_client: TestClient, qu
         assert answer.status_code == status, path
         assert answer.headers["content-type"].startswith("text/html"), path
         assert 'id="error" role="alert">' in answer.text, path
-    assert open_client.get("/api/nowhere").json() == {"detail": "Not Found"}
+    assert open_client.get("/api/nowhere").json() == {"error": "NotFound", "detail": "Not Found"}
     assert open_client.get("/api/tasks/first").status_code == 422
+
+
+def test_a_resubmit_at_rate_0_has_no_limit_as_on_the_command_line(
+    client: TestClient, broker: Broker, dead: dict[str, list[int]]
+) -> None:
+    """Before, the form refused 0, which the CLI documents as no limit."""
+    csrf = login(client)
+    form = {"csrf": csrf, "queue": "orders", "reason": "InvalidOrder", "rate": "0"}
+    page = finished(client, client.post("/ui/resubmit", data=form, follow_redirects=False))
+    assert "completed" in page
+    (task,) = broker.tasks("orders")
+    assert task.spec["rate"] is None and task.done == task.total > 0

@@ -77,3 +77,18 @@ def test_serve_on_a_port_in_use_says_so_in_one_line_before_any_banner(url: str, 
     assert line.startswith("error: Invalid value for --port: cannot listen on 127.0.0.1 port")
     assert "Address already in use" in line
     assert "serving at" not in done.stderr and "token" not in done.stderr
+
+
+@pytest.mark.parametrize("token", ["", "   ", "short"])
+def test_a_token_too_short_to_guard_is_refused_in_one_line(
+    url: str, queue: str, token: str
+) -> None:
+    """Before, ``--token ""`` started a server with a random token it did not print: nobody
+    could log in."""
+    poisonq = [sys.executable, "-c", "from poisonq.cli import main; main()"]
+    command = [*poisonq, "--url", url, "serve", "--port", str(free_port()), "--token", token]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    [line] = done.stderr.splitlines()
+    assert line.startswith("error: Invalid value for '--token': the token is ")
+    assert "at least 16 characters" in line and "serving at" not in done.stderr

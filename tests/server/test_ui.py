@@ -255,9 +255,11 @@ def test_ui_changes_need_the_session_and_the_csrf_value(
     form = {"queue": "orders"}
     assert open_client.post(path, data={**form, "csrf": "x"}).status_code == 401
     csrf = login(client)
-    assert client.post(path, data=form).status_code == 401  # no CSRF value
+    # Logged in, a form without the session's CSRF value has expired (was "Log in first"):
+    missing = client.post(path, data=form)
+    assert missing.status_code == 403 and "Form expired" in missing.text
     wrong = csrf[:-1] + ("1" if csrf.endswith("0") else "0")
-    assert client.post(path, data={**form, "csrf": wrong}).status_code == 401
+    assert client.post(path, data={**form, "csrf": wrong}).status_code == 403
     assert broker.counts("orders")["dead_lettered"] == 6
 
 

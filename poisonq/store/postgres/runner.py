@@ -24,6 +24,7 @@ from psycopg import Connection, Cursor, Pipeline
 from poisonq.store.base import Ledger
 from poisonq.store.history import HistoryBuffer, HistoryKeeper, buckets
 from poisonq.store.history_sql import HistoryTables
+from poisonq.store.rows import HELD_COUNT
 from poisonq.store.shared_sql import Params, for_postgres
 
 NOTIFY_CHANNEL = "poisonq"
@@ -39,10 +40,10 @@ _BUCKETS = "unnest(%(spans)b::int[], %(buckets)b::bigint[]) AS b(span, bucket)"
 # Rows in key order, so that concurrent writers of several rows take their locks in one order.
 # The first change of a bucket records the depth before it and the peak so far; later ones
 # raise the peak when they pass it, and otherwise write nothing (as SQLite's).
-_HELD = "e.sent + e.moved_in - e.completed - e.dropped - e.moved_out"
 _RECORD_DEPTHS = (
     "INSERT INTO depth_history AS h (entity_id, span, bucket, opened, peak)"
-    f" SELECT e.id, b.span, b.bucket, {_HELD} - c.change, greatest({_HELD} - c.change, {_HELD})"
+    f" SELECT e.id, b.span, b.bucket, {HELD_COUNT} - c.change,"
+    f" greatest({HELD_COUNT} - c.change, {HELD_COUNT})"
     " FROM unnest(%(ids)b::bigint[], %(changes)b::bigint[]) AS c(id, change)"
     f" JOIN entities e ON e.id = c.id, {_BUCKETS} ORDER BY 1, 2, 3"
     " ON CONFLICT (entity_id, span, bucket) DO UPDATE SET peak = excluded.peak"

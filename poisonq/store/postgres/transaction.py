@@ -49,11 +49,10 @@ from poisonq.store.postgres.batches import (
 # The message columns below return the values the shared row mappers take, in their order
 # (``failures::text`` is the JSON text SQLite keeps).
 from poisonq.store.rows import ENTITY_COLUMNS as _ENTITY_COLUMNS
-from poisonq.store.rows import HELD as _HELD
+from poisonq.store.rows import HELD_IN, message_rows
 from poisonq.store.rows import LIVE as _LIVE
 from poisonq.store.rows import entity_row as entity_from_row
 from poisonq.store.rows import message_row as message_from_row
-from poisonq.store.rows import message_rows
 from poisonq.store.sessions_sql import SessionStatements
 from poisonq.store.settling_sql import SettlingStatements
 from poisonq.store.tasks_sql import TaskStatements
@@ -205,7 +204,7 @@ class PostgresTransaction(
         # with the batch size. A column no message uses is bound as NULL, which unnest pads;
         # so are the state and the size when every message has the usual one (active; the
         # body's length), the common case: an array less to send and to read costs more than
-        # the coalesce that fills it in (measured: about 10 % of a send).
+        # the coalesce that fills it in (docs/speed.md).
         def column(name: str) -> list[Any] | None:
             values = [getattr(m, name) for m in rows]
             return values if any(v is not None for v in values) else None
@@ -434,7 +433,7 @@ class PostgresTransaction(
             " state = coalesce(%(state)b::text, state),"
             " visible_at = coalesce(%(visible)b::float8, visible_at),"
             " move_count = move_count + %(moves)b, hop_count = hop_count + %(hops)b"
-            f" FROM {_DESTINATION} WHERE entity_id = %(entity)b AND state IN {_HELD}"
+            f" FROM {_DESTINATION} WHERE entity_id = %(entity)b AND state IN {HELD_IN}"
             " AND state != 'locked' AND seq = ANY(%(seqs)b) RETURNING seq, size",
             {
                 "destination": destination_id,
@@ -604,7 +603,7 @@ class PostgresTransaction(
 
     def drop(self, entity_id: int, seqs: Sequence[int]) -> int:
         rows = self._fetch_all(
-            f"DELETE FROM messages WHERE entity_id = %b AND state IN {_HELD} AND seq = ANY(%b)"
+            f"DELETE FROM messages WHERE entity_id = %b AND state IN {HELD_IN} AND seq = ANY(%b)"
             " RETURNING size",
             (entity_id, list(seqs)),
         )
