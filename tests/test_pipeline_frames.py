@@ -19,6 +19,7 @@ import poisonq
 from poisonq import Broker, Message
 from poisonq.errors import InvalidOptionError
 from poisonq.spark import Pipeline, PipelineStoppedError, udf
+from poisonq.spark.pipeline import PipelineReport
 from tests.helpers import assert_balanced, dead_letters_by_id, on_both_stores, spark_store_url
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -312,4 +313,37 @@ def test_small_batches_that_all_fail_the_same_way_stop_across_batches(
     assert 10 <= dead_count <= 15
     assert live.counts("orders")["active"] == 40 - dead_count
     assert {m.delivery_count for m in live.peek("orders", max_messages=100)} == {0}
+    assert_balanced(live)
+
+
+def test_a_run_cut_short_in_a_batch_leaves_it_unfinished_and_the_next_run_replays_it(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """Before, Ctrl-C in a batch reported its messages as retried: they are not, they stay
+    in their lease, and the next run replays it with no delivery counted again."""
+    send(live, {}, 30)
+    calls: list[DataFrame] = []
+
+    def cut_short_in_lease_2(frame: DataFrame) -> DataFrame:
+        calls.append(frame)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # Ctrl-C while the driver builds lease 2's job
+        return orders(frame)
+
+    common: dict[str, Any] = {
+        "url": url, "queue": "orders", "expectations": EXPECT,
+        "output": str(tmp_path / "out"), "batch_size": 10,
+    }  # fmt: skip
+    seen: list[PipelineReport] = []
+    cut = Pipeline(spark, transform=cut_short_in_lease_2, **common)
+    with pytest.raises(KeyboardInterrupt):
+        cut.run(progress=seen.append)
+    report = seen[-1]
+    assert (report.batches, report.leased, report.completed) == (2, 20, 10)
+    assert (report.unfinished, report.retried, report.released) == (10, 0, 0)
+    assert live.counts("orders")["locked"] == 10  # lease 2's, for the next run
+    again = Pipeline(spark, transform=orders, **common).run()
+    assert again.completed == 20 and again.retried == 0
+    assert written(spark, tmp_path / "out") == Counter({(n, 1): 1 for n in range(30)})
+    assert {m.delivery_count for m in live.peek("orders", max_messages=100)} <= {1}
     assert_balanced(live)

@@ -18,9 +18,11 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import logging
 import os
 import re
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -63,8 +65,8 @@ def load_transform(target: str) -> Callable[..., Any]:
     could not import it by name, so its functions travel with the job. A module imported by
     name is pickled by reference, as Spark does, and must be importable on the executors
     (in local mode they start in this directory). Raises :class:`InvalidOptionError` when
-    the target is malformed or names a missing file, module or attribute; an error raised
-    by the module's own code is the user's bug and propagates with its traceback.
+    the target is malformed, names a missing file, module or attribute, or its module does
+    not compile or fails as it is imported (where it failed, in one line).
     """
     function = _load(target, TARGET_HELP)
     if not callable(function):
@@ -90,15 +92,28 @@ def _load(target: str, usage: str) -> Any:
         raise InvalidOptionError(f"{usage}, not {target!r}")
     from_file = module_name.endswith(".py") or "/" in module_name or os.sep in module_name
     try:
-        module = _module_from_file(Path(module_name)) if from_file else _import(module_name)
-    except Exception as exc:
-        if getattr(exc, "getCondition", lambda: None)() != "SESSION_OR_CONTEXT_NOT_EXISTS":
-            raise
-        # The module builds a UDF (or parses a type) when imported, which needs a session.
-        from poisonq.spark.session import local_session
+        try:
+            module = _module_from_file(Path(module_name)) if from_file else _import(module_name)
+        except Exception as exc:
+            if getattr(exc, "getCondition", lambda: None)() != "SESSION_OR_CONTEXT_NOT_EXISTS":
+                raise
+            # The module builds a UDF (or parses a type) when imported, which needs a session.
+            from poisonq.spark.session import local_session
 
-        local_session()
-        module = _module_from_file(Path(module_name)) if from_file else _import(module_name)
+            local_session()
+            module = _module_from_file(Path(module_name)) if from_file else _import(module_name)
+    except PoisonqError:
+        raise
+    except SyntaxError as exc:  # where, and what: all a user needs to fix it
+        raise InvalidOptionError(
+            f"{module_name} does not compile: {exc.msg} ({exc.filename}, line {exc.lineno})"
+        ) from None
+    except Exception as exc:  # the module's own code failed as it was imported
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        raise InvalidOptionError(
+            f"importing {module_name} raised {type(exc).__name__}: {first_line(exc)}"
+            f" ({frame.filename}, line {frame.lineno})"
+        ) from None
     if not hasattr(module, name):
         raise InvalidOptionError(f"module {module_name!r} has no attribute {name!r}")
     return getattr(module, name)
@@ -235,6 +250,12 @@ def check_per_row_function(spark: SparkSession, target: str, function: Any) -> N
         )
 
 
+def _quiet_py4j_interrupt(record: logging.LogRecord) -> bool:
+    """py4j logs a Ctrl-C in the middle of a call to the JVM as an error, with a traceback;
+    the report that follows says the run was interrupted, and what it left."""
+    return record.getMessage() != "KeyboardInterrupt while sending command."
+
+
 # The report -------------------------------------------------------------------------------
 def _report_json(report: PipelineReport, interrupted: bool) -> dict[str, Any]:
     data = {f.name: getattr(report, f.name) for f in dataclasses.fields(report)}
@@ -251,6 +272,7 @@ def _report_table(title: str, report: PipelineReport) -> Table:
         ("completed", report.completed),
         ("retried", report.retried),
         ("given back", report.released),
+        *([("unfinished (replayed next run)", report.unfinished)] if report.unfinished else []),
         ("dead-lettered", report.dead_lettered.total()),
         *((f"  {reason or '(none)'}", n) for reason, n in report.dead_lettered.most_common()),
         ("isolation jobs", report.isolation_jobs),
@@ -501,6 +523,7 @@ def pipeline_run(
         check_dataframe_transform(spark, target, function)
         runner = Pipeline(spark, transform=function, expectations=expectations, **common)
     seen: list[PipelineReport] = []
+    logging.getLogger().addFilter(_quiet_py4j_interrupt)
     with progress(app, f"pipeline {queue_name}", quiet=quiet) as update:
 
         def on_batch(report: PipelineReport) -> None:

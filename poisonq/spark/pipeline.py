@@ -104,6 +104,7 @@ class PipelineReport:
     completed: int = 0
     retried: int = 0
     released: int = 0  # given back without a delivery counted (a defect, a stop)
+    unfinished: int = 0  # held by a batch the run left (Ctrl-C): the next run replays it
     dead_lettered: Counter[str] = field(default_factory=Counter)
     isolation_jobs: int = 0
     elapsed: float = 0.0
@@ -242,6 +243,7 @@ class Pipeline:
             work = ThreadPoolExecutor(1, thread_name_prefix="poisonq-pipeline-store")
             ahead: Future[Lease | None] | None = None
             completing: Future[None] | None = None
+            running: Lease | None = None  # its batch under way, not yet given to complete
             window = FailureWindow(self.max_failure_ratio)
             try:
                 number = self._replay(broker, report, window)
@@ -259,10 +261,12 @@ class Pipeline:
                     number = lease.number
                     if max_batches is None or report.batches + 1 < max_batches:
                         ahead = work.submit(self._acquire, broker, number + 1)
+                    running = lease
                     run = self._batch(broker, lease, report, window, ahead)
                     if completing is not None:
                         completing.result()  # the batch before, completed during this one
                     completing = work.submit(self._complete, broker, lease, report, run)
+                    running = None
                     if progress is not None:
                         progress(self._tally(broker, report, dead_before, started))
                 if completing is not None:
@@ -273,6 +277,8 @@ class Pipeline:
                 work.shutdown(wait=True)
                 if (taken := taken_ahead(ahead)) is not None:
                     broker.release_lease(taken)  # leased ahead, never run, never counted
+                if running is not None:
+                    report.unfinished = len(broker.lease_sequence_numbers(running))
                 self._tally(broker, report, dead_before, started)
         return report
 
@@ -287,7 +293,7 @@ class Pipeline:
         run's, including what expired before it could be leased), and so what was retried."""
         report.dead_lettered = _dead_letters(broker, self.queue) - dead_before
         settled = report.completed + report.dead_lettered.total() + report.released
-        report.retried = max(0, report.leased - settled)
+        report.retried = max(0, report.leased - settled - report.unfinished)
         report.elapsed = time.monotonic() - started
         return report
 

@@ -150,7 +150,7 @@ class OutputSchema:
                 _join(where, extra[0]),
                 "extra",
                 f"field(s) {', '.join(extra)} are not in the schema"
-                " (ignore_extra_fields=True drops them)",
+                " (ignore_extra_fields=True or --ignore-extra-fields drops them)",
             )
         return tuple(values[name] for name in names)
 

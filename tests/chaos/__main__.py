@@ -106,6 +106,12 @@ def main() -> None:
     parser.add_argument(
         "--scenario", action="append", choices=[s.name for s in SCENARIOS], help="(repeatable)"
     )
+    parser.add_argument(
+        "--store",
+        action="append",
+        choices=["sqlite", "postgresql"],
+        help="only on this store (repeatable; default: each scenario's stores)",
+    )
     parser.add_argument("--no-spark", action="store_true", help="skip the Spark scenarios")
     parser.add_argument(
         "--jobs",
@@ -116,11 +122,13 @@ def main() -> None:
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)  # the retries through an outage are expected
+    wanted = set(args.store or ("sqlite", "postgresql"))
     chosen = [
-        s
+        dataclasses.replace(s, stores=tuple(st for st in s.stores if st in wanted))
         for s in SCENARIOS
         if (not args.scenario or s.name in args.scenario) and not (args.no_spark and s.spark)
     ]
+    chosen = [s for s in chosen if s.stores]
     console = Console()
     if not console.is_terminal:
         console = Console(width=140)

@@ -324,6 +324,23 @@ def test_a_missing_function_in_a_file_is_one_error_line(
     assert_one_error_line(result, "has no attribute 'transfrom'")
 
 
+@pytest.mark.parametrize(
+    ("source", "fragments"),
+    [
+        ("def orders(b)\n    return b\n", ("does not compile: expected ':'", "line 1)")),
+        ("import json\nVALUE = 1 / 0\n", ("raised ZeroDivisionError: division by zero", "line 2)")),
+    ],
+)
+def test_a_transform_file_that_fails_to_import_is_one_error_line(
+    url: str, orders: str, tmp_path: Path, source: str, fragments: tuple[str, ...]
+) -> None:
+    """Before, a syntax error in the file printed 49 lines of traceback, exit code 1."""
+    path = tmp_path / "jobs.py"
+    path.write_text(source)
+    result = pipeline(url, f"{path}:orders", tmp_path / "out", code=2)
+    assert_one_error_line(result, *fragments)
+
+
 def test_an_unknown_queue_or_a_bad_schema_is_one_error_line(
     spark: SparkSession, url: str, orders: str, transform: str, tmp_path: Path
 ) -> None:
