@@ -524,6 +524,11 @@ class Broker:
         keeps those of its dead-letter queue; ``before`` a task id, for the next page."""
         return self.engine.tasks(None if queue is None else self._dlq(queue), before, limit)
 
+    def running_task(self, queue: str) -> TaskRecord | None:
+        """The task at work on ``queue``'s dead letters, if any: while it runs, another
+        resubmit or purge there raises :class:`TaskRunningError`."""
+        return self.engine.running_task(self._dlq(queue))
+
     def cancel_task(self, task_id: int, by: str | None = None) -> TaskRecord:
         """Cancel a running task; the process running it stops after its current chunk, and
         what was moved stays moved. A finished task stays as it finished. ``by`` names who

@@ -382,7 +382,9 @@ def test_a_second_task_on_a_queue_is_refused_until_the_first_ends_or_goes_quiet(
     first = broker.engine.start_task("purge", f"{queue}/$deadletterqueue", MessageFilter(), {}, "x")
     with pytest.raises(TaskRunningError, match=rf"task {first.id} .*started by x"):
         broker.resubmit(queue, started_by="y")
+    assert broker.running_task(queue) == first
     clock.advance(61)  # its process died: no progress for a minute
+    assert broker.running_task(queue) is None
     assert broker.purge(queue).done == 2
     assert broker.task(first.id).status == "running"  # until someone cancels it
     assert_balanced(broker)

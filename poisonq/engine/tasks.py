@@ -63,14 +63,24 @@ class Tasks(EngineBase):
         now = self.clock.now()
         with self.store.transaction() as tx:
             entity = self._housekept(tx, address).entity
-            for running in tx.tasks(entity.id, None, 10, running=True):
-                if _alive(running, now):
-                    raise TaskRunningError(entity.name, running.id, running.started_by)
+            if (running := self._running(tx, entity.id, now)) is not None:
+                raise TaskRunningError(entity.name, running.id, running.started_by)
             total = tx.count_matching(entity.id, where)
             task_id = tx.insert_task(kind, entity.id, spec, total, now, started_by)
             task = tx.task(task_id)
             assert task is not None
             return task
+
+    def running_task(self, address: str) -> TaskRecord | None:
+        """The task working on ``address``'s messages, which a new one would wait for."""
+        with self.store.transaction() as tx:
+            entity = self.resolver.resolve(tx, address).entity
+            return self._running(tx, entity.id, self.clock.now())
+
+    @staticmethod
+    def _running(tx: Transaction, entity_id: int, now: float) -> TaskRecord | None:
+        alive = [t for t in tx.tasks(entity_id, None, 10, running=True) if _alive(t, now)]
+        return alive[0] if alive else None
 
     def tasks(
         self, address: str | None, before_id: int | None = None, limit: int = 50

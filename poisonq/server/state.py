@@ -84,8 +84,7 @@ class ServerState:
 
     def running(self, queue: str) -> TaskRecord | None:
         """The task working on ``queue``'s dead letters, if any (whichever process runs it)."""
-        chosen = self.broker.tasks(queue, limit=1)
-        return chosen[0] if chosen and chosen[0].status == "running" else None
+        return self.broker.running_task(queue)
 
     def close(self) -> None:
         with self._lock:
