@@ -1,7 +1,8 @@
 # Everything a fresh machine needs is installed by these targets.
 PYTHON ?= python3
 VENV := .venv
-override BIN := $(VENV)/bin  # set VENV to use another virtualenv
+# BIN follows VENV (set VENV to use another virtualenv).
+override BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: install demo check test lint bench chaos docs clean

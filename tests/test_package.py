@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -51,3 +52,14 @@ def test_importing_the_package_or_an_error_loads_neither_client_nor_stores() -> 
 def test_the_client_loads_when_first_used() -> None:
     loaded = _loaded_after("import poisonq; poisonq.connect")
     assert {"poisonq.client", "poisonq.engine"} <= loaded
+
+
+def test_the_makefile_runs_the_virtualenvs_tools() -> None:
+    """Before, a comment after ``BIN := $(VENV)/bin`` kept its spaces in the value: every
+    recipe ran ``.venv/bin  /pip`` and a fresh machine could not install."""
+    root = Path(__file__).resolve().parents[1]
+    planned = subprocess.run(
+        ["make", "-n", "-C", str(root), "check"], capture_output=True, text=True, check=False
+    ).stdout
+    tools = [line.split()[0] for line in planned.splitlines() if "ruff" in line or "mypy" in line]
+    assert tools and all(tool.startswith(".venv/bin/") for tool in tools), planned
