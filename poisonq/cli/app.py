@@ -31,7 +31,7 @@ class App:
     url: str
     ctx: click.Context
     retry_total: int = 3
-    out: Console = dataclasses.field(default_factory=Console)
+    out: Console = dataclasses.field(default_factory=lambda: _stdout())
     err: Console = dataclasses.field(default_factory=lambda: Console(stderr=True))
     _broker: Broker | None = dataclasses.field(default=None, init=False)
 
@@ -56,6 +56,19 @@ class App:
             broker = connect(self.url, create=command in CREATING, retry_total=self.retry_total)
             self._broker = self.ctx.with_resource(broker)
         return self._broker
+
+
+PIPED_WIDTH = 160  # columns of a table written to a pipe or a file
+
+
+def _stdout() -> Console:
+    """The console of tables and reports. Written to a pipe or a file (``| less``, ``| grep``)
+    it is as wide as a wide terminal, not rich's 80 columns, so no column is squeezed out;
+    ``COLUMNS`` still says otherwise."""
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=PIPED_WIDTH)
+    return console
 
 
 def apply_options(options: Sequence[Callable[[F], F]]) -> Callable[[F], F]:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from click.testing import CliRunner
+
 from poisonq import Broker, Message
+from poisonq.cli import cli
 from tests.cli.conftest import assert_one_error_line, run, run_json
 
 
@@ -75,3 +78,12 @@ def test_delete_asks_unless_yes(url: str, api: Broker, orders: str) -> None:
     assert [q.name for q in api.list_queues()] == [orders]
     run(url, "queue", "delete", orders, "--yes")
     assert api.list_queues() == []
+
+
+def test_a_table_written_to_a_pipe_keeps_every_column(url: str, orders: str) -> None:
+    """Before, ``poisonq queue list | cat`` was cut to rich's 80 columns: the last header
+    read ``complete`` and the columns after it were gone."""
+    piped = CliRunner().invoke(cli, ["--url", url, "queue", "list"], env={"COLUMNS": None})
+    assert piped.exit_code == 0, piped.stderr
+    header = next(line for line in piped.stdout.splitlines() if "name" in line)
+    assert header.split()[-2:] == ["lettered", "completed"]
