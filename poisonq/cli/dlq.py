@@ -23,6 +23,7 @@ from poisonq.cli.output import (
     short_time,
     table,
 )
+from poisonq.cli.tasks import task_summary
 from poisonq.client import VALUE_FILTERS, DeadLetterGroup
 from poisonq.jsonview import group_json, message_json, task_json
 from poisonq.model import SubQueue
@@ -46,8 +47,7 @@ def _run_task(app: App, description: str, start: TaskStart, as_json: bool) -> No
     if task.error is not None:
         raise task.error
     record = task.record
-    summary = f"{record.kind} task {record.id} {record.status}: {record.done} of {record.total}"
-    emit(app, as_json, task_json(task.record), lambda: Text(f"{summary} message(s)"))
+    emit(app, as_json, task_json(record), lambda: Text(task_summary(record)))
 
 
 @click.group()

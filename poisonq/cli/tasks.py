@@ -86,6 +86,14 @@ def task_cancel(app: App, /, task_id: int, as_json: bool) -> None:
     """Cancel a running task: the process running it stops after its current chunk, and
     what was moved stays moved. A task whose process died stays marked running until
     cancelled (or a minute without progress lets another task start on its queue)."""
+    running = app.broker.task(task_id).status == "running"
     record = app.broker.cancel_task(task_id, by=app.operator)
-    summary = f"{record.kind} task {record.id} {record.status}: {record.done} of {record.total}"
-    emit(app, as_json, task_json(record), lambda: Text(f"{summary} message(s)"))
+    summary = task_summary(record) if running else f"{task_summary(record)}: nothing to cancel"
+    emit(app, as_json, task_json(record), lambda: Text(summary))
+
+
+def task_summary(record: TaskRecord) -> str:
+    """One line of what a task came to, and who cancelled it if someone did."""
+    by = f" by {record.cancelled_by}" if record.cancelled_by else ""
+    done = f"{record.done} of {record.total} message(s)"
+    return f"{record.kind} task {record.id} {record.status}{by}: {done}"

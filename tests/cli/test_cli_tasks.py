@@ -44,6 +44,8 @@ def test_a_task_is_cancelled_by_id_and_says_by_whom(url: str, api: Broker, order
     assert cancelled["status"] == "cancelled"
     assert cancelled["cancelled_by"].endswith(" (cli)")
     assert "cancelled" in run(url, "task", "show", str(running.id)).stdout
+    again = run(url, "task", "cancel", str(running.id)).stdout  # it has ended
+    assert "cancelled by " in again and "(cli): 0 of 0 message(s): nothing to cancel" in again
 
 
 def test_task_mistakes_are_one_line(url: str, orders: str) -> None:
