@@ -54,6 +54,7 @@ def test_the_tasks_page_lists_every_task_and_who_started_it(
     assert f'title="min_sequence={one}">min_sequence={one}</span>' in page
     task_page = client.get(f"/ui/tasks/{task_id}").text
     assert f'id="started-by">Started by {OPERATOR}, <time' in task_page
+    assert 'id="selection">Selection: <span class="chip" title="reason=InvalidOrder">' in task_page
     opened = client.get(f"/ui/tasks?id={task_id}", follow_redirects=False)
     assert opened.status_code == 303 and opened.headers["location"] == f"/ui/tasks/{task_id}"
 
