@@ -388,3 +388,16 @@ def test_a_second_task_on_a_queue_is_refused_until_the_first_ends_or_goes_quiet(
     assert broker.purge(queue).done == 2
     assert broker.task(first.id).status == "running"  # until someone cancels it
     assert_balanced(broker)
+
+
+def test_lock_expiries_in_the_dead_letter_queue_are_one_group_of_their_own(
+    broker: Broker, queue: str, clock: ManualClock
+) -> None:
+    """Before, a lock that ran out there recorded an empty fingerprint: a second "(none)"
+    group, whose link (``fingerprint=``) selected the whole dead-letter queue."""
+    _dead_letter(broker, queue, ["a", "b", "c"])
+    broker.receiver(f"{queue}/$deadletterqueue").receive(max_messages=1)
+    clock.advance(broker.get_queue(queue).options.lock_duration + 1)
+    assert broker.count_dead_letters(queue, fingerprint="lock-expired") == 1  # counted first
+    keys = {g.key: g.count for g in broker.dead_letter_groups(queue, by="fingerprint")}
+    assert keys == {None: 2, "lock-expired": 1}

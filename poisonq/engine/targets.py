@@ -111,8 +111,15 @@ class Target:
         return self.options.requires_session and self.subqueue is None
 
 
+LOCK_EXPIRED = "lock-expired"  # the fingerprint of every lock expiry: one group of them
+
+
 def lock_expired(now: float) -> FailureRecord:
-    return FailureRecord(time=now, error_type="LockExpired", message="the lock expired")
+    """The failure a lock that ran out records. It has a fingerprint of its own: an empty
+    one made a second group beside the messages without any, whose link selected all."""
+    return FailureRecord(
+        time=now, error_type="LockExpired", message="the lock expired", fingerprint=LOCK_EXPIRED
+    )
 
 
 def check_text(value: object, what: str) -> None:
