@@ -24,8 +24,9 @@ def task() -> None:
 
 def _selection(record: TaskRecord) -> str:
     chosen = [f"{k}={v}" for k, v in record.spec.get("where", {}).items() if v is not None]
-    rate = record.spec.get("rate")
-    return " ".join(chosen or ["every dead letter"]) + (f" at {rate:g}/s" if rate else "")
+    rate, to = record.spec.get("rate"), record.spec.get("to")
+    paced = f" at {rate:g}/s" if rate else ""
+    return " ".join(chosen or ["every dead letter"]) + paced + (f" to {to}" if to else "")
 
 
 def _row(record: TaskRecord) -> list[object]:

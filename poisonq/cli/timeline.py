@@ -113,6 +113,9 @@ def pipeline_list(app: App, as_json: bool) -> None:
     store keeps of it, and its last batch (when, how long, how many messages, how many
     dead-lettered). Their names are what pipeline show takes."""
     summaries = app.broker.pipelines()
+    if not summaries and not as_json:
+        app.out.print("no pipeline has completed a batch yet (poisonq pipeline run starts one)")
+        return
     rows = [
         [
             p.consumer,

@@ -16,10 +16,12 @@ from tests.cli.conftest import assert_one_error_line, run, run_json
 def test_the_task_list_names_who_ran_each_task(
     url: str, api: Broker, dead: dict[str, list[int]]
 ) -> None:
+    assert "no pipeline has completed a batch yet" in run(url, "pipeline", "list").stdout
     run(url, "dlq", "purge", "orders", "--reason", "InvalidOrder", "--yes")
+    api.create_queue("orders-fixed")
     named = CliRunner().invoke(
         cli,
-        ["--url", url, "dlq", "resubmit", "orders", "--rate", "50"],
+        ["--url", url, "dlq", "resubmit", "orders", "--rate", "50", "--to", "orders-fixed"],
         env={"POISONQ_OPERATOR": "  night   shift  "},
     )
     assert named.exit_code == 0, named.stderr
@@ -33,7 +35,8 @@ def test_the_task_list_names_who_ran_each_task(
     assert tasks[1]["spec"]["rate"] == 50.0
     assert tasks[2]["spec"]["where"]["reason"] == "InvalidOrder"
     listed = run(url, "task", "list").stdout
-    assert "night shift" in listed and "reason=InvalidOrder" in listed and "at 50/s" in listed
+    assert "night shift" in listed and "reason=InvalidOrder" in listed
+    assert "at 50/s to orders-fixed" in listed
     assert run_json(url, "task", "list", "--before", str(tasks[1]["id"])) == tasks[2:]
     assert run_json(url, "task", "show", str(tasks[1]["id"]))["started_by"] == "night shift"
 

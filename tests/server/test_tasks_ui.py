@@ -127,3 +127,12 @@ def test_who_cancelled_a_task_is_on_its_page_the_list_and_the_api(
         assert 'id="cancelled-by">Cancelled by a client of the API, <time' in page
         clock.go.set()
         other.wait(10)
+
+
+def test_a_task_that_moves_elsewhere_says_where(
+    open_client: TestClient, broker: Broker, dead: dict[str, list[int]]
+) -> None:
+    broker.create_queue("orders-fixed")
+    task = broker.resubmit("orders", to="orders-fixed", rate=None, started_by="ops")
+    for page in (open_client.get("/ui/tasks").text, open_client.get(f"/ui/tasks/{task.id}").text):
+        assert '<span class="chip" title="to orders-fixed">to orders-fixed</span>' in page
