@@ -60,6 +60,12 @@ DEFAULT_URL = "sqlite:///poisonq.db"
 VALUE_FILTERS = ("reason", "subject", "fingerprint")
 
 
+def grouping_for(where: dict[str, Any]) -> str:
+    """The grouping that shows what a selection missed: the first value filter it has,
+    else the reason (a resubmit or purge that selects nothing shows the groups there are)."""
+    return next((name for name in VALUE_FILTERS if name in where), "reason")
+
+
 def connect(
     url: str = DEFAULT_URL,
     *,

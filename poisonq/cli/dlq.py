@@ -24,7 +24,7 @@ from poisonq.cli.output import (
     table,
 )
 from poisonq.cli.tasks import task_summary
-from poisonq.client import VALUE_FILTERS, DeadLetterGroup
+from poisonq.client import DeadLetterGroup, grouping_for
 from poisonq.jsonview import group_json, message_json, task_json
 from poisonq.model import SubQueue
 from poisonq.names import parse_address
@@ -119,7 +119,7 @@ def _matching(
     count = app.broker.count_dead_letters(queue, **where)
     if count:
         return count
-    by = next((name for name in VALUE_FILTERS if name in where), "reason")
+    by = grouping_for(where)
     groups = app.broker.dead_letter_groups(queue, by)
     if groups:
         why = f"no dead letter of {queue!r} matches {_given(filters)}; they are, by {by}:"

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from poisonq.client import VALUE_FILTERS
+from poisonq.client import grouping_for
 from poisonq.errors import NothingSelectedError
 from poisonq.jsonview import group_json, message_json, queue_json, task_json
 from poisonq.names import parse_address
@@ -199,7 +199,7 @@ def _selecting(state: ServerState, queue: str, where: dict[str, Any]) -> dict[st
     naming the groups there are by the field filtered on, as the command line does."""
     if state.broker.count_dead_letters(queue, **where):
         return where
-    by = next((name for name in VALUE_FILTERS if name in where), "reason")
+    by = grouping_for(where)
     groups = state.broker.dead_letter_groups(queue, by)
     there = ", ".join(f"{g.key or '(none)'} {g.count}" for g in groups)
     raise NothingSelectedError(queue, f"by {by}, there are {there}" if groups else "it has none")
