@@ -40,8 +40,8 @@ from poisonq.names import NAMESPACE_DEADLETTER, parse_address
 from poisonq.options import QueueOptions
 from poisonq.receivers import MessageOrList, Receiver, Sender, SessionReceiver, lock_seconds
 from poisonq.reports import AuditReport, QueueInfo
-from poisonq.retrying import OperationRetry, RetryingEngine, retried
-from poisonq.store import open_store
+from poisonq.retrying import OperationRetry, Reachability, RetryingEngine, retried
+from poisonq.store import open_store, redacted_url
 from poisonq.store.base import (
     NO_VALUE,
     DeadLetterCause,
@@ -82,7 +82,8 @@ def connect(
     lost connection, a busy SQLite file) is retried ``retry_total`` times with exponential
     backoff (see :mod:`poisonq.retrying`), apart from any message's delivery count."""
     retry = OperationRetry(retry_total, retry_backoff_factor, retry_backoff_max)
-    store = retried(open_store, retry)(url, create=create)  # a server may be restarting
+    opening = retried(open_store, retry, Reachability(redacted_url(url)))
+    store = opening(url, create=create)  # a server may be restarting
     return Broker(store, clock or SystemClock(), retry)
 
 

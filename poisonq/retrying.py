@@ -13,6 +13,10 @@ operation. When the connection was lost while the commit was in flight the first
 have taken effect: a retried send may then add the batch twice (duplicate detection makes
 that harmless), and a retried settlement raises :class:`~poisonq.errors.MessageLockLostError`
 for the locks it already settled.
+
+An outage is told in two log lines per client, not one per failed attempt: a warning when the
+store first becomes unreachable and another when an operation succeeds on it again, with how
+long it was away (:class:`Reachability`). The retries between them log at debug level.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import functools
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -27,6 +32,7 @@ from typing import Any
 
 from poisonq.errors import InvalidOptionError, StoreUnavailableError
 from poisonq.limits import check_count
+from poisonq.store import redacted_url
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +59,33 @@ class OperationRetry:
             yield delay * random.uniform(0.8, 1.2)
 
 
+class Reachability:
+    """Whether a client's store answered its last operation, so that an outage is logged
+    once when it begins and once when it ends, whatever the number of threads and retries
+    in between."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._lock = threading.Lock()
+        self._down_since: float | None = None  # monotonic time of the first failure
+
+    def failed(self, error: StoreUnavailableError) -> None:
+        with self._lock:
+            if self._down_since is not None:
+                return
+            self._down_since = time.monotonic()
+        log.warning("the store is unreachable, retrying until it is back: %s", error)
+
+    def answered(self) -> None:
+        if self._down_since is None:  # the common case, read without the lock
+            return
+        with self._lock:  # another thread may have told it first
+            since, self._down_since = self._down_since, None
+        if since is not None:
+            away = time.monotonic() - since
+            log.warning("store %s is reachable again after %.1f s", self.name, away)
+
+
 class RetryingEngine:
     """The engine with every public operation retried under an :class:`OperationRetry`.
 
@@ -61,30 +94,38 @@ class RetryingEngine:
     def __init__(self, engine: Any, retry: OperationRetry) -> None:
         self._engine = engine
         self._retry = retry
+        self._reachability = Reachability(redacted_url(engine.store.url))
 
     def __getattr__(self, name: str) -> Any:
         found = getattr(self._engine, name)
         if name.startswith("_") or not callable(found):
             return found
-        wrapped = retried(found, self._retry)
+        wrapped = retried(found, self._retry, self._reachability)
         setattr(self, name, wrapped)  # found here from now on, without __getattr__
         return wrapped
 
 
-def retried(operation: Callable[..., Any], retry: OperationRetry) -> Callable[..., Any]:
-    """``operation`` retried under ``retry`` when the store is briefly unavailable."""
+def retried(
+    operation: Callable[..., Any], retry: OperationRetry, reachability: Reachability
+) -> Callable[..., Any]:
+    """``operation`` retried under ``retry`` when the store is briefly unavailable; the
+    outage is logged through ``reachability``."""
 
     @functools.wraps(operation)
     def call(*args: Any, **kwargs: Any) -> Any:
         delays = retry.delays()
         while True:
             try:
-                return operation(*args, **kwargs)
+                result = operation(*args, **kwargs)
             except StoreUnavailableError as exc:
                 delay = next(delays, None)
                 if delay is None:
                     raise
-                log.warning("%s failed (%s); retrying in %.1f s", operation.__name__, exc, delay)
+                reachability.failed(exc)
+                log.debug("%s failed (%s); retrying in %.1f s", operation.__name__, exc, delay)
                 time.sleep(delay)
+            else:
+                reachability.answered()
+                return result
 
     return call

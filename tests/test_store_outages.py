@@ -5,6 +5,7 @@ be retried raises a typed error; nothing is lost or half-written."""
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 import time
@@ -78,6 +79,41 @@ def test_a_client_started_while_postgresql_restarts_waits_for_it(
         broker.create_queue("orders")
         assert broker.counts("orders")["active"] == 0
     down.join()
+
+
+@pytest.mark.slow
+def test_an_outage_is_logged_once_when_it_begins_and_once_when_it_ends(
+    own_server: TemporaryServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two Processor threads and the pool's workers meet a restart of several seconds: the
+    log has one line for the store going away and one for its return, and none of
+    psycopg's warnings about the broken and refused connections."""
+    url = own_server.database_url("outage")
+    count = 400
+    with poisonq.connect(url) as setup:
+        setup.create_queue("payments")
+        setup.sender("payments").send([Message(body=str(n)) for n in range(count)])
+    handled = threading.Semaphore(0)
+
+    def handle(message: ReceivedMessage) -> None:
+        time.sleep(0.005)
+        handled.release()
+
+    def restart_midway() -> None:
+        for _ in range(count // 4):
+            handled.acquire()
+        own_server.restart(down_for=3.0)
+
+    with caplog.at_level(logging.WARNING), poisonq.connect(url, retry_total=6) as broker:
+        chaos = threading.Thread(target=restart_midway)
+        chaos.start()
+        Processor(broker, "payments", handle, batch_size=10, concurrency=2).run(until_idle=True)
+        chaos.join()
+        assert broker.counts("payments")["completed"] == count
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("the store is unreachable, retrying until it is back")
+    assert lines[1].startswith(f"store {url} is reachable again after")
 
 
 def test_a_wrong_database_is_refused_at_once_not_retried(own_server: TemporaryServer) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit, urlunsplit
 
 from poisonq.store.base import Store
 
@@ -36,4 +37,13 @@ def open_store(url: str, *, create: bool = True) -> Store:
     raise InvalidOptionError(f"unsupported store URL scheme {scheme!r}; use {_ACCEPTED_URLS}")
 
 
-__all__ = ["Store", "open_store"]
+def redacted_url(url: str) -> str:
+    """The URL with its password (if any) replaced by ``***``: fit for logs and errors."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+__all__ = ["Store", "open_store", "redacted_url"]

@@ -34,8 +34,10 @@ from poisonq.errors import (
     StoreFullError,
     StoreUnavailableError,
 )
+from poisonq.store import redacted_url
 from poisonq.store.base import UNSTORABLE, Store, Transaction, pending_migrations, unstorable
 from poisonq.store.history import HistoryKeeper
+from poisonq.store.postgres.noise import POOL_NAME, own, quiet_own_connections
 from poisonq.store.postgres.runner import NOTIFY_CHANNEL
 from poisonq.store.postgres.transaction import PostgresTransaction
 from poisonq.store.shared_sql import (
@@ -52,14 +54,6 @@ _POOL_SIZE = "pool_size"
 _SYNCHRONOUS_COMMIT = "synchronous_commit"
 _SYNCHRONOUS_VALUES = ("on", "off", "local", "remote_write", "remote_apply")
 _MIGRATION_LOCK = 0x706F69736F6E71  # an advisory lock key: "poisonq" in ASCII
-
-
-def _redact(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _unreachable(exc: psycopg.Error) -> bool:
@@ -84,16 +78,18 @@ class PostgresStore(Store):
             (k, v) for k, v in parse_qsl(parts.query) if k not in (_POOL_SIZE, _SYNCHRONOUS_COMMIT)
         ]
         conninfo = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(query)))
-        self._name = _redact(url)
+        self._name = redacted_url(url)
         settings = {} if synchronous_commit is None else {"synchronous_commit": synchronous_commit}
         self._conninfo = conninfo
         self._listener: psycopg.Connection[Any] | None = None
         self._listen_lock = threading.Lock()
         self._changes = 0
+        quiet_own_connections()
         try:
             # One plain connection first: it migrates, and a server that cannot be reached
             # fails here at once with libpq's reason (a pool would retry in the background).
             with psycopg.connect(conninfo, autocommit=False) as conn:
+                own(conn)
                 self._migrate(conn)
         except psycopg.Error as exc:
             kind = StoreUnavailableError if _unreachable(exc) else StoreError
@@ -105,7 +101,7 @@ class PostgresStore(Store):
             kwargs={"autocommit": True, "prepare_threshold": 0},
             configure=_configure(settings),
             open=False,
-            name="poisonq",
+            name=POOL_NAME,
         )
         self._pool.open(wait=False)
 
@@ -182,6 +178,7 @@ class PostgresStore(Store):
         return at the first. Called with ``_listen_lock`` held."""
         if self._listener is None:
             self._listener = psycopg.connect(self._conninfo, autocommit=True)
+            own(self._listener)
             self._listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
         stop = None if timeout == 0 else 1
         for _ in self._listener.notifies(timeout=timeout, stop_after=stop):
@@ -218,7 +215,8 @@ class PostgresStore(Store):
     def _listener_failed(self, exc: psycopg.Error) -> None:
         """Drop the listening connection (the next wait opens a new one)."""
         if self._listener is not None:
-            log.warning("lost the notification connection to %s: %s", self._name, exc)
+            # Debug only: the client's outage lines say it (poisonq.retrying.Reachability).
+            log.debug("lost the notification connection to %s: %s", self._name, exc)
         self._reset_listener()
 
     def _reset_listener(self) -> None:
@@ -235,6 +233,7 @@ class PostgresStore(Store):
 
 def _configure(settings: dict[str, str]) -> Any:
     def configure(conn: psycopg.Connection[Any]) -> None:
+        own(conn)
         for name, value in settings.items():
             conn.execute("SELECT set_config(%s, %s, false)", (name, value))
 
