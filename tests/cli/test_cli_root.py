@@ -138,7 +138,7 @@ def test_retry_total_sets_how_often_a_store_outage_is_retried(
         caplog.clear()
         for name, value in env.items():
             monkeypatch.setenv(name, value)
-        with caplog.at_level(logging.WARNING, logger="poisonq"):
+        with caplog.at_level(logging.DEBUG, logger="poisonq"):
             result = CliRunner().invoke(cli, ["--url", down, *option, "audit"])
         assert result.exit_code == 2, result.output
         assert_one_error_line(result, "cannot open PostgreSQL store")
