@@ -1,6 +1,10 @@
 """Entity names and addresses.
 
-A name is 1-260 letters, digits, ``.``, ``-``, ``_`` or ``/``. An *address* is a name plus an
+A name is 1-260 letters, digits, ``.``, ``-``, ``_`` or ``/``, and no segment between
+slashes is ``.`` or ``..``: a client that normalises paths (a browser, curl, a proxy) would
+turn ``x/../admin`` into ``admin`` and act on another queue. A store made before this rule may
+hold such a name: it is still found and listed (:func:`parse_address` takes it), and
+``poisonq serve`` names it at start (:func:`dot_segments`). An *address* is a name plus an
 optional subqueue, written the Service Bus way (``orders/$deadletterqueue``,
 ``orders/$transfer/$deadletterqueue``) or the MSMQ way (``orders;poison``, ``orders;retry``).
 The ``$`` and ``;`` forms can never collide with a user name because users cannot write them.
@@ -31,7 +35,22 @@ _SUFFIXES: dict[str, SubQueue] = {
 
 
 def validate_name(name: object) -> str:
-    """Return ``name`` if it is a valid entity name, else raise :class:`InvalidNameError`."""
+    """Return ``name`` if it is a valid name for a new entity (or a consumer, or a forwarding
+    target), else raise :class:`InvalidNameError`."""
+    checked = _check_characters(name)
+    if dot_segments(checked):
+        raise InvalidNameError(checked, "no segment between '/' may be '.' or '..'")
+    return checked
+
+
+def dot_segments(name: str) -> bool:
+    """Whether ``name`` has a ``.`` or ``..`` segment, which paths normalise away."""
+    return any(segment in (".", "..") for segment in name.split("/"))
+
+
+def _check_characters(name: object) -> str:
+    """The characters and slashes of a name, the rule names had before ``.`` and ``..``
+    segments were refused: what an existing entity's address is checked against."""
     if not isinstance(name, str):
         raise InvalidNameError(repr(name), "a name must be a string")
     if not _NAME.fullmatch(name):
@@ -91,4 +110,4 @@ def parse_address(address: str, subqueue: SubQueue | str | None = None) -> Addre
         if found is not None and found != wanted:
             raise InvalidNameError(address, f"names subqueue {found} and {wanted} at once")
         found = wanted
-    return Address(validate_name(address), found)
+    return Address(_check_characters(address), found)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -16,12 +17,14 @@ from poisonq import (
     Broker,
     Complete,
     DeadLetter,
+    InvalidNameError,
     Message,
     PoisonqError,
     QueueOptions,
     Release,
     RetryPolicy,
 )
+from tests.helpers import assert_balanced
 from tests.hostile import (
     HOSTILE,
     anything,
@@ -202,3 +205,25 @@ def test_hostile_locks_and_counts(
     # Whatever is left is settled for real, so the next example starts from an empty queue.
     while left := receiver.receive(max_messages=10):
         receiver.complete(left)
+
+
+
+@pytest.mark.parametrize("name", ["..", ".", "x/../admin", "x/./y"])
+def test_names_with_dot_segments_are_refused_by_both_stores(broker: Broker, name: str) -> None:
+    """``x/../admin`` would be ``admin`` to a client that normalises the URL of a purge:
+    ``.`` and ``..`` segments are refused for queues, topics, subscriptions and forwarding
+    targets alike, and nothing is made."""
+    broker.create_queue("admin")
+    broker.create_topic("events")
+    before = [info.name for info in broker.entities()]
+    dots = next(segment for segment in name.split("/") if segment in (".", ".."))
+    for create in (
+        lambda: broker.create_queue(name),
+        lambda: broker.create_topic(name),
+        lambda: broker.create_queue("q", forward_to=name),
+        lambda: broker.create_subscription("events", dots),
+    ):
+        with pytest.raises(InvalidNameError, match="'.' or '..'"):
+            create()
+    assert [info.name for info in broker.entities()] == before
+    assert_balanced(broker)

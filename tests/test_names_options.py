@@ -8,7 +8,7 @@ import pytest
 
 from poisonq import InvalidNameError, InvalidOptionError, QueueOptions, RetryPolicy
 from poisonq.model import ReceiveErrorHandling, SubQueue, to_seconds
-from poisonq.names import parse_address, subqueue_name, validate_name
+from poisonq.names import Address, dot_segments, parse_address, subqueue_name, validate_name
 from poisonq.options import MoveToRetry, Poison, Redeliver
 
 
@@ -27,6 +27,24 @@ def test_invalid_names_are_refused_with_a_reason(name: object) -> None:
     with pytest.raises(InvalidNameError) as caught:
         validate_name(name)
     assert "invalid entity name" in str(caught.value)
+
+
+@pytest.mark.parametrize("name", [".", "..", "x/../admin", "x/.", "./x", "a/./b"])
+def test_a_new_name_has_no_dot_segment_a_client_would_normalise_away(name: str) -> None:
+    """``x/../admin`` in a URL is ``admin`` after a browser or curl normalises it."""
+    with pytest.raises(InvalidNameError, match="'.' or '..'"):
+        validate_name(name)
+    assert dot_segments(name)
+
+
+@pytest.mark.parametrize("name", ["x.y", "...", "a/.b/c", "a/b..", ".hidden"])
+def test_dots_inside_a_segment_are_still_a_name(name: str) -> None:
+    assert validate_name(name) == name and not dot_segments(name)
+
+
+def test_an_existing_entity_with_a_dot_segment_is_still_addressed() -> None:
+    """A store made before the rule may hold one: it is found, listed and can be deleted."""
+    assert parse_address("x/../admin;poison") == Address("x/../admin", SubQueue.DEADLETTER)
 
 
 @pytest.mark.parametrize(
