@@ -33,6 +33,15 @@ MAX_SHOWN_ROW = 2_000
 MAX_SHOWN_VALUES = 400
 """Characters of a failing row's values in an expectation's dead-letter description."""
 
+FORM_BYTES = 64 * 1024
+"""Bytes of a request's body to the server, but for an API send: forms, login, filters."""
+
+SEND_BYTES = 8 * 1024 * 1024
+"""Bytes of an API send's body (a batch of messages in JSON), unless the server says more."""
+
+READ_TIMEOUT = 15.0
+"""Seconds the server waits for a request's headers, and then for its body."""
+
 
 def tail(text: str, limit: int) -> str:
     """The end of ``text``, at most ``limit`` characters after a ``...`` line when cut: a

@@ -207,7 +207,6 @@ def test_hostile_locks_and_counts(
         receiver.complete(left)
 
 
-
 @pytest.mark.parametrize("name", ["..", ".", "x/../admin", "x/./y"])
 def test_names_with_dot_segments_are_refused_by_both_stores(broker: Broker, name: str) -> None:
     """``x/../admin`` would be ``admin`` to a client that normalises the URL of a purge:

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import os
 import socket
+import stat
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import click
 
 from poisonq.cli.app import App
+from poisonq.limits import FORM_BYTES, READ_TIMEOUT, SEND_BYTES
+from poisonq.names import dot_segments
 
 
 def _check_port(host: str, port: int) -> None:
@@ -38,16 +46,67 @@ MIN_TOKEN = 16  # characters of a token given: a short one is guessed, throttle 
 
 def _check_token(token: str | None) -> str | None:
     """A token given is kept as given, if it is long enough to be worth guarding."""
-    if token is None:
-        return None
+    return None if token is None else _valid_token(token, "'--token'")
+
+
+def _valid_token(token: str, source: str) -> str:
     if len(token.strip()) < MIN_TOKEN:
         what = "empty" if not token.strip() else f"{len(token.strip())} characters"
         raise click.BadParameter(
             f"the token is {what}: give one of at least {MIN_TOKEN} characters, or none"
             " for a random one",
-            param_hint="'--token'",
+            param_hint=source,
         )
     return token
+
+
+def _read_token_file(path: Path) -> str:
+    """The token in ``path`` (its first line), if only its owner may read it: a token in a
+    file others can read is no secret, and serving with it would hide that."""
+    try:
+        mode = path.stat().st_mode
+        token = path.read_text("utf-8").partition("\n")[0].strip()
+    except OSError as exc:
+        raise click.BadParameter(
+            f"cannot read {path}: {exc.strerror or exc}", param_hint="'--token-file'"
+        ) from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise click.BadParameter(
+            f"{path} can be read by others (mode {stat.S_IMODE(mode):o}): chmod 600 it",
+            param_hint="'--token-file'",
+        )
+    return _valid_token(token, "'--token-file'")
+
+
+@contextlib.contextmanager
+def _generated_token_file(token: str) -> Iterator[Path]:
+    """A new file only this user can read (0600, created so), holding ``token``, removed
+    when the server stops: the token stays out of the terminal's scrollback and the
+    journal, which keep what ``serve`` prints."""
+    folder = os.environ.get("XDG_RUNTIME_DIR") or None  # a per-user tmpfs where there is one
+    handle, name = tempfile.mkstemp(prefix="poisonq-token-", dir=folder)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(token + "\n")
+        yield Path(name)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name)
+
+
+def _forwarded_ips(value: str | None) -> str | None:
+    """Addresses or networks separated by commas, or ``*``: each checked here, so a typo is
+    an error at start rather than a proxy whose headers are silently ignored."""
+    if value is None or value.strip() == "*":
+        return value and "*"
+    for item in value.split(","):
+        try:
+            ipaddress.ip_network(item.strip(), strict=False)
+        except ValueError:
+            raise click.BadParameter(
+                f"{item.strip()!r} is not an address or network", param_hint="--forwarded-allow-ips"
+            ) from None
+    return ",".join(item.strip() for item in value.split(","))
 
 
 @click.command()
@@ -63,16 +122,62 @@ def _check_token(token: str | None) -> str | None:
     "--token",
     envvar="POISONQ_TOKEN",
     callback=lambda _ctx, _param, value: _check_token(value),
-    help="Bearer token for writes (and reads), at least 16 characters; a random one is made"
-    " and printed if not given (also from POISONQ_TOKEN).",
+    help="Bearer token for writes (and reads), at least 16 characters (also from"
+    " POISONQ_TOKEN; visible to others in the process list: prefer --token-file).",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Read the token from this file's first line; only its owner may read the file.",
 )
 @click.option("--open-reads", is_flag=True, help="Let anyone read (the UI, GET /api, /metrics).")
+@click.option(
+    "--forwarded-allow-ips",
+    callback=lambda _ctx, _param, value: _forwarded_ips(value),
+    help="Believe X-Forwarded-For and X-Forwarded-Proto from these addresses only (a reverse"
+    " proxy's; comma-separated addresses or networks, or *). Default: from none.",
+)
+@click.option(
+    "--secure-cookies",
+    is_flag=True,
+    help="Mark the session cookie Secure (behind TLS). It is anyway on a request that came"
+    " over HTTPS, as a proxy of --forwarded-allow-ips says with X-Forwarded-Proto.",
+)
+@click.option(
+    "--max-send-bytes",
+    type=click.IntRange(1024),
+    default=SEND_BYTES,
+    show_default=True,
+    help="The largest body of an API send (POST /api/queues/QUEUE/messages); every other"
+    f" request's body is at most {FORM_BYTES // 1024} KiB.",
+)
+@click.option(
+    "--read-timeout",
+    type=click.FloatRange(min=1),
+    default=READ_TIMEOUT,
+    show_default=True,
+    help="Seconds a request's headers, and then its body, may take to arrive.",
+)
 @click.pass_obj
-def serve(app: App, /, host: str, port: int, token: str | None, open_reads: bool) -> None:
+def serve(
+    app: App,
+    /,
+    host: str,
+    port: int,
+    token: str | None,
+    token_file: Path | None,
+    open_reads: bool,
+    forwarded_allow_ips: str | None,
+    secure_cookies: bool,
+    max_send_bytes: int,
+    read_timeout: float,
+) -> None:
     """Serve the HTTP API, the dead-letter explorer and metrics.
 
     Listens on 127.0.0.1 unless --host says otherwise. Writes (send, resubmit, purge,
-    cancel) need the token; reads too unless --open-reads. The API's OpenAPI document is at
+    cancel) need the token; reads too unless --open-reads. Without --token or --token-file
+    a random token is made and written to a new file only you can read: its path is
+    printed, and it is removed when the server stops. The API's OpenAPI document is at
     /api/openapi.json, the web UI at /ui/, Prometheus metrics at /metrics.
     """
     try:
@@ -80,18 +185,40 @@ def serve(app: App, /, host: str, port: int, token: str | None, open_reads: bool
 
         from poisonq.server import create_app
         from poisonq.server.auth import new_token
+        from poisonq.server.guard import RequestLimits, server_config
     except ImportError as exc:
         raise click.ClickException(
             f"poisonq serve needs the server extra: pip install 'poisonq[server]' ({exc})"
         ) from None
+    if token is not None and token_file is not None:
+        raise click.UsageError("give --token or --token-file, not both")
     _check_port(host, port)
-    given = token is not None
-    token = token or new_token()
-    server = create_app(app.broker, token=token, open_reads=open_reads)
-    shown = f"[{host}]" if ":" in host else host
-    app.err.print(f"poisonq serving at http://{shown}:{port}/ui/", soft_wrap=True)
-    if not given:
-        app.err.print(f"token (for writes{'' if open_reads else ' and reads'}): {token}")
-    if not _is_loopback(host):
-        app.err.print(f"warning: listening on {host}, not only this machine", style="yellow")
-    uvicorn.run(server, host=host, port=port, log_level="info")
+    if token_file is not None:
+        token = _read_token_file(token_file)
+    limits = RequestLimits(send_bytes=max_send_bytes, read_timeout=read_timeout)
+    with contextlib.ExitStack() as stack:
+        if token is None:
+            token = new_token()
+            written = stack.enter_context(_generated_token_file(token))
+            what = "writes" if open_reads else "writes and reads"
+            app.err.print(f"token (for {what}) in {written}", soft_wrap=True)
+        server = create_app(
+            app.broker,
+            token=token,
+            open_reads=open_reads,
+            limits=limits,
+            secure_cookies=secure_cookies,
+        )
+        shown = f"[{host}]" if ":" in host else host
+        app.err.print(f"poisonq serving at http://{shown}:{port}/ui/", soft_wrap=True)
+        if not _is_loopback(host):
+            app.err.print(f"warning: listening on {host}, not only this machine", style="yellow")
+        for name in sorted({i.name for i in app.broker.entities() if dot_segments(i.name)}):
+            app.err.print(
+                f"warning: {name!r} has a '.' or '..' segment, which clients that normalise"
+                " paths do not send as it is: move its messages to a queue with another name",
+                style="yellow",
+                soft_wrap=True,
+            )
+        config = server_config(server, forwarded_allow_ips, host=host, port=port, log_level="info")
+        uvicorn.Server(config).run()

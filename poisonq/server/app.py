@@ -5,6 +5,9 @@ One process serves the JSON API (``/api``, OpenAPI at ``/api/openapi.json``), th
 script at all (the UI has none), so even a body that slipped past escaping could not run,
 and framing by this server's own pages only (a running task's page shows its progress in a
 frame that reloads itself, so the page around it, and the keyboard's place, stay still).
+Answers of the API and ``/metrics`` (message bodies, counts) are ``Cache-Control: no-store``:
+no browser or proxy keeps a copy. Every body is read within its limits before any route
+runs (:mod:`poisonq.server.guard`), and HEAD is answered wherever GET is.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from poisonq.client import Broker, connect
 from poisonq.errors import (
@@ -35,6 +39,7 @@ from poisonq.errors import (
 )
 from poisonq.server import api, login, ui
 from poisonq.server.auth import Auth, new_token
+from poisonq.server.guard import BodyGuard, RequestLimits
 from poisonq.server.metrics import registry
 from poisonq.server.pages import error_page
 from poisonq.server.state import ServerState
@@ -82,18 +87,46 @@ def status_for(exc: PoisonqError) -> int:
             return 400
 
 
+class HeadAsGet:
+    """ASGI middleware: HEAD is GET without the body (uptime checks use HEAD), with GET's
+    status and headers, ``Content-Length`` included."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def headers_only(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                message = {**message, "body": b""}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, headers_only)
+
+
 def create_app(
-    broker_or_url: Broker | str, *, token: str | None = None, open_reads: bool = False
+    broker_or_url: Broker | str,
+    *,
+    token: str | None = None,
+    open_reads: bool = False,
+    limits: RequestLimits | None = None,
+    secure_cookies: bool = False,
 ) -> FastAPI:
     """The server for a broker (or a store URL, opened here and closed at shutdown).
 
     ``token`` guards writes, and reads unless ``open_reads``; without one a random token is
-    made: read it from ``app.state.poisonq.auth.token`` or, with ``poisonq serve``, from what it
-    prints at start.
+    made: read it from ``app.state.poisonq.auth.token`` or, with ``poisonq serve``, from the
+    file it names at start. ``limits`` are the largest bodies and the read timeout
+    (:class:`~poisonq.server.guard.RequestLimits`); ``secure_cookies`` marks the session
+    cookie ``Secure`` (it is anyway on a request that came over HTTPS, as the server or a
+    trusted proxy says).
     """
     owns = isinstance(broker_or_url, str)
     broker = connect(broker_or_url) if isinstance(broker_or_url, str) else broker_or_url
-    auth = Auth(token or new_token(), open_reads, broker.clock)
+    auth = Auth(token or new_token(), open_reads, broker.clock, secure_cookies)
     state = ServerState(broker, auth, owns_broker=owns)
     metrics = registry(broker)
 
@@ -106,12 +139,13 @@ def create_app(
         title="poisonq",
         summary="Queues, dead-letters, resubmit and purge of a poisonq store.",
         version="0.1.0",
-        openapi_url="/api/openapi.json",
+        openapi_url=None,  # served below, behind the read rule
         docs_url=None,  # the interactive docs load scripts from a CDN; the CSP forbids both
         redoc_url=None,
         lifespan=lifespan,
     )
     app.state.poisonq = state
+    app.state.request_limits = limits or RequestLimits()
     app.include_router(api.reads)
     app.include_router(api.writes)
     app.include_router(ui.router)
@@ -125,6 +159,8 @@ def create_app(
         response = await call_next(request)
         for name, value in SECURITY_HEADERS.items():
             response.headers.setdefault(name, value)
+        if request.url.path.startswith(("/api/", "/metrics")):
+            response.headers.setdefault("Cache-Control", "no-store")
         return response
 
     @app.exception_handler(PoisonqError)
@@ -177,6 +213,14 @@ def create_app(
         state.auth.require_read(request)
         return Response(generate_latest(metrics), media_type=CONTENT_TYPE_LATEST)
 
+    @app.get("/api/openapi.json", include_in_schema=False)
+    def openapi(request: Request) -> Response:
+        """The API's OpenAPI document, read like the API."""
+        state.auth.require_read(request)
+        return JSONResponse(app.openapi())
+
+    app.add_middleware(HeadAsGet)
+    app.add_middleware(BodyGuard, limits=app.state.request_limits)  # the outermost
     return app
 
 

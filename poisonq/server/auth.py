@@ -6,12 +6,14 @@ cannot send that header; a login form checks the token once and opens a session
 (:mod:`poisonq.server.sessions`) whose random id is the cookie. Every form that changes
 something also carries the session's CSRF value, so a page on another site cannot post a
 resubmit or purge with the operator's cookie. Token and CSRF comparisons are
-``hmac.compare_digest``, so timing tells nothing about them, and wrong tokens are throttled
-per client (:mod:`poisonq.server.throttle`), so guessing is slow too.
+``hmac.compare_digest`` (the token's of two SHA-256 digests, so not even its length shows in
+the timing), and wrong tokens are throttled per client (:mod:`poisonq.server.throttle`); the
+right token is never refused, whoever guessed wrong from the same address.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import secrets
 
@@ -27,26 +29,32 @@ def new_token() -> str:
     return secrets.token_urlsafe(24)
 
 
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+
 class Auth:
     """The token, what it unlocks, and the UI sessions opened with it."""
 
-    def __init__(self, token: str, open_reads: bool, clock: Clock) -> None:
+    def __init__(
+        self, token: str, open_reads: bool, clock: Clock, secure_cookies: bool = False
+    ) -> None:
         if not token:
             raise ValueError("the token cannot be empty")
         self.token = token
+        self._digest = _digest(token)
         self.open_reads = open_reads
+        self.secure_cookies = secure_cookies
         self.sessions = LoginSessions(clock)
         self.throttle = Throttle(clock)
 
     def token_matches(self, request: Request, given: str) -> bool:
-        """Whether ``given`` is the token; a wrong one counts against the request's client.
-        Raises :class:`~poisonq.server.throttle.Throttled` while that client is refused."""
-        client = request.client.host if request.client else ""
-        self.throttle.check(client)
-        if hmac.compare_digest(given.encode(), self.token.encode()):
-            self.throttle.succeeded(client)
+        """Whether ``given`` is the token. The right one is always let through; a wrong one
+        counts against the request's client, and raises
+        :class:`~poisonq.server.throttle.Throttled` while that client is refused."""
+        if hmac.compare_digest(_digest(given), self._digest):
             return True
-        self.throttle.failed(client)
+        self.throttle.failed(request.client.host if request.client else "")
         return False
 
     def bearer_ok(self, request: Request) -> bool:

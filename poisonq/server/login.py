@@ -1,7 +1,9 @@
 """Logging in to the web UI, logging out, and what UI routes require of a session.
 
 Login checks the token once and opens a server-side session (:mod:`poisonq.server.sessions`)
-for the operator's name; the cookie holds only the session's random id.
+for the operator's name; the cookie holds only the session's random id. A login posted from a
+page of another origin is refused before its token is looked at (:func:`same_origin`): a page
+an operator opens cannot log them in, nor count wrong tokens against their address.
 """
 
 from __future__ import annotations
@@ -70,6 +72,18 @@ def _local(target: str) -> str:
     return target if target.startswith("/ui/") and not target.startswith("//") else "/ui/"
 
 
+def same_origin(request: Request) -> bool:
+    """Whether a browser says the request comes from this server's own pages. A browser
+    sends ``Origin`` with every POST (``null`` from a sandbox or a ``data:`` page) and, for
+    years now, ``Sec-Fetch-Site``; a request with neither is not from a browser, so no page
+    made it. The origin compared is the one the browser was sent to: this request's scheme
+    (``https`` behind a proxy trusted for ``X-Forwarded-Proto``) and ``Host``."""
+    origin = request.headers.get("origin")
+    if origin is not None:
+        return origin == f"{request.url.scheme}://{request.headers.get('host', '')}"
+    return request.headers.get("sec-fetch-site", "same-origin") in ("same-origin", "none")
+
+
 @router.get("/login")
 def login_page(request: Request, next: str = "/ui/") -> Response:
     return page(request, "login.html", next=_local(next), error=None, given="")
@@ -79,6 +93,9 @@ def login_page(request: Request, next: str = "/ui/") -> Response:
 def login(request: Request, state: State, form: Form) -> Response:
     target = _local(form.get("next", "/ui/"))
     operator = " ".join(form.get("operator", "").split())[:MAX_OPERATOR]
+    if not same_origin(request):
+        why = "This login came from a page of another site: log in from this server's own page."
+        return error_page(request, 403, "Login from another site", why)
     error, status, wait = None, 401, None
     try:
         if not state.auth.token_matches(request, form.get("token", "")):
@@ -98,6 +115,7 @@ def login(request: Request, state: State, form: Form) -> Response:
         state.auth.sessions.open(operator),
         max_age=int(state.auth.sessions.lifetime),
         httponly=True,
+        secure=state.auth.secure_cookies or request.url.scheme == "https",
         samesite="strict",
         path="/",
     )

@@ -1,10 +1,14 @@
 """Slowing down whoever guesses the token.
 
-After ``limit`` wrong tokens from one client within ``window`` seconds (the UI's login form or
-the API's bearer header alike), that client is refused, right token or not, for a while that
-doubles with each further round of wrong guesses (1 min, 2, 4, ... up to an hour): 429 with
-``Retry-After``. A right token clears the client's record. A client is its IP address, so
-behind a proxy every user shares one record: keep the proxy's own rate limit in front then.
+After ``LIMIT`` wrong tokens from one client within ``WINDOW`` seconds (the UI's login form or
+the API's bearer header alike), that client's wrong tokens are answered 429 with
+``Retry-After`` instead of 401, for a while that doubles with each further round of wrong
+guesses (1 min, 2, 4, ... up to an hour), those it sends while refused counting too. Only
+wrong tokens are refused: the right one always works (``Auth`` compares it first), so
+nobody who shares the client's address (a Prometheus, an operator, a script; everyone behind
+a proxy) can be locked out by someone else's guesses. For the same reason the right token
+does not clear the record: a scrape every 15 s would wipe a guesser's count on the same
+address. A client is its IP address (as the proxy reports it, from the addresses allowed to).
 """
 
 from __future__ import annotations
@@ -44,17 +48,10 @@ class Throttle:
         self._clients: dict[str, _Client] = {}
         self._lock = threading.Lock()
 
-    def check(self, client: str) -> None:
-        """Raise :class:`Throttled` while ``client`` is refused."""
-        now = self._clock.now()
-        with self._lock:
-            record = self._clients.get(client)
-            if record is not None and record.refused_until > now:
-                raise Throttled(math.ceil(record.refused_until - now))
-
     def failed(self, client: str) -> None:
-        """Count a wrong token from ``client``; the ``LIMIT``-th within ``WINDOW`` starts a
-        refusal."""
+        """Count a wrong token from ``client``; the ``LIMIT``-th within ``WINDOW`` starts (or
+        lengthens) a refusal. Raises :class:`Throttled` when the client was refused already:
+        the answer is 429, not 401."""
         now = self._clock.now()
         with self._lock:
             # Forget clients that have been quiet for longer than any wait, so the record
@@ -66,12 +63,12 @@ class Throttle:
                 or (c.failures and c.failures[-1] > now - WINDOW)
             }
             record = self._clients.setdefault(client, _Client())
+            refused = record.refused_until > now
             record.failures = [t for t in record.failures if t > now - WINDOW] + [now]
             if len(record.failures) >= LIMIT:
                 record.failures.clear()
-                record.refused_until = now + min(MAX_WAIT, FIRST_WAIT * 2**record.rounds)
+                wait = min(MAX_WAIT, FIRST_WAIT * 2**record.rounds)
+                record.refused_until = max(record.refused_until, now + wait)
                 record.rounds += 1
-
-    def succeeded(self, client: str) -> None:
-        with self._lock:
-            self._clients.pop(client, None)
+            if refused:
+                raise Throttled(math.ceil(record.refused_until - now))

@@ -410,7 +410,7 @@ def test_json_answers_carry_the_body_as_data_not_html(
 
 
 def test_the_openapi_document_lists_every_route(client: TestClient) -> None:
-    document = client.get("/api/openapi.json").json()
+    document = client.get("/api/openapi.json", headers=AUTH).json()
     paths = document["paths"]
     assert {
         "/api/entities",

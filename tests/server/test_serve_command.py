@@ -1,17 +1,20 @@
 """``poisonq serve`` as an operator runs it: a real process on 127.0.0.1 that prints its URL
-and the token it made, and answers the API with that token only."""
+and where the token it made is (a file only its user reads), and answers the API with that
+token only."""
 
 from __future__ import annotations
 
 import json
 import re
 import socket
+import stat
 import subprocess
 import sys
 import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from queue import Queue
 
 import pytest
@@ -38,10 +41,14 @@ def served(url: str, queue: str, broker: Broker) -> Iterator[tuple[str, str]]:
             printed.append(lines.get(timeout=30))
         text = "".join(printed)
         address = re.search(r"serving at (http://127\.0\.0\.1:\d+)/ui/", text)
-        token = re.search(r"token \(for writes and reads\): (\S+)", text)
-        assert address and token, text
+        written = re.search(r"token \(for writes and reads\) in (\S+)", text)
+        assert address and written, text
         assert address.group(1) == f"http://127.0.0.1:{port}"
-        yield address.group(1), token.group(1)
+        token_file = Path(written.group(1))
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        token = token_file.read_text().strip()
+        assert token not in text
+        yield address.group(1), token
     finally:
         process.terminate()
         process.wait(timeout=30)
