@@ -19,6 +19,11 @@ from poisonq.model import LIVE_STATES, EntityStatus, MessageState
 from poisonq.names import parse_address
 
 _LABELS = ["queue", "subqueue"]
+TOP_REASONS = 10
+"""Dead-letter reasons with a series of their own per queue, the largest groups: the rest are
+summed as ``other``. A reason is free text an application sets, so without a bound each new
+text would be a new series for Prometheus to keep; the API lists every reason."""
+OTHER_REASONS = "other"
 # What each lifetime counter of the ledger counts (the ledger's field names are the metric
 # names: ``poisonq_sent_total`` ...); ``size_bytes`` is a level, exported as a gauge.
 _COUNTERS = {
@@ -95,12 +100,18 @@ class BrokerCollector(Collector):
     def _dead_letters(self, queues: list[str]) -> Metric:
         family = GaugeMetricFamily(
             "poisonq_dead_letters",
-            "Messages held in the queue's dead-letter queue, by dead-letter reason",
+            f"Messages held in the queue's dead-letter queue, by dead-letter reason (the"
+            f" {TOP_REASONS} largest; the rest as {OTHER_REASONS})",
             labels=["queue", "reason"],
         )
         for queue in dict.fromkeys(queues):
-            for group in self.broker.dead_letter_groups(queue, "reason"):
-                family.add_metric([queue, group.key or ""], group.count)
+            groups = sorted(self.broker.dead_letter_groups(queue, "reason"), key=lambda g: -g.count)
+            by_label: dict[str, int] = {}
+            for rank, group in enumerate(groups):
+                label = (group.key or "") if rank < TOP_REASONS else OTHER_REASONS
+                by_label[label] = by_label.get(label, 0) + group.count
+            for label, count in by_label.items():
+                family.add_metric([queue, label], count)
         return family
 
     def _pipelines(self) -> Iterator[Metric]:

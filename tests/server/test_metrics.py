@@ -11,6 +11,8 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from poisonq import Broker, ManualClock, Message, RetryPolicy
+from poisonq.server.metrics import OTHER_REASONS, TOP_REASONS
+from tests.helpers import assert_balanced
 from tests.server.conftest import AUTH, record
 
 
@@ -52,6 +54,34 @@ def test_dead_letters_by_reason(client: TestClient, dead: dict[str, list[int]]) 
     assert value(samples, "poisonq_dead_letters", queue="orders", reason="InvalidOrder") == 3
     reason = "MaxDeliveryCountExceeded"
     assert value(samples, "poisonq_dead_letters", queue="orders", reason=reason) == 3
+
+
+def test_the_reason_label_keeps_the_largest_reasons_and_sums_the_rest_as_other(
+    client: TestClient, broker: Broker, queue: str
+) -> None:
+    """Reasons are free text from applications: past ``TOP_REASONS`` per queue, the smaller
+    groups are one ``other`` series, and the API still lists every reason."""
+    reasons = [f"reason-{n:02}" for n in range(TOP_REASONS + 5)]
+    sizes = {reason: 2 + n for n, reason in enumerate(reasons)}  # reason-14 the largest
+    broker.sender(queue).send([Message(body=r) for r in reasons for _ in range(sizes[r])])
+    receiver = broker.receiver(queue)
+    for message in receiver.receive(max_messages=sum(sizes.values())):
+        receiver.dead_letter(message, message.body.decode())
+    found = {
+        labels: count
+        for (name, labels), count in scrape(client).items()
+        if name == "poisonq_dead_letters"
+    }
+    largest = reasons[-TOP_REASONS:]
+    assert found == {
+        **{frozenset({("queue", queue), ("reason", r)}): sizes[r] for r in largest},
+        frozenset({("queue", queue), ("reason", OTHER_REASONS)}): sum(
+            sizes[r] for r in reasons[:-TOP_REASONS]
+        ),
+    }
+    groups = client.get(f"/api/queues/{queue}/deadletters/groups", headers=AUTH).json()
+    assert sorted(g["key"] for g in groups) == reasons
+    assert_balanced(broker)
 
 
 def test_lifetime_counters(
