@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import ipaddress
 import os
 import socket
@@ -10,6 +11,7 @@ import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -107,6 +109,20 @@ def _forwarded_ips(value: str | None) -> str | None:
                 f"{item.strip()!r} is not an address or network", param_hint="--forwarded-allow-ips"
             ) from None
     return ",".join(item.strip() for item in value.split(","))
+
+
+def _log_config() -> dict[str, Any]:
+    """uvicorn's logging, with the server's own lines (a client gone mid-body) beside its
+    access lines, in its format."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["poisonq.server"] = {
+        "handlers": ["default"],
+        "level": "INFO",
+        "propagate": False,
+    }
+    return config
 
 
 @click.command()
@@ -220,5 +236,12 @@ def serve(
                 style="yellow",
                 soft_wrap=True,
             )
-        config = server_config(server, forwarded_allow_ips, host=host, port=port, log_level="info")
+        config = server_config(
+            server,
+            forwarded_allow_ips,
+            host=host,
+            port=port,
+            log_level="info",
+            log_config=_log_config(),
+        )
         uvicorn.Server(config).run()
