@@ -6,6 +6,7 @@ import contextlib
 import copy
 import ipaddress
 import os
+import signal
 import socket
 import stat
 import tempfile
@@ -87,13 +88,21 @@ def _generated_token_file(token: str) -> Iterator[Path]:
     journal, which keep what ``serve`` prints."""
     folder = os.environ.get("XDG_RUNTIME_DIR") or None  # a per-user tmpfs where there is one
     handle, name = tempfile.mkstemp(prefix="poisonq-token-", dir=folder)
+    # uvicorn stops on SIGTERM and then raises it again with the handler it found: by
+    # default that ends the process at once, and the file would stay.
+    previous = signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as file:
             file.write(token + "\n")
         yield Path(name)
     finally:
+        signal.signal(signal.SIGTERM, previous)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(name)
+
+
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _forwarded_ips(value: str | None) -> str | None:

@@ -4,6 +4,7 @@ token only."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import socket
@@ -23,17 +24,16 @@ from poisonq import Broker, Message
 from poisonq.testing.pgserver import free_port
 
 
-@pytest.fixture
-def served(url: str, queue: str, broker: Broker) -> Iterator[tuple[str, str]]:
-    """(base URL, token) of ``poisonq serve`` running on the test's store."""
-    broker.sender(queue).send(Message(body="x"))
+@contextlib.contextmanager
+def serving(url: str, *options: str) -> Iterator[tuple[str, str]]:
+    """(base URL, what it printed up to uvicorn's banner) of ``poisonq serve`` on ``url``."""
     port = free_port()
     poisonq = [sys.executable, "-c", "from poisonq.cli import main; main()"]
-    command = [*poisonq, "--url", url, "serve", "--port", str(port)]
+    command = [*poisonq, "--url", url, "serve", "--port", str(port), *options]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    assert process.stderr is not None
+    stderr = process.stderr
     try:
-        assert process.stderr is not None
-        stderr = process.stderr
         lines: Queue[str] = Queue()
         threading.Thread(target=lambda: [lines.put(x) for x in stderr], daemon=True).start()
         printed: list[str] = []
@@ -41,18 +41,26 @@ def served(url: str, queue: str, broker: Broker) -> Iterator[tuple[str, str]]:
             printed.append(lines.get(timeout=30))
         text = "".join(printed)
         address = re.search(r"serving at (http://127\.0\.0\.1:\d+)/ui/", text)
-        written = re.search(r"token \(for writes and reads\) in (\S+)", text)
-        assert address and written, text
-        assert address.group(1) == f"http://127.0.0.1:{port}"
-        token_file = Path(written.group(1))
-        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
-        token = token_file.read_text().strip()
-        assert token not in text
-        yield address.group(1), token
+        assert address and address.group(1) == f"http://127.0.0.1:{port}", text
+        yield address.group(1), text
     finally:
         process.terminate()
         process.wait(timeout=30)
         stderr.close()
+
+
+def _token_file(printed: str) -> Path:
+    written = re.search(r"token \(for writes and reads\) in (\S+)", printed)
+    assert written, printed
+    return Path(written.group(1))
+
+
+@pytest.fixture
+def served(url: str, queue: str, broker: Broker) -> Iterator[tuple[str, str]]:
+    """(base URL, token) of ``poisonq serve`` running on the test's store."""
+    broker.sender(queue).send(Message(body="x"))
+    with serving(url) as (base, printed):
+        yield base, _token_file(printed).read_text().strip()
 
 
 def _get(address: str, token: str | None) -> urllib.request.Request:
@@ -99,3 +107,64 @@ def test_a_token_too_short_to_guard_is_refused_in_one_line(
     [line] = done.stderr.splitlines()
     assert line.startswith("error: Invalid value for '--token': the token is ")
     assert "at least 16 characters" in line and "serving at" not in done.stderr
+
+
+def test_a_token_made_at_start_is_in_a_file_only_its_user_reads_removed_at_stop(
+    url: str, queue: str
+) -> None:
+    """Not printed: a terminal's scrollback and the journal keep what ``serve`` prints."""
+    with serving(url) as (base, printed):
+        token_file = _token_file(printed)
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        token = token_file.read_text().strip()
+        assert len(token) >= 32 and token not in printed
+        with urllib.request.urlopen(_get(f"{base}/api/queues/orders/counts", token)) as answer:
+            assert answer.status == 200
+    assert not token_file.exists()
+
+
+def test_the_token_can_come_from_a_file_only_its_owner_reads(
+    url: str, queue: str, tmp_path: Path
+) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("from-a-file-0123456789\n")
+    token_file.chmod(0o600)
+    with serving(url, "--token-file", str(token_file)) as (base, printed):
+        assert "token" not in printed.replace("--token-file", "")
+        with urllib.request.urlopen(
+            _get(f"{base}/api/queues/orders/counts", "from-a-file-0123456789")
+        ) as answer:
+            assert answer.status == 200
+    assert token_file.exists()  # the operator's file stays
+
+
+def test_a_token_file_others_can_read_is_refused_in_one_line(
+    url: str, queue: str, tmp_path: Path
+) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("from-a-file-0123456789\n")
+    token_file.chmod(0o644)
+    poisonq = [sys.executable, "-c", "from poisonq.cli import main; main()"]
+    command = [
+        *poisonq,
+        "--url",
+        url,
+        "serve",
+        "--port",
+        str(free_port()),
+        "--token-file",
+        str(token_file),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    [line] = done.stderr.splitlines()
+    assert "can be read by others (mode 644): chmod 600 it" in line
+    assert "from-a-file" not in done.stderr
+
+
+def test_forwarded_allow_ips_must_be_addresses(url: str, queue: str) -> None:
+    poisonq = [sys.executable, "-c", "from poisonq.cli import main; main()"]
+    command = [*poisonq, "--url", url, "serve", "--forwarded-allow-ips", "10.0.0.1,proxy"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "'proxy' is not an address or network" in done.stderr
