@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -32,7 +33,7 @@ def test_invalid_names_are_refused_with_a_reason(name: object) -> None:
 @pytest.mark.parametrize("name", [".", "..", "x/../admin", "x/.", "./x", "a/./b"])
 def test_a_new_name_has_no_dot_segment_a_client_would_normalise_away(name: str) -> None:
     """``x/../admin`` in a URL is ``admin`` after a browser or curl normalises it."""
-    with pytest.raises(InvalidNameError, match="'.' or '..'"):
+    with pytest.raises(InvalidNameError, match=re.escape("'.' or '..'")):
         validate_name(name)
     assert dot_segments(name)
 

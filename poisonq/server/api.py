@@ -32,7 +32,9 @@ from poisonq.server.schemas import (
 )
 from poisonq.server.state import ServerState, server_state
 
-_bearer = HTTPBearer(auto_error=False, description="The token the server printed at start.")
+_bearer = HTTPBearer(
+    auto_error=False, description="The server's token (--token-file, or the file it names)."
+)
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 State = Annotated[ServerState, Depends(server_state)]
 MAX_LIST = 1000

@@ -25,7 +25,8 @@ from poisonq.server.throttle import Throttle
 
 
 def new_token() -> str:
-    """A random token for a server started without one (printed at start)."""
+    """A random token for a server started without one (``serve`` writes it to a file only
+    its user reads, and prints the file's path)."""
     return secrets.token_urlsafe(24)
 
 
