@@ -18,7 +18,7 @@ import click
 
 from poisonq.cli.app import App
 from poisonq.limits import FORM_BYTES, READ_TIMEOUT, SEND_BYTES
-from poisonq.names import dot_segments
+from poisonq.names import dot_segments, parse_address
 
 
 def _check_port(host: str, port: int) -> None:
@@ -238,7 +238,8 @@ def serve(
         app.err.print(f"poisonq serving at http://{shown}:{port}/ui/", soft_wrap=True)
         if not _is_loopback(host):
             app.err.print(f"warning: listening on {host}, not only this machine", style="yellow")
-        for name in sorted({i.name for i in app.broker.entities() if dot_segments(i.name)}):
+        entities = {parse_address(info.name).entity for info in app.broker.entities()}
+        for name in sorted(e for e in entities if dot_segments(e)):
             app.err.print(
                 f"warning: {name!r} has a '.' or '..' segment, which clients that normalise"
                 " paths do not send as it is: move its messages to a queue with another name",

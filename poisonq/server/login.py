@@ -73,15 +73,21 @@ def _local(target: str) -> str:
 
 
 def same_origin(request: Request) -> bool:
-    """Whether a browser says the request comes from this server's own pages. A browser
-    sends ``Origin`` with every POST (``null`` from a sandbox or a ``data:`` page) and, for
-    years now, ``Sec-Fetch-Site``; a request with neither is not from a browser, so no page
-    made it. The origin compared is the one the browser was sent to: this request's scheme
-    (``https`` behind a proxy trusted for ``X-Forwarded-Proto``) and ``Host``."""
+    """Whether a browser says the request comes from this server's own pages. Browsers send
+    ``Sec-Fetch-Site`` (Chromium since 2020, Firefox since 2021, Safari since 2023):
+    ``same-origin`` from this server's pages. Without it, ``Origin`` must be this server's
+    origin: this request's scheme (``https`` behind a proxy trusted for
+    ``X-Forwarded-Proto``) and ``Host``. (Under this server's ``Referrer-Policy:
+    no-referrer`` a browser sends ``Origin: null`` even from its own page, so ``null`` says
+    nothing, and is refused only when nothing else speaks.) A request with neither header is
+    from no browser, so no page made it."""
+    fetch_site = request.headers.get("sec-fetch-site")
+    if fetch_site is not None:
+        return fetch_site in ("same-origin", "none")
     origin = request.headers.get("origin")
     if origin is not None:
         return origin == f"{request.url.scheme}://{request.headers.get('host', '')}"
-    return request.headers.get("sec-fetch-site", "same-origin") in ("same-origin", "none")
+    return True
 
 
 @router.get("/login")

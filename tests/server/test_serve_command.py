@@ -8,6 +8,7 @@ import contextlib
 import json
 import re
 import socket
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from queue import Queue
 
 import pytest
 
+import poisonq
 from poisonq import Broker, Message
 from poisonq.testing.pgserver import free_port
 
@@ -168,3 +170,27 @@ def test_forwarded_allow_ips_must_be_addresses(url: str, queue: str) -> None:
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "'proxy' is not an address or network" in done.stderr
+
+
+def test_serve_warns_of_an_entity_named_before_dot_segments_were_refused(tmp_path: Path) -> None:
+    """A store made before the rule may hold ``x/../admin``: it is still listed, scraped
+    and deleted by its name, and ``serve`` names it at start."""
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    with poisonq.connect(url) as broker:
+        broker.create_queue("x-up-admin")
+        broker.sender("x-up-admin").send(Message(body="kept"))
+    with sqlite3.connect(tmp_path / "old.db") as db:  # as a store of the old rule holds it
+        db.execute("UPDATE entities SET name = replace(name, 'x-up-admin', 'x/../admin')")
+    token = "a-token-of-sixteen-or-more"
+    with serving(url, "--token", token) as (base, printed):
+        warnings = [line for line in printed.splitlines() if line.startswith("warning:")]
+        assert warnings == [
+            "warning: 'x/../admin' has a '.' or '..' segment, which clients that normalise"
+            " paths do not send as it is: move its messages to a queue with another name"
+        ]
+        with urllib.request.urlopen(_get(f"{base}/metrics", token)) as answer:
+            assert 'queue="x/../admin"' in answer.read().decode()
+    with poisonq.connect(url) as broker:
+        assert broker.counts("x/../admin")["active"] == 1
+        broker.delete_queue("x/../admin")
+        assert broker.entities() == []
