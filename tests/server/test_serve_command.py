@@ -125,17 +125,22 @@ def test_a_token_made_at_start_is_in_a_file_only_its_user_reads_removed_at_stop(
     assert not token_file.exists()
 
 
+def _written(token_file: Path, mode: int) -> Path:
+    token_file.write_text(f"{FILE_TOKEN}\n")
+    token_file.chmod(mode)
+    return token_file
+
+
+FILE_TOKEN = "from-a-file-0123456789"
+
+
 def test_the_token_can_come_from_a_file_only_its_owner_reads(
     url: str, queue: str, tmp_path: Path
 ) -> None:
-    token_file = tmp_path / "token"
-    token_file.write_text("from-a-file-0123456789\n")
-    token_file.chmod(0o600)
+    token_file = _written(tmp_path / "token", 0o600)
     with serving(url, "--token-file", str(token_file)) as (base, printed):
         assert "token" not in printed.replace("--token-file", "")
-        with urllib.request.urlopen(
-            _get(f"{base}/api/queues/orders/counts", "from-a-file-0123456789")
-        ) as answer:
+        with urllib.request.urlopen(_get(f"{base}/api/queues/orders/counts", FILE_TOKEN)) as answer:
             assert answer.status == 200
     assert token_file.exists()  # the operator's file stays
 
@@ -143,9 +148,7 @@ def test_the_token_can_come_from_a_file_only_its_owner_reads(
 def test_a_token_file_others_can_read_is_refused_in_one_line(
     url: str, queue: str, tmp_path: Path
 ) -> None:
-    token_file = tmp_path / "token"
-    token_file.write_text("from-a-file-0123456789\n")
-    token_file.chmod(0o644)
+    token_file = _written(tmp_path / "token", 0o644)
     poisonq = [sys.executable, "-c", "from poisonq.cli import main; main()"]
     command = [
         *poisonq,
@@ -161,7 +164,7 @@ def test_a_token_file_others_can_read_is_refused_in_one_line(
     assert done.returncode == 2
     [line] = done.stderr.splitlines()
     assert "can be read by others (mode 644): chmod 600 it" in line
-    assert "from-a-file" not in done.stderr
+    assert FILE_TOKEN not in done.stderr
 
 
 def test_forwarded_allow_ips_must_be_addresses(url: str, queue: str) -> None:
