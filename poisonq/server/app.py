@@ -220,7 +220,7 @@ def create_app(
         return JSONResponse(app.openapi())
 
     app.add_middleware(HeadAsGet)
-    app.add_middleware(BodyGuard, limits=app.state.request_limits)  # the outermost
+    app.add_middleware(BodyGuard, limits=app.state.request_limits, auth=auth)  # the outermost
     return app
 
 

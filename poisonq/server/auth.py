@@ -34,6 +34,12 @@ def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
 
 
+def bearer(authorization: str) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, or None for another kind."""
+    scheme, _, given = authorization.partition(" ")
+    return given.strip() if scheme.lower() == "bearer" else None
+
+
 class Auth:
     """The token, what it unlocks, and the UI sessions opened with it."""
 
@@ -53,17 +59,19 @@ class Auth:
         """Whether ``given`` is the token. The right one is always let through; a wrong one
         counts against the request's client, and raises
         :class:`~poisonq.server.throttle.Throttled` while that client is refused."""
-        if hmac.compare_digest(_digest(given), self._digest):
+        if self.is_token(given):
             return True
         self.throttle.failed(request.client.host if request.client else "")
         return False
 
+    def is_token(self, given: str) -> bool:
+        """Whether ``given`` is the token, counting nothing (the caller counts a wrong one)."""
+        return hmac.compare_digest(_digest(given), self._digest)
+
     def bearer_ok(self, request: Request) -> bool:
         """Whether the request carries the token as a bearer (no header is not a guess)."""
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer":
-            return False
-        return self.token_matches(request, given.strip())
+        given = bearer(request.headers.get("authorization", ""))
+        return given is not None and self.token_matches(request, given)
 
     def session(self, request: Request) -> Session | None:
         """The UI session the request's cookie names, if it is open."""

@@ -22,11 +22,13 @@ from typing import Any
 
 import h11
 import uvicorn
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from poisonq.limits import FORM_BYTES, READ_TIMEOUT, SEND_BYTES
+from poisonq.server.auth import Auth, bearer
+from poisonq.server.throttle import Throttled
 
 logger = logging.getLogger(__name__)
 
@@ -36,20 +38,26 @@ class RequestLimits:
     """How large a request's body may be and how long its headers and body may take.
 
     ``send_bytes`` is for the API's send (``POST /api/queues/{queue}/messages``: a batch of
-    up to 1,000 messages, their bodies in JSON); ``form_bytes`` for every other request (the
-    UI's forms, login, resubmit and purge filters, which are small)."""
+    up to 1,000 messages, their bodies in JSON) with the right bearer token; ``form_bytes``
+    for every other request (the UI's forms, login, resubmit and purge filters, which are
+    small), and for a send without the token, which is refused anyway once its body is in."""
 
     form_bytes: int = FORM_BYTES
     send_bytes: int = SEND_BYTES
     read_timeout: float = READ_TIMEOUT
 
-    def body_limit(self, method: str, path: str) -> int:
+    def body_limit(self, method: str, path: str, authorized: bool) -> int:
         sends = path.startswith("/api/queues/") and path.endswith("/messages")
-        return self.send_bytes if method == "POST" and sends else self.form_bytes
+        return self.send_bytes if method == "POST" and sends and authorized else self.form_bytes
 
 
 class _TooLarge(Exception):
     pass
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, error: str, detail: str) -> None:
+        self.status, self.error, self.detail = status, error, detail
 
 
 class _Gone(Exception):
@@ -58,30 +66,35 @@ class _Gone(Exception):
 
 class BodyGuard:
     """ASGI middleware: the request's body, whole and within its limits, before the app runs
-    (module docstring). The app then reads the buffered body as if it were streaming in."""
+    (module docstring). The app then reads the buffered body as if it were streaming in.
 
-    def __init__(self, app: ASGIApp, limits: RequestLimits) -> None:
+    An API send has its larger limit only with the right bearer token, so the limit a body
+    meets says whether the token was right: a request refused here with a wrong token
+    counts against its client as the route would have counted it (and is answered 429
+    while that client is refused); one let through is counted by the route, once."""
+
+    def __init__(self, app: ASGIApp, limits: RequestLimits, auth: Auth) -> None:
         self.app = app
         self.limits = limits
+        self.auth = auth
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.limits.body_limit(scope["method"], scope["path"])
-        declared = _content_length(scope)
-        if declared is not None and declared > limit:
-            await _refuse(send, 413, f"the body is {declared} bytes; at most {limit} here")
-            return
+        given = bearer(_header(scope, b"authorization") or "")
+        authorized = given is not None and self.auth.is_token(given)
+        limit = self.limits.body_limit(scope["method"], scope["path"], authorized)
         try:
-            async with asyncio.timeout(self.limits.read_timeout):
-                body = await _read_body(receive, limit)
-        except TimeoutError:
-            seconds = f"{self.limits.read_timeout:g}"
-            await _refuse(send, 408, f"the body did not arrive within {seconds} s")
-            return
-        except _TooLarge:
-            await _refuse(send, 413, f"the body is over {limit} bytes, the most here")
+            body = await self._body(scope, receive, limit)
+        except _Refused as refused:
+            if given is not None and not authorized:
+                try:
+                    self.auth.token_matches(Request(scope), given)
+                except Throttled as exc:
+                    await _answer(send, 429, "Throttled", str(exc), exc.retry_after)
+                    return
+            await _answer(send, refused.status, refused.error, refused.detail)
             return
         except _Gone:
             client = scope.get("client") or ("?", 0)
@@ -94,6 +107,19 @@ class BodyGuard:
             )
             return
         await self.app(scope, _replay(body, receive), send)
+
+    async def _body(self, scope: Scope, receive: Receive, limit: int) -> bytes:
+        declared = _content_length(scope)
+        if declared is not None and declared > limit:
+            raise _Refused(413, "RequestTooLarge", f"the body is {declared} bytes; at most {limit}")
+        try:
+            async with asyncio.timeout(self.limits.read_timeout):
+                return await _read_body(receive, limit)
+        except TimeoutError:
+            seconds = f"{self.limits.read_timeout:g}"
+            raise _Refused(408, "RequestTimeout", f"the body took over {seconds} s") from None
+        except _TooLarge:
+            raise _Refused(413, "RequestTooLarge", f"the body is over {limit} bytes") from None
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes:
@@ -126,21 +152,26 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-def _content_length(scope: Scope) -> int | None:
+def _header(scope: Scope, wanted: bytes) -> str | None:
     for name, value in scope["headers"]:
-        if name == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None  # the HTTP parser refuses it first; the count still applies
+        if name == wanted:
+            return str(value.decode("latin-1"))
     return None
 
 
-async def _refuse(send: Send, status: int, detail: str) -> None:
+def _content_length(scope: Scope) -> int | None:
+    try:
+        return int(_header(scope, b"content-length") or "")
+    except ValueError:
+        return None  # none, or one the HTTP parser refuses first; the count still applies
+
+
+async def _answer(
+    send: Send, status: int, error: str, detail: str, retry_after: int | None = None
+) -> None:
     """An error in the API's shape; ``Connection: close``, so the rest of the body is never
     read."""
-    name = {408: "RequestTimeout", 413: "RequestTooLarge"}[status]
-    body = json.dumps({"error": name, "detail": detail}).encode()
+    body = json.dumps({"error": error, "detail": detail}).encode()
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
@@ -148,6 +179,8 @@ async def _refuse(send: Send, status: int, detail: str) -> None:
         (b"cache-control", b"no-store"),
         (b"x-content-type-options", b"nosniff"),
     ]
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

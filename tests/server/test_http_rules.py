@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from poisonq import Broker
 from poisonq.server import create_app
 from poisonq.server.guard import RequestLimits
+from poisonq.server.throttle import LIMIT
 from tests.helpers import assert_balanced
 from tests.server.conftest import AUTH, TOKEN
 from tests.server.test_ui import login
@@ -71,12 +72,19 @@ def test_a_form_past_its_limit_is_refused_before_the_session_is_looked_at(
     assert refused.headers["connection"] == "close"
 
 
-def test_an_api_send_has_its_own_limit_the_server_sets(broker: Broker, queue: str) -> None:
+def test_an_api_send_with_the_token_has_its_own_limit_the_server_sets(
+    broker: Broker, queue: str
+) -> None:
+    """Without the right token a send's body may be no larger than a form's, so clients
+    nobody knows cannot make the server hold 8 MiB each."""
     limits = RequestLimits(send_bytes=200_000)
     with TestClient(create_app(broker, token=TOKEN, limits=limits)) as client:
         fits = {"messages": [{"body": "x" * 150_000}]}
         sent = client.post("/api/queues/orders/messages", json=fits, headers=AUTH)
         assert sent.status_code == 201
+        for token in ({"Authorization": "Bearer wrong"}, {}):  # only the form's limit
+            refused = client.post("/api/queues/orders/messages", json=fits, headers=token)
+            assert refused.status_code == 413
         past = json.dumps({"messages": [{"body": "x" * 200_000}]})
         for token in (AUTH, {"Authorization": "Bearer wrong"}, {}):
             refused = client.post(
@@ -92,4 +100,24 @@ def test_an_api_send_has_its_own_limit_the_server_sets(broker: Broker, queue: st
         )
         assert other.status_code == 413
     assert broker.counts(queue)["active"] == 1
+    assert_balanced(broker)
+
+
+def test_a_wrong_token_refused_for_its_body_still_counts_as_a_guess(
+    broker: Broker, queue: str
+) -> None:
+    """A send's limit is larger with the right token, so a 413 says the token was wrong:
+    that answer is counted like a 401, and throttled like one."""
+    limits = RequestLimits(send_bytes=200_000)
+    batch = {"messages": [{"body": "x" * 100_000}]}  # past a form's limit, within a send's
+    guess = {"Authorization": "Bearer guess-guess-guess-guess"}
+    with TestClient(create_app(broker, token=TOKEN, limits=limits)) as client:
+        answers = [
+            client.post("/api/queues/orders/messages", json=batch, headers=guess).status_code
+            for _ in range(LIMIT + 2)
+        ]
+        assert answers == [413] * LIMIT + [429] * 2
+        assert client.get("/api/queues/orders/counts", headers=guess).status_code == 429
+        sent = client.post("/api/queues/orders/messages", json=batch, headers=AUTH)
+        assert sent.status_code == 201
     assert_balanced(broker)

@@ -63,19 +63,26 @@ def test_a_declared_body_past_the_limit_is_refused_before_a_byte_of_it_is_read(
 
 
 @pytest.mark.parametrize(
-    ("path", "limit"),
-    [("/ui/login", LIMITS.form_bytes), ("/api/queues/orders/messages", LIMITS.send_bytes)],
+    ("path", "token", "limit"),
+    [
+        ("/ui/login", None, LIMITS.form_bytes),
+        ("/api/queues/orders/messages", None, LIMITS.form_bytes),
+        ("/api/queues/orders/messages", "a-wrong-token-of-some-length", LIMITS.form_bytes),
+        ("/api/queues/orders/messages", TOKEN, LIMITS.send_bytes),
+    ],
 )
 def test_a_streamed_body_is_cut_off_once_past_its_limit_and_the_rest_never_read(
-    server: BackgroundServer, path: str, limit: int
+    server: BackgroundServer, path: str, token: str | None, limit: int
 ) -> None:
-    """A chunked body of up to 300 MB, no token: the server answers 413 and closes once the
-    body passes the limit, so the client cannot send much more than socket buffers hold."""
+    """A chunked body of up to 300 MB: the server answers 413 and closes once the body
+    passes the limit, so the client cannot send much more than socket buffers hold. A send
+    has the larger limit only with the right token."""
     chunk = b"x" * 65536
     framed = f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n"
     sent = 0
     with connect(server) as sock:
-        sock.sendall(request("POST", path, "Transfer-Encoding: chunked"))
+        auth = [f"Authorization: Bearer {token}"] if token else []
+        sock.sendall(request("POST", path, "Transfer-Encoding: chunked", *auth))
         with pytest.raises(OSError):  # reset or broken pipe: the server has closed
             for _ in range(300 * 2**20 // len(chunk)):
                 sock.sendall(framed)
