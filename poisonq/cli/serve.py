@@ -173,8 +173,8 @@ def _log_config() -> dict[str, Any]:
     type=click.IntRange(1024),
     default=SEND_BYTES,
     show_default=True,
-    help="The largest body of an API send (POST /api/queues/QUEUE/messages); every other"
-    f" request's body is at most {FORM_BYTES // 1024} KiB.",
+    help="The largest body of an API send (POST /api/queues/QUEUE/messages) with the token;"
+    f" every other request's body is at most {FORM_BYTES // 1024} KiB.",
 )
 @click.option(
     "--read-timeout",
