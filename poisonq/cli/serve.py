@@ -109,7 +109,7 @@ def _forwarded_ips(value: str | None) -> str | None:
     """Addresses or networks separated by commas, or ``*``: each checked here, so a typo is
     an error at start rather than a proxy whose headers are silently ignored."""
     if value is None or value.strip() == "*":
-        return value and "*"
+        return value if value is None else "*"
     for item in value.split(","):
         try:
             ipaddress.ip_network(item.strip(), strict=False)
@@ -216,7 +216,7 @@ def serve(
             f"poisonq serve needs the server extra: pip install 'poisonq[server]' ({exc})"
         ) from None
     if token is not None and token_file is not None:
-        raise click.UsageError("give --token or --token-file, not both")
+        raise click.UsageError("give --token (or POISONQ_TOKEN) or --token-file, not both")
     _check_port(host, port)
     if token_file is not None:
         token = _read_token_file(token_file)
