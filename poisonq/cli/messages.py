@@ -19,6 +19,7 @@ from rich.text import Text
 from poisonq.cli.app import App
 from poisonq.cli.filters import field_filters, filter_arguments
 from poisonq.cli.output import emit, json_option, messages_table, progress
+from poisonq.cli.paths import FileParam
 from poisonq.errors import InvalidOptionError, PoisonqError
 from poisonq.jsonview import message_json
 from poisonq.model import Message, PropertyValue, ReceivedMessage, ReceiveMode
@@ -143,7 +144,7 @@ def _send_all(
 @click.option(
     "--file",
     "source",
-    type=click.File("rb"),
+    type=FileParam("rb"),
     metavar="PATH",
     help="Send the JSON lines of PATH ('-': stdin).",
 )

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from poisonq.cli.app import App
 from poisonq.cli.output import emit, json_option, table
+from poisonq.cli.paths import PathParam
 from poisonq.cli.pipeline import require_pyspark
 from poisonq.demo import main as run_demo
 from poisonq.reports import AuditReport
@@ -74,7 +75,7 @@ ENGINE_DEMO_ORDERS = 20_000
 @click.option(
     "--dir",
     "directory",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=PathParam(file_okay=False, path_type=Path),
     default=Path("demo"),
     show_default=True,
     help="Directory the demo works in (its previous store is replaced).",

@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from poisonq.cli.app import App
+from poisonq.cli.paths import PathParam
 from poisonq.limits import FORM_BYTES, READ_TIMEOUT, SEND_BYTES
 from poisonq.names import dot_segments, parse_address
 
@@ -152,7 +153,7 @@ def _log_config() -> dict[str, Any]:
 )
 @click.option(
     "--token-file",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=PathParam(dir_okay=False, path_type=Path),
     help="Read the token from this file's first line; only its owner may read the file.",
 )
 @click.option("--open-reads", is_flag=True, help="Let anyone read (the UI, GET /api, /metrics).")

@@ -145,3 +145,16 @@ def test_retry_total_sets_how_often_a_store_outage_is_retried(
         assert sum("retrying in" in r.getMessage() for r in caplog.records) == retries
     refused = CliRunner().invoke(cli, ["--retry-total", "-1", "audit"])
     assert refused.exit_code == 2 and "-1 is not in the range x>=0" in refused.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["send", "orders", "--file", "\ud800"], ["serve", "--token-file", "\ud800"]],
+    ids=["send --file", "serve --token-file"],
+)
+def test_a_path_the_file_system_cannot_name_is_one_error_line(
+    tmp_path: Path, args: list[str]
+) -> None:
+    result = CliRunner().invoke(cli, ["--url", f"sqlite:///{tmp_path / 'q.db'}", *args])
+    assert result.exit_code == 2, result.output
+    assert_one_error_line(result, "is not a path this system can name")
