@@ -32,23 +32,27 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from poisonq import handler_runs
 from poisonq.bisection import failing_alone
 from poisonq.client import Broker, Receiver, SessionReceiver
 from poisonq.defects import DEFAULT_MAX_FAILURE_RATIO, Defect, FailureWindow, check_ratio
 from poisonq.errors import InvalidOptionError, PermanentError, PoisonqError
-from poisonq.failures import dead_lettering, failure_from_exception
+from poisonq.handler_runs import HandlerRun, Isolation, check_isolation
 from poisonq.lock_renewer import AutoLockRenewer
-from poisonq.model import (
-    Abandon,
-    Complete,
-    Duration,
-    FailureRecord,
-    ReceivedMessage,
-    ReceiveErrorHandling,
-    Release,
-    Settlement,
-    to_seconds,
+from poisonq.model import Duration, ReceivedMessage, ReceiveErrorHandling, to_seconds
+from poisonq.outcomes import (
+    FailedPermanently,
+    FailedTransiently,
+    GivenBack,
+    HandlerFailure,
+    Outcome,
+    Succeeded,
+    failure_record,
+    first_delivery,
+    outcome_of,
+    settlement,
 )
+from poisonq.suspects import AloneGate, is_suspect
 
 log = logging.getLogger(__name__)
 
@@ -59,46 +63,14 @@ LockLostHook = Callable[[ReceivedMessage], Any]
 FLUSH_INTERVAL = 0.5  # seconds a handled message may wait for the rest of its batch
 
 
-@dataclass(frozen=True)
-class Completed:
-    message: ReceivedMessage
-
-
-@dataclass(frozen=True)
-class Retry:
-    """A transient failure: abandon and let the retry policy decide."""
-
-    message: ReceivedMessage
-    error: BaseException
-
-
-@dataclass(frozen=True)
-class Reject:
-    """A permanent failure: dead-letter now."""
-
-    message: ReceivedMessage
-    error: BaseException
-
-
-@dataclass(frozen=True)
-class Skipped:
-    """Given back without a delivery counted: not handled (a message before it in its
-    session failed, or its lock was lost), or handled and failed by a defect."""
-
-    message: ReceivedMessage
-
-
-Outcome = Completed | Retry | Reject | Skipped
-Held = tuple[Outcome, FailureRecord | None]  # an outcome and its failure, not yet settled
-
-
 @dataclass
 class ProcessorStats:
     """What one :meth:`Processor.run` did. ``poisoned`` counts the messages that reached the
     dead-letter queue (or were dropped) because of this run, by either path, not the messages
     of their sessions moved with them. ``released`` counts messages given back without a
-    delivery counted (a session's messages after a failure, or a defect's failures), and
-    ``received`` counts a message again each time it is received."""
+    delivery counted (a session's messages after a failure, a defect's failures, suspects
+    received beside other messages to be received again alone), and ``received`` counts a
+    message again each time it is received."""
 
     received: int = 0
     completed: int = 0
@@ -142,6 +114,9 @@ class Processor:
     ``max_failure_ratio`` (``None``: never) is the share of the messages handled since a run
     of failures began (first deliveries only) that may fail the same way before the run
     stops with :class:`ProcessorStoppedError` instead of spending their deliveries.
+    A message whose last delivery ended with its lock running out is a suspect: it may have
+    killed its holder, so it runs alone (:mod:`poisonq.suspects`). ``isolation="process"``
+    runs the handler in a child process that a crash ends alone (:mod:`poisonq.handler_runs`).
     """
 
     def __init__(
@@ -159,6 +134,7 @@ class Processor:
         max_lock_renewal_duration: Duration = 300.0,
         max_wait: Duration = 1.0,
         max_failure_ratio: float | None = DEFAULT_MAX_FAILURE_RATIO,
+        isolation: Isolation = None,
     ) -> None:
         if batch_size < 1:
             raise InvalidOptionError("batch_size must be at least 1")
@@ -178,6 +154,7 @@ class Processor:
         self.max_lock_renewal_duration = max_lock_renewal_duration
         self.max_wait = max_wait
         self.max_failure_ratio = check_ratio(max_failure_ratio)
+        self.isolation = check_isolation(isolation)
         self._stop = threading.Event()
         self._defect_found = threading.Event()  # by any thread: the others give failures back
 
@@ -194,15 +171,21 @@ class Processor:
         self._defect_found.clear()
         per_thread: list[ProcessorStats] = []
         failed: list[BaseException] = []
-
         window = FailureWindow(self.max_failure_ratio)  # every thread's evidence together
+        gate = AloneGate()  # every thread's messages: none held while a suspect runs
 
         def pump(renewer: AutoLockRenewer) -> None:
             # A thread never dies alone: its error stops the others and run() raises it.
             stats = ProcessorStats()
             per_thread.append(stats)
             try:
-                self._pump(renewer, until_idle, window, stats)
+                runs = handler_runs.start(
+                    self.isolation, self.handler, self.permanent, self.broker.clock
+                )
+                try:
+                    _Pump(self, renewer, window, gate, runs, stats, until_idle).run()
+                finally:
+                    runs.close()
             except BaseException as exc:
                 failed.append(exc)
                 if isinstance(exc, ProcessorStoppedError):
@@ -232,332 +215,6 @@ class Processor:
             raise first
         return total
 
-    def _pump(
-        self,
-        renewer: AutoLockRenewer,
-        until_idle: bool,
-        window: FailureWindow,
-        stats: ProcessorStats,
-    ) -> None:
-        options = self.broker.get_queue(self.address).options
-        # A faulting queue stops at its first poison message anyway: holding failures back
-        # would only let more messages fail before it does.
-        hold = options.retry.receive_error_handling is not ReceiveErrorHandling.FAULT
-        if options.requires_session:
-            self._pump_sessions(renewer, until_idle, window, stats, hold)
-            return
-        receiver = self.broker.receiver(self.address)
-        held = self._pump_one(receiver, renewer, until_idle, window, stats, hold)
-        self._let_go(receiver, renewer, held, stats)
-
-    def _pump_sessions(
-        self,
-        renewer: AutoLockRenewer,
-        until_idle: bool,
-        window: FailureWindow,
-        stats: ProcessorStats,
-        hold: bool,
-    ) -> None:
-        """A session queue: one session at a time, its messages in order, until it is
-        empty; then the next session nobody holds. A session whose failure is held stays
-        open (parked, its lock renewed) while other sessions tell poison from a defect:
-        its messages must not run past the failure, and a bug that fails the first message
-        of every session must not poison whole sessions before it shows."""
-        parked: list[tuple[SessionReceiver, list[Held]]] = []
-        looked_in_vain = False  # the last look for another session found none
-        try:
-            while not self._stop.is_set():
-                if parked and not window.undecided():
-                    self._unpark(parked, renewer, window, stats)
-                session = self.broker.accept_next_session(self.address)
-                if session is None:
-                    if parked and looked_in_vain:
-                        # Nothing else to judge them by: settle them as the failures they are.
-                        self._unpark(parked, renewer, window, stats)
-                    elif parked:
-                        # Other threads may hold the rest, or be taking them: look again.
-                        self._stop.wait(FLUSH_INTERVAL)
-                    elif until_idle:
-                        break
-                    else:
-                        self._stop.wait(to_seconds(self.max_wait, "max_wait"))
-                    looked_in_vain = not looked_in_vain and bool(parked)
-                    continue
-                looked_in_vain = False
-                try:
-                    held = self._pump_one(session, renewer, True, window, stats, hold)
-                except BaseException:
-                    session.close()
-                    raise
-                if held:
-                    parked.append((session, held))
-                else:
-                    session.close()
-        finally:
-            for session, held in parked:
-                self._let_go(session, renewer, held, stats)
-                session.close()
-
-    def _unpark(
-        self,
-        parked: list[tuple[SessionReceiver, list[Held]]],
-        renewer: AutoLockRenewer,
-        window: FailureWindow,
-        stats: ProcessorStats,
-    ) -> None:
-        """The parked sessions' failures were poison: settle them and let the sessions go."""
-        for session, held in parked:
-            self._settle(session, renewer, held, stats)
-            session.close()
-        parked.clear()
-        window.settled()
-
-    def _let_go(
-        self, receiver: Receiver, renewer: AutoLockRenewer, held: list[Held], stats: ProcessorStats
-    ) -> None:
-        """Failures still held when pumping ends: given back after a defect (found by any
-        thread), else settled as the failures they are."""
-        if self._defect_found.is_set():
-            self._give_back(receiver, renewer, [], [o for o, _ in held], stats)
-        else:
-            self._settle(receiver, renewer, held, stats)
-
-    def _pump_one(
-        self,
-        receiver: Receiver,
-        renewer: AutoLockRenewer,
-        until_idle: bool,
-        window: FailureWindow,
-        stats: ProcessorStats,
-        hold: bool,
-    ) -> list[Held]:
-        """Receive, handle and settle until idle or stopped; returns the failures it still
-        holds. Successes are settled with their batch; with ``hold``, failures are held
-        (locked, renewed) while the window cannot yet tell poison from a defect. A session
-        returns as soon as it holds one, since its later messages must wait for it."""
-        in_order = isinstance(receiver, SessionReceiver)
-        wait = 0.0 if in_order else self.max_wait
-        held: list[Held] = []
-        early: set[int] = set()  # the batch's messages settled before the batch ended
-
-        def settle_early(finished: list[Outcome]) -> None:
-            self._settle(receiver, renewer, [(o, None) for o in finished], stats)
-            early.update(o.message.sequence_number for o in finished)
-
-        def starting(message: ReceivedMessage) -> bool:
-            """Whether to handle the message: not once its lock is known lost. Its lock
-            renewal counts from now, as the handler's run does."""
-            renewer.register(receiver, message)
-            with self._lost_lock:
-                return (message.sequence_number, message.lock_token or "") not in self._lost
-
-        try:
-            while not self._stop.is_set() and not (in_order and held):
-                # Held failures wait for the next messages to judge them by, not longer.
-                messages = receiver.receive(
-                    self.batch_size, min(wait, FLUSH_INTERVAL) if held else wait
-                )
-                if not messages:
-                    if held:  # nothing else to judge them by: settle them as failures
-                        self._settle(receiver, renewer, held, stats)
-                        held = []
-                        window.settled()
-                    elif until_idle:
-                        break
-                    continue
-                stats.received += len(messages)
-                renewer.register(receiver, messages)
-                early.clear()
-                outcomes = self._handle(messages, stats, in_order, starting, settle_early)
-                results = [(outcome, self._failure(outcome)) for outcome in outcomes]
-                # Only first deliveries tell a defect: a message that failed before is a
-                # suspect, settled as it comes.
-                fresh = [(o, f) for o, f in results if _first_delivery(o)]
-                done: list[Held] = [
-                    (o, f)
-                    for o, f in results
-                    if (f is None or not _first_delivery(o))
-                    and o.message.sequence_number not in early
-                ]
-                held += [(o, f) for o, f in fresh if f is not None]
-                defect = window.add(f for _, f in fresh)
-                if defect is not None:
-                    self._defect_found.set()  # before anything else lets its failures go
-                    failed, held = [o for o, _ in held], []
-                    self._give_back(receiver, renewer, done, failed, stats)
-                    raise ProcessorStoppedError(defect, stats)
-                if not (hold and window.undecided()):
-                    done, held = done + held, []
-                    window.settled()
-                self._settle(receiver, renewer, done, stats)
-        except BaseException:
-            self._let_go(receiver, renewer, held, stats)
-            raise
-        return held
-
-    def _handle(
-        self,
-        messages: list[ReceivedMessage],
-        stats: ProcessorStats,
-        in_order: bool,
-        starting: Callable[[ReceivedMessage], bool],
-        settle_early: Callable[[list[Outcome]], None],
-    ) -> list[Outcome]:
-        """Each message's outcome. ``in_order`` (a session): a failure ends the batch, and
-        the messages after it are :class:`Skipped`. A message handler runs on a message only
-        if ``starting(message)`` says so (its lock is not lost; else it is skipped). Its
-        completed messages are passed to ``settle_early`` every :data:`FLUSH_INTERVAL` rather
-        than waiting for the slowest of their batch: a worker that dies loses little."""
-        if self.batch:
-            if in_order:
-                return self._first_failure(messages, stats)
-            return self._bisect(messages, stats)
-        outcomes: list[Outcome] = []
-        finished: list[Outcome] = []
-        flush_at = time.monotonic() + FLUSH_INTERVAL
-        for position, message in enumerate(messages):
-            if not starting(message):
-                outcomes.append(Skipped(message))
-                continue
-            stats.handler_runs += 1
-            outcome = self._outcome(message, self._call(message))
-            outcomes.append(outcome)
-            if isinstance(outcome, Completed):
-                finished.append(outcome)
-                if time.monotonic() >= flush_at and position < len(messages) - 1:
-                    settle_early(finished)
-                    finished, flush_at = [], time.monotonic() + FLUSH_INTERVAL
-            if in_order and not isinstance(outcome, Completed):
-                outcomes += [Skipped(later) for later in messages[position + 1 :]]
-                break
-        return outcomes
-
-    def _first_failure(
-        self, messages: list[ReceivedMessage], stats: ProcessorStats
-    ) -> list[Outcome]:
-        """A session's batch that fails: the longest first part that succeeds is completed,
-        the message after it runs alone for its own outcome, and the rest are skipped. A
-        binary search over the length of the first part: O(log n) runs, each of which
-        handles a first part again (a handler must tolerate that, as any redelivery)."""
-        stats.handler_runs += 1
-        if self._call(messages) is None:
-            return [Completed(message) for message in messages]
-        passing, failing = 0, len(messages)  # first parts known to pass and to fail
-        while failing - passing > 1:
-            middle = (passing + failing) // 2
-            stats.handler_runs += 1
-            if self._call(messages[:middle]) is None:
-                passing = middle
-            else:
-                failing = middle
-        suspect = messages[passing]
-        stats.handler_runs += 1  # alone: the failure may have been a passing one
-        return [
-            *(Completed(message) for message in messages[:passing]),
-            self._outcome(suspect, self._call([suspect])),
-            *(Skipped(message) for message in messages[passing + 1 :]),
-        ]
-
-    def _bisect(self, messages: list[ReceivedMessage], stats: ProcessorStats) -> list[Outcome]:
-        """Run the batch handler on ``messages``, and on halves of a failing part down to
-        single messages (:func:`poisonq.bisection.failing_alone`)."""
-
-        def run(part: Sequence[ReceivedMessage]) -> BaseException | None:
-            stats.handler_runs += 1
-            return self._call(list(part))
-
-        failing = failing_alone(messages, run)
-        return [
-            self._outcome(message, failing[position]) if position in failing else Completed(message)
-            for position, message in enumerate(messages)
-        ]
-
-    def _call(self, work: ReceivedMessage | list[ReceivedMessage]) -> BaseException | None:
-        """Run the handler; its failure, whatever it is, becomes data to settle by."""
-        try:
-            self.handler(work)  # type: ignore[arg-type]  # batch or not, set in __init__
-        except Exception as exc:  # the one place where a handler failure is caught
-            return exc
-        return None
-
-    def _outcome(self, message: ReceivedMessage, error: BaseException | None) -> Outcome:
-        if error is None:
-            return Completed(message)
-        if isinstance(error, self.permanent):
-            return Reject(message, error)
-        return Retry(message, error)
-
-    def _settle(
-        self,
-        receiver: Receiver,
-        renewer: AutoLockRenewer,
-        outcomes: list[Held],
-        stats: ProcessorStats,
-    ) -> None:
-        """Settle outcomes in one transaction and stop renewing their locks. Messages whose
-        lock ran out while the handler ran are left out (they will be delivered again) and
-        the rest settled."""
-        if not outcomes:
-            return
-        settlements = [self._settlement(o, f) for o, f in outcomes]
-        poisoned, lost = self.broker.settle_held(receiver.address, settlements)
-        renewer.unregister([o.message for o, _ in outcomes])
-        stats.lock_lost += len(lost)
-        for outcome, _ in outcomes:
-            if outcome.message.sequence_number in lost:
-                self._lock_lost(outcome.message)
-        pending = {o.message.sequence_number: o for o, _ in outcomes}
-        for seq in lost:
-            del pending[seq]
-        for outcome in pending.values():
-            match outcome:
-                case Completed():
-                    stats.completed += 1
-                case Skipped():
-                    stats.released += 1
-                case Reject(message, error):
-                    stats.dead_lettered += 1
-                    self._poisoned(message, error, stats)
-                case Retry(message, error):
-                    stats.abandoned += 1
-                    if message.sequence_number in poisoned:
-                        self._poisoned(message, error, stats)
-
-    def _give_back(
-        self,
-        receiver: Receiver,
-        renewer: AutoLockRenewer,
-        settled: list[Held],
-        failed: list[Outcome],
-        stats: ProcessorStats,
-    ) -> None:
-        """A defect: settle ``settled`` as they are and release ``failed`` (no delivery
-        counted), in one transaction."""
-        back: list[Held] = [(Skipped(outcome.message), None) for outcome in failed]
-        self._settle(receiver, renewer, settled + back, stats)
-
-    def _failure(self, outcome: Outcome) -> FailureRecord | None:
-        match outcome:
-            case Completed() | Skipped():
-                return None
-            case Reject(_, error) | Retry(_, error):
-                return failure_from_exception(error, self.broker.clock.now())
-
-    def _settlement(self, outcome: Outcome, failure: FailureRecord | None) -> Settlement:
-        token = outcome.message.lock_token
-        seq = outcome.message.sequence_number
-        assert token is not None, "the processor receives in peek-lock mode"
-        match outcome:
-            case Completed():
-                return Complete(seq, token)
-            case Skipped():
-                return Release(seq, token)
-            case Reject():
-                assert failure is not None, "a rejected message has its failure"
-                return dead_lettering(seq, token, failure)
-            case Retry():
-                return Abandon(seq, token, failure)
-
     def _lock_lost(self, message: ReceivedMessage) -> None:
         """Log a lost lock and call ``on_lock_lost``, once per message and lock, whether the
         renewer saw it first or the settlement did."""
@@ -574,14 +231,380 @@ class Processor:
         if self.on_lock_lost is not None:
             self.on_lock_lost(message)
 
-    def _poisoned(
-        self, message: ReceivedMessage, error: BaseException, stats: ProcessorStats
+    def _lock_known_lost(self, message: ReceivedMessage) -> bool:
+        with self._lost_lock:
+            return (message.sequence_number, message.lock_token or "") in self._lost
+
+
+class _Pump:
+    """One pump thread of a :class:`Processor`: receives, runs the handler, settles, and
+    keeps track of what it holds under a lock, so that it can let go of everything before a
+    suspect runs (:class:`~poisonq.suspects.AloneGate`).
+
+    Failures on their first delivery are held back (locked, renewed, unsettled) while the
+    defect window cannot yet tell poison from a defect (``hold_back``): settled as failures
+    once successes dilute them, given back without a delivery counted if they grow into a
+    defect. A session whose failure is held back stays open (parked) meanwhile."""
+
+    def __init__(
+        self,
+        processor: Processor,
+        renewer: AutoLockRenewer,
+        window: FailureWindow,
+        gate: AloneGate,
+        runs: HandlerRun,
+        stats: ProcessorStats,
+        until_idle: bool,
     ) -> None:
-        stats.poisoned += 1
-        if self.on_poison is not None:
-            self.on_poison(message, error)
+        self.processor = processor
+        self.broker = processor.broker
+        self.renewer = renewer
+        self.window = window
+        self.gate = gate
+        self.runs = runs
+        self.stats = stats
+        self.until_idle = until_idle
+        self.stopping = processor._stop
+        self.holds_gate = False
+        self.hold_back = True
 
+    def run(self) -> None:
+        options = self.broker.get_queue(self.processor.address).options
+        # A faulting queue stops at its first poison message anyway: holding failures back
+        # would only let more messages fail before it does.
+        self.hold_back = options.retry.receive_error_handling is not ReceiveErrorHandling.FAULT
+        try:
+            if options.requires_session:
+                self._pump_sessions()
+            else:
+                self._pump_queue()
+        finally:
+            self._let_go_of_gate()
 
-def _first_delivery(outcome: Outcome) -> bool:
-    """A handled message on its first delivery (skipped ones were not handled)."""
-    return not isinstance(outcome, Skipped) and outcome.message.delivery_count == 1
+    # The gate ---------------------------------------------------------------------------
+
+    def _hold_gate(self) -> None:
+        if not self.holds_gate:
+            self.gate.hold()
+            self.holds_gate = True
+
+    def _let_go_of_gate(self) -> None:
+        if self.holds_gate:
+            self.gate.let_go()
+            self.holds_gate = False
+
+    # Pumping ----------------------------------------------------------------------------
+
+    def _pump_queue(self) -> None:
+        receiver = self.broker.receiver(self.processor.address)
+        while True:
+            held_back, suspects = self._pump(receiver)
+            if self.stopping.is_set() or not (suspects or self.gate.wanted()):
+                self._let_go(receiver, held_back)  # stopped, or idle
+                return
+            self._give_back_held(receiver, held_back)
+            self._let_go_of_gate()
+            if suspects:
+                self._run_suspects_alone(receiver)
+
+    def _pump_sessions(self) -> None:
+        """A session queue: one session at a time, its messages in order, until it is
+        empty; then the next session nobody holds. A session whose failure is held back
+        stays open (parked, its lock renewed) while other sessions tell poison from a
+        defect: its messages must not run past the failure, and a bug that fails the first
+        message of every session must not poison whole sessions before it shows."""
+        parked: list[tuple[SessionReceiver, list[Outcome]]] = []
+        missed_once = False  # with sessions parked, the last look for another found none
+        try:
+            while not self.stopping.is_set():
+                if parked and (not self.window.undecided() or self.gate.wanted()):
+                    if self.gate.wanted():  # a suspect runs: hold nothing
+                        self._give_back_parked(parked)
+                    else:
+                        self._unpark(parked)
+                    missed_once = False
+                if not parked:
+                    self._let_go_of_gate()
+                self._hold_gate()
+                session = self.broker.accept_next_session(self.processor.address)
+                if session is None:
+                    if parked and missed_once:
+                        # Nothing else to judge them by: settle them as the failures they are.
+                        self._unpark(parked)
+                        missed_once = False
+                    elif parked:
+                        # Other threads may hold the rest, or be taking them: look again.
+                        missed_once = True
+                        self.stopping.wait(FLUSH_INTERVAL)
+                    elif self.until_idle:
+                        break
+                    else:
+                        self.stopping.wait(to_seconds(self.processor.max_wait, "max_wait"))
+                    continue
+                missed_once = False
+                try:
+                    held_back, suspects = self._pump(session)
+                    if suspects and not held_back and not self.stopping.is_set():
+                        self._give_back_parked(parked)
+                        self._let_go_of_gate()
+                        self._run_suspects_alone(session)
+                except BaseException:
+                    session.close()
+                    raise
+                if held_back:
+                    parked.append((session, held_back))
+                else:
+                    session.close()
+        finally:
+            for session, held_back in parked:
+                self._let_go(session, held_back)
+                session.close()
+
+    def _give_back_parked(self, parked: list[tuple[SessionReceiver, list[Outcome]]]) -> None:
+        """Before a suspect runs: the parked sessions' failures are released and the
+        sessions let go."""
+        for parked_session, held_back in parked:
+            self._give_back_held(parked_session, held_back)
+            parked_session.close()
+        parked.clear()
+
+    def _unpark(self, parked: list[tuple[SessionReceiver, list[Outcome]]]) -> None:
+        """The parked sessions' failures were poison: settle them and let the sessions go."""
+        for session, held_back in parked:
+            self._settle(session, held_back)
+            session.close()
+        parked.clear()
+        self.window.settled()
+
+    def _pump(self, receiver: Receiver) -> tuple[list[Outcome], bool]:
+        """Receive, handle and settle until idle, stopped, a suspect is received (given back
+        to run alone) or another thread waits to run one. Returns the failures still held
+        back, and whether suspects were given back. A session returns as soon as it holds a
+        failure back, since its later messages must wait for it."""
+        in_order = isinstance(receiver, SessionReceiver)
+        wait = 0.0 if in_order else to_seconds(self.processor.max_wait, "max_wait")
+        held_back: list[Outcome] = []
+        self._hold_gate()  # waits while another thread runs suspects alone
+        try:
+            while not (self.stopping.is_set() or (in_order and held_back) or self.gate.wanted()):
+                self._hold_gate()
+                # Held-back failures wait for the next messages to judge them by, not longer.
+                messages = receiver.receive(
+                    self.processor.batch_size, min(wait, FLUSH_INTERVAL) if held_back else wait
+                )
+                if not messages:
+                    if held_back:  # nothing else to judge them by: settle them as failures
+                        self._settle(receiver, held_back)
+                        held_back = []
+                        self.window.settled()
+                    elif self.until_idle:
+                        break
+                    continue
+                held_back, suspects = self._round(receiver, messages, held_back)
+                if suspects:
+                    return held_back, True
+        except BaseException:
+            self._let_go(receiver, held_back)
+            raise
+        return held_back, False
+
+    def _round(
+        self, receiver: Receiver, messages: list[ReceivedMessage], held_back: list[Outcome]
+    ) -> tuple[list[Outcome], bool]:
+        """Handle one receive's messages, except suspects: they (and in a session, the
+        messages after the first of them) are given back to run alone. Returns the failures
+        held back, and whether suspects were given back."""
+        self.stats.received += len(messages)
+        self.renewer.register(receiver, messages)
+        in_order = isinstance(receiver, SessionReceiver)
+        if in_order:
+            cut = next((n for n, m in enumerate(messages) if is_suspect(m)), len(messages))
+            now, later = messages[:cut], messages[cut:]
+        else:
+            now = [m for m in messages if not is_suspect(m)]
+            later = [m for m in messages if is_suspect(m)]
+        handled, settled_early = self._handle(receiver, now, in_order)
+        outcomes = [*handled, *(GivenBack(message) for message in later)]
+        # Only first deliveries tell a defect: a message that failed before is suspected
+        # already, and settled as it comes.
+        fresh = [o for o in outcomes if first_delivery(o)]
+        ready = [
+            o
+            for o in outcomes
+            if (failure_record(o) is None or not first_delivery(o))
+            and o.message.sequence_number not in settled_early
+        ]
+        held_back = held_back + [o for o in fresh if failure_record(o) is not None]
+        defect = self.window.add(failure_record(o) for o in fresh)
+        if defect is not None:
+            self.processor._defect_found.set()  # before anything else lets its failures go
+            self._give_back(receiver, ready, held_back)
+            raise ProcessorStoppedError(defect, self.stats)
+        if not (self.hold_back and self.window.undecided()):
+            ready, held_back = ready + held_back, []
+            self.window.settled()
+        self._settle(receiver, ready)
+        return held_back, bool(later)
+
+    def _run_suspects_alone(self, receiver: Receiver) -> None:
+        """The crash rule (:mod:`poisonq.suspects`): suspects received one at a time, each
+        handled and settled before the next is received, while no thread of this Processor
+        holds another message. Ends at the first message that is not a suspect (given back,
+        for the next batch) or when none is left. A thread that cannot claim the gate leaves
+        its suspects to the thread that has."""
+        if not self.gate.claim():
+            return
+        try:
+            self.gate.wait_alone()
+            in_order = isinstance(receiver, SessionReceiver)
+            while not self.stopping.is_set():
+                messages = receiver.receive(1, 0.0)
+                if not messages:
+                    return
+                self.stats.received += 1
+                self.renewer.register(receiver, messages)
+                if not is_suspect(messages[0]):
+                    self._settle(receiver, [GivenBack(messages[0])])
+                    return
+                outcomes, _ = self._handle(receiver, messages, in_order)
+                self._settle(receiver, outcomes)
+        finally:
+            self.gate.unclaim()
+
+    # Running the handler ---------------------------------------------------------------
+
+    def _handle(
+        self, receiver: Receiver, messages: list[ReceivedMessage], in_order: bool
+    ) -> tuple[list[Outcome], set[int]]:
+        """Each message's outcome, and the sequence numbers of those already settled.
+        ``in_order`` (a session): a failure ends the batch, and the messages after it are
+        given back. A message handler runs on a message only if its lock is not known lost
+        (else it is given back). Its completed messages are settled every
+        :data:`FLUSH_INTERVAL` rather than waiting for the slowest of their batch: a worker
+        that dies loses little."""
+        if not messages:
+            return [], set()
+        if self.processor.batch:
+            if in_order:
+                return self._first_failure(messages), set()
+            return self._bisect(messages), set()
+        outcomes: list[Outcome] = []
+        finished: list[Outcome] = []
+        settled_early: set[int] = set()
+        flush_at = time.monotonic() + FLUSH_INTERVAL
+        for position, message in enumerate(messages):
+            # Its lock renewal counts from now, as the handler's run does.
+            self.renewer.register(receiver, message)
+            if self.processor._lock_known_lost(message):
+                outcomes.append(GivenBack(message))
+                continue
+            outcome = outcome_of(message, self._run(message))
+            outcomes.append(outcome)
+            if isinstance(outcome, Succeeded):
+                finished.append(outcome)
+                if time.monotonic() >= flush_at and position < len(messages) - 1:
+                    self._settle(receiver, finished)
+                    settled_early.update(o.message.sequence_number for o in finished)
+                    finished, flush_at = [], time.monotonic() + FLUSH_INTERVAL
+            if in_order and not isinstance(outcome, Succeeded):
+                outcomes += [GivenBack(later) for later in messages[position + 1 :]]
+                break
+        return outcomes, settled_early
+
+    def _first_failure(self, messages: list[ReceivedMessage]) -> list[Outcome]:
+        """A session's batch that fails: the longest first part that succeeds is completed,
+        the message after it runs alone for its own outcome, and the rest are given back. A
+        binary search over the length of the first part: O(log n) runs, each of which
+        handles a first part again (a handler must tolerate that, as any redelivery)."""
+        if self._run(messages) is None:
+            return [Succeeded(message) for message in messages]
+        passing, failing = 0, len(messages)  # first parts known to pass and to fail
+        while failing - passing > 1:
+            middle = (passing + failing) // 2
+            if self._run(messages[:middle]) is None:
+                passing = middle
+            else:
+                failing = middle
+        alone = messages[passing]  # alone: the failure may have been a passing one
+        return [
+            *(Succeeded(message) for message in messages[:passing]),
+            outcome_of(alone, self._run([alone])),
+            *(GivenBack(message) for message in messages[passing + 1 :]),
+        ]
+
+    def _bisect(self, messages: list[ReceivedMessage]) -> list[Outcome]:
+        """Run the batch handler on ``messages``, and on halves of a failing part down to
+        single messages (:func:`poisonq.bisection.failing_alone`)."""
+
+        def run(part: Sequence[ReceivedMessage]) -> HandlerFailure | None:
+            return self._run(list(part))
+
+        failing = failing_alone(messages, run)
+        return [
+            outcome_of(message, failing.get(position)) for position, message in enumerate(messages)
+        ]
+
+    def _run(self, work: ReceivedMessage | list[ReceivedMessage]) -> HandlerFailure | None:
+        """Run the handler once (in this process or a child): its failure, as data."""
+        self.stats.handler_runs += 1
+        return self.runs.run(work)
+
+    # Settling ---------------------------------------------------------------------------
+
+    def _settle(self, receiver: Receiver, outcomes: list[Outcome]) -> None:
+        """Settle outcomes in one transaction and stop renewing their locks. Messages whose
+        lock ran out while the handler ran are left out (they will be delivered again) and
+        the rest settled."""
+        if not outcomes:
+            return
+        stats = self.stats
+        poisoned, lost = self.broker.settle_held(
+            receiver.address, [settlement(o) for o in outcomes]
+        )
+        self.renewer.unregister([o.message for o in outcomes])
+        stats.lock_lost += len(lost)
+        for outcome in outcomes:
+            if outcome.message.sequence_number in lost:
+                self.processor._lock_lost(outcome.message)
+        pending = {o.message.sequence_number: o for o in outcomes}
+        for seq in lost:
+            del pending[seq]
+        for outcome in pending.values():
+            match outcome:
+                case Succeeded():
+                    stats.completed += 1
+                case GivenBack():
+                    stats.released += 1
+                case FailedPermanently(message, failure):
+                    stats.dead_lettered += 1
+                    self._poisoned(message, failure.error)
+                case FailedTransiently(message, failure):
+                    stats.abandoned += 1
+                    if message.sequence_number in poisoned:
+                        self._poisoned(message, failure.error)
+
+    def _give_back(self, receiver: Receiver, settled: list[Outcome], failed: list[Outcome]) -> None:
+        """Settle ``settled`` as they are and release ``failed`` (no delivery counted), in
+        one transaction."""
+        back: list[Outcome] = [GivenBack(outcome.message) for outcome in failed]
+        self._settle(receiver, settled + back)
+
+    def _give_back_held(self, receiver: Receiver, held_back: list[Outcome]) -> None:
+        """Before a suspect runs: the failures held back are released (they come back as
+        first deliveries), and the defect window starts again."""
+        if held_back:
+            self._give_back(receiver, [], held_back)
+            self.window.settled()
+
+    def _let_go(self, receiver: Receiver, held_back: list[Outcome]) -> None:
+        """Failures still held back when pumping ends: given back after a defect (found by
+        any thread), else settled as the failures they are."""
+        if self.processor._defect_found.is_set():
+            self._give_back(receiver, [], held_back)
+        else:
+            self._settle(receiver, held_back)
+
+    def _poisoned(self, message: ReceivedMessage, error: BaseException) -> None:
+        self.stats.poisoned += 1
+        if self.processor.on_poison is not None:
+            self.processor.on_poison(message, error)
