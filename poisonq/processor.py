@@ -298,14 +298,14 @@ class _Pump:
     def _pump_queue(self) -> None:
         receiver = self.broker.receiver(self.processor.address)
         while True:
-            held_back, suspects = self._pump(receiver)
-            if self.stopping.is_set() or not (suspects or self.gate.wanted()):
+            held_back, alone = self._pump(receiver)
+            if alone is None and (self.stopping.is_set() or not self.gate.wanted()):
                 self._let_go(receiver, held_back)  # stopped, or idle
                 return
             self._give_back_held(receiver, held_back)
             self._let_go_of_gate()
-            if suspects:
-                self._run_suspects_alone(receiver)
+            if alone is not None:
+                self._run_suspects_alone(receiver, alone)
 
     def _pump_sessions(self) -> None:
         """A session queue: one session at a time, its messages in order, until it is
@@ -343,11 +343,11 @@ class _Pump:
                     continue
                 missed_once = False
                 try:
-                    held_back, suspects = self._pump(session)
-                    if suspects and not held_back and not self.stopping.is_set():
+                    held_back, alone = self._pump(session)
+                    if alone is not None:
                         self._give_back_parked(parked)
                         self._let_go_of_gate()
-                        self._run_suspects_alone(session)
+                        self._run_suspects_alone(session, alone)
                 except BaseException:
                     session.close()
                     raise
@@ -376,11 +376,11 @@ class _Pump:
         parked.clear()
         self.window.settled()
 
-    def _pump(self, receiver: Receiver) -> tuple[list[Outcome], bool]:
-        """Receive, handle and settle until idle, stopped, a suspect is received (given back
-        to run alone) or another thread waits to run one. Returns the failures still held
-        back, and whether suspects were given back. A session returns as soon as it holds a
-        failure back, since its later messages must wait for it."""
+    def _pump(self, receiver: Receiver) -> tuple[list[Outcome], list[ReceivedMessage] | None]:
+        """Receive, handle and settle until idle, stopped, this thread claims the gate to run
+        suspects alone, or another thread waits to. Returns the failures still held back,
+        and the suspects kept to run alone once claimed (``None``: not claimed). A session
+        returns as soon as it holds a failure back, since its later messages must wait."""
         in_order = isinstance(receiver, SessionReceiver)
         wait = 0.0 if in_order else to_seconds(self.processor.max_wait, "max_wait")
         held_back: list[Outcome] = []
@@ -400,29 +400,40 @@ class _Pump:
                     elif self.until_idle:
                         break
                     continue
-                held_back, suspects = self._round(receiver, messages, held_back)
-                if suspects:
-                    return held_back, True
+                held_back, alone = self._round(receiver, messages, held_back)
+                if alone is not None:
+                    return held_back, alone
         except BaseException:
             self._let_go(receiver, held_back)
             raise
-        return held_back, False
+        return held_back, None
 
     def _round(
         self, receiver: Receiver, messages: list[ReceivedMessage], held_back: list[Outcome]
-    ) -> tuple[list[Outcome], bool]:
-        """Handle one receive's messages, except suspects: they (and in a session, the
-        messages after the first of them) are given back to run alone. Returns the failures
-        held back, and whether suspects were given back."""
+    ) -> tuple[list[Outcome], list[ReceivedMessage] | None]:
+        """Handle one receive's messages, except suspects. Returns the failures held back,
+        and, when this thread claimed the gate for its suspects, those it keeps to run alone
+        (``None``: not claimed).
+
+        A queue's first suspect is kept, and everything else of the receive given back:
+        handling the rest first would hold the suspect's lock through their runs, and
+        giving it back too would let the messages before it come first again and again.
+        In a session the messages before the first suspect are handled (in order), the rest
+        given back, and the suspect received again on its own. A thread that cannot claim
+        (another runs its suspects) gives its suspects back and handles the rest."""
         self.stats.received += len(messages)
         self.renewer.register(receiver, messages)
         in_order = isinstance(receiver, SessionReceiver)
+        suspects = [m for m in messages if is_suspect(m)]
+        alone: list[ReceivedMessage] | None = None
         if in_order:
-            cut = next((n for n, m in enumerate(messages) if is_suspect(m)), len(messages))
+            cut = messages.index(suspects[0]) if suspects else len(messages)
             now, later = messages[:cut], messages[cut:]
+        elif suspects and self.gate.claim():
+            alone, now = suspects[:1], []
+            later = [m for m in messages if m is not suspects[0]]
         else:
-            now = [m for m in messages if not is_suspect(m)]
-            later = [m for m in messages if is_suspect(m)]
+            now, later = [m for m in messages if not is_suspect(m)], suspects
         handled, settled_early = self._handle(receiver, now, in_order)
         outcomes = [*handled, *(GivenBack(message) for message in later)]
         # Only first deliveries tell a defect: a message that failed before is suspected
@@ -437,6 +448,9 @@ class _Pump:
         held_back = held_back + [o for o in fresh if failure_record(o) is not None]
         defect = self.window.add(failure_record(o) for o in fresh)
         if defect is not None:
+            if alone is not None:
+                self.gate.unclaim()
+                ready.append(GivenBack(alone[0]))
             self.processor._defect_found.set()  # before anything else lets its failures go
             self._give_back(receiver, ready, held_back)
             raise ProcessorStoppedError(defect, self.stats)
@@ -444,19 +458,21 @@ class _Pump:
             ready, held_back = ready + held_back, []
             self.window.settled()
         self._settle(receiver, ready)
-        return held_back, bool(later)
+        if in_order and suspects and not held_back and self.gate.claim():
+            alone = []
+        return held_back, alone
 
-    def _run_suspects_alone(self, receiver: Receiver) -> None:
-        """The crash rule (:mod:`poisonq.suspects`): suspects received one at a time, each
-        handled and settled before the next is received, while no thread of this Processor
-        holds another message. Ends at the first message that is not a suspect (given back,
-        for the next batch) or when none is left. A thread that cannot claim the gate leaves
-        its suspects to the thread that has."""
-        if not self.gate.claim():
-            return
+    def _run_suspects_alone(self, receiver: Receiver, kept: list[ReceivedMessage]) -> None:
+        """The crash rule (:mod:`poisonq.suspects`), run by the thread that claimed the
+        gate: once no other thread holds a message, the suspects ``kept`` and then those
+        received one at a time are each handled and settled before the next is received.
+        Ends at the first message that is not a suspect (given back, for the next batch),
+        or when none is left."""
+        in_order = isinstance(receiver, SessionReceiver)
         try:
             self.gate.wait_alone()
-            in_order = isinstance(receiver, SessionReceiver)
+            for message in kept:
+                self._settle(receiver, self._handle(receiver, [message], in_order)[0])
             while not self.stopping.is_set():
                 messages = receiver.receive(1, 0.0)
                 if not messages:
@@ -466,8 +482,7 @@ class _Pump:
                 if not is_suspect(messages[0]):
                     self._settle(receiver, [GivenBack(messages[0])])
                     return
-                outcomes, _ = self._handle(receiver, messages, in_order)
-                self._settle(receiver, outcomes)
+                self._settle(receiver, self._handle(receiver, messages, in_order)[0])
         finally:
             self.gate.unclaim()
 

@@ -86,7 +86,7 @@ def crash_process(url: str, queue: str, batch_size: int, isolation: str) -> None
             queue,
             handle,
             batch_size=batch_size,
-            **({} if isolation == "none" else {"isolation": isolation}),
+            isolation=None if isolation == "none" else "process",
         ).run(until_idle=True)
 
 
