@@ -37,7 +37,7 @@ from poisonq.bisection import failing_alone
 from poisonq.client import Broker, Receiver, SessionReceiver
 from poisonq.defects import DEFAULT_MAX_FAILURE_RATIO, Defect, FailureWindow, check_ratio
 from poisonq.errors import InvalidOptionError, PermanentError, PoisonqError
-from poisonq.handler_runs import HandlerRun, Isolation, check_isolation
+from poisonq.handler_runs import HandlerRun, InChildProcess, Isolation, check_isolation
 from poisonq.lock_renewer import AutoLockRenewer
 from poisonq.model import Duration, ReceivedMessage, ReceiveErrorHandling, to_seconds
 from poisonq.outcomes import (
@@ -242,9 +242,9 @@ class _Pump:
     suspect runs (:class:`~poisonq.suspects.AloneGate`).
 
     Failures on their first delivery are held back (locked, renewed, unsettled) while the
-    defect window cannot yet tell poison from a defect (``hold_back``): settled as failures
-    once successes dilute them, given back without a delivery counted if they grow into a
-    defect. A session whose failure is held back stays open (parked) meanwhile."""
+    defect window cannot yet tell poison from a defect (unless the queue faults): settled as
+    failures once successes dilute them, given back without a delivery counted if they grow
+    into a defect. A session whose failure is held back stays open (parked) meanwhile."""
 
     def __init__(
         self,
@@ -266,13 +266,14 @@ class _Pump:
         self.until_idle = until_idle
         self.stopping = processor._stop
         self.holds_gate = False
-        self.hold_back = True
+        self.holds_back_failures = True
 
     def run(self) -> None:
         options = self.broker.get_queue(self.processor.address).options
         # A faulting queue stops at its first poison message anyway: holding failures back
         # would only let more messages fail before it does.
-        self.hold_back = options.retry.receive_error_handling is not ReceiveErrorHandling.FAULT
+        handling = options.retry.receive_error_handling
+        self.holds_back_failures = handling is not ReceiveErrorHandling.FAULT
         try:
             if options.requires_session:
                 self._pump_sessions()
@@ -323,7 +324,7 @@ class _Pump:
                     else:
                         self._unpark(parked)
                     missed_once = False
-                if not parked:
+                if not parked:  # holding nothing: wait here while another runs suspects
                     self._let_go_of_gate()
                 self._hold_gate()
                 session = self.broker.accept_next_session(self.processor.address)
@@ -387,7 +388,6 @@ class _Pump:
         self._hold_gate()  # waits while another thread runs suspects alone
         try:
             while not (self.stopping.is_set() or (in_order and held_back) or self.gate.wanted()):
-                self._hold_gate()
                 # Held-back failures wait for the next messages to judge them by, not longer.
                 messages = receiver.receive(
                     self.processor.batch_size, min(wait, FLUSH_INTERVAL) if held_back else wait
@@ -454,7 +454,7 @@ class _Pump:
             self.processor._defect_found.set()  # before anything else lets its failures go
             self._give_back(receiver, ready, held_back)
             raise ProcessorStoppedError(defect, self.stats)
-        if not (self.hold_back and self.window.undecided()):
+        if not (self.holds_back_failures and self.window.undecided()):
             ready, held_back = ready + held_back, []
             self.window.settled()
         self._settle(receiver, ready)
@@ -503,6 +503,8 @@ class _Pump:
             if in_order:
                 return self._first_failure(messages), set()
             return self._bisect(messages), set()
+        if isinstance(self.runs, InChildProcess) and not in_order:
+            return self._in_one_round_trip(receiver, messages, self.runs), set()
         outcomes: list[Outcome] = []
         finished: list[Outcome] = []
         settled_early: set[int] = set()
@@ -525,6 +527,23 @@ class _Pump:
                 outcomes += [GivenBack(later) for later in messages[position + 1 :]]
                 break
         return outcomes, settled_early
+
+    def _in_one_round_trip(
+        self, receiver: Receiver, messages: list[ReceivedMessage], child: InChildProcess
+    ) -> list[Outcome]:
+        """A message handler in a child process: the messages whose lock is not known lost
+        go to the child together (one round trip through the pipe, not one per message;
+        a crash still costs only the crasher, the guard running the rest in a new child),
+        and are settled together when it is done."""
+        self.renewer.register(receiver, messages)  # renewal counts from now
+        lost = [m for m in messages if self.processor._lock_known_lost(m)]
+        run = [m for m in messages if m not in lost]
+        self.stats.handler_runs += len(run)
+        failures = child.run_each(run) if run else []
+        return [
+            *(outcome_of(m, f) for m, f in zip(run, failures, strict=True)),
+            *(GivenBack(m) for m in lost),
+        ]
 
     def _first_failure(self, messages: list[ReceivedMessage]) -> list[Outcome]:
         """A session's batch that fails: the longest first part that succeeds is completed,
