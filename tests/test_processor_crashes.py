@@ -169,6 +169,19 @@ def test_with_process_isolation_a_crash_ends_the_child_not_the_processor(
     assert_balanced(broker)
 
 
+def test_with_process_isolation_each_thread_has_a_child_and_a_crash_costs_only_its_message(
+    broker: Broker, queue: str
+) -> None:
+    send(broker, queue, ["good"] * 30 + ["crash"] + ["good"] * 30)
+    stats = Processor(
+        broker, queue, crash_on, batch_size=5, concurrency=2, max_wait=0, isolation="process"
+    ).run(until_idle=True)
+    assert stats.completed == 60
+    assert stats.abandoned == 3  # the crasher's three deliveries, nobody else's
+    assert sorted(dead(broker, queue)) == ["m30"]
+    assert_balanced(broker)
+
+
 def crash_in_batch(messages: list[ReceivedMessage]) -> None:
     if any(m.text == "crash" for m in messages):
         os._exit(3)
