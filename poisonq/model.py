@@ -263,7 +263,9 @@ class ReceivedMessage:
     @property
     def last_lock_expired(self) -> bool:
         """Whether its last delivery ended with its lock running out while nobody settled it
-        (a release counts no delivery and records nothing): the holder may have died of it."""
+        (a release counts no delivery and records nothing): the holder may have died of it.
+        Told by its failure history, whose last entry an expiry always is; an abandon
+        without a failure record after it is not told apart (the Processor records one)."""
         return bool(self.failures) and self.failures[-1].fingerprint == LOCK_EXPIRED
 
 

@@ -36,6 +36,23 @@ def dead(broker: Broker, queue: str) -> dict[str, ReceivedMessage]:
     return {m.message_id: m for m in broker.peek(f"{queue}/$deadletterqueue", max_messages=100)}
 
 
+def test_a_suspect_is_a_message_whose_last_delivery_ended_with_its_lock_running_out(
+    broker: Broker, queue: str, clock: ManualClock
+) -> None:
+    send(broker, queue, ["a", "b"])
+    assert not any(m.last_lock_expired for m in broker.peek(queue))  # never delivered
+    expire(broker, queue, clock, 2)
+    receiver = broker.receiver(queue)
+    a, b = receiver.receive(2, max_wait=0)
+    assert a.last_lock_expired and b.last_lock_expired
+    receiver.abandon(a, ValueError("no"))  # a delivery that ended otherwise: not a suspect
+    # A release counts no delivery: the last one still ended with the lock running out.
+    broker.settle_held(queue, [Release(b.sequence_number, b.lock_token or "")])
+    again = {m.message_id: m for m in receiver.receive(2, max_wait=0)}
+    assert not again["m0"].last_lock_expired
+    assert again["m1"].last_lock_expired
+
+
 @pytest.mark.parametrize("concurrency", [1, 3])
 def test_a_suspect_runs_while_the_process_holds_no_other_message(
     broker: Broker, queue: str, clock: ManualClock, concurrency: int
