@@ -114,20 +114,20 @@ class Processor:
         self.max_wait = max_wait
         self.max_failure_ratio = check_ratio(max_failure_ratio)
         self.isolation = check_isolation(isolation)
-        self._stop = threading.Event()
-        self._defect_found = threading.Event()  # by any thread: the others give failures back
+        self.stopping = threading.Event()
+        self.defect_found = threading.Event()  # by any thread: the others give failures back
 
     def stop(self) -> None:
         """Ask :meth:`run` to return once the messages in hand are settled."""
-        self._stop.set()
+        self.stopping.set()
 
     def run(self, until_idle: bool = False) -> ProcessorStats:
         """Pump until :meth:`stop` is called or, with ``until_idle``, until a receive waits
         ``max_wait`` and finds nothing. Returns what was done. Raises
         :class:`ProcessorStoppedError` on a defect; any other error of a thread (a store
         still unavailable after the client's retries) stops every thread and is raised."""
-        self._stop.clear()
-        self._defect_found.clear()
+        self.stopping.clear()
+        self.defect_found.clear()
         per_thread: list[ProcessorStats] = []
         failed: list[BaseException] = []
         window = FailureWindow(self.max_failure_ratio)  # every thread's evidence together
@@ -148,10 +148,10 @@ class Processor:
             except BaseException as exc:
                 failed.append(exc)
                 if isinstance(exc, ProcessorStoppedError):
-                    self._defect_found.set()
-                self._stop.set()
+                    self.defect_found.set()
+                self.stopping.set()
 
-        lost = self._lock_lost
+        lost = self.report_lock_lost
         with AutoLockRenewer(self.max_lock_renewal_duration, lambda m, _: lost(m)) as renewer:
             if self.concurrency == 1:
                 pump(renewer)
@@ -174,7 +174,7 @@ class Processor:
             raise first
         return total
 
-    def _lock_lost(self, message: ReceivedMessage) -> None:
+    def report_lock_lost(self, message: ReceivedMessage) -> None:
         """Log a lost lock and call ``on_lock_lost``, once per message and lock, whether the
         renewer saw it first or the settlement did."""
         key = (message.sequence_number, message.lock_token or "")
@@ -190,6 +190,6 @@ class Processor:
         if self.on_lock_lost is not None:
             self.on_lock_lost(message)
 
-    def _lock_known_lost(self, message: ReceivedMessage) -> bool:
+    def lock_known_lost(self, message: ReceivedMessage) -> bool:
         with self._lost_lock:
             return (message.sequence_number, message.lock_token or "") in self._lost

@@ -105,7 +105,7 @@ class Pump:
         self.runs = runs
         self.stats = stats
         self.until_idle = until_idle
-        self.stopping = processor._stop
+        self.stopping = processor.stopping
         self.holds_gate = False
         self.holds_back_failures = True
 
@@ -292,7 +292,7 @@ class Pump:
             if alone is not None:
                 self.gate.unclaim()
                 ready.append(GivenBack(alone[0]))
-            self.processor._defect_found.set()  # before anything else lets its failures go
+            self.processor.defect_found.set()  # before anything else lets its failures go
             self._give_back(receiver, ready, held_back)
             raise ProcessorStoppedError(defect, self.stats)
         if not (self.holds_back_failures and self.window.undecided()):
@@ -353,7 +353,7 @@ class Pump:
         for position, message in enumerate(messages):
             # Its lock renewal counts from now, as the handler's run does.
             self.renewer.register(receiver, message)
-            if self.processor._lock_known_lost(message):
+            if self.processor.lock_known_lost(message):
                 outcomes.append(GivenBack(message))
                 continue
             outcome = outcome_of(message, self._run(message))
@@ -377,7 +377,7 @@ class Pump:
         a crash still costs only the crasher, the guard running the rest in a new child),
         and are settled together when it is done."""
         self.renewer.register(receiver, messages)  # renewal counts from now
-        lost = [m for m in messages if self.processor._lock_known_lost(m)]
+        lost = [m for m in messages if self.processor.lock_known_lost(m)]
         run = [m for m in messages if m not in lost]
         self.stats.handler_runs += len(run)
         failures = child.run_each(run) if run else []
@@ -440,7 +440,7 @@ class Pump:
         stats.lock_lost += len(lost)
         for outcome in outcomes:
             if outcome.message.sequence_number in lost:
-                self.processor._lock_lost(outcome.message)
+                self.processor.report_lock_lost(outcome.message)
         pending = {o.message.sequence_number: o for o in outcomes}
         for seq in lost:
             del pending[seq]
@@ -474,7 +474,7 @@ class Pump:
     def _let_go(self, receiver: Receiver, held_back: list[Outcome]) -> None:
         """Failures still held back when pumping ends: given back after a defect (found by
         any thread), else settled as the failures they are."""
-        if self.processor._defect_found.is_set():
+        if self.processor.defect_found.is_set():
             self._give_back(receiver, [], held_back)
         else:
             self._settle(receiver, held_back)
