@@ -218,15 +218,27 @@ def test_with_process_isolation_a_crashing_batch_is_bisected_to_its_crasher(
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("isolation", ["none", "process"])
+@pytest.mark.parametrize(
+    ("isolation", "concurrency"),
+    [("none", 1), ("none", 2), ("process", 1)],
+    ids=["in-process", "in-process-2-threads", "process"],
+)
 def test_a_handler_that_kills_its_worker_dead_letters_no_good_message(
-    url: str, tmp_path: Path, isolation: str
+    url: str, tmp_path: Path, isolation: str, concurrency: int
 ) -> None:
     """The issue's run, smaller: 4 crashers among 300 orders (3 bad), batches of 50,
     ``max_delivery_count=3``, the worker a real process started again after each death.
-    In-process, each crasher kills its worker once per delivery and nothing else: every
-    crasher is dead-lettered after its 3 deliveries, no good order is (each sees at most
-    the first crash of a crasher beside it). With process isolation the worker never dies."""
-    verdict = crash_orders(url, tmp_path, 300, 50, first_crash=10, isolation=isolation)
+    In-process, each crasher kills its worker once per delivery: every crasher is
+    dead-lettered after its 3 deliveries, no good order is (each loses a delivery to the
+    first crash beside it, and runs alone after). With process isolation the worker never
+    dies."""
+    verdict = crash_orders(
+        url, tmp_path, 300, 50, first_crash=10, isolation=isolation, concurrency=concurrency
+    )
     assert verdict.ok, verdict.problems()  # no good order dead-lettered, crashers as they must
-    assert verdict.faults == (12 if isolation == "none" else 0)
+    if isolation == "process":
+        assert verdict.faults == 0
+    elif concurrency == 1:
+        assert verdict.faults == 12  # each crasher once a delivery
+    else:  # a crasher whose batch another thread's crasher killed lost a delivery uncrashed
+        assert 8 <= verdict.faults <= 12

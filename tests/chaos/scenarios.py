@@ -296,15 +296,17 @@ def crash_orders(
     batch_size: int,
     first_crash: int,
     isolation: str = "none",
+    concurrency: int = 1,
 ) -> Verdict:
     """``count`` orders (1 % bad, 4 that kill their worker, spread from ``first_crash``)
-    through a ``Processor`` of ``batch_size`` on a queue of ``max_delivery_count=3``, the
-    worker started again after each death until the queue is drained. ``faults`` counts
-    the deaths."""
+    through a ``Processor`` of ``batch_size`` and ``concurrency`` threads on a queue of
+    ``max_delivery_count=3``, the worker started again after each death until the queue is
+    drained. ``faults`` counts the deaths."""
     with poisonq.connect(url) as broker:
         broker.create_queue("orders", max_delivery_count=3, lock_duration=1)
         good, bad = send_orders(broker, "orders", count, crash=4, first_crash=first_crash)
         argv = [*CHILDREN, "crash-process", url, "orders", str(batch_size), isolation]
+        argv += [str(concurrency)]
         deaths = supervise(broker, argv, work)
         verdict = check(broker, "orders", good, bad, None, broker.counts("orders")["completed"])
         verdict.faults = deaths
