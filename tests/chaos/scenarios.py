@@ -297,14 +297,15 @@ def crash_orders(
     first_crash: int,
     isolation: str = "none",
     concurrency: int = 1,
+    crashers: int = 4,
 ) -> Verdict:
-    """``count`` orders (1 % bad, 4 that kill their worker, spread from ``first_crash``)
+    """``count`` orders (1 % bad, ``crashers`` that kill their worker, spread from ``first_crash``)
     through a ``Processor`` of ``batch_size`` and ``concurrency`` threads on a queue of
     ``max_delivery_count=3``, the worker started again after each death until the queue is
     drained. ``faults`` counts the deaths."""
     with poisonq.connect(url) as broker:
         broker.create_queue("orders", max_delivery_count=3, lock_duration=1)
-        good, bad = send_orders(broker, "orders", count, crash=4, first_crash=first_crash)
+        good, bad = send_orders(broker, "orders", count, crash=crashers, first_crash=first_crash)
         argv = [*CHILDREN, "crash-process", url, "orders", str(batch_size), isolation]
         argv += [str(concurrency)]
         deaths = supervise(broker, argv, work)
