@@ -49,6 +49,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/lease_cycle.py
 	$(BIN)/python bench/held_costs.py
 	$(BIN)/python bench/defect_ratio.py
+	$(BIN)/python bench/processor_isolation.py
 
 # The reference site from docs/ into site/ (live preview: .venv/bin/mkdocs serve).
 docs: $(STAMP)

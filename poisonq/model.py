@@ -169,6 +169,10 @@ def new_uuid() -> str:
     return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{variant}{h[17:20]}-{h[20:]}"
 
 
+LOCK_EXPIRED = "lock-expired"
+"""The fingerprint of the failure a lock that ran out records: one group of them all."""
+
+
 @dataclass(frozen=True, slots=True)
 class FailureRecord:
     """One failed attempt: when, which error, and the fingerprint that groups alike failures."""
@@ -255,6 +259,14 @@ class ReceivedMessage:
     def text(self) -> str:
         """The body decoded as UTF-8 (replacing undecodable bytes)."""
         return self.body.decode("utf-8", errors="replace")
+
+    @property
+    def last_lock_expired(self) -> bool:
+        """Whether its last delivery ended with its lock running out while nobody settled it
+        (a release counts no delivery and records nothing): the holder may have died of it.
+        Told by its failure history, whose last entry an expiry always is; an abandon
+        without a failure record after it is not told apart (the Processor records one)."""
+        return bool(self.failures) and self.failures[-1].fingerprint == LOCK_EXPIRED
 
 
 @dataclass(frozen=True, slots=True)

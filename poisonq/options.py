@@ -36,9 +36,8 @@ class MoveToRetry:
 
 @dataclass(frozen=True, slots=True)
 class Poison:
-    """Decision: every attempt is used; ``action`` says what becomes of the message."""
-
-    action: ReceiveErrorHandling
+    """Decision: every attempt is used; the queue's ``receive_error_handling`` says what
+    becomes of the message (the engine reads it there, as every path that poisons does)."""
 
 
 RetryDecision = Redeliver | MoveToRetry | Poison
@@ -123,7 +122,7 @@ class RetryPolicy:
         if move_count < self.max_retry_cycles:
             growth: float = self.retry_cycle_delay_multiplier**move_count
             return MoveToRetry(delay=self.retry_cycle_delay * growth)
-        return Poison(self.receive_error_handling)
+        return Poison()
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -154,16 +154,16 @@ def test_named_profiles() -> None:
     [
         (RetryPolicy.service_bus(3), 1, 0, Redeliver()),
         (RetryPolicy.service_bus(3), 2, 0, Redeliver()),
-        (RetryPolicy.service_bus(3), 3, 0, Poison(ReceiveErrorHandling.MOVE)),
-        (RetryPolicy.service_bus(1), 1, 0, Poison(ReceiveErrorHandling.MOVE)),
+        (RetryPolicy.service_bus(3), 3, 0, Poison()),
+        (RetryPolicy.service_bus(1), 1, 0, Poison()),
         (RetryPolicy(1, 2, 60, 2.0), 1, 0, Redeliver()),
         (RetryPolicy(1, 2, 60, 2.0), 2, 0, MoveToRetry(60.0)),
         (RetryPolicy(1, 2, 60, 2.0), 3, 1, Redeliver()),
         (RetryPolicy(1, 2, 60, 2.0), 4, 1, MoveToRetry(120.0)),
-        (RetryPolicy(1, 2, 60, 2.0), 6, 2, Poison(ReceiveErrorHandling.MOVE)),
+        (RetryPolicy(1, 2, 60, 2.0), 6, 2, Poison()),
         (RetryPolicy.wcf(), 6, 0, MoveToRetry(1800.0)),
-        (RetryPolicy.wcf(), 18, 2, Poison(ReceiveErrorHandling.FAULT)),
-        (RetryPolicy(0, 0, receive_error_handling="drop"), 1, 0, Poison(ReceiveErrorHandling.DROP)),
+        (RetryPolicy.wcf(), 18, 2, Poison()),
+        (RetryPolicy(0, 0, receive_error_handling="drop"), 1, 0, Poison()),
     ],
 )
 def test_retry_policy_decisions(

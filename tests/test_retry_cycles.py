@@ -26,7 +26,7 @@ def _fail_once(broker: Broker) -> list[int]:
         (2, 0, MoveToRetry(delay=60.0)),
         (3, 1, Redeliver()),
         (4, 1, MoveToRetry(delay=120.0)),
-        (6, 2, Poison("fault")),  # type: ignore[arg-type]
+        (6, 2, Poison()),
     ],
 )
 def test_policy_decides_from_deliveries_and_cycles(

@@ -22,6 +22,7 @@ from poisonq.errors import (
 from poisonq.filters import Filter, filter_from_json
 from poisonq.limits import check_count
 from poisonq.model import (
+    LOCK_EXPIRED,
     EntityKind,
     FailureRecord,
     MessageState,
@@ -109,9 +110,6 @@ class Target:
     def sessions(self) -> bool:
         """Whether receiving here goes through session locks (the main entity only)."""
         return self.options.requires_session and self.subqueue is None
-
-
-LOCK_EXPIRED = "lock-expired"  # the fingerprint of every lock expiry: one group of them
 
 
 def lock_expired(now: float) -> FailureRecord:

@@ -72,6 +72,27 @@ def process(url: str, queue: str, log: str) -> None:
         poisonq.Processor(broker, queue, handle, batch_size=20, concurrency=2).run(until_idle=True)
 
 
+def crash_process(
+    url: str, queue: str, batch_size: int, isolation: str, concurrency: int = 1
+) -> None:
+    """A ``Processor`` whose handler kills the process on a crash order, as a native library
+    or the out-of-memory killer does (exit code 3); a supervisor starts it again. With
+    ``isolation`` ``process`` the handler runs in a forked child and the worker lives on."""
+    with poisonq.connect(url, retry_total=PATIENT) as broker:
+
+        def handle(message: poisonq.ReceivedMessage) -> None:
+            handle_order(message.body)
+
+        poisonq.Processor(
+            broker,
+            queue,
+            handle,
+            batch_size=batch_size,
+            concurrency=concurrency,
+            isolation=None if isolation == "none" else "process",
+        ).run(until_idle=True)
+
+
 def stream(url: str, queue: str, output: str, checkpoint: str) -> None:
     """:func:`stream_on` a local session."""
     from poisonq.spark import local_session
@@ -161,6 +182,8 @@ def main() -> None:
         produce(args[0], args[1], *map(int, args[2:]))
     elif kind == "process":
         process(*args)
+    elif kind == "crash-process":
+        crash_process(args[0], args[1], int(args[2]), args[3], *map(int, args[4:]))
     elif kind == "stream":
         stream(*args)
     elif kind == "sink":

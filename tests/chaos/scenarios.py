@@ -5,6 +5,7 @@ the :class:`~tests.chaos.verdict.Verdict` of the end state."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import signal
@@ -133,12 +134,14 @@ def _handled(log: Path) -> list[str]:
 
 
 def send_orders(
-    broker: poisonq.Broker, queue: str, count: int, crash: int = 0
+    broker: poisonq.Broker, queue: str, count: int, crash: int = 0, first_crash: int | None = None
 ) -> tuple[set[str], dict[str, str]]:
     """Send ``count`` orders (every ``BAD_EVERY``-th bad, and ``crash`` that kill their
-    handler); returns the good message ids and the reason each bad one must end with."""
+    handler, spread from ``first_crash``, a third of the way by default); returns the good
+    message ids and the reason each bad one must end with."""
     kinds = {n: "bad" for n in range(BAD_EVERY // 2, count, BAD_EVERY)}
-    kinds.update({n: "crash" for n in range(count // 3, count, count // max(crash, 1))[:crash]})
+    start = count // 3 if first_crash is None else first_crash
+    kinds.update({n: "crash" for n in range(start, count, count // max(crash, 1))[:crash]})
     messages = [children.order(n, kinds.get(n, "good")) for n in range(count)]
     for start in range(0, count, 1000):
         broker.sender(queue).send(messages[start : start + 1000])
@@ -257,6 +260,66 @@ def processor(store: Store, work: Path, rng: Random) -> Verdict:
         verdict.faults = faults
         verdict.double_holders = double_holders(_holdings(log))
         return verdict
+
+
+CRASHED = 3  # the exit code of a worker whose handler killed it (children.handle_order)
+
+
+def supervise(broker: poisonq.Broker, argv: list[str], work: Path, queue: str = "orders") -> int:
+    """Run a worker as a supervisor does: start it again each time it dies, and after it
+    goes idle while the queue still holds messages (locks of a dead worker not yet run out),
+    until the queue holds nothing. Returns how many times it died."""
+    deaths = 0
+    deadline = time.monotonic() + RUN_TIMEOUT
+    for run in itertools.count():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the queue was not drained in {RUN_TIMEOUT} s")
+        process = _start(argv, work, "worker")
+        code = process.wait(timeout=RUN_TIMEOUT)
+        if code == CRASHED:
+            deaths += 1
+            continue
+        if code != 0:
+            tail = (work / "worker.err").read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"worker run {run} exited {code}:\n{tail}")
+        counts = broker.counts(queue)
+        if not counts["locked"] + counts["active"] + counts["scheduled"]:
+            return deaths
+        time.sleep(0.2)
+    raise AssertionError("unreachable")
+
+
+def crash_orders(
+    url: str,
+    work: Path,
+    count: int,
+    batch_size: int,
+    first_crash: int,
+    isolation: str = "none",
+    concurrency: int = 1,
+    crashers: int = 4,
+) -> Verdict:
+    """``count`` orders (1 % bad, ``crashers`` that kill their worker, spread from ``first_crash``)
+    through a ``Processor`` of ``batch_size`` and ``concurrency`` threads on a queue of
+    ``max_delivery_count=3``, the worker started again after each death until the queue is
+    drained. ``faults`` counts the deaths."""
+    with poisonq.connect(url) as broker:
+        broker.create_queue("orders", max_delivery_count=3, lock_duration=1)
+        good, bad = send_orders(broker, "orders", count, crash=crashers, first_crash=first_crash)
+        argv = [*CHILDREN, "crash-process", url, "orders", str(batch_size), isolation]
+        argv += [str(concurrency)]
+        deaths = supervise(broker, argv, work)
+        verdict = check(broker, "orders", good, bad, None, broker.counts("orders")["completed"])
+        verdict.faults = deaths
+        return verdict
+
+
+def processor_crash(store: Store, work: Path, rng: Random) -> Verdict:
+    """A ``Processor`` (batches of 50) whose handler kills its process on 4 of 2,000 orders,
+    started again after each death: every crasher dead-lettered after its deliveries, and
+    no good order dead-lettered (a suspect, delivered again after its lock ran out, runs
+    alone). Where the crashers are in the queue is drawn from the run's seed."""
+    return crash_orders(store.url, work, 2000, 50, first_crash=rng.randrange(500))
 
 
 def _holdings(log: Path) -> list[Holding]:
@@ -405,6 +468,7 @@ def streaming(store: Store, work: Path, rng: Random) -> Verdict:
 SCENARIOS = [
     Scenario("producer", producer, ("sqlite", "postgresql")),
     Scenario("processor", processor, ("sqlite", "postgresql")),
+    Scenario("processor-crash", processor_crash, ("sqlite", "postgresql")),
     Scenario("pipeline", pipeline, ("sqlite",), spark=True),
     Scenario("streaming", streaming, ("sqlite",), spark=True),
     Scenario("source", source, ("sqlite",), spark=True),
