@@ -25,7 +25,7 @@ from pathlib import Path
 
 import poisonq
 from poisonq import Message, Processor, ReceivedMessage
-from poisonq.handler_runs import Isolation
+from poisonq.processor.handler_runs import Isolation
 
 BODY = json.dumps({"order_id": 123456, "customer": "C01234", "note": "x" * 440}).encode()
 MODES: dict[str, Isolation] = {"none": None, "process": "process"}

@@ -13,8 +13,8 @@ import pytest
 
 import poisonq
 from poisonq import Broker, ManualClock, Message, Processor, ReceivedMessage
-from poisonq.handler_runs import HandlerCrashedError, HandlerError
 from poisonq.model import DeadLetterReason, Release
+from poisonq.processor.handler_runs import HandlerCrashedError, HandlerError
 from tests.chaos.scenarios import crash_orders
 from tests.helpers import assert_balanced
 

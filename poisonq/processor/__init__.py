@@ -24,10 +24,11 @@ the rest of the batch is settled, and :meth:`Processor.run` raises
 
 A crash is not an exception: a handler that ends its process takes every message the process
 holds with it. A message whose last delivery ended that way (its lock ran out unsettled) is a
-suspect and runs alone (:mod:`poisonq.suspects`), so a crash costs its neighbours a delivery
-once; ``isolation="process"`` runs the handler in a child that a crash ends alone
-(:mod:`poisonq.handler_runs`). Each of the ``concurrency`` threads is a
-:class:`~poisonq.pump.Pump`; the outcomes it settles by are in :mod:`poisonq.outcomes`.
+suspect and runs alone (:mod:`poisonq.processor.suspects`), so a crash costs its neighbours a
+delivery once; ``isolation="process"`` runs the handler in a child that a crash ends alone
+(:mod:`poisonq.processor.handler_runs`). Each of the ``concurrency`` threads is a
+:class:`~poisonq.processor.pump.Pump`; the outcomes it settles by are in
+:mod:`poisonq.processor.outcomes`.
 """
 
 from __future__ import annotations
@@ -37,15 +38,15 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from poisonq import handler_runs
 from poisonq.client import Broker
 from poisonq.defects import DEFAULT_MAX_FAILURE_RATIO, FailureWindow, check_ratio
 from poisonq.errors import InvalidOptionError, PermanentError
-from poisonq.handler_runs import Isolation, check_isolation
 from poisonq.lock_renewer import AutoLockRenewer
 from poisonq.model import Duration, ReceivedMessage
-from poisonq.pump import FLUSH_INTERVAL, ProcessorStats, ProcessorStoppedError, Pump
-from poisonq.suspects import AloneGate
+from poisonq.processor import handler_runs
+from poisonq.processor.handler_runs import Isolation, check_isolation
+from poisonq.processor.pump import FLUSH_INTERVAL, ProcessorStats, ProcessorStoppedError, Pump
+from poisonq.processor.suspects import AloneGate
 
 __all__ = ["FLUSH_INTERVAL", "Processor", "ProcessorStats", "ProcessorStoppedError"]
 
@@ -74,8 +75,9 @@ class Processor:
     of failures began (first deliveries only) that may fail the same way before the run
     stops with :class:`ProcessorStoppedError` instead of spending their deliveries.
     A message whose last delivery ended with its lock running out is a suspect: it may have
-    killed its holder, so it runs alone (:mod:`poisonq.suspects`). ``isolation="process"``
-    runs the handler in a child process that a crash ends alone (:mod:`poisonq.handler_runs`).
+    killed its holder, so it runs alone (:mod:`poisonq.processor.suspects`).
+    ``isolation="process"`` runs the handler in a child process that a crash ends alone
+    (:mod:`poisonq.processor.handler_runs`).
     """
 
     def __init__(

@@ -1,11 +1,11 @@
 """One pump thread of a :class:`~poisonq.processor.Processor`, and what a run reports.
 
-A pump receives, runs the handler (:mod:`poisonq.handler_runs`), turns each run into an
-outcome (:mod:`poisonq.outcomes`) and settles it, holding first deliveries' failures back while
-the defect window (:mod:`poisonq.defects`) cannot tell poison from a defect. It keeps track of
-everything it holds under a lock, so that it can let go of all of it before a suspect runs
-alone (:mod:`poisonq.suspects`): the crash rule is applied in :meth:`Pump._round` and
-:meth:`Pump._run_suspects_alone`.
+A pump receives, runs the handler (:mod:`poisonq.processor.handler_runs`), turns each run into
+an outcome (:mod:`poisonq.processor.outcomes`) and settles it, holding first deliveries'
+failures back while the defect window (:mod:`poisonq.defects`) cannot tell poison from a
+defect. It keeps track of everything it holds under a lock, so that it can let go of all of it
+before a suspect runs alone (:mod:`poisonq.processor.suspects`): the crash rule is applied in
+:meth:`Pump._round` and :meth:`Pump._run_suspects_alone`.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from poisonq.bisection import failing_alone
 from poisonq.client import Receiver, SessionReceiver
 from poisonq.defects import Defect, FailureWindow
 from poisonq.errors import PoisonqError
-from poisonq.handler_runs import HandlerRun, InChildProcess
 from poisonq.lock_renewer import AutoLockRenewer
 from poisonq.model import ReceivedMessage, ReceiveErrorHandling, to_seconds
-from poisonq.outcomes import (
+from poisonq.processor.handler_runs import HandlerRun, InChildProcess
+from poisonq.processor.outcomes import (
     FailedPermanently,
     FailedTransiently,
     GivenBack,
@@ -34,7 +34,7 @@ from poisonq.outcomes import (
     outcome_of,
     settlement,
 )
-from poisonq.suspects import AloneGate, is_suspect
+from poisonq.processor.suspects import AloneGate, is_suspect
 
 if TYPE_CHECKING:
     from poisonq.processor import Processor
@@ -80,7 +80,7 @@ class ProcessorStoppedError(PoisonqError):
 class Pump:
     """One pump thread of a :class:`Processor`: receives, runs the handler, settles, and
     keeps track of what it holds under a lock, so that it can let go of everything before a
-    suspect runs (:class:`~poisonq.suspects.AloneGate`).
+    suspect runs (:class:`~poisonq.processor.suspects.AloneGate`).
 
     Failures on their first delivery are held back (locked, renewed, unsettled) while the
     defect window cannot yet tell poison from a defect (unless the queue faults): settled as
@@ -304,7 +304,7 @@ class Pump:
         return held_back, alone
 
     def _run_suspects_alone(self, receiver: Receiver, kept: list[ReceivedMessage]) -> None:
-        """The crash rule (:mod:`poisonq.suspects`), run by the thread that claimed the
+        """The crash rule (:mod:`poisonq.processor.suspects`), run by the thread that claimed the
         gate: once no other thread holds a message, the suspects ``kept`` and then those
         received one at a time are each handled and settled before the next is received.
         Ends at the first message that is not a suspect (given back, for the next batch),

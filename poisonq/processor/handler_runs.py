@@ -3,7 +3,7 @@
 In the Processor's process (``isolation=None``, the default) a handler's exception is caught
 and becomes data, but a crash (``os._exit``, a segfault in a native library, the
 out-of-memory killer) ends the Processor with every message it holds: their locks run out,
-each counts a delivery and comes back a suspect (:mod:`poisonq.suspects`), which the
+each counts a delivery and comes back a suspect (:mod:`poisonq.processor.suspects`), which the
 Processor runs alone, so each crash after the first costs only the crasher's delivery.
 
 With ``isolation="process"`` the handler runs in a child forked by the crash guard's helper
@@ -28,7 +28,7 @@ from poisonq.clock import Clock
 from poisonq.errors import InvalidOptionError, PoisonqError
 from poisonq.failures import failure_from_exception
 from poisonq.model import FailureRecord, ReceivedMessage
-from poisonq.outcomes import HandlerFailure
+from poisonq.processor.outcomes import HandlerFailure
 from poisonq.worker import guard
 
 Isolation = Literal["process"] | None
