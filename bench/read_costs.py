@@ -67,7 +67,7 @@ def main() -> None:
     ):
         for number in range(args.queues):
             queue = f"orders-{number}"
-            broker.create_queue(queue, lock_duration=3600)
+            broker.create_queue(queue, lock_duration=300)
             held = args.held if number == 0 else 10
             sender = broker.sender(queue)
             for start in range(0, held, SEND_BATCH):
