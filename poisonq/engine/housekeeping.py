@@ -63,7 +63,7 @@ class Housekeeper:
         write transaction per entity that has something due)."""
         now = self.clock.now()
         with self.store.reading() as tx:
-            due = self._due_names(tx, now)
+            due = tx.entities_due(now)
             if not due:
                 return read(tx)
         self._apply_each(due, now)
@@ -75,18 +75,8 @@ class Housekeeper:
         entities where something was."""
         now = self.clock.now()
         with self.store.reading() as tx:
-            due = self._due_names(tx, now)
+            due = tx.entities_due(now)
         self._apply_each(due, now)
-        return due
-
-    def _due_names(self, tx: Transaction, now: float) -> list[str]:
-        entities = tx.entities()
-        by_id = {entity.id: entity for entity in entities}
-        due = []
-        for entity in entities:
-            queue = entity if entity.parent_id is None else by_id[entity.parent_id]
-            if self._due(tx, Target(entity, queue, self.resolver.spec(queue)), now):
-                due.append(entity.name)
         return due
 
     def _apply_each(self, names: list[str], now: float) -> None:

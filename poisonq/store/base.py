@@ -285,6 +285,12 @@ class Transaction(ABC):
         unlocked message past its time to live (a deferred message never expires). A read,
         and a cheap one: every reader asks it first."""
 
+    @abstractmethod
+    def entities_due(self, now: float) -> list[str]:
+        """The names of the entities with anything of their own due by ``now``, as
+        :meth:`housekeeping_due` asks (a retry subqueue's due messages make it due), in
+        order: one read for all."""
+
     # Sending ------------------------------------------------------------------------------
     @abstractmethod
     def insert_messages(

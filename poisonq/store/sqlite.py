@@ -112,6 +112,12 @@ class SqliteTransaction(
     HousekeepingStatements,
     Transaction,
 ):
+    # A lease's cover that ran out is a run of locks that ran out (no message row says so).
+    _MORE = (
+        " OR EXISTS (SELECT 1 FROM leases WHERE entity_id = {entity} AND cover_lo IS NOT NULL"
+        "   AND locked_until <= :now)"
+    )
+
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._db = conn
         self.history = HistoryBuffer()
@@ -190,16 +196,6 @@ class SqliteTransaction(
     def audit_rows(self) -> list[tuple[EntityRecord, int]]:
         held = dict(self._db.execute("SELECT entity_id, count(*) FROM messages GROUP BY entity_id"))
         return [(entity, held.get(entity.id, 0)) for entity in self.entities()]
-
-    def housekeeping_due(self, entity_id: int, cycle_id: int, now: float) -> bool:
-        # A lease's cover that ran out is a run of locks that ran out (no message row says so).
-        return super().housekeeping_due(entity_id, cycle_id, now) or bool(
-            self._db.execute(
-                "SELECT 1 FROM leases WHERE entity_id = ? AND cover_lo IS NOT NULL"
-                " AND locked_until <= ? LIMIT 1",
-                (entity_id, now),
-            ).fetchone()
-        )
 
     # Sending ------------------------------------------------------------------------------
     def insert_messages(

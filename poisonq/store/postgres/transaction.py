@@ -112,6 +112,8 @@ class PostgresTransaction(
     HousekeepingStatements,
     Transaction,
 ):
+    _FENCE = " OFFSET 0"  # the housekeeping probe by expires_at, as in _EXPIRING
+
     # Entities -----------------------------------------------------------------------------
     def entity(self, name: str) -> EntityRecord | None:
         self.flush_ledger()
