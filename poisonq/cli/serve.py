@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import threading
 
 import click
 
 from poisonq.cli.app import App
+from poisonq.cli.housekeeping import keep_time
+
+# Seconds between the server's housekeeping passes: an alert on a queue's status or depth
+# sees time pass within a scrape interval, and a pass that finds nothing due is one read.
+HOUSEKEEP_EVERY = 5.0
 
 
 def _check_port(host: str, port: int) -> None:
@@ -67,13 +73,25 @@ def _check_token(token: str | None) -> str | None:
     " and printed if not given (also from POISONQ_TOKEN).",
 )
 @click.option("--open-reads", is_flag=True, help="Let anyone read (the UI, GET /api, /metrics).")
+@click.option(
+    "--housekeep-every",
+    type=click.FloatRange(min=0),
+    default=HOUSEKEEP_EVERY,
+    show_default=True,
+    metavar="SECONDS",
+    help="Apply what is due on the store's clock to every entity this often, in a thread"
+    " (as poisonq housekeep --every does); 0: never (reads still apply what they read).",
+)
 @click.pass_obj
-def serve(app: App, /, host: str, port: int, token: str | None, open_reads: bool) -> None:
+def serve(
+    app: App, /, host: str, port: int, token: str | None, open_reads: bool, housekeep_every: float
+) -> None:
     """Serve the HTTP API, the dead-letter explorer and metrics.
 
     Listens on 127.0.0.1 unless --host says otherwise. Writes (send, resubmit, purge,
     cancel) need the token; reads too unless --open-reads. The API's OpenAPI document is at
-    /api/openapi.json, the web UI at /ui/, Prometheus metrics at /metrics.
+    /api/openapi.json, the web UI at /ui/, Prometheus metrics at /metrics. Every
+    --housekeep-every seconds, what is due on the store's clock is applied everywhere.
     """
     try:
         import uvicorn
@@ -94,4 +112,11 @@ def serve(app: App, /, host: str, port: int, token: str | None, open_reads: bool
         app.err.print(f"token (for writes{'' if open_reads else ' and reads'}): {token}")
     if not _is_loopback(host):
         app.err.print(f"warning: listening on {host}, not only this machine", style="yellow")
-    uvicorn.run(server, host=host, port=port, log_level="info")
+    stop = threading.Event()
+    if housekeep_every:
+        loop = (app.broker, housekeep_every, stop, lambda _names: None)
+        threading.Thread(target=keep_time, args=loop, name="housekeeping", daemon=True).start()
+    try:
+        uvicorn.run(server, host=host, port=port, log_level="info")
+    finally:
+        stop.set()
