@@ -22,22 +22,24 @@ from poisonq.store.shared_sql import SharedStatements
 class HousekeepingStatements(SharedStatements):
     """The housekeeping reads of both stores' transactions."""
 
-    # What a store adds to the probes: PostgreSQL fences the subquery by expires_at off
-    # (OFFSET 0), or its planner merges the state condition in and walks every active
-    # message of the entity by the state index instead; SQLite probes its lease covers.
+    # What a store adds to the probes: PostgreSQL fences each subquery off (OFFSET 0), or
+    # its planner merges the state condition of the probe by expires_at in and walks every
+    # active message of the entity by the state index instead, and turns the probes of
+    # every entity into one hashed scan of the whole table; SQLite probes its lease covers.
     _FENCE = ""
     _MORE = ""
 
     def _probes(self, entity: str, scheduled_in: str) -> str:
         """Whether anything of ``entity`` (an expression) is due, with its scheduled
         messages looked for in the entities ``scheduled_in``."""
+        fence = self._FENCE
         return (
             f"EXISTS (SELECT 1 FROM messages WHERE entity_id = {entity} AND state = 'locked'"
-            "   AND locked_until <= :now)"
+            f"   AND locked_until <= :now{fence})"
             f" OR EXISTS (SELECT 1 FROM messages WHERE entity_id IN {scheduled_in}"
-            "   AND state = 'scheduled' AND visible_at <= :now)"
+            f"   AND state = 'scheduled' AND visible_at <= :now{fence})"
             " OR EXISTS (SELECT 1 FROM (SELECT state FROM messages"
-            f"   WHERE entity_id = {entity} AND expires_at <= :now{self._FENCE}) AS m"
+            f"   WHERE entity_id = {entity} AND expires_at <= :now{fence}) AS m"
             "   WHERE state IN ('scheduled', 'active'))" + self._MORE.format(entity=entity)
         )
 

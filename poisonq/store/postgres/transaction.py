@@ -112,7 +112,7 @@ class PostgresTransaction(
     HousekeepingStatements,
     Transaction,
 ):
-    _FENCE = " OFFSET 0"  # the housekeeping probe by expires_at, as in _EXPIRING
+    _FENCE = " OFFSET 0"  # the housekeeping probes: see HousekeepingStatements
 
     # Entities -----------------------------------------------------------------------------
     def entity(self, name: str) -> EntityRecord | None:
