@@ -16,11 +16,12 @@ With ``--postgres`` a temporary PostgreSQL server is started from the machine's 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+
+from queue_throughput import store_url
 
 import poisonq
 from poisonq import Message
@@ -38,22 +39,12 @@ def _median_us(read: Callable[[], object], repeats: int) -> float:
     return statistics.median(times) * 1e6
 
 
-@contextlib.contextmanager
-def _store_url(postgres: bool, tmp: str) -> Iterator[str]:
-    if not postgres:
-        yield f"sqlite:///{tmp}/bench.db"
-        return
-    from poisonq.testing.pgserver import TemporaryServer
-
-    with TemporaryServer() as server:
-        yield server.create_database("bench")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--postgres", action="store_true")
+    parser.add_argument("--url", help="store URL (default: a fresh SQLite file)")
+    parser.add_argument("--postgres", action="store_true", help="a temporary PostgreSQL server")
     parser.add_argument("--held", type=int, default=100_000)
     parser.add_argument("--locked", type=int, default=1_000)
     parser.add_argument("--queues", type=int, default=20)
@@ -62,7 +53,7 @@ def main() -> None:
     body = b'{"order_id": 123456, "customer": "C01234", "amount": 12.3}'
     with (
         tempfile.TemporaryDirectory() as tmp,
-        _store_url(args.postgres, tmp) as url,
+        store_url(args, tmp) as url,
         poisonq.connect(url) as broker,
     ):
         for number in range(args.queues):
