@@ -175,7 +175,7 @@ def test_time_passes_for_a_disabled_queue_too(
     assert_balanced(reader)
 
 
-def test_readers_in_many_clients_at_once_apply_a_lock_expiry_once(
+def test_readers_and_a_receiver_in_many_clients_at_once_apply_a_lock_expiry_once(
     url: str, broker: Broker, clock: ManualClock
 ) -> None:
     """Every transition is guarded: whoever finds it due first applies it, the others find
@@ -184,14 +184,19 @@ def test_readers_in_many_clients_at_once_apply_a_lock_expiry_once(
     broker.sender(Q).send([Message(body=str(n)) for n in range(5)])
     broker.receiver(Q).receive(max_messages=5)
     clock.advance(5)
-    readers = [poisonq.connect(url, clock=clock) for _ in range(6)]
+    readers = [poisonq.connect(url, clock=clock) for _ in range(7)]
     start = threading.Barrier(len(readers))
     errors: list[BaseException] = []
 
     def read(client: Broker, number: int) -> None:
         start.wait()
         try:
-            [client.counts, client.get_queue, client.peek][number % 3](Q)
+            if number == 6:  # a receiver among them: it finds the queue disabled either way
+                assert client.receiver(Q).receive(max_messages=5) == []
+            else:
+                [client.counts, client.get_queue, client.peek][number % 3](Q)
+        except EntityDisabledError:
+            assert number == 6
         except BaseException as exc:  # re-raised in the test's thread
             errors.append(exc)
 
