@@ -115,7 +115,9 @@ def _round(
 
 
 @contextlib.contextmanager
-def _store_url(args: argparse.Namespace, tmp: str) -> Iterator[str]:
+def store_url(args: argparse.Namespace, tmp: str) -> Iterator[str]:
+    """``--url``, else a temporary PostgreSQL server's database with ``--postgres``, else a
+    fresh SQLite file in ``tmp``."""
     if not args.postgres:
         yield args.url or f"sqlite:///{tmp}/bench.db"
         return
@@ -142,7 +144,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    with tempfile.TemporaryDirectory() as tmp, _store_url(args, tmp) as url:
+    with tempfile.TemporaryDirectory() as tmp, store_url(args, tmp) as url:
         store = url.split(":", 1)[0]
         postgres = store in ("postgresql", "postgres")
         peer: Peer

@@ -258,6 +258,14 @@ class Broker:
         """Check that every message sent is completed, dropped or still held somewhere."""
         return self.engine.audit()
 
+    def housekeep(self) -> list[str]:
+        """Apply what is due on the store's clock (locks that ran out, time-to-lives that
+        passed, scheduled messages and retry cycles whose time came, the auto-disable they
+        may cause) to every entity, one transaction each; the names of those where
+        something was. Every read applies as much for what it reads: this is for time to
+        pass where nobody reads (``poisonq housekeep``, the server's loop)."""
+        return self.engine.housekeep()
+
     # Messaging ----------------------------------------------------------------------------
     def sender(self, address: str) -> Sender:
         return Sender(self, address)

@@ -2,14 +2,13 @@
 file, and (with fewer examples, each in a fresh schema) a PostgreSQL database.
 
 The model is a dictionary of every message the test sent, with the state and counters the
-contract (docs/design.md, "The message state machine") says it must have. Housekeeping in the engine
-is lazy: expired locks, due scheduled messages and expired TTLs are applied at the start of each
-receive on that entity, in the same transaction. The model applies them at the same moments,
-so broker and model can be compared exactly after every step; what a user can observe between
-two receives (a lock past its time shows as ready again in the counts but as ``locked`` on the
-message, an expired message still shows as ``active``) is the same in both, and no operation
-can act on those messages meanwhile: their locks are lost and nobody can receive them before
-housekeeping runs.
+contract (docs/design.md, "The message state machine") says it must have. Time is the store's
+clock: what is due (expired locks and the poison decision they trigger, retry cycles that end,
+due scheduled messages, expired TTLs) is applied when it is due as every reader sees it, a
+receive or a read (``counts``, ``peek``, ``audit``) alike, whoever makes it. So the model
+applies everything due before it compares itself with what the broker shows, and before each
+receive; a lock past its time is never seen as held, an expired message never as ``active``.
+A deferred message never expires (Service Bus): ``receive_deferred`` delivers it past its TTL.
 
 The queue's retry policy is drawn too: immediate retries, retry cycles through the retry
 subqueue (``orders;retry``) with a growing delay, and each poison action: ``move`` (the
@@ -17,9 +16,9 @@ dead-letter queue), ``drop``, ``reject`` (no message has a ``reply_to``, so the 
 dead-letter queue) and ``fault`` (the queue refuses receives until an operator resolves the
 message by its sequence number).
 
-Two paths of ``receive_deferred`` are left to their own tests at the end of this file rather
-than modelled: a deferred message past its TTL (refused) and a deferred message that already
-used every delivery (poisoned instead of delivered).
+One path of ``receive_deferred`` is left to its own tests at the end of this file rather than
+modelled: a deferred message that already used every delivery (poisoned instead of
+delivered).
 """
 
 from __future__ import annotations
@@ -255,8 +254,9 @@ class QueueMachine(RuleBasedStateMachine):
         return True
 
     def _housekeep(self, where: str) -> bool:
-        """What the engine does at the start of a receive on ``where``, in the same order;
-        returns whether the queue can still be received from (a lock expiry may fault it)."""
+        """What is due of ``where`` by now, applied in the engine's order (by a receive, or
+        before any read); returns whether the queue can still be received from (a lock
+        expiry may fault it). Everything due is applied, whatever the queue's status."""
         now = self.now
         faulted_before = bool(self.faulted)
         for m in self._in(where, MessageState.LOCKED):
@@ -265,8 +265,6 @@ class QueueMachine(RuleBasedStateMachine):
                 self._release(m)
         if where == DEAD:
             return True  # no TTL and no scheduling in a dead-letter queue
-        if self.faulted and not faulted_before:
-            return False
         for m in self._in(RETRY, MessageState.SCHEDULED):
             assert m.visible_at is not None
             if m.visible_at <= now:
@@ -275,17 +273,27 @@ class QueueMachine(RuleBasedStateMachine):
             assert m.visible_at is not None
             if m.visible_at <= now:
                 m.state = MessageState.ACTIVE
-        states = (MessageState.SCHEDULED, MessageState.ACTIVE, MessageState.DEFERRED)
-        for m in self._in(MAIN, *states):
+        for m in self._in(MAIN, MessageState.SCHEDULED, MessageState.ACTIVE):
             if m.expires_at is not None and m.expires_at <= now:
                 if self.expiry_dead_letters:
                     self._to_dead_letter(m, DeadLetterReason.TTL_EXPIRED)
                 else:
                     self._drop(m)
-        return True
+        return not self.faulted or faulted_before
+
+    def _as_read(self) -> None:
+        """What a reader of the queue and its dead-letter queue finds: everything due by
+        now applied (the broker's reads apply it too, before they read)."""
+        self._housekeep(MAIN)
+        self._housekeep(DEAD)
 
     def _delivered(
-        self, entity: str, got: list[ReceivedMessage], expected: list[Model], lock: float | None
+        self,
+        entity: str,
+        got: list[ReceivedMessage],
+        expected: list[Model],
+        lock: float | None,
+        deferred: bool = False,
     ) -> None:
         """Check what a peek-lock receive returned against the model, and record the locks."""
         assert [g.sequence_number for g in got] == [m.seq for m in expected]
@@ -303,11 +311,13 @@ class QueueMachine(RuleBasedStateMachine):
             m.locked_until = g.locked_until.timestamp()
             self.handles.append(Handle(entity, g))
             if entity == MAIN:
-                self._record_delivery(g)
+                self._record_delivery(g, deferred)
         self.handles = self.handles[-60:]
 
-    def _record_delivery(self, g: ReceivedMessage) -> None:
-        expires = None if g.expires_at is None else g.expires_at.timestamp()
+    def _record_delivery(self, g: ReceivedMessage, deferred: bool = False) -> None:
+        """A delivery to check against the limits; a deferred message's TTL does not limit
+        it (it never expires)."""
+        expires = None if g.expires_at is None or deferred else g.expires_at.timestamp()
         self.deliveries.append((g.delivery_count, expires, self.now))
 
     def _receiver(self, entity: str, lock: float | None = None) -> Receiver:
@@ -441,12 +451,9 @@ class QueueMachine(RuleBasedStateMachine):
             self._complete(m)
 
     def _deferred_receivable(self) -> list[Model]:
-        # Expired or spent deferred messages have their own tests (see the module docstring).
-        return [
-            m
-            for m in self._in(MAIN, MessageState.DEFERRED)
-            if (m.expires_at is None or m.expires_at > self.now) and m.delivery_count < self.max_dc
-        ]
+        # Spent deferred messages have their own tests (see the module docstring); those past
+        # their TTL are here: they never expire.
+        return [m for m in self._in(MAIN, MessageState.DEFERRED) if m.delivery_count < self.max_dc]
 
     @precondition(lambda self: self.ready and self._deferred_receivable())
     @rule(data=st.data(), lock=lock_durations, missing=st.none() | st.integers(-3, 3))
@@ -469,7 +476,7 @@ class QueueMachine(RuleBasedStateMachine):
                 return  # nothing changed: the invariants compare the model with the broker
         self._housekeep(MAIN)  # receive_deferred housekeeps too, in its transaction
         got = receiver.receive_deferred([m.seq for m in chosen])
-        self._delivered(MAIN, got, chosen, lock)
+        self._delivered(MAIN, got, chosen, lock, deferred=True)
 
     # Settling on the queue ----------------------------------------------------------------
     @precondition(lambda self: self.ready and self._valid_handles(MAIN))
@@ -700,6 +707,7 @@ class QueueMachine(RuleBasedStateMachine):
     def broker_matches_the_model(self) -> None:
         if not self.ready:
             return
+        self._as_read()
         counts = self.broker.counts(Q)
         model = {
             state.value: len(self._in(MAIN, state))
@@ -710,9 +718,6 @@ class QueueMachine(RuleBasedStateMachine):
                 MessageState.DEFERRED,
             )
         }
-        expired = len(self._expired_locks(MAIN))  # counted as ready, not as locked
-        model["locked"] -= expired
-        model["active"] += expired
         model["dead_lettered"] = len([m for m in self.msgs.values() if m.where == DEAD])
         model["completed"] = self.completed[MAIN]
         model["dropped"] = self.dropped
@@ -720,17 +725,13 @@ class QueueMachine(RuleBasedStateMachine):
         dlq = self.broker.counts(DLQ)
         assert dlq["completed"] == self.completed[DEAD]
         locked = self._in(DEAD, MessageState.LOCKED)
-        assert dlq["locked"] == len(locked) - len(self._expired_locks(DEAD))
+        assert dlq["locked"] == len(locked)
+        assert not self._expired_locks(MAIN) and not self._expired_locks(DEAD)
 
         def view(m: Model | ReceivedMessage) -> tuple[object, ...]:
             if isinstance(m, Model):
-                state = m.state
-                if state is MessageState.LOCKED and m in self._expired_locks(m.where):
-                    # A lock that ran out shows as ready again, as the next receive finds it.
-                    ready = MessageState.DEAD_LETTERED if m.where == DEAD else MessageState.ACTIVE
-                    state = ready
                 return (
-                    m.seq, m.message_id, state, m.delivery_count, m.abort_count,
+                    m.seq, m.message_id, m.state, m.delivery_count, m.abort_count,
                     m.move_count, m.reason,
                 )  # fmt: skip
             reason = m.dead_letter_reason
@@ -767,6 +768,7 @@ class QueueMachine(RuleBasedStateMachine):
         """sent = completed + dead-lettered + dropped + held (docs/design.md, the invariant)."""
         if not self.ready:
             return
+        self._as_read()
         main, dlq = self.broker.counts(Q), self.broker.counts(DLQ)
         held = main["active"] + main["scheduled"] + main["locked"] + main["deferred"]
         held += sum(self.broker.counts(RETRY_Q)[s] for s in ("scheduled", "active"))
@@ -816,21 +818,26 @@ def test_the_state_machine_on_postgresql(
 
 
 # Contract violations the machine steers around ------------------------------------------------
-def test_a_deferred_message_past_its_ttl_is_never_delivered(
+def test_a_deferred_message_past_its_ttl_stays_deferred_and_is_delivered(
     broker: Broker, clock: ManualClock
 ) -> None:
-    """Before, the refusal rolled back the housekeeping that dead-lettered it: the message
-    stayed deferred, and ``counts`` and ``peek`` showed what ``receive_deferred`` denied."""
+    """Service Bus never moves a deferred message to the dead-letter queue when it expires:
+    past its TTL it is still deferred, to every reader, and ``receive_deferred`` gets it."""
     broker.create_queue(Q, max_delivery_count=3)
     (seq,) = broker.sender(Q).send(Message(body=b"x", time_to_live=60))
     receiver = broker.receiver(Q)
     receiver.defer(receiver.receive())
     clock.advance(61)
-    with pytest.raises(MessageNotFoundError):
-        receiver.receive_deferred(seq)
-    [dead] = broker.peek(f"{Q}/$deadletterqueue")
+    assert broker.counts(Q)["deferred"] == 1 and broker.counts(DLQ)["dead_lettered"] == 0
+    [seen] = broker.peek(Q)
+    assert seen.state is MessageState.DEFERRED
+    [got] = receiver.receive_deferred(seq)
+    assert (got.sequence_number, got.delivery_count) == (seq, 2)
+    receiver.abandon(got)  # back to active, where its TTL applies again
+    assert broker.counts(Q)["active"] == 0
+    [dead] = broker.peek(DLQ)
     assert dead.sequence_number == seq and dead.dead_letter_reason == "TTLExpiredException"
-    assert broker.counts(Q)["deferred"] == 0
+    assert_balanced(broker)
 
 
 def test_a_deferred_message_is_never_delivered_past_max_delivery_count(broker: Broker) -> None:

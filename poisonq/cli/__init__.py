@@ -19,6 +19,7 @@ from rich.text import Text
 
 from poisonq.cli.app import App
 from poisonq.cli.dlq import dlq
+from poisonq.cli.housekeeping import housekeep
 from poisonq.cli.messages import peek, receive, send
 from poisonq.cli.ops import audit, demo
 from poisonq.cli.pipeline import pipeline
@@ -103,6 +104,7 @@ def cli(ctx: click.Context, url: str, retry_total: int) -> None:
       poisonq queue resolve orders 42 --action resubmit
       poisonq topic subscribe events eu --filter "region = 'eu'"
       poisonq audit
+      poisonq housekeep --every 5
       poisonq serve --port 8080 --open-reads
       poisonq pipeline run jobs/orders.py:transform --queue orders \
         --schema 'id long, total double' --output out/orders
@@ -111,7 +113,20 @@ def cli(ctx: click.Context, url: str, retry_total: int) -> None:
     ctx.obj = App(url, ctx, retry_total=retry_total)
 
 
-for _command in (queue, topic, send, receive, peek, dlq, task, audit, serve, pipeline, demo):
+for _command in (
+    queue,
+    topic,
+    send,
+    receive,
+    peek,
+    dlq,
+    task,
+    audit,
+    housekeep,
+    serve,
+    pipeline,
+    demo,
+):
     cli.add_command(_command)
 pipeline.add_command(pipeline_list)
 pipeline.add_command(pipeline_show)

@@ -10,6 +10,7 @@ import signal
 import socket
 import stat
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,9 +18,14 @@ from typing import Any
 import click
 
 from poisonq.cli.app import App
+from poisonq.cli.housekeeping import keep_time
 from poisonq.cli.paths import PathParam
 from poisonq.limits import FORM_BYTES, READ_TIMEOUT, SEND_BYTES
 from poisonq.names import dot_segments, parse_address
+
+# Seconds between the server's housekeeping passes: an alert on a queue's status or depth
+# sees time pass within a scrape interval, and a pass that finds nothing due is one read.
+HOUSEKEEP_EVERY = 5.0
 
 
 def _check_port(host: str, port: int) -> None:
@@ -184,6 +190,15 @@ def _log_config() -> dict[str, Any]:
     show_default=True,
     help="Seconds a request's headers, and then its body, may take to arrive.",
 )
+@click.option(
+    "--housekeep-every",
+    type=click.FloatRange(min=0),
+    default=HOUSEKEEP_EVERY,
+    show_default=True,
+    metavar="SECONDS",
+    help="Apply what is due on the store's clock to every entity this often, in a thread"
+    " (as poisonq housekeep --every does); 0: never (reads still apply what they read).",
+)
 @click.pass_obj
 def serve(
     app: App,
@@ -197,6 +212,7 @@ def serve(
     secure_cookies: bool,
     max_send_bytes: int,
     read_timeout: float,
+    housekeep_every: float,
 ) -> None:
     """Serve the HTTP API, the dead-letter explorer and metrics.
 
@@ -204,7 +220,8 @@ def serve(
     cancel) need the token; reads too unless --open-reads. Without --token or --token-file
     a random token is made and written to a new file only you can read: its path is
     printed, and it is removed when the server stops. The API's OpenAPI document is at
-    /api/openapi.json, the web UI at /ui/, Prometheus metrics at /metrics.
+    /api/openapi.json, the web UI at /ui/, Prometheus metrics at /metrics. Every
+    --housekeep-every seconds, what is due on the store's clock is applied everywhere.
     """
     try:
         import uvicorn
@@ -255,4 +272,9 @@ def serve(
             log_level="info",
             log_config=_log_config(),
         )
+        stop = threading.Event()
+        stack.callback(stop.set)
+        if housekeep_every:
+            loop = (app.broker, housekeep_every, stop, lambda _names: None)
+            threading.Thread(target=keep_time, args=loop, name="housekeeping", daemon=True).start()
         uvicorn.Server(config).run()

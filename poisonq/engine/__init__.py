@@ -2,11 +2,13 @@
 
 Every public method runs exactly one store transaction, so every transition is atomic. The
 engine decides *which* guarded transition to run (the retry policy's decision, TTL handling,
-dead-letter targets, forwarding, sessions); the store runs it and keeps the ledger. Lazy
-housekeeping (expired locks, messages back from the retry subqueue, due scheduled messages,
-expired TTLs) runs at the start of each receive on that entity, inside the same transaction,
-so no message is ever delivered with an expired TTL and an expired lock always counts as an
-abandon before the message can be received again.
+dead-letter targets, forwarding, sessions); the store runs it and keeps the ledger. Time is
+the store's clock: an entity's housekeeping (expired locks, messages back from the retry
+subqueue, due scheduled messages, expired TTLs) runs at the start of each receive on that
+entity, inside the same transaction, so no message is ever delivered with an expired TTL and
+an expired lock always counts as an abandon before the message can be received again; and
+before every read of the entity (:mod:`~poisonq.engine.housekeeping`), so every reader sees
+each transition when it is due.
 
 The engine's operations are grouped by concept, one module each, all on the same store and
 clock (:mod:`~poisonq.engine.base`): :mod:`~poisonq.engine.admin` (entities, status, the

@@ -135,33 +135,39 @@ class Admin(EngineBase):
             if e.parent_id is None and e.name.startswith(prefix)
         ]
 
+    # The reads: each sees what is due on the store's clock applied first (Housekeeper).
     def get_queue(self, address: str) -> QueueInfo:
-        with self.store.transaction() as tx:
-            return self.resolver.info(tx, self.resolver.resolve(tx, address))
+        return self.housekeeper.read(address, self.resolver.info)
 
     def list_queues(self) -> list[QueueInfo]:
         """Queues, topics and subscriptions (not their subqueues)."""
-        with self.store.transaction() as tx:
+
+        def read(tx: Transaction) -> list[QueueInfo]:
             return [
                 self.resolver.info(tx, self.resolver.resolve(tx, e.name))
                 for e in tx.entities()
                 if e.parent_id is None and e.subqueue is None
             ]
 
+        return self.housekeeper.read_all(read)
+
     def list_entities(self) -> list[QueueInfo]:
         """Every queue, topic, subscription and subqueue, by name, read in one transaction."""
-        with self.store.transaction() as tx:
+
+        def read(tx: Transaction) -> list[QueueInfo]:
             return [
                 self.resolver.info(tx, self.resolver.resolve(tx, e.name)) for e in tx.entities()
             ]
 
+        return self.housekeeper.read_all(read)
+
     def counts(self, address: str) -> dict[str, int]:
-        with self.store.transaction() as tx:
-            return self.resolver.counts(tx, self.resolver.resolve(tx, address))
+        return self.housekeeper.read(address, self.resolver.counts)
 
     def audit(self) -> AuditReport:
         """Check every entity's ledger against the messages it holds."""
-        with self.store.transaction() as tx:
+
+        def read(tx: Transaction) -> AuditReport:
             entries = []
             for entity, held in tx.audit_rows():
                 ledger = entity.ledger
@@ -177,6 +183,14 @@ class Admin(EngineBase):
                     )
                 )
             return AuditReport(entries)
+
+        return self.housekeeper.read_all(read)
+
+    def housekeep(self) -> list[str]:
+        """Apply what is due on the store's clock everywhere, one transaction per entity
+        (``poisonq housekeep``, the server's loop); the names of the entities where
+        something was. Every read does as much for what it reads."""
+        return self.housekeeper.run()
 
     # The operator's way out of a fault ----------------------------------------------------
     def resolve_poison(

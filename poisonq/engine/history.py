@@ -8,16 +8,25 @@ from collections import defaultdict
 from poisonq.engine.base import EngineBase
 from poisonq.history import TREND, Timeline, Trend, Window, peaks, timeline
 from poisonq.model import SubQueue
-from poisonq.store.base import DeadLetterCause, DeadLetterCount, DepthChange
+from poisonq.store.base import (
+    DeadLetterCause,
+    DeadLetterCount,
+    DepthChange,
+    EntityRecord,
+    Transaction,
+)
 
 
 class History(EngineBase):
     def dead_letter_timeline(self, address: str, by: str, frame: Window) -> Timeline:
         """Messages dead-lettered into ``address`` over the window, by ``by``."""
         now = self.clock.now()
-        with self.store.transaction() as tx:
-            entity = self.resolver.resolve(tx, address).entity
-            counts = tx.dead_letter_history(frame.span, frame.start(now), by, entity.id)
+        counts = self.housekeeper.read(
+            address,
+            lambda tx, target: tx.dead_letter_history(
+                frame.span, frame.start(now), by, target.entity.id
+            ),
+        )
         return timeline(counts, frame, now)
 
     def queue_trends(self) -> dict[str, Trend]:
@@ -25,10 +34,17 @@ class History(EngineBase):
         day, by the hour."""
         now = self.clock.now()
         since = TREND.start(now)
-        with self.store.transaction() as tx:
-            entities = tx.entities()
-            changes = tx.depth_history(TREND.span, since, None)
-            counts = tx.dead_letter_history(TREND.span, since, None, None)
+
+        def read(
+            tx: Transaction,
+        ) -> tuple[list[EntityRecord], list[DepthChange], list[DeadLetterCount]]:
+            return (
+                tx.entities(),
+                tx.depth_history(TREND.span, since, None),
+                tx.dead_letter_history(TREND.span, since, None, None),
+            )
+
+        entities, changes, counts = self.housekeeper.read_all(read)
         dlq_of = {e.parent_id: e.id for e in entities if e.subqueue is SubQueue.DEADLETTER}
         changes_of: defaultdict[int, list[DepthChange]] = defaultdict(list)
         for change in changes:
@@ -45,5 +61,6 @@ class History(EngineBase):
 
     def dead_letter_causes(self, address: str) -> list[DeadLetterCause]:
         """The held messages of ``address`` by reason and their last failure's type."""
-        with self.store.transaction() as tx:
-            return tx.dead_letter_causes(self.resolver.resolve(tx, address).entity.id)
+        return self.housekeeper.read(
+            address, lambda tx, target: tx.dead_letter_causes(target.entity.id)
+        )

@@ -1,7 +1,9 @@
 """What happens after a failed delivery: the retry policy's decision (redeliver, park in the
 retry subqueue for a cycle, or poison), the four poison actions of WCF (move, drop, reject,
 fault), whole-session poisoning, Service Broker's auto-disable after consecutive rollbacks,
-and lazy housekeeping. (The operator's way out of a fault is an admin operation.)
+and the housekeeping of an entity (what is due on the store's clock), which every receive
+runs and every reader before it reads (:mod:`~poisonq.engine.housekeeping`). (The
+operator's way out of a fault is an admin operation.)
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ _EVERYTHING = 1 << 62
 
 class Poisoner:
     """The poison rules, applied inside the caller's transaction after a failed delivery or
-    in a receive's housekeeping."""
+    in an entity's housekeeping."""
 
     def __init__(self, resolver: Resolver, router: Router, clock: Clock) -> None:
         self.resolver = resolver
@@ -205,22 +207,29 @@ class Poisoner:
             self.resolver.disable_receive(tx, target, event)
 
     def housekeep(self, tx: Transaction, target: Target, now: float) -> bool:
-        """Expired locks count as abandons; messages whose retry cycle delay has passed come
-        back from the retry subqueue; due scheduled messages become active; messages past
-        their TTL are dead-lettered or dropped before anyone can receive them.
+        """What is due of the entity by ``now``, on the store's clock: expired locks count
+        as abandons; messages whose retry cycle delay has passed come back from the retry
+        subqueue; due scheduled messages become active; messages past their TTL are
+        dead-lettered or dropped before anyone can receive them (a deferred message never
+        expires). Run by every receive and, before a read, by
+        :class:`~poisonq.engine.housekeeping.Housekeeper`; it applies, whatever the entity's
+        status, all that is due (time passes for a disabled queue too).
 
         Returns whether the entity can still be received from: counting expired locks may
-        fault or auto-disable it. The caller then hands out nothing but commits, so the
+        fault or auto-disable it. A receive then hands out nothing but commits, so the
         expiries stay counted (raising would roll them back)."""
         entity = target.entity
         expired = tx.expired_locks(entity.id, now)
         if expired:
             self.after_failure(tx, target, expired, lock_expired(now), lock_expired=True)
         tx.close_expired_leases(entity.id, now)
-        if expired and not tx.entity_by_id(entity.id).status.can_receive:
-            return False
-        if target.subqueue is not None:
-            return True  # no TTL or scheduling in subqueues
+        receivable = not expired or tx.entity_by_id(entity.id).status.can_receive
+        if target.subqueue is None:  # no TTL or scheduling in subqueues
+            self._due_messages(tx, target, now)
+        return receivable
+
+    def _due_messages(self, tx: Transaction, target: Target, now: float) -> None:
+        entity = target.entity
         if target.options.retry.max_retry_cycles:
             retry = self.resolver.child(tx, target, SubQueue.RETRY)
             due = tx.due_scheduled(retry.id, now)
@@ -229,7 +238,7 @@ class Poisoner:
         tx.promote_scheduled(entity.id, now)
         stale = tx.expired_messages(entity.id, now)
         if not stale:
-            return True
+            return
         if target.options.dead_lettering_on_message_expiration:
             reason = DeadLetterReason.TTL_EXPIRED
             description = "the message expired before it was received"
@@ -237,4 +246,3 @@ class Poisoner:
         else:
             tx.drop(entity.id, stale)
             log.info("dropped expired message(s) %s from %s", stale, entity.name)
-        return True

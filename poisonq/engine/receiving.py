@@ -58,10 +58,11 @@ class Receiving(Settling):
         sequence_numbers: int | Sequence[int],
         lock_duration: float | None = None,
     ) -> list[ReceivedMessage]:
-        """Lock deferred messages by sequence number; a missing one (or one past its time to
-        live) raises :class:`MessageNotFoundError` and locks nothing. A deferred message
-        that has used every delivery is poisoned (the queue's poison action) instead of
-        delivered again."""
+        """Lock deferred messages by sequence number; a missing one raises
+        :class:`MessageNotFoundError` and locks nothing. A deferred message past its time to
+        live is still there (Service Bus never expires one). A deferred message that has
+        used every delivery is poisoned (the queue's poison action) instead of delivered
+        again."""
         seqs = check_sequence_numbers(sequence_numbers)
         now = self.clock.now()
         with self.store.transaction() as tx:
@@ -70,11 +71,8 @@ class Receiving(Settling):
             missing = self._not_deferred(tx, target, seqs)
             if missing:  # a number that names no deferred message: nothing changes
                 raise MessageNotFoundError(entity.name, missing[0])
-            self.poisoner.housekeep(tx, target, now)
-            missing = self._not_deferred(tx, target, seqs)
-            if not missing:  # else expired: raised once the housekeeping is committed
-                return self._lock_deferred(tx, target, seqs, lock_duration, now)
-        raise MessageNotFoundError(entity.name, missing[0])
+            self.poisoner.housekeep(tx, target, now)  # touches no deferred message
+            return self._lock_deferred(tx, target, seqs, lock_duration, now)
 
     @staticmethod
     def _not_deferred(tx: Transaction, target: Target, seqs: list[int]) -> list[int]:
@@ -111,41 +109,38 @@ class Receiving(Settling):
         self, address: str, from_sequence: int, max_messages: int, where: MessageFilter
     ) -> list[ReceivedMessage]:
         """Held messages from ``from_sequence`` on that match ``where``, without locking or
-        counting a delivery.
+        counting a delivery, once what is due of the entity is applied.
         A locked message shows when its lock ends but not its lock token: that is its
         receiver's, and whoever holds it can settle the message."""
         check_count(max_messages, "max_messages")
         check_count(from_sequence, "from_sequence", minimum=0)
-        with self.store.transaction() as tx:
-            target = self.resolver.resolve(tx, address)
+
+        def read(tx: Transaction, target: Target) -> list[ReceivedMessage]:
             entity = target.entity
-            found = tx.peek(entity.id, entity.name, from_sequence, max_messages, where)
-            return _as_seen(found, target.ready, self.clock.now())
+            return _as_seen(tx.peek(entity.id, entity.name, from_sequence, max_messages, where))
+
+        return self.housekeeper.read(address, read)
 
     def sequence_span(self, address: str) -> tuple[int, int, int]:
         """(count, lowest, highest) sequence number held; (0, 0, -1) when empty."""
-        with self.store.transaction() as tx:
-            return tx.seq_span(self.resolver.resolve(tx, address).entity.id)
+        return self.housekeeper.read(address, lambda tx, target: tx.seq_span(target.entity.id))
 
     def message(self, address: str, sequence_number: int) -> ReceivedMessage:
         check_count(sequence_number, "a sequence number", minimum=0)
-        with self.store.transaction() as tx:
-            target = self.resolver.resolve(tx, address)
+
+        def read(tx: Transaction, target: Target) -> ReceivedMessage:
             entity = target.entity
             found = tx.message(entity.id, entity.name, sequence_number)
             if found is None:
                 raise MessageNotFoundError(entity.name, sequence_number)
-            return _as_seen([found], target.ready, self.clock.now())[0]
+            return _as_seen([found])[0]
+
+        return self.housekeeper.read(address, read)
 
 
-def _as_seen(
-    messages: list[ReceivedMessage], ready: MessageState, now: float
-) -> list[ReceivedMessage]:
+def _as_seen(messages: list[ReceivedMessage]) -> list[ReceivedMessage]:
     """Messages as a reader who does not hold their locks sees them (peek, message detail):
-    no lock token, and a lock that ran out shown as ready again, as ``counts`` shows it."""
+    without the lock token."""
     for message in messages:
         message.lock_token = None
-        until = message.locked_until
-        if message.state is MessageState.LOCKED and until and until.timestamp() <= now:
-            message.state, message.locked_until = ready, None
     return messages

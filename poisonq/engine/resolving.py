@@ -109,8 +109,7 @@ class Resolver:
             tx.set_status(target.entity.id, status, event.to_text(), event.time)
 
     def counts(self, tx: Transaction, target: Target) -> dict[str, int]:
-        """Held messages by state, as a receive would find them: a lock that ran out is
-        not counted as locked but as ready again (the next receive counts the abandon)."""
+        """Held messages by state (a reader applies what is due before it counts)."""
         entity = target.entity
         held = tx.held_counts(entity.id, target.ready, entity.ledger.held)
         counts = {state.value: held.get(state, 0) for state in LIVE_STATES}
@@ -120,10 +119,6 @@ class Resolver:
             counts["dead_lettered"] = held.get(MessageState.DEAD_LETTERED, 0)
         counts["completed"] = target.entity.ledger.completed
         counts["dropped"] = target.entity.ledger.dropped
-        if counts[MessageState.LOCKED.value]:
-            expired = tx.expired_lock_count(target.entity.id, self.clock.now())
-            counts[MessageState.LOCKED.value] -= expired
-            counts[target.ready.value] += expired
         return counts
 
     def info(self, tx: Transaction, target: Target) -> QueueInfo:

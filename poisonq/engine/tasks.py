@@ -19,8 +19,9 @@ from poisonq.store.base import DeadLetterGroup, MessageFilter, TaskRecord, Trans
 
 class Tasks(EngineBase):
     def dead_letter_groups(self, address: str, by: str) -> list[DeadLetterGroup]:
-        with self.store.transaction() as tx:
-            return tx.dead_letter_groups(self.resolver.resolve(tx, address).entity.id, by)
+        return self.housekeeper.read(
+            address, lambda tx, target: tx.dead_letter_groups(target.entity.id, by)
+        )
 
     def find(
         self,
@@ -37,16 +38,20 @@ class Tasks(EngineBase):
         check_count(after_seq, "after", minimum=0)
         if not isinstance(newest_first, bool):
             raise InvalidOptionError(f"newest_first must be true or false, not {newest_first!r}")
-        with self.store.transaction() as tx:
-            entity = self._housekept(tx, address).entity
+
+        def read(tx: Transaction, target: Target) -> list[ReceivedMessage]:
+            entity = target.entity
             seqs = tx.select(entity.id, where, after_seq, limit, newest_first)
             found = tx.messages(entity.id, entity.name, seqs)
             return found[::-1] if newest_first else found
 
+        return self.housekeeper.read(address, read)
+
     def count_matching(self, address: str, where: MessageFilter) -> int:
         """How many unlocked held messages of ``address`` match ``where``."""
-        with self.store.transaction() as tx:
-            return tx.count_matching(self._housekept(tx, address).entity.id, where)
+        return self.housekeeper.read(
+            address, lambda tx, target: tx.count_matching(target.entity.id, where)
+        )
 
     def start_task(
         self,

@@ -278,9 +278,18 @@ class Transaction(ABC):
         what the audit checks each ledger against."""
 
     @abstractmethod
-    def expired_lock_count(self, entity_id: int, now: float) -> int:
-        """How many of the entity's locked messages have a lock that ran out by ``now``
-        (not yet counted as abandons: that happens at the next receive)."""
+    def housekeeping_due(self, entity_id: int, cycle_id: int, now: float) -> bool:
+        """Whether anything of the entity is due by ``now``: a lock (or a lease's cover) that
+        ran out, a scheduled message whose time has come (here or in ``cycle_id``, the
+        retry subqueue whose messages come back to it; the entity's own id for none), an
+        unlocked message past its time to live (a deferred message never expires). A read,
+        and a cheap one: every reader asks it first."""
+
+    @abstractmethod
+    def entities_due(self, now: float) -> list[str]:
+        """The names of the entities with anything of their own due by ``now``, as
+        :meth:`housekeeping_due` asks (a retry subqueue's due messages make it due), in
+        order: one read for all."""
 
     # Sending ------------------------------------------------------------------------------
     @abstractmethod
@@ -732,6 +741,12 @@ class Store(ABC):
     def transaction(self) -> AbstractContextManager[Transaction]:
         """A write transaction: commits on exit, rolls back on error. Raises
         :class:`BrokerClosedError` once the store is closed."""
+
+    def reading(self) -> AbstractContextManager[Transaction]:
+        """A transaction for a reader that writes nothing: SQLite begins it deferred, so it
+        neither takes nor waits for the write lock; PostgreSQL's transactions are all
+        alike."""
+        return self.transaction()
 
     def check_open(self) -> None:
         if self.closed:

@@ -16,7 +16,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,7 @@ from poisonq.store.base import (
 from poisonq.store.dead_letters_sql import DeadLetterAnalysis
 from poisonq.store.entities_sql import EntityStatements
 from poisonq.store.history import HistoryBuffer, HistoryKeeper
+from poisonq.store.housekeeping_sql import HousekeepingStatements
 from poisonq.store.rows import (
     ENTITY_COLUMNS,
     HELD_IN,
@@ -95,6 +96,9 @@ _EXPIRED_LOCKS = (
 )
 
 
+READ = "BEGIN DEFERRED"  # a reader's transaction (Store.reading)
+
+
 class SqliteTransaction(
     SessionStatements,
     DeadLetterAnalysis,
@@ -105,8 +109,15 @@ class SqliteTransaction(
     SettlingStatements,
     TimelineStatements,
     SqliteHistory,
+    HousekeepingStatements,
     Transaction,
 ):
+    # A lease's cover that ran out is a run of locks that ran out (no message row says so).
+    _MORE = (
+        " OR EXISTS (SELECT 1 FROM leases WHERE entity_id = {entity} AND cover_lo IS NOT NULL"
+        "   AND locked_until <= :now)"
+    )
+
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._db = conn
         self.history = HistoryBuffer()
@@ -185,12 +196,6 @@ class SqliteTransaction(
     def audit_rows(self) -> list[tuple[EntityRecord, int]]:
         held = dict(self._db.execute("SELECT entity_id, count(*) FROM messages GROUP BY entity_id"))
         return [(entity, held.get(entity.id, 0)) for entity in self.entities()]
-
-    def expired_lock_count(self, entity_id: int, now: float) -> int:
-        (n,) = self._db.execute(
-            f"SELECT count(*) FROM ({_EXPIRED_LOCKS})", (entity_id, now)
-        ).fetchone()
-        return int(n)
 
     # Sending ------------------------------------------------------------------------------
     def insert_messages(
@@ -354,7 +359,7 @@ class SqliteTransaction(
         covered = self._covered_clause(entity_id)
         rows = self._db.execute(
             "SELECT seq FROM messages WHERE entity_id = ? AND expires_at <= ?"
-            f" AND state IN ('scheduled', 'active', 'deferred') AND NOT {covered} ORDER BY seq",
+            f" AND state IN ('scheduled', 'active') AND NOT {covered} ORDER BY seq",
             (entity_id, now),
         )
         return [row[0] for row in rows]
@@ -742,12 +747,21 @@ class SqliteStore(Store):
             self.check_open()
             return int(self._db.execute("PRAGMA data_version").fetchone()[0])
 
+    def transaction(self) -> AbstractContextManager[Transaction]:
+        return self._transaction("BEGIN IMMEDIATE")
+
+    def reading(self) -> AbstractContextManager[Transaction]:
+        # Deferred: a reader takes a snapshot of the WAL, neither taking the write lock nor
+        # waiting for another process's. (Within this process the connection is shared, so
+        # its transactions, reads or writes, still take turns.)
+        return self._transaction(READ)
+
     @contextmanager
-    def transaction(self) -> Iterator[Transaction]:
+    def _transaction(self, begin: str) -> Iterator[Transaction]:
         with self._lock:
             self.check_open()
             try:
-                self._db.execute("BEGIN IMMEDIATE")
+                self._db.execute(begin)
             except sqlite3.Error as exc:
                 raise _store_error(f"cannot begin a transaction on {self.path}", exc) from exc
             try:
@@ -769,8 +783,9 @@ class SqliteStore(Store):
             except sqlite3.Error as exc:
                 self._rollback()
                 raise _store_error(f"cannot commit to {self.path}", exc) from exc
-            self._commits += 1
-            self._changed.notify_all()
+            if begin != READ:  # a reader changed nothing: no waiter need look again
+                self._commits += 1
+                self._changed.notify_all()
 
     def _rollback(self) -> None:
         """Roll back the open transaction, if SQLite has not already done so itself (after a

@@ -17,8 +17,8 @@ from tests.helpers import assert_balanced
 from tests.hostile import HOSTILE, SPECIAL_TEXT, any_char
 
 # Options that would make a command wait for real (the CLI has the real clock): a receive's
-# --wait and a resubmit's --rate.
-WAITING = {"wait", "rate"}
+# --wait, a resubmit's --rate, housekeep's --every (a loop until Ctrl-C).
+WAITING = {"wait", "rate", "every"}
 
 
 COMMANDS = {

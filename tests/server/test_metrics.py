@@ -186,3 +186,25 @@ def test_each_pipeline_consumers_last_batch(
         assert value(samples, f"poisonq_pipeline_last_batch_{name}", **nightly) == expected
     refunder = {"queue": "refunds", "consumer": "refunder"}
     assert value(samples, "poisonq_pipeline_last_batch_messages", **refunder) == 2
+
+
+def test_a_queue_auto_disabled_by_locks_that_ran_out_shows_at_the_next_scrape(
+    client: TestClient, broker: Broker, clock: ManualClock
+) -> None:
+    """PoisonqQueueNotReceiving reads poisonq_entity_status: it turns while every consumer
+    is down, with no receive after the locks ran out."""
+    broker.create_queue(
+        "payments", auto_disable_after_rollbacks=2, lock_duration=5, max_delivery_count=10
+    )
+    broker.sender("payments").send([Message(body="a"), Message(body="b")])
+    broker.receiver("payments").receive(max_messages=2)
+    main = {"queue": "payments", "subqueue": "main"}
+    assert value(scrape(client), "poisonq_entity_status", **main, status="active") == 1
+    clock.advance(5)
+    samples = scrape(client)
+    assert value(samples, "poisonq_entity_status", **main, status="receive_disabled") == 1
+    assert value(samples, "poisonq_entity_status", **main, status="active") == 0
+    assert value(samples, "poisonq_messages", **main, state="locked") == 0
+    assert value(samples, "poisonq_lock_expiries_total", **main) == 2
+    listed = client.get("/api/entities", headers=AUTH).json()
+    assert {e["name"]: e["status"] for e in listed}["payments"] == "receive_disabled"

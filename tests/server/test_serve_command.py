@@ -13,6 +13,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from queue import Queue
 import pytest
 
 import poisonq
-from poisonq import Broker, Message
+from poisonq import Broker, Message, RetryPolicy
 from poisonq.testing.pgserver import free_port
 
 
@@ -197,3 +198,31 @@ def test_serve_warns_of_an_entity_named_before_dot_segments_were_refused(tmp_pat
         assert broker.counts("x/../admin")["active"] == 1
         broker.delete_queue("x/../admin")
         assert broker.entities() == []
+
+
+@pytest.mark.slow
+def test_serve_lets_time_pass_where_nobody_reads(url: str) -> None:
+    """Its housekeeping thread applies what is due everywhere: a poison message of a queue
+    nobody reads reaches the dead-letter queue of the queue it rejects to (real time,
+    bounded polling)."""
+    with poisonq.connect(url) as broker:
+        broker.create_queue("replies")
+        reject = RetryPolicy(receive_retry_count=0, receive_error_handling="reject")
+        broker.create_queue("orders", retry=reject, lock_duration=1)
+        broker.sender("orders").send(Message(body="x", reply_to="replies"))
+        broker.receiver("orders").receive()
+        cli = [sys.executable, "-c", "from poisonq.cli import main; main()"]
+        command = [*cli, "--url", url, "serve", "--port", str(free_port())]
+        process = subprocess.Popen(
+            [*command, "--housekeep-every", "0.2"], stderr=subprocess.DEVNULL
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while broker.counts("replies/$deadletterqueue")["dead_lettered"] == 0:
+                assert time.monotonic() < deadline, "the server applied nothing in 30 s"
+                time.sleep(0.1)
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+        [rejected] = broker.peek("replies/$deadletterqueue")
+        assert rejected.dead_letter_reason == "Rejected"

@@ -39,6 +39,7 @@ from poisonq.store.base import EntityRecord, LockInfo, MessageFilter, NewMessage
 from poisonq.store.dead_letters_sql import DeadLetterAnalysis
 from poisonq.store.entities_sql import EntityStatements
 from poisonq.store.history import HistoryBuffer
+from poisonq.store.housekeeping_sql import HousekeepingStatements
 from poisonq.store.postgres.batches import (
     BatchQueries,
     filter_clauses,
@@ -108,8 +109,11 @@ class PostgresTransaction(
     BatchQueries,
     SettlingStatements,
     TimelineStatements,
+    HousekeepingStatements,
     Transaction,
 ):
+    _FENCE = " OFFSET 0"  # the housekeeping probes: see HousekeepingStatements
+
     # Entities -----------------------------------------------------------------------------
     def entity(self, name: str) -> EntityRecord | None:
         self.flush_ledger()
@@ -186,14 +190,6 @@ class PostgresTransaction(
         counts = {_STATES[state]: n for state, n in rows}
         counts[ready] = held - sum(counts.values())
         return {state: n for state, n in counts.items() if n}
-
-    def expired_lock_count(self, entity_id: int, now: float) -> int:
-        (n,) = self._fetch_all(
-            "SELECT count(*) FROM messages WHERE entity_id = %b AND state = 'locked'"
-            " AND locked_until <= %b",
-            (entity_id, now),
-        )[0]
-        return int(n)
 
     # Sending ------------------------------------------------------------------------------
     def insert_messages(
@@ -362,7 +358,7 @@ class PostgresTransaction(
             " f.nothing_due, f.nothing_expired FROM (SELECT NOT EXISTS (SELECT FROM messages"
             "   WHERE entity_id = %(e)b AND state = 'scheduled' AND visible_at <= %(now)b)"
             f"   AS nothing_due, NOT EXISTS (SELECT FROM {_EXPIRING} m"
-            "   WHERE state IN ('scheduled', 'active', 'deferred')) AS nothing_expired) AS f"
+            "   WHERE state IN ('scheduled', 'active')) AS nothing_expired) AS f"
             f" LEFT JOIN LATERAL (SELECT {_LOCK_COLUMNS} FROM messages {_LOCKED_IN_ORDER}"
             "   FOR UPDATE SKIP LOCKED) AS l ON true ORDER BY l.seq",
             {"e": entity_id, "now": now},
@@ -391,7 +387,7 @@ class PostgresTransaction(
             return []
         rows = self._fetch_all(
             f"SELECT seq FROM messages WHERE seq IN (SELECT seq FROM {_EXPIRING} m)"
-            " AND state IN ('scheduled', 'active', 'deferred') ORDER BY seq"
+            " AND state IN ('scheduled', 'active') ORDER BY seq"
             " FOR UPDATE SKIP LOCKED",
             {"e": entity_id, "now": now},
         )
