@@ -14,11 +14,9 @@ from typing import Any, cast
 
 import pytest
 
-from poisonq import AutoLockRenewer, Broker, ManualClock, Message, PoisonqError, ReceiveMode
+from poisonq import AutoLockRenewer, Broker, ManualClock, Message, ReceiveMode
 from poisonq.receivers import MessageOrList, Receiver, SessionReceiver
-from tests.helpers import assert_balanced
-
-NEVER = 3600.0  # the renewer thread's interval: the tests run its passes themselves
+from tests.helpers import assert_balanced, recording_renewer
 
 
 class CompletesDuringRenewal(Receiver):
@@ -59,12 +57,6 @@ class PassAfterCommit:
         return got
 
 
-def _renewer() -> tuple[list[tuple[Any, PoisonqError]], AutoLockRenewer]:
-    lost: list[tuple[Any, PoisonqError]] = []
-    renewer = AutoLockRenewer(60, lambda what, error: lost.append((what, error)), NEVER)
-    return lost, renewer
-
-
 def test_a_complete_that_reaches_the_store_during_a_renewal_is_no_loss(
     broker: Broker, queue: str, clock: ManualClock
 ) -> None:
@@ -72,7 +64,7 @@ def test_a_complete_that_reaches_the_store_during_a_renewal_is_no_loss(
     completed message's lock as lost."""
     broker.sender(queue).send(Message(body="x"))
     receiver = CompletesDuringRenewal(broker, queue, None, ReceiveMode.PEEK_LOCK, None)
-    lost, renewer = _renewer()
+    lost, renewer = recording_renewer()
     with renewer:
         [message] = receiver.receive()
         renewer.register(receiver, message)
@@ -93,7 +85,7 @@ def test_a_renewal_between_a_completes_commit_and_its_return_is_no_loss(
     in between renewed a completed message, failed, and reported it lost."""
     broker.sender(queue).send([Message(body="x"), Message(body="y")])
     receiver = broker.receiver(queue)
-    lost, renewer = _renewer()
+    lost, renewer = recording_renewer()
     with renewer:
         [message] = receiver.receive()
         renewer.register(receiver, message)
@@ -115,7 +107,7 @@ def test_a_session_closed_during_its_renewal_is_no_loss(broker: Broker, clock: M
     accepted = broker.engine.accept_session("orders", "a")
     assert accepted is not None
     session = ClosesDuringRenewal(broker, "orders", None, *accepted)
-    lost, renewer = _renewer()
+    lost, renewer = recording_renewer()
     with renewer:
         renewer.register(session)
         clock.advance(20)
@@ -132,7 +124,7 @@ def test_a_lock_really_lost_is_still_reported_once(
     renewal is reported, once, with the message."""
     broker.sender(queue).send(Message(body="x"))
     receiver = broker.receiver(queue)
-    lost, renewer = _renewer()
+    lost, renewer = recording_renewer()
     with renewer:
         [message] = receiver.receive()
         renewer.register(receiver, message)

@@ -9,7 +9,6 @@ The renewer runs with an interval no test reaches; each test moves the clock and
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import pytest
 
@@ -21,13 +20,10 @@ from poisonq import (
     ManualClock,
     Message,
     MessageLockLostError,
-    PoisonqError,
     SessionLockLostError,
 )
 from poisonq.receivers import SessionReceiver
-from tests.helpers import assert_balanced
-
-NEVER = 3600.0  # the renewer thread's interval: tests run its passes themselves
+from tests.helpers import assert_balanced, recording_renewer
 
 
 @pytest.fixture
@@ -38,12 +34,6 @@ def sessions(broker: Broker) -> str:
 
 def _send(broker: Broker, session_id: str, *bodies: str) -> list[int]:
     return broker.sender("orders").send([Message(body=b, session_id=session_id) for b in bodies])
-
-
-def _losses() -> tuple[list[tuple[Any, PoisonqError]], AutoLockRenewer]:
-    lost: list[tuple[Any, PoisonqError]] = []
-    renewer = AutoLockRenewer(60, lambda what, error: lost.append((what, error)), NEVER)
-    return lost, renewer
 
 
 # What keeps a session lock --------------------------------------------------------------------
@@ -70,7 +60,7 @@ def test_an_auto_lock_renewer_keeps_a_session_for_as_long_as_it_is_worked_on(
     """A session receiver accepted with ``auto_lock_renewer`` keeps its session (and the
     locks of the messages received under it) through 20 lock durations."""
     _send(broker, "a", *[f"a{n}" for n in range(20)])
-    lost, renewer = _losses()
+    lost, renewer = recording_renewer()
     with renewer, broker.accept_session(sessions, "a", auto_lock_renewer=renewer) as session:
         for n in range(20):
             [message] = session.receive()
@@ -93,7 +83,7 @@ def test_a_session_registered_by_hand_is_renewed_and_its_loss_reported_once(
     ``register(receiver, receiver.session)``); a session whose lock ran out before the
     renewal is reported once to ``on_lock_renew_failure``, with the session receiver."""
     _send(broker, "a", "a1")
-    lost, renewer = _losses()
+    lost, renewer = recording_renewer()
     with renewer:
         session = broker.accept_session(sessions, "a")
         renewer.register(session)
@@ -110,7 +100,7 @@ def test_a_session_registered_by_hand_is_renewed_and_its_loss_reported_once(
 def test_registering_a_plain_receiver_without_messages_is_refused(
     broker: Broker, queue: str
 ) -> None:
-    renewer = AutoLockRenewer(check_interval=NEVER)
+    renewer = AutoLockRenewer(check_interval=3600)
     with pytest.raises(InvalidOperationError, match="session"):
         renewer.register(broker.receiver(queue))
 
@@ -121,7 +111,7 @@ def test_a_receiver_with_an_auto_lock_renewer_registers_what_it_receives(
     """``receiver(auto_lock_renewer=...)``: each peek-locked message received is renewed
     until it is settled, as azure's ``get_queue_receiver(auto_lock_renewer=...)``."""
     broker.sender(queue).send([Message(body="x"), Message(body="y")])
-    lost, renewer = _losses()
+    lost, renewer = recording_renewer()
     with renewer:
         receiver = broker.receiver(queue, auto_lock_renewer=renewer)
         messages = receiver.receive(max_messages=2)
