@@ -281,7 +281,9 @@ class Receiver:
         """locked → active again (or poisoned when every attempt is used). ``error`` is kept
         in each message's failure history. The message is delivered again after the retry
         policy's redelivery delay, or after ``delay`` (seconds or a timedelta) for this call.
-        Returns the sequence numbers the retry policy poisoned (dead-lettered or dropped)."""
+        Returns the sequence numbers the retry policy poisoned (dead-lettered or dropped).
+        On a session queue a ``delay`` is refused (:class:`InvalidOperationError`): the
+        session is delivered in order, so one message cannot wait while the rest goes on."""
         failure = _failure(error, self.broker.clock.now())
         seconds = None if delay is None else to_seconds(delay, "delay")
         locks = self._locks(messages)

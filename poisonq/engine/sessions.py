@@ -7,9 +7,10 @@ session lock runs out, its messages' locks run out with it and count as abandons
 
 Only a renewal extends a session lock (as in Service Bus: receiving and settling do not).
 Closing a session gives back what it holds in one transaction: its locked messages return to
-the queue uncounted, as a Service Bus receiver releases what it holds when it closes, so the
-next receiver gets the whole session. A session ended with an error (Service Broker's END
-CONVERSATION WITH ERROR) dead-letters everything of it the queue still holds.
+the queue uncounted (as azure-servicebus' plain receiver releases what it holds when it
+closes), so the next receiver gets the whole session. A session ended with an error
+(Service Broker's END CONVERSATION WITH ERROR) dead-letters everything of it the queue
+still holds.
 """
 
 from __future__ import annotations
