@@ -66,10 +66,11 @@ class _Watch:
         else:
             self.receiver.renew_lock(self.renewable)
 
-    def lost(self) -> PoisonqError:
+    def ran_out(self) -> PoisonqError:
+        """The error of a lock that ran out after renewing stopped."""
         renewable = self.renewable
         if isinstance(renewable, SessionReceiver):
-            return SessionLockLostError(renewable.address, renewable.session_id)
+            return SessionLockLostError(renewable.address, renewable.session_id, ran_out=True)
         return MessageLockLostError([renewable.sequence_number])
 
 
@@ -159,7 +160,7 @@ class AutoLockRenewer:
             remaining = watch.remaining()
             if time.monotonic() >= watch.until:  # renewing is over: watch for the lock's end
                 if remaining <= 0 and self._forget(watch) and not watch.ended():
-                    self._lost(watch, watch.lost())
+                    self._lost(watch, watch.ran_out())
                 continue
             if remaining > watch.receiver.effective_lock_duration() / 2:
                 continue

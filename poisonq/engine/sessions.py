@@ -187,11 +187,8 @@ class Sessions(Receiving):
         tx: Transaction, target: Target, session_id: str, token: str, now: float
     ) -> SessionRecord:
         found = tx.session(target.entity.id, session_id)
-        if (
-            found is None
-            or found.lock_token != token
-            or found.locked_until is None
-            or found.locked_until <= now
-        ):
+        if found is None or found.lock_token != token or found.locked_until is None:
             raise SessionLockLostError(target.entity.name, session_id)
+        if found.locked_until <= now:
+            raise SessionLockLostError(target.entity.name, session_id, ran_out=True)
         return found
