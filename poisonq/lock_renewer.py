@@ -113,7 +113,10 @@ class AutoLockRenewer:
         """Keep renewing these messages' locks until they are settled or the time is up;
         with a session receiver and no messages, its session lock (which covers the locks
         of the messages received under it) until it is closed. ``on_lock_renew_failure``
-        replaces the renewer's own callback for what this call registers."""
+        replaces the renewer's own callback for what this call registers. A renewer that
+        was closed refuses (it would renew nothing), as azure's does."""
+        if self._stop.is_set():
+            raise InvalidOperationError("the AutoLockRenewer is closed: make a new one")
         limit = (
             self.max_lock_renewal_duration
             if max_lock_renewal_duration is None

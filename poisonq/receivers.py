@@ -357,7 +357,11 @@ class SessionReceiver(Receiver):
         self.closed = False
         self.auto_lock_renewer = auto_lock_renewer
         if auto_lock_renewer is not None:  # the session's lock covers its messages' locks
-            auto_lock_renewer.register(self)
+            try:
+                auto_lock_renewer.register(self)
+            except BaseException:
+                self.close()  # nobody would hold it
+                raise
 
     def __enter__(self) -> SessionReceiver:
         return self

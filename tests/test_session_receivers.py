@@ -97,12 +97,22 @@ def test_a_session_registered_by_hand_is_renewed_and_its_loss_reported_once(
         session.close()
 
 
-def test_registering_a_plain_receiver_without_messages_is_refused(
-    broker: Broker, queue: str
+def test_a_renewer_refuses_a_plain_receiver_without_messages_and_anything_once_closed(
+    broker: Broker, sessions: str
 ) -> None:
+    """A closed renewer would renew nothing: registering with it is refused, as azure's
+    renewer refuses after its shutdown, instead of letting the locks run out silently (and
+    the session accepted for it is given up again)."""
+    broker.create_queue("plain")
     renewer = AutoLockRenewer(check_interval=3600)
     with pytest.raises(InvalidOperationError, match="session"):
-        renewer.register(broker.receiver(queue))
+        renewer.register(broker.receiver("plain"))
+    renewer.close()
+    _send(broker, "a", "a1")
+    with pytest.raises(InvalidOperationError, match="closed"):
+        broker.accept_session(sessions, "a", auto_lock_renewer=renewer)
+    with broker.accept_session(sessions, "a") as session:
+        assert [m.text for m in session.receive()] == ["a1"]
 
 
 def test_a_receiver_with_an_auto_lock_renewer_registers_what_it_receives(
