@@ -6,7 +6,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from poisonq.errors import (
@@ -142,6 +142,13 @@ class AutoLockRenewer:
                     target=self._run, name="poisonq-lock-renewer", daemon=True
                 )
                 self._thread.start()
+
+    def registered(self, locks: Iterable[tuple[int, str]]) -> list[ReceivedMessage]:
+        """The registered messages that hold these locks: a receiver that settles by lock
+        (``settle_and_receive``) marks them settled before the store settles them."""
+        with self._lock:
+            watches = [self._entries.get(lock) for lock in locks]
+        return [w.renewable for w in watches if w and isinstance(w.renewable, ReceivedMessage)]
 
     def unregister(self, messages: MessageOrList) -> None:
         with self._lock:

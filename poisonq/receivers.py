@@ -198,8 +198,16 @@ class Receiver:
         """Settle messages, each its own way (as :meth:`Broker.settle`), and receive the next
         ones in one transaction: a consumer loop that dead-letters or abandons some of a
         batch still commits once per batch. If a lock was lost,
-        :class:`MessageLockLostError` is raised and nothing is settled or received."""
-        return self._receive(max_messages, max_wait, [], list(settlements))
+        :class:`MessageLockLostError` is raised and nothing is settled or received. The
+        messages the receiver's ``auto_lock_renewer`` renews are marked settled with them."""
+        batch = list(settlements)
+        settled = []
+        if self.auto_lock_renewer is not None:
+            locks = [
+                (getattr(s, "sequence_number", 0), getattr(s, "lock_token", "")) for s in batch
+            ]
+            settled = self.auto_lock_renewer.registered(locks)
+        return self._receive(max_messages, max_wait, [], batch, settled)
 
     def _receive(
         self,

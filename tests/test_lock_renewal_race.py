@@ -14,7 +14,7 @@ from typing import Any, cast
 
 import pytest
 
-from poisonq import AutoLockRenewer, Broker, ManualClock, Message, ReceiveMode
+from poisonq import AutoLockRenewer, Broker, Complete, ManualClock, Message, ReceiveMode
 from poisonq.receivers import MessageOrList, Receiver, SessionReceiver
 from tests.helpers import assert_balanced, recording_renewer
 
@@ -76,25 +76,29 @@ def test_a_complete_that_reaches_the_store_during_a_renewal_is_no_loss(
     assert_balanced(broker)
 
 
-@pytest.mark.parametrize("settle", ["complete", "complete_and_receive"])
+@pytest.mark.parametrize("settle", ["complete", "complete_and_receive", "settle_and_receive"])
 def test_a_renewal_between_a_completes_commit_and_its_return_is_no_loss(
     broker: Broker, queue: str, clock: ManualClock, settle: str
 ) -> None:
     """Before, a complete marked the message settled only after the store had completed it
-    (``complete_and_receive`` only after its wait for the next messages), so a renewer pass
-    in between renewed a completed message, failed, and reported it lost."""
+    (``complete_and_receive`` only after its wait for the next messages, and
+    ``settle_and_receive`` never), so a renewer pass in between renewed a completed message,
+    failed, and reported it lost."""
     broker.sender(queue).send([Message(body="x"), Message(body="y")])
-    receiver = broker.receiver(queue)
     lost, renewer = recording_renewer()
+    receiver = broker.receiver(queue, auto_lock_renewer=renewer)
     with renewer:
         [message] = receiver.receive()
-        renewer.register(receiver, message)
         receiver._engine = cast(Any, PassAfterCommit(receiver._engine, renewer))
         clock.advance(20)
         if settle == "complete":
             receiver.complete(message)
         else:
-            [following] = receiver.complete_and_receive(message)
+            if settle == "complete_and_receive":
+                [following] = receiver.complete_and_receive(message)
+            else:
+                done = Complete(message.sequence_number, message.lock_token or "")
+                [following] = receiver.settle_and_receive([done])
             receiver.complete(following)
     assert lost == []
     assert broker.counts(queue)["completed"] == (1 if settle == "complete" else 2)
