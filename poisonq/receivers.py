@@ -203,9 +203,8 @@ class Receiver:
         batch = list(settlements)
         settled = []
         if self.auto_lock_renewer is not None:
-            locks = [
-                (getattr(s, "sequence_number", 0), getattr(s, "lock_token", "")) for s in batch
-            ]
+            # Anything else in the batch is refused by the engine, before anything changes.
+            locks = [(s.sequence_number, s.lock_token) for s in batch if isinstance(s, Settlement)]
             settled = self.auto_lock_renewer.registered(locks)
         return self._receive(max_messages, max_wait, [], batch, settled)
 
