@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
@@ -23,6 +24,7 @@ from poisonq.filters import Filter, make_filter
 from poisonq.history import Timeline, Trend
 from poisonq.history import window as history_window
 from poisonq.limits import check_count
+from poisonq.lock_renewer import AutoLockRenewer
 from poisonq.model import (
     Duration,
     EntityKind,
@@ -34,11 +36,20 @@ from poisonq.model import (
     ReceiveMode,
     Settlement,
     SubQueue,
+    to_seconds,
     to_timestamp,
 )
 from poisonq.names import NAMESPACE_DEADLETTER, parse_address
 from poisonq.options import QueueOptions
-from poisonq.receivers import MessageOrList, Receiver, Sender, SessionReceiver, lock_seconds
+from poisonq.receivers import (
+    RECEIVE_WAIT,
+    MessageOrList,
+    Receiver,
+    Sender,
+    SessionReceiver,
+    lock_seconds,
+    wait_for,
+)
 from poisonq.reports import AuditReport, QueueInfo
 from poisonq.retrying import OperationRetry, Reachability, RetryingEngine, retried
 from poisonq.store import open_store, redacted_url
@@ -278,35 +289,62 @@ class Broker:
         receive_mode: ReceiveMode | str = ReceiveMode.PEEK_LOCK,
         lock_duration: Duration | None = None,
         max_wait_time: Duration | None = None,
+        auto_lock_renewer: AutoLockRenewer | None = None,
     ) -> Receiver:
         """A receiver of ``address`` (or its ``subqueue``). ``max_wait_time`` ends an
-        iteration (``for message in receiver``) once no message has come for that long."""
+        iteration (``for message in receiver``) once no message has come for that long.
+        With ``auto_lock_renewer``, the messages it receives are registered with it."""
         try:
             mode = ReceiveMode(receive_mode)
         except ValueError:
             choices = ", ".join(m.value for m in ReceiveMode)
             raise InvalidOptionError(f"receive_mode must be one of {choices}") from None
-        return Receiver(self, address, subqueue, mode, lock_duration, max_wait_time)
+        return Receiver(
+            self, address, subqueue, mode, lock_duration, max_wait_time, auto_lock_renewer
+        )
 
     def accept_session(
-        self, address: str, session_id: str, *, lock_duration: Duration | None = None
+        self,
+        address: str,
+        session_id: str,
+        *,
+        lock_duration: Duration | None = None,
+        auto_lock_renewer: AutoLockRenewer | None = None,
     ) -> SessionReceiver:
         """Lock session ``session_id`` of a session-enabled queue; raises
-        :class:`SessionCannotBeLockedError` if another receiver holds it."""
+        :class:`SessionCannotBeLockedError` if another receiver holds it. With
+        ``auto_lock_renewer``, the session is registered with it until it is closed."""
         if session_id is None:  # the engine would take the next session (accept_next_session)
             raise InvalidOptionError("name the session to accept, not None")
         seconds = None if lock_duration is None else lock_seconds(lock_duration)
         got = self.engine.accept_session(address, session_id, seconds)
         assert got is not None, "a named session is locked or refused"
-        return SessionReceiver(self, address, seconds, *got)
+        return SessionReceiver(self, address, seconds, *got, auto_lock_renewer)
 
     def accept_next_session(
-        self, address: str, *, lock_duration: Duration | None = None
+        self,
+        address: str,
+        *,
+        lock_duration: Duration | None = None,
+        max_wait: Duration = RECEIVE_WAIT,
+        auto_lock_renewer: AutoLockRenewer | None = None,
     ) -> SessionReceiver | None:
-        """Lock the next session with a message waiting that nobody holds; ``None`` if none."""
+        """Lock the next session with a message waiting that nobody holds, waiting up to
+        ``max_wait`` (a minute by default, as a Service Bus client waits; 0 looks once) for
+        one to arrive or to be given up; ``None`` if none came. ``auto_lock_renewer`` as in
+        :meth:`accept_session`."""
         seconds = None if lock_duration is None else lock_seconds(lock_duration)
-        got = self.engine.accept_session(address, None, seconds)
-        return None if got is None else SessionReceiver(self, address, seconds, *got)
+        wait = to_seconds(max_wait, "max_wait")
+        deadline = time.monotonic() + wait
+        marker = self.store.change_marker() if wait > 0 else None
+
+        def look() -> tuple[str, str, float] | None:
+            return self.engine.accept_session(address, None, seconds)
+
+        got = wait_for(self.store, deadline, marker, look(), look)
+        if got is None:
+            return None
+        return SessionReceiver(self, address, seconds, *got, auto_lock_renewer)
 
     def peek(
         self, address: str, *, from_sequence: int = 0, max_messages: int = 100, **where: Any

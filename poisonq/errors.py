@@ -75,8 +75,15 @@ class PoisonMessageError(EntityDisabledError):
 class SessionLockLostError(PoisonqError):
     """The session lock expired, was never held, or is held by another receiver."""
 
-    def __init__(self, name: str, session_id: str) -> None:
-        super().__init__(f"lock lost or not held on session {session_id!r} of {name!r}")
+    def __init__(self, name: str, session_id: str, ran_out: bool = False) -> None:
+        if ran_out:
+            why = (
+                f"the lock on session {session_id!r} of {name!r} ran out (receiving does not"
+                " extend it: renew_session_lock() or an AutoLockRenewer does)"
+            )
+        else:
+            why = f"lock lost or not held on session {session_id!r} of {name!r}"
+        super().__init__(why)
         self.name = name
         self.session_id = session_id
 

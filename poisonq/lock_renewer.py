@@ -1,35 +1,96 @@
-"""The :class:`AutoLockRenewer`: keeps message locks alive while a handler works."""
+"""The :class:`AutoLockRenewer`: keeps message and session locks alive while a handler works."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Hashable, Iterable
+from typing import TYPE_CHECKING, Any
 
-from poisonq.errors import InvalidOperationError, MessageLockLostError, PoisonqError
+from poisonq.errors import (
+    InvalidOperationError,
+    MessageLockLostError,
+    PoisonqError,
+    SessionLockLostError,
+)
 from poisonq.model import Duration, ReceivedMessage, to_seconds
-from poisonq.receivers import MessageOrList, as_list
+from poisonq.receivers import MessageOrList, SessionReceiver, as_list
 
 if TYPE_CHECKING:
     from poisonq.receivers import Receiver
 
 log = logging.getLogger(__name__)
 
+Renewable = ReceivedMessage | SessionReceiver
+# Called with the message, or the session receiver whose session lock was lost.
+LockRenewFailure = Callable[[Any, PoisonqError], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Watch:
+    """One registered lock: a message's, or a session receiver's session lock."""
+
+    receiver: Receiver
+    renewable: Renewable
+    until: float  # on time.monotonic: when renewing stops
+    on_failure: LockRenewFailure | None  # this registration's own, else the renewer's
+
+    @property
+    def key(self) -> Hashable:
+        if isinstance(self.renewable, SessionReceiver):
+            return ("session", id(self.renewable))
+        return (self.renewable.sequence_number, self.renewable.lock_token)
+
+    def ended(self) -> bool:
+        """Settled (or, for a session, closed) by its receiver: the normal end, not a loss.
+        Receivers mark this before the store settles, so a renewal that failed because a
+        settlement got there first sees it."""
+        if isinstance(self.renewable, SessionReceiver):
+            return self.renewable.closed
+        return self.renewable.settled
+
+    def remaining(self) -> float:
+        renewable = self.renewable
+        if isinstance(renewable, SessionReceiver):
+            end = renewable.session_locked_until
+        else:
+            end = renewable.locked_until
+        assert end is not None  # register refuses a message that holds no lock
+        return end.timestamp() - self.receiver.broker.clock.now()
+
+    def renew(self) -> None:
+        if isinstance(self.renewable, SessionReceiver):
+            self.renewable.renew_session_lock()
+        else:
+            self.receiver.renew_lock(self.renewable)
+
+    def ran_out(self) -> PoisonqError:
+        """The error of a lock that ran out after renewing stopped."""
+        renewable = self.renewable
+        if isinstance(renewable, SessionReceiver):
+            return SessionLockLostError(renewable.address, renewable.session_id, ran_out=True)
+        return MessageLockLostError([renewable.sequence_number])
+
 
 class AutoLockRenewer:
-    """Renews the locks of registered messages in a background thread until they are settled
-    or ``max_lock_renewal_duration`` has passed (as the Service Bus SDK's renewer does).
+    """Renews the locks of registered messages, and of registered sessions, in a background
+    thread until they are settled (a session: closed) or ``max_lock_renewal_duration`` has
+    passed, as the Service Bus SDK's renewer does. Pass it as a receiver's
+    ``auto_lock_renewer`` to register what the receiver receives, or a session receiver's
+    session as it is accepted.
 
-    ``on_lock_renew_failure(message, error)`` is called once for a message whose lock is
-    lost while it is registered: a renewal that failed, or a lock that ran out after the
-    renewing stopped at ``max_lock_renewal_duration``. Without it, that is logged."""
+    ``on_lock_renew_failure(renewable, error)`` is called once for a message (or a session
+    receiver) whose lock is lost while it is registered: a renewal that failed, or a lock
+    that ran out after the renewing stopped at ``max_lock_renewal_duration``. A lock that
+    ends because it was settled or closed, even while a renewal was on its way, is no loss.
+    Without a callback, a loss is logged."""
 
     def __init__(
         self,
         max_lock_renewal_duration: Duration = 300.0,
-        on_lock_renew_failure: Callable[[ReceivedMessage, PoisonqError], None] | None = None,
+        on_lock_renew_failure: LockRenewFailure | None = None,
         check_interval: float = 0.5,
     ) -> None:
         self.max_lock_renewal_duration = to_seconds(
@@ -37,7 +98,7 @@ class AutoLockRenewer:
         )
         self.on_lock_renew_failure = on_lock_renew_failure
         self._interval = check_interval
-        self._entries: dict[tuple[int, str], tuple[Receiver, ReceivedMessage, float]] = {}
+        self._entries: dict[Hashable, _Watch] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -45,35 +106,54 @@ class AutoLockRenewer:
     def register(
         self,
         receiver: Receiver,
-        messages: MessageOrList,
+        messages: MessageOrList | None = None,
         max_lock_renewal_duration: Duration | None = None,
+        on_lock_renew_failure: LockRenewFailure | None = None,
     ) -> None:
-        """Keep renewing these messages' locks until they are settled or the time is up."""
+        """Keep renewing these messages' locks until they are settled or the time is up;
+        with a session receiver and no messages, its session lock (which covers the locks
+        of the messages received under it) until it is closed. ``on_lock_renew_failure``
+        replaces the renewer's own callback for what this call registers. A renewer that
+        was closed refuses (it would renew nothing), as azure's does."""
+        if self._stop.is_set():
+            raise InvalidOperationError("the AutoLockRenewer is closed: make a new one")
         limit = (
             self.max_lock_renewal_duration
             if max_lock_renewal_duration is None
             else to_seconds(max_lock_renewal_duration, "max_lock_renewal_duration")
         )
         until = time.monotonic() + limit
+        renewables: list[Renewable]
+        if messages is not None:
+            renewables = list(as_list(messages))
+        elif isinstance(receiver, SessionReceiver):
+            renewables = [receiver]
+        else:
+            raise InvalidOperationError("register messages, or a session receiver's session")
+        for renewable in renewables:
+            if isinstance(renewable, ReceivedMessage) and renewable.lock_token is None:
+                raise InvalidOperationError(f"message {renewable.sequence_number} holds no lock")
         with self._lock:
-            for message in as_list(messages):
-                if message.lock_token is None:
-                    raise InvalidOperationError(f"message {message.sequence_number} holds no lock")
-                self._entries[(message.sequence_number, message.lock_token)] = (
-                    receiver,
-                    message,
-                    until,
-                )
+            for renewable in renewables:
+                watch = _Watch(receiver, renewable, until, on_lock_renew_failure)
+                self._entries[watch.key] = watch
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="poisonq-lock-renewer", daemon=True
                 )
                 self._thread.start()
 
+    def registered(self, locks: Iterable[tuple[int, str]]) -> list[ReceivedMessage]:
+        """The registered messages that hold these locks: a receiver that settles by lock
+        (``settle_and_receive``) marks them settled before the store settles them."""
+        with self._lock:
+            watches = [self._entries.get(lock) for lock in locks]
+        return [w.renewable for w in watches if w and isinstance(w.renewable, ReceivedMessage)]
+
     def unregister(self, messages: MessageOrList) -> None:
         with self._lock:
             for message in as_list(messages):
-                self._entries.pop((message.sequence_number, message.lock_token or ""), None)
+                self._entries.pop((message.sequence_number, message.lock_token), None)
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
@@ -82,36 +162,39 @@ class AutoLockRenewer:
     def renew_due(self) -> None:
         """One pass: renew every registered lock that is past half its lock duration."""
         with self._lock:
-            entries = list(self._entries.items())
-        for key, (receiver, message, until) in entries:
-            if message.settled:  # through its receiver: the normal end, not a loss
-                self._forget(key)
+            entries = list(self._entries.values())
+        for watch in entries:
+            if watch.ended():
+                self._forget(watch)
                 continue
-            assert message.locked_until is not None
-            remaining = message.locked_until.timestamp() - receiver.broker.clock.now()
-            if time.monotonic() >= until:  # renewing is over: watch for the lock's end
-                if remaining <= 0 and self._forget(key):
-                    self._lost(message, MessageLockLostError([message.sequence_number]))
+            remaining = watch.remaining()
+            if time.monotonic() >= watch.until:  # renewing is over: watch for the lock's end
+                if remaining <= 0 and self._forget(watch) and not watch.ended():
+                    self._lost(watch, watch.ran_out())
                 continue
-            if remaining > receiver.effective_lock_duration() / 2:
+            if remaining > watch.receiver.effective_lock_duration() / 2:
                 continue
             try:
-                receiver.renew_lock(message)
+                watch.renew()
             except PoisonqError as exc:
-                # Settled meanwhile (and so unregistered): that is the normal end, not a loss.
-                if self._forget(key):
-                    self._lost(message, exc)
+                # A settlement that reached the store while this renewal was on its way
+                # marked the message first: that is its normal end, not a loss.
+                if self._forget(watch) and not watch.ended():
+                    self._lost(watch, exc)
 
-    def _forget(self, key: tuple[int, str]) -> bool:
-        """Stop watching a message; whether it was still registered."""
+    def _forget(self, watch: _Watch) -> bool:
+        """Stop watching a lock; whether it was still registered."""
         with self._lock:
-            return self._entries.pop(key, None) is not None
+            return self._entries.pop(watch.key, None) is not None
 
-    def _lost(self, message: ReceivedMessage, error: PoisonqError) -> None:
-        if self.on_lock_renew_failure is not None:
-            self.on_lock_renew_failure(message, error)
+    def _lost(self, watch: _Watch, error: PoisonqError) -> None:
+        on_failure = watch.on_failure or self.on_lock_renew_failure
+        if on_failure is not None:
+            on_failure(watch.renewable, error)
+        elif isinstance(watch.renewable, SessionReceiver):
+            log.warning("lost the lock on session %s: %s", watch.renewable.session_id, error)
         else:
-            log.warning("lost the lock on message %s: %s", message.sequence_number, error)
+            log.warning("lost the lock on message %s: %s", watch.renewable.sequence_number, error)
 
     def close(self) -> None:
         self._stop.set()

@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from poisonq.errors import InvalidOperationError, InvalidOptionError
 from poisonq.failures import failure_from_exception
@@ -26,9 +27,14 @@ from poisonq.store.base import MessageFilter
 
 if TYPE_CHECKING:
     from poisonq.client import Broker
+    from poisonq.lock_renewer import AutoLockRenewer
+    from poisonq.store.base import Store
 
 MessageOrList = ReceivedMessage | Sequence[ReceivedMessage]
-_ITER_WAIT = 60.0  # seconds one receive of an endless iteration waits before it asks again
+T = TypeVar("T")
+RECEIVE_WAIT = 60.0
+"""Seconds a receive of an endless iteration, or ``accept_next_session``, waits by default
+(Service Bus' default operation timeout) before it asks again or gives up."""
 
 
 def as_list(messages: MessageOrList) -> list[ReceivedMessage]:
@@ -40,9 +46,32 @@ def as_list(messages: MessageOrList) -> list[ReceivedMessage]:
     raise InvalidOptionError(f"settle received messages (one or a list), not {messages!r}")
 
 
-def _mark_settled(messages: MessageOrList) -> None:
-    for message in as_list(messages):
+@contextmanager
+def _settling(messages: Sequence[ReceivedMessage]) -> Iterator[None]:
+    """Mark ``messages`` settled before the store settles them, and unmark them if it does
+    not: an :class:`AutoLockRenewer` whose renewal fails because a settlement got there
+    first then sees the mark, and knows the lock ended normally rather than was lost."""
+    before = [message.settled for message in messages]
+    for message in messages:
         message.settled = True
+    try:
+        yield
+    except BaseException:
+        for message, was in zip(messages, before, strict=True):
+            message.settled = was
+        raise
+
+
+def wait_for(store: Store, deadline: float, marker: object, found: T, look: Callable[[], T]) -> T:
+    """What ``look`` finds, looking again after every change in the store until it finds
+    something or ``deadline`` (on ``time.monotonic``) passes; ``found`` is what the caller's
+    own look found, after it took ``marker`` from the store. Scheduled messages and expired
+    locks come due without any commit, so it looks at least every 100 ms."""
+    while not found and (left := deadline - time.monotonic()) > 0:
+        store.wait_for_change(marker, min(left, 0.1))
+        marker = store.change_marker()
+        found = look()
+    return found
 
 
 def lock_seconds(lock_duration: Duration) -> float:
@@ -103,6 +132,10 @@ class Receiver:
     transaction, and if any lock was lost, :class:`MessageLockLostError` is raised and
     none of them changes. ``for message in receiver`` receives one message at a time as
     they arrive, until none has come for ``max_wait_time`` (forever without it).
+
+    With an ``auto_lock_renewer``, every message it receives in peek-lock mode is registered
+    with it, so its lock is kept until it is settled (azure-servicebus' receiver does the
+    same).
     """
 
     def __init__(
@@ -113,6 +146,7 @@ class Receiver:
         receive_mode: ReceiveMode,
         lock_duration: Duration | None,
         max_wait_time: Duration | None = None,
+        auto_lock_renewer: AutoLockRenewer | None = None,
     ) -> None:
         self.broker = broker
         self.address = str(parse_address(address, subqueue))
@@ -121,6 +155,7 @@ class Receiver:
         self.max_wait_time = (
             None if max_wait_time is None else to_seconds(max_wait_time, "max_wait_time")
         )
+        self.auto_lock_renewer = auto_lock_renewer
         self._engine = broker.engine
 
     def __enter__(self) -> Receiver:
@@ -131,7 +166,7 @@ class Receiver:
 
     def __iter__(self) -> Iterator[ReceivedMessage]:
         while True:
-            got = self.receive(max_messages=1, max_wait=self.max_wait_time or _ITER_WAIT)
+            got = self.receive(max_messages=1, max_wait=self.max_wait_time or RECEIVE_WAIT)
             if got:
                 yield got[0]
             elif self.max_wait_time is not None:
@@ -151,9 +186,8 @@ class Receiver:
         """Complete ``messages`` and receive the next ones in one transaction: the same as
         :meth:`complete` then :meth:`receive`, with one commit instead of two. If a lock was
         lost, :class:`MessageLockLostError` is raised and nothing is completed or received."""
-        received = self._receive(max_messages, max_wait, self._locks(messages))
-        _mark_settled(messages)
-        return received
+        locks = self._locks(messages)
+        return self._receive(max_messages, max_wait, locks, settled=as_list(messages))
 
     def settle_and_receive(
         self,
@@ -164,8 +198,15 @@ class Receiver:
         """Settle messages, each its own way (as :meth:`Broker.settle`), and receive the next
         ones in one transaction: a consumer loop that dead-letters or abandons some of a
         batch still commits once per batch. If a lock was lost,
-        :class:`MessageLockLostError` is raised and nothing is settled or received."""
-        return self._receive(max_messages, max_wait, [], list(settlements))
+        :class:`MessageLockLostError` is raised and nothing is settled or received. The
+        messages the receiver's ``auto_lock_renewer`` renews are marked settled with them."""
+        batch = list(settlements)
+        settled = []
+        if self.auto_lock_renewer is not None:
+            # Anything else in the batch is refused by the engine, before anything changes.
+            locks = [(s.sequence_number, s.lock_token) for s in batch if isinstance(s, Settlement)]
+            settled = self.auto_lock_renewer.registered(locks)
+        return self._receive(max_messages, max_wait, [], batch, settled)
 
     def _receive(
         self,
@@ -173,22 +214,33 @@ class Receiver:
         max_wait: Duration | None,
         complete: list[tuple[int, str]],
         settle: list[Settlement] | None = None,
+        settled: Sequence[ReceivedMessage] = (),
     ) -> list[ReceivedMessage]:
+        """Settle (``complete``, ``settle``; ``settled`` are the messages they are) with the
+        first look, then wait up to ``max_wait`` for messages."""
         wait = 0.0 if max_wait is None else to_seconds(max_wait, "max_wait")
         deadline = time.monotonic() + wait
         delete = self.receive_mode is ReceiveMode.RECEIVE_AND_DELETE
-        while True:
-            # Only a receive that may wait needs the marker (on PostgreSQL, asking for it
-            # opens the store's listening connection).
-            marker = self.broker.store.change_marker() if wait > 0 else None
+        # Only a receive that may wait needs the marker (on PostgreSQL, asking for it opens
+        # the store's listening connection).
+        marker = self.broker.store.change_marker() if wait > 0 else None
+        with _settling(settled):
             got = self._fetch(max_messages, delete, complete, settle or [])
-            complete, settle = [], None
-            left = deadline - time.monotonic()
-            if got or left <= 0:
-                return got
-            # Scheduled messages and expired locks become receivable without any commit,
-            # so look again at least every 100 ms even when nothing changed.
-            self.broker.store.wait_for_change(marker, min(left, 0.1))
+        got = wait_for(
+            self.broker.store,
+            deadline,
+            marker,
+            got,
+            lambda: self._fetch(max_messages, delete, [], []),
+        )
+        if not delete:
+            self._renew_locks_of(got)
+        return got
+
+    def _renew_locks_of(self, messages: list[ReceivedMessage]) -> None:
+        """Hand received messages to the receiver's lock renewer, if it has one."""
+        if self.auto_lock_renewer is not None and messages:
+            self.auto_lock_renewer.register(self, messages)
 
     def _fetch(
         self,
@@ -203,7 +255,10 @@ class Receiver:
 
     def receive_deferred(self, sequence_numbers: int | Sequence[int]) -> list[ReceivedMessage]:
         """Lock deferred messages by sequence number."""
-        return self._engine.receive_deferred(self.address, sequence_numbers, self.lock_duration)
+        got = self._engine.receive_deferred(self.address, sequence_numbers, self.lock_duration)
+        if got and self.auto_lock_renewer is not None:
+            self.auto_lock_renewer.register(self, got)
+        return got
 
     def peek(self, max_messages: int = 1, from_sequence: int = 0) -> list[ReceivedMessage]:
         return self._engine.peek(self.address, from_sequence, max_messages, MessageFilter())
@@ -220,8 +275,9 @@ class Receiver:
 
     def complete(self, messages: MessageOrList) -> None:
         """locked → completed."""
-        self._engine.complete(self.address, self._locks(messages))
-        _mark_settled(messages)
+        locks = self._locks(messages)
+        with _settling(as_list(messages)):
+            self._engine.complete(self.address, locks)
 
     def abandon(
         self,
@@ -232,17 +288,20 @@ class Receiver:
         """locked → active again (or poisoned when every attempt is used). ``error`` is kept
         in each message's failure history. The message is delivered again after the retry
         policy's redelivery delay, or after ``delay`` (seconds or a timedelta) for this call.
-        Returns the sequence numbers the retry policy poisoned (dead-lettered or dropped)."""
+        Returns the sequence numbers the retry policy poisoned (dead-lettered or dropped).
+        On a session queue a ``delay`` is refused (:class:`InvalidOperationError`): the
+        session is delivered in order, so one message cannot wait while the rest goes on."""
         failure = _failure(error, self.broker.clock.now())
         seconds = None if delay is None else to_seconds(delay, "delay")
-        poisoned = self._engine.abandon(self.address, self._locks(messages), failure, seconds)
-        _mark_settled(messages)
-        return poisoned
+        locks = self._locks(messages)
+        with _settling(as_list(messages)):
+            return self._engine.abandon(self.address, locks, failure, seconds)
 
     def defer(self, messages: MessageOrList) -> None:
         """locked → deferred; get it back with :meth:`receive_deferred`."""
-        self._engine.defer(self.address, self._locks(messages))
-        _mark_settled(messages)
+        locks = self._locks(messages)
+        with _settling(as_list(messages)):
+            self._engine.defer(self.address, locks)
 
     def dead_letter(
         self,
@@ -253,8 +312,9 @@ class Receiver:
     ) -> None:
         """locked → the dead-letter queue with ``reason`` and ``description``."""
         failure = _failure(error, self.broker.clock.now())
-        self._engine.dead_letter(self.address, self._locks(messages), reason, description, failure)
-        _mark_settled(messages)
+        locks = self._locks(messages)
+        with _settling(as_list(messages)):
+            self._engine.dead_letter(self.address, locks, reason, description, failure)
 
     def effective_lock_duration(self) -> float:
         """The lock duration this receiver's locks get (its own, else the queue's)."""
@@ -272,8 +332,20 @@ class Receiver:
 
 class SessionReceiver(Receiver):
     """Receives the messages of one session, in order, under the session's lock (Service
-    Bus' session receiver). Settle them as with any receiver; :meth:`close` (or leaving the
-    ``with`` block) gives the session up so another receiver can accept it."""
+    Bus' session receiver). Settle them as with any receiver.
+
+    Only :meth:`renew_session_lock` extends the session lock (receiving and settling do
+    not, as in Service Bus): a session worked on for longer than the lock duration needs
+    it, or an ``auto_lock_renewer``, which keeps the session (and so every message locked
+    under it) for as long as it renews.
+
+    :meth:`close` (or leaving the ``with`` block) gives the session up with the messages
+    it still holds, uncounted, so that the next receiver gets the whole session; leaving
+    the block by an exception counts a delivery against the oldest of them, the one the
+    handler was on, with that exception as its failure. :meth:`dead_letter_session` ends
+    the session with an error. After either, the receiver is closed: receiving, the
+    session state and the session lock raise :class:`InvalidOperationError`, and settling a
+    message it received raises :class:`MessageLockLostError`."""
 
     def __init__(
         self,
@@ -283,17 +355,38 @@ class SessionReceiver(Receiver):
         session_id: str,
         token: str,
         locked_until: float,
+        auto_lock_renewer: AutoLockRenewer | None = None,
     ) -> None:
         super().__init__(broker, address, None, ReceiveMode.PEEK_LOCK, lock_duration)
         self.session_id = session_id
         self._token = token
         self.session_locked_until = from_timestamp(locked_until)
+        self.closed = False
+        self.auto_lock_renewer = auto_lock_renewer
+        if auto_lock_renewer is not None:  # the session's lock covers its messages' locks
+            try:
+                auto_lock_renewer.register(self)
+            except BaseException:
+                self.close()  # nobody would hold it
+                raise
 
     def __enter__(self) -> SessionReceiver:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        error = exc[1] if len(exc) > 1 else None
+        # An exception fails the delivery in hand; a KeyboardInterrupt or SystemExit stops.
+        now = self.broker.clock.now()
+        self._close(failure_from_exception(error, now) if isinstance(error, Exception) else None)
+
+    def _open(self) -> None:
+        if self.closed:
+            raise InvalidOperationError(
+                f"the receiver of session {self.session_id!r} is closed: accept the session again"
+            )
+
+    def _renew_locks_of(self, messages: list[ReceivedMessage]) -> None:
+        """Nothing to register: the renewer renews the session, and its messages with it."""
 
     def _fetch(
         self,
@@ -302,15 +395,18 @@ class SessionReceiver(Receiver):
         complete: list[tuple[int, str]],
         settle: list[Settlement],
     ) -> list[ReceivedMessage]:
+        self._open()
         return self._engine.receive_session(
             self.address, self.session_id, self._token, max_messages, complete, settle
         )
 
     def get_session_state(self) -> bytes | None:
+        self._open()
         return self._engine.session_state(self.address, self.session_id, self._token)
 
     def set_session_state(self, state: bytes | str | None) -> None:
         """Store the session's state (kept after the session is closed)."""
+        self._open()
         try:
             data = state.encode() if isinstance(state, str) else state
         except UnicodeEncodeError as exc:
@@ -319,6 +415,7 @@ class SessionReceiver(Receiver):
 
     def renew_session_lock(self) -> None:
         """Extend the session lock and the locks of the messages received under it."""
+        self._open()
         until = self._engine.renew_session_lock(
             self.address, self.session_id, self._token, self.lock_duration
         )
@@ -330,5 +427,44 @@ class SessionReceiver(Receiver):
         super().renew_lock(messages)
         self.renew_session_lock()
 
+    def dead_letter_session(
+        self,
+        reason: str,
+        description: str | None = None,
+        error: BaseException | FailureRecord | None = None,
+    ) -> list[int]:
+        """End the session with an error, as Service Broker ends a conversation with one
+        when it cannot be completed: every message of the session the queue still holds
+        (those this receiver holds and those not yet delivered) goes to the dead-letter
+        queue with ``reason`` and ``description``, in one transaction, and the receiver is
+        closed. Returns their sequence numbers. The session state is kept; a message sent
+        to the session later starts it anew."""
+        self._open()
+        failure = _failure(error, self.broker.clock.now())
+        with self._closing():
+            return self._engine.dead_letter_session(
+                self.address, self.session_id, self._token, reason, description, failure
+            )
+
     def close(self) -> None:
-        self._engine.close_session(self.address, self.session_id, self._token)
+        """Give the session up, with the messages still locked under it (uncounted: a
+        close is not a failed delivery), so another receiver can accept all of it. Closing
+        again does nothing."""
+        self._close(None)
+
+    def _close(self, failure: FailureRecord | None) -> None:
+        if self.closed:
+            return
+        with self._closing():
+            self._engine.close_session(self.address, self.session_id, self._token, failure)
+
+    @contextmanager
+    def _closing(self) -> Iterator[None]:
+        """Closed before the store gives the session up (a renewal that fails because the
+        close got there first is no loss), and open again if it does not."""
+        self.closed = True
+        try:
+            yield
+        except BaseException:
+            self.closed = False
+            raise

@@ -44,6 +44,14 @@ def assert_balanced(broker: Broker) -> None:
     assert report.sent == report.completed + report.dropped + report.held
 
 
+def recording_renewer() -> tuple[list[tuple[Any, poisonq.PoisonqError]], poisonq.AutoLockRenewer]:
+    """An :class:`AutoLockRenewer` whose losses are recorded in the list returned with it, and
+    whose thread never runs a pass: the test moves the clock and calls ``renew_due``."""
+    lost: list[tuple[Any, poisonq.PoisonqError]] = []
+    renewer = poisonq.AutoLockRenewer(60, lambda what, error: lost.append((what, error)), 3600)
+    return lost, renewer
+
+
 def fill(broker: Broker, queue: str, count: int, *, chunk: int = 1000, **fields: Any) -> list[int]:
     """Send ``count`` messages to ``queue`` in batches of ``chunk``; returns their sequence
     numbers. Message ``n`` has body ``b"b<n>"``, message id ``m<n>`` and the property ``n``;

@@ -240,7 +240,7 @@ SETTLE_CHOICES = ("complete", "abandon", "defer", "none")
     type=click.FloatRange(min=0),
     default=0.0,
     show_default=True,
-    help="Seconds to wait for the first message.",
+    help="Seconds to wait for the first message (with --next-session, for a session first).",
 )
 @click.option(
     "--mode",
@@ -290,7 +290,7 @@ def receive(
     if session_id is not None:
         receiver = app.broker.accept_session(address, session_id)
     elif next_session:
-        receiver = app.broker.accept_next_session(address)
+        receiver = app.broker.accept_next_session(address, max_wait=wait)
     else:
         receiver = app.broker.receiver(address, receive_mode=receive_mode)
     messages = [] if receiver is None else _receive(receiver, max_messages, wait, settle)

@@ -18,6 +18,7 @@ from poisonq.clock import Clock
 from poisonq.engine.resolving import Resolver
 from poisonq.engine.routing import Router
 from poisonq.engine.targets import Target, lock_expired
+from poisonq.errors import InvalidOperationError
 from poisonq.failures import describe
 from poisonq.model import (
     DeadLetterReason,
@@ -59,6 +60,12 @@ class Poisoner:
         delay (or ``delay``, when the caller names one), in the retry subqueue, or poisoned.
         Returns the sequence numbers poisoned (whatever the action did with them)."""
         entity = target.entity
+        if delay and target.sessions:
+            raise InvalidOperationError(
+                f"{entity.name!r} requires sessions, whose messages are delivered in order:"
+                " an abandoned message cannot wait while the rest of its session goes on"
+                " (abandon without a delay, or defer it)"
+            )
         seqs = [lock.seq for lock in locks]
         record = failure.to_json() if failure else None
         tx.abandon(entity.id, seqs, target.ready, record, lock_expired)
@@ -116,14 +123,16 @@ class Poisoner:
 
     def _with_sessions(self, tx: Transaction, target: Target, seqs: list[int]) -> list[int]:
         """In a session queue a poisoned message takes its whole session with it (WCF),
-        unless the queue asks for ``per_message_poisoning``: the session's other messages
-        that nobody holds under a lock go the same way."""
+        unless the queue asks for ``per_message_poisoning``: all the session's other
+        messages go the same way, those locked under the session too (their locks end here,
+        so settling one of them afterwards raises that its lock was lost)."""
         if not target.sessions or target.options.per_message_poisoning:
             return seqs
         entity = target.entity
         chosen = set(seqs)
-        sessions = {m.session_id for m in tx.messages(entity.id, entity.name, seqs)}
-        for session_id in sessions - {None}:
+        messages = tx.messages(entity.id, entity.name, seqs)
+        for session_id in {m.session_id for m in messages if m.session_id is not None}:
+            tx.unlock_session(entity.id, session_id, target.ready)
             where = MessageFilter(session_id=session_id)
             chosen.update(tx.select(entity.id, where, 0, _EVERYTHING))
         return sorted(chosen)

@@ -4,6 +4,13 @@ messages in order; the session keeps a state; its lock is renewed as one.
 The messages a session receiver locks carry the session's lock token and lock end, so they
 are settled like any other locked message, and renewing the session renews them too. When a
 session lock runs out, its messages' locks run out with it and count as abandons.
+
+Only a renewal extends a session lock (as in Service Bus: receiving and settling do not).
+Closing a session gives back what it holds in one transaction: its locked messages return to
+the queue uncounted (as azure-servicebus' plain receiver releases what it holds when it
+closes), so the next receiver gets the whole session. A session ended with an error
+(Service Broker's END CONVERSATION WITH ERROR) dead-letters everything of it the queue
+still holds.
 """
 
 from __future__ import annotations
@@ -20,8 +27,10 @@ from poisonq.errors import (
     SessionLockLostError,
 )
 from poisonq.limits import check_count
-from poisonq.model import ReceivedMessage, Settlement
-from poisonq.store.base import SessionRecord, Transaction
+from poisonq.model import FailureRecord, ReceivedMessage, Settlement
+from poisonq.store.base import MessageFilter, SessionRecord, Transaction
+
+_EVERYTHING = 1 << 62
 
 
 class Sessions(Receiving):
@@ -114,11 +123,58 @@ class Sessions(Receiving):
                 raise SessionLockLostError(target.entity.name, session_id)
             return until
 
-    def close_session(self, address: str, session_id: str, token: str) -> None:
-        """Give the session up so another receiver can accept it."""
+    def close_session(
+        self, address: str, session_id: str, token: str, failure: FailureRecord | None = None
+    ) -> list[int]:
+        """Give the session up so another receiver can accept it, and its messages still
+        locked under it back to the queue, uncounted (closing is not a failed delivery).
+        With ``failure`` (the receiver's ``with`` block ended by an exception) the oldest of
+        them, the one the handler was on, counts as abandoned with it. Returns the sequence
+        numbers the retry policy poisoned."""
+        now = self.clock.now()
         with self.store.transaction() as tx:
             target = self._session_target(tx, address)
-            tx.release_session(target.entity.id, session_id, token)
+            entity = target.entity
+            held = tx.session_locks(entity.id, session_id, token, now)
+            failed = held[:1] if failure is not None else []
+            rest = held[len(failed) :]
+            if rest:
+                tx.release(entity.id, token, rest[0], rest[-1], rest, target.ready, now)
+            poisoned: list[int] = []
+            if failed:
+                locks = tx.locked(entity.id, token, failed, now)
+                poisoned = self.poisoner.after_failure(tx, target, locks, failure, False)
+            tx.release_session(entity.id, session_id, token)
+            return poisoned
+
+    def dead_letter_session(
+        self,
+        address: str,
+        session_id: str,
+        token: str,
+        reason: str,
+        description: str | None,
+        failure: FailureRecord | None,
+    ) -> list[int]:
+        """End the session with an error (Service Broker's END CONVERSATION WITH ERROR): every
+        message of it the queue holds (locked under it, waiting, scheduled or deferred) goes
+        to the dead-letter queue with ``reason``, and the session lock is given up, in one
+        transaction. Returns the sequence numbers dead-lettered."""
+        if not isinstance(reason, str) or not reason:
+            raise InvalidOptionError(f"reason must be a non-empty string: {reason!r}")
+        check_text(reason, "a dead-letter reason")
+        check_text(description, "a dead-letter description")
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            target = self._session_target(tx, address)
+            entity = target.entity
+            self._held_session(tx, target, session_id, token, now)
+            tx.unlock_session(entity.id, session_id, target.ready)
+            seqs = tx.select(entity.id, MessageFilter(session_id=session_id), 0, _EVERYTHING)
+            record = failure.to_json() if failure else None
+            moved = self.router.dead_letter(tx, target, seqs, reason, description, record, now)
+            tx.release_session(entity.id, session_id, token)
+            return moved
 
     def _session_target(self, tx: Transaction, address: str) -> Target:
         target = self.resolver.resolve(tx, address)
@@ -131,11 +187,8 @@ class Sessions(Receiving):
         tx: Transaction, target: Target, session_id: str, token: str, now: float
     ) -> SessionRecord:
         found = tx.session(target.entity.id, session_id)
-        if (
-            found is None
-            or found.lock_token != token
-            or found.locked_until is None
-            or found.locked_until <= now
-        ):
+        if found is None or found.lock_token != token or found.locked_until is None:
             raise SessionLockLostError(target.entity.name, session_id)
+        if found.locked_until <= now:
+            raise SessionLockLostError(target.entity.name, session_id, ran_out=True)
         return found

@@ -436,6 +436,15 @@ class Transaction(ABC):
     def release_session(self, entity_id: int, session_id: str, token: str) -> int:
         """Give up the session lock (its locked messages keep their locks until they end)."""
 
+    @abstractmethod
+    def session_locks(self, entity_id: int, session_id: str, token: str, now: float) -> list[int]:
+        """The session's messages validly locked under ``token``, ascending."""
+
+    @abstractmethod
+    def unlock_session(self, entity_id: int, session_id: str, ready: MessageState) -> list[int]:
+        """The session's locked messages (under any lock) back to ``ready``, their locks
+        gone and no delivery taken back; returns their sequence numbers, ascending."""
+
     # Leases -------------------------------------------------------------------------------
     @abstractmethod
     def lock_lease(

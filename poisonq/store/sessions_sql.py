@@ -6,10 +6,15 @@ once. SQLite runs one writer at a time; under PostgreSQL's READ COMMITTED two re
 pick the same free session at once, and the upsert locks its row and checks the guard again
 on the newest version, so only one of them gets it (the other gets ``None``, as if it had
 looked a moment later). The messages a session receiver locks carry the session's token.
+
+A session given up or poisoned as a whole takes its locked messages back from their locks
+(:meth:`SessionStatements.unlock_session`): settling one of them afterwards finds its lock
+lost, never a silent success.
 """
 
 from __future__ import annotations
 
+from poisonq.model import MessageState
 from poisonq.store.base import SessionRecord
 from poisonq.store.shared_sql import SharedStatements
 
@@ -99,3 +104,20 @@ class SessionStatements(SharedStatements):
             " WHERE entity_id = :entity AND session_id = :session AND lock_token = :token",
             {"entity": entity_id, "session": session_id, "token": token},
         )
+
+    def session_locks(self, entity_id: int, session_id: str, token: str, now: float) -> list[int]:
+        rows = self._query(
+            "SELECT seq FROM messages WHERE entity_id = :entity AND session_id = :session"
+            " AND state = 'locked' AND lock_token = :token AND locked_until > :now ORDER BY seq",
+            {"entity": entity_id, "session": session_id, "token": token, "now": now},
+        )
+        return [row[0] for row in rows]
+
+    def unlock_session(self, entity_id: int, session_id: str, ready: MessageState) -> list[int]:
+        rows = self._query(
+            "UPDATE messages SET state = :ready, lock_token = NULL, locked_until = NULL"
+            " WHERE entity_id = :entity AND session_id = :session AND state = 'locked'"
+            " RETURNING seq",
+            {"entity": entity_id, "session": session_id, "ready": ready.value},
+        )
+        return sorted(row[0] for row in rows)
