@@ -168,7 +168,7 @@ class Pump:
                 if not parked:  # holding nothing: wait here while another runs suspects
                     self._let_go_of_gate()
                 self._hold_gate()
-                session = self.broker.accept_next_session(self.processor.address)
+                session = self.broker.accept_next_session(self.processor.address, max_wait=0)
                 if session is None:
                     if parked and missed_once:
                         # Nothing else to judge them by: settle them as the failures they are.
@@ -433,10 +433,12 @@ class Pump:
         if not outcomes:
             return
         stats = self.stats
+        # Unregistered first: a renewal already on its way then fails on a settled message
+        # that the renewer no longer holds, which it does not report as a lost lock.
+        self.renewer.unregister([o.message for o in outcomes])
         poisoned, lost = self.broker.settle_held(
             receiver.address, [settlement(o) for o in outcomes]
         )
-        self.renewer.unregister([o.message for o in outcomes])
         stats.lock_lost += len(lost)
         for outcome in outcomes:
             if outcome.message.sequence_number in lost:
