@@ -60,8 +60,8 @@ class PassAfterCommit:
 def test_a_complete_that_reaches_the_store_during_a_renewal_is_no_loss(
     broker: Broker, queue: str, clock: ManualClock
 ) -> None:
-    """Before, the renewal failed (the message was completed) and the renewer reported the
-    completed message's lock as lost."""
+    """A renewal that fails because the handler's complete reached the store first is the
+    lock's normal end: the renewer reports nothing lost."""
     broker.sender(queue).send(Message(body="x"))
     receiver = CompletesDuringRenewal(broker, queue, None, ReceiveMode.PEEK_LOCK, None)
     lost, renewer = recording_renewer()
@@ -80,10 +80,9 @@ def test_a_complete_that_reaches_the_store_during_a_renewal_is_no_loss(
 def test_a_renewal_between_a_completes_commit_and_its_return_is_no_loss(
     broker: Broker, queue: str, clock: ManualClock, settle: str
 ) -> None:
-    """Before, a complete marked the message settled only after the store had completed it
-    (``complete_and_receive`` only after its wait for the next messages, and
-    ``settle_and_receive`` never), so a renewer pass in between renewed a completed message,
-    failed, and reported it lost."""
+    """Every way of completing marks the message settled before the store completes it
+    (``complete_and_receive`` before its wait for the next messages too), so a renewer pass
+    between the commit and the call's return finds it settled and reports nothing lost."""
     broker.sender(queue).send([Message(body="x"), Message(body="y")])
     lost, renewer = recording_renewer()
     receiver = broker.receiver(queue, auto_lock_renewer=renewer)

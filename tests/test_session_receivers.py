@@ -177,9 +177,8 @@ def test_accept_next_session_waits_for_a_session_to_become_available(
 def test_closing_a_session_gives_back_its_locked_messages_uncounted(
     broker: Broker, sessions: str
 ) -> None:
-    """Before, re-accepting returned only the first message and the others stayed locked
-    and hidden. Closing gives the whole session back in order, and no delivery is counted
-    (a close is not a failed delivery)."""
+    """Closing gives the whole session back: re-accepting gets every message in order, and
+    no delivery is counted (a close is not a failed delivery)."""
     _send(broker, "a", "a1", "a2", "a3")
     with broker.accept_session(sessions, "a") as session:
         assert len(session.receive(max_messages=3)) == 3
@@ -228,8 +227,8 @@ def test_a_closed_session_receiver_refuses_further_use(broker: Broker, sessions:
 def test_whole_session_poisoning_takes_the_sessions_locked_messages_too(
     broker: Broker, sessions: str
 ) -> None:
-    """Before, only the session's messages nobody held under a lock went with the poison
-    message: those locked stayed behind, and completing one later succeeded."""
+    """The session's messages held under a lock go with the poison message too, and
+    settling one of them afterwards raises MessageLockLostError."""
     _send(broker, "a", "a1", "a2", "a3")
     session = broker.accept_session(sessions, "a")
     first, *rest = session.receive(max_messages=3)
@@ -245,9 +244,8 @@ def test_whole_session_poisoning_takes_the_sessions_locked_messages_too(
 
 
 def test_abandon_with_a_delay_is_refused_on_a_session_queue(broker: Broker, sessions: str) -> None:
-    """Before, the delay was ignored (the message came back at once). A session is
-    delivered in order, so one message cannot wait while the rest of the session goes
-    on: the call is refused and the message keeps its lock."""
+    """A session is delivered in order, so one message cannot wait while the rest of the
+    session goes on: the call is refused and the message keeps its lock."""
     _send(broker, "a", "a1", "a2")
     session = broker.accept_session(sessions, "a")
     [message] = session.receive()
