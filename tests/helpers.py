@@ -3,10 +3,15 @@ engine's back, and messages to fill a queue with (fixtures stay in ``conftest.py
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import signal
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
+from multiprocessing.process import BaseProcess
+from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -151,3 +156,23 @@ class Orders:
 
         bad = dict.fromkeys(self.bad, reason) if reason else self.bad
         return check(self.broker, "orders", self.good, bad, output).problems()
+
+
+SPAWN = multiprocessing.get_context("spawn")
+START_TIMEOUT = 60.0  # a spawned interpreter imports pytest and poisonq before it is ready
+
+
+def kill_while_holding(victim: BaseProcess, holding: EventType) -> None:
+    """Start ``victim`` (a spawned process), wait until it sets ``holding`` (it took its
+    locks), and SIGKILL it there: a crash at the worst moment, with nothing cleaned up."""
+    try:
+        victim.start()
+        assert holding.wait(START_TIMEOUT), "the victim never received"
+        assert victim.pid is not None
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.join(10)
+    finally:
+        if victim.is_alive():
+            victim.kill()
+            victim.join(5)
+    assert victim.exitcode == -signal.SIGKILL

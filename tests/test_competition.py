@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import multiprocessing
 import os
 import random
 import signal
@@ -26,12 +25,10 @@ import pytest
 
 import poisonq
 from poisonq import MessageLockLostError
-from tests.helpers import assert_balanced, fill
+from tests.helpers import SPAWN, START_TIMEOUT, assert_balanced, fill, kill_while_holding
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
-SPAWN = multiprocessing.get_context("spawn")
-START_TIMEOUT = 60.0  # a spawned interpreter imports pytest and poisonq before it is ready
 RUN_TIMEOUT = 50.0
 CHURN_TIMEOUT = 240.0
 ABANDON, EXPIRE = 0.03, 0.01  # the share of deliveries abandoned, and left to expire
@@ -246,17 +243,7 @@ def test_locks_of_a_killed_receiver_expire_and_its_messages_are_delivered_again(
         victim = SPAWN.Process(
             target=_receive_and_hang, args=(url, "crash", 20, str(victim_out), holding)
         )
-        try:
-            victim.start()
-            assert holding.wait(START_TIMEOUT), "the victim never received"
-            assert victim.pid is not None
-            os.kill(victim.pid, signal.SIGKILL)  # while it holds 20 locks
-            victim.join(10)
-        finally:
-            if victim.is_alive():
-                victim.kill()
-                victim.join(5)
-        assert victim.exitcode == -signal.SIGKILL
+        kill_while_holding(victim, holding)  # it holds 20 locks
         taken = json.loads(victim_out.read_text())
         assert [r["seq"] for r in taken] == seqs[:20]
         assert all(r["delivery_count"] == 1 for r in taken)

@@ -8,9 +8,6 @@ reads the store on a manual clock started at the real time and moves it past the
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-import signal
 import time
 from multiprocessing.synchronize import Event
 
@@ -18,12 +15,10 @@ import pytest
 
 import poisonq
 from poisonq import ManualClock, Message
-from tests.helpers import assert_balanced
+from tests.helpers import SPAWN, START_TIMEOUT, assert_balanced, kill_while_holding
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
-SPAWN = multiprocessing.get_context("spawn")
-START_TIMEOUT = 60.0  # a spawned interpreter imports pytest and poisonq before it is ready
 LOCK = 5.0
 
 
@@ -43,17 +38,7 @@ def test_a_session_held_by_a_killed_process_comes_back_whole_after_its_lock(url:
         broker.sender("orders").send([Message(body=f"a{n}", session_id="a") for n in range(5)])
         holding = SPAWN.Event()
         victim = SPAWN.Process(target=_hold_session, args=(url, holding))
-        try:
-            victim.start()
-            assert holding.wait(START_TIMEOUT), "the victim never received"
-            assert victim.pid is not None
-            os.kill(victim.pid, signal.SIGKILL)  # while it holds the session and 3 locks
-            victim.join(10)
-        finally:
-            if victim.is_alive():
-                victim.kill()
-                victim.join(5)
-        assert victim.exitcode == -signal.SIGKILL
+        kill_while_holding(victim, holding)  # it holds the session and 3 locks
         assert broker.accept_next_session("orders", max_wait=0) is None  # still held
         clock.advance(time.time() - clock.now() + LOCK + 1)
         session = broker.accept_next_session("orders", max_wait=0)
