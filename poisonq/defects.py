@@ -10,8 +10,13 @@ Broker disables a queue after five rollbacks for the same reason; Beam fails a p
 whose bad-record ratio passes a threshold).
 
 With fewer than :data:`MIN_FAILURES` failures a batch is never called a defect: a batch of one
-poison message must still be dead-lettered in the end. Only first deliveries count, on both
-sides of the ratio: a message that failed before is suspected already, and as a queue drains,
+poison message must still be dead-lettered in the end. A session queue is the exception: only
+the first message of each session can be tried before its failure is settled, so a queue of a
+few sessions can never show ten failures, and settling a session's first failure as poison
+takes its whole session with it. When every session on offer has been tried, the failures are
+judged with :data:`MIN_SESSION_FAILURES` instead (:meth:`FailureWindow.defect_of_all`).
+
+Only first deliveries count, on both sides of the ratio: a message that failed before is suspected already, and as a queue drains,
 its last batches are mostly poison messages on their later deliveries. docs/python-api.md,
 "Defects are not poison", says how the default ratio was chosen.
 """
@@ -28,6 +33,7 @@ from poisonq.model import FailureRecord
 
 DEFAULT_MAX_FAILURE_RATIO = 0.5
 MIN_FAILURES = 10
+MIN_SESSION_FAILURES = 3
 
 
 @dataclass(frozen=True)
@@ -61,9 +67,13 @@ def check_ratio(max_failure_ratio: float | None) -> float | None:
 
 
 def find_defect(
-    failures: Iterable[FailureRecord], total: int, max_failure_ratio: float | None
+    failures: Iterable[FailureRecord],
+    total: int,
+    max_failure_ratio: float | None,
+    minimum: int = MIN_FAILURES,
 ) -> Defect | None:
-    """The defect among the failures of a batch of ``total`` messages, if they show one."""
+    """The defect among the failures of a batch of ``total`` messages, if they show one: at
+    least ``minimum`` of one fingerprint, more than the ratio of the batch."""
     if max_failure_ratio is None:
         return None
     first: dict[str, FailureRecord] = {}
@@ -75,7 +85,7 @@ def find_defect(
     if not counts:
         return None
     key, failed = counts.most_common(1)[0]
-    if failed >= MIN_FAILURES and failed > max_failure_ratio * total:
+    if failed >= minimum and failed > max_failure_ratio * total:
         return Defect(first[key], failed, total)
     return None
 
@@ -102,6 +112,12 @@ class FailureWindow:
                 if self._span or outcome is not None:  # a span starts at a failure
                     self._span.append(outcome)
             return find_defect(self._failures(), len(self._span), self.max_failure_ratio)
+
+    def defect_of_all(self, minimum: int = MIN_SESSION_FAILURES) -> Defect | None:
+        """The defect the span shows when no more evidence can come (every session of a
+        session queue was tried), judged with ``minimum`` failures of one fingerprint."""
+        with self._lock:
+            return find_defect(self._failures(), len(self._span), self.max_failure_ratio, minimum)
 
     def undecided(self) -> bool:
         """Whether the failures held could still turn out to be a defect."""

@@ -254,13 +254,15 @@ def test_a_poisoned_message_in_a_batch_takes_the_rest_of_its_session(
 
 
 @pytest.mark.parametrize("concurrency", [1, 3])
+@pytest.mark.parametrize("accounts", [30, 3])
 def test_a_bug_on_a_session_queue_poisons_no_session(
-    broker: Broker, sessions: str, concurrency: int
+    broker: Broker, sessions: str, concurrency: int, accounts: int
 ) -> None:
-    """Before, a handler bug retried each session's first message at once until it was
-    poisoned, taking whole sessions (300 to 900 payments) to the dead-letter queue before
-    the run stopped. Sessions holding a failure now wait, open, for the others to decide."""
-    _send(broker, *[(f"acct-{a:02d}", f"op{n}") for a in range(30) for n in range(5)])
+    """A handler bug that fails the first message of every session stops the run with
+    nothing spent, however few the sessions (from three): the sessions holding a failure
+    wait, open, for the others, and when every session on offer failed the same way that
+    is a defect, not poison."""
+    _send(broker, *[(f"acct-{a:02d}", f"op{n}") for a in range(accounts) for n in range(5)])
 
     def handle(message: ReceivedMessage) -> None:
         raise KeyError("operation")
@@ -270,8 +272,25 @@ def test_a_bug_on_a_session_queue_poisons_no_session(
             until_idle=True
         )
     counts = broker.counts(sessions)
-    assert (counts["dead_lettered"], counts["completed"], counts["active"]) == (0, 0, 150)
-    assert {m.delivery_count for m in broker.peek(sessions, max_messages=150)} == {0}
+    held = accounts * 5
+    assert (counts["dead_lettered"], counts["completed"], counts["active"]) == (0, 0, held)
+    assert {m.delivery_count for m in broker.peek(sessions, max_messages=held)} == {0}
+    assert_balanced(broker)
+
+
+def test_the_failing_first_messages_of_two_sessions_are_poison(
+    broker: Broker, sessions: str
+) -> None:
+    """Two sessions failing the same way are too few to call a defect: their first
+    messages are retried and poisoned, each with its session (WCF)."""
+    _send(broker, *[(f"acct-{a}", f"op{n}") for a in range(2) for n in range(3)])
+
+    def handle(message: ReceivedMessage) -> None:
+        raise KeyError("operation")
+
+    stats = Processor(broker, sessions, handle, batch_size=10, max_wait=0).run(until_idle=True)
+    assert stats.poisoned == 2
+    assert broker.counts(sessions)["dead_lettered"] == 6
     assert_balanced(broker)
 
 

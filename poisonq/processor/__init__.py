@@ -45,7 +45,13 @@ from poisonq.lock_renewer import AutoLockRenewer
 from poisonq.model import Duration, ReceivedMessage
 from poisonq.processor import handler_runs
 from poisonq.processor.handler_runs import Isolation, check_isolation
-from poisonq.processor.pump import FLUSH_INTERVAL, ProcessorStats, ProcessorStoppedError, Pump
+from poisonq.processor.pump import (
+    FLUSH_INTERVAL,
+    Lookouts,
+    ProcessorStats,
+    ProcessorStoppedError,
+    Pump,
+)
 from poisonq.processor.suspects import AloneGate
 
 __all__ = ["FLUSH_INTERVAL", "Processor", "ProcessorStats", "ProcessorStoppedError"]
@@ -134,6 +140,7 @@ class Processor:
         failed: list[BaseException] = []
         window = FailureWindow(self.max_failure_ratio)  # every thread's evidence together
         gate = AloneGate()  # every thread's messages: none held while a suspect runs
+        lookouts = Lookouts(self.concurrency)  # every thread's look for another session
 
         def pump(renewer: AutoLockRenewer) -> None:
             # A thread never dies alone: its error stops the others and run() raises it.
@@ -144,7 +151,7 @@ class Processor:
                     self.isolation, self.handler, self.permanent, self.broker.clock
                 )
                 try:
-                    Pump(self, renewer, window, gate, runs, stats, until_idle).run()
+                    Pump(self, renewer, window, gate, lookouts, runs, stats, until_idle).run()
                 finally:
                     runs.close()
             except BaseException as exc:

@@ -10,6 +10,7 @@ before a suspect runs alone (:mod:`poisonq.processor.suspects`): the crash rule 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -77,6 +78,27 @@ class ProcessorStoppedError(PoisonqError):
         self.stats = stats
 
 
+class Lookouts:
+    """Which pump threads of a session queue found no session left to take. Parked failures
+    are judged as a whole only once every thread did (or ended): before that, another
+    thread may be handling the first message of a session that fails the same way."""
+
+    def __init__(self, threads: int) -> None:
+        self._threads = threads
+        self._idle: set[int] = set()
+        self._lock = threading.Lock()
+
+    def found_none(self) -> bool:
+        """This thread found no session; whether every thread has now."""
+        with self._lock:
+            self._idle.add(threading.get_ident())
+            return len(self._idle) >= self._threads
+
+    def found_one(self) -> None:
+        with self._lock:
+            self._idle.discard(threading.get_ident())
+
+
 class Pump:
     """One pump thread of a :class:`Processor`: receives, runs the handler, settles, and
     keeps track of what it holds under a lock, so that it can let go of everything before a
@@ -93,6 +115,7 @@ class Pump:
         renewer: AutoLockRenewer,
         window: FailureWindow,
         gate: AloneGate,
+        lookouts: Lookouts,
         runs: HandlerRun,
         stats: ProcessorStats,
         until_idle: bool,
@@ -102,6 +125,7 @@ class Pump:
         self.renewer = renewer
         self.window = window
         self.gate = gate
+        self.lookouts = lookouts
         self.runs = runs
         self.stats = stats
         self.until_idle = until_idle
@@ -122,6 +146,7 @@ class Pump:
                 self._pump_queue()
         finally:
             self._let_go_of_gate()
+            self.lookouts.found_none()  # an ended thread takes no more sessions
 
     # The gate ---------------------------------------------------------------------------
 
@@ -170,9 +195,11 @@ class Pump:
                 self._hold_gate()
                 session = self.broker.accept_next_session(self.processor.address, max_wait=0)
                 if session is None:
-                    if parked and missed_once:
-                        # Nothing else to judge them by: settle them as the failures they are.
-                        self._unpark(parked)
+                    everyone_looked = self.lookouts.found_none()
+                    if parked and missed_once and everyone_looked:
+                        # Nothing else to judge them by: a defect if every session tried
+                        # failed the same way, else the failures they are.
+                        self._judge_parked(parked)
                         missed_once = False
                     elif parked:
                         # Other threads may hold the rest, or be taking them: look again.
@@ -184,6 +211,7 @@ class Pump:
                         self.stopping.wait(to_seconds(self.processor.max_wait, "max_wait"))
                     continue
                 missed_once = False
+                self.lookouts.found_one()
                 try:
                     held_back, alone = self._pump(session)
                     if alone is not None:
@@ -209,6 +237,22 @@ class Pump:
             self._give_back_held(parked_session, held_back)
             parked_session.close()
         parked.clear()
+
+    def _judge_parked(self, parked: list[tuple[SessionReceiver, list[Outcome]]]) -> None:
+        """Every session on offer was tried and the parked failures are still undecided: a
+        few sessions can never show :data:`~poisonq.defects.MIN_FAILURES`, so they are judged
+        with fewer (:meth:`~poisonq.defects.FailureWindow.defect_of_all`). A defect gives
+        them back uncounted and stops the run; else they are settled as poison."""
+        defect = self.window.defect_of_all()
+        if defect is None:
+            self._unpark(parked)
+            return
+        self.processor.defect_found.set()  # before anything else lets its failures go
+        for session, held_back in parked:  # the window stays: the other threads' failures
+            self._give_back(session, [], held_back)  # are the same defect's
+            session.close()
+        parked.clear()
+        raise ProcessorStoppedError(defect, self.stats)
 
     def _unpark(self, parked: list[tuple[SessionReceiver, list[Outcome]]]) -> None:
         """The parked sessions' failures were poison: settle them and let the sessions go."""
