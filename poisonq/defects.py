@@ -16,9 +16,10 @@ few sessions can never show ten failures, and settling a session's first failure
 takes its whole session with it. When every session on offer has been tried, the failures are
 judged with :data:`MIN_SESSION_FAILURES` instead (:meth:`FailureWindow.defect_of_all`).
 
-Only first deliveries count, on both sides of the ratio: a message that failed before is suspected already, and as a queue drains,
-its last batches are mostly poison messages on their later deliveries. docs/python-api.md,
-"Defects are not poison", says how the default ratio was chosen.
+Only first deliveries count, on both sides of the ratio: a message that failed before is
+suspected already, and as a queue drains, its last batches are mostly poison messages on their
+later deliveries. docs/python-api.md, "Defects are not poison", says how the default ratio was
+chosen.
 """
 
 from __future__ import annotations
