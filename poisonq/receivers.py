@@ -47,7 +47,7 @@ def as_list(messages: MessageOrList) -> list[ReceivedMessage]:
 
 
 @contextmanager
-def _settling(messages: Sequence[ReceivedMessage]) -> Iterator[None]:
+def settling(messages: Sequence[ReceivedMessage]) -> Iterator[None]:
     """Mark ``messages`` settled before the store settles them, and unmark them if it does
     not: an :class:`AutoLockRenewer` whose renewal fails because a settlement got there
     first then sees the mark, and knows the lock ended normally rather than was lost."""
@@ -224,7 +224,7 @@ class Receiver:
         # Only a receive that may wait needs the marker (on PostgreSQL, asking for it opens
         # the store's listening connection).
         marker = self.broker.store.change_marker() if wait > 0 else None
-        with _settling(settled):
+        with settling(settled):
             got = self._fetch(max_messages, delete, complete, settle or [])
         got = wait_for(
             self.broker.store,
@@ -276,7 +276,7 @@ class Receiver:
     def complete(self, messages: MessageOrList) -> None:
         """locked → completed."""
         locks = self._locks(messages)
-        with _settling(as_list(messages)):
+        with settling(as_list(messages)):
             self._engine.complete(self.address, locks)
 
     def abandon(
@@ -294,13 +294,13 @@ class Receiver:
         failure = _failure(error, self.broker.clock.now())
         seconds = None if delay is None else to_seconds(delay, "delay")
         locks = self._locks(messages)
-        with _settling(as_list(messages)):
+        with settling(as_list(messages)):
             return self._engine.abandon(self.address, locks, failure, seconds)
 
     def defer(self, messages: MessageOrList) -> None:
         """locked → deferred; get it back with :meth:`receive_deferred`."""
         locks = self._locks(messages)
-        with _settling(as_list(messages)):
+        with settling(as_list(messages)):
             self._engine.defer(self.address, locks)
 
     def dead_letter(
@@ -313,7 +313,7 @@ class Receiver:
         """locked → the dead-letter queue with ``reason`` and ``description``."""
         failure = _failure(error, self.broker.clock.now())
         locks = self._locks(messages)
-        with _settling(as_list(messages)):
+        with settling(as_list(messages)):
             self._engine.dead_letter(self.address, locks, reason, description, failure)
 
     def effective_lock_duration(self) -> float:

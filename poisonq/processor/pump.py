@@ -36,6 +36,7 @@ from poisonq.processor.outcomes import (
     settlement,
 )
 from poisonq.processor.suspects import AloneGate, is_suspect
+from poisonq.receivers import settling
 
 if TYPE_CHECKING:
     from poisonq.processor import Processor
@@ -474,15 +475,19 @@ class Pump:
         """Settle outcomes in one transaction and stop renewing their locks. Messages whose
         lock ran out while the handler ran are left out (they will be delivered again) and
         the rest settled."""
+        # A message is settled once: what a defect gave back is not given back again by the
+        # frame that lets go of what it held when the defect's error passes through.
+        outcomes = [o for o in outcomes if not o.message.settled]
         if not outcomes:
             return
         stats = self.stats
-        # Unregistered first: a renewal already on its way then fails on a settled message
-        # that the renewer no longer holds, which it does not report as a lost lock.
+        # Unregistered and marked first: a renewal already on its way then fails on a
+        # settled message, which the renewer does not report as a lost lock.
         self.renewer.unregister([o.message for o in outcomes])
-        poisoned, lost = self.broker.settle_held(
-            receiver.address, [settlement(o) for o in outcomes]
-        )
+        with settling([o.message for o in outcomes]):
+            poisoned, lost = self.broker.settle_held(
+                receiver.address, [settlement(o) for o in outcomes]
+            )
         stats.lock_lost += len(lost)
         for outcome in outcomes:
             if outcome.message.sequence_number in lost:
