@@ -31,6 +31,7 @@ check: lint
 test: lint
 	scripts/ensure-postgres
 	scripts/ensure-chromium
+	scripts/ensure-axe
 	scripts/ensure-promtool
 	$(BIN)/pytest
 

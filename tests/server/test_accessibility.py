@@ -1,0 +1,162 @@
+"""Every page state of the web UI in a real Chromium, checked by axe-core against WCAG 2.1 A
+and AA (tests/server/axe.py), at a desktop width, at 200 % zoom of it, on a phone and at
+320 CSS px (WCAG 1.4.10, reflow): the page never scrolls sideways, and nothing a wide screen
+shows is hidden on a narrow one. Each state is photographed at 1280 and 390 px into
+``$POISONQ_SCREENSHOTS`` (else the test's temporary directory), to be looked at."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from poisonq import Broker, ManualClock
+from poisonq.server import create_app
+from poisonq.server.background import BackgroundServer
+from tests.helpers import assert_balanced
+from tests.server.axe import assert_accessible
+from tests.server.chromium import launch
+from tests.server.conftest import TOKEN, GatedClock, record, wait_for_task
+
+pytestmark = pytest.mark.browser
+
+# (width, zoom): a laptop, the laptop at 200 %, a phone, and 1280 px at 400 % (320 CSS px).
+SCREENS = [(1280, 1), (1280, 2), (390, 1), (1280, 4)]
+HIDDEN = """() => [...document.querySelectorAll('main *')]
+  .filter(el => getComputedStyle(el).display === 'none').length"""
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        opened = launch(playwright)
+        yield opened
+        opened.close()
+
+
+def shots(tmp_path: Path) -> Path:
+    folder = Path(os.environ.get("POISONQ_SCREENSHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def open_page(browser: Browser, width: int, zoom: int) -> Page:
+    """A page as a browser zoomed to ``zoom`` on a ``width`` px window shows it: the CSS
+    viewport shrinks by the zoom, the pixels do not."""
+    context = browser.new_context(
+        viewport={"width": width // zoom, "height": 900 // zoom}, device_scale_factor=zoom
+    )
+    opened = context.new_page()
+    opened.set_default_timeout(15_000)
+    return opened
+
+
+def log_in(page: Page, url: str) -> None:
+    page.goto(f"{url}/ui/login")
+    page.fill("input[name=operator]", "Ada Lovelace")
+    page.fill("input[name=token]", TOKEN)
+    page.click("#login")
+    expect(page.locator("h1")).to_have_text("Queues")
+
+
+def check(page: Page, name: str, folder: Path, width: int, zoom: int, hidden: dict[str, int]) -> None:
+    """axe finds nothing, the page keeps to the screen, it hides no more than at full width;
+    photographed at 1280 and 390 px."""
+    assert_accessible(page)
+    scroll, shown = page.evaluate(
+        "() => [document.documentElement.scrollWidth, window.innerWidth]"
+    )
+    assert scroll <= shown, f"{name}: the page is {scroll} px wide in a {shown} px viewport"
+    count = page.evaluate(HIDDEN)
+    assert count <= hidden.setdefault(name, count), f"{name}: {count} elements hidden"
+    if zoom == 1 or zoom == 2:
+        page.screenshot(path=folder / f"{name}-{width // zoom}px-x{zoom}.png", full_page=True)
+
+
+@pytest.fixture
+def seen(
+    broker: Broker, clock: ManualClock, dead: dict[str, list[int]]
+) -> Iterator[tuple[Broker, dict[str, list[int]]]]:
+    """The dead letters of ``orders``, a pipeline's batches and a finished resubmit."""
+    record(broker, clock, "orders", "nightly", [5, 8, 3])
+    yield broker, dead
+    assert_balanced(broker)
+
+
+@pytest.mark.parametrize(("width", "zoom"), SCREENS)
+def test_every_page_passes_axe_and_reflows(
+    browser: Browser,
+    app: object,
+    seen: tuple[Broker, dict[str, list[int]]],
+    tmp_path: Path,
+    width: int,
+    zoom: int,
+) -> None:
+    broker, dead = seen
+    folder = shots(tmp_path)
+    hidden: dict[str, int] = {}
+    with BackgroundServer(app) as live:  # type: ignore[arg-type]
+        for screen, times in ((1280, 1), (width, zoom)):
+            page = open_page(browser, screen, times)
+            page.goto(f"{live.url}/ui/login")
+            check(page, "login", folder, screen, times, hidden)
+            log_in(page, live.url)
+            invalid = dead["InvalidOrder"][0]
+            states = {
+                "overview": "/ui/",
+                "by-reason": "/ui/deadletters?queue=orders",
+                "by-subject": "/ui/deadletters?queue=orders&by=subject",
+                "by-fingerprint": "/ui/deadletters?queue=orders&by=fingerprint",
+                "group": "/ui/deadletters?queue=orders&reason=InvalidOrder",
+                "message": f"/ui/message?address=orders/$deadletterqueue&seq={invalid}",
+                "pipelines": "/ui/pipelines",
+                "pipeline": "/ui/pipelines/orders/nightly",
+                "audit": "/ui/audit",
+                "not-found": "/ui/deadletters?queue=nowhere",
+                "tasks-empty": "/ui/tasks",
+            }
+            for name, path in states.items():
+                page.goto(live.url + path)
+                check(page, name, folder, screen, times, hidden)
+            page.goto(f"{live.url}/ui/deadletters?queue=orders")
+            page.click("#purge")  # all of them: the count must be typed
+            check(page, "confirm", folder, screen, times, hidden)
+            page.fill("#count", "99")
+            page.click("#confirm")
+            expect(page.locator("#refused")).to_be_visible()
+            check(page, "refused", folder, screen, times, hidden)
+            page.goto(f"{live.url}/ui/deadletters?queue=orders&min_sequence=x")
+            check(page, "invalid-filter", folder, screen, times, hidden)
+            page.context.close()
+    del broker
+
+
+@pytest.mark.parametrize(("width", "zoom"), SCREENS)
+def test_tasks_and_a_running_task_pass_axe_and_reflow(
+    browser: Browser, gated: tuple[Broker, GatedClock], tmp_path: Path, width: int, zoom: int
+) -> None:
+    broker, clock = gated
+    folder = shots(tmp_path)
+    hidden: dict[str, int] = {}
+    task = broker.resubmit("orders", rate=5, wait=False)
+    app = create_app(broker, token=TOKEN)
+    try:
+        assert clock.sleeping.wait(10)
+        with BackgroundServer(app) as live:
+            for screen, times in ((1280, 1), (width, zoom)):
+                page = open_page(browser, screen, times)
+                log_in(page, live.url)
+                page.goto(f"{live.url}/ui/tasks/{task.id}?queue=orders")
+                expect(page.frame_locator("#task-frame").locator("#task-status")).to_have_text(
+                    "running"
+                )
+                check(page, "task-running", folder, screen, times, hidden)
+                page.goto(f"{live.url}/ui/tasks")
+                check(page, "tasks", folder, screen, times, hidden)
+                page.context.close()
+    finally:
+        clock.go.set()
+        wait_for_task(app, task.id)  # before the broker closes under it
