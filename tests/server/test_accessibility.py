@@ -62,13 +62,13 @@ def log_in(page: Page, url: str) -> None:
     expect(page.locator("h1")).to_have_text("Queues")
 
 
-def check(page: Page, name: str, folder: Path, width: int, zoom: int, hidden: dict[str, int]) -> None:
+def check(
+    page: Page, name: str, folder: Path, width: int, zoom: int, hidden: dict[str, int]
+) -> None:
     """axe finds nothing, the page keeps to the screen, it hides no more than at full width;
     photographed at 1280 and 390 px."""
     assert_accessible(page)
-    scroll, shown = page.evaluate(
-        "() => [document.documentElement.scrollWidth, window.innerWidth]"
-    )
+    scroll, shown = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
     assert scroll <= shown, f"{name}: the page is {scroll} px wide in a {shown} px viewport"
     count = page.evaluate(HIDDEN)
     assert count <= hidden.setdefault(name, count), f"{name}: {count} elements hidden"
@@ -113,13 +113,15 @@ def test_every_page_passes_axe_and_reflows(
                 "group": "/ui/deadletters?queue=orders&reason=InvalidOrder",
                 "message": f"/ui/message?address=orders/$deadletterqueue&seq={invalid}",
                 "pipelines": "/ui/pipelines",
-                "pipeline": "/ui/pipelines/orders/nightly",
+                "pipeline": "/ui/pipeline?consumer=nightly&queue=orders",
                 "audit": "/ui/audit",
                 "not-found": "/ui/deadletters?queue=nowhere",
                 "tasks-empty": "/ui/tasks",
+                "invalid": "/ui/deadletters?queue=orders&min_sequence=x",
             }
             for name, path in states.items():
-                page.goto(live.url + path)
+                answer = page.goto(live.url + path)
+                assert answer and answer.ok is (name not in ("not-found", "invalid")), name
                 check(page, name, folder, screen, times, hidden)
             page.goto(f"{live.url}/ui/deadletters?queue=orders")
             page.click("#purge")  # all of them: the count must be typed
@@ -128,8 +130,7 @@ def test_every_page_passes_axe_and_reflows(
             page.click("#confirm")
             expect(page.locator("#refused")).to_be_visible()
             check(page, "refused", folder, screen, times, hidden)
-            page.goto(f"{live.url}/ui/deadletters?queue=orders&min_sequence=x")
-            check(page, "invalid-filter", folder, screen, times, hidden)
+
             page.context.close()
     del broker
 

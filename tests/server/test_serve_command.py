@@ -197,3 +197,26 @@ def test_serve_warns_of_an_entity_named_before_dot_segments_were_refused(tmp_pat
         assert broker.counts("x/../admin")["active"] == 1
         broker.delete_queue("x/../admin")
         assert broker.entities() == []
+
+
+@pytest.mark.parametrize("given", ["/ui/", "poisonq.example.com", "ftp://x", "https://x/?a=1"])
+def test_a_public_url_that_is_not_absolute_http_is_refused_in_one_line(
+    url: str, queue: str, given: str
+) -> None:
+    """Every alert would carry a link that cannot be opened."""
+    poisonq = [sys.executable, "-c", "from poisonq.cli import main; main()"]
+    command = [*poisonq, "--url", url, "serve", "--port", str(free_port()), "--public-url", given]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    [line] = done.stderr.splitlines()
+    assert line.startswith("error: Invalid value for '--public-url': ")
+    assert "not an absolute http or https URL" in line
+
+
+def test_serve_says_where_alerts_link(url: str, queue: str) -> None:
+    given = "https://poisonq.example.com/"
+    with serving(url, "--public-url", given, "--open-reads") as (base, printed):
+        assert "alerts link https://poisonq.example.com/ui/" in printed
+        with urllib.request.urlopen(f"{base}/metrics") as answer:
+            metrics = answer.read().decode()
+    assert 'poisonq_ui_info{url="https://poisonq.example.com/ui/"} 1.0' in metrics
