@@ -75,9 +75,10 @@ def count(value: int) -> str:
     return f"{value:,}"
 
 
-def _preview(message: ReceivedMessage, width: int = 80) -> str:
-    """The start of a body on one line; a body that is not UTF-8 text is "binary" and its
-    size, not a row of replacement characters."""
+def _preview(message: ReceivedMessage, width: int = 48) -> str:
+    """The start of a body, its white space folded; a body that is not UTF-8 text is
+    "binary" and its size, not a row of replacement characters. Short: the listing shows it
+    whole, wrapped in its column (the body is on the message's page)."""
     try:
         text = " ".join(message.body.decode("utf-8").split())
     except UnicodeDecodeError:

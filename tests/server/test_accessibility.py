@@ -76,6 +76,20 @@ def check(
         page.screenshot(path=folder / f"{name}-{width // zoom}px-x{zoom}.png", full_page=True)
 
 
+def a_count_fits_its_card(page: Page) -> None:
+    """A card shows a seven-digit count whole (it cut "800716" to "80071" on a phone): the
+    card's number is set to one, as a store with that many would show it."""
+    cut = page.evaluate(
+        """() => [...document.querySelectorAll('.card .num')].filter(num => {
+             num.textContent = '1,800,716';
+             const card = num.parentElement.getBoundingClientRect();
+             return num.scrollWidth > num.clientWidth
+                 || num.getBoundingClientRect().right > card.right;
+           }).length"""
+    )
+    assert cut == 0
+
+
 @pytest.fixture
 def seen(
     broker: Broker, clock: ManualClock, dead: dict[str, list[int]]
@@ -123,6 +137,8 @@ def test_every_page_passes_axe_and_reflows(
                 answer = page.goto(live.url + path)
                 assert answer and answer.ok is (name not in ("not-found", "invalid")), name
                 check(page, name, folder, screen, times, hidden)
+                if name == "overview":
+                    a_count_fits_its_card(page)
             page.goto(f"{live.url}/ui/deadletters?queue=orders")
             page.click("#purge")  # all of them: the count must be typed
             check(page, "confirm", folder, screen, times, hidden)

@@ -3,13 +3,17 @@ causes a reason hides, and the explorer's search fields."""
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from fastapi.testclient import TestClient
 
 from poisonq import Broker, ManualClock, Message
 from poisonq.history import WINDOWS, Timeline
+from poisonq.server import charts
 from poisonq.server.charts import HEIGHT, bars, sparkline, stacked
 
 TIMES = "\N{MULTIPLICATION SIGN}"
@@ -183,3 +187,32 @@ def test_shapes() -> None:
     many = Timeline(0, 60, 1, {str(n): [1] for n in range(9)})
     legend = stacked(many).legend
     assert legend[-1] == ("s7", "other", 2)
+
+
+def _lab(colour: str) -> tuple[float, float, float]:
+    """CIELAB of an sRGB ``#rrggbb`` (D65)."""
+
+    def linear(c: float) -> float:
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (linear(int(colour[i : i + 2], 16) / 255) for i in (1, 3, 5))
+    x = (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047
+    y = 0.2126 * r + 0.7152 * g + 0.0722 * b
+    z = (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883
+
+    def f(v: float) -> float:
+        return v ** (1 / 3) if v > 0.008856 else 7.787 * v + 16 / 116
+
+    return 116 * f(y) - 16, 500 * (f(x) - f(y)), 200 * (f(y) - f(z))
+
+
+def test_the_seven_series_colours_are_told_apart() -> None:
+    """With 7 reasons a teal and the green were both read as green (ΔE 23 apart): every
+    two of the colours a chart gives its largest series are at least ΔE 30 apart (CIE76)."""
+    css = (Path(charts.__file__).parent / "static" / "style.css").read_text()
+    found = dict(re.findall(r"\.(s[0-6]) \{ --c: (#[0-9a-f]{6}); \}", css))
+    assert sorted(found) == [f"s{n}" for n in range(charts.COLOURS)]
+    for a, b in itertools.combinations(sorted(found), 2):
+        distance = math.dist(_lab(found[a]), _lab(found[b]))
+        assert distance >= 30, (a, found[a], b, found[b], round(distance))
+    assert math.dist(_lab("#00796b"), _lab("#17703d")) < 30  # the pair it caught
