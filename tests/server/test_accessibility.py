@@ -171,6 +171,11 @@ def test_tasks_and_a_running_task_pass_axe_and_reflow(
                     "running"
                 )
                 check(page, "task-running", folder, screen, times, hidden)
+                page.locator("#stop-reloading").focus()
+                page.keyboard.press("Tab")  # into the frame: its progress shows the focus
+                region = page.frame_locator("#task-frame").locator("#progress-region")
+                expect(region).to_be_focused()
+                assert region.evaluate("el => getComputedStyle(el).outlineStyle") == "solid"
                 page.goto(f"{live.url}/ui/tasks")
                 check(page, "tasks", folder, screen, times, hidden)
                 page.context.close()
