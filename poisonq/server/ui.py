@@ -27,6 +27,7 @@ from poisonq.errors import (
 from poisonq.history import WINDOWS
 from poisonq.model import HELD_STATES, LIVE_STATES, SubQueue
 from poisonq.names import parse_address
+from poisonq.reports import StatusEvent
 from poisonq.server.charts import NONE, GroupChart, bars, group_chart, sparkline
 from poisonq.server.listing import newest_dead_letters
 from poisonq.server.login import Form, Reader, Writer
@@ -59,6 +60,8 @@ def overview(request: Request, state: State) -> Response:
         row["dropped"] += info.counts["dropped"]
         if address.subqueue is None:
             row["info"] = info
+            event = StatusEvent.from_text(info.status_cause, state.broker.clock.now())
+            row["cause"] = event.description if event else ""
         else:
             row["subqueues"][address.subqueue.value] = sum(info.counts[s] for s in HELD_STATES)
     queues = [{"name": name, **row} for name, row in by_queue.items() if "info" in row]

@@ -334,3 +334,17 @@ def test_the_audit_page_shows_each_entitys_ledger_and_whether_it_balances(
     assert re.findall(r'<td class="n">([\d,]+)</td>', bulk)[:1] == ["1,200"]
     assert all('status completed">yes' in cells for _, cells in rows)
     assert_balanced(broker)
+
+
+def test_the_overview_says_why_a_queue_is_not_active_in_the_page(
+    open_client: TestClient, broker: Broker, queue: str
+) -> None:
+    """The cause was only in a tooltip (as the stored JSON), which a keyboard, a phone or a
+    screen reader never shows: it is the cause's description, beside the status."""
+    broker.set_status(queue, "disabled", "paused for the 02:00 migration")
+    page = open_client.get("/ui/").text
+    assert re.search(
+        r'<span class="status disabled">disabled</span> '
+        r'<span class="muted small status-cause">paused for the 02:00 migration</span>',
+        page,
+    )
