@@ -7,6 +7,7 @@ shows is hidden on a narrow one. Each state is photographed at 1280 and 390 px i
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -90,6 +91,30 @@ def a_count_fits_its_card(page: Page) -> None:
     assert cut == 0
 
 
+def _luminance(rgb: str) -> float:
+    def linear(c: float) -> float:
+        c /= 255
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (linear(float(n)) for n in re.findall(r"[\d.]+", rgb)[:3])
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def the_headers_focus_ring_shows(page: Page) -> None:
+    """The page's blue ring was 2.77:1 on the dark header: a ring keeps 3:1 (WCAG 1.4.11)."""
+    page.locator("main").focus()
+    page.keyboard.press("Shift+Tab")  # back into the header, by the keyboard
+    style, ring, bar = page.evaluate(
+        """() => [getComputedStyle(document.activeElement).outlineStyle,
+                  getComputedStyle(document.activeElement).outlineColor,
+                  getComputedStyle(document.querySelector('.bar')).backgroundColor]"""
+    )
+    assert page.evaluate("() => document.activeElement.closest('.bar') !== null")
+    assert style == "solid"
+    lighter, darker = sorted((_luminance(ring), _luminance(bar)), reverse=True)
+    assert (lighter + 0.05) / (darker + 0.05) >= 3, (ring, bar)
+
+
 @pytest.fixture
 def seen(
     broker: Broker, clock: ManualClock, dead: dict[str, list[int]]
@@ -139,6 +164,7 @@ def test_every_page_passes_axe_and_reflows(
                 check(page, name, folder, screen, times, hidden)
                 if name == "overview":
                     a_count_fits_its_card(page)
+                    the_headers_focus_ring_shows(page)
             page.goto(f"{live.url}/ui/deadletters?queue=orders")
             page.click("#purge")  # all of them: the count must be typed
             check(page, "confirm", folder, screen, times, hidden)
