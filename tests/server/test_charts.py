@@ -96,7 +96,10 @@ def test_a_reason_shows_the_causes_it_hides_with_a_sample(
 ) -> None:
     page = open_client.get("/ui/deadletters?queue=orders").text
     row = re.search(
-        r"MaxDeliveryCountExceeded</a></td>\s*<td class=\"n\">3</td>\s*<td class=\"causes\">(.*?)</td>", page, re.S
+        r"MaxDeliveryCountExceeded</a></td>\s*<td class=\"n\">3</td>\s*"
+        r"<td class=\"causes\">(.*?)</td>",
+        page,
+        re.S,
     )
     assert row, page
     sample = dead["MaxDeliveryCountExceeded"][0]
@@ -106,7 +109,12 @@ def test_a_reason_shows_the_causes_it_hides_with_a_sample(
         f" {TIMES}3</a>",
         row.group(1),
     ), row.group(1)
-    invalid = re.search(r"InvalidOrder</a></td>\s*<td class=\"n\">3</td>\s*<td class=\"causes\">(.*?)</td>", page, re.S)
+    invalid = re.search(
+        r"InvalidOrder</a></td>\s*<td class=\"n\">3</td>\s*"
+        r"<td class=\"causes\">(.*?)</td>",
+        page,
+        re.S,
+    )
     assert invalid and f">ValueError</span> {TIMES}2</a>, <a" in invalid.group(1)
     assert f"(never failed)</span> {TIMES}1" in invalid.group(1)
     assert (
