@@ -12,14 +12,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, Route, expect
 
 from poisonq import Broker, ManualClock
 from poisonq.server import create_app
 from poisonq.server.background import BackgroundServer
 from tests.helpers import assert_balanced
 from tests.server.axe import assert_accessible
-from tests.server.chromium import launch
 from tests.server.conftest import TOKEN, GatedClock, record, wait_for_task
 
 pytestmark = pytest.mark.browser
@@ -28,14 +27,6 @@ pytestmark = pytest.mark.browser
 SCREENS = [(1280, 1), (1280, 2), (390, 1), (1280, 4)]
 HIDDEN = """() => [...document.querySelectorAll('main *')]
   .filter(el => getComputedStyle(el).display === 'none').length"""
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        opened = launch(playwright)
-        yield opened
-        opened.close()
 
 
 def shots(tmp_path: Path) -> Path:
@@ -177,6 +168,14 @@ def test_every_page_passes_axe_and_reflows(
     del broker
 
 
+def without_refresh(route: Route) -> None:
+    """The progress frame as served, less its ``Refresh`` header: axe and the keyboard must
+    not race a reload here (test_browser.py proves the reloading)."""
+    answer = route.fetch()
+    headers = {k: v for k, v in answer.headers.items() if k.lower() != "refresh"}
+    route.fulfill(response=answer, headers=headers)
+
+
 @pytest.mark.parametrize(("width", "zoom"), SCREENS)
 def test_tasks_and_a_running_task_pass_axe_and_reflow(
     browser: Browser, gated: tuple[Broker, GatedClock], tmp_path: Path, width: int, zoom: int
@@ -192,6 +191,7 @@ def test_tasks_and_a_running_task_pass_axe_and_reflow(
             for screen, times in ((1280, 1), (width, zoom)):
                 page = open_page(browser, screen, times)
                 log_in(page, live.url)
+                page.route("**/ui/tasks/*/progress?*", without_refresh)
                 page.goto(f"{live.url}/ui/tasks/{task.id}?queue=orders")
                 expect(page.frame_locator("#task-frame").locator("#task-status")).to_have_text(
                     "running"

@@ -8,24 +8,15 @@ import re
 from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import Browser, FrameLocator, Page, expect, sync_playwright
+from playwright.sync_api import Browser, FrameLocator, Page, expect
 
 from poisonq import Broker, ManualClock, Message
 from poisonq.server import create_app
 from poisonq.server.background import BackgroundServer
 from tests.helpers import assert_balanced
-from tests.server.chromium import launch
 from tests.server.conftest import MALICIOUS, TOKEN, GatedClock, record
 
 pytestmark = pytest.mark.browser
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        opened = launch(playwright)
-        yield opened
-        opened.close()
 
 
 @pytest.fixture

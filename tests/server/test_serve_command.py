@@ -96,17 +96,24 @@ def test_serve_on_a_port_in_use_says_so_in_one_line_before_any_banner(url: str, 
     assert "serving at" not in done.stderr and "token" not in done.stderr
 
 
+def _refused(url: str, *options: str) -> tuple[subprocess.CompletedProcess[str], str]:
+    """``poisonq serve`` with ``options``, which it refuses at start: what it did, and the one
+    line it printed."""
+    poisonq = [sys.executable, "-c", "from poisonq.cli import main; main()"]
+    command = [*poisonq, "--url", url, "serve", "--port", str(free_port()), *options]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    [line] = done.stderr.splitlines()
+    return done, line
+
+
 @pytest.mark.parametrize("token", ["", "   ", "short"])
 def test_a_token_too_short_to_guard_is_refused_in_one_line(
     url: str, queue: str, token: str
 ) -> None:
     """Before, ``--token ""`` started a server with a random token it did not print: nobody
     could log in."""
-    poisonq = [sys.executable, "-c", "from poisonq.cli import main; main()"]
-    command = [*poisonq, "--url", url, "serve", "--port", str(free_port()), "--token", token]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2
-    [line] = done.stderr.splitlines()
+    done, line = _refused(url, "--token", token)
     assert line.startswith("error: Invalid value for '--token': the token is ")
     assert "at least 16 characters" in line and "serving at" not in done.stderr
 
@@ -204,11 +211,7 @@ def test_a_public_url_that_is_not_absolute_http_is_refused_in_one_line(
     url: str, queue: str, given: str
 ) -> None:
     """Every alert would carry a link that cannot be opened."""
-    poisonq = [sys.executable, "-c", "from poisonq.cli import main; main()"]
-    command = [*poisonq, "--url", url, "serve", "--port", str(free_port()), "--public-url", given]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2
-    [line] = done.stderr.splitlines()
+    _, line = _refused(url, "--public-url", given)
     assert line.startswith("error: Invalid value for '--public-url': ")
     assert "not an absolute http or https URL" in line
 
