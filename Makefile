@@ -56,4 +56,4 @@ docs: $(STAMP)
 	$(BIN)/mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) demo site .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) demo site .cache .pytest_cache .mypy_cache .ruff_cache
