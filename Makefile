@@ -31,6 +31,7 @@ check: lint
 test: lint
 	scripts/ensure-postgres
 	scripts/ensure-chromium
+	scripts/ensure-axe
 	scripts/ensure-promtool
 	$(BIN)/pytest
 
@@ -56,4 +57,4 @@ docs: $(STAMP)
 	$(BIN)/mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) demo site .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) demo site .cache .pytest_cache .mypy_cache .ruff_cache

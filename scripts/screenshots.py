@@ -170,6 +170,11 @@ def main() -> None:
             page.screenshot(path=docs / "message.png", full_page=True)
             page.goto(f"{server.url}/ui/pipeline?consumer=nightly")
             page.screenshot(path=docs / "pipeline.png")
+            page.goto(f"{server.url}/ui/audit")
+            page.screenshot(path=docs / "audit.png")
+            page.set_viewport_size({"width": 390, "height": 844})  # a phone: nothing hidden
+            page.goto(f"{server.url}/ui/deadletters?queue=orders")
+            page.screenshot(path=docs / "explorer-phone.png")
             browser.close()
         broker.close()
     print("wrote", ", ".join(str(p.relative_to(ROOT)) for p in sorted(docs.glob("*.png"))))

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import click
 
@@ -127,6 +128,20 @@ def _forwarded_ips(value: str | None) -> str | None:
     return ",".join(item.strip() for item in value.split(","))
 
 
+def _public_url(value: str | None) -> str | None:
+    """An absolute http(s) URL without query or fragment, kept without its trailing slash:
+    a relative or mistyped one would make every alert's link a dead one."""
+    if value is None:
+        return None
+    parts = urlsplit(value.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+        raise click.BadParameter(
+            f"{value!r} is not an absolute http or https URL (like https://poisonq.example.com)",
+            param_hint="'--public-url'",
+        )
+    return value.strip().rstrip("/")
+
+
 def _log_config() -> dict[str, Any]:
     """uvicorn's logging, with the server's own lines (a client gone mid-body) beside its
     access lines, in its format."""
@@ -176,6 +191,12 @@ def _log_config() -> dict[str, Any]:
     " over HTTPS, as a proxy of --forwarded-allow-ips says with X-Forwarded-Proto.",
 )
 @click.option(
+    "--public-url",
+    callback=lambda _ctx, _param, value: _public_url(value),
+    help="The address operators open the server at (behind a proxy, the proxy's, e.g."
+    " https://poisonq.example.com): /metrics says it, so alerts link the UI absolutely.",
+)
+@click.option(
     "--max-send-bytes",
     type=click.IntRange(1024),
     default=SEND_BYTES,
@@ -210,6 +231,7 @@ def serve(
     open_reads: bool,
     forwarded_allow_ips: str | None,
     secure_cookies: bool,
+    public_url: str | None,
     max_send_bytes: int,
     read_timeout: float,
     housekeep_every: float,
@@ -251,9 +273,12 @@ def serve(
             open_reads=open_reads,
             limits=limits,
             secure_cookies=secure_cookies,
+            public_url=public_url,
         )
         shown = f"[{host}]" if ":" in host else host
         app.err.print(f"poisonq serving at http://{shown}:{port}/ui/", soft_wrap=True)
+        if public_url is not None:
+            app.err.print(f"alerts link {public_url}/ui/", soft_wrap=True)
         if not _is_loopback(host):
             app.err.print(f"warning: listening on {host}, not only this machine", style="yellow")
         entities = {parse_address(info.name).entity for info in app.broker.entities()}

@@ -114,6 +114,7 @@ def create_app(
     open_reads: bool = False,
     limits: RequestLimits | None = None,
     secure_cookies: bool = False,
+    public_url: str | None = None,
 ) -> FastAPI:
     """The server for a broker (or a store URL, opened here and closed at shutdown).
 
@@ -122,13 +123,14 @@ def create_app(
     file it names at start. ``limits`` are the largest bodies and the read timeout
     (:class:`~poisonq.server.guard.RequestLimits`); ``secure_cookies`` marks the session
     cookie ``Secure`` (it is anyway on a request that came over HTTPS, as the server or a
-    trusted proxy says).
+    trusted proxy says). ``public_url`` is where operators reach the server (behind a
+    proxy, its address there): ``/metrics`` says it, for absolute links in alerts.
     """
     owns = isinstance(broker_or_url, str)
     broker = connect(broker_or_url) if isinstance(broker_or_url, str) else broker_or_url
     auth = Auth(token or new_token(), open_reads, broker.clock, secure_cookies)
     state = ServerState(broker, auth, owns_broker=owns)
-    metrics = registry(broker)
+    metrics = registry(broker, public_url)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -37,6 +37,9 @@ class Stacked:
 
     rects: list[Rect]
     legend: list[tuple[str, str, int]]  # (css class, label, total)
+    # Each bar with a count, for the table beside the drawing (what a screen reader reads):
+    # (its time, [(label, count), ...]).
+    values: list[tuple[str, list[tuple[str, int]]]]
     peak: int
     total: int
     since: str  # the label under the first bar ("24 h ago")
@@ -76,8 +79,10 @@ def stacked(timeline: Timeline, names: Mapping[str | None, str] | None = None) -
     peak = max(totals, default=0)
     width = WIDTH / timeline.bars
     rects = []
+    per_bar: list[tuple[str, list[tuple[str, int]]]] = []
     for bar in range(timeline.bars):
         base = 0
+        counted: list[tuple[str, int]] = []
         when = _bar_time(timeline.start + bar * timeline.step, timeline.step)
         for name, (shown, values) in merged.items():
             count = values[bar]
@@ -89,8 +94,12 @@ def stacked(timeline: Timeline, names: Mapping[str | None, str] | None = None) -
                 Rect(bar * width, HEIGHT - top, width, height, name, f"{when} · {shown}: {count}")
             )
             base += count
+            counted.append((shown, count))
+        if counted:
+            per_bar.append((when, counted))
     legend = [(name, shown, sum(values)) for name, (shown, values) in merged.items()]
-    return Stacked(rects, legend, peak, sum(totals), _ago(timeline.bars * timeline.step))
+    since = _ago(timeline.bars * timeline.step)
+    return Stacked(rects, legend, per_bar, peak, sum(totals), since)
 
 
 @dataclass(frozen=True, slots=True)

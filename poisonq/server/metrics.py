@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Info
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -139,8 +139,15 @@ class BrokerCollector(Collector):
         yield from families.values()
 
 
-def registry(broker: Broker) -> CollectorRegistry:
-    """A registry of its own per server (no global state): the broker's metrics only."""
+def registry(broker: Broker, public_url: str | None = None) -> CollectorRegistry:
+    """A registry of its own per server (no global state): the broker's metrics, and with
+    ``public_url`` (``serve --public-url``) ``poisonq_ui_info{url=".../ui/"} 1``, which the
+    alerts' annotations read to link the UI absolutely (Alertmanager cannot open a relative
+    link)."""
     built = CollectorRegistry(auto_describe=False)
     built.register(BrokerCollector(broker))
+    if public_url is not None:
+        Info("poisonq_ui", "Where operators open the web UI", registry=built).info(
+            {"url": public_url.rstrip("/") + "/ui/"}
+        )
     return built

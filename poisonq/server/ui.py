@@ -1,5 +1,6 @@
 """The web UI: a queue overview, the dead-letter explorer, message pages, resubmit/purge
-with a confirmation step, every task and who started it, and the pipelines' timelines.
+with a confirmation step, every task and who started it, the pipelines' timelines, and the
+store's ledger (the audit).
 Server-rendered HTML with no JavaScript at all, so the Content-Security-Policy can forbid
 every script.
 
@@ -26,14 +27,15 @@ from poisonq.errors import (
 from poisonq.history import WINDOWS
 from poisonq.model import HELD_STATES, LIVE_STATES, SubQueue
 from poisonq.names import parse_address
-from poisonq.server.charts import GroupChart, bars, group_chart, sparkline
+from poisonq.reports import StatusEvent
+from poisonq.server.charts import NONE, GroupChart, bars, group_chart, sparkline
 from poisonq.server.listing import newest_dead_letters
 from poisonq.server.login import Form, Reader, Writer
 from poisonq.server.pages import body_view, page
 from poisonq.server.selection import Selection, selection
 from poisonq.server.state import ServerState, server_state
 from poisonq.server.timeline_chart import timeline_chart
-from poisonq.store.base import DeadLetterCause
+from poisonq.store.base import DeadLetterCause, DeadLetterGroup
 from poisonq.timeline import PipelineSummary
 
 State = Annotated[ServerState, Depends(server_state)]
@@ -58,6 +60,8 @@ def overview(request: Request, state: State) -> Response:
         row["dropped"] += info.counts["dropped"]
         if address.subqueue is None:
             row["info"] = info
+            event = StatusEvent.from_text(info.status_cause, state.broker.clock.now())
+            row["cause"] = event.description if event else ""
         else:
             row["subqueues"][address.subqueue.value] = sum(info.counts[s] for s in HELD_STATES)
     queues = [{"name": name, **row} for name, row in by_queue.items() if "info" in row]
@@ -90,6 +94,16 @@ def _chart(
     return group_chart(timeline, names), None
 
 
+def _fingerprint_names(groups: list[DeadLetterGroup]) -> dict[str | None, str]:
+    """How the chart names each fingerprint: its error type and key ("KeyError · 3fa2…"),
+    the group without one "(none)" as in the table. A fingerprint no dead letter holds any more
+    (resubmitted or purged) keeps its bare key: the history counts keys, not error types."""
+    return {
+        g.key: NONE if g.key is None else f"{g.label} · {g.key}" if g.label else g.key
+        for g in groups
+    }
+
+
 def _group_value(key: str | None) -> str | NoValue:
     """What selects exactly a group: its key, or :data:`NO_VALUE` for the ``(none)`` group
     (the messages without a value)."""
@@ -116,7 +130,7 @@ def explorer(
         raise InvalidOptionError("order must be oldest or newest")
     typed = dict(request.query_params)
     groups = state.broker.dead_letter_groups(queue, by)
-    names = {g.key: f"{g.label} · {g.key}" for g in groups} if by == "fingerprint" else {}
+    names = _fingerprint_names(groups) if by == "fingerprint" else {}
     chart, bad_window = _chart(state, queue, by, window, names)
     causes: dict[str | None, list[DeadLetterCause]] = defaultdict(list)
     if by == "reason":
@@ -261,10 +275,23 @@ def task_page(
 
 @router.get("/tasks/{task_id}/progress", dependencies=[Reader])
 def task_progress(request: Request, state: State, task_id: int, queue: str = "") -> Response:
-    """The progress frame of a task's page: reloads itself (a meta refresh) while the task
-    runs."""
+    """The progress frame of a task's page: reloads itself while the task runs, by the
+    ``Refresh`` header (no script; the page around it says so and has "Stop reloading"
+    before the frame, which is what WCAG 2.2.1 asks of a timed refresh)."""
     record = state.broker.task(task_id)
-    return page(request, "task_progress.html", task=record, queue=queue, refresh=TASK_REFRESH)
+    answer = page(request, "task_progress.html", task=record, queue=queue)
+    if record.status == "running":
+        answer.headers["Refresh"] = str(TASK_REFRESH)
+    return answer
+
+
+# The ledger -------------------------------------------------------------------------------
+@router.get("/audit", dependencies=[Reader])
+def audit_page(request: Request, state: State) -> Response:
+    """The store's ledger (:meth:`Broker.audit`): each entity's sent and moved in against
+    what was completed, dropped, moved out or is held, and whether every one balances, so
+    an operator can confirm it without the command line."""
+    return page(request, "audit.html", report=state.broker.audit())
 
 
 # Pipelines --------------------------------------------------------------------------------

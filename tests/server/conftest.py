@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 from fastapi import FastAPI
@@ -17,6 +18,9 @@ from poisonq import BatchRun, Broker, DeadLetter, ManualClock, Message
 from poisonq.server import create_app
 from poisonq.server.background import BackgroundServer
 from poisonq.store.base import TaskRecord
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -138,6 +142,19 @@ def gated(url: str) -> Iterator[tuple[Broker, GatedClock]]:
         receiver.dead_letter(receiver.receive(max_messages=10), "Broken")
         yield broker, clock
         clock.go.set()  # never leave a task thread waiting
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """One Chromium for a module of browser tests (Playwright imported only for them)."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.server.chromium import launch
+
+    with sync_playwright() as playwright:
+        opened = launch(playwright)
+        yield opened
+        opened.close()
 
 
 @pytest.fixture

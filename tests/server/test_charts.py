@@ -3,13 +3,17 @@ causes a reason hides, and the explorer's search fields."""
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from fastapi.testclient import TestClient
 
 from poisonq import Broker, ManualClock, Message
 from poisonq.history import WINDOWS, Timeline
+from poisonq.server import charts
 from poisonq.server.charts import HEIGHT, bars, sparkline, stacked
 
 TIMES = "\N{MULTIPLICATION SIGN}"
@@ -26,13 +30,21 @@ def test_the_explorer_charts_the_dead_letterings_by_the_grouping(
 ) -> None:
     page = open_client.get("/ui/deadletters?queue=orders").text
     chart = _figure(page)
-    assert '<svg viewBox="0 0 720' in chart and 'role="img"' in chart
+    # The drawing is for the eye; a screen reader reads the summary and each bar's counts.
+    assert '<svg viewBox="0 0 720 140" preserveAspectRatio="none" aria-hidden="true"' in chart
     # everything happened now: the last bar holds it, stacked by reason
     assert re.findall(r"<title>[^<]*· (\w+): (\d+)</title>", chart) == [
         ("InvalidOrder", "3"),  # a tie: by name
         ("MaxDeliveryCountExceeded", "3"),
     ]
-    assert "Messages dead-lettered over the last day by reason: 6" in chart
+    assert '<span class="sr-only">Messages dead-lettered over the last day by reason: 6' in chart
+    [row] = re.findall(
+        r'<table class="grid" id="chart-values">.*?<tbody>(.*?)</tbody>', chart, re.S
+    )
+    assert re.findall(r'<span class="mono">(\w+)</span> (\d+)', row) == [
+        ("InvalidOrder", "3"),
+        ("MaxDeliveryCountExceeded", "3"),
+    ]
     assert re.search(r'<li><span class="swatch s0"></span><span class="mono">InvalidOrder', chart)
     # a sparkline per group row, in its key's colour
     rows = re.findall(r'<polyline class="(s\d)" points="([^"]+)"/>', page)
@@ -84,7 +96,10 @@ def test_a_reason_shows_the_causes_it_hides_with_a_sample(
 ) -> None:
     page = open_client.get("/ui/deadletters?queue=orders").text
     row = re.search(
-        r"MaxDeliveryCountExceeded</a></td>\s*<td class=\"wide causes\">(.*?)</td>", page, re.S
+        r"MaxDeliveryCountExceeded</a></td>\s*<td class=\"n\">3</td>\s*"
+        r"<td class=\"causes\">(.*?)</td>",
+        page,
+        re.S,
     )
     assert row, page
     sample = dead["MaxDeliveryCountExceeded"][0]
@@ -94,7 +109,12 @@ def test_a_reason_shows_the_causes_it_hides_with_a_sample(
         f" {TIMES}3</a>",
         row.group(1),
     ), row.group(1)
-    invalid = re.search(r"InvalidOrder</a></td>\s*<td class=\"wide causes\">(.*?)</td>", page, re.S)
+    invalid = re.search(
+        r"InvalidOrder</a></td>\s*<td class=\"n\">3</td>\s*"
+        r"<td class=\"causes\">(.*?)</td>",
+        page,
+        re.S,
+    )
     assert invalid and f">ValueError</span> {TIMES}2</a>, <a" in invalid.group(1)
     assert f"(never failed)</span> {TIMES}1" in invalid.group(1)
     assert (
@@ -109,7 +129,7 @@ def test_the_overview_draws_each_queues_last_day(
     clock.advance(3600)
     broker.sender("orders").send([Message(body="x"), Message(body="y")])
     page = open_client.get("/ui/").text
-    cell = re.search(r'<td class="wide trends">(.*?)</td>', page, re.S)
+    cell = re.search(r'<td class="trends">(.*?)</td>', page, re.S)
     assert cell, page
     # The hour the fixture dead-lettered in held 3 at once, though it ended empty: its bar
     # is the hour's highest depth (the depth at the hour's end drew it as 0, "at most 2").
@@ -175,3 +195,32 @@ def test_shapes() -> None:
     many = Timeline(0, 60, 1, {str(n): [1] for n in range(9)})
     legend = stacked(many).legend
     assert legend[-1] == ("s7", "other", 2)
+
+
+def _lab(colour: str) -> tuple[float, float, float]:
+    """CIELAB of an sRGB ``#rrggbb`` (D65)."""
+
+    def linear(c: float) -> float:
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (linear(int(colour[i : i + 2], 16) / 255) for i in (1, 3, 5))
+    x = (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047
+    y = 0.2126 * r + 0.7152 * g + 0.0722 * b
+    z = (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883
+
+    def f(v: float) -> float:
+        return v ** (1 / 3) if v > 0.008856 else 7.787 * v + 16 / 116
+
+    return 116 * f(y) - 16, 500 * (f(x) - f(y)), 200 * (f(y) - f(z))
+
+
+def test_the_seven_series_colours_are_told_apart() -> None:
+    """With 7 reasons a teal and the green were both read as green (ΔE 23 apart): every
+    two of the colours a chart gives its largest series are at least ΔE 30 apart (CIE76)."""
+    css = (Path(charts.__file__).parent / "static" / "style.css").read_text()
+    found = dict(re.findall(r"\.(s[0-6]) \{ --c: (#[0-9a-f]{6}); \}", css))
+    assert sorted(found) == [f"s{n}" for n in range(charts.COLOURS)]
+    for a, b in itertools.combinations(sorted(found), 2):
+        distance = math.dist(_lab(found[a]), _lab(found[b]))
+        assert distance >= 30, (a, found[a], b, found[b], round(distance))
+    assert math.dist(_lab("#00796b"), _lab("#17703d")) < 30  # the pair it caught

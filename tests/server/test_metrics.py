@@ -11,9 +11,10 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from poisonq import Broker, ManualClock, Message, RetryPolicy
+from poisonq.server import create_app
 from poisonq.server.metrics import OTHER_REASONS, TOP_REASONS
 from tests.helpers import assert_balanced
-from tests.server.conftest import AUTH, record
+from tests.server.conftest import AUTH, TOKEN, record
 
 
 def scrape(client: TestClient) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -208,3 +209,17 @@ def test_a_queue_auto_disabled_by_locks_that_ran_out_shows_at_the_next_scrape(
     assert value(samples, "poisonq_lock_expiries_total", **main) == 2
     listed = client.get("/api/entities", headers=AUTH).json()
     assert {e["name"]: e["status"] for e in listed}["payments"] == "receive_disabled"
+
+
+def test_a_public_url_is_on_metrics_for_the_alerts_absolute_links(
+    broker: Broker, client: TestClient
+) -> None:
+    """Alertmanager cannot open a relative ``/ui/`` link: with ``public_url`` the server
+    says where its UI is (``poisonq_ui_info``), and the alerts' annotations link there
+    (deploy/prometheus/poisonq-alerts.test.yml proves it with promtool); without one it
+    says nothing and the links stay relative."""
+    assert not [key for key in scrape(client) if key[0] == "poisonq_ui_info"]
+    app = create_app(broker, token=TOKEN, public_url="https://poisonq.example.com/")
+    with TestClient(app) as public:
+        samples = scrape(public)
+    assert value(samples, "poisonq_ui_info", url="https://poisonq.example.com/ui/") == 1

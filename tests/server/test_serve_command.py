@@ -97,17 +97,24 @@ def test_serve_on_a_port_in_use_says_so_in_one_line_before_any_banner(url: str, 
     assert "serving at" not in done.stderr and "token" not in done.stderr
 
 
+def _refused(url: str, *options: str) -> tuple[subprocess.CompletedProcess[str], str]:
+    """``poisonq serve`` with ``options``, which it refuses at start: what it did, and the one
+    line it printed."""
+    poisonq = [sys.executable, "-c", "from poisonq.cli import main; main()"]
+    command = [*poisonq, "--url", url, "serve", "--port", str(free_port()), *options]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    [line] = done.stderr.splitlines()
+    return done, line
+
+
 @pytest.mark.parametrize("token", ["", "   ", "short"])
 def test_a_token_too_short_to_guard_is_refused_in_one_line(
     url: str, queue: str, token: str
 ) -> None:
     """Before, ``--token ""`` started a server with a random token it did not print: nobody
     could log in."""
-    poisonq = [sys.executable, "-c", "from poisonq.cli import main; main()"]
-    command = [*poisonq, "--url", url, "serve", "--port", str(free_port()), "--token", token]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2
-    [line] = done.stderr.splitlines()
+    done, line = _refused(url, "--token", token)
     assert line.startswith("error: Invalid value for '--token': the token is ")
     assert "at least 16 characters" in line and "serving at" not in done.stderr
 
@@ -226,3 +233,22 @@ def test_serve_lets_time_pass_where_nobody_reads(url: str) -> None:
             process.wait(timeout=30)
         [rejected] = broker.peek("replies/$deadletterqueue")
         assert rejected.dead_letter_reason == "Rejected"
+
+
+@pytest.mark.parametrize("given", ["/ui/", "poisonq.example.com", "ftp://x", "https://x/?a=1"])
+def test_a_public_url_that_is_not_absolute_http_is_refused_in_one_line(
+    url: str, queue: str, given: str
+) -> None:
+    """Every alert would carry a link that cannot be opened."""
+    _, line = _refused(url, "--public-url", given)
+    assert line.startswith("error: Invalid value for '--public-url': ")
+    assert "not an absolute http or https URL" in line
+
+
+def test_serve_says_where_alerts_link(url: str, queue: str) -> None:
+    given = "https://poisonq.example.com/"
+    with serving(url, "--public-url", given, "--open-reads") as (base, printed):
+        assert "alerts link https://poisonq.example.com/ui/" in printed
+        with urllib.request.urlopen(f"{base}/metrics") as answer:
+            metrics = answer.read().decode()
+    assert 'poisonq_ui_info{url="https://poisonq.example.com/ui/"} 1.0' in metrics

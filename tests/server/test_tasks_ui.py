@@ -39,7 +39,7 @@ def test_the_tasks_page_lists_every_task_and_who_started_it(
     page = client.get("/ui/tasks").text
     rows = re.findall(
         r'<tr>\s*<td class="n"><a href="/ui/tasks/(\d+)\?queue=orders">.*?</td>\s*'
-        r'<td class="wide">(\w+)</td>.*?"status (\w+)".*?'
+        r'<td>(\w+)</td>.*?"status (\w+)".*?'
         r'<td class="n">(\d+) of (\d+)</td>\s*<td[^>]*>([^<]*)</td>',
         page,
         re.S,
