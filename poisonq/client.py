@@ -24,7 +24,7 @@ from poisonq.filters import Filter, make_filter
 from poisonq.history import Timeline, Trend
 from poisonq.history import window as history_window
 from poisonq.limits import check_count
-from poisonq.lock_renewer import AutoLockRenewer
+from poisonq.lock_renewer import AutoLockRenewer, check_renewer
 from poisonq.model import (
     Duration,
     EntityKind,
@@ -299,6 +299,7 @@ class Broker:
         except ValueError:
             choices = ", ".join(m.value for m in ReceiveMode)
             raise InvalidOptionError(f"receive_mode must be one of {choices}") from None
+        check_renewer(auto_lock_renewer)
         return Receiver(
             self, address, subqueue, mode, lock_duration, max_wait_time, auto_lock_renewer
         )
@@ -316,6 +317,7 @@ class Broker:
         ``auto_lock_renewer``, the session is registered with it until it is closed."""
         if session_id is None:  # the engine would take the next session (accept_next_session)
             raise InvalidOptionError("name the session to accept, not None")
+        check_renewer(auto_lock_renewer)
         seconds = None if lock_duration is None else lock_seconds(lock_duration)
         got = self.engine.accept_session(address, session_id, seconds)
         assert got is not None, "a named session is locked or refused"
@@ -333,6 +335,7 @@ class Broker:
         ``max_wait`` (a minute by default, as a Service Bus client waits; 0 looks once) for
         one to arrive or to be given up; ``None`` if none came. ``auto_lock_renewer`` as in
         :meth:`accept_session`."""
+        check_renewer(auto_lock_renewer)
         seconds = None if lock_duration is None else lock_seconds(lock_duration)
         wait = to_seconds(max_wait, "max_wait")
         deadline = time.monotonic() + wait

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from poisonq.errors import (
     InvalidOperationError,
+    InvalidOptionError,
     MessageLockLostError,
     PoisonqError,
     SessionLockLostError,
@@ -72,6 +73,14 @@ class _Watch:
         if isinstance(renewable, SessionReceiver):
             return SessionLockLostError(renewable.address, renewable.session_id, ran_out=True)
         return MessageLockLostError([renewable.sequence_number])
+
+
+def check_renewer(renewer: object) -> None:
+    """An ``auto_lock_renewer=`` argument: an :class:`AutoLockRenewer` or ``None``, refused
+    before anything is received or locked (a wrong one would fail after the receive and
+    leave its messages locked until they count a delivery)."""
+    if renewer is not None and not isinstance(renewer, AutoLockRenewer):
+        raise InvalidOptionError(f"auto_lock_renewer must be an AutoLockRenewer, not {renewer!r}")
 
 
 class AutoLockRenewer:

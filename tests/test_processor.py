@@ -7,6 +7,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -440,3 +441,35 @@ def test_a_defect_that_starts_after_healthy_traffic_spends_nothing(
     assert (counts["completed"], counts["dead_lettered"], counts["active"]) == (100, 0, 200)
     assert {m.delivery_count for m in broker.peek(queue, max_messages=200)} == {0}
     assert_balanced(broker)
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [{"concurrency": "2"}, {"batch_size": "50"}, {"batch_size": 0}, {"handler": None}],
+    ids=["concurrency str", "batch_size str", "batch_size 0", "handler None"],
+)
+def test_a_processor_with_a_wrong_argument_is_refused_with_a_typed_error(
+    broker: Broker, queue: str, arguments: dict[str, Any]
+) -> None:
+    given: dict[str, Any] = {"handler": lambda message: None, **arguments}
+    handler = given.pop("handler")
+    with pytest.raises(poisonq.InvalidOptionError):
+        Processor(broker, queue, handler, **given)
+
+
+def test_a_wrong_auto_lock_renewer_is_refused_before_anything_is_locked(
+    broker: Broker, queue: str
+) -> None:
+    """A renewer that is not an AutoLockRenewer would fail after the receive, its messages
+    left locked to count a delivery: it is refused first, by every receiver."""
+    broker.create_queue("carts", requires_session=True)
+    send(broker, queue, 1)
+    broker.sender("carts").send(Message(body="x", session_id="a"))
+    with pytest.raises(poisonq.InvalidOptionError, match="auto_lock_renewer"):
+        broker.receiver(queue, auto_lock_renewer="oops")  # type: ignore[arg-type]
+    with pytest.raises(poisonq.InvalidOptionError, match="auto_lock_renewer"):
+        broker.accept_session("carts", "a", auto_lock_renewer="oops")  # type: ignore[arg-type]
+    with pytest.raises(poisonq.InvalidOptionError, match="auto_lock_renewer"):
+        broker.accept_next_session("carts", max_wait=0, auto_lock_renewer="x")  # type: ignore[arg-type]
+    assert broker.counts(queue)["locked"] == 0 and broker.counts("carts")["locked"] == 0
+    assert broker.accept_session("carts", "a").session_id == "a"  # nobody holds it

@@ -41,6 +41,7 @@ from typing import Any
 from poisonq.client import Broker
 from poisonq.defects import DEFAULT_MAX_FAILURE_RATIO, FailureWindow, check_ratio
 from poisonq.errors import InvalidOptionError, PermanentError
+from poisonq.limits import check_count
 from poisonq.lock_renewer import AutoLockRenewer
 from poisonq.model import Duration, ReceivedMessage
 from poisonq.processor import handler_runs
@@ -103,10 +104,10 @@ class Processor:
         max_failure_ratio: float | None = DEFAULT_MAX_FAILURE_RATIO,
         isolation: Isolation = None,
     ) -> None:
-        if batch_size < 1:
-            raise InvalidOptionError("batch_size must be at least 1")
-        if concurrency < 1:
-            raise InvalidOptionError("concurrency must be at least 1")
+        check_count(batch_size, "batch_size")
+        check_count(concurrency, "concurrency")
+        if not callable(handler):
+            raise InvalidOptionError(f"handler must be callable, not {handler!r}")
         self.broker = broker
         self.address = address
         self.handler = handler
