@@ -473,3 +473,27 @@ def test_a_wrong_auto_lock_renewer_is_refused_before_anything_is_locked(
         broker.accept_next_session("carts", max_wait=0, auto_lock_renewer="x")  # type: ignore[arg-type]
     assert broker.counts(queue)["locked"] == 0 and broker.counts("carts")["locked"] == 0
     assert broker.accept_session("carts", "a").session_id == "a"  # nobody holds it
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["message handler", "batch handler"])
+def test_an_interrupted_run_counts_no_delivery_for_what_it_did_not_finish(
+    broker: Broker, queue: str, batch: bool
+) -> None:
+    """Ctrl-C (KeyboardInterrupt) is not a failed delivery: what the handler finished is
+    settled, the rest of the batch (the message in hand too) goes back at once with its
+    delivery count as it was, none of it left locked to run out and come back a suspect."""
+    send(broker, queue, 10)
+    seen: list[int] = []
+
+    def handle(work: ReceivedMessage | list[ReceivedMessage]) -> None:
+        if isinstance(work, list) or len(seen) == 4:
+            raise KeyboardInterrupt
+        seen.append(work.sequence_number)
+
+    with pytest.raises(KeyboardInterrupt):
+        Processor(broker, queue, handle, batch_size=10, batch=batch, max_wait=0).run()
+    counts = broker.counts(queue)
+    finished = 0 if batch else 4
+    assert (counts["completed"], counts["active"], counts["locked"]) == (finished, 10 - finished, 0)
+    assert {m.delivery_count for m in broker.peek(queue, max_messages=10)} == {0}
+    assert_balanced(broker)

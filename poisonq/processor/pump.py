@@ -320,7 +320,14 @@ class Pump:
             later = [m for m in messages if m is not suspects[0]]
         else:
             now, later = [m for m in messages if not is_suspect(m)], suspects
-        handled, settled_early = self._handle(receiver, now, in_order)
+        try:
+            handled, settled_early = self._handle(receiver, now, in_order)
+        except (KeyboardInterrupt, SystemExit):
+            # Ctrl-C or exit is not a failed delivery: what the handler did not finish goes
+            # back uncounted (locks left to run out would each count a delivery and come
+            # back as suspects).
+            self._settle(receiver, [GivenBack(m) for m in messages])
+            raise
         outcomes = [*handled, *(GivenBack(message) for message in later)]
         # Only first deliveries tell a defect: a message that failed before is suspected
         # already, and settled as it comes.
@@ -395,23 +402,29 @@ class Pump:
         finished: list[Outcome] = []
         settled_early: set[int] = set()
         flush_at = time.monotonic() + FLUSH_INTERVAL
-        for position, message in enumerate(messages):
-            # Its lock renewal counts from now, as the handler's run does.
-            self.renewer.register(receiver, message)
-            if self.processor.lock_known_lost(message):
-                outcomes.append(GivenBack(message))
-                continue
-            outcome = outcome_of(message, self._run(message))
-            outcomes.append(outcome)
-            if isinstance(outcome, Succeeded):
-                finished.append(outcome)
-                if time.monotonic() >= flush_at and position < len(messages) - 1:
-                    self._settle(receiver, finished)
-                    settled_early.update(o.message.sequence_number for o in finished)
-                    finished, flush_at = [], time.monotonic() + FLUSH_INTERVAL
-            if in_order and not isinstance(outcome, Succeeded):
-                outcomes += [GivenBack(later) for later in messages[position + 1 :]]
-                break
+        try:
+            for position, message in enumerate(messages):
+                # Its lock renewal counts from now, as the handler's run does.
+                self.renewer.register(receiver, message)
+                if self.processor.lock_known_lost(message):
+                    outcomes.append(GivenBack(message))
+                    continue
+                outcome = outcome_of(message, self._run(message))
+                outcomes.append(outcome)
+                if isinstance(outcome, Succeeded):
+                    finished.append(outcome)
+                    if time.monotonic() >= flush_at and position < len(messages) - 1:
+                        self._settle(receiver, finished)
+                        settled_early.update(o.message.sequence_number for o in finished)
+                        finished, flush_at = [], time.monotonic() + FLUSH_INTERVAL
+                if in_order and not isinstance(outcome, Succeeded):
+                    outcomes += [GivenBack(later) for later in messages[position + 1 :]]
+                    break
+        except (KeyboardInterrupt, SystemExit):
+            # Interrupted, not failed: what was handled is settled by its outcome, and the
+            # rest (the message in hand too) given back uncounted.
+            self._settle(receiver, outcomes)
+            raise
         return outcomes, settled_early
 
     def _in_one_round_trip(
