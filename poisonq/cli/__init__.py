@@ -106,8 +106,7 @@ def cli(ctx: click.Context, url: str, retry_total: int) -> None:
       poisonq audit
       poisonq housekeep --every 5
       poisonq serve --port 8080 --open-reads
-      poisonq pipeline run jobs/orders.py:transform --queue orders \
-        --schema 'id long, total double' --output out/orders
+      poisonq pipeline run jobs/orders.py:transform --queue orders --output out/orders
       poisonq pipeline show pipeline
     """
     ctx.obj = App(url, ctx, retry_total=retry_total)
