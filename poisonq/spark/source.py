@@ -48,7 +48,6 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTri
 from pyspark.sql.types import StructField, StructType
 
 import poisonq
-from poisonq.client import DEFAULT_URL
 from poisonq.errors import InvalidOptionError
 from poisonq.model import Abandon, FailureRecord, Lease, Message
 from poisonq.names import parse_address
@@ -76,6 +75,24 @@ WRITABLE_COLUMNS = frozenset(
 )
 
 
+# Every option the data source takes, as docs/spark.md lists them; ``path`` is what
+# ``.load(NAME)`` passes.
+OPTIONS = (
+    "url",
+    "queue",
+    "entity",
+    "path",
+    "subqueue",
+    "consumer",
+    "maxMessagesPerBatch",
+    "lockDuration",
+    "numPartitions",
+    "lease",
+    "minSequence",
+    "maxSequence",
+)
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     """The data source's options, checked once on the driver (picklable, nothing open)."""
@@ -92,13 +109,27 @@ class SourceOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
-        get = {key.lower(): value for key, value in options.items()}.get
-        queue = get("queue") or get("entity")
-        if not queue:
-            raise InvalidOptionError('the poisonq data source needs .option("queue", NAME)')
+        """Check ``options`` (names in any case, as Spark's are) and convert them. A name
+        Spark's other sources take (``maxMessagesPerTrigger``) or a typo would otherwise be
+        ignored silently, and a missing ``url`` would open (and create) ``./poisonq.db``."""
+        given = {key.lower(): value for key, value in options.items()}
+        unknown = sorted(set(given) - {name.lower() for name in OPTIONS})
+        if unknown:
+            raise InvalidOptionError(
+                f"unknown option(s) of the poisonq data source: {', '.join(unknown)};"
+                f" it takes {', '.join(OPTIONS)}"
+            )
+        get = given.get
+        url = get("url")
+        if not url:
+            raise InvalidOptionError(
+                'the poisonq data source needs .option("url", URL), the store to read'
+                " (sqlite:////absolute/path.db or postgresql://...)"
+            )
+        queue = _queue(get("queue"), get("entity"), get("path"))
         address = str(parse_address(queue, get("subqueue")))
         return cls(
-            url=absolute_url(get("url") or DEFAULT_URL),
+            url=absolute_url(url),
             address=address,
             consumer=get("consumer") or "spark",
             max_messages_per_batch=_int(get, "maxMessagesPerBatch") or 10_000,
@@ -111,6 +142,21 @@ class SourceOptions:
 
     def connect(self) -> poisonq.Broker:
         return poisonq.connect(self.url)
+
+
+def _queue(*names: str | None) -> str:
+    """The queue of the ``queue`` or ``entity`` option, or of ``.load(NAME)`` (``path``)."""
+    given = {name for name in names if name}
+    if not given:
+        raise InvalidOptionError(
+            'the poisonq data source needs a queue: .option("queue", NAME) or .load(NAME)'
+        )
+    if len(given) > 1:
+        raise InvalidOptionError(
+            f"the queue is named twice, differently: {', '.join(sorted(given))}"
+            " (give one of the queue option, the entity option or .load(NAME))"
+        )
+    return given.pop()
 
 
 def _int(get: Any, name: str) -> int | None:
