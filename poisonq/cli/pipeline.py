@@ -426,6 +426,12 @@ def pipeline() -> None:
     is_flag=True,
     help="No live progress line on a terminal (messages/s and dead-letters so far).",
 )
+@click.option(
+    "--verbose",
+    is_flag=True,
+    help="Log the errors of the run's Spark jobs as Spark does, with their Java and Python"
+    " stacks (without it, one line per failed batch and per isolated message).",
+)
 @json_option
 @click.pass_context
 def pipeline_run(
@@ -447,6 +453,7 @@ def pipeline_run(
     forever: bool,
     keep_batches: int,
     quiet: bool,
+    verbose: bool,
     as_json: bool,
 ) -> None:
     """Run a transform over a queue on Spark.
@@ -524,9 +531,11 @@ def pipeline_run(
     permanent = tuple(load_exception(name) for name in permanent_types)
     app.broker.get_queue(queue_name)  # an unknown queue fails here, before Spark starts
     from poisonq.spark.pipeline import Pipeline, PipelineStoppedError
-    from poisonq.spark.session import local_session
+    from poisonq.spark.session import local_session, show_job_errors
 
     spark = local_session()
+    if verbose:
+        show_job_errors()
     common: dict[str, Any] = {
         "url": app.url,
         "queue": queue_name,

@@ -19,18 +19,21 @@ error of its own part, not the batch's.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
 
 from poisonq.bisection import failing_alone
 from poisonq.defects import Defect
+from poisonq.failures import describe
 from poisonq.limits import MAX_MESSAGE, MAX_TRACEBACK, tail
 from poisonq.model import FailureRecord
 
+log = logging.getLogger(__name__)
 JobError = (PySparkException, Py4JError)
 MAX_GUILTY_PER_BATCH = 16
 _JVM_FRAME = re.compile(r"\s+(at |\.\.\. \d+ more)")
@@ -91,6 +94,13 @@ def isolate(
     if len(fresh) >= 3 and fresh_set.issubset(guilty):
         return job_defect(error, fresh)
     return guilty
+
+
+def report_isolated(batch: str, failures: Mapping[int, FailureRecord]) -> None:
+    """One line on the console for each message found failing alone, with its failure's
+    one line (no stack: the failure keeps its traceback)."""
+    for seq, failure in failures.items():
+        log.warning("%s: message %d failed alone: %s", batch, seq, describe(failure))
 
 
 def _signature(error: BaseException) -> str:

@@ -1,0 +1,61 @@
+"""The runner's jobs are quiet in any session, not only in ``local_session()``'s: a row that
+fails its job costs a line of the runner's, not the JVM's stacks of every failed task."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import poisonq
+
+# A user's own session (Spark's default logging, WARN), a cast error in one row of 40.
+USERS_SESSION = """
+import sys
+from pyspark.sql import SparkSession, functions as F
+from poisonq.spark import Pipeline
+
+spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+         .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+
+
+def orders(batch):
+    n = F.get_json_object(F.col("body").cast("string"), "$.n").cast("int")
+    return batch.select("sequence_number", n.alias("n"))
+
+
+report = Pipeline(spark, url=sys.argv[1], queue="orders", transform=orders,
+                  output=sys.argv[2]).run()
+print("isolation jobs", report.isolation_jobs, file=sys.stderr)
+"""
+
+
+def _run(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    with poisonq.connect(url) as broker:
+        broker.create_queue("orders", max_delivery_count=1)
+        bodies = [b'{"n": "x"}' if n == 13 else f'{{"n": {n}}}'.encode() for n in range(40)]
+        broker.sender("orders").send([poisonq.Message(body=body) for body in bodies])
+    script = tmp_path / "job.py"
+    script.write_text(USERS_SESSION)
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    return subprocess.run(
+        [sys.executable, str(script), url, str(tmp_path / "out"), *extra],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def test_a_failing_row_prints_one_line_and_no_stack_in_a_users_own_session(
+    tmp_path: Path,
+) -> None:
+    done = _run(tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stderr.splitlines()
+    frames = [line for line in lines if line.lstrip().startswith(("at ", 'File "'))]
+    assert frames == []
+    assert not any("ERROR Executor" in line or "TaskSetManager" in line for line in lines)
+    assert int(lines[-1].split()[-1]) > 0  # the row did fail its jobs
+    [isolated] = [line for line in lines if "failed alone" in line]
+    assert isolated.startswith("batch 1: message 14 failed alone: BatchJobFailed:")
+    assert "[CAST_INVALID_INPUT]" in isolated
