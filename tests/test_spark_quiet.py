@@ -59,3 +59,34 @@ def test_a_failing_row_prints_one_line_and_no_stack_in_a_users_own_session(
     [isolated] = [line for line in lines if "failed alone" in line]
     assert isolated.startswith("batch 1: message 14 failed alone: BatchJobFailed:")
     assert "[CAST_INVALID_INPUT]" in isolated
+
+
+CAST = """
+from pyspark.sql import functions as F
+
+
+def orders(batch):
+    n = F.get_json_object(F.col("body").cast("string"), "$.n").cast("int")
+    return batch.select("sequence_number", n.alias("n"))
+"""
+
+
+def test_pipeline_run_verbose_logs_the_failed_tasks_as_spark_does(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    with poisonq.connect(url) as broker:
+        broker.create_queue("orders", max_delivery_count=1)
+        bodies = [b'{"n": "x"}' if n == 3 else f'{{"n": {n}}}'.encode() for n in range(6)]
+        broker.sender("orders").send([poisonq.Message(body=body) for body in bodies])
+    (tmp_path / "jobs.py").write_text(CAST)
+    poisonq_cli = Path(sys.executable).with_name("poisonq")
+    done = subprocess.run(
+        [str(poisonq_cli), "--url", url, "pipeline", "run", "jobs.py:orders",
+         "--queue", "orders", "--output", "out", "--quiet", "--verbose"],
+        cwd=tmp_path, env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stderr.splitlines()
+    assert any("ERROR Executor" in line for line in lines)
+    assert any(line.lstrip().startswith("at org.apache.spark") for line in lines)
+    assert any(line.startswith("batch 1: message 4 failed alone") for line in lines)
