@@ -55,6 +55,7 @@ def test_a_failing_row_prints_one_line_and_no_stack_in_a_users_own_session(
     frames = [line for line in lines if line.lstrip().startswith(("at ", 'File "'))]
     assert frames == []
     assert not any("ERROR Executor" in line or "TaskSetManager" in line for line in lines)
+    assert not any("replaced a statically registered data source" in line for line in lines)
     assert int(lines[-1].split()[-1]) > 0  # the row did fail its jobs
     [isolated] = [line for line in lines if "failed alone" in line]
     assert isolated.startswith("batch 1: message 14 failed alone: BatchJobFailed:")

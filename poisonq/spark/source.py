@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -52,6 +52,7 @@ from poisonq.errors import InvalidOptionError
 from poisonq.model import Abandon, FailureRecord, Lease, Message
 from poisonq.names import parse_address
 from poisonq.options import MAX_LOCK_DURATION
+from poisonq.spark.connect import is_connect
 from poisonq.spark.schema import ARROW_SCHEMA, lease_batch, message_batch
 
 T = TypeVar("T", int, float)
@@ -269,6 +270,20 @@ class PoisonqDataSource(DataSource):
                 " queue holds: purge it first if that is meant (poisonq dlq purge, or a purge task)"
             )
         return QueueWriter(SourceOptions.parse(self.options))
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``format("poisonq")`` known to ``spark``, unless PySpark's lookup of
+    ``pyspark_*`` modules found it already (registering it again would only log a warning
+    that it replaced the one found)."""
+    if not is_connect(spark) and _found(spark):
+        return
+    spark.dataSource.register(PoisonqDataSource)
+
+
+def _found(spark: SparkSession) -> bool:
+    manager = spark._jsparkSession.sessionState().dataSourceManager()
+    return bool(manager.dataSourceExists(PoisonqDataSource.name()))
 
 
 @dataclass(frozen=True)
