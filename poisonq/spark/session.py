@@ -10,11 +10,12 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+from py4j.protocol import Py4JError
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
@@ -59,7 +60,9 @@ def quiet_query_errors() -> Iterator[None]:
     with _quiet:
         _depth += 1
         if _depth == 1:
-            _quieted.extend(_silence_task_failures())
+            # A JVM logging with something else than Log4j 2's core stays as it is.
+            with suppress(Py4JError):
+                _quieted.extend(_silence_task_failures())
     try:
         yield
     finally:
