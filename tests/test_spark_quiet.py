@@ -7,8 +7,16 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
 
 import poisonq
+from poisonq.spark import foreach_batch
+from tests.helpers import assert_balanced, fill_orders, start_stream
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 # A user's own session (Spark's default logging, WARN), a cast error in one row of 40.
 USERS_SESSION = """
@@ -91,3 +99,29 @@ def test_pipeline_run_verbose_logs_the_failed_tasks_as_spark_does(tmp_path: Path
     assert any("ERROR Executor" in line for line in lines)
     assert any(line.lstrip().startswith("at org.apache.spark") for line in lines)
     assert any(line.startswith("batch 1: message 4 failed alone") for line in lines)
+
+
+def test_foreach_batch_logs_one_line_per_message_found_failing_alone(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    with poisonq.connect(url) as broker:
+        broker.create_queue("orders", max_delivery_count=1, lock_duration=30)
+        sent = fill_orders(broker, 8)
+        poison = sent[3]
+
+        def handle(df: DataFrame, batch_id: int) -> None:
+            got = [r.sequence_number for r in df.select("sequence_number").collect()]
+            if poison in got:
+                raise RuntimeError(f"cannot write message {poison}")
+
+        query = start_stream(spark, url, tmp_path / "ck", foreach_batch(handle), "fb")
+        try:
+            query.processAllAvailable()
+        finally:
+            query.stop()
+        isolated = [r.getMessage() for r in caplog.records if "failed alone" in r.getMessage()]
+        [line] = isolated
+        assert line.startswith(f"batch 0: message {poison} failed alone: RuntimeError: cannot")
+        assert "\n" not in line
+        assert_balanced(broker)
