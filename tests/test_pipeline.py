@@ -267,7 +267,7 @@ def test_a_batch_that_fails_as_a_whole_is_bisected_to_the_guilty_messages(
     letters = dead_letters_by_id(live)
     assert sorted(letters) == ["o11", "o4"]
     failure = live.message("orders/$deadletterqueue", letters["o4"].sequence_number).failures[-1]
-    assert failure.error_type == "BatchJobFailed"
+    assert failure.error_type == "WorkerCrashed"
     assert_balanced(live)
 
 

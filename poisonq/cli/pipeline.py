@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import keyword
 import logging
 import os
 import re
@@ -124,8 +125,8 @@ def _module_from_file(path: Path) -> ModuleType:
     (``--permanent file.py:Type``) must be the same classes."""
     if not path.is_file():
         raise InvalidOptionError(f"no such file {str(path)!r} ({TARGET_HELP})")
-    # A private name: a file called json.py must not replace the json module.
-    name = "poisonq_transform_" + re.sub(r"\W", "_", str(path.resolve()))
+    path = path.resolve()
+    name = _file_module_name(path)
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)
@@ -134,6 +135,7 @@ def _module_from_file(path: Path) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     # In sys.modules while it runs, as an import would be: dataclasses and pickling need it.
     sys.modules[name] = module
+    _FILE_MODULES.add(name)
     try:
         spec.loader.exec_module(module)
     except BaseException:
@@ -141,6 +143,36 @@ def _module_from_file(path: Path) -> ModuleType:
         raise
     _ship_by_value(module)
     return module
+
+
+_FILE_MODULES: set[str] = set()  # the names of the job files' modules loaded so far
+
+
+def _file_module_name(path: Path) -> str:
+    """The name a file's module goes by: its stem, as the user calls it and as its exception
+    classes show in a failure (``rows.BadEvent``), unless another module has that name (a
+    file called json.py must not replace the json module); then a private name made of its
+    path. A job file of the same name loaded before (another run in the same process) is
+    replaced."""
+    stem = path.stem
+    if stem.isidentifier() and not keyword.iskeyword(stem):
+        loaded = sys.modules.get(stem)
+        if loaded is not None and stem in _FILE_MODULES:
+            if getattr(loaded, "__file__", None) != str(path):
+                del sys.modules[stem]
+            return stem
+        if loaded is None and _findable(stem) in (None, str(path)):
+            return stem
+    return "poisonq_transform_" + re.sub(r"\W", "_", str(path))
+
+
+def _findable(name: str) -> str | None:
+    """Where an import of top-level module ``name`` would load it from, None if nowhere."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    return None if spec is None else (spec.origin or "")
 
 
 def _import(module_name: str) -> ModuleType:
@@ -394,6 +426,12 @@ def pipeline() -> None:
     is_flag=True,
     help="No live progress line on a terminal (messages/s and dead-letters so far).",
 )
+@click.option(
+    "--verbose",
+    is_flag=True,
+    help="Log the errors of the run's Spark jobs as Spark does, with their Java and Python"
+    " stacks (without it, one line per failed batch and per isolated message).",
+)
 @json_option
 @click.pass_context
 def pipeline_run(
@@ -415,6 +453,7 @@ def pipeline_run(
     forever: bool,
     keep_batches: int,
     quiet: bool,
+    verbose: bool,
     as_json: bool,
 ) -> None:
     """Run a transform over a queue on Spark.
@@ -492,9 +531,11 @@ def pipeline_run(
     permanent = tuple(load_exception(name) for name in permanent_types)
     app.broker.get_queue(queue_name)  # an unknown queue fails here, before Spark starts
     from poisonq.spark.pipeline import Pipeline, PipelineStoppedError
-    from poisonq.spark.session import local_session
+    from poisonq.spark.session import local_session, show_job_errors
 
     spark = local_session()
+    if verbose:
+        show_job_errors()
     common: dict[str, Any] = {
         "url": app.url,
         "queue": queue_name,

@@ -182,7 +182,7 @@ DATAFRAME_JOB = Job(
         "invalid": Expected(UnknownCustomerError.__name__, "unknown customer"),
         "negative": Expected(EXPECTATION_FAILED, "failed expectation positive_total;"),
         "comma": Expected(POISONED, "CAST_INVALID_INPUT"),
-        "crash": Expected(POISONED, "BatchJobFailed"),
+        "crash": Expected(POISONED, "WorkerCrashed"),
         "expiring": Expected(DeadLetterReason.TTL_EXPIRED.value),
     },
     pipeline=dataframe_pipeline,

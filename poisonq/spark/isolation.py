@@ -19,18 +19,21 @@ error of its own part, not the batch's.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
 
 from poisonq.bisection import failing_alone
 from poisonq.defects import Defect
+from poisonq.failures import describe
 from poisonq.limits import MAX_MESSAGE, MAX_TRACEBACK, tail
 from poisonq.model import FailureRecord
 
+log = logging.getLogger(__name__)
 JobError = (PySparkException, Py4JError)
 MAX_GUILTY_PER_BATCH = 16
 _JVM_FRAME = re.compile(r"\s+(at |\.\.\. \d+ more)")
@@ -93,6 +96,13 @@ def isolate(
     return guilty
 
 
+def report_isolated(batch: str, failures: Mapping[int, FailureRecord]) -> None:
+    """One line on the console for each message found failing alone, with its failure's
+    one line (no stack: the failure keeps its traceback)."""
+    for seq, failure in failures.items():
+        log.warning("%s: message %d failed alone: %s", batch, seq, describe(failure))
+
+
 def _signature(error: BaseException) -> str:
     """What two job failures share when they fail the same way: the error's first line
     without the numbers that name stages, tasks and hosts."""
@@ -112,9 +122,12 @@ def worker_crashed(error: BaseException) -> bool:
 
 
 def job_failure(error: BaseException) -> FailureRecord:
-    """The failure a Spark job error leaves on a message. When a Python traceback is in it
-    (a Python worker failed), that traceback and its exception line; else the error's first
-    line and its chain of errors without the JVM's frames."""
+    """The failure a Spark job error leaves on a message. A Python worker's death is a
+    crash (:func:`crash_failure`). When a Python traceback is in it (a Python worker
+    failed), that traceback and its exception line; else the error's first line and its
+    chain of errors without the JVM's frames."""
+    if worker_crashed(error):
+        return crash_failure(error)
     text = str(error).strip()
     java = getattr(error, "java_exception", None)  # a Py4JJavaError's message is only "o42.save"
     summary = str(java.toString()) if java is not None else text
@@ -135,4 +148,29 @@ def job_failure(error: BaseException) -> FailureRecord:
         first[:MAX_MESSAGE],
         traceback=tail(chain, MAX_TRACEBACK),
         fingerprint="batch-job-failed" + (f":{kind.group(1)}" if kind else ""),
+    )
+
+
+_CRASHED = re.compile(
+    r"worker exited unexpectedly \(crashed\):(?P<log>.*?)(?:\n\s*\n|$)", re.I | re.S
+)
+
+
+def crash_failure(error: BaseException) -> FailureRecord:
+    """A Python worker's death in a Spark job, told as the crash guard tells one under
+    ``map=`` (``WorkerCrashed``), not as the Java error that carries it. Spark does not pass
+    on the worker's exit status; its fault handler's first line (a segfault's
+    ``Fatal Python error: Segmentation fault``) is there when the worker printed one."""
+    java = getattr(error, "java_exception", None)
+    found = _CRASHED.search(str(java.toString()) if java is not None else str(error))
+    log = found.group("log").strip() if found else ""
+    first = log.splitlines()[0] if log else ""
+    how = "" if first.startswith(("at ", "Caused by")) else first
+    return FailureRecord(
+        time.time(),
+        "WorkerCrashed",
+        "the Python process handling this message died"
+        + (f" ({how})" if how else " (its exit status is not reported by Spark)"),
+        traceback=tail(log, MAX_TRACEBACK),
+        fingerprint="crash-in-spark-job",
     )

@@ -28,7 +28,7 @@ from poisonq.spark.isolation import worker_crashed
 from poisonq.spark.schema import MESSAGE_SCHEMA_DDL
 from poisonq.spark.session import quiet_query_errors
 from poisonq.spark.settling import LeaseContext
-from poisonq.spark.source import SEQUENCE, PoisonqDataSource, untagged
+from poisonq.spark.source import SEQUENCE, register, untagged
 from poisonq.spark.transform import LeaseTransform, pipeline_source
 from poisonq.spark.udf import settling
 
@@ -116,7 +116,7 @@ class FrameJob:
             " or over Connect use map= (a function of one message) or a stream with"
             " poisonq.spark.foreach_batch, whose expectations work over Connect",
         )
-        spark.dataSource.register(PoisonqDataSource)
+        register(spark)
         nothing = Lease(reader.queue, reader.consumer, 0, "", 0, 0, 0, 0.0)
         empty = spark.createDataFrame([], MESSAGE_SCHEMA_DDL)
         with quiet_query_errors():

@@ -54,7 +54,13 @@ from poisonq.model import Abandon, FailureRecord, Lease, MessageState
 from poisonq.names import validate_name
 from poisonq.spark.expectations import check_expectations
 from poisonq.spark.gate import Runs, leaked
-from poisonq.spark.isolation import JobError, isolate, job_defect, job_failure
+from poisonq.spark.isolation import (
+    JobError,
+    isolate,
+    job_defect,
+    job_failure,
+    report_isolated,
+)
 from poisonq.spark.jobs import FrameJob, LeaseReader, MapJob, struct_of
 from poisonq.spark.lease_renewer import LeaseRenewer, taken_ahead
 from poisonq.spark.rows import OutputSchema
@@ -563,8 +569,11 @@ class Pipeline:
         found = isolate(held, fresh, error, fails)
         if isinstance(found, Defect):
             return found
-        failures = [Abandon(s, lease.lock_token, job_failure(e)) for s, e in found.items()]
-        broker.settle_held(self.queue, failures)
+        failures = {seq: job_failure(exc) for seq, exc in found.items()}
+        broker.settle_held(
+            self.queue, [Abandon(s, lease.lock_token, f) for s, f in failures.items()]
+        )
+        report_isolated(f"batch {lease.number}", failures)
         return None
 
 

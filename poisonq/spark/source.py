@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -48,11 +48,11 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTri
 from pyspark.sql.types import StructField, StructType
 
 import poisonq
-from poisonq.client import DEFAULT_URL
 from poisonq.errors import InvalidOptionError
 from poisonq.model import Abandon, FailureRecord, Lease, Message
 from poisonq.names import parse_address
 from poisonq.options import MAX_LOCK_DURATION
+from poisonq.spark.connect import is_connect
 from poisonq.spark.schema import ARROW_SCHEMA, lease_batch, message_batch
 
 T = TypeVar("T", int, float)
@@ -76,6 +76,24 @@ WRITABLE_COLUMNS = frozenset(
 )
 
 
+# Every option the data source takes, as docs/spark.md lists them; ``path`` is what
+# ``.load(NAME)`` passes.
+OPTIONS = (
+    "url",
+    "queue",
+    "entity",
+    "path",
+    "subqueue",
+    "consumer",
+    "maxMessagesPerBatch",
+    "lockDuration",
+    "numPartitions",
+    "lease",
+    "minSequence",
+    "maxSequence",
+)
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     """The data source's options, checked once on the driver (picklable, nothing open)."""
@@ -92,13 +110,27 @@ class SourceOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
-        get = {key.lower(): value for key, value in options.items()}.get
-        queue = get("queue") or get("entity")
-        if not queue:
-            raise InvalidOptionError('the poisonq data source needs .option("queue", NAME)')
+        """Check ``options`` (names in any case, as Spark's are) and convert them. A name
+        Spark's other sources take (``maxMessagesPerTrigger``) or a typo would otherwise be
+        ignored silently, and a missing ``url`` would open (and create) ``./poisonq.db``."""
+        given = {key.lower(): value for key, value in options.items()}
+        unknown = sorted(set(given) - {name.lower() for name in OPTIONS})
+        if unknown:
+            raise InvalidOptionError(
+                f"unknown option(s) of the poisonq data source: {', '.join(unknown)};"
+                f" it takes {', '.join(OPTIONS)}"
+            )
+        get = given.get
+        url = get("url")
+        if not url:
+            raise InvalidOptionError(
+                'the poisonq data source needs .option("url", URL), the store to read'
+                " (sqlite:////absolute/path.db or postgresql://...)"
+            )
+        queue = _queue(get("queue"), get("entity"), get("path"))
         address = str(parse_address(queue, get("subqueue")))
         return cls(
-            url=absolute_url(get("url") or DEFAULT_URL),
+            url=absolute_url(url),
             address=address,
             consumer=get("consumer") or "spark",
             max_messages_per_batch=_int(get, "maxMessagesPerBatch") or 10_000,
@@ -111,6 +143,21 @@ class SourceOptions:
 
     def connect(self) -> poisonq.Broker:
         return poisonq.connect(self.url)
+
+
+def _queue(*names: str | None) -> str:
+    """The queue of the ``queue`` or ``entity`` option, or of ``.load(NAME)`` (``path``)."""
+    given = {name for name in names if name}
+    if not given:
+        raise InvalidOptionError(
+            'the poisonq data source needs a queue: .option("queue", NAME) or .load(NAME)'
+        )
+    if len(given) > 1:
+        raise InvalidOptionError(
+            f"the queue is named twice, differently: {', '.join(sorted(given))}"
+            " (give one of the queue option, the entity option or .load(NAME))"
+        )
+    return given.pop()
 
 
 def _int(get: Any, name: str) -> int | None:
@@ -223,6 +270,20 @@ class PoisonqDataSource(DataSource):
                 " queue holds: purge it first if that is meant (poisonq dlq purge, or a purge task)"
             )
         return QueueWriter(SourceOptions.parse(self.options))
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``format("poisonq")`` known to ``spark``, unless PySpark's lookup of
+    ``pyspark_*`` modules found it already (registering it again would only log a warning
+    that it replaced the one found)."""
+    if not is_connect(spark) and _found(spark):
+        return
+    spark.dataSource.register(PoisonqDataSource)
+
+
+def _found(spark: SparkSession) -> bool:
+    manager = spark._jsparkSession.sessionState().dataSourceManager()
+    return bool(manager.dataSourceExists(PoisonqDataSource.name()))
 
 
 @dataclass(frozen=True)

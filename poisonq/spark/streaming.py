@@ -40,7 +40,7 @@ from poisonq.failures import failure_from_exception
 from poisonq.model import Complete, DeadLetter, FailureRecord, Lease
 from poisonq.spark.expectations import FAILED, check_expectations, with_failed
 from poisonq.spark.gate import gated
-from poisonq.spark.isolation import JobError, isolate, job_failure
+from poisonq.spark.isolation import JobError, isolate, job_failure, report_isolated
 from poisonq.spark.lease_renewer import LeaseRenewer
 from poisonq.spark.pipeline import PipelineReport, PipelineStoppedError
 from poisonq.spark.session import quiet_query_errors
@@ -192,8 +192,9 @@ class ForeachBatch:
             self._stop(broker, lease, batch_id, found, written)
             return
         permanent: tuple[type[BaseException], ...] = (PermanentError, *self.permanent)
+        records = {seq: _failure(exc) for seq, exc in found.items()}
         failures = [
-            context.failure(seq, _failure(exc), isinstance(exc, permanent))
+            context.failure(seq, records[seq], isinstance(exc, permanent))
             for seq, exc in found.items()
         ]
         # What the parts wrote is completed in the transaction that settles the failures: a
@@ -201,6 +202,7 @@ class ForeachBatch:
         # write in one call what the parts wrote under their own first sequence numbers.
         done = [Complete(seq, lease.lock_token) for seq in written]
         broker.settle_held(context.address, [*done, *failures])
+        report_isolated(f"batch {batch_id}", records)
 
     def _stop_on_defect(
         self, broker: poisonq.Broker, lease: Lease, batch_id: int, error: BaseException

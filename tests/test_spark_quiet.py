@@ -1,0 +1,127 @@
+"""The runner's jobs are quiet in any session, not only in ``local_session()``'s: a row that
+fails its job costs a line of the runner's, not the JVM's stacks of every failed task."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+import poisonq
+from poisonq.spark import foreach_batch
+from tests.helpers import assert_balanced, fill_orders, start_stream
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+# A user's own session (Spark's default logging, WARN), a cast error in one row of 40.
+USERS_SESSION = """
+import sys
+from pyspark.sql import SparkSession, functions as F
+from poisonq.spark import Pipeline
+
+spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+         .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+
+
+def orders(batch):
+    n = F.get_json_object(F.col("body").cast("string"), "$.n").cast("int")
+    return batch.select("sequence_number", n.alias("n"))
+
+
+report = Pipeline(spark, url=sys.argv[1], queue="orders", transform=orders,
+                  output=sys.argv[2]).run()
+print("isolation jobs", report.isolation_jobs, file=sys.stderr)
+"""
+
+
+def _run(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    with poisonq.connect(url) as broker:
+        broker.create_queue("orders", max_delivery_count=1)
+        bodies = [b'{"n": "x"}' if n == 13 else f'{{"n": {n}}}'.encode() for n in range(40)]
+        broker.sender("orders").send([poisonq.Message(body=body) for body in bodies])
+    script = tmp_path / "job.py"
+    script.write_text(USERS_SESSION)
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    return subprocess.run(
+        [sys.executable, str(script), url, str(tmp_path / "out"), *extra],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def test_a_failing_row_prints_one_line_and_no_stack_in_a_users_own_session(
+    tmp_path: Path,
+) -> None:
+    done = _run(tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stderr.splitlines()
+    frames = [line for line in lines if line.lstrip().startswith(("at ", 'File "'))]
+    assert frames == []
+    assert not any("ERROR Executor" in line or "TaskSetManager" in line for line in lines)
+    assert not any("replaced a statically registered data source" in line for line in lines)
+    assert int(lines[-1].split()[-1]) > 0  # the row did fail its jobs
+    [isolated] = [line for line in lines if "failed alone" in line]
+    assert isolated.startswith("batch 1: message 14 failed alone: BatchJobFailed:")
+    assert "[CAST_INVALID_INPUT]" in isolated
+
+
+CAST = """
+from pyspark.sql import functions as F
+
+
+def orders(batch):
+    n = F.get_json_object(F.col("body").cast("string"), "$.n").cast("int")
+    return batch.select("sequence_number", n.alias("n"))
+"""
+
+
+def test_pipeline_run_verbose_logs_the_failed_tasks_as_spark_does(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    with poisonq.connect(url) as broker:
+        broker.create_queue("orders", max_delivery_count=1)
+        bodies = [b'{"n": "x"}' if n == 3 else f'{{"n": {n}}}'.encode() for n in range(6)]
+        broker.sender("orders").send([poisonq.Message(body=body) for body in bodies])
+    (tmp_path / "jobs.py").write_text(CAST)
+    poisonq_cli = Path(sys.executable).with_name("poisonq")
+    done = subprocess.run(
+        [str(poisonq_cli), "--url", url, "pipeline", "run", "jobs.py:orders",
+         "--queue", "orders", "--output", "out", "--quiet", "--verbose"],
+        cwd=tmp_path, env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stderr.splitlines()
+    assert any("ERROR Executor" in line for line in lines)
+    assert any(line.lstrip().startswith("at org.apache.spark") for line in lines)
+    assert any(line.startswith("batch 1: message 4 failed alone") for line in lines)
+
+
+def test_foreach_batch_logs_one_line_per_message_found_failing_alone(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    with poisonq.connect(url) as broker:
+        broker.create_queue("orders", max_delivery_count=1, lock_duration=30)
+        sent = fill_orders(broker, 8)
+        poison = sent[3]
+
+        def handle(df: DataFrame, batch_id: int) -> None:
+            got = [r.sequence_number for r in df.select("sequence_number").collect()]
+            if poison in got:
+                raise RuntimeError(f"cannot write message {poison}")
+
+        query = start_stream(spark, url, tmp_path / "ck", foreach_batch(handle), "fb")
+        try:
+            query.processAllAvailable()
+        finally:
+            query.stop()
+        isolated = [r.getMessage() for r in caplog.records if "failed alone" in r.getMessage()]
+        [line] = isolated
+        assert line.startswith(f"batch 0: message {poison} failed alone: RuntimeError: cannot")
+        assert "\n" not in line
+        assert_balanced(broker)
