@@ -33,7 +33,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.errors import DiskFull, TransactionRollback
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from poisonq.errors import (
     InvalidOptionError,
@@ -63,6 +63,9 @@ _SYNCHRONOUS_VALUES = ("on", "off", "local", "remote_write", "remote_apply")
 _MIGRATION_LOCK = 0x706F69736F6E71  # an advisory lock key: "poisonq" in ASCII
 CONNECTION_WAIT = 5.0  # seconds an attempt waits for a pooled connection
 CONNECT_TIMEOUT = 5  # libpq's connect_timeout, unless the URL gives one
+# A measurement of the server's clock waits less: it may be asked for by a thread that holds
+# a pooled connection already, and a missed one only keeps the last offset a while longer.
+CLOCK_WAIT = 0.5
 
 
 def _unreachable(exc: psycopg.Error) -> bool:
@@ -181,14 +184,14 @@ class PostgresStore(Store):
             # The server is gone, restarting or refusing connections, or chose this
             # transaction as a deadlock's victim: nothing here says the operation was wrong.
             if isinstance(exc, psycopg.OperationalError):
-                self._pool_broken = True
+                self._outage_seen(exc)
                 self._pool.check()  # a restart broke every pooled connection, not just this one
             raise StoreUnavailableError(f"PostgreSQL unavailable on {self._name}: {exc}") from exc
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL error on {self._name}: {exc}") from exc
 
     @contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+    def _connection(self, wait: float = CONNECTION_WAIT) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection; after an outage, until the pool has one again, a connection
         of the transaction's own (closed after it), so that recovery does not wait for the
         pool's reconnection backoff."""
@@ -197,9 +200,15 @@ class PostgresStore(Store):
                 _configure(self._settings)(conn)
                 yield conn
             return
-        with self._pool.connection() as conn:
+        with self._pool.connection(timeout=wait) as conn:
             self._pool_broken = False
             yield conn
+
+    def _outage_seen(self, exc: psycopg.OperationalError) -> None:
+        """Note a connection that failed (not one that was only waited for too long: the
+        pool is busy, not broken)."""
+        if not isinstance(exc, PoolTimeout):
+            self._pool_broken = True
 
     # Clock --------------------------------------------------------------------------------
     has_server_clock = True
@@ -209,11 +218,11 @@ class PostgresStore(Store):
         transaction's start)."""
         self.check_open()
         try:
-            with self._connection() as conn:
+            with self._connection(CLOCK_WAIT) as conn:
                 row = conn.execute("SELECT extract(epoch FROM clock_timestamp())").fetchone()
         except psycopg.Error as exc:
             if isinstance(exc, psycopg.OperationalError):
-                self._pool_broken = True
+                self._outage_seen(exc)
             raise StoreUnavailableError(f"PostgreSQL unavailable on {self._name}: {exc}") from exc
         assert row is not None
         return float(row[0])
