@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
-from poisonq.clock import Clock, SystemClock
+from poisonq.clock import Clock, ServerClock, SystemClock
 from poisonq.engine import Engine
 from poisonq.engine.targets import check_text
 from poisonq.errors import (
@@ -91,10 +91,21 @@ def connect(
     instead of being made: what a tool that only reads or sends wants. An operation that
     meets a transient store error (:class:`StoreUnavailableError`: a server restarting, a
     lost connection, a busy SQLite file) is retried ``retry_total`` times with exponential
-    backoff (see :mod:`poisonq.retrying`), apart from any message's delivery count."""
+    backoff (see :mod:`poisonq.retrying`), apart from any message's delivery count.
+
+    Time is the store's clock: without ``clock``, a PostgreSQL store's clients follow the
+    database server's clock (:class:`~poisonq.clock.ServerClock`), so that a client on a host
+    whose clock is off neither expires other clients' locks nor keeps what is due; a SQLite
+    store's is the local clock. A ``clock`` given here (a test's ``ManualClock``) wins."""
     retry = OperationRetry(retry_total, retry_backoff_factor, retry_backoff_max)
-    opening = retried(open_store, retry, Reachability(redacted_url(url)))
-    store = opening(url, create=create)  # a server may be restarting
+    reachability = Reachability(redacted_url(url))
+    store = retried(open_store, retry, reachability)(url, create=create)  # it may be restarting
+    if clock is None and store.has_server_clock:
+        try:
+            clock = retried(ServerClock, retry, reachability)(store.server_time)
+        except BaseException:
+            store.close()
+            raise
     return Broker(store, clock or SystemClock(), retry)
 
 

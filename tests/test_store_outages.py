@@ -116,6 +116,31 @@ def test_an_outage_is_logged_once_when_it_begins_and_once_when_it_ends(
     assert lines[1].startswith(f"store {url} is reachable again after")
 
 
+@pytest.mark.slow
+def test_a_call_during_an_outage_raises_after_its_retries_and_the_first_after_it_succeeds(
+    own_server: TemporaryServer,
+) -> None:
+    """With the default retries a call waits about 0.8 + 1.6 + 3.2 s, as documented, and then
+    raises StoreUnavailableError: an attempt meets a refused connection at once instead of
+    waiting for the pool. Once the server is back the next call succeeds on its first
+    attempt, without waiting for the pool to reconnect. (The bounds are generous.)"""
+    url = own_server.database_url("outage")
+    with poisonq.connect(url) as broker:
+        broker.create_queue("orders")
+        down = threading.Thread(target=own_server.restart, kwargs={"down_for": 15.0})
+        down.start()
+        time.sleep(1.0)  # the server is down now
+        began = time.monotonic()
+        with pytest.raises(poisonq.StoreUnavailableError):
+            broker.counts("orders")
+        assert 4.0 < time.monotonic() - began < 15.0
+        down.join()
+        began = time.monotonic()
+        assert broker.counts("orders")["active"] == 0
+        assert time.monotonic() - began < 5.0
+        assert_balanced(broker)
+
+
 def test_a_wrong_database_is_refused_at_once_not_retried(own_server: TemporaryServer) -> None:
     with pytest.raises(poisonq.StoreError, match="does not exist") as caught:
         poisonq.connect(own_server.database_url("nowhere"))

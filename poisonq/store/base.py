@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from enum import Enum
 from importlib import resources
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from poisonq.errors import BrokerClosedError, InvalidOptionError, SchemaVersionError
 from poisonq.model import EntityStatus, Lease, MessageState, ReceivedMessage, SubQueue
@@ -760,6 +760,16 @@ class Store(ABC):
     def check_open(self) -> None:
         if self.closed:
             raise BrokerClosedError(self.url)
+
+    #: Whether the store has a clock of its own that its clients share (a database server
+    #: they reach from several hosts): then :meth:`server_time` reads it and a broker's
+    #: default clock follows it. A store on one machine (SQLite) has none: its clock is the
+    #: local one.
+    has_server_clock: ClassVar[bool] = False
+
+    def server_time(self) -> float:
+        """The store's clock, in seconds since the epoch (see :attr:`has_server_clock`)."""
+        raise NotImplementedError(f"{type(self).__name__} has no clock of its own")
 
     @abstractmethod
     def change_marker(self) -> object:

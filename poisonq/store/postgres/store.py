@@ -12,6 +12,13 @@ answer to its own ``BEGIN`` before sending anything else, and sync once more aft
 Long-polling receivers wait on ``LISTEN``: a transaction that makes a message receivable
 sends ``NOTIFY poisonq`` as it commits, and a waiting receiver wakes at once instead of
 sleeping between polls.
+
+During an outage an attempt fails fast: a connection waits at most ``CONNECTION_WAIT``
+seconds for the pool, and a new connection gives up after libpq's ``connect_timeout``
+(``CONNECT_TIMEOUT`` unless the URL says otherwise). The pool replaces broken connections in
+the background with a backoff of its own that grows to half a minute and more; so once a
+transaction has found the server gone, transactions open a connection of their own while the
+pool has none to give, and the first attempt after the server is back succeeds.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.errors import DiskFull, TransactionRollback
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from poisonq.errors import (
     InvalidOptionError,
@@ -54,6 +61,11 @@ _POOL_SIZE = "pool_size"
 _SYNCHRONOUS_COMMIT = "synchronous_commit"
 _SYNCHRONOUS_VALUES = ("on", "off", "local", "remote_write", "remote_apply")
 _MIGRATION_LOCK = 0x706F69736F6E71  # an advisory lock key: "poisonq" in ASCII
+CONNECTION_WAIT = 5.0  # seconds an attempt waits for a pooled connection
+CONNECT_TIMEOUT = 5  # libpq's connect_timeout, unless the URL gives one
+# A measurement of the server's clock waits less: it may be asked for by a thread that holds
+# a pooled connection already, and a missed one only keeps the last offset a while longer.
+CLOCK_WAIT = 0.5
 
 
 def _unreachable(exc: psycopg.Error) -> bool:
@@ -77,6 +89,8 @@ class PostgresStore(Store):
         query = [
             (k, v) for k, v in parse_qsl(parts.query) if k not in (_POOL_SIZE, _SYNCHRONOUS_COMMIT)
         ]
+        if not any(k == "connect_timeout" for k, _ in query):
+            query.append(("connect_timeout", str(CONNECT_TIMEOUT)))
         conninfo = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(query)))
         self._name = redacted_url(url)
         settings = {} if synchronous_commit is None else {"synchronous_commit": synchronous_commit}
@@ -84,6 +98,8 @@ class PostgresStore(Store):
         self._listener: psycopg.Connection[Any] | None = None
         self._listen_lock = threading.Lock()
         self._changes = 0
+        self._settings = settings
+        self._pool_broken = False  # a transaction found the server gone; the pool recovers
         quiet_own_connections()
         try:
             # One plain connection first: it migrates, and a server that cannot be reached
@@ -98,8 +114,9 @@ class PostgresStore(Store):
             conninfo,
             min_size=1,
             max_size=pool_size,
-            kwargs={"autocommit": True, "prepare_threshold": 0},
+            kwargs=_CONNECTION_OPTIONS,
             configure=_configure(settings),
+            timeout=CONNECTION_WAIT,
             open=False,
             name=POOL_NAME,
         )
@@ -143,7 +160,7 @@ class PostgresStore(Store):
     def transaction(self) -> Iterator[Transaction]:
         self.check_open()
         try:
-            with self._pool.connection() as conn:
+            with self._connection() as conn:
                 try:
                     # The transaction's commit ends the pipeline (``end``): leaving pipeline
                     # mode syncs, and that sync is the one that carries COMMIT.
@@ -167,10 +184,48 @@ class PostgresStore(Store):
             # The server is gone, restarting or refusing connections, or chose this
             # transaction as a deadlock's victim: nothing here says the operation was wrong.
             if isinstance(exc, psycopg.OperationalError):
+                self._outage_seen(exc)
                 self._pool.check()  # a restart broke every pooled connection, not just this one
             raise StoreUnavailableError(f"PostgreSQL unavailable on {self._name}: {exc}") from exc
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL error on {self._name}: {exc}") from exc
+
+    @contextmanager
+    def _connection(self, wait: float = CONNECTION_WAIT) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection; after an outage, until the pool has one again, a connection
+        of the transaction's own (closed after it), so that recovery does not wait for the
+        pool's reconnection backoff."""
+        if self._pool_broken and not self._pool.get_stats().get("pool_available"):
+            with psycopg.connect(self._conninfo, **_CONNECTION_OPTIONS) as conn:
+                _configure(self._settings)(conn)
+                yield conn
+            return
+        with self._pool.connection(timeout=wait) as conn:
+            self._pool_broken = False
+            yield conn
+
+    def _outage_seen(self, exc: psycopg.OperationalError) -> None:
+        """Note a connection that failed (not one that was only waited for too long: the
+        pool is busy, not broken)."""
+        if not isinstance(exc, PoolTimeout):
+            self._pool_broken = True
+
+    # Clock --------------------------------------------------------------------------------
+    has_server_clock = True
+
+    def server_time(self) -> float:
+        """The database server's clock (``clock_timestamp()``: the time now, not the
+        transaction's start)."""
+        self.check_open()
+        try:
+            with self._connection(CLOCK_WAIT) as conn:
+                row = conn.execute("SELECT extract(epoch FROM clock_timestamp())").fetchone()
+        except psycopg.Error as exc:
+            if isinstance(exc, psycopg.OperationalError):
+                self._outage_seen(exc)
+            raise StoreUnavailableError(f"PostgreSQL unavailable on {self._name}: {exc}") from exc
+        assert row is not None
+        return float(row[0])
 
     # Change notification ------------------------------------------------------------------
     def _drain(self, timeout: float) -> None:
@@ -229,6 +284,9 @@ class PostgresStore(Store):
         with self._listen_lock:
             self._reset_listener()
         self._pool.close()
+
+
+_CONNECTION_OPTIONS: dict[str, Any] = {"autocommit": True, "prepare_threshold": 0}
 
 
 def _configure(settings: dict[str, str]) -> Any:
