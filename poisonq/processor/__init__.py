@@ -143,8 +143,16 @@ class Processor:
         gate = AloneGate()  # every thread's messages: none held while a suspect runs
         lookouts = Lookouts(self.concurrency)  # every thread's look for another session
 
+        ended = threading.Semaphore(0)  # one release per pump thread that has ended
+
         def pump(renewer: AutoLockRenewer) -> None:
             # A thread never dies alone: its error stops the others and run() raises it.
+            try:
+                pump_until_done(renewer)
+            finally:
+                ended.release()
+
+        def pump_until_done(renewer: AutoLockRenewer) -> None:
             stats = ProcessorStats()
             per_thread.append(stats)
             try:
@@ -172,8 +180,14 @@ class Processor:
                 ]
                 for thread in threads:
                     thread.start()
-                for thread in threads:
-                    thread.join()
+                try:
+                    _wait_for(threads, ended)
+                except BaseException:
+                    # Ctrl-C lands in this thread, not in a pump: stop the pumps, which
+                    # settle what they finished and give back the rest, then raise it.
+                    self.stopping.set()
+                    _wait_for(threads, ended)
+                    raise
         total = ProcessorStats()
         for stats in per_thread:
             total.add(stats)
@@ -203,3 +217,10 @@ class Processor:
     def lock_known_lost(self, message: ReceivedMessage) -> bool:
         with self._lost_lock:
             return (message.sequence_number, message.lock_token or "") in self._lost
+
+
+def _wait_for(threads: list[threading.Thread], ended: threading.Semaphore) -> None:
+    """Until every thread has ended, woken by each end. Not ``join()``: a join cut by an
+    interrupt can take a thread that still runs for one that ended (Python 3.11)."""
+    while any(thread.is_alive() for thread in threads):
+        ended.acquire(timeout=1.0)

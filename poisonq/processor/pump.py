@@ -404,6 +404,9 @@ class Pump:
         flush_at = time.monotonic() + FLUSH_INTERVAL
         try:
             for position, message in enumerate(messages):
+                if self.stopping.is_set():  # stop() or Ctrl-C: the rest goes back uncounted
+                    outcomes += [GivenBack(later) for later in messages[position:]]
+                    break
                 # Its lock renewal counts from now, as the handler's run does.
                 self.renewer.register(receiver, message)
                 if self.processor.lock_known_lost(message):

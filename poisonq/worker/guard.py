@@ -26,6 +26,7 @@ import math
 import mmap
 import os
 import pickle
+import signal
 import struct
 import subprocess
 import sys
@@ -265,6 +266,11 @@ def _crash_record(status: int) -> FailureRecord:
 
 def helper_main() -> None:
     """The helper: load the transform, then keep a child running it until the rows end."""
+    # Ctrl-C at a terminal reaches the whole process group: the caller decides what an
+    # interrupt does to the row in hand, so the helper and its children do not die of it
+    # (a child killed by it would read as the row's crash). The caller's end of the pipe
+    # closing still ends them.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     replies = os.dup(1)
     os.dup2(2, 1)  # a transform that prints must not write into the replies
     first = _read_frame(0)
