@@ -232,7 +232,7 @@ class Pump:
                 session.close()
 
     def _give_back_parked(self, parked: list[tuple[SessionReceiver, list[Outcome]]]) -> None:
-        """Before a suspect runs: the parked sessions' failures are released and the
+        """Ahead of a suspect's run: the parked sessions' failures are released and the
         sessions let go."""
         for parked_session, held_back in parked:
             self._give_back_held(parked_session, held_back)
@@ -532,7 +532,7 @@ class Pump:
         self._settle(receiver, settled + back)
 
     def _give_back_held(self, receiver: Receiver, held_back: list[Outcome]) -> None:
-        """Before a suspect runs: the failures held back are released (they come back as
+        """Ahead of a suspect's run: the failures held back are released (they come back as
         first deliveries), and the defect window starts again."""
         if held_back:
             self._give_back(receiver, [], held_back)

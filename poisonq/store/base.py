@@ -18,7 +18,12 @@ from enum import Enum
 from importlib import resources
 from typing import Any, ClassVar, Final
 
-from poisonq.errors import BrokerClosedError, InvalidOptionError, SchemaVersionError
+from poisonq.errors import (
+    BrokerClosedError,
+    InvalidOperationError,
+    InvalidOptionError,
+    SchemaVersionError,
+)
 from poisonq.model import EntityStatus, Lease, MessageState, ReceivedMessage, SubQueue
 from poisonq.store.history import HistoryKeeper
 from poisonq.timeline import PipelineBatch, PipelineSummary
@@ -769,7 +774,7 @@ class Store(ABC):
 
     def server_time(self) -> float:
         """The store's clock, in seconds since the epoch (see :attr:`has_server_clock`)."""
-        raise NotImplementedError(f"{type(self).__name__} has no clock of its own")
+        raise InvalidOperationError(f"{type(self).__name__} has no clock of its own")
 
     @abstractmethod
     def change_marker(self) -> object:
