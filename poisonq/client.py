@@ -102,7 +102,7 @@ def connect(
     store = retried(open_store, retry, reachability)(url, create=create)  # it may be restarting
     if clock is None and store.has_server_clock:
         try:
-            clock = retried(ServerClock, retry, reachability)(store.server_time)
+            clock = retried(ServerClock, retry, reachability)(store.server_offset)
         except BaseException:
             store.close()
             raise

@@ -63,20 +63,23 @@ class ServerClock:
     by the clock of whichever client looks (a reader housekeeps, and a reader on a host whose
     clock runs ahead would otherwise expire the locks of healthy consumers). ``now()`` is
     the ``local`` clock (monotonic, so a local clock stepped by NTP or by hand changes
-    nothing) plus an offset measured against the server: ``measure()`` asks it for its time,
-    and half the round trip is taken off. The offset is measured when the clock is made and
-    again every ``every`` seconds by the thread that asks for the time then; the others go on
-    with the offset they have, so no ``now()`` waits for the server but that one. A
-    measurement that fails keeps the last offset until the next one is due."""
+    nothing) plus an offset measured against the server: ``measure_offset(local)`` gives the
+    server's clock less ``local()`` (the store times it within a round trip, not around the
+    wait for a connection: processes of one host measuring through a busy pool would
+    otherwise disagree by a fraction of a second, enough to expire each other's short
+    locks). The offset is measured when the clock is made and again every ``every`` seconds
+    by the thread that asks for the time then; the others go on with the offset they have,
+    so no ``now()`` waits for the server but that one. A measurement that fails keeps the
+    last offset until the next one is due."""
 
     def __init__(
         self,
-        measure: Callable[[], float],
+        measure_offset: Callable[[Callable[[], float]], float],
         *,
         local: Callable[[], float] = time.monotonic,
         every: float = 60.0,
     ) -> None:
-        self._measure = measure
+        self._measure = measure_offset
         self._local = local
         self._every = every
         self._measuring = threading.Lock()
@@ -84,10 +87,7 @@ class ServerClock:
         self._next = time.monotonic() + every
 
     def _measured(self) -> float:
-        before = self._local()
-        server = self._measure()
-        after = self._local()
-        return server - (before + after) / 2
+        return self._measure(self._local)
 
     def now(self) -> float:
         if time.monotonic() >= self._next and self._measuring.acquire(blocking=False):

@@ -11,7 +11,7 @@ is the engine's business: the store has no policy.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from enum import Enum
@@ -767,13 +767,13 @@ class Store(ABC):
             raise BrokerClosedError(self.url)
 
     #: Whether the store has a clock of its own that its clients share (a database server
-    #: they reach from several hosts): then :meth:`server_time` reads it and a broker's
+    #: they reach from several hosts): then :meth:`server_offset` reads it and a broker's
     #: default clock follows it. A store on one machine (SQLite) has none: its clock is the
     #: local one.
     has_server_clock: ClassVar[bool] = False
 
-    def server_time(self) -> float:
-        """The store's clock, in seconds since the epoch (see :attr:`has_server_clock`)."""
+    def server_offset(self, local: Callable[[], float]) -> float:
+        """The store's clock less ``local()``, in seconds (see :attr:`has_server_clock`)."""
         raise InvalidOperationError(f"{type(self).__name__} has no clock of its own")
 
     @abstractmethod
