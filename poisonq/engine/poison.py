@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from poisonq.clock import Clock
 from poisonq.engine.resolving import Resolver
 from poisonq.engine.routing import Router
-from poisonq.engine.targets import Target, lock_expired
+from poisonq.engine.targets import Target, lock_expired, whole_session
 from poisonq.errors import InvalidOperationError
 from poisonq.failures import describe
 from poisonq.model import (
@@ -30,11 +30,9 @@ from poisonq.model import (
 )
 from poisonq.options import MoveToRetry, Poison, Redeliver
 from poisonq.reports import StatusEvent
-from poisonq.store.base import LockInfo, MessageFilter, Transaction
+from poisonq.store.base import LockInfo, Transaction
 
 log = logging.getLogger(__name__)
-
-_EVERYTHING = 1 << 62
 
 
 class Poisoner:
@@ -132,9 +130,7 @@ class Poisoner:
         chosen = set(seqs)
         messages = tx.messages(entity.id, entity.name, seqs)
         for session_id in {m.session_id for m in messages if m.session_id is not None}:
-            tx.unlock_session(entity.id, session_id, target.ready)
-            where = MessageFilter(session_id=session_id)
-            chosen.update(tx.select(entity.id, where, 0, _EVERYTHING))
+            chosen.update(whole_session(tx, target, session_id))
         return sorted(chosen)
 
     def _poison(

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Sequence
 
 from poisonq.engine.receiving import Receiving
-from poisonq.engine.targets import Lock, Target, check_text
+from poisonq.engine.targets import Lock, Target, check_text, whole_session
 from poisonq.errors import (
     InvalidOperationError,
     InvalidOptionError,
@@ -28,9 +28,7 @@ from poisonq.errors import (
 )
 from poisonq.limits import check_count
 from poisonq.model import FailureRecord, ReceivedMessage, Settlement
-from poisonq.store.base import MessageFilter, SessionRecord, Transaction
-
-_EVERYTHING = 1 << 62
+from poisonq.store.base import SessionRecord, Transaction
 
 
 class Sessions(Receiving):
@@ -169,8 +167,7 @@ class Sessions(Receiving):
             target = self._session_target(tx, address)
             entity = target.entity
             self._held_session(tx, target, session_id, token, now)
-            tx.unlock_session(entity.id, session_id, target.ready)
-            seqs = tx.select(entity.id, MessageFilter(session_id=session_id), 0, _EVERYTHING)
+            seqs = whole_session(tx, target, session_id)
             record = failure.to_json() if failure else None
             moved = self.router.dead_letter(tx, target, seqs, reason, description, record, now)
             tx.release_session(entity.id, session_id, token)

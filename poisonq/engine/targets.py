@@ -30,7 +30,7 @@ from poisonq.model import (
 )
 from poisonq.names import NAMESPACE_DEADLETTER
 from poisonq.options import QueueOptions, RetryPolicy
-from poisonq.store.base import EntityRecord
+from poisonq.store.base import EntityRecord, MessageFilter, Transaction
 
 MAX_HOPS = 4  # Service Bus: a message may be forwarded at most 4 times
 Lock = tuple[int, str]  # (sequence number, lock token)
@@ -110,6 +110,17 @@ class Target:
     def sessions(self) -> bool:
         """Whether receiving here goes through session locks (the main entity only)."""
         return self.options.requires_session and self.subqueue is None
+
+
+_EVERYTHING = 1 << 62  # a selection without a limit
+
+
+def whole_session(tx: Transaction, target: Target, session_id: str) -> list[int]:
+    """Every message of a session the entity holds, its locks under the session ended
+    (settling one afterwards raises that its lock was lost): what goes when the whole
+    session goes (poisoned with a message of it, or ended with an error)."""
+    tx.unlock_session(target.entity.id, session_id, target.ready)
+    return tx.select(target.entity.id, MessageFilter(session_id=session_id), 0, _EVERYTHING)
 
 
 def lock_expired(now: float) -> FailureRecord:
