@@ -152,10 +152,9 @@ def _slow_first(message: dict[str, Any]) -> dict[str, Any] | None:
 def test_a_replayed_lease_is_renewed_before_its_batch_runs(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
-    """Before, a rerun replayed the dead run's lease with what was left of its lock (here
-    1.5 s, after watching it for half a lock): the lock ran out before the renewer's first
-    renewal (a third of a lock, 2 s, into the batch), the completion found it lost, and the
-    batch's messages came again in lease 2: every row written twice (chaos, pipeline)."""
+    """A replayed lease is renewed for a whole lock before its batch runs: a batch that
+    outlasts what was left of the dead run's lock still completes its lease, and every row
+    is written once."""
     send(live, {}, 30)
     lease = live.acquire_lease("orders", "pipeline", 1, max_messages=20, lock_duration=4.5)
     assert lease is not None  # and the run that took it died at once
@@ -173,8 +172,8 @@ def test_a_replayed_lease_is_renewed_before_its_batch_runs(
 def test_a_second_run_of_a_busy_consumer_stops_and_leaves_the_first_runs_output(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
-    """Before, a run started while another run of the same consumer held its lease replayed
-    that lease beside it, overwriting its output: completed messages lost their rows."""
+    """A run of a consumer whose lease another live run keeps renewing stops without
+    replaying that lease: the live run's output and locks stay as they were."""
     send(live, {}, 30)
     lease = live.acquire_lease("orders", "pipeline", 1, max_messages=20, lock_duration=3)
     assert lease is not None
@@ -194,8 +193,8 @@ def test_a_second_run_of_a_busy_consumer_stops_and_leaves_the_first_runs_output(
 def test_a_bug_in_small_batches_that_retries_its_failures_says_they_come_again(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
-    """Before, the stop told to resubmit the failed messages from the dead-letter queue,
-    where none were: a failure that is not permanent is retried."""
+    """A defect shown across small batches whose failures are not permanent says the failed
+    messages are back in the queue to come again, and points to no dead-letter queue."""
     send(live, dict.fromkeys(range(40), "broken"), 40)
     pipeline = Pipeline(
         spark, url=url, queue="orders", map=transform, schema=SCHEMA,
@@ -211,8 +210,8 @@ def test_a_bug_in_small_batches_that_retries_its_failures_says_they_come_again(
 def test_an_output_that_cannot_be_written_stops_a_replay_in_one_line(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
-    """Before, discarding a dead run's lease output there raised Spark's error from deep
-    inside the runner."""
+    """A dead run's lease output that cannot be discarded stops the run with one line
+    naming the lease, and spends no delivery."""
     send(live, {}, 10)
     lease = live.acquire_lease("orders", "pipeline", 1, max_messages=10, lock_duration=1)
     assert lease is not None
@@ -230,8 +229,8 @@ def test_an_output_that_cannot_be_written_stops_a_replay_in_one_line(
 def test_a_lease_whose_locks_ran_out_before_completion_leaves_no_duplicate_output(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
-    """Before, a driver killed after writing lease 1 and restarted after its locks ran out
-    took the same messages as lease 2 and kept lease 1's output: every row twice."""
+    """The output a dead run wrote for a lease whose locks ran out before it was completed
+    is discarded: its messages, leased again, are written once."""
     send(live, {}, 30)
     pipeline = Pipeline(
         spark, url=url, queue="orders", map=transform, schema=SCHEMA,
@@ -276,8 +275,7 @@ def test_a_broken_sink_stops_the_pipeline_and_spends_nothing(
 ) -> None:
     """A sink that cannot be written fails every job, whatever its messages: the first and
     the last message fail alone the same way, so the runner stops after two probes instead
-    of bisecting, and gives the messages back without a delivery counted (before, each
-    failed batch spent a delivery of every message, and five of them stopped the run)."""
+    of bisecting, and gives the messages back without a delivery counted."""
     n = 200
     send(live, {}, n)
     pipeline = Pipeline(
@@ -338,8 +336,10 @@ def test_retry_cycles_keep_the_leases_going_and_a_fault_stops_the_pipeline_with_
 def test_a_returned_row_that_does_not_fit_is_dead_lettered_never_completed_silently(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
-    """Before, a transform returning a tuple or a Row completed its message with no output
-    row, and a dict missing a field was written with a null: nothing said why."""
+    """A returned tuple, list or Row is taken by position and a dict by name; a row that
+    does not fit the schema (a field missing, one too many, a lossy type, not a row at all)
+    dead-letters its message ``OutputSchemaMismatch`` with what was wrong, never a null or a
+    silent completion."""
     from pyspark.sql import Row
 
     returns: dict[int, Any] = {
@@ -374,8 +374,8 @@ def test_a_returned_row_that_does_not_fit_is_dead_lettered_never_completed_silen
 def test_consumers_sharing_an_output_never_overwrite_each_other(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
-    """Leases are numbered per consumer: before, a second consumer's lease 1 overwrote the
-    first one's output, and the rows of completed messages vanished."""
+    """Leases are numbered per consumer and each consumer's output has its own directory:
+    a second consumer's lease 1 lands beside the first one's."""
     send(live, {}, 20)
     out = tmp_path / "out"
     for consumer in ("nightly", "pipeline"):
@@ -414,8 +414,9 @@ def test_a_bug_that_fails_every_message_stops_the_runner_and_spends_nothing(
     defect: Any,
     error_type: str,
 ) -> None:
-    """Before, all the good messages were abandoned until dead-lettered
-    (MaxDeliveryCountExceeded, or OutputSchemaMismatch at once)."""
+    """A bug that fails every message the same way (an exception, a row of the wrong type)
+    is a defect: the runner stops, gives the batch back without a delivery counted, writes
+    nothing for it, and names the bug with its traceback."""
     send(live, {}, 100, max_delivery_count=1)
     pipeline = Pipeline(
         spark, url=url, queue="orders", map=defect, schema=SCHEMA,
@@ -440,7 +441,8 @@ def test_a_bug_that_fails_every_message_stops_the_runner_and_spends_nothing(
 def test_a_transform_that_always_crashes_the_worker_is_a_defect(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
-    """Before, 400 of 400 messages were dead-lettered."""
+    """A function that crashes its worker on every message is a defect, not poison: the
+    runner stops and spends no delivery."""
     send(live, {}, 40, max_delivery_count=1)
     pipeline = Pipeline(
         spark, url=url, queue="orders", map=_always_crashes, schema=SCHEMA,
@@ -457,8 +459,8 @@ def test_a_transform_that_always_crashes_the_worker_is_a_defect(
 def test_a_broadcast_variable_in_the_transform_stops_the_runner_and_spends_nothing(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
-    """Before, 100 messages were dead-lettered BatchJobFailed and five failed batches
-    printed about 2,000 lines."""
+    """A broadcast variable used in a function of one message fails every job the same way
+    (a defect): the runner stops after its probes and spends no delivery."""
     customers = spark.sparkContext.broadcast({"C1": "Ada"})
 
     def with_broadcast(message: dict[str, Any]) -> dict[str, Any]:
@@ -478,7 +480,7 @@ def test_a_broadcast_variable_in_the_transform_stops_the_runner_and_spends_nothi
     assert_balanced(live)
 
 
-def test_poison_below_the_ratio_is_dead_lettered_as_before(
+def test_poison_below_the_failure_ratio_is_dead_lettered(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
     """A third of a batch failing with one fingerprint is poison, not a defect."""
@@ -495,9 +497,9 @@ def test_poison_below_the_ratio_is_dead_lettered_as_before(
 def test_poison_coming_back_together_is_not_a_defect(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
-    """Before, 12 poison messages retried together made a batch of their own in which all
-    failed the same way: called a defect, the run stopped, and every rerun stopped again.
-    Only first deliveries tell a defect."""
+    """Poison messages retried together in a batch of their own, all failing the same way,
+    are not a defect: only first deliveries tell one, so they run out their deliveries and
+    are dead-lettered."""
     bad = set(range(5, 200, 16))  # 12 messages that always fail
     send(live, dict.fromkeys(bad, "broken"), 200, max_delivery_count=3)
     report = Pipeline(
