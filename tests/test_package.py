@@ -55,8 +55,8 @@ def test_the_client_loads_when_first_used() -> None:
 
 
 def test_the_makefile_runs_the_virtualenvs_tools() -> None:
-    """Before, a comment after ``BIN := $(VENV)/bin`` kept its spaces in the value: every
-    recipe ran ``.venv/bin  /pip`` and a fresh machine could not install."""
+    """Every recipe calls the virtualenv's tools by a path with no stray spaces (make keeps
+    the spaces before a comment in a variable's value)."""
     root = Path(__file__).resolve().parents[1]
     planned = subprocess.run(
         ["make", "-n", "-C", str(root), "check"], capture_output=True, text=True, check=False

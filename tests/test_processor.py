@@ -344,8 +344,8 @@ def test_max_failure_ratio_none_settles_a_defect_as_failures(broker: Broker, que
 
 
 def test_a_lock_lost_to_a_slow_handler_is_reported_once(url: str) -> None:
-    """Before, a handler that outlived max_lock_renewal_duration lost its lock silently:
-    neither the renewer's callback nor any hook was called, and nothing was logged."""
+    """A handler that outlives ``max_lock_renewal_duration`` loses its lock once, and that
+    loss is reported: one log line and the renewer's callback."""
     with poisonq.connect(url) as live:  # the renewer runs on the real clock
         live.create_queue("slow", lock_duration=1, max_delivery_count=5)
         live.sender("slow").send(Message(body=b"x"))
@@ -366,8 +366,8 @@ def test_a_lock_lost_to_a_slow_handler_is_reported_once(url: str) -> None:
 
 
 def test_a_handled_message_is_settled_before_the_slowest_of_its_batch(url: str) -> None:
-    """Before, a message waited for its whole batch: a worker dying late in a batch of
-    slow handlers lost every message handled before."""
+    """Each message is settled as soon as its handler returns, not when its batch ends: a
+    worker dying late in a batch of slow handlers keeps what was handled before."""
     with poisonq.connect(url) as live:
         live.create_queue("slow")
         live.sender("slow").send([Message(body=str(n)) for n in range(4)])
@@ -383,8 +383,8 @@ def test_a_handled_message_is_settled_before_the_slowest_of_its_batch(url: str) 
 
 
 def test_a_message_whose_lock_was_lost_while_it_waited_is_not_handled(url: str) -> None:
-    """Before, the Processor reported the locks of a batch's later messages lost and then
-    ran the handler on them all the same: a second run of each once redelivered."""
+    """A message whose lock ran out while it waited in its batch is not handled: it comes
+    again, and runs once."""
     with poisonq.connect(url) as live:
         live.create_queue("slow", lock_duration=1, max_delivery_count=5)
         live.sender("slow").send([Message(body=text) for text in ("a", "b", "c")])
@@ -427,8 +427,8 @@ def test_poison_at_the_end_of_a_queue_is_not_a_defect(
 def test_a_defect_that_starts_after_healthy_traffic_spends_nothing(
     broker: Broker, queue: str
 ) -> None:
-    """Before, a hundred good messages let the next fifty failures through, each spending a
-    delivery, before the run stopped."""
+    """A defect that starts after healthy traffic stops the Processor and spends no
+    delivery, however many good messages came before it."""
     send(broker, queue, 300)
 
     def handle(message: ReceivedMessage) -> None:

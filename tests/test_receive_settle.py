@@ -291,8 +291,8 @@ def test_settle_and_receive_settles_each_way_and_locks_the_next_in_one_transacti
 def test_a_dead_letter_without_a_reason_gets_the_same_reason_either_way(
     broker: Broker, queue: str
 ) -> None:
-    """Before, a settlement without a reason stored none (or an empty one), while the
-    receiver's ``dead_letter`` gave ``DeadLetteredByReceiver``: three groups for one act."""
+    """A dead-lettering without a reason gets ``DeadLetteredByReceiver`` whichever call
+    made it: one group for one act."""
     fill(broker, queue, 3)
     receiver = broker.receiver(queue)
     first, second, third = receiver.receive(max_messages=3)
@@ -391,8 +391,8 @@ def test_a_receiver_can_be_iterated_until_it_waits_in_vain(broker: Broker, queue
 def test_the_renewer_does_not_report_a_message_settled_through_its_receiver(
     broker: Broker, queue: str, clock: ManualClock
 ) -> None:
-    """Before, a message completed (or abandoned, dead-lettered) through its receiver was
-    reported to on_lock_renew_failure as lost at the next renewal."""
+    """A message settled through its receiver (completed, abandoned, dead-lettered) leaves
+    the renewer quietly: it is never reported to ``on_lock_renew_failure`` as lost."""
     broker.sender(queue).send([Message(body=b"a"), Message(body=b"b"), Message(body=b"c")])
     receiver = broker.receiver(queue)
     first, second, third = receiver.receive(max_messages=3)

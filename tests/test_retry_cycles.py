@@ -158,8 +158,8 @@ def test_redelivery_backs_off_within_a_cycle(
 def test_an_abandoned_message_comes_back_only_after_its_backoff(
     broker: Broker, clock: ManualClock
 ) -> None:
-    """Before, a 503 used all four deliveries of a message within 100 ms: a blip of a few
-    seconds dead-lettered everything."""
+    """An abandoned message is delivered again only after its backoff, so a blip of a few
+    seconds in a dependency does not use up its deliveries."""
     policy = RetryPolicy(receive_retry_count=3, redelivery_delay=10, redelivery_jitter=0.2)
     broker.create_queue("orders", retry=policy)
     broker.sender("orders").send(Message(body=b"pay"))

@@ -195,8 +195,8 @@ def test_requires_session_is_fixed_when_the_queue_is_created(broker: Broker, ses
 def test_a_failure_stops_its_sessions_batch_so_order_holds(
     broker: Broker, sessions: str, batch: bool, concurrency: int
 ) -> None:
-    """Before, one transient failure of op 5 in a batch of 10 made it run after op 18:
-    the rest of the batch was handled and completed while op 5 waited for its retry."""
+    """A failure stops the rest of its session's batch: the ops after it wait for its
+    retry, so a session's order holds."""
     broker.update_queue(sessions, max_delivery_count=3)
     accounts = [f"acct-{n:02d}" for n in range(4)]
     _send(broker, *[(account, f"{account}:{op}") for op in range(20) for account in accounts])
@@ -238,8 +238,8 @@ def test_a_failure_stops_its_sessions_batch_so_order_holds(
 def test_a_poisoned_message_in_a_batch_takes_the_rest_of_its_session(
     broker: Broker, sessions: str
 ) -> None:
-    """Before, with batch_size=10 the ops after the poison message were completed in the
-    same batch, against WCF's rule that a poisoned message takes its session with it."""
+    """A poisoned message takes the rest of its session with it, even the ops received in
+    the same batch (WCF's rule)."""
     _send(broker, *[("acct", f"op{n}") for n in range(8)], ("other", "x"))
 
     def handle(message: ReceivedMessage) -> None:

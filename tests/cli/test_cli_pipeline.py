@@ -334,7 +334,8 @@ def test_a_missing_function_in_a_file_is_one_error_line(
 def test_a_transform_file_that_fails_to_import_is_one_error_line(
     url: str, orders: str, tmp_path: Path, source: str, fragments: tuple[str, ...]
 ) -> None:
-    """Before, a syntax error in the file printed 49 lines of traceback, exit code 1."""
+    """A transform file that fails to import (a syntax error, an error raised at import) is
+    one error line naming the file and the line, exit code 2."""
     path = tmp_path / "jobs.py"
     path.write_text(source)
     result = pipeline(url, f"{path}:orders", tmp_path / "out", code=2)
@@ -370,7 +371,8 @@ def test_a_pipeline_whose_sink_fails_stops_with_one_error_line(
 def test_a_bug_in_the_transform_stops_with_its_traceback_printed_once(
     spark: SparkSession, url: str, api: Broker, fifty: str, tmp_path: Path
 ) -> None:
-    """Before, every message was retried until dead-lettered and nothing said why."""
+    """A bug in the transform stops the run and prints its traceback once; no message is
+    retried or dead-lettered for it."""
     path = tmp_path / "buggy.py"
     path.write_text("def transform(message):\n    return {'n': totl}\n")
     result = pipeline(url, f"{path}:transform", tmp_path / "out", code=2)

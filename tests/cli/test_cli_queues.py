@@ -81,8 +81,8 @@ def test_delete_asks_unless_yes(url: str, api: Broker, orders: str) -> None:
 
 
 def test_a_table_written_to_a_pipe_keeps_every_column(url: str, orders: str) -> None:
-    """Before, ``poisonq queue list | cat`` was cut to rich's 80 columns: the last header
-    read ``complete`` and the columns after it were gone."""
+    """A table written to a pipe is not cut to a terminal's width: every column is there,
+    with its whole header."""
     piped = CliRunner().invoke(cli, ["--url", url, "queue", "list"], env={"COLUMNS": None})
     assert piped.exit_code == 0, piped.stderr
     header = next(line for line in piped.stdout.splitlines() if "name" in line)

@@ -60,7 +60,8 @@ def test_show_json(url: str, timeline: str) -> None:
 
 
 def test_list_names_each_consumer_with_its_last_batch(url: str, api: Broker, timeline: str) -> None:
-    """Before, the consumer's name had to be remembered (the default is ``pipeline``)."""
+    """``pipeline list`` names every consumer with a timeline, with its last batch, so no
+    name has to be remembered."""
     assert run_json(url, "pipeline", "list") == [p.to_json() for p in api.pipelines()]
     (row,) = [line.split() for line in run(url, "pipeline", "list").stdout.splitlines()
               if line.strip().startswith("nightly")]  # fmt: skip
