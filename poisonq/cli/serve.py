@@ -129,15 +129,28 @@ def _forwarded_ips(value: str | None) -> str | None:
 
 
 def _public_url(value: str | None) -> str | None:
-    """An absolute http(s) URL without query or fragment, kept without its trailing slash:
-    a relative or mistyped one would make every alert's link a dead one."""
+    """The scheme and host (and port) operators reach the server at, kept without a trailing
+    slash: a relative or mistyped one would make every alert's link a dead one. No user or
+    password (the value is printed and published in a metric that alerts carry), and no path:
+    the UI's own links start at ``/ui/``, so it is served at the root of its host."""
     if value is None:
         return None
     parts = urlsplit(value.strip())
-    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+    problem = None
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        problem = "is not an absolute http or https URL"
+    elif any(c.isspace() for c in parts.netloc):
+        problem = "has a space in its host"
+    elif parts.username is not None or parts.password is not None:
+        problem = "carries a user or password, which the metric poisonq_ui_info would publish"
+    elif parts.path.strip("/"):
+        problem = (
+            "has a path: the UI is served at the root of its host (/ui/), so give the proxy"
+            " a host name of its own"
+        )
+    if problem is not None:
         raise click.BadParameter(
-            f"{value!r} is not an absolute http or https URL (like https://poisonq.example.com)",
-            param_hint="'--public-url'",
+            f"{value!r} {problem} (like https://poisonq.example.com)", param_hint="'--public-url'"
         )
     return value.strip().rstrip("/")
 

@@ -122,7 +122,7 @@ def login(request: Request, state: State, form: Form) -> Response:
         max_age=int(state.auth.sessions.lifetime),
         httponly=True,
         secure=state.auth.secure_cookies or request.url.scheme == "https",
-        samesite="strict",
+        samesite="lax",
         path="/",
     )
     return response

@@ -1,10 +1,15 @@
 """The web UI's sessions, kept in this process's memory.
 
-A session is a random id in an HttpOnly, ``SameSite=Strict`` cookie; what it stands for (who
+A session is a random id in an HttpOnly, ``SameSite=Lax`` cookie; what it stands for (who
 logged in, the CSRF value of its forms, when it ends) stays on the server. So a session ends
 when it expires or logs out even if the browser kept the cookie, and a cookie says nothing
 about the token. A restart of the server logs everyone out, which is the price of keeping no
 session in the store.
+
+``Lax``, not ``Strict``: a link from an alert, a chat or a mail is a navigation from another
+site, and with ``Strict`` it arrived without the cookie, at the login page, while the session
+was open. ``Lax`` sends it on such a navigation (a GET, which changes nothing here) and never
+on another site's POST, which the forms' CSRF value and the login's origin check refuse anyway.
 """
 
 from __future__ import annotations

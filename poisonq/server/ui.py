@@ -362,7 +362,8 @@ def purge(request: Request, state: State, session: Writer, form: Form) -> Respon
     chosen = selection(form)
     if not chosen.given:
         typed = form.get("count", "").strip()
-        if typed != str(state.broker.count_dead_letters(queue)):
+        # As the page shows it (1,600) or as typed (1600).
+        if typed.replace(",", "").replace(" ", "") != str(state.broker.count_dead_letters(queue)):
             return _confirm_page(request, state, queue, "purge", chosen, 400, refused=typed)
     try:
         record = state.start_purge(queue, chosen.where, operator=session.operator)

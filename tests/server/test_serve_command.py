@@ -235,14 +235,27 @@ def test_serve_lets_time_pass_where_nobody_reads(url: str) -> None:
         assert rejected.dead_letter_reason == "Rejected"
 
 
-@pytest.mark.parametrize("given", ["/ui/", "poisonq.example.com", "ftp://x", "https://x/?a=1"])
-def test_a_public_url_that_is_not_absolute_http_is_refused_in_one_line(
-    url: str, queue: str, given: str
+@pytest.mark.parametrize(
+    ("given", "why"),
+    [
+        ("/ui/", "not an absolute http or https URL"),
+        ("poisonq.example.com", "not an absolute http or https URL"),
+        ("ftp://x", "not an absolute http or https URL"),
+        ("https://x/?a=1", "not an absolute http or https URL"),
+        ("https://exa mple.com", "has a space in its host"),
+        ("https://user:pw@example.com", "carries a user or password"),
+        ("https://example.com/poisonq", "has a path"),
+    ],
+)
+def test_a_public_url_alerts_could_not_open_or_should_not_publish_is_refused_in_one_line(
+    url: str, queue: str, given: str, why: str
 ) -> None:
-    """Every alert would carry a link that cannot be opened."""
+    """The public URL is the scheme and host of every alert's link, published on
+    ``/metrics``: a relative one, one with a path the UI is not served under, or one with a
+    password in it is refused in one line saying which."""
     _, line = _refused(url, "--public-url", given)
     assert line.startswith("error: Invalid value for '--public-url': ")
-    assert "not an absolute http or https URL" in line
+    assert why in line
 
 
 def test_serve_says_where_alerts_link(url: str, queue: str) -> None:

@@ -12,7 +12,7 @@ from poisonq import Broker, Message
 from poisonq.server import create_app
 from poisonq.server.pages import body_view
 from poisonq.server.sessions import SESSION_COOKIE
-from tests.helpers import assert_balanced
+from tests.helpers import assert_balanced, execute_behind_the_back
 from tests.server.conftest import TOKEN, GatedClock, finished, wait_for_task
 
 DLQ = "orders/$deadletterqueue"
@@ -47,7 +47,7 @@ def test_login_sets_a_strict_httponly_cookie_not_the_token(client: TestClient, q
     assert answer.headers["location"] == "/ui/deadletters?queue=orders"
     cookie = answer.headers["set-cookie"]
     assert cookie.startswith(f"{SESSION_COOKIE}=")
-    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
+    assert "HttpOnly" in cookie and "SameSite=lax" in cookie and "Path=/" in cookie
     assert TOKEN not in cookie
     assert client.get("/ui/deadletters?queue=orders").status_code == 200
 
@@ -334,6 +334,22 @@ def test_the_audit_page_shows_each_entitys_ledger_and_whether_it_balances(
     assert re.findall(r'<td class="n">([\d,]+)</td>', bulk)[:1] == ["1,200"]
     assert all('status completed">yes' in cells for _, cells in rows)
     assert_balanced(broker)
+
+
+def test_the_audit_page_names_the_entities_out_of_balance_above_the_table(
+    open_client: TestClient, broker: Broker, url: str, queue: str
+) -> None:
+    """An unbalanced ledger names its entities in the verdict, and each row says whether it
+    balances right after its name, so a phone's narrow screen shows which one without
+    scrolling sideways."""
+    broker.create_queue("bulk")
+    broker.sender("bulk").send([Message(body=b"x")])
+    execute_behind_the_back(url, "UPDATE entities SET sent = sent + 7 WHERE name = 'bulk'")
+    page = open_client.get("/ui/audit").text
+    named = re.search(r'<p id="unbalanced"[^>]*>(.*?)</p>', page, re.S)
+    assert named and re.sub(r"<[^>]+>", "", named.group(1)) == "Out of balance: bulk."
+    rows = dict(re.findall(r'<td class="name">([^<]+)</td>\s*<td>(.*?)</td>', page, re.S))
+    assert 'failed">no' in rows["bulk"] and 'completed">yes' in rows[queue]
 
 
 def test_the_overview_says_why_a_queue_is_not_active_in_the_page(
