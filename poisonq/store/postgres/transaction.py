@@ -113,6 +113,9 @@ class PostgresTransaction(
     Transaction,
 ):
     _FENCE = " OFFSET 0"  # the housekeeping probes: see HousekeepingStatements
+    # The aggregates' keys and hours as the triggers of schema 12 write them.
+    _KEY = "coalesce(to_jsonb({column})::text, 'null')"
+    _HOUR = "floor({time} / 3600)::bigint * 3600"
 
     # Entities -----------------------------------------------------------------------------
     def entity(self, name: str) -> EntityRecord | None:
