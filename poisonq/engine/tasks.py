@@ -51,7 +51,10 @@ class Tasks(EngineBase):
     def count_matching(self, address: str, where: MessageFilter) -> int:
         """How many unlocked held messages of ``address`` match ``where``."""
         return self.housekeeper.read(
-            address, lambda tx, target: tx.count_matching(target.entity.id, where)
+            address,
+            lambda tx, target: tx.count_matching(
+                target.entity.id, where, holds_dead_letters(target)
+            ),
         )
 
     def start_task(

@@ -662,7 +662,10 @@ class Transaction(ABC):
         in descending order."""
 
     @abstractmethod
-    def count_matching(self, entity_id: int, where: MessageFilter) -> int: ...
+    def count_matching(self, entity_id: int, where: MessageFilter, aggregated: bool = False) -> int:
+        """How many unlocked held messages match ``where``; with ``aggregated`` (a dead-letter
+        queue), a filter by reason, subject or fingerprint alone is counted from the kept
+        aggregates, less the locked messages."""
 
     @abstractmethod
     def insert_task(

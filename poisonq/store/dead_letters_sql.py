@@ -2,7 +2,7 @@
 or fingerprint), the causes a reason hides, and the error type that names a fingerprint, for
 the explorer, ``/metrics`` and the command line.
 
-A dead-letter queue's are read from its kept aggregates (schema 12, ``dead_letter_aggregates``:
+A dead-letter queue's are read from its kept aggregates (schema 12, ``dead_letter_counts``:
 the held messages counted by reason, subject, fingerprint, error type and hour, kept by
 triggers in the transaction that moves a message), so they cost what the groups number, not
 the messages. Any other entity's are counted from its messages. A group's first and last
@@ -13,8 +13,10 @@ recounts them for the audit.
 
 from __future__ import annotations
 
-from poisonq.store.base import DeadLetterCause, DeadLetterGroup
-from poisonq.store.history import key_value
+from dataclasses import replace
+
+from poisonq.store.base import NO_VALUE, DeadLetterCause, DeadLetterGroup, MessageFilter
+from poisonq.store.history import key_text, key_value
 from poisonq.store.rows import GROUP_KEYS
 from poisonq.store.shared_sql import SharedStatements
 
@@ -53,7 +55,8 @@ class DeadLetterAnalysis(SharedStatements):
             raise ValueError(f"no groups by {by!r}")
         rows = self._query(
             f"SELECT {by}, max({label}), CAST(sum(count) AS bigint), min(first_at), max(last_at)"
-            f" FROM dead_letter_aggregates WHERE entity_id = :entity GROUP BY {by}",
+            " FROM dead_letter_counts WHERE entity_id = :entity"
+            f" GROUP BY {by} HAVING sum(count) <> 0",
             {"entity": entity_id},
         )
         return _in_order(
@@ -84,8 +87,8 @@ class DeadLetterAnalysis(SharedStatements):
             causes = [DeadLetterCause(*row) for row in rows]
         else:
             counted = self._query(
-                "SELECT reason, error_type, CAST(sum(count) AS bigint) FROM dead_letter_aggregates"
-                " WHERE entity_id = :entity GROUP BY reason, error_type",
+                "SELECT reason, error_type, CAST(sum(count) AS bigint) FROM dead_letter_counts"
+                " WHERE entity_id = :entity GROUP BY reason, error_type HAVING sum(count) <> 0",
                 {"entity": entity_id},
             )
             causes = [
@@ -116,6 +119,23 @@ class DeadLetterAnalysis(SharedStatements):
         )
         return int(seq)
 
+    def _kept_count(self, entity_id: int, where: MessageFilter) -> int | None:
+        """How many messages of the dead-letter queue ``entity_id`` the aggregates count for
+        ``where`` (locked or not), or ``None`` when ``where`` names more than their keys."""
+        if replace(where, reason=None, subject=None, fingerprint=None) != MessageFilter():
+            return None
+        keys = {"reason": where.reason, "subject": where.subject, "fingerprint": where.fingerprint}
+        named = {
+            k: key_text(None if v is NO_VALUE else v) for k, v in keys.items() if v is not None
+        }
+        test = "".join(f" AND {k} = :{k}" for k in named)  # names of ours, never user text
+        ((count,),) = self._query(
+            "SELECT CAST(coalesce(sum(count), 0) AS bigint) FROM dead_letter_counts"
+            f" WHERE entity_id = :entity{test}",
+            {"entity": entity_id, **named},
+        )
+        return int(count)
+
     def fingerprint_labels(self, entity_id: int) -> dict[str, tuple[str | None, str | None]]:
         """Every fingerprint a dead-letter queue has held since it was created (or since
         schema 12), with the error type and a description of its first dead letter: what
@@ -137,7 +157,10 @@ class DeadLetterAnalysis(SharedStatements):
             f" JOIN entities e ON e.id = m.entity_id WHERE {_DEAD_LETTER_QUEUES}"
             " GROUP BY 1, 2, 3, 4, 5, 6"
         )
-        kept = f"SELECT entity_id, {_KEYS}, count FROM dead_letter_aggregates"
+        kept = (
+            f"SELECT entity_id, {_KEYS}, CAST(sum(count) AS bigint) FROM dead_letter_counts"
+            f" GROUP BY entity_id, {_KEYS} HAVING sum(count) <> 0"
+        )
         rows = self._query(
             f"SELECT entity_id FROM ({kept} EXCEPT {recount}) AS extra"
             f" UNION SELECT entity_id FROM ({recount} EXCEPT {kept}) AS missing",

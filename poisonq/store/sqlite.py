@@ -45,7 +45,6 @@ from poisonq.store.base import (
     pending_migrations,
     unstorable,
 )
-from poisonq.store.dead_letters_sql import DeadLetterAnalysis
 from poisonq.store.entities_sql import EntityStatements
 from poisonq.store.history import HistoryBuffer, HistoryKeeper
 from poisonq.store.housekeeping_sql import HousekeepingStatements
@@ -101,7 +100,6 @@ READ = "BEGIN DEFERRED"  # a reader's transaction (Store.reading)
 
 class SqliteTransaction(
     SessionStatements,
-    DeadLetterAnalysis,
     EntityStatements,
     TaskStatements,
     SqliteTasks,

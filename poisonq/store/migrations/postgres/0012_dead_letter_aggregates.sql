@@ -43,10 +43,19 @@ CREATE TABLE dead_letter_changes (
     description text
 );
 CREATE INDEX dead_letter_changes_by_xact ON dead_letter_changes (xact);
+-- What the reads see: the aggregates, and what this transaction changed that has not been
+-- folded in yet (a read that follows a write in one transaction, as a read after due
+-- housekeeping does, sees it; txid_current_if_assigned() gives a read-only transaction no id).
+CREATE VIEW dead_letter_counts AS
+SELECT entity_id, reason, subject, fingerprint, error_type, bucket, count, first_at, last_at
+FROM dead_letter_aggregates
+UNION ALL
+SELECT entity_id, reason, subject, fingerprint, error_type, bucket, count, first_at, last_at
+FROM dead_letter_changes WHERE xact = txid_current_if_assigned();
 CREATE INDEX messages_by_dead_letter_reason ON messages (entity_id, dead_letter_reason, seq)
     WHERE dead_letter_reason IS NOT NULL;
-CREATE INDEX messages_by_dead_letter_fingerprint ON messages (entity_id, last_fingerprint, seq)
-    WHERE dead_letter_reason IS NOT NULL;
+CREATE INDEX messages_by_fingerprint ON messages (entity_id, last_fingerprint, seq)
+    WHERE last_fingerprint IS NOT NULL;
 
 CREATE FUNCTION poisonq_dead_letter_changes() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -71,7 +80,7 @@ BEGIN
             coalesce(to_jsonb(n.last_error_type)::text, 'null'),
             floor(coalesce(n.dead_lettered_at, n.enqueued_at) / 3600)::bigint * 3600, count(*),
             min(coalesce(n.dead_lettered_at, n.enqueued_at)),
-            max(coalesce(n.dead_lettered_at, n.enqueued_at)), max(n.dead_letter_description)
+            max(coalesce(n.dead_lettered_at, n.enqueued_at)), max(n.failures -> -1 ->> 'message')
         FROM new_rows n JOIN entities e ON e.id = n.entity_id
         WHERE e.subqueue IN ('deadletter', 'transfer_deadletter')
         GROUP BY 2, 3, 4, 5, 6, 7;
@@ -138,7 +147,7 @@ WHERE e.subqueue IN ('deadletter', 'transfer_deadletter')
 GROUP BY 1, 2, 3, 4, 5, 6;
 INSERT INTO dead_letter_fingerprints
 SELECT m.entity_id, to_jsonb(m.last_fingerprint)::text, max(m.last_error_type),
-    max(m.dead_letter_description)
+    max(m.failures -> -1 ->> 'message')
 FROM messages m JOIN entities e ON e.id = m.entity_id
 WHERE e.subqueue IN ('deadletter', 'transfer_deadletter') AND m.last_fingerprint IS NOT NULL
 GROUP BY m.entity_id, m.last_fingerprint;

@@ -8,8 +8,8 @@
 -- message, so every path (dead-letter, TTL expiry, complete, purge, resubmit, forwarding, an
 -- abandon that records a failure) keeps them in its own transaction; SQLite runs one writer at
 -- a time. A group's row goes when its count reaches zero; its fingerprint's error type and
--- description stay in dead_letter_fingerprints for as long as the queue lives, so that the
--- chart names a resubmitted or purged fingerprint by its error type.
+-- description (its failure's message) stay in dead_letter_fingerprints for as long as the
+-- queue lives, so that the chart names a resubmitted or purged fingerprint by its type.
 CREATE TABLE dead_letter_aggregates (
     entity_id   INTEGER NOT NULL REFERENCES entities(id) ON DELETE CASCADE,
     reason      TEXT NOT NULL,
@@ -22,6 +22,10 @@ CREATE TABLE dead_letter_aggregates (
     last_at     REAL NOT NULL,
     PRIMARY KEY (entity_id, reason, subject, fingerprint, error_type, bucket)
 ) STRICT, WITHOUT ROWID;
+-- What the reads see (PostgreSQL adds what the transaction has not folded in yet).
+CREATE VIEW dead_letter_counts AS
+SELECT entity_id, reason, subject, fingerprint, error_type, bucket, count, first_at, last_at
+FROM dead_letter_aggregates;
 CREATE TABLE dead_letter_fingerprints (
     entity_id   INTEGER NOT NULL REFERENCES entities(id) ON DELETE CASCADE,
     fingerprint TEXT NOT NULL,  -- JSON text, as in dead_letter_aggregates
@@ -30,11 +34,11 @@ CREATE TABLE dead_letter_fingerprints (
     PRIMARY KEY (entity_id, fingerprint)
 ) STRICT, WITHOUT ROWID;
 -- One group's first page (by reason or fingerprint), oldest or newest first, walks these;
--- only dead letters are in them (a message that was never dead-lettered has no reason).
+-- only dead letters (and messages that failed) are in them: the others have neither.
 CREATE INDEX messages_by_dead_letter_reason ON messages (entity_id, dead_letter_reason, seq)
     WHERE dead_letter_reason IS NOT NULL;
-CREATE INDEX messages_by_dead_letter_fingerprint ON messages (entity_id, last_fingerprint, seq)
-    WHERE dead_letter_reason IS NOT NULL;
+CREATE INDEX messages_by_fingerprint ON messages (entity_id, last_fingerprint, seq)
+    WHERE last_fingerprint IS NOT NULL;
 CREATE TRIGGER dead_letter_aggregates_insert AFTER INSERT ON messages
 WHEN (SELECT subqueue FROM entities WHERE id = NEW.entity_id)
     IN ('deadletter', 'transfer_deadletter')
@@ -50,7 +54,7 @@ BEGIN
         last_at = max(last_at, excluded.last_at);
     INSERT INTO dead_letter_fingerprints (entity_id, fingerprint, error_type, description)
     SELECT NEW.entity_id, json_quote(NEW.last_fingerprint), NEW.last_error_type,
-        NEW.dead_letter_description WHERE NEW.last_fingerprint IS NOT NULL
+        json_extract(NEW.failures, '$[#-1].message') WHERE NEW.last_fingerprint IS NOT NULL
     ON CONFLICT DO NOTHING;
 END;
 CREATE TRIGGER dead_letter_aggregates_delete AFTER DELETE ON messages
@@ -103,7 +107,7 @@ BEGIN
     ON CONFLICT DO UPDATE SET count = count + 1, first_at = min(first_at, excluded.first_at),
         last_at = max(last_at, excluded.last_at);
     INSERT INTO dead_letter_fingerprints (entity_id, fingerprint, error_type, description)
-    SELECT NEW.entity_id, json_quote(NEW.last_fingerprint), NEW.last_error_type, NEW.dead_letter_description
+    SELECT NEW.entity_id, json_quote(NEW.last_fingerprint), NEW.last_error_type, json_extract(NEW.failures, '$[#-1].message')
     FROM entities WHERE id = NEW.entity_id AND subqueue IN ('deadletter', 'transfer_deadletter')
         AND NEW.last_fingerprint IS NOT NULL
     ON CONFLICT DO NOTHING;
@@ -119,7 +123,7 @@ FROM messages m JOIN entities e ON e.id = m.entity_id
 WHERE e.subqueue IN ('deadletter', 'transfer_deadletter')
 GROUP BY 1, 2, 3, 4, 5, 6;
 INSERT INTO dead_letter_fingerprints (entity_id, fingerprint, error_type, description)
-SELECT m.entity_id, json_quote(m.last_fingerprint), max(m.last_error_type), max(m.dead_letter_description)
+SELECT m.entity_id, json_quote(m.last_fingerprint), max(m.last_error_type), max(json_extract(m.failures, '$[#-1].message'))
 FROM messages m JOIN entities e ON e.id = m.entity_id
 WHERE e.subqueue IN ('deadletter', 'transfer_deadletter') AND m.last_fingerprint IS NOT NULL
 GROUP BY m.entity_id, m.last_fingerprint;
