@@ -113,6 +113,7 @@ def build_sqlite(url: str, path: Path, count: int) -> None:
     for statement in ledger(count, queue, dlq):
         db.execute(statement)
     db.execute("COMMIT")
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # as a store in use is, not a WAL of gigabytes
     db.close()
 
 
