@@ -503,6 +503,13 @@ class Broker:
         ``RuntimeError``, ...)."""
         return self.engine.dead_letter_causes(self._dlq(queue))
 
+    def dead_letter_fingerprints(self, queue: str) -> dict[str, tuple[str | None, str | None]]:
+        """Every failure fingerprint ``queue``'s dead-letter queue has held, each with the
+        error type and the description of its first dead letter: kept after the messages
+        were resubmitted or purged, so that a chart of the past names each fingerprint by
+        its error type."""
+        return self.engine.fingerprint_labels(self._dlq(queue))
+
     def dead_letter_timeline(self, queue: str, by: str = "reason", window: str = "day") -> Timeline:
         """Messages dead-lettered into ``queue``'s dead-letter queue over the last
         ``window`` (``hour``, ``day`` or ``week``, see :data:`poisonq.history.WINDOWS`), in

@@ -116,6 +116,11 @@ class SubQueue(StrEnum):
     TRANSFER_DEADLETTER = "transfer_deadletter"
 
 
+DEAD_LETTER_QUEUES = (SubQueue.DEADLETTER, SubQueue.TRANSFER_DEADLETTER)
+"""The subqueues that hold dead letters: the store keeps their aggregates (by reason, subject,
+fingerprint and hour), so their groups are read in proportion to groups, not messages."""
+
+
 MAX_DURATION = 100 * 365 * 86400.0
 """The longest duration (100 years): a time to live or a delay is added to a time the store
 keeps and gives back as a datetime, so the sum must stay a date (before year 10000)."""

@@ -88,7 +88,9 @@ class QueueInfo:
 
 @dataclass(frozen=True, slots=True)
 class AuditEntry:
-    """One entity's ledger check: ``sent + moved_in == completed + dropped + moved_out + held``."""
+    """One entity's ledger check: ``sent + moved_in == completed + dropped + moved_out + held``;
+    and for a dead-letter queue, that its kept aggregates (the groups the explorer, ``/metrics``
+    and ``poisonq dlq list`` read) equal a recount of its messages."""
 
     name: str
     sent: int
@@ -97,12 +99,14 @@ class AuditEntry:
     dropped: int
     moved_out: int
     held: int
+    aggregates_match: bool = True
 
     @property
     def ok(self) -> bool:
-        return (
+        balanced = (
             self.sent + self.moved_in == self.completed + self.dropped + self.moved_out + self.held
         )
+        return balanced and self.aggregates_match
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import uuid
+from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -762,6 +763,23 @@ class QueueMachine(RuleBasedStateMachine):
                 assert expires == m.expires_at
                 if entity == MAIN:
                     assert p.delivery_count <= self.max_dc
+
+    @invariant()
+    def dead_letter_groups_match_the_model(self) -> None:
+        """The groups of each dead-letter queue (read from the aggregates the store keeps in
+        the transaction that moves a message) count its messages by reason, locked or not,
+        and the audit finds them equal to a recount."""
+        if not self.ready:
+            return
+        self._as_read()
+        for entity, address in ((DEAD, DLQ), (REJECTED, NAMESPACE_DLQ)):
+            if entity == REJECTED and not any(m.where == REJECTED for m in self.msgs.values()):
+                continue
+            model = Counter(m.reason for m in self.msgs.values() if m.where == entity)
+            groups = self.broker.dead_letter_groups(address, "reason")
+            assert {g.key: g.count for g in groups} == dict(model)
+            assert [g.count for g in groups] == sorted(model.values(), reverse=True)
+        assert all(entry.aggregates_match for entry in self.broker.audit().entries)
 
     @invariant()
     def every_message_sent_is_accounted_for(self) -> None:

@@ -165,10 +165,12 @@ class Admin(EngineBase):
         return self.housekeeper.read(address, self.resolver.counts)
 
     def audit(self) -> AuditReport:
-        """Check every entity's ledger against the messages it holds."""
+        """Check every entity's ledger against the messages it holds, and every dead-letter
+        queue's kept aggregates against a recount."""
 
         def read(tx: Transaction) -> AuditReport:
             entries = []
+            drifted = tx.dead_letter_drift()
             for entity, held in tx.audit_rows():
                 ledger = entity.ledger
                 entries.append(
@@ -180,6 +182,7 @@ class Admin(EngineBase):
                         dropped=ledger.dropped,
                         moved_out=ledger.moved_out,
                         held=held,
+                        aggregates_match=entity.id not in drifted,
                     )
                 )
             return AuditReport(entries)

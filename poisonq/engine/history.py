@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from poisonq.engine.base import EngineBase
+from poisonq.engine.targets import Target, holds_dead_letters
 from poisonq.history import TREND, Timeline, Trend, Window, peaks, timeline
 from poisonq.model import SubQueue
 from poisonq.store.base import (
@@ -62,5 +63,15 @@ class History(EngineBase):
     def dead_letter_causes(self, address: str) -> list[DeadLetterCause]:
         """The held messages of ``address`` by reason and their last failure's type."""
         return self.housekeeper.read(
-            address, lambda tx, target: tx.dead_letter_causes(target.entity.id)
+            address,
+            lambda tx, target: tx.dead_letter_causes(target.entity.id, holds_dead_letters(target)),
         )
+
+    def fingerprint_labels(self, address: str) -> dict[str, tuple[str | None, str | None]]:
+        """Every fingerprint the dead-letter queue ``address`` has held, with the error type
+        and description of its first dead letter (none for another entity)."""
+
+        def read(tx: Transaction, target: Target) -> dict[str, tuple[str | None, str | None]]:
+            return tx.fingerprint_labels(target.entity.id) if holds_dead_letters(target) else {}
+
+        return self.housekeeper.read(address, read)

@@ -22,6 +22,7 @@ from poisonq.errors import (
 from poisonq.filters import Filter, filter_from_json
 from poisonq.limits import check_count
 from poisonq.model import (
+    DEAD_LETTER_QUEUES,
     LOCK_EXPIRED,
     EntityKind,
     FailureRecord,
@@ -85,7 +86,7 @@ class Target:
     @property
     def ready(self) -> MessageState:
         """The state a receivable message has here."""
-        if self.subqueue is SubQueue.DEADLETTER or self.subqueue is SubQueue.TRANSFER_DEADLETTER:
+        if holds_dead_letters(self):
             return MessageState.DEAD_LETTERED
         return MessageState.ACTIVE
 
@@ -110,6 +111,11 @@ class Target:
     def sessions(self) -> bool:
         """Whether receiving here goes through session locks (the main entity only)."""
         return self.options.requires_session and self.subqueue is None
+
+
+def holds_dead_letters(target: Target) -> bool:
+    """Whether ``target`` is a dead-letter queue (the store keeps its groups aggregated)."""
+    return target.subqueue in DEAD_LETTER_QUEUES
 
 
 _EVERYTHING = 1 << 62  # a selection without a limit

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from poisonq.engine.base import EngineBase
-from poisonq.engine.targets import Target, check_text
+from poisonq.engine.targets import Target, check_text, holds_dead_letters
 from poisonq.errors import (
     EntityDisabledError,
     InvalidOptionError,
@@ -20,7 +20,8 @@ from poisonq.store.base import DeadLetterGroup, MessageFilter, TaskRecord, Trans
 class Tasks(EngineBase):
     def dead_letter_groups(self, address: str, by: str) -> list[DeadLetterGroup]:
         return self.housekeeper.read(
-            address, lambda tx, target: tx.dead_letter_groups(target.entity.id, by)
+            address,
+            lambda tx, t: tx.dead_letter_groups(t.entity.id, by, holds_dead_letters(t)),
         )
 
     def find(
@@ -50,7 +51,10 @@ class Tasks(EngineBase):
     def count_matching(self, address: str, where: MessageFilter) -> int:
         """How many unlocked held messages of ``address`` match ``where``."""
         return self.housekeeper.read(
-            address, lambda tx, target: tx.count_matching(target.entity.id, where)
+            address,
+            lambda tx, target: tx.count_matching(
+                target.entity.id, where, holds_dead_letters(target)
+            ),
         )
 
     def start_task(

@@ -94,14 +94,18 @@ def _chart(
     return group_chart(timeline, names), None
 
 
-def _fingerprint_names(groups: list[DeadLetterGroup]) -> dict[str | None, str]:
+def _fingerprint_names(
+    groups: list[DeadLetterGroup], labels: dict[str, tuple[str | None, str | None]]
+) -> dict[str | None, str]:
     """How the chart names each fingerprint: its error type and key ("KeyError · 3fa2…"),
     the group without one "(none)" as in the table. A fingerprint no dead letter holds any more
-    (resubmitted or purged) keeps its bare key: the history counts keys, not error types."""
-    return {
-        g.key: NONE if g.key is None else f"{g.label} · {g.key}" if g.label else g.key
-        for g in groups
+    (resubmitted or purged) is named by the error type the store kept for it (``labels``)."""
+    names: dict[str | None, str] = {
+        key: f"{kind} · {key}" if kind else key for key, (kind, _) in labels.items()
     }
+    for g in groups:
+        names[g.key] = NONE if g.key is None else f"{g.label} · {g.key}" if g.label else g.key
+    return names
 
 
 def _group_value(key: str | None) -> str | NoValue:
@@ -130,7 +134,9 @@ def explorer(
         raise InvalidOptionError("order must be oldest or newest")
     typed = dict(request.query_params)
     groups = state.broker.dead_letter_groups(queue, by)
-    names = _fingerprint_names(groups) if by == "fingerprint" else {}
+    names = {}
+    if by == "fingerprint":
+        names = _fingerprint_names(groups, state.broker.dead_letter_fingerprints(queue))
     chart, bad_window = _chart(state, queue, by, window, names)
     causes: dict[str | None, list[DeadLetterCause]] = defaultdict(list)
     if by == "reason":

@@ -613,13 +613,26 @@ class Transaction(ABC):
 
     # Dead-letter analysis and tasks ------------------------------------------------------
     @abstractmethod
-    def dead_letter_groups(self, entity_id: int, by: str) -> list[DeadLetterGroup]:
-        """Group held messages by ``reason``, ``subject`` or ``fingerprint``."""
+    def dead_letter_groups(
+        self, entity_id: int, by: str, aggregated: bool = True
+    ) -> list[DeadLetterGroup]:
+        """Group held messages by ``reason``, ``subject`` or ``fingerprint``: from the kept
+        aggregates of a dead-letter queue (``aggregated``), or counted from the messages of
+        any other entity."""
 
     @abstractmethod
-    def dead_letter_causes(self, entity_id: int) -> list[DeadLetterCause]:
+    def dead_letter_causes(self, entity_id: int, aggregated: bool = True) -> list[DeadLetterCause]:
         """The held messages by reason and by the type of their last failure: what a reason
-        such as ``MaxDeliveryCountExceeded`` hides."""
+        such as ``MaxDeliveryCountExceeded`` hides (``aggregated`` as for the groups)."""
+
+    @abstractmethod
+    def fingerprint_labels(self, entity_id: int) -> dict[str, tuple[str | None, str | None]]:
+        """Every fingerprint the dead-letter queue ``entity_id`` has held, with the error
+        type and description of its first dead letter, held or not any more."""
+
+    @abstractmethod
+    def dead_letter_drift(self) -> set[int]:
+        """The dead-letter queues whose kept aggregates differ from a recount (the audit)."""
 
     # History (poisonq/store/history.py) ---------------------------------------------------
     @abstractmethod
@@ -649,7 +662,10 @@ class Transaction(ABC):
         in descending order."""
 
     @abstractmethod
-    def count_matching(self, entity_id: int, where: MessageFilter) -> int: ...
+    def count_matching(self, entity_id: int, where: MessageFilter, aggregated: bool = False) -> int:
+        """How many unlocked held messages match ``where``; with ``aggregated`` (a dead-letter
+        queue), a filter by reason, subject or fingerprint alone is counted from the kept
+        aggregates, less the locked messages."""
 
     @abstractmethod
     def insert_task(

@@ -45,7 +45,6 @@ from poisonq.store.base import (
     pending_migrations,
     unstorable,
 )
-from poisonq.store.dead_letters_sql import DeadLetterAnalysis
 from poisonq.store.entities_sql import EntityStatements
 from poisonq.store.history import HistoryBuffer, HistoryKeeper
 from poisonq.store.housekeeping_sql import HousekeepingStatements
@@ -101,7 +100,6 @@ READ = "BEGIN DEFERRED"  # a reader's transaction (Store.reading)
 
 class SqliteTransaction(
     SessionStatements,
-    DeadLetterAnalysis,
     EntityStatements,
     TaskStatements,
     SqliteTasks,
@@ -112,6 +110,9 @@ class SqliteTransaction(
     HousekeepingStatements,
     Transaction,
 ):
+    # The aggregates' keys and hours as the triggers of schema 12 write them.
+    _KEY = "json_quote({column})"
+    _HOUR = "CAST({time} / 3600 AS INTEGER) * 3600"
     # A lease's cover that ran out is a run of locks that ran out (no message row says so).
     _MORE = (
         " OR EXISTS (SELECT 1 FROM leases WHERE entity_id = {entity} AND cover_lo IS NOT NULL"
@@ -675,6 +676,19 @@ class SqliteTransaction(
         return moved
 
 
+def _statements(script: str) -> Iterator[str]:
+    """The statements of a migration script, one at a time (a trigger's body holds several,
+    each ending in a semicolon: a statement ends where SQLite says it is complete)."""
+    statement = ""
+    for line in script.splitlines(keepends=True):
+        statement += line
+        if sqlite3.complete_statement(statement):
+            yield statement
+            statement = ""
+    if statement.strip():  # comments alone (a script may hold nothing else)
+        yield statement
+
+
 class SqliteStore(Store):
     """A store in one SQLite file."""
 
@@ -733,9 +747,8 @@ class SqliteStore(Store):
             self._db.execute(f"{SCHEMA_TABLE} STRICT")
             applied = {v for (v,) in self._db.execute(SCHEMA_VERSIONS)}
             for version, script in pending_migrations("sqlite", applied, str(self.path)):
-                for statement in script.split(";\n"):
-                    if statement.strip():
-                        self._db.execute(statement)
+                for statement in _statements(script):
+                    self._db.execute(statement)
                 self._db.execute(ADD_SCHEMA_VERSION, {"version": version})
             self._db.execute("COMMIT")
         except BaseException:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from poisonq.store.base import MessageFilter
+from poisonq.store.base import NO_VALUE, MessageFilter
+from poisonq.store.dead_letters_sql import DeadLetterAnalysis
 from poisonq.store.sqlite_leases import SqliteLeases
 from poisonq.store.sqlite_rows import filter_clauses
 
@@ -14,7 +15,7 @@ UNLOCKED = ("scheduled", "active", "deferred", "dead_lettered")
 UNLOCKED_SQL = "('scheduled', 'active', 'deferred', 'dead_lettered')"
 
 
-class SqliteTasks(SqliteLeases):
+class SqliteTasks(SqliteLeases, DeadLetterAnalysis):
     """The selection methods of :class:`poisonq.store.sqlite.SqliteTransaction`."""
 
     _db: sqlite3.Connection
@@ -33,6 +34,13 @@ class SqliteTasks(SqliteLeases):
         clauses, params = filter_clauses(where)
         order = "DESC" if newest_first else "ASC"
         covered = self._covered_clause(entity_id)
+        if _one_group(where):  # the group's index, in order: a page costs its size
+            rows = self._db.execute(
+                f"SELECT seq FROM messages WHERE entity_id = ? AND state IN {UNLOCKED_SQL}"
+                f" AND seq > ?{clauses} AND NOT {covered} ORDER BY seq {order} LIMIT ?",
+                (entity_id, after_seq, *params, limit),
+            )
+            return [row[0] for row in rows]
         part = (
             "SELECT seq FROM (SELECT seq FROM messages WHERE entity_id = ? AND state = ?"
             f" AND seq > ?{clauses} AND NOT {covered} ORDER BY seq {order} LIMIT ?)"
@@ -46,11 +54,32 @@ class SqliteTasks(SqliteLeases):
         )
         return [row[0] for row in rows]
 
-    def count_matching(self, entity_id: int, where: MessageFilter) -> int:
+    def count_matching(self, entity_id: int, where: MessageFilter, aggregated: bool = False) -> int:
         clauses, params = filter_clauses(where)
+        covered = self._covered_clause(entity_id)
+        kept = self._kept_count(entity_id, where) if aggregated else None
+        if kept is not None:  # less the locked ones (by the state index, unless covered)
+            locks = "INDEXED BY messages_by_state WHERE entity_id = ? AND state = 'locked'"
+            if covered != "0":
+                locks = (
+                    f"WHERE entity_id = ? AND (state = 'locked' OR state IN {UNLOCKED_SQL}"
+                    f" AND {covered})"
+                )
+            (locked,) = self._db.execute(
+                f"SELECT count(*) FROM messages {locks}{clauses}", (entity_id, *params)
+            ).fetchone()
+            return kept - int(locked)
         (n,) = self._db.execute(
             f"SELECT count(*) FROM messages WHERE entity_id = ? AND state IN {UNLOCKED_SQL}"
-            f"{clauses} AND NOT {self._covered_clause(entity_id)}",
+            f"{clauses} AND NOT {covered}",
             (entity_id, *params),
         ).fetchone()
         return int(n)
+
+
+def _one_group(where: MessageFilter) -> bool:
+    """Whether ``where`` names one reason or fingerprint (which an index of its own keeps in
+    sequence order)."""
+    return any(
+        value is not None and value is not NO_VALUE for value in (where.reason, where.fingerprint)
+    )

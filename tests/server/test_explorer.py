@@ -155,3 +155,18 @@ def test_a_binary_body_is_previewed_as_binary(
     seq = int(re.findall(r'<a href="message\?address=[^"]+">(\d+)</a>', page)[0])
     message = open_client.get(f"/ui/message?address=orders/$deadletterqueue&seq={seq}").text
     assert "binary (base64), 1.2 KiB</span>" in message
+
+
+def test_a_resubmitted_fingerprint_is_named_by_its_error_type_in_the_chart(
+    open_client: TestClient, broker: Broker, queue: str
+) -> None:
+    """The chart counts what happened, the groups what is held: a fingerprint whose messages
+    were all resubmitted is still in the chart, named by the error type the store kept for
+    it, not by a bare key."""
+    broker.sender("orders").send(Message(body=b"{}"))
+    receiver = broker.receiver("orders")
+    receiver.dead_letter(receiver.receive(), "Failed", error=UpstreamTimeout("no answer"))
+    (group,) = broker.dead_letter_groups("orders", "fingerprint")
+    broker.resubmit("orders", rate=None)
+    page = open_client.get("/ui/deadletters?queue=orders&by=fingerprint").text
+    assert f"UpstreamTimeout · {group.key}" in page

@@ -8,6 +8,7 @@ from typing import Any
 
 from poisonq.model import Lease, MessageState
 from poisonq.store.base import MessageFilter
+from poisonq.store.dead_letters_sql import DeadLetterAnalysis
 from poisonq.store.leases_sql import LeaseStatements
 from poisonq.store.postgres.runner import StatementRunner
 from poisonq.store.rows import filter_sql
@@ -52,7 +53,7 @@ def ready_seqs(*, session: bool = False) -> str:
     return f"ARRAY(SELECT seq FROM messages {order} LIMIT %(limit)b FOR UPDATE SKIP LOCKED)"
 
 
-class BatchQueries(LeaseStatements, StatementRunner):
+class BatchQueries(LeaseStatements, DeadLetterAnalysis, StatementRunner):
     # Leases -------------------------------------------------------------------------------
     # A lease's messages are locked row by row, so that competing consumers skip them as
     # they skip any lock (SKIP LOCKED).
@@ -145,8 +146,15 @@ class BatchQueries(LeaseStatements, StatementRunner):
         )
         return [row[0] for row in rows]
 
-    def count_matching(self, entity_id: int, where: MessageFilter) -> int:
+    def count_matching(self, entity_id: int, where: MessageFilter, aggregated: bool = False) -> int:
         clauses, params = filter_clauses(where)
+        kept = self._kept_count(entity_id, where) if aggregated else None
+        if kept is not None:  # less the locked ones, found by the state index
+            ((locked,),) = self._fetch_all(
+                f"SELECT count(*) FROM messages WHERE entity_id = %b AND state = 'locked'{clauses}",
+                (entity_id, *params),
+            )
+            return kept - int(locked)
         ((n,),) = self._fetch_all(
             f"SELECT count(*) FROM messages WHERE entity_id = %b AND state != 'locked'{clauses}",
             (entity_id, *params),

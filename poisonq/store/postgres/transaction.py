@@ -36,7 +36,6 @@ from psycopg import Cursor
 from poisonq.errors import StoreError
 from poisonq.model import HELD_STATES, EntityStatus, MessageState, ReceivedMessage
 from poisonq.store.base import EntityRecord, LockInfo, MessageFilter, NewMessage, Transaction
-from poisonq.store.dead_letters_sql import DeadLetterAnalysis
 from poisonq.store.entities_sql import EntityStatements
 from poisonq.store.history import HistoryBuffer
 from poisonq.store.housekeeping_sql import HousekeepingStatements
@@ -103,7 +102,6 @@ def _failure_json(failure: dict[str, Any] | None) -> str | None:
 
 class PostgresTransaction(
     SessionStatements,
-    DeadLetterAnalysis,
     EntityStatements,
     TaskStatements,
     BatchQueries,
@@ -113,6 +111,9 @@ class PostgresTransaction(
     Transaction,
 ):
     _FENCE = " OFFSET 0"  # the housekeeping probes: see HousekeepingStatements
+    # The aggregates' keys and hours as the triggers of schema 12 write them.
+    _KEY = "coalesce(to_jsonb({column})::text, 'null')"
+    _HOUR = "floor({time} / 3600)::bigint * 3600"
 
     # Entities -----------------------------------------------------------------------------
     def entity(self, name: str) -> EntityRecord | None:
