@@ -387,6 +387,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._broker: poisonq.Broker | None = None
         self._idle: tuple[int, object, float] | None = None  # (start, marker, when)
         self._until: int | None = None  # trigger availableNow: the last sequence number
+        self._after: tuple[int, Chunks] | None = None  # (lease completed, the leases after it)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"options": self.options}  # ``read`` runs elsewhere and needs only the options
@@ -396,6 +397,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._broker = None
         self._idle = None
         self._until = None
+        self._after = None
 
     def prepareForTriggerAvailableNow(self) -> None:
         """``trigger(availableNow=True)``: read what the queue holds now, in batches of
@@ -421,13 +423,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             fresh = time.monotonic() - when < IDLE_RECHECK
             if since == done and fresh and broker.change_marker() == marker:
                 return start
-        if done and (self._idle is None or self._idle[0] != done):
-            self._complete(broker, done)
+        if done and (self._after is None or self._after[0] != done):
+            self._after = (done, self._complete(broker, done, Chunks.of(start)))
+        chunks = self._after[1] if done and self._after is not None else Chunks()
+        size = wanted or self.options.max_messages_per_batch
         lease = broker.acquire_lease(
             self.options.address,
             self.options.consumer,
             done + 1,
-            wanted or self.options.max_messages_per_batch,
+            min(size, chunks.width or size),
             self.options.lock_duration,
         )
         if lease is not None and self._until is not None and lease.max_sequence > self._until:
@@ -436,7 +440,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             lease = None if lease.min_sequence > self._until else lease
         if lease is not None:
             self._idle = None
-            return {"lease": lease.number}
+            _isolate_suspect(broker, lease)
+            return {"lease": lease.number, **chunks.after_one().offset()}
         # Taken after the look: a commit in between shows only at the next recheck.
         self._idle = (done, broker.change_marker(), time.monotonic())
         return start
@@ -465,30 +470,88 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict[str, int]) -> None:
         if end["lease"]:
             with self.options.connect() as broker:
-                self._complete(broker, end["lease"])
+                self._complete(broker, end["lease"], Chunks.of(end))
 
     def stop(self) -> None:
         if self._broker is not None:
             self._broker.close()
             self._broker = None
 
-    def _complete(self, broker: poisonq.Broker, number: int) -> None:
-        """Complete a batch Spark committed. Its lease is resumed first: a batch replayed
-        after a kill that the sink had already committed (the file sink skips it) is never
-        read, so nothing renewed its locks while the query was down; what nobody took since
-        is still the batch's, and was written."""
+    def _complete(self, broker: poisonq.Broker, number: int, planned: Chunks) -> Chunks:
+        """Complete a batch Spark committed; return how the leases after it are sized.
+
+        The lease is resumed first: a batch replayed after a kill that the sink had already
+        committed (the file sink skips it) is never read, so nothing renewed its locks while
+        the query was down; what nobody took since is still the batch's, and was written.
+        A lease its replay narrowed (:func:`_narrow`) holds what that replay read, the first
+        part of a batch that failed: the rest, given back, holds the poison, and the next
+        leases take it in parts of the same size (:class:`Chunks`), so the failing part
+        shows in the next failure instead of a whole batch failing again."""
         lease = broker.lease(self.options.address, self.options.consumer, number)
-        if lease is not None:
-            broker.resume_lease(lease, self.options.lock_duration)
-            broker.complete_lease(lease)
+        if lease is None:
+            return planned
+        broker.resume_lease(lease, self.options.lock_duration)
+        kept = len(broker.lease_sequence_numbers(lease))
+        if kept and broker.lease_plans(lease) > 1:
+            given_back = max(0, lease.count - kept)  # less any given back when it was taken
+            planned = Chunks(kept, min(NARROWING - 1, math.ceil(given_back / kept)))
+        broker.complete_lease(lease)
+        return planned
+
+
+# A replayed batch keeps 1/NARROWING of what failed, and the leases after it take the rest
+# in parts of that size: a poison row of a batch of B shows alone after about
+# log_NARROWING(B) failures, with up to NARROWING - 1 small micro-batches each.
+NARROWING = 8
+# A lease holding at most this many messages delivered before gives the first of them a
+# micro-batch of its own; more (a killed query's batch delivered again) are not suspects.
+MAX_SUSPECTS = 4
+
+
+@dataclass(frozen=True)
+class Chunks:
+    """How the next leases are sized, carried in the offsets Spark logs (so a restart
+    keeps it): ``count`` more leases of at most ``width`` messages, then full batches."""
+
+    width: int | None = None
+    count: int = 0
+
+    @classmethod
+    def of(cls, offset: Mapping[str, int]) -> Chunks:
+        """The sizing that followed the lease ending at ``offset``."""
+        count = offset.get("chunks", 0)
+        return cls(offset.get("width"), count) if count else cls()
+
+    def after_one(self) -> Chunks:
+        """What is left once one more lease is taken."""
+        return Chunks(self.width, self.count - 1) if self.count > 1 else Chunks()
+
+    def offset(self) -> dict[str, int]:
+        if not self.count or self.width is None:
+            return {}
+        return {"width": self.width, "chunks": self.count}
+
+
+def _isolate_suspect(broker: poisonq.Broker, lease: Lease) -> None:
+    """Give a message delivered before (abandoned, or given back by a failed batch) a
+    micro-batch of its own: keep only it, or only what comes before it, and give the rest
+    back with no delivery counted, so a poison row redelivered fails its own micro-batch,
+    not a whole batch again."""
+    held = broker.lease_sequence_numbers(lease)
+    fresh = set(broker.lease_sequence_numbers(lease, first_delivery=True))
+    suspects = [seq for seq in held if seq not in fresh]
+    if not suspects or len(suspects) > MAX_SUSPECTS:
+        return
+    first = suspects[0]
+    broker.release_lease(lease, lo=first + 1 if first == held[0] else first)
 
 
 def _narrow(broker: poisonq.Broker, lease: Lease, address: str) -> None:
     """A lease planned again is replayed after its query failed (a plain query that dies on
-    a poison row is restarted by its scheduler, and the same batch would fail again). If some
-    of its messages were delivered before, they are the suspects: keep the first of them;
-    else keep the first half. The rest go back without a delivery counted. A lease down to
-    one message failed with that message alone: abandon it, so the queue's retry policy
+    a poison row is restarted by its scheduler, and the same batch would fail again): keep
+    its first 1/:data:`NARROWING` and give the rest back without a delivery counted (the
+    leases after it take that rest in parts: :meth:`StreamReader._complete`). A lease down
+    to one message failed with that message alone: abandon it, so the queue's retry policy
     counts it, and poison exhausts its deliveries while every good message gets through."""
     held = broker.lease_sequence_numbers(lease)
     if not held:  # given back or settled before the query died (a stopped defect)
@@ -502,13 +565,7 @@ def _narrow(broker: poisonq.Broker, lease: Lease, address: str) -> None:
         )
         broker.settle_held(address, [Abandon(held[0], lease.lock_token, failure)])
         return
-    fresh = set(broker.lease_sequence_numbers(lease, first_delivery=True))
-    suspect = next((seq for seq in held if seq not in fresh), None)
-    if suspect is None:
-        broker.release_lease(lease, lo=held[len(held) // 2])
-    else:
-        broker.release_lease(lease, hi=suspect - 1)
-        broker.release_lease(lease, lo=suspect + 1)
+    broker.release_lease(lease, lo=held[math.ceil(len(held) / NARROWING)])
 
 
 @dataclass
