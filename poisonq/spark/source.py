@@ -14,8 +14,8 @@ late and never for the last batch, but it runs micro-batches in order, so a call
 ``latestOffset(start)`` proves the batch ending at ``start`` committed: both complete that
 lease. A lease whose query died and was not restarted is never completed; its locks run out
 and its messages are delivered again. A lease planned a second time is a replay after a
-failure, and is narrowed (:func:`_narrow`) so that a poison row cannot keep failing its whole
-batch, unless a handler that isolates its own failures took the batch up
+failure, and is narrowed (:mod:`poisonq.spark.narrowing`) so that a poison row cannot keep
+failing its whole batch, unless a handler that isolates its own failures took the batch up
 (:mod:`poisonq.spark.streaming` resets the count): then the replay is a restart's, kept whole.
 
 The schema tags the ``sequence_number`` column with where the rows come from (:class:`StoreTag`):
@@ -49,10 +49,11 @@ from pyspark.sql.types import StructField, StructType
 
 import poisonq
 from poisonq.errors import InvalidOptionError
-from poisonq.model import Abandon, FailureRecord, Lease, Message
+from poisonq.model import Lease, Message
 from poisonq.names import parse_address
 from poisonq.options import MAX_LOCK_DURATION
 from poisonq.spark.connect import is_connect
+from poisonq.spark.narrowing import Chunks, after_replay, isolate_suspect, narrow
 from poisonq.spark.schema import ARROW_SCHEMA, lease_batch, message_batch
 
 T = TypeVar("T", int, float)
@@ -440,7 +441,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             lease = None if lease.min_sequence > self._until else lease
         if lease is not None:
             self._idle = None
-            _isolate_suspect(broker, lease)
+            isolate_suspect(broker, lease)
             return {"lease": lease.number, **chunks.after_one().offset()}
         # Taken after the look: a commit in between shows only at the next recheck.
         self._idle = (done, broker.change_marker(), time.monotonic())
@@ -457,7 +458,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # are still its own unless something received from the queue since.
             broker.resume_lease(lease, self.options.lock_duration)
             if broker.plan_lease(lease) > 1:
-                _narrow(broker, lease, self.options.address)
+                narrow(broker, lease, self.options.address)
         return _lease_partitions(lease, self.options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -483,89 +484,14 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         The lease is resumed first: a batch replayed after a kill that the sink had already
         committed (the file sink skips it) is never read, so nothing renewed its locks while
         the query was down; what nobody took since is still the batch's, and was written.
-        A lease its replay narrowed (:func:`_narrow`) holds what that replay read, the first
-        part of a batch that failed: the rest, given back, holds the poison, and the next
-        leases take it in parts of the same size (:class:`Chunks`), so the failing part
-        shows in the next failure instead of a whole batch failing again."""
+        A lease its replay narrowed sizes the leases after it (:func:`after_replay`)."""
         lease = broker.lease(self.options.address, self.options.consumer, number)
         if lease is None:
             return planned
         broker.resume_lease(lease, self.options.lock_duration)
-        kept = len(broker.lease_sequence_numbers(lease))
-        if kept and broker.lease_plans(lease) > 1:
-            given_back = max(0, lease.count - kept)  # less any given back when it was taken
-            planned = Chunks(kept, min(NARROWING - 1, math.ceil(given_back / kept)))
+        planned = after_replay(broker, lease) or planned
         broker.complete_lease(lease)
         return planned
-
-
-# A replayed batch keeps 1/NARROWING of what failed, and the leases after it take the rest
-# in parts of that size: a poison row of a batch of B shows alone after about
-# log_NARROWING(B) failures, with up to NARROWING - 1 small micro-batches each.
-NARROWING = 8
-# A lease holding at most this many messages delivered before gives the first of them a
-# micro-batch of its own; more (a killed query's batch delivered again) are not suspects.
-MAX_SUSPECTS = 4
-
-
-@dataclass(frozen=True)
-class Chunks:
-    """How the next leases are sized, carried in the offsets Spark logs (so a restart
-    keeps it): ``count`` more leases of at most ``width`` messages, then full batches."""
-
-    width: int | None = None
-    count: int = 0
-
-    @classmethod
-    def of(cls, offset: Mapping[str, int]) -> Chunks:
-        """The sizing that followed the lease ending at ``offset``."""
-        count = offset.get("chunks", 0)
-        return cls(offset.get("width"), count) if count else cls()
-
-    def after_one(self) -> Chunks:
-        """What is left once one more lease is taken."""
-        return Chunks(self.width, self.count - 1) if self.count > 1 else Chunks()
-
-    def offset(self) -> dict[str, int]:
-        if not self.count or self.width is None:
-            return {}
-        return {"width": self.width, "chunks": self.count}
-
-
-def _isolate_suspect(broker: poisonq.Broker, lease: Lease) -> None:
-    """Give a message delivered before (abandoned, or given back by a failed batch) a
-    micro-batch of its own: keep only it, or only what comes before it, and give the rest
-    back with no delivery counted, so a poison row redelivered fails its own micro-batch,
-    not a whole batch again."""
-    held = broker.lease_sequence_numbers(lease)
-    fresh = set(broker.lease_sequence_numbers(lease, first_delivery=True))
-    suspects = [seq for seq in held if seq not in fresh]
-    if not suspects or len(suspects) > MAX_SUSPECTS:
-        return
-    first = suspects[0]
-    broker.release_lease(lease, lo=first + 1 if first == held[0] else first)
-
-
-def _narrow(broker: poisonq.Broker, lease: Lease, address: str) -> None:
-    """A lease planned again is replayed after its query failed (a plain query that dies on
-    a poison row is restarted by its scheduler, and the same batch would fail again): keep
-    its first 1/:data:`NARROWING` and give the rest back without a delivery counted (the
-    leases after it take that rest in parts: :meth:`StreamReader._complete`). A lease down
-    to one message failed with that message alone: abandon it, so the queue's retry policy
-    counts it, and poison exhausts its deliveries while every good message gets through."""
-    held = broker.lease_sequence_numbers(lease)
-    if not held:  # given back or settled before the query died (a stopped defect)
-        return
-    if len(held) == 1:
-        failure = FailureRecord(
-            time.time(),
-            "QueryFailed",
-            "the streaming query failed while this message was its whole batch",
-            fingerprint="query-failed",
-        )
-        broker.settle_held(address, [Abandon(held[0], lease.lock_token, failure)])
-        return
-    broker.release_lease(lease, lo=held[math.ceil(len(held) / NARROWING)])
 
 
 @dataclass
