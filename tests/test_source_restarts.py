@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -49,7 +50,7 @@ def send_events(broker: Broker, count: int, bad: int | None) -> list[int]:
 
 
 def parquet_query(
-    spark: SparkSession, url: str, tmp_path: Path, batch: int
+    spark: SparkSession, url: str, tmp_path: Path, batch: int, **options: str
 ) -> Callable[[], StreamingQuery]:
     """What starts the trial's query: the events' timestamps cast (ANSI: a bad one fails the
     job) and appended to Parquet, ``trigger(availableNow=True)``, one checkpoint."""
@@ -59,6 +60,7 @@ def parquet_query(
             spark.readStream.format("poisonq")
             .option("url", url)
             .option("maxMessagesPerBatch", str(batch))
+            .options(**options)
             .load("events")
         )
         body = F.col("body").cast("string")
@@ -98,6 +100,25 @@ def test_a_plain_query_restarted_in_the_same_process_dead_letters_the_poison_in_
     assert (dead.sequence_number, dead.dead_letter_reason) == (poison, "MaxDeliveryCountExceeded")
     assert [f.error_type for f in dead.failures] == ["QueryFailed"] * 2  # one per delivery
     assert live.counts("events")["completed"] == 599
+    assert_balanced(live)
+
+
+def test_a_restart_after_the_lock_ran_out_replays_the_batch_without_counting_deliveries(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """An availableNow run reads the queue before it replays the last run's batch, and a
+    read takes back locks that ran out: the source resumes the batch's lease first."""
+    seqs = send_events(live, 20, bad=5)
+    start = parquet_query(spark, url, tmp_path, batch=20, lockDuration="2")
+    with pytest.raises(Exception, match="CAST_INVALID_INPUT"):
+        run_restarting(start, max_restarts=0)
+    time.sleep(2.5)  # the restart comes after the batch's locks ran out
+    with pytest.raises(Exception, match="CAST_INVALID_INPUT"):
+        run_restarting(start, max_restarts=0)  # the replay's eighth (3) passed, the next failed
+    messages = live.peek("events", max_messages=20)
+    assert [m.sequence_number for m in messages] == seqs[3:]
+    assert all(not m.failures for m in messages)  # no lock taken back, no delivery counted
+    assert max(m.delivery_count for m in messages) == 1
     assert_balanced(live)
 
 

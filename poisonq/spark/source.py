@@ -403,9 +403,18 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         """``trigger(availableNow=True)``: read what the queue holds now, in batches of
         ``maxMessagesPerBatch``, then stop. Messages sent later are left for the next run;
-        messages given back to retry during the run come again in it."""
-        with self.options.connect() as broker:
-            self._until = broker.sequence_span(self.options.address)[2]
+        messages given back to retry during the run come again in it.
+
+        The run's first batch may be the replay of the last run's: its lease is resumed
+        before the queue is read, since a read takes back the locks that ran out, and a
+        restart later than ``lockDuration`` would otherwise count a delivery for every
+        message of the batch before the replay could revive them."""
+        options = self.options
+        with options.connect() as broker:
+            last = broker.lease(options.address, options.consumer)
+            if last is not None and last.completed_at is None:
+                broker.resume_lease(last, options.lock_duration)
+            self._until = broker.sequence_span(options.address)[2]
 
     def initialOffset(self) -> dict[str, int]:
         return {"lease": 0}
