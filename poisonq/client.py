@@ -459,6 +459,10 @@ class Broker:
         (more than once: a replay)."""
         return self.engine.plan_lease(lease)
 
+    def lease_plans(self, lease: Lease) -> int:
+        """How many times the lease's batch was planned (without counting one more)."""
+        return self.engine.lease_plans(lease)
+
     def reset_lease_plans(self, lease: Lease) -> None:
         """Count the lease's batch as not planned yet (a handler that isolates its own
         failures took it up: a later planning is a restart's replay, not narrowed)."""

@@ -292,7 +292,9 @@ def test_a_batch_replayed_after_a_kill_between_its_write_and_its_completion_over
     finally:
         query.stop()
     monkeypatch.setattr(Broker, "complete_lease", complete)
-    assert spark.read.parquet(str(out)).count() == 5  # batch 0 was written
+    # Batch 0 was written: 5 messages, or those before the one delivered before, which
+    # gets a batch of its own (poisonq/spark/narrowing.py).
+    assert spark.read.parquet(str(out)).count() == (redelivered or 5)
     if lock_runs_out:
         time.sleep(5.5)  # the restart comes after the lease's lock ran out
 

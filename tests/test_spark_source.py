@@ -388,11 +388,13 @@ def test_a_restart_from_the_checkpoint_replays_the_failed_lease(
     finally:
         query.stop()
     data = [b for b in second if b.seqs]
-    # The same batch id first, narrowed to its first half: the rest went back to the queue.
-    assert (data[0].id, data[0].seqs) == (1, failed[:5])
-    assert data[0].deliveries == [1] * 5  # replaying a lease counts no new delivery
-    assert [(b.id, len(b.seqs)) for b in data[1:]] == [(2, 10)]
-    assert data[1].deliveries == [1] * 10  # given back uncounted, delivered once more
+    # The same batch id first, narrowed to its first eighth (2 of 10): the rest went back to
+    # the queue, and the next leases take it in parts of that size, then full batches.
+    assert (data[0].id, data[0].seqs) == (1, failed[:2])
+    assert data[0].deliveries == [1] * 2  # replaying a lease counts no new delivery
+    assert [len(b.seqs) for b in data[1:]] == [2, 2, 2, 2, 5]
+    assert [b.id for b in data] == list(range(1, 7))
+    assert all(b.deliveries == [1] * len(b.seqs) for b in data[1:])  # given back uncounted
     assert sorted(first[0].seqs + [s for b in data for s in b.seqs]) == seqs
     counts = live.counts("orders")
     assert (counts["completed"], counts["locked"], counts["active"]) == (25, 0, 0)

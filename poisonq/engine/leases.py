@@ -138,6 +138,12 @@ class Leasing(Receiving, Timelines):
             entity = self.resolver.resolve(tx, lease.entity).entity
             return tx.plan_lease(entity.id, lease.consumer, lease.number)
 
+    def lease_plans(self, lease: Lease) -> int:
+        """How many times the lease's batch was planned since it was taken (or reset)."""
+        with self.store.transaction() as tx:
+            entity = self.resolver.resolve(tx, lease.entity).entity
+            return tx.lease_plans(entity.id, lease.consumer, lease.number)
+
     def reset_lease_plans(self, lease: Lease) -> None:
         """Count the lease's batch as not planned yet: a handler that isolates its own
         failures (``poisonq.spark.foreach_batch``) took it up, so a planning after this one

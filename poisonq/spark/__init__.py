@@ -6,6 +6,7 @@ Needs the ``spark`` extra (``pip install 'poisonq[spark]'``).
 from __future__ import annotations
 
 from poisonq.spark.pipeline import Pipeline, PipelineReport, PipelineStoppedError
+from poisonq.spark.restarting import run_restarting
 from poisonq.spark.schema import MESSAGE_SCHEMA_DDL
 from poisonq.spark.session import local_session
 from poisonq.spark.source import PoisonqDataSource, register
@@ -23,5 +24,6 @@ __all__ = [
     "foreach_batch",
     "local_session",
     "register",
+    "run_restarting",
     "udf",
 ]

@@ -14,8 +14,8 @@ late and never for the last batch, but it runs micro-batches in order, so a call
 ``latestOffset(start)`` proves the batch ending at ``start`` committed: both complete that
 lease. A lease whose query died and was not restarted is never completed; its locks run out
 and its messages are delivered again. A lease planned a second time is a replay after a
-failure, and is narrowed (:func:`_narrow`) so that a poison row cannot keep failing its whole
-batch, unless a handler that isolates its own failures took the batch up
+failure, and is narrowed (:mod:`poisonq.spark.narrowing`) so that a poison row cannot keep
+failing its whole batch, unless a handler that isolates its own failures took the batch up
 (:mod:`poisonq.spark.streaming` resets the count): then the replay is a restart's, kept whole.
 
 The schema tags the ``sequence_number`` column with where the rows come from (:class:`StoreTag`):
@@ -49,10 +49,11 @@ from pyspark.sql.types import StructField, StructType
 
 import poisonq
 from poisonq.errors import InvalidOptionError
-from poisonq.model import Abandon, FailureRecord, Lease, Message
+from poisonq.model import Lease, Message
 from poisonq.names import parse_address
 from poisonq.options import MAX_LOCK_DURATION
 from poisonq.spark.connect import is_connect
+from poisonq.spark.narrowing import Chunks, after_replay, isolate_suspect, narrow
 from poisonq.spark.schema import ARROW_SCHEMA, lease_batch, message_batch
 
 T = TypeVar("T", int, float)
@@ -387,6 +388,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._broker: poisonq.Broker | None = None
         self._idle: tuple[int, object, float] | None = None  # (start, marker, when)
         self._until: int | None = None  # trigger availableNow: the last sequence number
+        self._after: tuple[int, Chunks] | None = None  # (lease completed, the leases after it)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"options": self.options}  # ``read`` runs elsewhere and needs only the options
@@ -396,13 +398,23 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._broker = None
         self._idle = None
         self._until = None
+        self._after = None
 
     def prepareForTriggerAvailableNow(self) -> None:
         """``trigger(availableNow=True)``: read what the queue holds now, in batches of
         ``maxMessagesPerBatch``, then stop. Messages sent later are left for the next run;
-        messages given back to retry during the run come again in it."""
-        with self.options.connect() as broker:
-            self._until = broker.sequence_span(self.options.address)[2]
+        messages given back to retry during the run come again in it.
+
+        The run's first batch may be the replay of the last run's: its lease is resumed
+        before the queue is read, since a read takes back the locks that ran out, and a
+        restart later than ``lockDuration`` would otherwise count a delivery for every
+        message of the batch before the replay could revive them."""
+        options = self.options
+        with options.connect() as broker:
+            last = broker.lease(options.address, options.consumer)
+            if last is not None and last.completed_at is None:
+                broker.resume_lease(last, options.lock_duration)
+            self._until = broker.sequence_span(options.address)[2]
 
     def initialOffset(self) -> dict[str, int]:
         return {"lease": 0}
@@ -421,13 +433,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             fresh = time.monotonic() - when < IDLE_RECHECK
             if since == done and fresh and broker.change_marker() == marker:
                 return start
-        if done and (self._idle is None or self._idle[0] != done):
-            self._complete(broker, done)
+        if done and (self._after is None or self._after[0] != done):
+            self._after = (done, self._complete(broker, done, Chunks.of(start)))
+        chunks = self._after[1] if done and self._after is not None else Chunks()
+        size = wanted or self.options.max_messages_per_batch
         lease = broker.acquire_lease(
             self.options.address,
             self.options.consumer,
             done + 1,
-            wanted or self.options.max_messages_per_batch,
+            min(size, chunks.width or size),
             self.options.lock_duration,
         )
         if lease is not None and self._until is not None and lease.max_sequence > self._until:
@@ -436,7 +450,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             lease = None if lease.min_sequence > self._until else lease
         if lease is not None:
             self._idle = None
-            return {"lease": lease.number}
+            isolate_suspect(broker, lease)
+            return {"lease": lease.number, **chunks.after_one().offset()}
         # Taken after the look: a commit in between shows only at the next recheck.
         self._idle = (done, broker.change_marker(), time.monotonic())
         return start
@@ -452,7 +467,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # are still its own unless something received from the queue since.
             broker.resume_lease(lease, self.options.lock_duration)
             if broker.plan_lease(lease) > 1:
-                _narrow(broker, lease, self.options.address)
+                narrow(broker, lease, self.options.address)
         return _lease_partitions(lease, self.options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -465,50 +480,27 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict[str, int]) -> None:
         if end["lease"]:
             with self.options.connect() as broker:
-                self._complete(broker, end["lease"])
+                self._complete(broker, end["lease"], Chunks.of(end))
 
     def stop(self) -> None:
         if self._broker is not None:
             self._broker.close()
             self._broker = None
 
-    def _complete(self, broker: poisonq.Broker, number: int) -> None:
-        """Complete a batch Spark committed. Its lease is resumed first: a batch replayed
-        after a kill that the sink had already committed (the file sink skips it) is never
-        read, so nothing renewed its locks while the query was down; what nobody took since
-        is still the batch's, and was written."""
+    def _complete(self, broker: poisonq.Broker, number: int, planned: Chunks) -> Chunks:
+        """Complete a batch Spark committed; return how the leases after it are sized.
+
+        The lease is resumed first: a batch replayed after a kill that the sink had already
+        committed (the file sink skips it) is never read, so nothing renewed its locks while
+        the query was down; what nobody took since is still the batch's, and was written.
+        A lease its replay narrowed sizes the leases after it (:func:`after_replay`)."""
         lease = broker.lease(self.options.address, self.options.consumer, number)
-        if lease is not None:
-            broker.resume_lease(lease, self.options.lock_duration)
-            broker.complete_lease(lease)
-
-
-def _narrow(broker: poisonq.Broker, lease: Lease, address: str) -> None:
-    """A lease planned again is replayed after its query failed (a plain query that dies on
-    a poison row is restarted by its scheduler, and the same batch would fail again). If some
-    of its messages were delivered before, they are the suspects: keep the first of them;
-    else keep the first half. The rest go back without a delivery counted. A lease down to
-    one message failed with that message alone: abandon it, so the queue's retry policy
-    counts it, and poison exhausts its deliveries while every good message gets through."""
-    held = broker.lease_sequence_numbers(lease)
-    if not held:  # given back or settled before the query died (a stopped defect)
-        return
-    if len(held) == 1:
-        failure = FailureRecord(
-            time.time(),
-            "QueryFailed",
-            "the streaming query failed while this message was its whole batch",
-            fingerprint="query-failed",
-        )
-        broker.settle_held(address, [Abandon(held[0], lease.lock_token, failure)])
-        return
-    fresh = set(broker.lease_sequence_numbers(lease, first_delivery=True))
-    suspect = next((seq for seq in held if seq not in fresh), None)
-    if suspect is None:
-        broker.release_lease(lease, lo=held[len(held) // 2])
-    else:
-        broker.release_lease(lease, hi=suspect - 1)
-        broker.release_lease(lease, lo=suspect + 1)
+        if lease is None:
+            return planned
+        broker.resume_lease(lease, self.options.lock_duration)
+        planned = after_replay(broker, lease) or planned
+        broker.complete_lease(lease)
+        return planned
 
 
 @dataclass

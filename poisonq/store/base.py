@@ -499,6 +499,10 @@ class Transaction(ABC):
         """Count one more planning of the lease's batch; returns the count (0: no lease)."""
 
     @abstractmethod
+    def lease_plans(self, entity_id: int, consumer: str, number: int) -> int:
+        """How many times the lease's batch was planned (0: no lease, or reset)."""
+
+    @abstractmethod
     def reset_lease_plans(self, entity_id: int, consumer: str, number: int) -> None:
         """Set the lease's count of plannings back to zero."""
 

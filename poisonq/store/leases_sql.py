@@ -64,6 +64,14 @@ class LeaseStatements(SharedStatements):
         )
         return int(rows[0][0]) if rows else 0
 
+    def lease_plans(self, entity_id: int, consumer: str, number: int) -> int:
+        rows = self._query(
+            "SELECT planned FROM leases WHERE entity_id = :entity AND consumer = :consumer"
+            " AND number = :number",
+            {"entity": entity_id, "consumer": consumer, "number": number},
+        )
+        return int(rows[0][0]) if rows else 0
+
     def reset_lease_plans(self, entity_id: int, consumer: str, number: int) -> None:
         self._execute(
             "UPDATE leases SET planned = 0 WHERE entity_id = :entity AND consumer = :consumer"
