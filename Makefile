@@ -54,7 +54,7 @@ test: lint
 # what runs on a cluster or over Spark Connect only is left to the main run.
 test-oldest-spark: $(OLDEST_STAMP)
 	scripts/ensure-postgres
-	$(OLDEST_VENV)/bin/pytest -q -m "pyspark and not slow"
+	$(OLDEST_VENV)/bin/pytest -m "pyspark and not slow"
 
 chaos: $(STAMP)
 	scripts/ensure-postgres
