@@ -5,14 +5,28 @@ VENV := .venv
 override BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo check test lint bench chaos docs clean
+# The oldest PySpark the `spark` extra allows, whose Spark tests `make test` runs in a
+# virtualenv of its own (make test-oldest-spark).
+OLDEST_SPARK := 4.2.0
+OLDEST_VENV := .venv-spark-$(OLDEST_SPARK)
+OLDEST_STAMP := $(OLDEST_VENV)/.installed
+
+.PHONY: install demo check test test-oldest-spark lint bench chaos docs clean
+
+# $(call virtualenv,DIR,EXTRA-REQUIREMENTS): poisonq in DIR with every extra.
+define virtualenv
+	scripts/ensure-java
+	$(PYTHON) -m venv $(1)
+	$(1)/bin/pip install --quiet --upgrade pip
+	$(1)/bin/pip install --quiet -e '.[dev,spark,connect,server]' $(2)
+	touch $(1)/.installed
+endef
 
 $(STAMP): pyproject.toml
-	scripts/ensure-java
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,spark,connect,server]'
-	touch $(STAMP)
+	$(call virtualenv,$(VENV))
+
+$(OLDEST_STAMP): pyproject.toml
+	$(call virtualenv,$(OLDEST_VENV),'pyspark==$(OLDEST_SPARK)')
 
 install: $(STAMP)
 
@@ -34,6 +48,13 @@ test: lint
 	scripts/ensure-axe
 	scripts/ensure-promtool
 	$(BIN)/pytest
+	$(MAKE) test-oldest-spark
+
+# The tests of PySpark's API (the `pyspark` marker of tests/conftest.py) on the oldest release,
+# on the SQLite store: the Spark code is the same on both stores, and the slow runs on a cluster
+# and over Spark Connect, and the PostgreSQL variants, are the main run's.
+test-oldest-spark: $(OLDEST_STAMP)
+	$(OLDEST_VENV)/bin/pytest -m "pyspark and not slow and not postgres"
 
 chaos: $(STAMP)
 	scripts/ensure-postgres
@@ -57,4 +78,4 @@ docs: $(STAMP)
 	$(BIN)/mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) demo site .cache .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(OLDEST_VENV) demo site .cache .pytest_cache .mypy_cache .ruff_cache

@@ -251,6 +251,19 @@ class BrokerClosedError(PoisonqError):
         self.url = url
 
 
+class UnsupportedPySparkError(PoisonqError, ImportError):
+    """The PySpark installed is outside the range poisonq's Spark features work on
+    (:mod:`poisonq.spark.versions`); an ``ImportError``, so that PySpark's lookup of
+    ``pyspark_*`` data sources passes over poisonq instead of failing."""
+
+    def __init__(self, version: str, supported: str) -> None:
+        super().__init__(
+            f"poisonq's Spark features need PySpark {supported}; this is PySpark {version}"
+        )
+        self.version = version
+        self.supported = supported
+
+
 class PermanentError(Exception):
     """Raised by a handler or transform to say a message can never succeed.
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 import pytest
@@ -33,11 +35,23 @@ _POSTGRES_FIXTURES = {"pg_server", "pg_url", "own_server"}
 _SPARK_FIXTURES = {"spark", "cluster"}
 
 
+def pytest_report_header() -> str:
+    """The PySpark under test: ``make test`` runs the Spark tests on two releases."""
+    try:
+        return f"pyspark: {version('pyspark')}"
+    except PackageNotFoundError:
+        return "pyspark: not installed"
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test by what it needs, so the fast tier (``make check``: ``-m "not spark and
     not postgres and not browser and not slow"``) can leave out the tests that start a
     PostgreSQL server, a SparkSession or Chromium. A test needs PostgreSQL when it asks for
-    one of its fixtures or runs on the ``postgresql`` store of the ``url`` parameter."""
+    one of its fixtures or runs on the ``postgresql`` store of the ``url`` parameter.
+
+    ``pyspark`` marks what the run on the oldest supported PySpark (``make
+    test-oldest-spark``) repeats: the ``spark`` tests, and those of a module that uses
+    PySpark's API without a session."""
     for item in items:
         needs = set(getattr(item, "fixturenames", ()))
         callspec = getattr(item, "callspec", None)
@@ -46,6 +60,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.postgres)
         if needs & _SPARK_FIXTURES or item.module.__name__.startswith("tests.test_spark"):
             item.add_marker(pytest.mark.spark)
+            item.add_marker(pytest.mark.pyspark)
+        elif _uses_pyspark(item.module):
+            item.add_marker(pytest.mark.pyspark)
+
+
+def _uses_pyspark(module: ModuleType) -> bool:
+    """Whether a test module imported something of PySpark's (a module, class or function)."""
+    for value in vars(module).values():
+        name = value.__name__ if isinstance(value, ModuleType) else getattr(value, "__module__", "")
+        if isinstance(name, str) and name.partition(".")[0] == "pyspark":
+            return True
+    return False
 
 
 @pytest.fixture

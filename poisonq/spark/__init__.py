@@ -5,6 +5,11 @@ Needs the ``spark`` extra (``pip install 'poisonq[spark]'``).
 
 from __future__ import annotations
 
+# First: on a PySpark outside the supported range, the imports below would fail on a module
+# that names neither poisonq nor the release it needs.
+from poisonq.spark import versions  # noqa: F401
+
+# isort: split
 from poisonq.spark.pipeline import Pipeline, PipelineReport, PipelineStoppedError
 from poisonq.spark.restarting import run_restarting
 from poisonq.spark.schema import MESSAGE_SCHEMA_DDL
