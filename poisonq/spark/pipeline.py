@@ -50,13 +50,14 @@ from poisonq.errors import (
 )
 from poisonq.failures import first_line
 from poisonq.limits import check_count
-from poisonq.model import Abandon, FailureRecord, Lease, MessageState
+from poisonq.model import FailureRecord, Lease, MessageState
 from poisonq.names import validate_name
 from poisonq.spark.expectations import check_expectations
 from poisonq.spark.gate import Runs, leaked
 from poisonq.spark.isolation import (
     JobError,
     isolate,
+    isolated_settlement,
     job_defect,
     job_failure,
     report_isolated,
@@ -570,8 +571,10 @@ class Pipeline:
         if isinstance(found, Defect):
             return found
         failures = {seq: job_failure(exc) for seq, exc in found.items()}
+        token = lease.lock_token
         broker.settle_held(
-            self.queue, [Abandon(s, lease.lock_token, f) for s, f in failures.items()]
+            self.queue,
+            [isolated_settlement(s, token, found[s], f) for s, f in failures.items()],
         )
         report_isolated(f"batch {lease.number}", failures)
         return None

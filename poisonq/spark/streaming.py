@@ -40,7 +40,13 @@ from poisonq.failures import failure_from_exception
 from poisonq.model import Complete, DeadLetter, FailureRecord, Lease
 from poisonq.spark.expectations import FAILED, check_expectations, with_failed
 from poisonq.spark.gate import gated
-from poisonq.spark.isolation import JobError, isolate, job_failure, report_isolated
+from poisonq.spark.isolation import (
+    JobError,
+    isolate,
+    isolated_settlement,
+    job_failure,
+    report_isolated,
+)
 from poisonq.spark.lease_renewer import LeaseRenewer
 from poisonq.spark.pipeline import PipelineReport, PipelineStoppedError
 from poisonq.spark.session import quiet_query_errors
@@ -194,7 +200,9 @@ class ForeachBatch:
         permanent: tuple[type[BaseException], ...] = (PermanentError, *self.permanent)
         records = {seq: _failure(exc) for seq, exc in found.items()}
         failures = [
-            context.failure(seq, records[seq], isinstance(exc, permanent))
+            context.failure(seq, records[seq], True)
+            if isinstance(exc, permanent)
+            else isolated_settlement(seq, lease.lock_token, exc, records[seq])
             for seq, exc in found.items()
         ]
         # What the parts wrote is completed in the transaction that settles the failures: a
