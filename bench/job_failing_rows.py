@@ -10,7 +10,7 @@ same number of messages as the clean run it is compared with, in the same proces
   its first isolation);
 - ``crash``: one event whose plain Python UDF kills its worker (``os._exit``), on each of
   its deliveries (the queue's ``max_delivery_count`` is 3);
-- ``five_casts``: five malformed timestamps in ``2 × --batch`` messages, against a clean run
+- ``five_casts``: five malformed timestamps in twice ``--batch`` messages, against a clean run
   of as many.
 
 Prints one line per scenario, ``scenario=cast messages=100000 batch=100000 wall_s=… clean_s=…

@@ -115,6 +115,7 @@ def test_each_failure_of_a_dataframe_transform_fails_only_its_message(
         output=str(tmp_path / "out"),
     )  # fmt: skip
     report = pipeline.run()  # what was abandoned comes back in later batches of the run
+    assert report.dead_lettered["CAST_INVALID_INPUT"] == 1
 
     out = written(spark, tmp_path / "out")
     good = set(range(40)) - {2, 3, 5, 13, 21, 30}

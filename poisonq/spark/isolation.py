@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
@@ -85,6 +85,10 @@ DATA_ERROR_CLASSES = frozenset(
 )
 _ERROR_CLASS = re.compile(r"\[([A-Z][A-Z0-9_.]+)\]")
 _EXCEPTION_TYPE = re.compile(r"([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))\b")
+
+# The fingerprints of job failures (:func:`job_failure`): a message that left one failed a
+# whole Spark job alone on an earlier delivery.
+JOB_FAILURE_FINGERPRINTS = ("batch-job-failed", "crash-in-spark-job")
 
 # Runs a part of the batch (sorted sequence numbers): None if it passed, else its error.
 Probe = Callable[[list[int]], BaseException | None]
@@ -166,11 +170,19 @@ def isolated_settlement(
     return DeadLetter(seq, lock_token, kind, failure.message, failure)
 
 
-def report_isolated(batch: str, failures: Mapping[int, FailureRecord]) -> None:
+def report_isolated(batch: str, settlements: Sequence[Abandon | DeadLetter]) -> None:
     """One line on the console for each message found failing alone, with its failure's
-    one line (no stack: the failure keeps its traceback)."""
-    for seq, failure in failures.items():
-        log.warning("%s: message %d failed alone: %s", batch, seq, describe(failure))
+    one line (no stack: the failure keeps its traceback), and the reason when it was
+    dead-lettered at once rather than given back to the retry policy."""
+    for settled in settlements:
+        match settled:
+            case DeadLetter(reason=reason, description=line):
+                line = f"dead-lettered {reason}: {line}"
+            case Abandon(failure=failure) if failure is not None:
+                line = describe(failure)
+            case _:
+                continue
+        log.warning("%s: message %d failed alone: %s", batch, settled.sequence_number, line)
 
 
 def _signature(error: BaseException) -> str:
@@ -217,7 +229,7 @@ def job_failure(error: BaseException) -> FailureRecord:
         "BatchJobFailed",
         first[:MAX_MESSAGE],
         traceback=tail(chain, MAX_TRACEBACK),
-        fingerprint="batch-job-failed" + (f":{kind.group(1)}" if kind else ""),
+        fingerprint=JOB_FAILURE_FINGERPRINTS[0] + (f":{kind.group(1)}" if kind else ""),
     )
 
 
@@ -242,5 +254,5 @@ def crash_failure(error: BaseException) -> FailureRecord:
         "the Python process handling this message died"
         + (f" ({how})" if how else " (its exit status is not reported by Spark)"),
         traceback=tail(log, MAX_TRACEBACK),
-        fingerprint="crash-in-spark-job",
+        fingerprint=JOB_FAILURE_FINGERPRINTS[1],
     )

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -173,11 +174,15 @@ class ForeachBatch:
         batch_id: int,
         error: BaseException,
     ) -> None:
-        """Call the handler on parts of the batch; settle the messages that fail alone."""
+        """Call the handler on parts of the batch; settle the messages that fail alone.
+        The batch is read once for all the calls: the first reads it from the store and
+        Spark keeps it (memory, then disk) until the isolation ends, so a call costs the
+        handler's work, not the store's read again."""
         lease = context.lease
         held = broker.lease_sequence_numbers(lease)
         fresh = broker.lease_sequence_numbers(lease, first_delivery=True)
         written: list[int] = []  # by calls that returned: never in a call again
+        frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
 
         def fails(part: list[int]) -> BaseException | None:
             rest = [seq for seq in part if seq not in written]
@@ -193,7 +198,10 @@ class ForeachBatch:
             written.extend(rest)
             return None
 
-        found = isolate(held, fresh, error, fails)
+        try:
+            found = isolate(held, fresh, error, fails)
+        finally:
+            frame.unpersist()
         if isinstance(found, Defect):
             self._stop(broker, lease, batch_id, found, written)
             return
@@ -210,7 +218,7 @@ class ForeachBatch:
         # write in one call what the parts wrote under their own first sequence numbers.
         done = [Complete(seq, lease.lock_token) for seq in written]
         broker.settle_held(context.address, [*done, *failures])
-        report_isolated(f"batch {batch_id}", records)
+        report_isolated(f"batch {batch_id}", failures)
 
     def _stop_on_defect(
         self, broker: poisonq.Broker, lease: Lease, batch_id: int, error: BaseException
