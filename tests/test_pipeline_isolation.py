@@ -139,3 +139,26 @@ def test_foreach_batch_dead_letters_a_data_error_on_its_first_isolation(
     )
     assert "'yesterday'" in (dead.dead_letter_error_description or "")
     assert_balanced(live)
+
+
+def test_a_message_that_failed_a_job_alone_runs_alone_before_its_next_batch(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """A crash comes back in a batch with new messages: it is run alone first and, failing
+    the same way again, settled before the batch, which then runs without failing (one
+    isolation job for the batch, no bisection)."""
+    send(live, 20, {3: {"crash": True}}, max_delivery_count=3)
+    pipeline = Pipeline(
+        spark, url=url, queue="orders", transform=events, output=str(tmp_path / "out"),
+        batch_size=6,
+    )  # fmt: skip
+    pipeline.run()
+
+    assert written(spark, tmp_path / "out") == Counter(n for n in range(20) if n != 3)
+    # Lease 2 was taken while lease 1 ran; lease 3 holds the crash again and five new ones.
+    batches = {batch.lease: batch for batch in live.pipeline_batches("pipeline")}
+    assert batches[1].isolation_jobs > 1  # the batch failed: isolated by jobs
+    assert (batches[3].size, batches[3].isolation_jobs, batches[3].completed) == (6, 1, 5)
+    [dead] = dead_letters_by_id(live).values()
+    assert (dead.message_id, dead.dead_letter_reason) == ("o3", "MaxDeliveryCountExceeded")
+    assert_balanced(live)
