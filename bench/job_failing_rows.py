@@ -13,6 +13,10 @@ same number of messages as the clean run it is compared with, in the same proces
 - ``five_casts``: five malformed timestamps in twice ``--batch`` messages, against a clean run
   of as many.
 
+- ``demo`` (only when asked with ``--scenario demo``): ``poisonq demo`` (200,000 orders, two
+  of them job-failing) against ``poisonq demo --without-job-failing``, each in a process of
+  its own, wall time (the target is a ratio of at most 1.35).
+
 Prints one line per scenario, ``scenario=cast messages=100000 batch=100000 wall_s=… clean_s=…
 extra_s=… extra_per_clean_batch=… ratio=… isolation_jobs=… dead_lettered=…``: ``extra_s`` is
 the wall time over the clean run, ``extra_per_clean_batch`` that time over one clean batch's
@@ -26,6 +30,8 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -99,6 +105,11 @@ def main() -> None:
         "five_casts": (2 * batch, spread, frozenset()),
     }
     chosen = args.scenario or list(scenarios)
+    if "demo" in chosen:
+        demo_ratio()
+        chosen.remove("demo")
+        if not chosen:
+            return
     root = Path(tempfile.mkdtemp(prefix="poisonq-bench-"))
     url = f"sqlite:///{root / 'bench.db'}"
     spark = local_session("poisonq-bench")
@@ -136,6 +147,24 @@ def main() -> None:
     finally:
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def demo_ratio() -> None:
+    """Time ``poisonq demo`` against the same demo without its job-failing orders."""
+    poisonq_cli = Path(sys.executable).with_name("poisonq")
+    walls = []
+    for extra in (["--without-job-failing"], []):
+        with tempfile.TemporaryDirectory(prefix="poisonq-demo-") as directory:
+            started = time.monotonic()
+            command = [str(poisonq_cli), "demo", "--dir", directory, *extra]
+            subprocess.run(command, check=True, capture_output=True)
+            walls.append(time.monotonic() - started)
+    clean, wall = walls
+    print(
+        f"scenario=demo orders=200000 wall_s={wall:.1f} clean_s={clean:.1f}"
+        f" extra_s={wall - clean:.1f} ratio={wall / clean:.2f}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":
