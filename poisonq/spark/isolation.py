@@ -14,7 +14,9 @@ did, it is a defect (:mod:`poisonq.defects`), and so is a batch in which more th
 :data:`MAX_GUILTY_PER_BATCH` first deliveries, or all of at least three, fail alone. Messages
 delivered before are suspects already: a batch of them failing is poison coming back, and
 each is tried alone before the rest of the batch is bisected. Each message found gets the
-error of its own part, not the batch's.
+error of its own part, not the batch's, and is settled by it (:func:`isolated_settlement`):
+an error that depends only on the row's data is dead-lettered at once, anything else is
+abandoned to the queue's retry policy.
 """
 
 from __future__ import annotations

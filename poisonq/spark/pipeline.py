@@ -23,8 +23,10 @@ a job fails as a whole (an ANSI cast error, ``raise_error``, a plain UDF that ra
 sink, a crash the guard cannot see) and the first and last messages of the batch each fail
 the same way alone, the job is broken, not a message. Either way the lease is released (no
 delivery counted) and :class:`PipelineStoppedError` says why. Otherwise the failed batch is
-bisected into smaller jobs by sequence range until the messages whose jobs fail alone are
-found; only they are abandoned with the job's error, and the batch runs again without them.
+bisected into smaller jobs by sequence range (over its input read once) until the messages
+whose jobs fail alone are found; only they are settled, each by its own job's error
+(dead-lettered at once for a data error, else abandoned), and the batch runs again without
+them. A message that failed a job alone before runs alone before its next batch.
 """
 
 from __future__ import annotations
