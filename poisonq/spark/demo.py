@@ -183,7 +183,7 @@ DATAFRAME_JOB = Job(
         "malformed": Expected(EXPECTATION_FAILED, "parsed"),
         "invalid": Expected(UnknownCustomerError.__name__, "unknown customer"),
         "negative": Expected(EXPECTATION_FAILED, "failed expectation positive_total;"),
-        "comma": Expected("CAST_INVALID_INPUT", "'12,50'"),
+        "comma": Expected("CAST_INVALID_INPUT", 'cannot be cast to "DECIMAL'),
         "crash": Expected(POISONED, "WorkerCrashed"),
         "expiring": Expected(DeadLetterReason.TTL_EXPIRED.value),
     },
