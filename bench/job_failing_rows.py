@@ -157,7 +157,9 @@ def demo_ratio() -> None:
         with tempfile.TemporaryDirectory(prefix="poisonq-demo-") as directory:
             started = time.monotonic()
             command = [str(poisonq_cli), "demo", "--dir", directory, *extra]
-            subprocess.run(command, check=True, capture_output=True)
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode:  # a check of the demo failed: show its end
+                raise SystemExit(f"{' '.join(command)} failed:\n{done.stdout[-3000:]}")
             walls.append(time.monotonic() - started)
     clean, wall = walls
     print(
