@@ -66,8 +66,10 @@ def test_a_failing_row_prints_one_line_and_no_stack_in_a_users_own_session(
     assert not any("replaced a statically registered data source" in line for line in lines)
     assert int(lines[-1].split()[-1]) > 0  # the row did fail its jobs
     [isolated] = [line for line in lines if "failed alone" in line]
-    assert isolated.startswith("batch 1: message 14 failed alone: BatchJobFailed:")
-    assert "[CAST_INVALID_INPUT]" in isolated
+    assert isolated.startswith(
+        "batch 1: message 14 failed alone: dead-lettered CAST_INVALID_INPUT:"
+    )
+    assert "The value 'x'" in isolated
 
 
 CAST = """

@@ -15,7 +15,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -62,6 +62,13 @@ class Job:
     expected: Mapping[str, Expected]
     pipeline: Callable[[SparkSession, str, str], Pipeline]  # (spark, url, output)
     encode: Encoder | None = None
+    job_failing: tuple[str, ...] = ()  # the kinds that fail the whole Spark job
+
+    def without_job_failing(self) -> Job:
+        """The same job with a feed that has none of its job-failing kinds: what the demo
+        costs without them, to compare with."""
+        shares = {k: v for k, v in self.shares.items() if k not in self.job_failing}
+        return replace(self, shares=shares)
 
 
 class WarehouseLockedError(Exception):

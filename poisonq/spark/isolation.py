@@ -14,7 +14,9 @@ did, it is a defect (:mod:`poisonq.defects`), and so is a batch in which more th
 :data:`MAX_GUILTY_PER_BATCH` first deliveries, or all of at least three, fail alone. Messages
 delivered before are suspects already: a batch of them failing is poison coming back, and
 each is tried alone before the rest of the batch is bisected. Each message found gets the
-error of its own part, not the batch's.
+error of its own part, not the batch's, and is settled by it (:func:`isolated_settlement`):
+an error that depends only on the row's data is dead-lettered at once, anything else is
+abandoned to the queue's retry policy.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
@@ -31,7 +33,7 @@ from poisonq.bisection import failing_alone
 from poisonq.defects import Defect
 from poisonq.failures import describe
 from poisonq.limits import MAX_MESSAGE, MAX_TRACEBACK, tail
-from poisonq.model import FailureRecord
+from poisonq.model import Abandon, DeadLetter, FailureRecord
 
 log = logging.getLogger(__name__)
 JobError = (PySparkException, Py4JError)
@@ -42,8 +44,53 @@ _PYTHON_TRACEBACK = re.compile(
     r"Traceback \(most recent call last\):\n(?:[ \t].*\n)+(?P<error>\S.*)"
 )
 
+# Spark's error classes that depend only on the values of the row that raised them: a job
+# failing alone on one message with one of them fails the same way on every delivery, so the
+# message is dead-lettered on its first isolation (docs/spark.md lists them). Crashes,
+# resources, I/O and anything else that may pass another time keep the retry policy.
+DATA_ERROR_CLASSES = frozenset(
+    {
+        "ARITHMETIC_OVERFLOW",
+        "BINARY_ARITHMETIC_OVERFLOW",
+        "CANNOT_PARSE_DECIMAL",
+        "CANNOT_PARSE_INTERVAL",
+        "CANNOT_PARSE_JSON_FIELD",
+        "CANNOT_PARSE_TIME",
+        "CANNOT_PARSE_TIMESTAMP",
+        "CAST_INVALID_INPUT",
+        "CAST_OVERFLOW",
+        "CAST_OVERFLOW_IN_TABLE_INSERT",
+        "CONVERSION_INVALID_INPUT",
+        "DATETIME_FIELD_OUT_OF_BOUNDS",
+        "DATETIME_OVERFLOW",
+        "DIVIDE_BY_ZERO",
+        "DUPLICATED_MAP_KEY",
+        "ILLEGAL_DAY_OF_WEEK",
+        "INTERVAL_ARITHMETIC_OVERFLOW",
+        "INTERVAL_DIVIDED_BY_ZERO",
+        "INVALID_ARRAY_INDEX",
+        "INVALID_ARRAY_INDEX_IN_ELEMENT_AT",
+        "INVALID_FRACTION_OF_SECOND",
+        "INVALID_INDEX_OF_ZERO",
+        "INVALID_INTERVAL_FORMAT",
+        "INVALID_URL",
+        "INVALID_UTF8_STRING",
+        "INVALID_VARIANT_CAST",
+        "MALFORMED_CHARACTER_CODING",
+        "MALFORMED_RECORD_IN_PARSING",
+        "NULL_MAP_KEY",
+        "NUMERIC_OUT_OF_SUPPORTED_RANGE",
+        "NUMERIC_VALUE_OUT_OF_RANGE",
+        "REMAINDER_BY_ZERO",
+        "USER_RAISED_EXCEPTION",
+    }
+)
 _ERROR_CLASS = re.compile(r"\[([A-Z][A-Z0-9_.]+)\]")
 _EXCEPTION_TYPE = re.compile(r"([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))\b")
+
+# The fingerprints of job failures (:func:`job_failure`): a message that left one failed a
+# whole Spark job alone on an earlier delivery.
+JOB_FAILURE_FINGERPRINTS = ("batch-job-failed", "crash-in-spark-job")
 
 # Runs a part of the batch (sorted sequence numbers): None if it passed, else its error.
 Probe = Callable[[list[int]], BaseException | None]
@@ -96,11 +143,48 @@ def isolate(
     return guilty
 
 
-def report_isolated(batch: str, failures: Mapping[int, FailureRecord]) -> None:
+def data_error_class(error: BaseException) -> str | None:
+    """The error class of a job's failure (without its subclass: ``NUMERIC_VALUE_OUT_OF_RANGE``
+    of ``NUMERIC_VALUE_OUT_OF_RANGE.WITH_SUGGESTION``) if it is one of
+    :data:`DATA_ERROR_CLASSES`: Spark's own condition, or the ``[CLASS]`` a wrapped error
+    starts with. A Python exception raised in the driver has none."""
+    if not isinstance(error, JobError):
+        return None
+    condition = getattr(error, "getCondition", None)
+    name = condition() if callable(condition) else None
+    if not name:
+        found = _ERROR_CLASS.search(job_failure(error).message)
+        name = found.group(1) if found else ""
+    base = name.split(".", 1)[0]
+    return base if base in DATA_ERROR_CLASSES else None
+
+
+def isolated_settlement(
+    seq: int, lock_token: str, error: BaseException, failure: FailureRecord
+) -> Abandon | DeadLetter:
+    """How a message found failing a job alone is settled: dead-lettered with the error
+    class as its reason and Spark's message (with the value) as its description when the
+    error depends only on the data (:func:`data_error_class`), else abandoned with
+    ``failure``, so the queue's retry policy applies."""
+    kind = data_error_class(error)
+    if kind is None:
+        return Abandon(seq, lock_token, failure)
+    return DeadLetter(seq, lock_token, kind, failure.message, failure)
+
+
+def report_isolated(batch: str, settlements: Sequence[Abandon | DeadLetter]) -> None:
     """One line on the console for each message found failing alone, with its failure's
-    one line (no stack: the failure keeps its traceback)."""
-    for seq, failure in failures.items():
-        log.warning("%s: message %d failed alone: %s", batch, seq, describe(failure))
+    one line (no stack: the failure keeps its traceback), and the reason when it was
+    dead-lettered at once rather than given back to the retry policy."""
+    for settled in settlements:
+        match settled:
+            case DeadLetter(reason=reason, description=line):
+                line = f"dead-lettered {reason}: {line}"
+            case Abandon(failure=failure) if failure is not None:
+                line = describe(failure)
+            case _:
+                continue
+        log.warning("%s: message %d failed alone: %s", batch, settled.sequence_number, line)
 
 
 def _signature(error: BaseException) -> str:
@@ -147,7 +231,7 @@ def job_failure(error: BaseException) -> FailureRecord:
         "BatchJobFailed",
         first[:MAX_MESSAGE],
         traceback=tail(chain, MAX_TRACEBACK),
-        fingerprint="batch-job-failed" + (f":{kind.group(1)}" if kind else ""),
+        fingerprint=JOB_FAILURE_FINGERPRINTS[0] + (f":{kind.group(1)}" if kind else ""),
     )
 
 
@@ -172,5 +256,5 @@ def crash_failure(error: BaseException) -> FailureRecord:
         "the Python process handling this message died"
         + (f" ({how})" if how else " (its exit status is not reported by Spark)"),
         traceback=tail(log, MAX_TRACEBACK),
-        fingerprint="crash-in-spark-job",
+        fingerprint=JOB_FAILURE_FINGERPRINTS[1],
     )

@@ -14,9 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
+from pyspark import StorageLevel
 from pyspark.accumulators import Accumulator
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StructType
 
 from poisonq.errors import InvalidOptionError
@@ -79,8 +81,14 @@ class MapJob:
             self._guarded = f"{self._source}_guarded"
             spark.dataSource.register(pipeline_source(self._guarded, work))
 
-    def frame(self, lease: Lease, span: Span) -> Batch:
+    def frame(self, lease: Lease, span: Span, source: DataFrame | None = None) -> Batch:
         return self.reader.read(self._source, lease, span), None
+
+    def read_once(self, lease: Lease) -> DataFrame | None:
+        """None: the data source that reads a lease also runs the function (under the
+        crash guard, which finds a crashing message within its task), so each part is read
+        from the store."""
+        return None
 
     def guard_after(self, error: BaseException) -> bool:
         """Switch the crash guard on if ``error`` is a Python worker's death and it is not
@@ -122,9 +130,24 @@ class FrameJob:
         with quiet_query_errors():
             self.struct = self._gated(empty, nothing, self._runs()).schema
 
-    def frame(self, lease: Lease, span: Span) -> Batch:
+    def frame(self, lease: Lease, span: Span, source: DataFrame | None = None) -> Batch:
+        """The batch's gated output, read from the store, or from ``source`` (the lease's
+        input read once, :meth:`read_once`) when one is given."""
         passed = self._runs()
-        return self._gated(self.reader.read("poisonq", lease, span), lease, passed), passed
+        if source is None:
+            batch = self.reader.read("poisonq", lease, span)
+        elif span is None:
+            batch = source
+        else:
+            batch = source.filter(F.col(SEQUENCE).between(span[0], span[1]))
+        return self._gated(batch, lease, passed), passed
+
+    def read_once(self, lease: Lease) -> DataFrame | None:
+        """The messages the lease holds, read from the store by the first job that needs
+        them and kept by Spark (memory, then disk) for the jobs after it: isolating a
+        failure runs the transform over parts of the batch many times, and reading each
+        part from the store again cost more than the transform. The caller unpersists it."""
+        return self.reader.read("poisonq", lease, None).persist(StorageLevel.MEMORY_AND_DISK)
 
     def guard_after(self, error: BaseException) -> bool:
         """A DataFrame transform has no crash guard: a crash is isolated by jobs."""

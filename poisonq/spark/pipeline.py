@@ -23,8 +23,10 @@ a job fails as a whole (an ANSI cast error, ``raise_error``, a plain UDF that ra
 sink, a crash the guard cannot see) and the first and last messages of the batch each fail
 the same way alone, the job is broken, not a message. Either way the lease is released (no
 delivery counted) and :class:`PipelineStoppedError` says why. Otherwise the failed batch is
-bisected into smaller jobs by sequence range until the messages whose jobs fail alone are
-found; only they are abandoned with the job's error, and the batch runs again without them.
+bisected into smaller jobs by sequence range (over its input read once) until the messages
+whose jobs fail alone are found; only they are settled, each by its own job's error
+(dead-lettered at once for a data error, else abandoned), and the batch runs again without
+them. A message that failed a job alone before runs alone before its next batch.
 """
 
 from __future__ import annotations
@@ -50,13 +52,17 @@ from poisonq.errors import (
 )
 from poisonq.failures import first_line
 from poisonq.limits import check_count
-from poisonq.model import Abandon, FailureRecord, Lease, MessageState
+from poisonq.model import FailureRecord, Lease, MessageState
 from poisonq.names import validate_name
 from poisonq.spark.expectations import check_expectations
 from poisonq.spark.gate import Runs, leaked
 from poisonq.spark.isolation import (
+    JOB_FAILURE_FINGERPRINTS,
+    MAX_GUILTY_PER_BATCH,
     JobError,
+    Probe,
     isolate,
+    isolated_settlement,
     job_defect,
     job_failure,
     report_isolated,
@@ -427,6 +433,7 @@ class Pipeline:
     ) -> None:
         """Write the lease's output, isolating guilty messages if the job fails."""
         with quiet_query_errors():
+            self._suspects_first(broker, lease, report)
             attempt = 0
             while True:
                 try:
@@ -514,11 +521,17 @@ class Pipeline:
         )
         raise PipelineStoppedError(report, message, defect=defect) from None
 
-    def _write(self, lease: Lease, span: tuple[int, int] | None, path: str) -> Runs:
-        """The batch's one Spark job: read the lease through the transform, write. Returns
-        the runs of sequence numbers the gates of a ``transform`` passed (none for ``map``,
-        whose rows are settled where they are made)."""
-        frame, passed = self._job.frame(lease, span)
+    def _write(
+        self,
+        lease: Lease,
+        span: tuple[int, int] | None,
+        path: str,
+        source: DataFrame | None = None,
+    ) -> Runs:
+        """The batch's one Spark job: read the lease (or ``source``, its input read once)
+        through the transform, write. Returns the runs of sequence numbers the gates of a
+        ``transform`` passed (none for ``map``, whose rows are settled where they are made)."""
+        frame, passed = self._job.frame(lease, span, source)
         frame.write.mode("overwrite").format(self.output_format).save(path)
         return passed.value if passed is not None else []
 
@@ -551,30 +564,73 @@ class Pipeline:
     def _isolate(
         self, broker: poisonq.Broker, lease: Lease, error: BaseException, report: PipelineReport
     ) -> Defect | None:
-        """Find and abandon the messages whose jobs fail alone, writing the parts to a
-        scratch path (:func:`~poisonq.spark.isolation.isolate`); the defect if the batch
-        shows one instead."""
+        """Find and settle the messages whose jobs fail alone, over the batch's input read
+        once (:meth:`FrameJob.read_once`) and writing the parts to a scratch path
+        (:func:`~poisonq.spark.isolation.isolate`); the defect if the batch shows one
+        instead."""
         held = broker.lease_sequence_numbers(lease)
         fresh = broker.lease_sequence_numbers(lease, first_delivery=True)
+        source = self._job.read_once(lease)
+        try:
+            found = isolate(held, fresh, error, self._prober(lease, report, source))
+        finally:
+            if source is not None:
+                source.unpersist()
+        if isinstance(found, Defect):
+            return found
+        self._settle_isolated(broker, lease, found)
+        return None
+
+    def _suspects_first(self, broker: poisonq.Broker, lease: Lease, report: PipelineReport) -> None:
+        """Run alone, before their batch, the messages of the lease that failed a Spark job
+        alone on an earlier delivery, and settle those that fail the same way again: poison
+        coming back then costs one small job, not its whole batch failing again and a round
+        of isolation. One failing another way stays in the batch, whose failure is judged
+        as any (a broken sink is a defect, not the fault of the message that met it first).
+        A lease of nothing but such messages is left to the batch: it is as small."""
+        fresh = set(broker.lease_sequence_numbers(lease, first_delivery=True))
+        if not fresh or len(fresh) == lease.count:
+            return
+        returning = [seq for seq in broker.lease_sequence_numbers(lease) if seq not in fresh]
+        before: dict[int, str] = {}
+        for seq in returning[:MAX_GUILTY_PER_BATCH]:
+            failures = broker.message(self.queue, seq).failures
+            if failures and failures[-1].fingerprint.startswith(JOB_FAILURE_FINGERPRINTS):
+                before[seq] = failures[-1].fingerprint
+        fails = self._prober(lease, report, None)
+        found = {
+            seq: error
+            for seq, fingerprint in before.items()
+            if (error := fails([seq])) is not None and job_failure(error).fingerprint == fingerprint
+        }
+        self._settle_isolated(broker, lease, found)
+
+    def _prober(self, lease: Lease, report: PipelineReport, source: DataFrame | None) -> Probe:
+        """Runs a part of the lease (from ``source`` if given, else the store) into a
+        scratch path: None if it passed, else its error; counted as an isolation job."""
         scratch = f"{self.output}/_isolation/consumer={quote(self.consumer, safe='')}"
 
         def fails(part: list[int]) -> BaseException | None:
             report.isolation_jobs += 1
             try:
-                self._write(lease, (part[0], part[-1]), scratch)
+                self._write(lease, (part[0], part[-1]), scratch, source)
                 return None
             except JobError as exc:
                 return exc
 
-        found = isolate(held, fresh, error, fails)
-        if isinstance(found, Defect):
-            return found
-        failures = {seq: job_failure(exc) for seq, exc in found.items()}
-        broker.settle_held(
-            self.queue, [Abandon(s, lease.lock_token, f) for s, f in failures.items()]
-        )
-        report_isolated(f"batch {lease.number}", failures)
-        return None
+        return fails
+
+    def _settle_isolated(
+        self, broker: poisonq.Broker, lease: Lease, found: Mapping[int, BaseException]
+    ) -> None:
+        """Settle the messages found failing alone, each by its own error, in one
+        transaction (:func:`~poisonq.spark.isolation.isolated_settlement`)."""
+        if not found:
+            return
+        token = lease.lock_token
+        settlements = [isolated_settlement(s, token, e, job_failure(e)) for s, e in found.items()]
+        broker.settle_held(self.queue, settlements)
+        report_isolated(f"batch {lease.number}", settlements)
 
 
 def _last_failures(broker: poisonq.Broker, queue: str, seqs: list[int]) -> dict[int, FailureRecord]:

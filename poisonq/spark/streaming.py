@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -40,7 +41,13 @@ from poisonq.failures import failure_from_exception
 from poisonq.model import Complete, DeadLetter, FailureRecord, Lease
 from poisonq.spark.expectations import FAILED, check_expectations, with_failed
 from poisonq.spark.gate import gated
-from poisonq.spark.isolation import JobError, isolate, job_failure, report_isolated
+from poisonq.spark.isolation import (
+    JobError,
+    isolate,
+    isolated_settlement,
+    job_failure,
+    report_isolated,
+)
 from poisonq.spark.lease_renewer import LeaseRenewer
 from poisonq.spark.pipeline import PipelineReport, PipelineStoppedError
 from poisonq.spark.session import quiet_query_errors
@@ -167,11 +174,15 @@ class ForeachBatch:
         batch_id: int,
         error: BaseException,
     ) -> None:
-        """Call the handler on parts of the batch; settle the messages that fail alone."""
+        """Call the handler on parts of the batch; settle the messages that fail alone.
+        The batch is read once for all the calls: the first reads it from the store and
+        Spark keeps it (memory, then disk) until the isolation ends, so a call costs the
+        handler's work, not the store's read again."""
         lease = context.lease
         held = broker.lease_sequence_numbers(lease)
         fresh = broker.lease_sequence_numbers(lease, first_delivery=True)
         written: list[int] = []  # by calls that returned: never in a call again
+        frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
 
         def fails(part: list[int]) -> BaseException | None:
             rest = [seq for seq in part if seq not in written]
@@ -187,14 +198,19 @@ class ForeachBatch:
             written.extend(rest)
             return None
 
-        found = isolate(held, fresh, error, fails)
+        try:
+            found = isolate(held, fresh, error, fails)
+        finally:
+            frame.unpersist()
         if isinstance(found, Defect):
             self._stop(broker, lease, batch_id, found, written)
             return
         permanent: tuple[type[BaseException], ...] = (PermanentError, *self.permanent)
         records = {seq: _failure(exc) for seq, exc in found.items()}
         failures = [
-            context.failure(seq, records[seq], isinstance(exc, permanent))
+            context.failure(seq, records[seq], True)
+            if isinstance(exc, permanent)
+            else isolated_settlement(seq, lease.lock_token, exc, records[seq])
             for seq, exc in found.items()
         ]
         # What the parts wrote is completed in the transaction that settles the failures: a
@@ -202,7 +218,7 @@ class ForeachBatch:
         # write in one call what the parts wrote under their own first sequence numbers.
         done = [Complete(seq, lease.lock_token) for seq in written]
         broker.settle_held(context.address, [*done, *failures])
-        report_isolated(f"batch {batch_id}", records)
+        report_isolated(f"batch {batch_id}", failures)
 
     def _stop_on_defect(
         self, broker: poisonq.Broker, lease: Lease, batch_id: int, error: BaseException

@@ -54,10 +54,11 @@ def test_the_engine_demo_checks_every_order(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        ((), ("spark", 200_000, False)),
-        (("--orders", "500"), ("spark", 500, False)),
-        (("--map",), ("spark", 200_000, True)),
-        (("--map", "--orders", "400"), ("spark", 400, True)),
+        ((), ("spark", 200_000, False, False)),
+        (("--orders", "500"), ("spark", 500, False, False)),
+        (("--map",), ("spark", 200_000, True, False)),
+        (("--map", "--orders", "400"), ("spark", 400, True, False)),
+        (("--without-job-failing",), ("spark", 200_000, False, True)),
         (("--engine",), ("engine", 20_000)),
         (("--engine", "--orders", "300"), ("engine", 300)),
     ],
