@@ -40,7 +40,7 @@ from poisonq.errors import (
 from poisonq.server import api, login, ui
 from poisonq.server.auth import Auth, new_token
 from poisonq.server.guard import BodyGuard, RequestLimits
-from poisonq.server.metrics import registry
+from poisonq.server.metrics import ScrapeConnection, registry
 from poisonq.server.pages import error_page
 from poisonq.server.state import ServerState
 from poisonq.server.throttle import Throttled
@@ -130,12 +130,14 @@ def create_app(
     broker = connect(broker_or_url) if isinstance(broker_or_url, str) else broker_or_url
     auth = Auth(token or new_token(), open_reads, broker.clock, secure_cookies)
     state = ServerState(broker, auth, owns_broker=owns)
-    metrics = registry(broker, public_url)
+    scrapes = ScrapeConnection(broker)
+    metrics = registry(scrapes, public_url)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
         state.close()
+        scrapes.close()
 
     app = FastAPI(
         title="poisonq",
@@ -211,7 +213,8 @@ def create_app(
     @app.get("/metrics", tags=["read"], summary="Prometheus metrics", response_class=Response)
     def prometheus(request: Request) -> Response:
         """Depth per entity, subqueue and state, dead-letters by reason, and the lifetime
-        counters of every entity, read from the store at each scrape."""
+        counters of every entity, read from the store at each scrape (through a connection
+        of its own: :class:`~poisonq.server.metrics.ScrapeConnection`)."""
         state.auth.require_read(request)
         return Response(generate_latest(metrics), media_type=CONTENT_TYPE_LATEST)
 

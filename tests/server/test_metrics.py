@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
 
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
@@ -223,3 +224,35 @@ def test_a_public_url_is_on_metrics_for_the_alerts_absolute_links(
     with TestClient(app) as public:
         samples = scrape(public)
     assert value(samples, "poisonq_ui_info", url="https://poisonq.example.com/ui/") == 1
+
+
+def test_a_scrape_reads_beside_a_long_read_that_holds_the_servers_connection(
+    client: TestClient, broker: Broker, dead: dict[str, list[int]]
+) -> None:
+    """A scrape reads through a connection of its own: while another request's read holds
+    the server's connection (an audit page, a body search), the scrape answers, with the
+    store's numbers, instead of waiting behind it."""
+    holding, release = threading.Event(), threading.Event()
+
+    def long_read() -> None:
+        with broker.store.reading():  # the server's connection, as a long page holds it
+            holding.set()
+            release.wait(60)
+
+    reader = threading.Thread(target=long_read)
+    reader.start()
+    try:
+        assert holding.wait(30)
+        answered: list[dict[tuple[str, frozenset[tuple[str, str]]], float]] = []
+        scraper = threading.Thread(target=lambda: answered.append(scrape(client)))
+        scraper.start()
+        scraper.join(60)
+        assert not scraper.is_alive(), "the scrape waited behind the server's connection"
+    finally:
+        release.set()
+        reader.join()
+    [samples] = answered
+    held = value(
+        samples, "poisonq_messages", queue="orders", subqueue="deadletter", state="dead_lettered"
+    )
+    assert held == broker.counts("orders")["dead_lettered"] == 6
