@@ -376,17 +376,20 @@ def test_the_task_list_says_who_started_and_cancelled_each_task(broker: Broker, 
 def test_a_second_task_on_a_queue_is_refused_until_the_first_ends_or_goes_quiet(
     broker: Broker, queue: str, clock: ManualClock
 ) -> None:
-    """Before, only the web server that started a task knew it ran: a task from the command
-    line beside it took the same messages (a resubmit said "completed 1 of 8")."""
+    """One task at a time on a queue, whichever process runs it: a second is refused while
+    the first makes progress. A task with no progress for a minute has lost its process: it
+    ends ``failed`` saying so (it would show running for ever), and a new task may start."""
     _dead_letter(broker, queue, ["a", "b"])
     first = broker.engine.start_task("purge", f"{queue}/$deadletterqueue", MessageFilter(), {}, "x")
     with pytest.raises(TaskRunningError, match=rf"task {first.id} .*started by x"):
         broker.resubmit(queue, started_by="y")
     assert broker.running_task(queue) == first
     clock.advance(61)  # its process died: no progress for a minute
+    ended = broker.task(first.id)
+    assert ended.status == "failed" and "the process running it stopped" in (ended.error or "")
+    assert broker.tasks(queue)[0] == ended
     assert broker.running_task(queue) is None
     assert broker.purge(queue).done == 2
-    assert broker.task(first.id).status == "running"  # until someone cancels it
     assert_balanced(broker)
 
 

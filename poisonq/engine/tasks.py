@@ -88,8 +88,9 @@ class Tasks(EngineBase):
 
     @staticmethod
     def _running(tx: Transaction, entity_id: int, now: float) -> TaskRecord | None:
-        alive = [t for t in tx.tasks(entity_id, None, 10, running=True) if _alive(t, now)]
-        return alive[0] if alive else None
+        alive = _ended_if_dead(tx, tx.tasks(entity_id, None, 10, running=True), now)
+        running = [t for t in alive if t.status == "running"]
+        return running[0] if running else None
 
     def tasks(
         self, address: str | None, before_id: int | None = None, limit: int = 50
@@ -100,7 +101,7 @@ class Tasks(EngineBase):
             check_count(before_id, "before", minimum=0)
         with self.store.transaction() as tx:
             entity_id = None if address is None else self.resolver.resolve(tx, address).entity.id
-            return tx.tasks(entity_id, before_id, limit)
+            return _ended_if_dead(tx, tx.tasks(entity_id, before_id, limit), self.clock.now())
 
     def task(self, task_id: int) -> TaskRecord:
         check_count(task_id, "a task id", minimum=0)
@@ -108,6 +109,7 @@ class Tasks(EngineBase):
             task = tx.task(task_id)
             if task is None:
                 raise TaskNotFoundError(task_id)
+            [task] = _ended_if_dead(tx, [task], self.clock.now())
             return task
 
     def finish_task(
@@ -170,6 +172,25 @@ class Tasks(EngineBase):
 
 
 QUIET = 60.0  # seconds a running task may go without progress before it counts as dead
+
+
+DIED = (
+    "no progress for {quiet:.0f} s: the process running it stopped (a server or a command"
+    " killed or restarted); what it moved stays moved, and a new task takes the rest"
+)
+
+
+def _ended_if_dead(tx: Transaction, tasks: list[TaskRecord], now: float) -> list[TaskRecord]:
+    """``tasks``, each one marked running whose process died ended as ``failed`` (saying
+    so) in this transaction: otherwise it would show running for ever, its page following
+    a count that never moves, and tell whoever starts another task to wait for it."""
+    ended = []
+    for task in tasks:
+        if task.status == "running" and not _alive(task, now):
+            tx.update_task(task.id, task.done, "failed", DIED.format(quiet=QUIET), now)
+            task = tx.task(task.id) or task
+        ended.append(task)
+    return ended
 
 
 def _alive(task: TaskRecord, now: float) -> bool:
