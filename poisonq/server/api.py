@@ -110,10 +110,14 @@ def timeline(
     explorer's chart, from the history the store keeps (what was purged or resubmitted
     since still counts)."""
     found = state.broker.dead_letter_timeline(queue, by, window)
+    types = state.broker.dead_letter_fingerprints(queue) if by == "fingerprint" else {}
     return TimelineOut(
         start=datetime.fromtimestamp(found.start, UTC),
         step=found.step,
-        series=[SeriesOut(key=key, counts=counts) for key, counts in found.series.items()],
+        series=[
+            SeriesOut(key=key, error_type=types.get(key or "", (None, None))[0], counts=counts)
+            for key, counts in found.series.items()
+        ],
     )
 
 

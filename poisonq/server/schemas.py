@@ -114,6 +114,11 @@ class GroupOut(BaseModel):
 
 class SeriesOut(BaseModel):
     key: str | None = Field(description="the reason, subject or fingerprint; null: none")
+    error_type: str | None = Field(
+        default=None,
+        description="by fingerprint: the error type of its failures, kept after its messages"
+        " were resubmitted or purged",
+    )
     counts: list[int] = Field(description="messages dead-lettered in each step, oldest first")
 
 

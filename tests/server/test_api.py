@@ -119,6 +119,14 @@ def test_timeline(client: TestClient, dead: dict[str, list[int]]) -> None:
         "refund": 2,
         "<b>refund</b>": 1,
     }
+    by_fingerprint = client.get(
+        "/api/queues/orders/deadletters/timeline?by=fingerprint", headers=AUTH
+    ).json()["series"]
+    assert {s["error_type"]: sum(s["counts"]) for s in by_fingerprint} == {
+        "KeyError": 3,
+        "ValueError": 2,
+        None: 1,
+    }
     bad = client.get("/api/queues/orders/deadletters/timeline?window=month", headers=AUTH)
     assert bad.status_code == 422
 
