@@ -172,10 +172,8 @@ class Tasks(EngineBase):
 
 
 QUIET = 60.0  # seconds a running task may go without progress before it counts as dead
-
-
 DIED = (
-    "no progress for {quiet:.0f} s: the process running it stopped (a server or a command"
+    f"no progress for {QUIET:.0f} s: the process running it stopped (a server or a command"
     " killed or restarted); what it moved stays moved, and a new task takes the rest"
 )
 
@@ -187,7 +185,7 @@ def _ended_if_dead(tx: Transaction, tasks: list[TaskRecord], now: float) -> list
     ended = []
     for task in tasks:
         if task.status == "running" and not _alive(task, now):
-            tx.update_task(task.id, task.done, "failed", DIED.format(quiet=QUIET), now)
+            tx.update_task(task.id, task.done, "failed", DIED, now)
             task = tx.task(task.id) or task
         ended.append(task)
     return ended
