@@ -11,8 +11,9 @@ spread by up to a fifth either way.
 Every operation of the engine is one store transaction, so a retry repeats the whole
 operation. When the connection was lost while the commit was in flight the first attempt may
 have taken effect: a retried send may then add the batch twice (duplicate detection makes
-that harmless), and a retried settlement raises :class:`~poisonq.errors.MessageLockLostError`
-for the locks it already settled.
+that harmless). A retried completion is told so (``in_doubt``): a message it finds stored
+nowhere was completed by the attempt before, not lost. Other settlements of a message the
+first attempt already settled raise :class:`~poisonq.errors.MessageLockLostError`.
 
 An outage is told in two log lines per client, not one per failed attempt: a warning when the
 store first becomes unreachable and another when an operation succeeds on it again, with how
@@ -86,6 +87,10 @@ class Reachability:
             log.warning("store %s is reachable again after %.1f s", self.name, away)
 
 
+_IN_DOUBT_AWARE = frozenset({"complete", "settle"})
+"""The engine's operations that take ``in_doubt=True`` on a retry (see the module's doc)."""
+
+
 class RetryingEngine:
     """The engine with every public operation retried under an :class:`OperationRetry`.
 
@@ -100,16 +105,20 @@ class RetryingEngine:
         found = getattr(self._engine, name)
         if name.startswith("_") or not callable(found):
             return found
-        wrapped = retried(found, self._retry, self._reachability)
+        wrapped = retried(found, self._retry, self._reachability, name in _IN_DOUBT_AWARE)
         setattr(self, name, wrapped)  # found here from now on, without __getattr__
         return wrapped
 
 
 def retried(
-    operation: Callable[..., Any], retry: OperationRetry, reachability: Reachability
+    operation: Callable[..., Any],
+    retry: OperationRetry,
+    reachability: Reachability,
+    in_doubt_aware: bool = False,
 ) -> Callable[..., Any]:
     """``operation`` retried under ``retry`` when the store is briefly unavailable; the
-    outage is logged through ``reachability``."""
+    outage is logged through ``reachability``. An ``in_doubt_aware`` operation's retries
+    are called with ``in_doubt=True``."""
 
     @functools.wraps(operation)
     def call(*args: Any, **kwargs: Any) -> Any:
@@ -122,6 +131,8 @@ def retried(
                 if delay is None:
                     raise
                 reachability.failed(exc)
+                if in_doubt_aware:
+                    kwargs = {**kwargs, "in_doubt": True}
                 log.debug("%s failed (%s); retrying in %.1f s", operation.__name__, exc, delay)
                 time.sleep(delay)
             else:

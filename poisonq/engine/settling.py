@@ -29,28 +29,47 @@ from poisonq.store.base import EntityRecord, LockInfo, Transaction
 
 
 class Settling(EngineBase):
-    def complete(self, address: str, locks: Sequence[Lock]) -> None:
-        """locked → completed for every lock, or (a lock lost) nothing at all."""
+    def complete(self, address: str, locks: Sequence[Lock], *, in_doubt: bool = False) -> None:
+        """locked → completed for every lock, or (a lock lost) nothing at all. With
+        ``in_doubt`` (a retry of a call whose commit may have landed), a message no longer
+        stored counts as completed, not as a lost lock."""
         now = self.clock.now()
         with self.store.transaction() as tx:
-            self._complete(tx, self.resolver.resolve(tx, address).entity, locks, now)
+            self._complete(tx, self.resolver.resolve(tx, address).entity, locks, now, in_doubt)
 
     def _complete(
-        self, tx: Transaction, entity: EntityRecord, locks: Sequence[Lock], now: float
+        self,
+        tx: Transaction,
+        entity: EntityRecord,
+        locks: Sequence[Lock],
+        now: float,
+        in_doubt: bool = False,
     ) -> None:
         """locked → completed, all or nothing; a completion ends a run of rollbacks."""
-        lost = self._complete_held(tx, entity, locks, now)
+        lost = self._complete_held(tx, entity, locks, now, in_doubt)
         if lost:
             raise MessageLockLostError(lost)
 
     def _complete_held(
-        self, tx: Transaction, entity: EntityRecord, locks: Sequence[Lock], now: float
+        self,
+        tx: Transaction,
+        entity: EntityRecord,
+        locks: Sequence[Lock],
+        now: float,
+        in_doubt: bool = False,
     ) -> list[int]:
         """Complete the locks still held; returns the lost ones, ascending. The caller raises
-        if there are any, which rolls the completions back."""
+        if there are any, which rolls the completions back.
+
+        ``in_doubt``: the first attempt of this call lost its connection while committing,
+        so it may have completed these very messages. A completed message is deleted, so a
+        lost lock whose message is stored nowhere any more is taken as that attempt's
+        completion: reporting it lost would tell the caller it will be delivered again."""
         lost: list[int] = []
         for token, seqs in by_token(locks).items():
             lost += set(seqs) - set(tx.complete(entity.id, token, seqs, now))
+        if in_doubt and lost:
+            lost = list(tx.still_stored(lost))
         if entity.rollbacks and len(lost) < len(locks):
             tx.reset_rollbacks(entity.id)
         return sorted(lost)
@@ -107,15 +126,19 @@ class Settling(EngineBase):
                     all_or_raise(seqs, [h.seq for h in held])
             return until
 
-    def settle(self, address: str, settlements: Sequence[Settlement]) -> list[int]:
+    def settle(
+        self, address: str, settlements: Sequence[Settlement], *, in_doubt: bool = False
+    ) -> list[int]:
         """Settle many messages, each its own way, in one transaction: complete, abandon
         (with its own failure), dead-letter (with its own reason) or release (back to the
         queue, no delivery counted). If any lock was lost,
         :class:`MessageLockLostError` names all the lost ones and nothing changes. Returns
-        the sequence numbers the retry policy poisoned."""
+        the sequence numbers the retry policy poisoned. ``in_doubt`` as for
+        :meth:`complete`: it concerns completions only."""
         now = self.clock.now()
         with self.store.transaction() as tx:
-            return self._settle(tx, self.resolver.resolve(tx, address), settlements, now)
+            target = self.resolver.resolve(tx, address)
+            return self._settle(tx, target, settlements, now, in_doubt)
 
     def _settle_previous(
         self,
@@ -134,7 +157,12 @@ class Settling(EngineBase):
             self._settle(tx, target, settle, now)
 
     def _settle(
-        self, tx: Transaction, target: Target, settlements: Sequence[Settlement], now: float
+        self,
+        tx: Transaction,
+        target: Target,
+        settlements: Sequence[Settlement],
+        now: float,
+        in_doubt: bool = False,
     ) -> list[int]:
         """:meth:`settle` inside the caller's transaction (a receive settles the previous
         batch this way before it locks the next one).
@@ -149,7 +177,7 @@ class Settling(EngineBase):
         if any(isinstance(s, Abandon) for s in settlements):
             held = {lock.seq: lock for lock in self._held_locks(tx, target, locks, now)}
         done = [(s.sequence_number, s.lock_token) for s in settlements if isinstance(s, Complete)]
-        lost = self._complete_held(tx, entity, done, now) if done else []
+        lost = self._complete_held(tx, entity, done, now, in_doubt) if done else []
         # Released first: a message poisoned below takes its session's unlocked messages
         # with it, and a message given back in the same batch is one of them.
         released: dict[str, list[int]] = {}

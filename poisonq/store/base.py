@@ -369,6 +369,11 @@ class Transaction(ABC):
         """Those of ``seqs`` the entity holds, ascending: one query for a batch."""
 
     @abstractmethod
+    def still_stored(self, seqs: Sequence[int]) -> set[int]:
+        """Those of ``seqs`` any entity still holds (in any state): the others were
+        completed or dropped (a message keeps its sequence number when it moves)."""
+
+    @abstractmethod
     def locked(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[LockInfo]:
         """Those of ``seqs`` locked under ``token`` with a lock still valid at ``now``."""
 

@@ -330,6 +330,10 @@ class SqliteTransaction(
         )
         return message_rows(rows, name)
 
+    def still_stored(self, seqs: Sequence[int]) -> set[int]:
+        rows = self._db.execute(f"SELECT seq FROM messages WHERE seq IN {SEQS}", (seqs_json(seqs),))
+        return {row[0] for row in rows}
+
     def locked(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[LockInfo]:
         held = [
             LockInfo(*row)

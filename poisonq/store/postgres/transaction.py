@@ -337,6 +337,10 @@ class PostgresTransaction(
         )
         return message_rows(rows, name)
 
+    def still_stored(self, seqs: Sequence[int]) -> set[int]:
+        rows = self._fetch_all("SELECT seq FROM messages WHERE seq = ANY(%b)", (list(seqs),))
+        return {row[0] for row in rows}
+
     def locked(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[LockInfo]:
         # FOR UPDATE: the settlement that follows acts on exactly these rows, and no lock
         # sweep of another transaction can release them in between.
