@@ -445,6 +445,7 @@ def transform(batch):
 """
 
 
+@pytest.mark.spark
 def test_a_job_file_that_builds_udfs_when_imported_runs(
     url: str, api: Broker, fifty: str, tmp_path: Path
 ) -> None:
