@@ -105,7 +105,10 @@ def isolate(
 ) -> dict[int, BaseException] | Defect:
     """The messages of ``held`` (sorted) whose parts fail alone, each with the error it
     failed with alone, or the defect the batch shows (see the module docstring). ``fresh``
-    are the first deliveries among them, ``error`` the batch's own failure."""
+    are the first deliveries among them, ``error`` the batch's own failure: a batch of one
+    message failed alone already, and costs no job."""
+    if len(held) == 1:  # the batch's own job ran it alone
+        return {held[0]: error}
     fresh_set = set(fresh)
     signature = _signature(error)
     guilty: dict[int, BaseException] = {}
