@@ -62,7 +62,7 @@ def crash(flag: bool | None) -> bool:
     return False
 
 
-crashes = F.udf(crash, BooleanType())
+crashes = F.udf(lambda flag: crash(flag), BooleanType())  # no type hints for PySpark to read
 
 
 def events(batch: DataFrame) -> DataFrame:

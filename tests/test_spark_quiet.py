@@ -127,3 +127,52 @@ def test_foreach_batch_logs_one_line_per_message_found_failing_alone(
         assert line.startswith(f"batch 0: message {poison} failed alone: RuntimeError: cannot")
         assert "\n" not in line
         assert_balanced(broker)
+
+
+# A job whose second task fails while the first one's Python worker is still writing rows:
+# Spark cancels the first, and its worker meets a closed socket.
+CANCELLED_WORKER = """
+import sys, time
+from poisonq.spark import local_session
+
+spark = local_session("quiet")
+if len(sys.argv) > 1:  # PySpark's own daemon, for comparison
+    spark.stop()
+    from pyspark.sql import SparkSession
+    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+             .config("spark.python.daemon.module", "pyspark.daemon").getOrCreate())
+
+
+def rows(batches):
+    for batch in batches:
+        if batch.column(0)[0].as_py() >= 1_000_000:
+            time.sleep(1)
+            raise ValueError("the second task fails")
+        for _ in range(200):
+            time.sleep(0.01)
+            yield batch
+
+
+frame = spark.range(0, 2_000_000, numPartitions=2).mapInArrow(rows, "id long")
+try:
+    frame.write.format("noop").mode("overwrite").save()
+except Exception:
+    print("the job failed", file=sys.stderr)
+"""
+
+
+def test_a_worker_whose_task_spark_cancelled_prints_no_stack_in_local_session(
+    tmp_path: Path,
+) -> None:
+    """When a job fails, Spark cancels its other tasks; their Python workers end quietly
+    (PySpark's daemon prints a BrokenPipeError stack for each)."""
+    script = tmp_path / "job.py"
+    script.write_text(CANCELLED_WORKER)
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable}, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "the job failed" in done.stderr
+    assert "BrokenPipeError" not in done.stderr
+    assert "Traceback" not in done.stderr

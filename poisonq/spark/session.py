@@ -130,7 +130,7 @@ def local_session(app_name: str = "poisonq", cores: int = 2) -> SparkSession:
 
     Python workers must run this interpreter (else they fail to connect back); Spark logs
     only errors, and not those of failed tasks; a crashing Python worker prints its Python
-    stack.
+    stack, and one whose task Spark cancelled prints nothing (:mod:`poisonq.pyspark_daemon`).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -141,6 +141,7 @@ def local_session(app_name: str = "poisonq", cores: int = 2) -> SparkSession:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(cores * 2))
         .config("spark.python.worker.faulthandler.enabled", "true")
+        .config("spark.python.daemon.module", "poisonq.pyspark_daemon")
         .config(
             "spark.driver.extraJavaOptions",
             "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
