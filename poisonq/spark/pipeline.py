@@ -12,10 +12,9 @@ the good rows on. Either way a permanent error dead-letters and any other error 
 abandons, so the queue's retry policy applies; when the job has written the batch, the
 driver completes whatever the lease still holds, in one statement.
 
-Output is idempotent per lease and never shared between consumers: a batch is written to
-``<output>/consumer=<name>/lease=<n>`` in overwrite mode and its messages are completed only
-afterwards, so a batch replayed after a crash overwrites its own output instead of adding to
-it, and another consumer's leases (numbered on their own) land beside it.
+Output is idempotent per lease and never shared between consumers: the rule every sink keeps
+is stated in :mod:`poisonq.spark.sink` (files: ``<output>/consumer=<name>/lease=<n>``, in
+overwrite mode, the messages completed only afterwards).
 
 A defect is not poison (:mod:`poisonq.defects`). When most of a task's messages fail the
 same way, the task fails the job with the defect before anything is settled or written; when
@@ -37,7 +36,6 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from urllib.parse import quote
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
@@ -72,6 +70,7 @@ from poisonq.spark.lease_renewer import LeaseRenewer, taken_ahead
 from poisonq.spark.rows import OutputSchema
 from poisonq.spark.session import quiet_query_errors
 from poisonq.spark.settling import defect_in
+from poisonq.spark.sink import FileSink, Sink
 from poisonq.spark.source import absolute_url
 from poisonq.spark.transform import LeaseTransform
 from poisonq.timeline import DEFAULT_KEEP, BatchRun
@@ -189,14 +188,13 @@ class Pipeline:
         self.spark = spark
         self.url = absolute_url(url)
         self.queue = queue
-        self.output = output.rstrip("/")
+        self.sink: Sink = FileSink(spark, output, output_format, consumer)
         self.consumer = consumer
         self.batch_size = batch_size
         self.keep_batches = keep_batches
         check_count(retry_total, "retry_total", minimum=0)
         self.retry_total = retry_total
         self.lock_duration = lock_duration
-        self.output_format = output_format
         self.permanent = permanent
         self.max_failure_ratio = check_ratio(max_failure_ratio)
         self.expectations = check_expectations(expectations)
@@ -524,15 +522,18 @@ class Pipeline:
     def _write(
         self,
         lease: Lease,
-        span: tuple[int, int] | None,
-        path: str,
+        span: tuple[int, int] | None = None,
         source: DataFrame | None = None,
     ) -> Runs:
         """The batch's one Spark job: read the lease (or ``source``, its input read once)
-        through the transform, write. Returns the runs of sequence numbers the gates of a
-        ``transform`` passed (none for ``map``, whose rows are settled where they are made)."""
+        through the transform, write it to the sink (a ``span`` of it, an isolation job's
+        part, aside). Returns the runs of sequence numbers the gates of a ``transform``
+        passed (none for ``map``, whose rows are settled where they are made)."""
         frame, passed = self._job.frame(lease, span, source)
-        frame.write.mode("overwrite").format(self.output_format).save(path)
+        if span is None:
+            self.sink.write(frame, lease)
+        else:
+            self.sink.write_aside(frame)
         return passed.value if passed is not None else []
 
     def _write_batch(self, broker: poisonq.Broker, lease: Lease) -> None:
@@ -540,7 +541,7 @@ class Pipeline:
         row passed by another (see :mod:`poisonq.spark.gate`): its messages are read again
         without the failed ones. Each round has one failed message more to leave out."""
         for _ in range(MAX_REWRITES):
-            passed = self._write(lease, None, self._path(lease))
+            passed = self._write(lease)
             if not passed or not leaked(passed, broker.lease_sequence_numbers(lease)):
                 return
             log.warning("lease %d: a failed message had rows written; writing again", lease.number)
@@ -548,24 +549,20 @@ class Pipeline:
     def _discard_output(self, lease: Lease, report: PipelineReport) -> None:
         """Overwrite a lease's output with nothing (with Spark, so on any file system)."""
         log.warning("lease %d was never completed: discarding its output", lease.number)
-        empty = self.spark.createDataFrame([], self._job.struct)
         try:
             with quiet_query_errors():
-                empty.write.mode("overwrite").format(self.output_format).save(self._path(lease))
+                self.sink.discard(lease, self._job.struct)
         except Exception as exc:  # the sink: a path that cannot be written, a format...
             first = first_line(exc)
             raise PipelineStoppedError(
                 report, f"cannot write the output of lease {lease.number}: {first}"
             ) from exc
 
-    def _path(self, lease: Lease) -> str:
-        return f"{self.output}/consumer={quote(self.consumer, safe='')}/lease={lease.number}"
-
     def _isolate(
         self, broker: poisonq.Broker, lease: Lease, error: BaseException, report: PipelineReport
     ) -> Defect | None:
         """Find and settle the messages whose jobs fail alone, over the batch's input read
-        once (:meth:`FrameJob.read_once`) and writing the parts to a scratch path
+        once (:meth:`FrameJob.read_once`) and writing the parts aside
         (:func:`~poisonq.spark.isolation.isolate`); the defect if the batch shows one
         instead."""
         held = broker.lease_sequence_numbers(lease)
@@ -606,14 +603,13 @@ class Pipeline:
         self._settle_isolated(broker, lease, found)
 
     def _prober(self, lease: Lease, report: PipelineReport, source: DataFrame | None) -> Probe:
-        """Runs a part of the lease (from ``source`` if given, else the store) into a
-        scratch path: None if it passed, else its error; counted as an isolation job."""
-        scratch = f"{self.output}/_isolation/consumer={quote(self.consumer, safe='')}"
+        """Runs a part of the lease (from ``source`` if given, else the store), written
+        aside: None if it passed, else its error; counted as an isolation job."""
 
         def fails(part: list[int]) -> BaseException | None:
             report.isolation_jobs += 1
             try:
-                self._write(lease, (part[0], part[-1]), scratch, source)
+                self._write(lease, (part[0], part[-1]), source)
                 return None
             except JobError as exc:
                 return exc
