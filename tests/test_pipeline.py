@@ -22,7 +22,8 @@ from pyspark.sql import SparkSession
 import poisonq
 from poisonq import Broker, Message
 from poisonq.spark.lease_renewer import LeaseRenewer
-from poisonq.spark.pipeline import Pipeline, PipelineStoppedError
+from poisonq.spark.pipeline import Pipeline
+from poisonq.spark.reports import PipelineStoppedError
 from tests.helpers import assert_balanced, dead_letters_by_id, on_both_stores, spark_store_url
 
 # Executors cannot import this test module: ship its functions by value.
@@ -132,7 +133,7 @@ def test_a_restarted_pipeline_replays_its_lease_without_duplicating_output(
     # A driver that wrote lease 1 and died before completing it:
     lease = live.acquire_lease("orders", "pipeline", 1, max_messages=20)
     assert lease is not None
-    pipeline._write(lease)
+    pipeline.writer.write_once(lease)
     assert live.counts("orders")["locked"] == 20
 
     report = pipeline.run()
@@ -182,7 +183,7 @@ def test_a_second_run_of_a_busy_consumer_stops_and_leaves_the_first_runs_output(
             spark, url=url, queue="orders", map=transform, schema=SCHEMA,
             output=str(tmp_path / "out"), batch_size=20, lock_duration=3,
         )  # fmt: skip
-        pipeline._write(lease)
+        pipeline.writer.write_once(lease)
         with pytest.raises(PipelineStoppedError, match="another"):
             pipeline.run()
     assert output(spark, tmp_path / "out") == Counter(range(20))  # its output kept
@@ -238,7 +239,7 @@ def test_a_lease_whose_locks_ran_out_before_completion_leaves_no_duplicate_outpu
     )  # fmt: skip
     lease = live.acquire_lease("orders", "pipeline", 1, max_messages=20, lock_duration=1)
     assert lease is not None
-    pipeline._write(lease)  # then the driver died
+    pipeline.writer.write_once(lease)  # then the driver died
     time.sleep(1.2)  # and stayed down past the lease's locks
     report = pipeline.run()
     assert output(spark, tmp_path / "out") == Counter(range(30))

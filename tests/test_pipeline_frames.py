@@ -19,7 +19,7 @@ import poisonq
 from poisonq import Broker, Message
 from poisonq.errors import InvalidOptionError
 from poisonq.spark import Pipeline, PipelineStoppedError, udf
-from poisonq.spark.pipeline import PipelineReport
+from poisonq.spark.reports import PipelineReport
 from tests.helpers import assert_balanced, dead_letters_by_id, on_both_stores, spark_store_url
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

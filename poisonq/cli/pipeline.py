@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-    from poisonq.spark.pipeline import PipelineReport
+    from poisonq.spark.reports import PipelineReport
 
 TARGET_HELP = "expected MODULE:FUNC or path/to/file.py:FUNC"
 PERMANENT_HELP = "--permanent expects MODULE.Type, MODULE:Type or path/to/file.py:Type"
@@ -530,7 +530,8 @@ def pipeline_run(
     function = load_transform(target)
     permanent = tuple(load_exception(name) for name in permanent_types)
     app.broker.get_queue(queue_name)  # an unknown queue fails here, before Spark starts
-    from poisonq.spark.pipeline import Pipeline, PipelineStoppedError
+    from poisonq.spark.pipeline import Pipeline
+    from poisonq.spark.reports import PipelineStoppedError
     from poisonq.spark.session import local_session, show_job_errors
 
     spark = local_session()

@@ -10,7 +10,8 @@ from __future__ import annotations
 from poisonq.spark import versions  # noqa: F401
 
 # isort: split
-from poisonq.spark.pipeline import Pipeline, PipelineReport, PipelineStoppedError
+from poisonq.spark.pipeline import Pipeline
+from poisonq.spark.reports import PipelineReport, PipelineStoppedError
 from poisonq.spark.restarting import run_restarting
 from poisonq.spark.schema import MESSAGE_SCHEMA_DDL
 from poisonq.spark.session import local_session

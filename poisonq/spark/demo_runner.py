@@ -36,7 +36,8 @@ from poisonq.demo import (
     send_orders,
 )
 from poisonq.model import LIVE_STATES, DeadLetterReason
-from poisonq.spark.pipeline import Pipeline, PipelineReport
+from poisonq.spark.pipeline import Pipeline
+from poisonq.spark.reports import PipelineReport
 from poisonq.spark.session import local_session
 from poisonq.timeline import per_second
 

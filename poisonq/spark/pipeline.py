@@ -17,15 +17,11 @@ is stated in :mod:`poisonq.spark.sink` (files: ``<output>/consumer=<name>/lease=
 overwrite mode, the messages completed only afterwards).
 
 A defect is not poison (:mod:`poisonq.defects`). When most of a task's messages fail the
-same way, the task fails the job with the defect before anything is settled or written; when
-a job fails as a whole (an ANSI cast error, ``raise_error``, a plain UDF that raises, the
-sink, a crash the guard cannot see) and the first and last messages of the batch each fail
-the same way alone, the job is broken, not a message. Either way the lease is released (no
-delivery counted) and :class:`PipelineStoppedError` says why. Otherwise the failed batch is
-bisected into smaller jobs by sequence range (over its input read once) until the messages
-whose jobs fail alone are found; only they are settled, each by its own job's error
-(dead-lettered at once for a data error, else abandoned), and the batch runs again without
-them. A message that failed a job alone before runs alone before its next batch.
+same way, the task fails the job with the defect before anything is settled or written; a
+job that fails as a whole is isolated by :mod:`poisonq.spark.batch_writer`, which writes each
+batch; batches too small to show a defect alone are judged together here (:meth:`Pipeline._judge`).
+The runner itself is the run loop (a store thread completing one batch and leasing the next
+while a job runs) and the replay of what a dead run left.
 """
 
 from __future__ import annotations
@@ -35,7 +31,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
@@ -46,30 +41,18 @@ from poisonq.errors import (
     EntityDisabledError,
     InvalidOptionError,
     MessageNotFoundError,
-    PoisonqError,
 )
 from poisonq.failures import first_line
 from poisonq.limits import check_count
 from poisonq.model import FailureRecord, Lease, MessageState
 from poisonq.names import validate_name
+from poisonq.spark.batch_writer import BatchWriter
 from poisonq.spark.expectations import check_expectations
-from poisonq.spark.gate import Runs, leaked
-from poisonq.spark.isolation import (
-    JOB_FAILURE_FINGERPRINTS,
-    MAX_GUILTY_PER_BATCH,
-    JobError,
-    Probe,
-    isolate,
-    isolated_settlement,
-    job_defect,
-    job_failure,
-    report_isolated,
-)
 from poisonq.spark.jobs import FrameJob, LeaseReader, MapJob, struct_of
 from poisonq.spark.lease_renewer import LeaseRenewer, taken_ahead
+from poisonq.spark.reports import PipelineReport, PipelineStoppedError
 from poisonq.spark.rows import OutputSchema
 from poisonq.spark.session import quiet_query_errors
-from poisonq.spark.settling import defect_in
 from poisonq.spark.sink import FileSink, Sink
 from poisonq.spark.source import absolute_url
 from poisonq.spark.transform import LeaseTransform
@@ -77,52 +60,7 @@ from poisonq.timeline import DEFAULT_KEEP, BatchRun
 from poisonq.worker.guard import Transform
 
 log = logging.getLogger(__name__)
-MAX_REWRITES = 5
 SMALL_BATCH = 1_000  # batches this small are also judged together for a defect (_judge)
-
-
-class PipelineStoppedError(PoisonqError):
-    """The runner stopped: a batch showed a defect (its messages are back in the queue, no
-    delivery counted: ``defect`` has the first failure and its traceback), or the queue
-    stopped delivering (faulted on a poison message, auto-disabled, disabled: ``cause`` is
-    the queue's error). ``report`` says what was done until then."""
-
-    def __init__(
-        self,
-        report: PipelineReport,
-        error: str,
-        *,
-        cause: EntityDisabledError | None = None,
-        defect: Defect | None = None,
-    ) -> None:
-        super().__init__(error)
-        self.report = report
-        self.cause = cause
-        self.defect = defect
-
-    @property
-    def traceback(self) -> str:
-        """The defect's first failure as its traceback (or job error) shows it."""
-        return self.defect.failure.traceback if self.defect else ""
-
-
-@dataclass
-class PipelineReport:
-    """What a run did; ``dead_lettered`` counts by reason."""
-
-    batches: int = 0
-    leased: int = 0
-    completed: int = 0
-    retried: int = 0
-    released: int = 0  # given back without a delivery counted (a defect, a stop)
-    unfinished: int = 0  # held by a batch the run left (Ctrl-C): the next run replays it
-    dead_lettered: Counter[str] = field(default_factory=Counter)
-    isolation_jobs: int = 0
-    elapsed: float = 0.0
-
-    @property
-    def messages_per_second(self) -> float:
-        return self.leased / self.elapsed if self.elapsed else 0.0
 
 
 class Pipeline:
@@ -231,6 +169,7 @@ class Pipeline:
             self._job = FrameJob(
                 lease_reader, transform, self.expectations, permanent, self.max_failure_ratio
             )
+        self.writer = BatchWriter(queue, self._job, self.sink)
 
     def run(
         self,
@@ -417,7 +356,7 @@ class Pipeline:
         fresh = broker.lease_sequence_numbers(lease, first_delivery=True) if small else []
         jobs, started = report.isolation_jobs, time.time()
         with LeaseRenewer(broker, lease, self.lock_duration, ahead):
-            self._write_isolating(broker, lease, report)
+            self.writer.write(broker, lease, report)
         seconds, jobs = time.time() - started, report.isolation_jobs - jobs
         run = BatchRun(started, seconds, jobs, self.keep_batches)
         defect = self._judge(broker, lease, fresh, window) if small else None
@@ -425,39 +364,6 @@ class Pipeline:
             self._complete(broker, lease, report, run)  # its output is written
             self._stop_across(broker, lease, defect, report)
         return run
-
-    def _write_isolating(
-        self, broker: poisonq.Broker, lease: Lease, report: PipelineReport
-    ) -> None:
-        """Write the lease's output, isolating guilty messages if the job fails."""
-        with quiet_query_errors():
-            self._suspects_first(broker, lease, report)
-            attempt = 0
-            while True:
-                try:
-                    self._write_batch(broker, lease)
-                    return
-                except JobError as exc:
-                    if self._job.guard_after(exc):
-                        log.warning(
-                            "a Python worker died in batch %d: writing it again with the"
-                            " crash guard on, as every batch of this run from now on",
-                            lease.number,
-                        )
-                        continue
-                    defect = defect_in(exc)
-                    if defect is None and attempt == 2:  # two rounds of isolation did not do
-                        defect = job_defect(exc, broker.lease_sequence_numbers(lease))
-                    elif defect is None:
-                        why = job_failure(exc).message
-                        log.warning("batch %d failed as a whole; isolating: %s", lease.number, why)
-                        defect = self._isolate(broker, lease, exc, report)
-                    if defect is not None:
-                        self._stop(broker, lease, defect, report)
-                    attempt += 1
-                except InvalidOptionError:  # the transform went wrong on the driver
-                    broker.release_lease(lease)
-                    raise
 
     def _complete(
         self, broker: poisonq.Broker, lease: Lease, report: PipelineReport, run: BatchRun
@@ -502,50 +408,6 @@ class Pipeline:
         )
         raise PipelineStoppedError(report, message, defect=defect)
 
-    def _stop(
-        self,
-        broker: poisonq.Broker,
-        lease: Lease,
-        defect: Defect,
-        report: PipelineReport,
-    ) -> None:
-        """Give the lease back (no delivery counted) and stop with the defect (``run`` fills
-        in the report's dead-letter counts and time)."""
-        released = broker.release_lease(lease)
-        report.released += released
-        message = (
-            f"stopped at lease {lease.number}: {defect}; {released} message(s) given back"
-            " to the queue without a delivery counted, nothing written for the batch"
-        )
-        raise PipelineStoppedError(report, message, defect=defect) from None
-
-    def _write(
-        self,
-        lease: Lease,
-        span: tuple[int, int] | None = None,
-        source: DataFrame | None = None,
-    ) -> Runs:
-        """The batch's one Spark job: read the lease (or ``source``, its input read once)
-        through the transform, write it to the sink (a ``span`` of it, an isolation job's
-        part, aside). Returns the runs of sequence numbers the gates of a ``transform``
-        passed (none for ``map``, whose rows are settled where they are made)."""
-        frame, passed = self._job.frame(lease, span, source)
-        if span is None:
-            self.sink.write(frame, lease)
-        else:
-            self.sink.write_aside(frame)
-        return passed.value if passed is not None else []
-
-    def _write_batch(self, broker: poisonq.Broker, lease: Lease) -> None:
-        """Write the lease's batch; again if a message that failed in one partition had a
-        row passed by another (see :mod:`poisonq.spark.gate`): its messages are read again
-        without the failed ones. Each round has one failed message more to leave out."""
-        for _ in range(MAX_REWRITES):
-            passed = self._write(lease)
-            if not passed or not leaked(passed, broker.lease_sequence_numbers(lease)):
-                return
-            log.warning("lease %d: a failed message had rows written; writing again", lease.number)
-
     def _discard_output(self, lease: Lease, report: PipelineReport) -> None:
         """Overwrite a lease's output with nothing (with Spark, so on any file system)."""
         log.warning("lease %d was never completed: discarding its output", lease.number)
@@ -557,76 +419,6 @@ class Pipeline:
             raise PipelineStoppedError(
                 report, f"cannot write the output of lease {lease.number}: {first}"
             ) from exc
-
-    def _isolate(
-        self, broker: poisonq.Broker, lease: Lease, error: BaseException, report: PipelineReport
-    ) -> Defect | None:
-        """Find and settle the messages whose jobs fail alone, over the batch's input read
-        once (:meth:`FrameJob.read_once`) and writing the parts aside
-        (:func:`~poisonq.spark.isolation.isolate`); the defect if the batch shows one
-        instead."""
-        held = broker.lease_sequence_numbers(lease)
-        fresh = broker.lease_sequence_numbers(lease, first_delivery=True)
-        source = self._job.read_once(lease)
-        try:
-            found = isolate(held, fresh, error, self._prober(lease, report, source))
-        finally:
-            if source is not None:
-                source.unpersist()
-        if isinstance(found, Defect):
-            return found
-        self._settle_isolated(broker, lease, found)
-        return None
-
-    def _suspects_first(self, broker: poisonq.Broker, lease: Lease, report: PipelineReport) -> None:
-        """Run alone, before their batch, the messages of the lease that failed a Spark job
-        alone on an earlier delivery, and settle those that fail the same way again: poison
-        coming back then costs one small job, not its whole batch failing again and a round
-        of isolation. One failing another way stays in the batch, whose failure is judged
-        as any (a broken sink is a defect, not the fault of the message that met it first).
-        A lease of nothing but such messages is left to the batch: it is as small."""
-        fresh = set(broker.lease_sequence_numbers(lease, first_delivery=True))
-        if not fresh or len(fresh) == lease.count:
-            return
-        returning = [seq for seq in broker.lease_sequence_numbers(lease) if seq not in fresh]
-        before: dict[int, str] = {}
-        for seq in returning[:MAX_GUILTY_PER_BATCH]:
-            failures = broker.message(self.queue, seq).failures
-            if failures and failures[-1].fingerprint.startswith(JOB_FAILURE_FINGERPRINTS):
-                before[seq] = failures[-1].fingerprint
-        fails = self._prober(lease, report, None)
-        found = {
-            seq: error
-            for seq, fingerprint in before.items()
-            if (error := fails([seq])) is not None and job_failure(error).fingerprint == fingerprint
-        }
-        self._settle_isolated(broker, lease, found)
-
-    def _prober(self, lease: Lease, report: PipelineReport, source: DataFrame | None) -> Probe:
-        """Runs a part of the lease (from ``source`` if given, else the store), written
-        aside: None if it passed, else its error; counted as an isolation job."""
-
-        def fails(part: list[int]) -> BaseException | None:
-            report.isolation_jobs += 1
-            try:
-                self._write(lease, (part[0], part[-1]), source)
-                return None
-            except JobError as exc:
-                return exc
-
-        return fails
-
-    def _settle_isolated(
-        self, broker: poisonq.Broker, lease: Lease, found: Mapping[int, BaseException]
-    ) -> None:
-        """Settle the messages found failing alone, each by its own error, in one
-        transaction (:func:`~poisonq.spark.isolation.isolated_settlement`)."""
-        if not found:
-            return
-        token = lease.lock_token
-        settlements = [isolated_settlement(s, token, e, job_failure(e)) for s, e in found.items()]
-        broker.settle_held(self.queue, settlements)
-        report_isolated(f"batch {lease.number}", settlements)
 
 
 def _last_failures(broker: poisonq.Broker, queue: str, seqs: list[int]) -> dict[int, FailureRecord]:

@@ -49,7 +49,7 @@ from poisonq.spark.isolation import (
     report_isolated,
 )
 from poisonq.spark.lease_renewer import LeaseRenewer
-from poisonq.spark.pipeline import PipelineReport, PipelineStoppedError
+from poisonq.spark.reports import PipelineReport, PipelineStoppedError
 from poisonq.spark.session import quiet_query_errors
 from poisonq.spark.settling import LeaseContext, defect_in
 from poisonq.spark.source import SEQUENCE, store_tag, untagged
