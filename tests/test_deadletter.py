@@ -339,9 +339,9 @@ def test_purge_drops_matching_dead_letters(broker: Broker, queue: str) -> None:
 def test_a_dead_letter_whose_lock_ran_out_is_among_what_a_task_takes(
     broker: Broker, queue: str, clock: ManualClock
 ) -> None:
-    """Before, a dead letter received from the dead-letter queue and never settled stayed
-    locked once its lock ran out (nothing receives there to count the expiry): counted in
-    the groups, but not listed, resubmitted or purged ("7 of 7" purged, one left)."""
+    """A dead letter received from the dead-letter queue and never settled is waiting again
+    once its lock runs out, though nothing receives there to count the expiry: a task
+    (list, resubmit, purge) takes it with the others."""
     _dead_letter(broker, queue, ["a", "b", "c"])
     (held,) = broker.receiver(f"{queue}/$deadletterqueue").receive(max_messages=1)
     assert broker.count_dead_letters(queue) == 2  # locked by its receiver: not for a task
@@ -396,8 +396,9 @@ def test_a_second_task_on_a_queue_is_refused_until_the_first_ends_or_goes_quiet(
 def test_lock_expiries_in_the_dead_letter_queue_are_one_group_of_their_own(
     broker: Broker, queue: str, clock: ManualClock
 ) -> None:
-    """Before, a lock that ran out there recorded an empty fingerprint: a second "(none)"
-    group, whose link (``fingerprint=``) selected the whole dead-letter queue."""
+    """A lock that runs out in the dead-letter queue records the ``lock-expired``
+    fingerprint: one group of its own, never an empty fingerprint whose link would select
+    the whole dead-letter queue."""
     _dead_letter(broker, queue, ["a", "b", "c"])
     broker.receiver(f"{queue}/$deadletterqueue").receive(max_messages=1)
     clock.advance(broker.get_queue(queue).options.lock_duration + 1)

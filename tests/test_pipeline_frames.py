@@ -321,8 +321,8 @@ def test_small_batches_that_all_fail_the_same_way_stop_across_batches(
 def test_a_run_cut_short_in_a_batch_leaves_it_unfinished_and_the_next_run_replays_it(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
-    """Before, Ctrl-C in a batch reported its messages as retried: they are not, they stay
-    in their lease, and the next run replays it with no delivery counted again."""
+    """Ctrl-C in a batch leaves its messages in their lease, reported unfinished (not
+    retried), and the next run replays it with no delivery counted again."""
     send(live, {}, 30)
 
     def cut_short_in_lease_2(frame: DataFrame) -> DataFrame:

@@ -72,7 +72,8 @@ def test_a_readstream_query_with_foreach_batch_over_connect(
 def test_the_pipeline_runner_with_a_transform_says_it_needs_a_classic_session(
     server: ConnectServer, orders: Orders, tmp_path: Path
 ) -> None:
-    """Before any lease is taken: the queue is untouched."""
+    """The runner refuses a Connect session for transform= before any lease is taken: the
+    queue is untouched."""
     done = run(server, tmp_path, "transform", orders.url, str(tmp_path / "out"))
     assert done.returncode != 0
     assert (

@@ -521,9 +521,9 @@ def test_a_write_with_a_scheduled_enqueue_time_column_schedules(
 def test_a_plain_query_restarted_after_each_failure_dead_letters_only_the_poison(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
-    """Before, a foreachBatch that raised on one poison row, restarted from its checkpoint
-    after each failure as a scheduler does, dead-lettered the whole batch: the poison and
-    every good message with it. A replayed lease is narrowed instead."""
+    """A foreachBatch that raises on one poison row, restarted from its checkpoint after each
+    failure as a scheduler does, dead-letters only the poison: a replayed lease is narrowed,
+    so the good messages of its batch never spend their deliveries on it."""
     live.update_queue("orders", max_delivery_count=2)
     seqs = fill_orders(live, 12)
     poison = seqs[4]

@@ -875,7 +875,8 @@ def test_a_deferred_message_is_never_delivered_past_max_delivery_count(broker: B
 def test_a_spent_deferred_message_gets_the_queues_poison_action(
     broker: Broker, action: str
 ) -> None:
-    """Before, it was dead-lettered whatever the queue's action."""
+    """A deferred message whose deliveries are spent gets the queue's poison action (not
+    always the dead-letter queue)."""
     policy = RetryPolicy(receive_retry_count=0, receive_error_handling=action)
     broker.create_queue(Q, retry=policy)
     (seq,) = broker.sender(Q).send(Message(body=b"x"))

@@ -488,8 +488,8 @@ def test_an_error_that_echoes_a_lone_surrogate_is_a_clear_4xx(
 def test_a_task_that_selects_nothing_is_not_started_and_says_what_there_is(
     client: TestClient, broker: Broker, dead: dict[str, list[int]]
 ) -> None:
-    """Before, the API started an empty task (202, total 0) where the command line says
-    what there is and starts nothing."""
+    """A task whose selection is empty is refused (404 ``NothingSelectedError``) with what
+    there is, as on the command line: no task of zero messages is started."""
     url = "/api/queues/orders/deadletters"
     for action in ("purge", "resubmit"):
         answer = client.post(f"{url}/{action}", json={"reason": "Nope"}, headers=AUTH)

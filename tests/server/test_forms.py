@@ -85,7 +85,7 @@ def test_a_missing_or_malformed_ui_address_is_a_page(open_client: TestClient, qu
 def test_a_resubmit_at_rate_0_has_no_limit_as_on_the_command_line(
     client: TestClient, broker: Broker, dead: dict[str, list[int]]
 ) -> None:
-    """Before, the form refused 0, which the CLI documents as no limit."""
+    """Rate 0 means no limit, in the form as on the command line."""
     csrf = login(client)
     form = {"csrf": csrf, "queue": "orders", "reason": "InvalidOrder", "rate": "0"}
     page = finished(client, client.post("/ui/resubmit", data=form, follow_redirects=False))

@@ -112,8 +112,8 @@ def _refused(url: str, *options: str) -> tuple[subprocess.CompletedProcess[str],
 def test_a_token_too_short_to_guard_is_refused_in_one_line(
     url: str, queue: str, token: str
 ) -> None:
-    """Before, ``--token ""`` started a server with a random token it did not print: nobody
-    could log in."""
+    """A token shorter than 16 characters (``--token ""`` included) is refused in one line
+    before the server starts: a server nobody can log in to is never started."""
     done, line = _refused(url, "--token", token)
     assert line.startswith("error: Invalid value for '--token': the token is ")
     assert "at least 16 characters" in line and "serving at" not in done.stderr

@@ -23,7 +23,8 @@ def test_every_page_links_to_the_tasks(open_client: TestClient, dead: dict[str, 
 def test_the_tasks_page_lists_every_task_and_who_started_it(
     client: TestClient, broker: Broker, dead: dict[str, list[int]]
 ) -> None:
-    """Before, it listed only what this server had started since it started."""
+    """The page lists the tasks in the store, whichever process started them and when, not
+    only those of this server since it started."""
     csrf = login(client)
     assert "No task yet" in client.get("/ui/tasks").text
     form = {"csrf": csrf, "queue": "orders", "reason": "InvalidOrder", "rate": ""}
