@@ -343,6 +343,7 @@ def test_max_failure_ratio_none_settles_a_defect_as_failures(broker: Broker, que
         Processor(broker, queue, _broken, max_failure_ratio=1.5)
 
 
+@pytest.mark.slow
 def test_a_lock_lost_to_a_slow_handler_is_reported_once(url: str) -> None:
     """A handler that outlives ``max_lock_renewal_duration`` loses its lock once, and that
     loss is reported: one log line and the renewer's callback."""
@@ -382,6 +383,7 @@ def test_a_handled_message_is_settled_before_the_slowest_of_its_batch(url: str) 
         assert live.counts("slow")["completed"] == 4
 
 
+@pytest.mark.slow
 def test_a_message_whose_lock_was_lost_while_it_waited_is_not_handled(url: str) -> None:
     """A message whose lock ran out while it waited in its batch is not handled: it comes
     again, and runs once."""

@@ -176,6 +176,7 @@ class WriteLockHolder(threading.Thread):
         return self
 
 
+@pytest.mark.slow
 def test_a_busy_sqlite_file_is_waited_out(tmp_path: Path) -> None:
     path = tmp_path / "queues.db"
     with poisonq.connect(f"sqlite:///{path}?busy_timeout=0.2", retry_backoff_factor=0.3) as broker:
@@ -210,6 +211,7 @@ def test_retry_options_are_checked(tmp_path: Path) -> None:
         poisonq.connect(f"sqlite:///{tmp_path / 'q.db'}?busy_timeout=soon")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("concurrency", [1, 3])
 def test_a_store_that_stays_unavailable_stops_every_thread_and_raises(
     tmp_path: Path, concurrency: int

@@ -95,6 +95,7 @@ def test_a_streamed_body_is_cut_off_once_past_its_limit_and_the_rest_never_read(
     assert limit <= sent < limit + 32 * 2**20
 
 
+@pytest.mark.slow
 def test_a_body_that_trickles_in_is_refused_at_the_read_timeout(
     server: BackgroundServer,
 ) -> None:
@@ -104,6 +105,7 @@ def test_a_body_that_trickles_in_is_refused_at_the_read_timeout(
     assert got.startswith(b"HTTP/1.1 408 ") and b"RequestTimeout" in got
 
 
+@pytest.mark.slow
 def test_headers_that_trickle_in_end_the_connection_at_the_read_timeout(
     server: BackgroundServer,
 ) -> None:

@@ -26,6 +26,9 @@ import poisonq
 from poisonq import Broker, Message, RetryPolicy
 from poisonq.testing.pgserver import free_port
 
+# Each test starts `poisonq serve` in a process of its own: the fast tier leaves them out.
+pytestmark = pytest.mark.slow
+
 
 @contextlib.contextmanager
 def serving(url: str, *options: str) -> Iterator[tuple[str, str]]:
