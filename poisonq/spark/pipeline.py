@@ -53,7 +53,7 @@ from poisonq.spark.lease_renewer import LeaseRenewer, taken_ahead
 from poisonq.spark.reports import PipelineReport, PipelineStoppedError
 from poisonq.spark.rows import OutputSchema
 from poisonq.spark.session import quiet_query_errors
-from poisonq.spark.sink import FileSink, Sink
+from poisonq.spark.sink import FileSink
 from poisonq.spark.source import absolute_url
 from poisonq.spark.transform import LeaseTransform
 from poisonq.timeline import DEFAULT_KEEP, BatchRun
@@ -126,7 +126,7 @@ class Pipeline:
         self.spark = spark
         self.url = absolute_url(url)
         self.queue = queue
-        self.sink: Sink = FileSink(spark, output, output_format, consumer)
+        sink = FileSink(spark, output, output_format, consumer)
         self.consumer = consumer
         self.batch_size = batch_size
         self.keep_batches = keep_batches
@@ -169,7 +169,7 @@ class Pipeline:
             self._job = FrameJob(
                 lease_reader, transform, self.expectations, permanent, self.max_failure_ratio
             )
-        self.writer = BatchWriter(queue, self._job, self.sink)
+        self.writer = BatchWriter(queue, self._job, sink)
 
     def run(
         self,
@@ -413,7 +413,7 @@ class Pipeline:
         log.warning("lease %d was never completed: discarding its output", lease.number)
         try:
             with quiet_query_errors():
-                self.sink.discard(lease, self._job.struct)
+                self.writer.sink.discard(lease, self._job.struct)
         except Exception as exc:  # the sink: a path that cannot be written, a format...
             first = first_line(exc)
             raise PipelineStoppedError(
