@@ -119,7 +119,9 @@ class RetryPolicy:
             failed_in_cycle = delivery_count - self.attempts_per_cycle * move_count
             backoff: float = self.redelivery_delay_multiplier ** max(0, failed_in_cycle - 1)
             return Redeliver(min(self.max_redelivery_delay, self.redelivery_delay * backoff))
-        if move_count < self.max_retry_cycles:
+        # A cycle is spent by deliveries, not failures alone: a message received again by
+        # sequence number after a defer used a delivery, and may have used them all.
+        if move_count < self.max_retry_cycles and delivery_count < self.total_attempts:
             growth: float = self.retry_cycle_delay_multiplier**move_count
             return MoveToRetry(delay=self.retry_cycle_delay * growth)
         return Poison()

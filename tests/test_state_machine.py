@@ -236,7 +236,7 @@ class QueueMachine(RuleBasedStateMachine):
         m.state = MessageState.ACTIVE
         if m.delivery_count < self.per_cycle * (m.move_count + 1):
             return False
-        if m.move_count < self.cycles:
+        if m.move_count < self.cycles and m.delivery_count < self.max_dc:
             m.visible_at = self.now + self.cycle_delay * self.growth**m.move_count
             m.where, m.state = RETRY, MessageState.SCHEDULED
             m.move_count += 1
