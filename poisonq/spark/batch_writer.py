@@ -15,6 +15,7 @@ before its next batch.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 
 from pyspark.sql import DataFrame
@@ -22,6 +23,7 @@ from pyspark.sql import DataFrame
 import poisonq
 from poisonq.defects import Defect
 from poisonq.errors import InvalidOptionError
+from poisonq.failures import failure_from_exception
 from poisonq.model import Lease
 from poisonq.spark.gate import Runs, leaked
 from poisonq.spark.isolation import (
@@ -39,7 +41,7 @@ from poisonq.spark.jobs import FrameJob, MapJob
 from poisonq.spark.reports import PipelineReport, PipelineStoppedError
 from poisonq.spark.session import quiet_query_errors
 from poisonq.spark.settling import defect_in
-from poisonq.spark.sink import Sink
+from poisonq.spark.sink import Sink, SinkFailed
 
 log = logging.getLogger(__name__)
 MAX_REWRITES = 5
@@ -84,6 +86,10 @@ class BatchWriter:
                 except InvalidOptionError:  # the transform went wrong on the driver
                     broker.release_lease(lease)
                     raise
+                except SinkFailed as exc:
+                    failure = failure_from_exception(exc.error, time.time())
+                    held = len(broker.lease_sequence_numbers(lease))
+                    self._stop(broker, lease, Defect(failure, held, held), report)
 
     def _stop(
         self,

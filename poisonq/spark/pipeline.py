@@ -53,7 +53,7 @@ from poisonq.spark.lease_renewer import LeaseRenewer, taken_ahead
 from poisonq.spark.reports import PipelineReport, PipelineStoppedError
 from poisonq.spark.rows import OutputSchema
 from poisonq.spark.session import quiet_query_errors
-from poisonq.spark.sink import FileSink
+from poisonq.spark.sink import BatchFunction, sink_for
 from poisonq.spark.source import absolute_url
 from poisonq.spark.transform import LeaseTransform
 from poisonq.timeline import DEFAULT_KEEP, BatchRun
@@ -86,6 +86,11 @@ class Pipeline:
     ``OutputSchemaMismatch`` (see :mod:`poisonq.spark.rows`). It runs on executors, under
     the crash guard unless ``isolate`` is false, so it must be picklable.
 
+    ``output`` is a directory (each batch under ``consumer=<name>/lease=<n>`` in
+    ``output_format``, Parquet unless given) or a function ``write(frame, batch)`` called
+    with each batch's good rows and its number, as ``foreachBatch`` is; it must replace what
+    it wrote for the same number before (see :class:`poisonq.spark.sink.FunctionSink`).
+
     ``permanent`` exception types dead-letter at once (in ``map`` and in poisonq UDFs).
     ``max_failure_ratio`` (``None``: never) is the share of a batch that may fail the same
     way before the runner calls it a defect and stops.
@@ -102,7 +107,7 @@ class Pipeline:
         *,
         url: str,
         queue: str,
-        output: str,
+        output: str | BatchFunction,
         transform: Callable[[DataFrame], DataFrame] | None = None,
         map: Transform | None = None,
         schema: str | StructType | None = None,
@@ -110,7 +115,7 @@ class Pipeline:
         consumer: str = "pipeline",
         batch_size: int = 100_000,
         lock_duration: float | None = None,
-        output_format: str = "parquet",
+        output_format: str | None = None,
         permanent: tuple[type[BaseException], ...] = (),
         isolate: bool = True,
         ignore_extra_fields: bool = False,
@@ -126,7 +131,7 @@ class Pipeline:
         self.spark = spark
         self.url = absolute_url(url)
         self.queue = queue
-        sink = FileSink(spark, output, output_format, consumer)
+        sink = sink_for(spark, output, output_format, consumer)
         self.consumer = consumer
         self.batch_size = batch_size
         self.keep_batches = keep_batches

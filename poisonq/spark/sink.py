@@ -8,18 +8,27 @@ completed has its output replaced by nothing (its messages come again in a later
 consumers, whose leases are numbered on their own, never write over each other. Isolation
 jobs (:mod:`poisonq.spark.isolation`) write their parts where nothing reads them.
 
-A new sink is a class with the three methods of :class:`Sink`.
+A sink is a directory (:class:`FileSink`, any Spark file format) or the user's function
+(:class:`FunctionSink`); a new sink is a class with the three methods of :class:`Sink`,
+chosen in :func:`sink_for`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 from urllib.parse import quote
 
+from py4j.protocol import Py4JError
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from poisonq.errors import InvalidOptionError
 from poisonq.model import Lease
+
+BatchFunction = Callable[[DataFrame, int], None]
+DEFAULT_FORMAT = "parquet"
 
 
 class Sink(Protocol):
@@ -60,3 +69,69 @@ class FileSink:
 
     def _save(self, frame: DataFrame, path: str) -> None:
         frame.write.mode("overwrite").format(self.file_format).save(path)
+
+
+class FunctionSink:
+    """The user's ``write(frame, batch)``, called as Spark's ``foreachBatch`` calls its
+    function: with a batch's good rows and the batch's number (its lease's, counted per
+    consumer). To keep the rule above, the function replaces whatever it wrote for the same
+    number before (a batch replayed after a crash comes again with its number; a batch whose
+    lease ran out comes with no rows), for example by deleting the number's rows in the same
+    transaction that inserts the new ones, or by overwriting a partition named for it.
+
+    Isolation jobs never call it: they evaluate the transform into Spark's ``noop`` format,
+    which runs the whole plan and writes nothing. So a failure of the function's own writing
+    (a table constraint, a lost connection) is not found in any one message: it fails the
+    batch again and again and the run stops with it as a defect, its lease given back."""
+
+    def __init__(self, spark: SparkSession, function: BatchFunction) -> None:
+        self.spark = spark
+        self.function = function
+
+    def write(self, frame: DataFrame, lease: Lease) -> None:
+        self._call(frame, lease)
+
+    def write_aside(self, frame: DataFrame) -> None:
+        frame.write.format("noop").mode("overwrite").save()
+
+    def discard(self, lease: Lease, struct: StructType) -> None:
+        self._call(self.spark.createDataFrame([], struct), lease)
+
+    def _call(self, frame: DataFrame, lease: Lease) -> None:
+        """Spark's errors pass as they are (the transform's, met by the function's write, are
+        isolated like any job's); the function's own are :class:`SinkFailed`."""
+        try:
+            self.function(frame, lease.number)
+        except (PySparkException, Py4JError):
+            raise
+        except Exception as exc:
+            raise SinkFailed(lease, exc) from exc
+
+
+class SinkFailed(Exception):
+    """The user's sink function raised on its own (not in a Spark job): a defect of the
+    sink, whatever the batch held."""
+
+    def __init__(self, lease: Lease, error: Exception) -> None:
+        super().__init__(f"the output function failed on batch {lease.number}: {error!r}")
+        self.error = error
+
+
+def sink_for(
+    spark: SparkSession, output: str | BatchFunction, file_format: str | None, consumer: str
+) -> Sink:
+    """The sink ``output`` names: a directory (in ``file_format``, Parquet unless given) or a
+    function of a batch."""
+    if isinstance(output, str):
+        return FileSink(spark, output, file_format or DEFAULT_FORMAT, consumer)
+    if not callable(output):
+        raise InvalidOptionError(
+            "output= is a directory's path or a function write(frame, batch), not"
+            f" {type(output).__name__}"
+        )
+    if file_format is not None:
+        raise InvalidOptionError(
+            "output_format= goes with an output directory; a function writes its batches as"
+            " it likes"
+        )
+    return FunctionSink(spark, output)
