@@ -229,6 +229,8 @@ def side_table_udf(frame: DataFrame) -> DataFrame:
         ({"transform": lambda frame: frame.count()}, "returned a int"),
         ({"transform": lambda frame: frame.select("body")}, "sequence_number"),
         ({"transform": orders, "schema": "n long"}, "schema= goes with map="),
+        ({"transform": orders, "ignore_extra_fields": True}, "ignore_extra_fields= goes with"),
+        ({"transform": orders, "isolate": False}, "isolate= goes with map="),
         ({"transform": orders, "expectations": {"huh": "amount +"}}, "expectation 'huh'"),
         ({"transform": orders, "expectations": {"sum": "amount + 1"}}, "not a boolean"),
         ({"map": len, "schema": "n long", "expectations": EXPECT}, "transform="),

@@ -511,22 +511,16 @@ def pipeline_run(
     require_pyspark()
     per_row = schema is not None
     expectations = parse_expectations(expect)
-    if per_row and expectations:
-        raise InvalidOptionError(
-            "--expect checks the rows of a DataFrame transform (run without --schema); a"
-            " per-row function's rows are checked against --schema (raise PermanentError"
-            " for anything else)"
-        )
-    if not per_row:
-        for name, given in (
-            ("--ignore-extra-fields", ignore_extra_fields),
-            ("--isolate/--no-isolate", _given(ctx, "isolate")),
-        ):
-            if given:
-                raise InvalidOptionError(
-                    f"{name} goes with --schema (a function of one message); a DataFrame"
-                    " transform's output is the DataFrame it returns"
-                )
+    from poisonq.spark.kinds import COMMAND_LINE, check_options
+
+    check_options(
+        COMMAND_LINE,
+        per_row=per_row,
+        schema=per_row,
+        expectations=bool(expectations),
+        ignore_extra_fields=ignore_extra_fields,
+        isolate=_given(ctx, "isolate"),
+    )
     function = load_transform(target)
     permanent = tuple(load_exception(name) for name in permanent_types)
     app.broker.get_queue(queue_name)  # an unknown queue fails here, before Spark starts
@@ -557,7 +551,7 @@ def pipeline_run(
             spark,
             map=function,
             schema=struct,
-            isolate=isolate,
+            isolate=isolate if _given(ctx, "isolate") else None,
             ignore_extra_fields=ignore_extra_fields,
             **common,
         )

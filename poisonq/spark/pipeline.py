@@ -49,6 +49,7 @@ from poisonq.names import validate_name
 from poisonq.spark.batch_writer import BatchWriter
 from poisonq.spark.expectations import check_expectations
 from poisonq.spark.jobs import FrameJob, LeaseReader, MapJob, struct_of
+from poisonq.spark.kinds import PYTHON, check_options
 from poisonq.spark.lease_renewer import LeaseRenewer, taken_ahead
 from poisonq.spark.reports import PipelineReport, PipelineStoppedError
 from poisonq.spark.rows import OutputSchema
@@ -117,7 +118,7 @@ class Pipeline:
         lock_duration: float | None = None,
         output_format: str | None = None,
         permanent: tuple[type[BaseException], ...] = (),
-        isolate: bool = True,
+        isolate: bool | None = None,
         ignore_extra_fields: bool = False,
         max_failure_ratio: float | None = DEFAULT_MAX_FAILURE_RATIO,
         keep_batches: int = DEFAULT_KEEP,
@@ -146,31 +147,28 @@ class Pipeline:
                 "give a pipeline transform= (a function from the batch's DataFrame to the"
                 " output DataFrame) or map= (a function of one message, with schema=)"
             )
+        check_options(
+            PYTHON,
+            per_row=map is not None,
+            schema=schema is not None,
+            expectations=bool(self.expectations),
+            ignore_extra_fields=ignore_extra_fields,
+            isolate=isolate is not None,
+        )
         lease_reader = LeaseReader(spark, self.url, queue, consumer)
         self._job: MapJob | FrameJob
         if map is not None:
-            if schema is None:
-                raise InvalidOptionError("map= needs schema=, the output row's Spark schema")
-            if self.expectations:
-                raise InvalidOptionError(
-                    "expectations apply to the rows of transform=; map= checks its rows"
-                    " against schema= (raise PermanentError for anything else)"
-                )
+            assert schema is not None
             work = LeaseTransform(
                 map,
                 OutputSchema(struct_of(schema), ignore_extra_fields),
                 permanent,
-                isolate,
+                isolate is not False,
                 self.max_failure_ratio,
             )
             self._job = MapJob(lease_reader, work)
         else:
             assert transform is not None
-            if schema is not None:
-                raise InvalidOptionError(
-                    "schema= goes with map=, a function of one message; the output of"
-                    " transform= is the DataFrame it returns"
-                )
             self._job = FrameJob(
                 lease_reader, transform, self.expectations, permanent, self.max_failure_ratio
             )
