@@ -67,6 +67,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/queue_floors.py
 	$(BIN)/python bench/queue_floors.py --sqlite
 	$(BIN)/python bench/pipeline_throughput.py
+	$(BIN)/python bench/sensor_events.py --batch 100000 --batch 1000000
 	$(BIN)/python bench/pipeline_floors.py
 	$(BIN)/python bench/lease_cycle.py
 	$(BIN)/python bench/held_costs.py

@@ -5,8 +5,10 @@ permanent error), then measures, after a warm-up:
 
 - the pipeline: ``poisonq.spark.Pipeline(map=…)`` from the queue into Parquet, every message
   settled;
-- the plain job: the same function with ``mapInArrow`` over the same bodies stored in Parquet,
-  into Parquet (bad rows skipped): what the work costs without a queue and without isolation;
+- the plain job: the same function with ``mapInArrow`` over the same bodies stored in Parquet
+  (written by Spark, one file per core, as a user's data is), into Parquet (bad rows skipped),
+  timed warm (its second run in the session): what the work costs without a queue and
+  without isolation;
 - the pipeline again over as many orders with ``--crash`` of them (on top) killing the Python
   process that transforms them, on each of their 3 deliveries: the wall time it adds, per
   crash, is ``ms_per_crash``.
@@ -17,7 +19,10 @@ half malformed JSON, half a negative amount), and:
 - the pipeline: ``Pipeline(transform=…, expectations=…)``, Spark SQL (``from_json``) whose rows
   failing an expectation dead-letter their message;
 - the plain job: the same Spark SQL over the same bodies in Parquet, the expectations as a
-  ``WHERE`` that drops the bad rows, into Parquet.
+  ``WHERE`` that drops the bad rows, into Parquet (the same files, timed warm as above).
+
+``bench/sensor_events.py`` times a DataFrame pipeline shaped as a user writes it (a timestamp
+cast, a division) against the same plain SQL, at several batch sizes.
 
 Prints four lines: ``pipeline_msgs_per_s=… plain_spark_rows_per_s=… ratio=…
 isolation_jobs=… batch_fixed_cost_s=…`` (``map``; the fixed cost is the wall time of a batch
@@ -45,7 +50,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 from process_memory import PeakMemory
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
 import poisonq
 from poisonq.spark.pipeline import Pipeline
@@ -141,6 +146,26 @@ def enqueue(
     writer.close()
 
 
+def user_copy(spark: SparkSession, parquet: Path) -> Path:
+    """The bodies as a user's data would be: written by Spark, one file per core (the
+    single file pyarrow writes is read by one task, on one core)."""
+    copy = parquet.with_suffix(".spark")
+    if not copy.exists():
+        frame = spark.read.parquet(str(parquet))
+        frame.repartition(spark.sparkContext.defaultParallelism).write.parquet(str(copy))
+    return copy
+
+
+def warm_seconds(job: Callable[[], None]) -> float:
+    """The wall time of ``job`` run a second time in the session, as a user running jobs in a
+    live session sees it (the first run pays for reading the files' footers and compiling
+    the plan)."""
+    job()
+    started = time.perf_counter()
+    job()
+    return time.perf_counter() - started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=1_000_000)
@@ -196,12 +221,13 @@ def main() -> None:
                     pipeline("tiny", "tiny", **per_row).run()
                     fixed.append(time.perf_counter() - started)
 
-                started = time.perf_counter()
-                plain = spark.read.parquet(str(work / "orders.parquet"))
-                plain.mapInArrow(plain_transform, SCHEMA).write.mode("overwrite").parquet(
-                    str(work / "plain")
-                )
-                plain_seconds = time.perf_counter() - started
+                def plain_job() -> None:
+                    plain = spark.read.parquet(str(user_copy(spark, work / "orders.parquet")))
+                    plain.mapInArrow(plain_transform, SCHEMA).write.mode("overwrite").parquet(
+                        str(work / "plain")
+                    )
+
+                plain_seconds = warm_seconds(plain_job)
 
                 started = time.perf_counter()
                 report = pipeline("orders", "out", **per_row).run()
@@ -212,11 +238,13 @@ def main() -> None:
                 crashing_seconds = time.perf_counter() - started
                 crashed = broker.count_dead_letters("crashing", reason="MaxDeliveryCountExceeded")
 
-                started = time.perf_counter()
-                rules = " AND ".join(f"({sql})" for sql in EXPECTATIONS.values())
-                plain_sql = order_rows(spark.read.parquet(str(frames))).where(rules)
-                plain_sql.write.mode("overwrite").parquet(str(work / "plain-frames"))
-                plain_sql_seconds = time.perf_counter() - started
+                def plain_sql_job() -> None:
+                    rules = " AND ".join(f"({sql})" for sql in EXPECTATIONS.values())
+                    bodies = spark.read.parquet(str(user_copy(spark, frames)))
+                    plain_sql = order_rows(bodies).where(rules)
+                    plain_sql.write.mode("overwrite").parquet(str(work / "plain-frames"))
+
+                plain_sql_seconds = warm_seconds(plain_sql_job)
 
                 started = time.perf_counter()
                 frame_report = pipeline("frames", "out-frames", **frames_kind).run()

@@ -1,0 +1,142 @@
+"""A DataFrame pipeline shaped as a user writes it, against the plain Spark SQL a user would
+compare it with.
+
+``--events`` sensor events as JSON bodies (a sensor, a timestamp as text, a total and a count).
+The transform: ``from_json``, the timestamp cast (ANSI on), a division, and one expectation
+(the average is not negative). The same bodies go to a SQLite queue and, written by Spark as a
+user's data would be (one file per core, so each core reads its part), to Parquet.
+
+- ``plain``: the same SQL over the Parquet bodies, the expectation as a ``WHERE``, into
+  Parquet; run twice in the session and timed both times (``plain_cold_s``, ``plain_warm_s``:
+  the warm run is what a user who runs jobs in a live session compares with).
+- ``pipeline``: ``poisonq.spark.Pipeline(transform=…, expectations=…)`` from the queue into
+  Parquet, for each ``--batch`` size given, each on a queue of its own filled before the clock
+  starts, after a warm-up run of one small batch.
+
+Prints ``plain_cold_s=… plain_warm_s=… rows_per_s=…`` and then, per batch size,
+``batch=… pipeline_s=… msgs_per_s=… ratio_warm=… ratio_cold=… batches=…``: the ratios are the
+pipeline's rate over the plain job's (the target is ≥ 0.6 of the warm plain job at 1,000,000).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+import poisonq
+from poisonq.spark.pipeline import Pipeline
+from poisonq.spark.session import local_session
+
+SEND_BATCH = 20_000
+EVENT = "sensor string, at string, total double, count long"
+EXPECTATIONS = {"average_not_negative": "average >= 0"}
+
+
+def event(n: int) -> bytes:
+    minute = n % 1440
+    body = {
+        "sensor": f"s{n % 211}",
+        "at": f"2026-11-26 {minute // 60:02d}:{minute % 60:02d}:00",
+        "total": (n % 997) / 10,
+        "count": n % 13 + 1,
+    }
+    return json.dumps(body).encode()
+
+
+def readings(batch: DataFrame) -> DataFrame:
+    """The user's transform: parse, cast the timestamp, average."""
+    parsed = batch.select(
+        "sequence_number", F.from_json(F.col("body").cast("string"), EVENT).alias("e")
+    )
+    return parsed.select(
+        "sequence_number",
+        "e.sensor",
+        F.col("e.at").cast("timestamp").alias("at"),
+        (F.col("e.total") / F.col("e.count")).alias("average"),
+    )
+
+
+def fill(broker: poisonq.Broker, queue: str, count: int) -> None:
+    broker.create_queue(queue, lock_duration=300)
+    sender = broker.sender(queue)
+    for start in range(0, count, SEND_BATCH):
+        sender.send(
+            [poisonq.Message(body=event(n)) for n in range(start, min(count, start + SEND_BATCH))]
+        )
+
+
+def bodies(spark: SparkSession, count: int, path: Path) -> None:
+    """The same bodies in Parquet, written by Spark: one file per core."""
+    table = pa.table(
+        {
+            "sequence_number": pa.array(range(1, count + 1), pa.int64()),
+            "body": pa.array([event(n) for n in range(count)], pa.binary()),
+        }
+    )
+    frame = spark.createDataFrame(table)
+    frame.repartition(spark.sparkContext.defaultParallelism).write.mode("overwrite").parquet(
+        str(path)
+    )
+
+
+def plain(spark: SparkSession, source: Path, output: Path) -> float:
+    started = time.perf_counter()
+    rules = " AND ".join(f"({sql})" for sql in EXPECTATIONS.values())
+    readings(spark.read.parquet(str(source))).where(rules).write.mode("overwrite").parquet(
+        str(output)
+    )
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--batch", type=int, action="append", help="repeatable; default 100000")
+    args = parser.parse_args()
+    sizes = args.batch or [100_000]
+    work = Path(tempfile.mkdtemp(prefix="poisonq-sensors-"))
+    try:
+        spark = local_session("poisonq-sensor-bench")
+        url = f"sqlite:///{work / 'queues.db'}"
+        with poisonq.connect(url) as broker:
+            for size in sizes:
+                fill(broker, f"events-{size}", args.events)
+            fill(broker, "warm-up", 10)
+        bodies(spark, args.events, work / "bodies")
+        cold = plain(spark, work / "bodies", work / "plain")
+        warm = plain(spark, work / "bodies", work / "plain")
+        print(
+            f"plain_cold_s={cold:.2f} plain_warm_s={warm:.2f} rows_per_s={args.events / warm:.0f}"
+        )
+
+        def pipeline(queue: str, size: int) -> Pipeline:
+            return Pipeline(
+                spark, url=url, queue=queue, transform=readings, expectations=EXPECTATIONS,
+                output=str(work / queue), batch_size=size,
+            )  # fmt: skip
+
+        pipeline("warm-up", 10).run()
+        for size in sizes:
+            started = time.perf_counter()
+            report = pipeline(f"events-{size}", size).run()
+            seconds = time.perf_counter() - started
+            assert report.completed == args.events, report
+            print(
+                f"batch={size} pipeline_s={seconds:.2f} msgs_per_s={args.events / seconds:.0f}"
+                f" ratio_warm={warm / seconds:.2f} ratio_cold={cold / seconds:.2f}"
+                f" batches={report.batches}"
+            )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
