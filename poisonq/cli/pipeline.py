@@ -515,7 +515,7 @@ def pipeline_run(
 
     check_options(
         COMMAND_LINE,
-        per_row=per_row,
+        of_messages="a per-row function" if per_row else None,
         schema=per_row,
         expectations=bool(expectations),
         ignore_extra_fields=ignore_extra_fields,

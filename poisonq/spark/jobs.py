@@ -31,7 +31,7 @@ from poisonq.spark.schema import MESSAGE_SCHEMA_DDL
 from poisonq.spark.session import quiet_query_errors
 from poisonq.spark.settling import LeaseContext
 from poisonq.spark.source import SEQUENCE, register, untagged
-from poisonq.spark.transform import LeaseTransform, pipeline_source
+from poisonq.spark.transform import Work, pipeline_source
 from poisonq.spark.udf import settling
 
 Span = tuple[int, int] | None
@@ -70,7 +70,7 @@ class MapJob:
     batch that crashed is written again under the guard, which then finds each crashing
     message within its task."""
 
-    def __init__(self, reader: LeaseReader, work: LeaseTransform) -> None:
+    def __init__(self, reader: LeaseReader, work: Work) -> None:
         self.reader = reader
         self.struct = work.output.struct
         spark = reader.spark

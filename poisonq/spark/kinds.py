@@ -1,10 +1,11 @@
-"""The two kinds of pipeline function and the options each takes: the rules stated once,
-for ``Pipeline`` and the command line, each naming the options in its own words.
+"""The kinds of pipeline function and the options each takes: the rules stated once, for
+``Pipeline`` and the command line, each naming the options in its own words.
 
 A DataFrame transform (``transform=``) returns the output DataFrame, checked by
-expectations; a per-row function (``map=``) returns one row of ``schema=``, checked against
-it, and may drop a dict's extra keys or run without the crash guard. Nothing here needs a
-Spark session, so the command line refuses a wrong mix before it starts one.
+expectations; a function of messages (``map=``, one message; ``map_batches=``, an Arrow
+batch of them) returns rows of ``schema=``, checked against it, and may drop extra fields or
+run without the crash guard. Nothing here needs a Spark session, so the command line refuses
+a wrong mix before it starts one.
 """
 
 from __future__ import annotations
@@ -19,8 +20,7 @@ class Words:
     """How a surface names the two kinds and their options."""
 
     frame: str  # a DataFrame transform
-    per_row: str  # a per-row function
-    goes_with: str  # a per-row function, as what an option goes with
+    goes_with: str  # a function of messages, as what an option goes with
     schema: str
     expectations: str
     ignore_extra_fields: str
@@ -29,8 +29,7 @@ class Words:
 
 PYTHON = Words(
     frame="transform=",
-    per_row="map=",
-    goes_with="map= (a function of one message)",
+    goes_with="map= or map_batches= (a function of messages)",
     schema="schema=",
     expectations="expectations=",
     ignore_extra_fields="ignore_extra_fields=",
@@ -38,7 +37,6 @@ PYTHON = Words(
 )
 COMMAND_LINE = Words(
     frame="a DataFrame transform",
-    per_row="a per-row function",
     goes_with="--schema (a function of one message)",
     schema="--schema",
     expectations="--expect",
@@ -50,23 +48,24 @@ COMMAND_LINE = Words(
 def check_options(
     words: Words,
     *,
-    per_row: bool,
+    of_messages: str | None,
     schema: bool,
     expectations: bool,
     ignore_extra_fields: bool,
     isolate: bool,
 ) -> None:
-    """Refuse, in one line, an option given to the kind of function it does not go with
-    (each flag: whether the option was given)."""
-    if per_row and expectations:
+    """Refuse, in one line, an option given to the kind of function it does not go with.
+    ``of_messages`` names the function of messages given (None: a DataFrame transform); each
+    flag says whether that option was given."""
+    if of_messages and expectations:
         raise InvalidOptionError(
             f"{words.expectations} checks the rows of {words.frame}; the rows of"
-            f" {words.per_row} are checked against {words.schema} (raise PermanentError for"
+            f" {of_messages} are checked against {words.schema} (raise PermanentError for"
             " anything else)"
         )
-    if per_row and not schema:
-        raise InvalidOptionError(f"{words.per_row} needs {words.schema}, its row's Spark schema")
-    if per_row:
+    if of_messages and not schema:
+        raise InvalidOptionError(f"{of_messages} needs {words.schema}, its rows' Spark schema")
+    if of_messages:
         return
     for option, given in (
         (words.schema, schema),

@@ -47,6 +47,7 @@ from poisonq.limits import check_count
 from poisonq.model import FailureRecord, Lease, MessageState
 from poisonq.names import validate_name
 from poisonq.spark.batch_writer import BatchWriter
+from poisonq.spark.batches import BatchFunction, BatchTransform
 from poisonq.spark.expectations import check_expectations
 from poisonq.spark.jobs import FrameJob, LeaseReader, MapJob, struct_of
 from poisonq.spark.kinds import PYTHON, check_options
@@ -54,9 +55,9 @@ from poisonq.spark.lease_renewer import LeaseRenewer, taken_ahead
 from poisonq.spark.reports import PipelineReport, PipelineStoppedError
 from poisonq.spark.rows import OutputSchema
 from poisonq.spark.session import quiet_query_errors
-from poisonq.spark.sink import BatchFunction, sink_for
+from poisonq.spark.sink import SinkFunction, sink_for
 from poisonq.spark.source import absolute_url
-from poisonq.spark.transform import LeaseTransform
+from poisonq.spark.transform import LeaseTransform, Work
 from poisonq.timeline import DEFAULT_KEEP, BatchRun
 from poisonq.worker.guard import Transform
 
@@ -92,7 +93,13 @@ class Pipeline:
     with each batch's good rows and its number, as ``foreachBatch`` is; it must replace what
     it wrote for the same number before (see :class:`poisonq.spark.sink.FunctionSink`).
 
-    ``permanent`` exception types dead-letter at once (in ``map`` and in poisonq UDFs).
+    ``map_batches(batch)`` takes an Arrow ``RecordBatch`` of messages and returns its rows
+    of ``schema``, or ``(rows, errors)`` with one error (or ``None``) per message; an
+    exception for the whole batch is traced to the messages that raise it alone, in the same
+    worker (see :mod:`poisonq.spark.batches`).
+
+    ``permanent`` exception types dead-letter at once (in ``map``, ``map_batches`` and in
+    poisonq UDFs).
     ``max_failure_ratio`` (``None``: never) is the share of a batch that may fail the same
     way before the runner calls it a defect and stops.
 
@@ -108,9 +115,10 @@ class Pipeline:
         *,
         url: str,
         queue: str,
-        output: str | BatchFunction,
+        output: str | SinkFunction,
         transform: Callable[[DataFrame], DataFrame] | None = None,
         map: Transform | None = None,
+        map_batches: BatchFunction | None = None,
         schema: str | StructType | None = None,
         expectations: Mapping[str, str] | None = None,
         consumer: str = "pipeline",
@@ -142,14 +150,18 @@ class Pipeline:
         self.permanent = permanent
         self.max_failure_ratio = check_ratio(max_failure_ratio)
         self.expectations = check_expectations(expectations)
-        if (transform is None) == (map is None):
+        given = [name for name, f in (("transform=", transform), ("map=", map),
+                 ("map_batches=", map_batches)) if f is not None]  # fmt: skip
+        if len(given) != 1:
             raise InvalidOptionError(
-                "give a pipeline transform= (a function from the batch's DataFrame to the"
-                " output DataFrame) or map= (a function of one message, with schema=)"
+                "give a pipeline one of transform= (a function from the batch's DataFrame to"
+                " the output DataFrame), map= (a function of one message) or map_batches= (a"
+                " function of an Arrow batch of messages), the last two with schema="
+                + (f"; given {' and '.join(given)}" if given else "")
             )
         check_options(
             PYTHON,
-            per_row=map is not None,
+            of_messages=None if transform is not None else given[0],
             schema=schema is not None,
             expectations=bool(self.expectations),
             ignore_extra_fields=ignore_extra_fields,
@@ -157,18 +169,18 @@ class Pipeline:
         )
         lease_reader = LeaseReader(spark, self.url, queue, consumer)
         self._job: MapJob | FrameJob
-        if map is not None:
+        if transform is None:
             assert schema is not None
-            work = LeaseTransform(
-                map,
-                OutputSchema(struct_of(schema), ignore_extra_fields),
-                permanent,
-                isolate is not False,
-                self.max_failure_ratio,
-            )
+            rows = OutputSchema(struct_of(schema), ignore_extra_fields)
+            guard, ratio = isolate is not False, self.max_failure_ratio
+            work: Work
+            if map is not None:
+                work = LeaseTransform(map, rows, permanent, guard, ratio)
+            else:
+                assert map_batches is not None
+                work = BatchTransform(map_batches, rows, permanent, guard, ratio)
             self._job = MapJob(lease_reader, work)
         else:
-            assert transform is not None
             self._job = FrameJob(
                 lease_reader, transform, self.expectations, permanent, self.max_failure_ratio
             )

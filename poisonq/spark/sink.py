@@ -27,7 +27,7 @@ from pyspark.sql.types import StructType
 from poisonq.errors import InvalidOptionError
 from poisonq.model import Lease
 
-BatchFunction = Callable[[DataFrame, int], None]
+SinkFunction = Callable[[DataFrame, int], None]
 DEFAULT_FORMAT = "parquet"
 
 
@@ -84,7 +84,7 @@ class FunctionSink:
     (a table constraint, a lost connection) is not found in any one message: it fails the
     batch again and again and the run stops with it as a defect, its lease given back."""
 
-    def __init__(self, spark: SparkSession, function: BatchFunction) -> None:
+    def __init__(self, spark: SparkSession, function: SinkFunction) -> None:
         self.spark = spark
         self.function = function
 
@@ -118,7 +118,7 @@ class SinkFailed(Exception):
 
 
 def sink_for(
-    spark: SparkSession, output: str | BatchFunction, file_format: str | None, consumer: str
+    spark: SparkSession, output: str | SinkFunction, file_format: str | None, consumer: str
 ) -> Sink:
     """The sink ``output`` names: a directory (in ``file_format``, Parquet unless given) or a
     function of a batch."""

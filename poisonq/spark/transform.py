@@ -30,6 +30,7 @@ import poisonq
 from poisonq.defects import find_defect
 from poisonq.failures import dead_lettering
 from poisonq.model import Abandon
+from poisonq.spark.batches import BatchTransform
 from poisonq.spark.rows import OutputSchema
 from poisonq.spark.settling import DefectFound, Failure
 from poisonq.spark.source import ARROW_BATCH_ROWS, BatchReader, SequenceRange, SourceOptions
@@ -77,11 +78,14 @@ class LeaseTransform:
         return batch
 
 
+Work = LeaseTransform | BatchTransform  # a function of one message, or of a batch of them
+
+
 class PipelineSource(DataSource):
     """Reads a lease (options as for the ``poisonq`` source, with ``lease``) and yields the
     transform's output. Subclassed per pipeline by :func:`pipeline_source`."""
 
-    work: ClassVar[LeaseTransform]
+    work: ClassVar[Work]
     source_name: ClassVar[str]
 
     @classmethod
@@ -96,7 +100,7 @@ class PipelineSource(DataSource):
 
 
 class PipelineReader(BatchReader):
-    def __init__(self, options: SourceOptions, work: LeaseTransform) -> None:
+    def __init__(self, options: SourceOptions, work: Work) -> None:
         super().__init__(options)
         self.work = work
 
@@ -142,6 +146,6 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def pipeline_source(name: str, work: LeaseTransform) -> type[PipelineSource]:
+def pipeline_source(name: str, work: Work) -> type[PipelineSource]:
     """A :class:`PipelineSource` registered as ``name`` that runs ``work``."""
     return type("PipelineSource_" + name, (PipelineSource,), {"work": work, "source_name": name})

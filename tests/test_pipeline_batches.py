@@ -1,0 +1,204 @@
+"""The pipeline runner with ``map_batches=``, a function of an Arrow batch of messages, on a
+real local SparkSession and real SQLite files (PostgreSQL where marked)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from pyspark import cloudpickle
+from pyspark.sql import SparkSession
+
+import poisonq
+from poisonq import Broker, Message
+from poisonq.errors import InvalidOptionError
+from poisonq.spark import Pipeline, PipelineStoppedError
+from tests.helpers import assert_balanced, dead_letters_by_id, on_both_stores, spark_store_url
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+SCHEMA = "n long, customer string"
+url = spark_store_url
+
+
+def orders(batch: pa.RecordBatch) -> tuple[pa.Table, list[Any]]:
+    """Each order's rows and error, as a batch function tells them: ``invalid`` fails with
+    a permanent exception, ``refused`` with a text, ``flaky`` with a transient exception on
+    its first delivery; ``skip`` has no row, ``double`` two."""
+    rows: list[dict[str, Any]] = []
+    errors: list[Any] = []
+    bodies = batch.column("body").to_pylist()
+    deliveries = batch.column("delivery_count").to_pylist()
+    for body, delivery in zip(bodies, deliveries, strict=True):
+        order = json.loads(body)
+        error: Any = None
+        match order["kind"]:
+            case "invalid":
+                error = poisonq.PermanentError(f"order {order['n']}: no such customer")
+            case "refused":
+                error = f"order {order['n']} is over the limit"
+            case "flaky" if delivery == 1:
+                error = TimeoutError("customer service timed out")
+            case "skip":
+                pass
+            case "double":
+                rows += [
+                    {"n": order["n"], "customer": "first"},
+                    {"n": order["n"], "customer": "second"},
+                ]
+            case _:
+                rows.append({"n": order["n"], "customer": f"C{order['n']}"})
+        errors.append(error)
+    return pa.Table.from_pylist(rows), errors
+
+
+def quantities(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Vectorized, as mapInArrow code is: a quantity that is not a number makes the cast
+    raise for the whole batch; a quantity of \"crash\" kills the worker."""
+    parsed = [json.loads(body) for body in batch.column("body").to_pylist()]
+    if any(order["qty"] == "crash" for order in parsed):
+        os._exit(3)
+    qty = pc.cast(pa.array([order["qty"] for order in parsed]), pa.int64())
+    return pa.RecordBatch.from_arrays(
+        [pa.array([order["n"] for order in parsed]), qty], ["n", "qty"]
+    )
+
+
+def send(broker: Broker, bodies: dict[int, dict[str, Any]], count: int, **queue: Any) -> None:
+    broker.create_queue("orders", lock_duration=60, **queue)
+    broker.sender("orders").send(
+        [
+            Message(
+                body=json.dumps({"n": n, "kind": "ok", "qty": str(n), **bodies.get(n, {})}),
+                message_id=f"o{n}",
+            )
+            for n in range(count)
+        ]
+    )
+
+
+def written(spark: SparkSession, path: Path) -> Counter[int]:
+    return Counter(row.n for row in spark.read.parquet(str(path)).select("n").collect())
+
+
+@on_both_stores
+def test_each_message_is_settled_by_the_error_the_function_returns_for_it(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """A returned exception decides by its type (permanent: dead-lettered; else retried), a
+    returned text is a rejection (dead-lettered), no error completes the message with its
+    rows, however many (none included)."""
+    kinds = {3: "invalid", 5: "refused", 7: "flaky", 9: "skip", 11: "double"}
+    send(live, {n: {"kind": kind} for n, kind in kinds.items()}, 20)
+    report = Pipeline(
+        spark, url=url, queue="orders", map_batches=orders, schema=SCHEMA,
+        output=str(tmp_path / "out"),
+    ).run()  # fmt: skip
+    assert report.dead_lettered == {"PermanentError": 1, "Rejected": 1}
+    assert report.retried == 1 and report.isolation_jobs == 0
+    letters = dead_letters_by_id(live)
+    assert sorted(letters) == ["o3", "o5"]
+    assert letters["o5"].dead_letter_error_description.endswith(
+        "Rejected: order 5 is over the limit"
+    )
+    expected = Counter(set(range(20)) - {3, 5, 9}) + Counter({11: 1})
+    assert written(spark, tmp_path / "out") == expected
+    assert live.counts("orders")["completed"] == 18
+    assert_balanced(live)
+
+
+def test_an_exception_for_the_whole_batch_is_traced_to_the_messages_that_raise_it_alone(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """A batch function that raises for its whole batch is called again on halves of it, in
+    the same worker and with no Spark job, until the messages that raise alone are found:
+    only they fail (here dead-lettered, their type being permanent), every other row is
+    written."""
+    bad = {6, 37}
+    send(live, {n: {"qty": "many"} for n in bad}, 60)
+    report = Pipeline(
+        spark, url=url, queue="orders", map_batches=quantities, schema="n long, qty long",
+        output=str(tmp_path / "out"), permanent=(pa.ArrowInvalid,),
+    ).run()  # fmt: skip
+    assert report.isolation_jobs == 0
+    assert sorted(dead_letters_by_id(live)) == ["o37", "o6"]
+    assert report.dead_lettered == {"ArrowInvalid": 2}
+    assert written(spark, tmp_path / "out") == Counter(set(range(60)) - bad)
+    assert_balanced(live)
+
+
+def test_rows_that_do_not_fit_the_schema_fail_their_message_or_stop_a_broken_function(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """A value that does not cast safely to its column fails only its message
+    (``OutputSchemaMismatch``, dead-lettered); rows that fit no message (a column missing)
+    are a defect: the run stops and spends no delivery."""
+    send(live, {4: {"qty": str(2**40)}}, 30)
+    report = Pipeline(
+        spark, url=url, queue="orders", map_batches=quantities, schema="n long, qty int",
+        output=str(tmp_path / "out"),
+    ).run()  # fmt: skip
+    assert report.dead_lettered == {"OutputSchemaMismatch": 1}
+    assert sorted(dead_letters_by_id(live)) == ["o4"]
+
+    live.delete_queue("orders")
+    send(live, {}, 30)
+    missing = Pipeline(
+        spark, url=url, queue="orders", map_batches=quantities, schema="n long, price double",
+        output=str(tmp_path / "out2"),
+    )  # fmt: skip
+    with pytest.raises(PipelineStoppedError, match=r"no column.* price") as stopped:
+        missing.run()
+    assert stopped.value.report.dead_lettered == {}
+    assert live.counts("orders")["active"] == 30
+    assert {m.delivery_count for m in live.peek("orders", max_messages=30)} == {0}
+    assert_balanced(live)
+
+
+def test_a_crash_in_a_batch_function_turns_the_crash_guard_on_and_costs_only_its_message(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """A Python worker killed by a batch function has its batch written again under the
+    crash guard, which calls the function one message at a time in a child process: the
+    crashing message is abandoned ``WorkerCrashed`` (dead-lettered here, one delivery
+    allowed) and every other row is written."""
+    send(live, {8: {"qty": "crash"}}, 25, max_delivery_count=1)
+    report = Pipeline(
+        spark, url=url, queue="orders", map_batches=quantities, schema="n long, qty long",
+        output=str(tmp_path / "out"),
+    ).run()  # fmt: skip
+    assert sorted(dead_letters_by_id(live)) == ["o8"]
+    failure = live.message(
+        "orders/$deadletterqueue", dead_letters_by_id(live)["o8"].sequence_number
+    )
+    assert failure.failures[-1].error_type == "WorkerCrashed"
+    assert report.completed == 24
+    assert written(spark, tmp_path / "out") == Counter(set(range(25)) - {8})
+    assert_balanced(live)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"map_batches": orders}, "map_batches= needs schema="),
+        ({"map_batches": orders, "map": len, "schema": SCHEMA}, "given map= and map_batches="),
+        (
+            {"map_batches": orders, "schema": SCHEMA, "expectations": {"x": "n > 0"}},
+            "the rows of map_batches= are checked against schema=",
+        ),
+    ],
+)
+def test_a_batch_function_takes_the_options_of_a_function_of_messages(
+    spark: SparkSession, url: str, tmp_path: Path, arguments: dict[str, Any], message: str
+) -> None:
+    """``map_batches=`` needs ``schema=`` and takes no expectations; only one kind of
+    function is given."""
+    with pytest.raises(InvalidOptionError, match=message):
+        Pipeline(spark, url=url, queue="orders", output=str(tmp_path / "out"), **arguments)
