@@ -24,9 +24,13 @@ half malformed JSON, half a negative amount), and:
 ``bench/sensor_events.py`` times a DataFrame pipeline shaped as a user writes it (a timestamp
 cast, a division) against the same plain SQL, at several batch sizes.
 
-Prints four lines: ``pipeline_msgs_per_s=… plain_spark_rows_per_s=… ratio=…
+The columnar ``map_batches``: the same parse as a function of an Arrow batch that returns an
+error per message, over as many orders again, against the same plain ``mapInArrow`` job.
+
+Prints five lines: ``pipeline_msgs_per_s=… plain_spark_rows_per_s=… ratio=…
 isolation_jobs=… batch_fixed_cost_s=…`` (``map``; the fixed cost is the wall time of a batch
-of one message), ``crashing_pipeline_msgs_per_s=… crashes=… ms_per_crash=…``,
+of one message), ``map_batches_msgs_per_s=… batches_ratio=…``,
+``crashing_pipeline_msgs_per_s=… crashes=… ms_per_crash=…``,
 ``dataframe_pipeline_msgs_per_s=… plain_spark_sql_rows_per_s=… dataframe_ratio=…`` and the
 peak memory over the whole run: ``driver_python_peak_rss_mb=… driver_jvm_peak_rss_mb=…
 process_tree_peak_rss_mb=…`` (the driver's Python process, its JVM, and every process under
@@ -105,9 +109,29 @@ def transform(message: dict[str, Any]) -> dict[str, Any]:
     return {"order_id": data["order_id"], "customer": data["customer"], "amount": data["amount"]}
 
 
+OUT = pa.schema([("order_id", pa.int64()), ("customer", pa.string()), ("amount", pa.float64())])
+
+
+def batch_transform(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, list[Exception | None]]:
+    """The same parse as ``map_batches``: an error per message, none for a good one."""
+    rows, errors = [], []
+    for body in batch.column("body").to_pylist():
+        data = json.loads(body)
+        if data["kind"] == "invalid":
+            errors.append(poisonq.PermanentError(f"order {data['order_id']}: unknown customer"))
+            continue
+        if data["kind"] == "crash":
+            os._exit(1)
+        errors.append(None)
+        rows.append(
+            {"order_id": data["order_id"], "customer": data["customer"], "amount": data["amount"]}
+        )
+    return pa.RecordBatch.from_pylist(rows, schema=OUT), errors
+
+
 def plain_transform(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The same parse over Parquet rows, without a queue: bad rows are skipped."""
-    out = pa.schema([("order_id", pa.int64()), ("customer", pa.string()), ("amount", pa.float64())])
+    out = OUT
     for batch in batches:
         rows = []
         for body in batch.column("body").to_pylist():
@@ -184,13 +208,14 @@ def main() -> None:
             spark = local_session("poisonq-bench")
             url = f"sqlite:///{work / 'queues.db'}"
             with poisonq.connect(url) as broker:
-                for queue in ("orders", "crashing", "frames"):
+                for queue in ("orders", "batches", "crashing", "frames"):
                     broker.create_queue(queue, max_delivery_count=DELIVERIES, lock_duration=120)
                 for queue in ("tiny", "tiny-frames"):
                     broker.create_queue(queue, lock_duration=120)
                 enqueue(
                     broker, "orders", order, args.messages, poison_every, work / "orders.parquet"
                 )
+                enqueue(broker, "batches", order, args.messages, poison_every, work / "b.parquet")
                 crashing = partial(order, crash_every=crash_every)
                 enqueue(
                     broker, "crashing", crashing, args.messages, poison_every, work / "c.parquet"
@@ -234,6 +259,12 @@ def main() -> None:
                 pipeline_seconds = time.perf_counter() - started
 
                 started = time.perf_counter()
+                batches_report = pipeline(
+                    "batches", "out-batches", map_batches=batch_transform, schema=SCHEMA
+                ).run()
+                batches_seconds = time.perf_counter() - started
+
+                started = time.perf_counter()
                 crash_report = pipeline("crashing", "out-crashing", **per_row).run()
                 crashing_seconds = time.perf_counter() - started
                 crashed = broker.count_dead_letters("crashing", reason="MaxDeliveryCountExceeded")
@@ -264,6 +295,13 @@ def main() -> None:
             f" batch_fixed_cost_s={statistics.median(fixed[1:]):.2f}"
             f" batches={report.batches} completed={counts['completed']}"
             f" dead_lettered={counts['dead_lettered']}"
+        )
+        batches_rate = args.messages / batches_seconds
+        print(
+            f"map_batches_msgs_per_s={batches_rate:.0f} plain_spark_rows_per_s={plain_rate:.0f}"
+            f" batches_ratio={batches_rate / plain_rate:.2f}"
+            f" completed={batches_report.completed}"
+            f" dead_lettered={sum(batches_report.dead_lettered.values())}"
         )
         # Each crashing message crashes once per delivery (3) before it is dead-lettered.
         crashes = crashed * DELIVERIES

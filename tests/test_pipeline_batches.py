@@ -61,7 +61,7 @@ def orders(batch: pa.RecordBatch) -> tuple[pa.Table, list[Any]]:
 
 def quantities(batch: pa.RecordBatch) -> pa.RecordBatch:
     """Vectorized, as mapInArrow code is: a quantity that is not a number makes the cast
-    raise for the whole batch; a quantity of \"crash\" kills the worker."""
+    raise for the whole batch; a quantity of "crash" kills the worker."""
     parsed = [json.loads(body) for body in batch.column("body").to_pylist()]
     if any(order["qty"] == "crash" for order in parsed):
         os._exit(3)

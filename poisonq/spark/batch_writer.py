@@ -55,6 +55,7 @@ class BatchWriter:
         self.queue = queue
         self._job = job
         self.sink = sink
+        self._returning: dict[int, dict[int, str]] = {}  # by lease number: see look_ahead
 
     def write(self, broker: poisonq.Broker, lease: Lease, report: PipelineReport) -> None:
         """Write the lease's output, isolating guilty messages if the job fails."""
@@ -155,22 +156,39 @@ class BatchWriter:
         self._settle_isolated(broker, lease, found)
         return None
 
-    def _suspects_first(self, broker: poisonq.Broker, lease: Lease, report: PipelineReport) -> None:
-        """Run alone, before their batch, the messages of the lease that failed a Spark job
-        alone on an earlier delivery, and settle those that fail the same way again: poison
-        coming back then costs one small job, not its whole batch failing again and a round
-        of isolation. One failing another way stays in the batch, whose failure is judged
-        as any (a broken sink is a defect, not the fault of the message that met it first).
-        A lease of nothing but such messages is left to the batch: it is as small."""
+    def look_ahead(self, broker: poisonq.Broker, lease: Lease) -> None:
+        """Find the messages of a lease that failed a Spark job alone before, ahead of its
+        batch: the runner's store thread calls this as it takes the next lease, while a job
+        runs, so that a batch does not start by waiting for the store (whose connection that
+        thread is using to complete the batch before)."""
+        self._returning = {lease.number: self._returning_of(broker, lease)}
+
+    def _returning_of(self, broker: poisonq.Broker, lease: Lease) -> dict[int, str]:
+        """The lease's messages that failed a Spark job alone on an earlier delivery, with
+        that failure's fingerprint. None for a lease of nothing but such messages: its own
+        batch is as small."""
         fresh = set(broker.lease_sequence_numbers(lease, first_delivery=True))
         if not fresh or len(fresh) == lease.count:
-            return
+            return {}
         returning = [seq for seq in broker.lease_sequence_numbers(lease) if seq not in fresh]
         before: dict[int, str] = {}
         for seq in returning[:MAX_GUILTY_PER_BATCH]:
             failures = broker.message(self.queue, seq).failures
             if failures and failures[-1].fingerprint.startswith(JOB_FAILURE_FINGERPRINTS):
                 before[seq] = failures[-1].fingerprint
+        return before
+
+    def _suspects_first(self, broker: poisonq.Broker, lease: Lease, report: PipelineReport) -> None:
+        """Run alone, before their batch, the messages of the lease that failed a Spark job
+        alone on an earlier delivery, and settle those that fail the same way again: poison
+        coming back then costs one small job, not its whole batch failing again and a round
+        of isolation. One failing another way stays in the batch, whose failure is judged
+        as any (a broken sink is a defect, not the fault of the message that met it first)."""
+        before = self._returning.pop(lease.number, None)
+        if before is None:  # a lease not taken ahead (a replay)
+            before = self._returning_of(broker, lease)
+        if not before:
+            return
         fails = self._prober(lease, report, None)
         found = {
             seq: error

@@ -331,9 +331,14 @@ class Pipeline:
         return until.timestamp() if until.timestamp() > time.time() else None
 
     def _acquire(self, broker: poisonq.Broker, number: int) -> Lease | None:
-        return broker.acquire_lease(
+        """Lease ``number``, and what its batch needs to know from the store before it runs
+        (:meth:`BatchWriter.look_ahead`): the run loop calls this in its store thread."""
+        lease = broker.acquire_lease(
             self.queue, self.consumer, number, self.batch_size, self.lock_duration
         )
+        if lease is not None:
+            self.writer.look_ahead(broker, lease)
+        return lease
 
     def _next(
         self,

@@ -9,10 +9,11 @@ columns a consumer needs and leaves the dead-letter ones null.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from poisonq.model import ReceivedMessage
 from poisonq.store.base import LEASE_COLUMNS
@@ -70,22 +71,34 @@ def _micros(seconds: float | None) -> int | None:
 
 
 def lease_batch(rows: Sequence[tuple[Any, ...]]) -> pa.RecordBatch:
-    """A record batch from lease rows (tuples of :data:`LEASE_COLUMNS`)."""
+    """A record batch from lease rows (tuples of :data:`LEASE_COLUMNS`), built a column at a
+    time: this runs for every message a pipeline or a stream reads, so no column that Arrow
+    can build whole (the enqueue times, the state, properties when no message has any) is
+    built a Python call per row."""
     columns = dict(zip(LEASE_COLUMNS, zip(*rows, strict=True), strict=True)) if rows else {}
     n = len(rows)
     arrays = []
     for field in ARROW_SCHEMA:
-        values: Iterable[Any] | None
         match field.name:
             case "properties":
-                values = [_properties(text) for text in columns.get("properties", ())]
+                texts = columns.get("properties", ())
+                absent = texts.count(None) == n
+                arrays.append(
+                    pa.nulls(n, field.type)
+                    if absent
+                    else pa.array([_properties(text) for text in texts], field.type)
+                )
             case "enqueued_time":
-                values = [_micros(t) for t in columns.get("enqueued_time", ())]
+                seconds = pa.array(columns.get("enqueued_time", ()), pa.float64())
+                micros = pc.round(pc.multiply(seconds, 1_000_000))
+                arrays.append(pc.cast(micros, pa.int64()).cast(field.type))
             case "state":
-                values = ["locked"] * n
+                arrays.append(pa.repeat(pa.scalar("locked", field.type), n))
             case name:
                 values = columns.get(name)
-        arrays.append(pa.nulls(n, field.type) if values is None else pa.array(values, field.type))
+                arrays.append(
+                    pa.nulls(n, field.type) if values is None else pa.array(values, field.type)
+                )
     return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 
