@@ -389,6 +389,13 @@ def pipeline() -> None:
     " per-row FUNC or a poisonq.spark.udf.",
 )
 @click.option(
+    "--batches",
+    is_flag=True,
+    help="With --schema: FUNC takes an Arrow RecordBatch of messages and returns its rows"
+    " (a RecordBatch, Table or pandas DataFrame), or (rows, errors) with an error or None per"
+    " message (map_batches=; docs/spark.md).",
+)
+@click.option(
     "--ignore-extra-fields",
     is_flag=True,
     help="With --schema: drop keys of a returned dict that the schema does not have,"
@@ -447,6 +454,7 @@ def pipeline_run(
     lock_duration: float | None,
     output_format: str,
     permanent_types: tuple[str, ...],
+    batches: bool,
     ignore_extra_fields: bool,
     max_failure_ratio: float,
     isolate: bool,
@@ -486,7 +494,8 @@ def pipeline_run(
     properties, ...) and returns one row of --schema (a dict with every field, or a
     tuple/list/Row by position), or None to skip it. A message whose FUNC raises a
     PermanentError (or a --permanent type), or returns a row that does not fit --schema, is
-    dead-lettered at once; any other error is retried by the queue's policy.
+    dead-lettered at once; any other error is retried by the queue's policy. With
+    --batches, FUNC takes an Arrow RecordBatch of messages instead (map_batches=).
 
     \b
       # rows.py
@@ -513,9 +522,14 @@ def pipeline_run(
     expectations = parse_expectations(expect)
     from poisonq.spark.kinds import COMMAND_LINE, check_options
 
+    if batches and not per_row:
+        raise InvalidOptionError(
+            "--batches goes with --schema (a function of a batch of messages returns rows of"
+            " that schema)"
+        )
     check_options(
         COMMAND_LINE,
-        of_messages="a per-row function" if per_row else None,
+        of_messages=("a batch function" if batches else "a per-row function") if per_row else None,
         schema=per_row,
         expectations=bool(expectations),
         ignore_extra_fields=ignore_extra_fields,
@@ -547,9 +561,9 @@ def pipeline_run(
     if schema is not None:
         struct = _parse_schema(schema)
         check_per_row_function(spark, target, function)
+        common["map_batches" if batches else "map"] = function
         runner = Pipeline(
             spark,
-            map=function,
             schema=struct,
             isolate=isolate if _given(ctx, "isolate") else None,
             ignore_extra_fields=ignore_extra_fields,

@@ -48,6 +48,23 @@ def transform(message):
     if n % 10 == 9:
         return None  # filtered out: completed without an output row
     return {"n": n}
+
+
+def batch(messages):
+    """The same outcomes as a function of a batch: the errors it returns, one a message."""
+    import pyarrow as pa
+
+    rows, errors = [], []
+    for body in messages.column("body").to_pylist():
+        n = json.loads(body)["n"]
+        errors.append(
+            BadOrder(f"order {n} is bad") if n % 10 == 3
+            else KeyError(f"cust-{n}") if n % 10 == 7
+            else None
+        )
+        if errors[-1] is None and n % 10 != 9:
+            rows.append({"n": n})
+    return pa.Table.from_pylist(rows, schema=pa.schema([("n", pa.int64())])), errors
 '''
 GOOD = [n for n in range(50) if n % 10 not in (3, 7, 9)]
 
@@ -146,6 +163,20 @@ def test_pipeline_run_writes_good_rows_and_dead_letters_the_rest(
     assert dead["o-17"].dead_letter_error_description == "KeyError: 'cust-17'"
     assert [f.error_type for f in dead["o-17"].failures] == ["KeyError", "KeyError"]
     assert api.counts(fifty)["completed"] == 40
+    assert api.audit().ok
+
+
+def test_a_batch_function_runs_with_batches_and_settles_what_it_returns(
+    spark: SparkSession, url: str, api: Broker, fifty: str, transform: str, tmp_path: Path
+) -> None:
+    """With --schema and --batches FUNC takes an Arrow batch of messages: the errors it
+    returns settle their messages as a per-row function's exceptions would."""
+    target = transform.replace(":transform", ":batch")
+    report = pipeline(url, target, tmp_path / "out", "--batches", "--batch-size", "25")
+    assert report["completed"] == 40
+    assert report["dead_lettered"] == {"BadOrder": 5, "MaxDeliveryCountExceeded": 5}
+    rows = spark.read.parquet(str(tmp_path / "out")).collect()
+    assert sorted(row.n for row in rows) == GOOD
     assert api.audit().ok
 
 
@@ -271,6 +302,7 @@ def test_a_bad_target_is_one_error_line(
         (("--expect", "ok=n > 0", "--expect", "ok=n < 9"), ("--expect 'ok' is given twice",)),
         (("--ignore-extra-fields",), ("--ignore-extra-fields goes with --schema",)),
         (("--no-isolate",), ("--isolate/--no-isolate goes with --schema",)),
+        (("--batches",), ("--batches goes with --schema",)),
     ],
 )
 def test_options_of_the_other_kind_are_one_error_line(
