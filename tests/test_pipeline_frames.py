@@ -235,7 +235,7 @@ def side_table_udf(frame: DataFrame) -> DataFrame:
         ({"transform": orders, "expectations": {"sum": "amount + 1"}}, "not a boolean"),
         ({"map": len, "schema": "n long", "expectations": EXPECT}, "transform="),
         ({"map": lambda message: message}, "schema="),
-        ({}, "transform= .* or map="),
+        ({}, "one of transform= .* map= .* or map_batches="),
     ],
 )
 def test_mistakes_in_a_pipeline_are_named_before_anything_runs(
