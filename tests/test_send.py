@@ -101,6 +101,49 @@ def test_scheduled_messages_stay_invisible_until_their_time(
     assert message.scheduled_enqueue_time == at
 
 
+def test_cancelling_scheduled_messages_drops_them_all_or_none(
+    broker: Broker, queue: str, clock: ManualClock
+) -> None:
+    """Service Bus' cancel of a scheduled message: the pending messages leave the queue,
+    counted as dropped, in one transaction; a number naming no pending message (already
+    due, or never scheduled) cancels nothing."""
+    at = datetime.fromtimestamp(clock.now(), UTC) + timedelta(minutes=5)
+    sender = broker.sender(queue)
+    first, second, third = sender.schedule([Message(body=str(n)) for n in range(3)], at)
+    (active,) = sender.send(Message(body=b"now"))
+    with pytest.raises(poisonq.MessageNotFoundError) as caught:
+        sender.cancel_scheduled([first, active])
+    assert caught.value.sequence_number == active
+    assert broker.counts(queue)["scheduled"] == 3
+    assert sender.cancel_scheduled(first) == 1
+    assert sender.cancel_scheduled([second, second]) == 1
+    with pytest.raises(poisonq.MessageNotFoundError):
+        sender.cancel_scheduled(first)  # cancelled already
+    clock.advance(301)
+    with pytest.raises(poisonq.MessageNotFoundError):
+        sender.cancel_scheduled(third)  # its time came: it is in the queue
+    counts = broker.counts(queue)
+    assert (counts["scheduled"], counts["active"], counts["dropped"]) == (0, 2, 2)
+    assert_balanced(broker)
+
+
+def test_cancelling_a_topics_scheduled_message_cancels_every_subscriptions_copy(
+    broker: Broker, clock: ManualClock
+) -> None:
+    """Scheduling to a topic puts a copy in each subscription, each with its own sequence
+    number; cancelling those numbers on the topic drops every copy."""
+    broker.create_topic("events")
+    broker.create_subscription("events", "a")
+    broker.create_subscription("events", "b")
+    at = datetime.fromtimestamp(clock.now(), UTC) + timedelta(minutes=5)
+    seqs = broker.sender("events").schedule(Message(body=b"later"), at)
+    assert len(seqs) == 2
+    assert broker.sender("events").cancel_scheduled(seqs) == 2
+    for sub in ("events/subscriptions/a", "events/subscriptions/b"):
+        assert broker.counts(sub)["scheduled"] == 0
+    assert_balanced(broker)
+
+
 def test_ttl_is_the_shorter_of_message_and_queue(broker: Broker, clock: ManualClock) -> None:
     broker.create_queue("orders", default_message_ttl=60)
     broker.sender("orders").send(

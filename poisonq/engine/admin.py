@@ -8,7 +8,8 @@ import logging
 from typing import Any
 
 from poisonq.engine.base import EngineBase
-from poisonq.engine.targets import Spec, Target
+from poisonq.engine.resolving import SUBSCRIPTIONS
+from poisonq.engine.targets import Spec
 from poisonq.errors import InvalidOperationError, InvalidOptionError, MessageNotFoundError
 from poisonq.filters import Filter, TrueFilter
 from poisonq.limits import check_count
@@ -27,8 +28,6 @@ from poisonq.reports import AuditEntry, AuditReport, QueueInfo, StatusEvent
 from poisonq.store.base import EntityRecord, Transaction
 
 log = logging.getLogger(__name__)
-
-SUBSCRIPTIONS = "subscriptions"
 
 
 class Admin(EngineBase):
@@ -123,17 +122,9 @@ class Admin(EngineBase):
         with self.store.transaction() as tx:
             target = self.resolver.main(tx, name)
             if target.kind is EntityKind.TOPIC:
-                for sub in self._subscriptions(tx, name):
+                for sub in self.resolver.subscriptions(tx, name):
                     tx.delete_entity(sub.entity.id)
             tx.delete_entity(target.entity.id)
-
-    def _subscriptions(self, tx: Transaction, topic: str) -> list[Target]:
-        prefix = f"{topic}/{SUBSCRIPTIONS}/"
-        return [
-            self.resolver.of(e)
-            for e in tx.entities()
-            if e.parent_id is None and e.name.startswith(prefix)
-        ]
 
     # The reads: each sees what is due on the store's clock applied first (Housekeeper).
     def get_queue(self, address: str) -> QueueInfo:

@@ -12,10 +12,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from poisonq.engine.base import EngineBase
-from poisonq.engine.targets import Target, check_text
+from poisonq.engine.targets import Target, check_sequence_numbers, check_text
 from poisonq.errors import (
     EntityDisabledError,
     InvalidOptionError,
+    MessageNotFoundError,
     MessageTooLargeError,
     QuotaExceededError,
 )
@@ -34,6 +35,7 @@ from poisonq.options import QueueOptions
 from poisonq.store.base import NewMessage, Transaction
 
 log = logging.getLogger(__name__)
+SCHEDULED = MessageState.SCHEDULED
 
 # Why a message is dead-lettered as it arrives (None: it is not).
 Arrival = tuple[NewMessage, str | None]
@@ -55,6 +57,30 @@ class Sending(EngineBase):
                 return self._publish(tx, target, messages, now)
             rows = self._rows(messages, target.options, now)
             return self._enqueue(tx, target, rows, now, last=True)
+
+    def cancel_scheduled(self, address: str, sequence_numbers: int | Sequence[int]) -> int:
+        """Scheduled → dropped (Service Bus' cancel of a scheduled message): the messages
+        ``sequence_numbers`` names, still waiting for their time in ``address`` (a queue,
+        or a topic's subscriptions, where scheduling a message to a topic put its copies),
+        leave it counted as dropped, in one transaction. A number naming no such message
+        (sent, received or cancelled already) raises :class:`MessageNotFoundError` and
+        cancels nothing. Returns how many were cancelled."""
+        seqs = sorted(set(check_sequence_numbers(sequence_numbers)))
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            target = self.resolver.main(tx, address)
+            targets = [target]
+            if target.kind is EntityKind.TOPIC:
+                targets = self.resolver.subscriptions(tx, target.entity.name)
+            found: list[tuple[Target, list[int]]] = []
+            for each in targets:
+                self.poisoner.housekeep(tx, each, now)  # one whose time came is not pending
+                held = tx.messages(each.entity.id, each.entity.name, seqs)
+                found.append((each, [m.sequence_number for m in held if m.state is SCHEDULED]))
+            missing = sorted(set(seqs).difference(*(mine for _, mine in found)))
+            if missing:
+                raise MessageNotFoundError(target.entity.name, missing[0])
+            return sum(tx.drop(each.entity.id, mine) for each, mine in found if mine)
 
     def _enqueue(
         self, tx: Transaction, target: Target, rows: list[Arrival], now: float, last: bool = False
@@ -140,12 +166,9 @@ class Sending(EngineBase):
             messages = [
                 m for m, (row, _) in zip(messages, arrivals, strict=True) if id(row) in fresh
             ]
-        prefix = f"{topic.entity.name}/subscriptions/"
         seqs: list[int] = []
-        for entity in tx.entities():
-            if not entity.name.startswith(prefix) or entity.parent_id is not None:
-                continue
-            sub = self.resolver.of(entity)
+        for sub in self.resolver.subscriptions(tx, topic.entity.name):
+            entity = sub.entity
             if not entity.status.can_send:
                 continue
             rows: list[Arrival] = []
