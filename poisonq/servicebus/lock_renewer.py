@@ -34,8 +34,14 @@ class AutoLockRenewer:
         on_lock_renew_failure: LockRenewFailureCallback | None = None,
         executor: Any = None,
         max_workers: int | None = None,
+        *,
+        check_interval: float = 0.5,
     ) -> None:
-        self._native = poisonq.AutoLockRenewer(max_lock_renewal_duration)
+        """``executor`` and ``max_workers`` are accepted without effect (one thread renews
+        every lock); ``check_interval`` is poisonq's: the seconds between two passes."""
+        self._native = poisonq.AutoLockRenewer(
+            max_lock_renewal_duration, check_interval=check_interval
+        )
         self._on_lock_renew_failure = on_lock_renew_failure
 
     def register(
@@ -71,6 +77,11 @@ class AutoLockRenewer:
             raise TypeError(f"register a received message or a session, not {renewable!r}")
         assert isinstance(native, SessionReceiver) or messages is not None
         self._native.register(native, messages, max_lock_renewal_duration, lost)
+
+    def renew_due(self) -> None:
+        """One pass now (poisonq's): renew every registered lock past half its duration,
+        and report those lost. A test that moves a ``ManualClock`` calls it."""
+        self._native.renew_due()
 
     def close(self, wait: bool = True) -> None:
         """Stop renewing (what is registered keeps the lock it has until it runs out)."""
