@@ -154,3 +154,27 @@ def test_lock_renewal_of_messages_and_sessions_ends_with_their_settlement(
     assert store.counts("orders")["completed"] == 11
     assert store.counts("sessions")["completed"] == 10
     assert_balanced(store)
+
+
+def test_a_queue_is_created_updated_measured_and_deleted(run: Run, store: poisonq.Broker) -> None:
+    run("mgmt_queue")
+    names = {q.name for q in store.list_queues()}
+    assert names == {"events", "events/subscriptions/all", "orders", "sessions"}
+    assert_balanced(store)
+
+
+def test_a_topic_and_its_subscription_are_created_updated_and_deleted(
+    run: Run, store: poisonq.Broker
+) -> None:
+    run("mgmt_topic_subscription")
+    names = {q.name for q in store.list_queues()}
+    assert names == {"events", "events/subscriptions/all", "orders", "sessions"}
+    assert_balanced(store)
+
+
+def test_rules_are_added_to_an_existing_subscription_updated_and_removed(
+    run: Run, store: poisonq.Broker
+) -> None:
+    run("mgmt_rule", topic_name="events", subscription_name="all")
+    assert list(store.rules("events", "all")) == ["$Default"]
+    assert_balanced(store)

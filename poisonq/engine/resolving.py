@@ -149,4 +149,5 @@ class Resolver:
             kind=kind,
             event=event,
             filter=rule,
+            dead_letter_on_filter_exceptions=target.spec.dead_letter_on_filter_exceptions,
         )
