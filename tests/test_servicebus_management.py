@@ -97,7 +97,10 @@ def test_a_topic_counts_its_subscriptions_and_a_subscription_its_messages(
     admin.create_subscription("events", "eu", dead_lettering_on_filter_evaluation_exceptions=True)
     admin.create_subscription("events", "all")
     broker.sender("events").send(Message(body=b"x"))
-    assert admin.get_topic_runtime_properties("events").subscription_count == 2
+    admin.create_rule("events", "eu", "refunds", filter=CorrelationRuleFilter(label="refund"))
+    runtime = admin.get_topic_runtime_properties("events")
+    assert (runtime.subscription_count, runtime.sql_filter_count) == (2, 2)  # the $Defaults
+    assert runtime.correlation_filter_count == 1
     eu = admin.get_subscription("events", "eu")
     assert (eu.name, eu.dead_lettering_on_filter_evaluation_exceptions) == ("eu", True)
     assert admin.get_subscription_runtime_properties("events", "all").active_message_count == 1

@@ -11,7 +11,7 @@ settlement that reaches the store while a renewal is on its way is no loss.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from concurrent.futures import Executor
 
 import poisonq
 from poisonq.errors import PoisonqError
@@ -32,7 +32,7 @@ class AutoLockRenewer:
         self,
         max_lock_renewal_duration: float = 300,
         on_lock_renew_failure: LockRenewFailureCallback | None = None,
-        executor: Any = None,
+        executor: Executor | None = None,
         max_workers: int | None = None,
         *,
         check_interval: float = 0.5,

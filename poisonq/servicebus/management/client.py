@@ -172,8 +172,10 @@ class ServiceBusAdministrationClient:
 
     def _topic_runtime(self, info: QueueInfo) -> TopicRuntimeProperties:
         prefix = f"{info.name}/subscriptions/"
-        count = sum(s.name.startswith(prefix) for s in self._entities(EntityKind.SUBSCRIPTION))
-        return topic_runtime_properties(info, count)
+        subscriptions = self._entities(EntityKind.SUBSCRIPTION)
+        return topic_runtime_properties(
+            info, [s for s in subscriptions if s.name.startswith(prefix)]
+        )
 
     def create_topic(self, topic_name: str, **options: Any) -> TopicProperties:
         self._create(topic_name, EntityKind.TOPIC, options)

@@ -16,7 +16,14 @@ from collections.abc import Callable, Iterator, Mapping
 from enum import StrEnum
 from typing import Any
 
-from poisonq.filters import CorrelationFilter, Rule, SqlFilter, TrueFilter
+from poisonq.filters import (
+    CorrelationFilter,
+    Rule,
+    RuleSet,
+    SqlFilter,
+    TrueFilter,
+    filter_from_json,
+)
 from poisonq.model import EntityStatus as NativeStatus
 from poisonq.model import PropertyValue
 from poisonq.reports import QueueInfo
@@ -49,6 +56,7 @@ STATUSES = {
 class ApiVersion(StrEnum):
     """Accepted without effect: there is no management REST API under poisonq."""
 
+    V2024_05 = "2024-05"
     V2021_05 = "2021-05"
     V2017_04 = "2017-04"
 
@@ -177,6 +185,8 @@ class TopicRuntimeProperties(_Properties):
         "updated_at_utc",
         "size_in_bytes",
         "subscription_count",
+        "sql_filter_count",
+        "correlation_filter_count",
         "scheduled_message_count",
     )
 
@@ -362,14 +372,26 @@ def subscription_runtime_properties(
     return SubscriptionRuntimeProperties(name, **_runtime(info, transfer_dead_letters))
 
 
-def topic_runtime_properties(info: QueueInfo, subscriptions: int) -> TopicRuntimeProperties:
+def topic_runtime_properties(
+    info: QueueInfo, subscriptions: list[QueueInfo]
+) -> TopicRuntimeProperties:
+    """A topic's runtime properties; its filters are its subscriptions' rules, a rule that
+    lets every message in counted as SQL (``1=1``), as Service Bus counts it."""
+    rules = [
+        rule
+        for sub in subscriptions
+        for _, rule in RuleSet.of(filter_from_json(sub.filter or {})).rules
+    ]
+    correlation = sum(isinstance(rule, CorrelationFilter) for rule in rules)
     return TopicRuntimeProperties(
         info.name,
         accessed_at_utc=None,
         created_at_utc=info.created_at,
         updated_at_utc=info.updated_at,
         size_in_bytes=info.ledger.size_bytes,
-        subscription_count=subscriptions,
+        subscription_count=len(subscriptions),
+        sql_filter_count=len(rules) - correlation,
+        correlation_filter_count=correlation,
         scheduled_message_count=0,  # a topic holds nothing: its subscriptions do
     )
 
