@@ -111,26 +111,8 @@ class ServiceBusClient:
         )
 
     def get_subscription_receiver(
-        self,
-        topic_name: str,
-        subscription_name: str,
-        *,
-        session_id: str | ServiceBusSessionFilter | None = None,
-        sub_queue: str | None = None,
-        receive_mode: ServiceBusReceiveMode | str = ServiceBusReceiveMode.PEEK_LOCK,
-        max_wait_time: float | None = None,
-        auto_lock_renewer: AutoLockRenewer | None = None,
-        prefetch_count: int = 0,
-        **kwargs: Any,
+        self, topic_name: str, subscription_name: str, **kwargs: Any
     ) -> ServiceBusReceiver:
-        """A receiver of subscription ``topic_name/subscriptions/subscription_name``."""
-        return self.get_queue_receiver(
-            f"{topic_name}/subscriptions/{subscription_name}",
-            session_id=session_id,
-            sub_queue=sub_queue,
-            receive_mode=receive_mode,
-            max_wait_time=max_wait_time,
-            auto_lock_renewer=auto_lock_renewer,
-            prefetch_count=prefetch_count,
-            **kwargs,
-        )
+        """A receiver of subscription ``topic_name/subscriptions/subscription_name``; the
+        keyword arguments of :meth:`get_queue_receiver`."""
+        return self.get_queue_receiver(f"{topic_name}/subscriptions/{subscription_name}", **kwargs)
