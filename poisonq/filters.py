@@ -9,11 +9,12 @@ value) and a :class:`SqlFilter`, a small boolean language over message propertie
 Comparisons ``= != <> < <= > >=``, ``AND OR NOT``, parentheses, ``IN (...)``, ``IS [NOT]
 NULL``, ``EXISTS(name)``, and string ('it''s'), number and TRUE/FALSE/NULL literals. A bare
 name is a user property; ``sys.<field>`` is a broker field (``subject``, ``message_id``,
-``correlation_id``, ``content_type``, ``session_id``, ``reply_to``). The text is parsed once,
-by a hand-written tokenizer and recursive-descent parser, into a tree that is evaluated in
-Python: never ``eval``, never SQL. Bad text raises :class:`FilterError` when the filter is
-made; a comparison of incompatible types (``'a' < 1``) raises :class:`FilterEvaluationError`
-when a message is evaluated, which a subscription may turn into a dead-letter.
+``correlation_id``, ``content_type``, ``session_id``, ``reply_to``, ``to``,
+``reply_to_session_id``). The text is parsed once, by a hand-written tokenizer and
+recursive-descent parser, into a tree that is evaluated in Python: never ``eval``, never SQL.
+Bad text raises :class:`FilterError` when the filter is made; a comparison of incompatible
+types (``'a' < 1``) raises :class:`FilterEvaluationError` when a message is evaluated, which
+a subscription may turn into a dead-letter.
 
 A subscription holds one filter, or named rules (:class:`RuleSet`, Service Bus' rules on a
 subscription: any of them matching lets a message in); its first filter is its rule
@@ -37,6 +38,8 @@ SYSTEM_FIELDS = (
     "content_type",
     "session_id",
     "reply_to",
+    "to",
+    "reply_to_session_id",
 )
 Values = Mapping[str, PropertyValue]
 _MISSING = object()

@@ -62,6 +62,32 @@ def test_sent_messages_are_durable_and_keep_their_fields(
     assert message.enqueued_time.tzinfo is UTC
 
 
+def test_to_reply_session_and_partition_key_are_kept_through_receipt_and_resubmit(
+    broker: Broker, queue: str
+) -> None:
+    """Service Bus' ``to``, ``reply_to_session_id`` and ``partition_key`` are kept with the
+    message, also by a resubmit's copy; ``sys.to`` is a field a filter can read. A partition
+    key beside a session id must be that id."""
+    sender = broker.sender(queue)
+    fields = {"to": "billing", "reply_to_session_id": "r-7", "partition_key": "p-1"}
+    sender.send([Message(body=b"a", **fields), Message(body=b"b")])
+    receiver = broker.receiver(queue)
+    first, second = receiver.receive(max_messages=2)
+    assert (first.to, first.reply_to_session_id, first.partition_key) == tuple(fields.values())
+    assert (second.to, second.reply_to_session_id, second.partition_key) == (None, None, None)
+    receiver.dead_letter(first, reason="Later")
+    receiver.complete(second)
+    broker.resubmit(queue, reason="Later")
+    (copy,) = broker.peek(queue)
+    assert (copy.to, copy.reply_to_session_id, copy.partition_key) == tuple(fields.values())
+    assert poisonq.SqlFilter("sys.to = 'billing'").matches({"sys.to": "billing"})
+    with pytest.raises(InvalidOptionError, match="partition_key"):
+        sender.send(Message(session_id="s-1", partition_key="p-1"))
+    with pytest.raises(InvalidOptionError, match="to"):
+        sender.send(Message(to="x" * 200))
+    assert_balanced(broker)
+
+
 @pytest.mark.parametrize(
     "bad",
     [

@@ -140,17 +140,20 @@ def test_rule_filters_map_to_poisonqs_filters_and_back(
         filter=CorrelationRuleFilter(label="refund", properties={"eu": True}),
     )
     admin.create_rule("events", "s", "never", filter=FalseRuleFilter())
+    admin.create_rule("events", "s", "billing", filter=CorrelationRuleFilter(to="billing"))
     rules = {r.name: r.filter for r in admin.list_rules("events", "s")}
     assert rules == {
         "named": SqlRuleFilter("owner = 'o''k' AND n > 2"),
         "refunds": CorrelationRuleFilter(label="refund", properties={"eu": True}),
         "never": FalseRuleFilter(),
+        "billing": CorrelationRuleFilter(to="billing"),
     }
     sender = broker.sender("events")
     sender.send(Message(body=b"1", properties={"owner": "o'k", "n": 3}))
     sender.send(Message(body=b"2", subject="refund", properties={"eu": True}))
     sender.send(Message(body=b"3", subject="refund"))
-    assert broker.counts("events/subscriptions/s")["active"] == 2
+    sender.send(Message(body=b"4", to="billing"))
+    assert broker.counts("events/subscriptions/s")["active"] == 3
     with pytest.raises(sb.FeatureNotSupportedError, match="rule actions"):
         admin.create_rule(
             "events", "s", "a", filter=TrueRuleFilter(), action=SqlRuleAction("SET x = 1")

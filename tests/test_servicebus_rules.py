@@ -196,6 +196,9 @@ def test_received_messages_read_as_the_sdks(client: ServiceBusClient, clock: Man
         application_properties={"region": "eu", b"n": 7},
         subject="order",
         time_to_live=datetime.timedelta(minutes=5),
+        to="billing",
+        reply_to_session_id="r-1",
+        partition_key="p-1",
     )
     with client.get_queue_receiver("orders", max_wait_time=WAIT) as receiver:
         (message,) = receiver.receive_messages()
@@ -203,6 +206,11 @@ def test_received_messages_read_as_the_sdks(client: ServiceBusClient, clock: Man
         assert b"".join(message.body) == "héllo".encode() and str(message) == "héllo"
         assert message.time_to_live == datetime.timedelta(minutes=5)
         assert message.state is ServiceBusMessageState.ACTIVE and message.subject == "order"
+        assert (message.to, message.reply_to_session_id, message.partition_key) == (
+            "billing",
+            "r-1",
+            "p-1",
+        )
         receiver.defer_message(message)
         (deferred,) = receiver.peek_messages()
         assert deferred.state is ServiceBusMessageState.DEFERRED
@@ -210,8 +218,7 @@ def test_received_messages_read_as_the_sdks(client: ServiceBusClient, clock: Man
 
 def test_what_poisonq_cannot_mean_is_refused_by_name(client: ServiceBusClient) -> None:
     """Credentials, Service Bus connection strings, proxies and AMQP annotated messages
-    raise FeatureNotSupportedError naming the feature; a message field poisonq does not
-    keep refuses the send, and nothing is sent."""
+    raise FeatureNotSupportedError naming the feature."""
     cases = [
         lambda: ServiceBusClient("ns.servicebus.windows.net", credential=object()),
         lambda: ServiceBusClient.from_connection_string(
@@ -221,7 +228,6 @@ def test_what_poisonq_cannot_mean_is_refused_by_name(client: ServiceBusClient) -
             "sqlite:///q.db", http_proxy={"proxy_hostname": "p", "proxy_port": 3128}
         ),
         lambda: ServiceBusMessage("a", raw_amqp_message=object()),
-        lambda: send(client, "orders", "a", to="elsewhere"),
     ]
     features = []
     for case in cases:
@@ -233,9 +239,7 @@ def test_what_poisonq_cannot_mean_is_refused_by_name(client: ServiceBusClient) -
         "Service Bus connection strings",
         "proxies",
         "AMQP annotated messages",
-        "the message field 'to'",
     ]
-    assert client.broker().counts("orders")["active"] == 0
 
 
 def test_the_renewer_keeps_a_received_messages_lock_until_it_is_settled(

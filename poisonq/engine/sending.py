@@ -244,6 +244,9 @@ def _new_row(message: Message, options: QueueOptions, now: float) -> tuple[NewMe
     session_id = message.session_id
     if session_id is not None and not 0 < len(session_id) <= MAX_ID_LENGTH:
         raise InvalidOptionError(f"session_id must be 1-{MAX_ID_LENGTH} characters: {session_id!r}")
+    addresses = (message.to, message.reply_to_session_id, message.partition_key)
+    if addresses != (None, None, None):
+        size += _addresses_size(message)
     scheduled_at = None
     state = MessageState.ACTIVE
     if message.scheduled_enqueue_time is not None:
@@ -270,8 +273,29 @@ def _new_row(message: Message, options: QueueOptions, now: float) -> tuple[NewMe
         state,
         scheduled_at,
         expires_at,
+        *addresses,
     )
     return row, props_size
+
+
+def _addresses_size(message: Message) -> int:
+    """The size of the fields few messages set (``to``, ``reply_to_session_id``,
+    ``partition_key``), checked; a partition key beside a session id must be that id, as
+    Service Bus requires (a session's messages are one partition)."""
+    key, session_id = message.partition_key, message.session_id
+    if key is not None and session_id is not None and key != session_id:
+        raise InvalidOptionError(
+            f"partition_key {key!r} must equal the session_id {session_id!r} when both are set"
+        )
+    size = 0
+    for name in ("to", "reply_to_session_id", "partition_key"):
+        value = getattr(message, name)
+        if value is not None:
+            check_text(value, name)
+            if len(value) > MAX_ID_LENGTH:
+                raise InvalidOptionError(f"{name} must be at most {MAX_ID_LENGTH} characters")
+            size += len(value.encode())
+    return size
 
 
 def _properties_json(properties: dict[str, Any]) -> str | None:

@@ -39,9 +39,6 @@ STATES = {
     MessageState.DEFERRED: ServiceBusMessageState.DEFERRED,
     MessageState.SCHEDULED: ServiceBusMessageState.SCHEDULED,
 }
-UNKEPT_FIELDS = ("to", "reply_to_session_id", "partition_key")
-"""Fields of the SDK's message that poisonq's messages do not hold yet: a message that sets
-one is refused when it is sent, rather than sent without it."""
 
 
 def utc(value: datetime.datetime | None) -> datetime.datetime | None:
@@ -145,9 +142,6 @@ def to_native(message: ServiceBusMessage | Mapping[str, Any]) -> Message:
         if type(message).__name__ == "AmqpAnnotatedMessage":
             raise FeatureNotSupportedError("AMQP annotated messages", "send ServiceBusMessage")
         raise TypeError(f"send ServiceBusMessage objects, not {type(message).__name__}")
-    for name in UNKEPT_FIELDS:
-        if getattr(message, name) is not None:
-            raise FeatureNotSupportedError(f"the message field {name!r}", "leave it None")
     properties = dict(
         _property(key, value) for key, value in (message.application_properties or {}).items()
     )
@@ -161,6 +155,9 @@ def to_native(message: ServiceBusMessage | Mapping[str, Any]) -> Message:
         reply_to=message.reply_to,
         time_to_live=message.time_to_live,
         scheduled_enqueue_time=utc(message.scheduled_enqueue_time_utc),
+        to=message.to,
+        reply_to_session_id=message.reply_to_session_id,
+        partition_key=message.partition_key,
     )
     if message.message_id is not None:
         native.message_id = message.message_id
@@ -189,6 +186,9 @@ def size_of(message: Message) -> int:
         message.correlation_id,
         message.reply_to,
         message.session_id,
+        message.to,
+        message.reply_to_session_id,
+        message.partition_key,
     )
     return len(body) + len(properties.encode()) + sum(len(t.encode()) for t in texts if t)
 
@@ -261,7 +261,9 @@ class ServiceBusReceivedMessage(ServiceBusMessage):
         self.subject = raw.subject
         self.reply_to = raw.reply_to
         self.scheduled_enqueue_time_utc = raw.scheduled_enqueue_time
-        self.partition_key = self.to = self.reply_to_session_id = None
+        self.to = raw.to
+        self.reply_to_session_id = raw.reply_to_session_id
+        self.partition_key = raw.partition_key
         start = raw.scheduled_enqueue_time or raw.enqueued_time
         self.time_to_live = None if raw.expires_at is None else raw.expires_at - start
         self.application_properties = {

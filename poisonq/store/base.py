@@ -100,6 +100,9 @@ class NewMessage:
     state: MessageState
     scheduled_at: float | None
     expires_at: float | None
+    to_address: str | None = None
+    reply_to_session_id: str | None = None
+    partition_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -438,6 +438,8 @@ CORRELATION_FIELDS = {
     "correlation_id": "sys.correlation_id",
     "message_id": "sys.message_id",
     "reply_to": "sys.reply_to",
+    "to": "sys.to",
+    "reply_to_session_id": "sys.reply_to_session_id",
     "label": "sys.subject",
     "session_id": "sys.session_id",
     "content_type": "sys.content_type",
@@ -510,9 +512,6 @@ def native_rule(rule_filter: RuleFilter | None, action: SqlRuleAction | None = N
         )
         return SqlFilter(text)
     if isinstance(rule_filter, CorrelationRuleFilter):
-        for unkept in ("to", "reply_to_session_id"):
-            if getattr(rule_filter, unkept) is not None:
-                raise FeatureNotSupportedError(f"correlation on {unkept!r}", "messages lack it")
         wanted: dict[str, PropertyValue] = {
             field: getattr(rule_filter, name)
             for name, field in CORRELATION_FIELDS.items()
