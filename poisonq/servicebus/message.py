@@ -129,9 +129,6 @@ class ServiceBusMessage:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(body={self._body[:64]!r}, message_id={self.message_id!r})"
 
-    def __len__(self) -> int:
-        return len(self._body)
-
 
 def to_native(message: ServiceBusMessage | Mapping[str, Any]) -> Message:
     """The poisonq message to send for an SDK message (or a dict of its keyword arguments,
@@ -294,11 +291,6 @@ class ServiceBusReceivedMessage(ServiceBusMessage):
     @property
     def locked_until_utc(self) -> datetime.datetime | None:
         return self.raw.locked_until
-
-    @property
-    def _lock_expired(self) -> bool:
-        until = self.raw.locked_until
-        return until is None or until <= datetime.datetime.now(datetime.UTC)
 
     @property
     def delivery_count(self) -> int:

@@ -50,11 +50,6 @@ class ServiceBusSession:
     def locked_until_utc(self) -> datetime.datetime | None:
         return self._native.session_locked_until
 
-    @property
-    def _lock_expired(self) -> bool:
-        until = self.locked_until_utc
-        return self._native.closed or until is None or until <= datetime.datetime.now(datetime.UTC)
-
     def get_state(self, **kwargs: Any) -> bytes | None:
         with translated():
             return self._native.get_session_state()
