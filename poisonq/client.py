@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, cast
 
 from poisonq.clock import Clock, ServerClock, SystemClock
@@ -407,6 +408,15 @@ class Broker:
         if got is None:
             return None
         return SessionReceiver(self, address, seconds, *got, auto_lock_renewer)
+
+    def session_ids(
+        self, address: str, *, state_updated_after: datetime | float | None = None
+    ) -> list[str]:
+        """The sessions of session queue ``address`` that have a message (waiting, locked,
+        deferred or scheduled) or a state, by id; with ``state_updated_after``, those whose
+        state was set after that time (azure-servicebus' ``list_queue_sessions``)."""
+        after = None if state_updated_after is None else to_timestamp(state_updated_after)
+        return self.engine.session_ids(address, after)
 
     def peek(
         self, address: str, *, from_sequence: int = 0, max_messages: int = 100, **where: Any

@@ -141,6 +141,14 @@ def test_next_available_session_takes_a_free_one_or_times_out(
     assert_balanced(broker)
 
 
+def test_sessions_are_listed_by_their_ids(client: ServiceBusClient) -> None:
+    send(client, "sessions", "a1", session_id="a")
+    send(client, "sessions", "b1", session_id="b")
+    assert list(client.list_queue_sessions("sessions")) == ["a", "b"]
+    with pytest.raises(sb.ServiceBusError):
+        list(client.list_queue_sessions("orders"))  # no sessions there
+
+
 def test_a_session_lock_that_ran_out_raises_session_lock_lost_error(
     client: ServiceBusClient, clock: ManualClock
 ) -> None:

@@ -9,7 +9,9 @@ endpoint raise :class:`~poisonq.servicebus.exceptions.FeatureNotSupportedError` 
 
 from __future__ import annotations
 
+import datetime
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import poisonq
@@ -17,6 +19,7 @@ from poisonq.servicebus.connection import check_client_options, store_url
 from poisonq.servicebus.constants import ServiceBusReceiveMode, ServiceBusSessionFilter
 from poisonq.servicebus.exceptions import FeatureNotSupportedError, translated
 from poisonq.servicebus.lock_renewer import AutoLockRenewer
+from poisonq.servicebus.message import utc
 from poisonq.servicebus.receiver import ServiceBusReceiver
 from poisonq.servicebus.sender import ServiceBusSender
 
@@ -109,6 +112,29 @@ class ServiceBusClient:
             auto_lock_renewer=auto_lock_renewer,
             prefetch_count=prefetch_count,
         )
+
+    def list_queue_sessions(
+        self,
+        queue_name: str,
+        *,
+        state_updated_after: datetime.datetime | None = None,
+        **kwargs: Any,
+    ) -> Iterator[str]:
+        """The ids of the queue's sessions with messages or a stored state; with
+        ``state_updated_after``, of those whose state was set after it (a naive time is
+        UTC)."""
+        check_client_options(kwargs, handler=True)
+        with translated():
+            sessions = self.broker().session_ids(
+                queue_name, state_updated_after=utc(state_updated_after)
+            )
+        return iter(sessions)
+
+    def list_subscription_sessions(
+        self, topic_name: str, subscription_name: str, **kwargs: Any
+    ) -> Iterator[str]:
+        """:meth:`list_queue_sessions` of a subscription."""
+        return self.list_queue_sessions(f"{topic_name}/subscriptions/{subscription_name}", **kwargs)
 
     def get_subscription_receiver(
         self, topic_name: str, subscription_name: str, **kwargs: Any

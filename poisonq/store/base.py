@@ -446,6 +446,11 @@ class Transaction(ABC):
         """Store the session's state if ``token`` validly holds it; returns rows changed."""
 
     @abstractmethod
+    def session_ids(self, entity_id: int, state_updated_after: float | None) -> list[str]:
+        """The sessions with a message held (not dead-lettered) or a state kept, by id; with
+        ``state_updated_after``, those whose state was set after that time."""
+
+    @abstractmethod
     def release_session(self, entity_id: int, session_id: str, token: str) -> int:
         """Give up the session lock (its locked messages keep their locks until they end)."""
 
