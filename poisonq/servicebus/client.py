@@ -102,6 +102,8 @@ class ServiceBusClient:
         """A receiver of the queue (``sub_queue``: its dead-letter queue); ``session_id``
         names a session to accept, or is :data:`NEXT_AVAILABLE_SESSION`."""
         check_client_options(kwargs, handler=True)
+        if auto_lock_renewer is not None and not isinstance(auto_lock_renewer, AutoLockRenewer):
+            raise TypeError(f"auto_lock_renewer is an AutoLockRenewer, not {auto_lock_renewer!r}")
         return ServiceBusReceiver(
             self,
             queue_name,

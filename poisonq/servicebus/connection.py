@@ -6,6 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from poisonq.model import ReceiveMode, SubQueue
+from poisonq.servicebus.constants import (
+    ServiceBusReceiveMode,
+    ServiceBusSessionFilter,
+    native_receive_mode,
+    native_sub_queue,
+)
 from poisonq.servicebus.exceptions import FeatureNotSupportedError
 
 STORE_SCHEMES = ("sqlite:", "postgresql:", "postgres:")
@@ -65,3 +72,38 @@ def check_client_options(options: dict[str, Any], handler: bool = False) -> dict
         elif name not in WITHOUT_EFFECT:
             raise TypeError(f"unexpected keyword argument {name!r}")
     return kept
+
+
+def receiver_options(
+    session_id: str | ServiceBusSessionFilter | None,
+    sub_queue: str | None,
+    receive_mode: ServiceBusReceiveMode | str,
+    max_wait_time: float | None,
+    prefetch_count: int,
+) -> tuple[SubQueue | None, ReceiveMode]:
+    """A receiver's options checked, as poisonq's subqueue and receive mode. A session
+    receiver works in peek-lock only (poisonq's session receivers settle under the session's
+    lock), and on the entity itself."""
+    subqueue, mode = native_sub_queue(sub_queue), native_receive_mode(receive_mode)
+    if max_wait_time is not None and max_wait_time <= 0:
+        raise ValueError("max_wait_time must be greater than 0")
+    if prefetch_count < 0:
+        raise ValueError("prefetch_count must be 0 or greater")
+    if session_id is not None and mode is ReceiveMode.RECEIVE_AND_DELETE:
+        raise FeatureNotSupportedError(
+            "RECEIVE_AND_DELETE on a session receiver", "receive in PEEK_LOCK and complete"
+        )
+    if session_id is not None and subqueue is not None:
+        raise FeatureNotSupportedError("sessions on a subqueue", "receive without session_id")
+    return subqueue, mode
+
+
+def receive_count(max_message_count: int | None, max_wait_time: float | None) -> int:
+    """How many messages a receive or a peek asks for (``None``: one), checked with its
+    wait."""
+    count = 1 if max_message_count is None else max_message_count
+    if count < 1:
+        raise ValueError("max_message_count must be 1 or greater")
+    if max_wait_time is not None and max_wait_time <= 0:
+        raise ValueError("max_wait_time must be greater than 0")
+    return count

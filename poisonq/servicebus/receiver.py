@@ -16,14 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from poisonq.model import ReceiveMode
 from poisonq.receivers import RECEIVE_WAIT, Receiver, SessionReceiver
-from poisonq.servicebus.constants import (
-    ServiceBusReceiveMode,
-    ServiceBusSessionFilter,
-    native_receive_mode,
-    native_sub_queue,
-)
+from poisonq.servicebus.connection import receive_count, receiver_options
+from poisonq.servicebus.constants import ServiceBusReceiveMode, ServiceBusSessionFilter
 from poisonq.servicebus.exceptions import (
-    FeatureNotSupportedError,
     OperationTimeoutError,
     translated,
 )
@@ -81,27 +76,14 @@ class ServiceBusReceiver:
         auto_lock_renewer: AutoLockRenewer | None,
         prefetch_count: int,
     ) -> None:
-        from poisonq.servicebus.lock_renewer import AutoLockRenewer
-
         self._client = client
         self.entity_path = entity_path
         self._session_id = session_id
-        self._sub_queue = native_sub_queue(sub_queue)
-        self._receive_mode = native_receive_mode(receive_mode)
-        if max_wait_time is not None and max_wait_time <= 0:
-            raise ValueError("max_wait_time must be greater than 0")
+        self._sub_queue, self._receive_mode = receiver_options(
+            session_id, sub_queue, receive_mode, max_wait_time, prefetch_count
+        )
         self._max_wait_time = max_wait_time
-        if auto_lock_renewer is not None and not isinstance(auto_lock_renewer, AutoLockRenewer):
-            raise TypeError(
-                f"auto_lock_renewer must be an AutoLockRenewer, not {auto_lock_renewer!r}"
-            )
         self._auto_lock_renewer = auto_lock_renewer
-        if prefetch_count < 0:
-            raise ValueError("prefetch_count must be 0 or greater")
-        if session_id is not None and self._receive_mode is ReceiveMode.RECEIVE_AND_DELETE:
-            raise FeatureNotSupportedError(
-                "RECEIVE_AND_DELETE on a session receiver", "receive in PEEK_LOCK and complete"
-            )
         self._native: Receiver | None = None
         self._session: ServiceBusSession | None = None
         self._running = False
@@ -139,8 +121,6 @@ class ServiceBusReceiver:
         return self._native
 
     def _accept(self, broker: Broker) -> SessionReceiver:
-        if self._sub_queue is not None:
-            raise FeatureNotSupportedError("sessions on a subqueue", "receive without session_id")
         if isinstance(self._session_id, ServiceBusSessionFilter):
             wait = self._max_wait_time or RECEIVE_WAIT
             got: SessionReceiver | None = broker.accept_next_session(
@@ -174,11 +154,7 @@ class ServiceBusReceiver:
     ) -> list[ServiceBusReceivedMessage]:
         """Up to ``max_message_count`` messages, waiting up to ``max_wait_time`` (else the
         receiver's) for the first; with neither, until one comes, as the SDK does."""
-        count = 1 if max_message_count is None else max_message_count
-        if count < 1:
-            raise ValueError("max_message_count must be 1 or greater")
-        if max_wait_time is not None and max_wait_time <= 0:
-            raise ValueError("max_wait_time must be greater than 0")
+        count = receive_count(max_message_count, max_wait_time)
         wait = max_wait_time or self._max_wait_time
         native = self._open()
         with translated():
@@ -225,8 +201,7 @@ class ServiceBusReceiver:
     ) -> list[ServiceBusReceivedMessage]:
         """Messages from ``sequence_number`` on, without locking them or counting a
         delivery (a session receiver's: its session's)."""
-        if max_message_count < 1:
-            raise ValueError("max_message_count must be 1 or greater")
+        receive_count(max_message_count, None)
         native = self._open()
         broker = self._client.broker()
         with translated():
