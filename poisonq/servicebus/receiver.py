@@ -11,10 +11,10 @@ it still holds, counting no delivery.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from poisonq.model import ReceiveMode
+from poisonq.model import ReceivedMessage, ReceiveMode
 from poisonq.receivers import RECEIVE_WAIT, Receiver, SessionReceiver
 from poisonq.servicebus.connection import receive_count, receiver_options
 from poisonq.servicebus.constants import ServiceBusReceiveMode, ServiceBusSessionFilter
@@ -215,31 +215,34 @@ class ServiceBusReceiver:
         return [ServiceBusReceivedMessage(raw, self, peeked=True) for raw in got]
 
     # Settling -----------------------------------------------------------------------------
-    def _settle(self, message: object, action: str) -> tuple[Receiver, ServiceBusReceivedMessage]:
+    def _checked(self, message: object, action: str) -> tuple[Receiver, ReceivedMessage]:
+        """The native receiver and message of a settlement, after the SDK's checks."""
         deleted = self._receive_mode is ReceiveMode.RECEIVE_AND_DELETE
         check_settleable(message, action, deleted, self._running)
         assert isinstance(message, ServiceBusReceivedMessage) and self._native is not None
-        return self._native, message
+        return self._native, message.raw
+
+    def _settle(
+        self,
+        message: ServiceBusReceivedMessage,
+        action: str,
+        settle: Callable[[Receiver, ReceivedMessage], object],
+    ) -> None:
+        native, raw = self._checked(message, action)
+        with translated():
+            settle(native, raw)
+        message._settled = True
 
     def complete_message(self, message: ServiceBusReceivedMessage) -> None:
-        native, message = self._settle(message, "complete")
-        with translated():
-            native.complete(message.raw)
-        message._settled = True
+        self._settle(message, "complete", Receiver.complete)
 
     def abandon_message(self, message: ServiceBusReceivedMessage) -> None:
         """Back to the queue, a delivery counted (dead-lettered once it used the queue's
         ``max_delivery_count``)."""
-        native, message = self._settle(message, "abandon")
-        with translated():
-            native.abandon(message.raw)
-        message._settled = True
+        self._settle(message, "abandon", Receiver.abandon)
 
     def defer_message(self, message: ServiceBusReceivedMessage) -> None:
-        native, message = self._settle(message, "defer")
-        with translated():
-            native.defer(message.raw)
-        message._settled = True
+        self._settle(message, "defer", Receiver.defer)
 
     def dead_letter_message(
         self,
@@ -249,10 +252,11 @@ class ServiceBusReceiver:
     ) -> None:
         """To the dead-letter queue with ``reason`` and ``error_description`` (without a
         reason, poisonq records ``DeadLetteredByReceiver``)."""
-        native, message = self._settle(message, "dead-letter")
-        with translated():
-            native.dead_letter(message.raw, reason=reason, description=error_description)
-        message._settled = True
+        self._settle(
+            message,
+            "dead-letter",
+            lambda native, raw: native.dead_letter(raw, reason, error_description),
+        )
 
     def renew_message_lock(
         self, message: ServiceBusReceivedMessage, **kwargs: Any
@@ -263,8 +267,8 @@ class ServiceBusReceiver:
                 "Renewing message lock is an invalid operation when working with sessions."
                 " Please renew the session lock instead."
             )
-        native, message = self._settle(message, "renew lock on")
+        native, raw = self._checked(message, "renew lock on")
         with translated():
-            native.renew_lock(message.raw)
+            native.renew_lock(raw)
         assert message.locked_until_utc is not None
         return message.locked_until_utc
