@@ -141,6 +141,24 @@ def test_next_available_session_takes_a_free_one_or_times_out(
     assert_balanced(broker)
 
 
+def test_closing_the_client_gives_back_the_sessions_its_receivers_hold(
+    broker: Broker,
+) -> None:
+    """As the SDK's client shuts its handlers down: a session still held goes back with its
+    messages when the client closes, no delivery counted."""
+    broker.create_queue("sessions", requires_session=True)
+    with ServiceBusClient.from_broker(broker) as client:
+        send(client, "sessions", "a1", session_id="a")
+        receiver = client.get_queue_receiver("sessions", session_id="a", max_wait_time=WAIT)
+        receiver.__enter__()
+        assert len(receiver.receive_messages()) == 1
+    with broker.accept_session("sessions", "a") as session:
+        (message,) = session.receive()
+        assert message.delivery_count == 1
+        session.complete(message)
+    assert_balanced(broker)
+
+
 def test_sessions_are_listed_by_their_ids(client: ServiceBusClient) -> None:
     send(client, "sessions", "a1", session_id="a")
     send(client, "sessions", "b1", session_id="b")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -41,6 +42,9 @@ class ServiceBusClient:
         self._broker: poisonq.Broker | None = None
         self._owns_broker = True
         self._lock = threading.Lock()
+        # The receivers handed out, closed with the client as the SDK closes its handlers:
+        # a session receiver gives its session back then, rather than leave it locked.
+        self._receivers: weakref.WeakSet[ServiceBusReceiver] = weakref.WeakSet()
 
     @classmethod
     def from_connection_string(cls, conn_str: str, **kwargs: Any) -> ServiceBusClient:
@@ -68,6 +72,10 @@ class ServiceBusClient:
             return self._broker
 
     def close(self) -> None:
+        """Close the receivers this client handed out (a session receiver gives its session
+        back), then the broker it opened."""
+        for receiver in list(self._receivers):
+            receiver.close()
         with self._lock:
             if self._broker is not None and self._owns_broker:
                 self._broker.close()
@@ -104,7 +112,7 @@ class ServiceBusClient:
         check_client_options(kwargs, handler=True)
         if auto_lock_renewer is not None and not isinstance(auto_lock_renewer, AutoLockRenewer):
             raise TypeError(f"auto_lock_renewer is an AutoLockRenewer, not {auto_lock_renewer!r}")
-        return ServiceBusReceiver(
+        receiver = ServiceBusReceiver(
             self,
             queue_name,
             session_id=session_id,
@@ -114,6 +122,8 @@ class ServiceBusClient:
             auto_lock_renewer=auto_lock_renewer,
             prefetch_count=prefetch_count,
         )
+        self._receivers.add(receiver)
+        return receiver
 
     def list_queue_sessions(
         self,
