@@ -1,23 +1,25 @@
 """``azure.servicebus.management`` on poisonq: ``ServiceBusAdministrationClient`` and the
-property classes and rule filters it takes and gives (:mod:`.models`)."""
+property classes (:mod:`.models`) and rule filters (:mod:`.rules`) it takes and gives."""
 
 from __future__ import annotations
 
 from poisonq.servicebus.management.client import ServiceBusAdministrationClient
 from poisonq.servicebus.management.models import (
     ApiVersion,
-    CorrelationRuleFilter,
     EntityStatus,
-    FalseRuleFilter,
     QueueProperties,
     QueueRuntimeProperties,
-    RuleProperties,
-    SqlRuleAction,
-    SqlRuleFilter,
     SubscriptionProperties,
     SubscriptionRuntimeProperties,
     TopicProperties,
     TopicRuntimeProperties,
+)
+from poisonq.servicebus.management.rules import (
+    CorrelationRuleFilter,
+    FalseRuleFilter,
+    RuleProperties,
+    SqlRuleAction,
+    SqlRuleFilter,
     TrueRuleFilter,
 )
 

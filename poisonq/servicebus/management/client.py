@@ -24,23 +24,25 @@ from poisonq.servicebus.exceptions import (
 from poisonq.servicebus.management.models import (
     QueueProperties,
     QueueRuntimeProperties,
-    RuleFilter,
-    RuleProperties,
-    SqlRuleAction,
     SubscriptionProperties,
     SubscriptionRuntimeProperties,
     TopicProperties,
     TopicRuntimeProperties,
     native_options,
-    native_rule,
     native_status,
     queue_properties,
     queue_runtime_properties,
-    rule_filter,
     subscription_properties,
     subscription_runtime_properties,
     topic_properties,
     topic_runtime_properties,
+)
+from poisonq.servicebus.management.rules import (
+    RuleFilter,
+    RuleProperties,
+    SqlRuleAction,
+    native_rule,
+    rule_filter,
 )
 
 

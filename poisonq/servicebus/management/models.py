@@ -1,6 +1,6 @@
-"""The property classes and rule filters of ``azure.servicebus.management``, and their
-conversion to and from poisonq's entity options, reports and filters. No I/O: the asyncio
-flavour shares this module.
+"""The property classes of ``azure.servicebus.management`` (queues, topics, subscriptions
+and their runtime properties), and their conversion to and from poisonq's entity options and
+reports. No I/O: the asyncio flavour shares this module.
 
 An option poisonq keeps maps to one of :class:`poisonq.QueueOptions`; one that has no meaning
 here is accepted at the value Service Bus gives it by default (``auto_delete_on_idle`` never,
@@ -18,14 +18,10 @@ from typing import Any
 
 from poisonq.filters import (
     CorrelationFilter,
-    Rule,
     RuleSet,
-    SqlFilter,
-    TrueFilter,
     filter_from_json,
 )
 from poisonq.model import EntityStatus as NativeStatus
-from poisonq.model import PropertyValue
 from poisonq.reports import QueueInfo
 from poisonq.servicebus.exceptions import FeatureNotSupportedError
 
@@ -73,7 +69,7 @@ def duration(value: datetime.timedelta | str | float, what: str) -> datetime.tim
     raise ValueError(f"{what} is a timedelta or an ISO 8601 duration (PT30S), not {value!r}")
 
 
-class _Properties(Mapping[str, Any]):
+class Properties(Mapping[str, Any]):
     """Fields as attributes, and as a mapping (``update_queue`` takes either)."""
 
     FIELDS: tuple[str, ...] = ()
@@ -101,7 +97,7 @@ class _Properties(Mapping[str, Any]):
         return f"{type(self).__name__}({dict(self)!r})"
 
 
-class QueueProperties(_Properties):
+class QueueProperties(Properties):
     FIELDS = (
         "authorization_rules",
         "auto_delete_on_idle",
@@ -125,7 +121,7 @@ class QueueProperties(_Properties):
     )
 
 
-class TopicProperties(_Properties):
+class TopicProperties(Properties):
     FIELDS = (
         "default_message_time_to_live",
         "max_size_in_megabytes",
@@ -145,7 +141,7 @@ class TopicProperties(_Properties):
     )
 
 
-class SubscriptionProperties(_Properties):
+class SubscriptionProperties(Properties):
     FIELDS = (
         "lock_duration",
         "requires_session",
@@ -163,7 +159,7 @@ class SubscriptionProperties(_Properties):
     )
 
 
-class QueueRuntimeProperties(_Properties):
+class QueueRuntimeProperties(Properties):
     FIELDS = (
         "accessed_at_utc",
         "created_at_utc",
@@ -178,7 +174,7 @@ class QueueRuntimeProperties(_Properties):
     )
 
 
-class TopicRuntimeProperties(_Properties):
+class TopicRuntimeProperties(Properties):
     FIELDS = (
         "accessed_at_utc",
         "created_at_utc",
@@ -191,7 +187,7 @@ class TopicRuntimeProperties(_Properties):
     )
 
 
-class SubscriptionRuntimeProperties(_Properties):
+class SubscriptionRuntimeProperties(Properties):
     FIELDS = (
         "accessed_at_utc",
         "created_at_utc",
@@ -394,144 +390,3 @@ def topic_runtime_properties(
         correlation_filter_count=correlation,
         scheduled_message_count=0,  # a topic holds nothing: its subscriptions do
     )
-
-
-# Rules --------------------------------------------------------------------------------------
-class SqlRuleFilter:
-    """A SQL filter; ``parameters`` (``{"@name": value}``) are put in as literals."""
-
-    def __init__(
-        self, sql_expression: str | None = None, parameters: Mapping[str, Any] | None = None
-    ) -> None:
-        self.sql_expression = sql_expression
-        self.parameters = dict(parameters) if parameters else None
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and vars(other) == vars(self)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.sql_expression!r})"
-
-
-class TrueRuleFilter(SqlRuleFilter):
-    def __init__(self) -> None:
-        super().__init__("1=1")
-
-
-class FalseRuleFilter(SqlRuleFilter):
-    def __init__(self) -> None:
-        super().__init__("1=0")
-
-
-class SqlRuleAction:
-    """A rule's action: refused when given (poisonq's rules filter, they change nothing)."""
-
-    def __init__(
-        self, sql_expression: str | None = None, parameters: Mapping[str, Any] | None = None
-    ) -> None:
-        self.sql_expression = sql_expression
-        self.parameters = parameters
-
-
-# CorrelationRuleFilter's fields, by the broker field they compare.
-CORRELATION_FIELDS = {
-    "correlation_id": "sys.correlation_id",
-    "message_id": "sys.message_id",
-    "reply_to": "sys.reply_to",
-    "to": "sys.to",
-    "reply_to_session_id": "sys.reply_to_session_id",
-    "label": "sys.subject",
-    "session_id": "sys.session_id",
-    "content_type": "sys.content_type",
-}
-
-
-class CorrelationRuleFilter:
-    """Every given field and property equals its value."""
-
-    def __init__(
-        self,
-        *,
-        correlation_id: str | None = None,
-        message_id: str | None = None,
-        to: str | None = None,
-        reply_to: str | None = None,
-        label: str | None = None,
-        session_id: str | None = None,
-        reply_to_session_id: str | None = None,
-        content_type: str | None = None,
-        properties: Mapping[str, Any] | None = None,
-    ) -> None:
-        self.correlation_id = correlation_id
-        self.message_id = message_id
-        self.to = to
-        self.reply_to = reply_to
-        self.label = label
-        self.session_id = session_id
-        self.reply_to_session_id = reply_to_session_id
-        self.content_type = content_type
-        self.properties = dict(properties) if properties else None
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and vars(other) == vars(self)
-
-    def __repr__(self) -> str:
-        given = {k: v for k, v in vars(self).items() if v is not None}
-        return f"CorrelationRuleFilter({given!r})"
-
-
-RuleFilter = SqlRuleFilter | CorrelationRuleFilter
-
-
-class RuleProperties(_Properties):
-    FIELDS = ("filter", "action", "created_at_utc")
-
-
-def _literal(value: PropertyValue) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if isinstance(value, int | float):
-        return repr(value)
-    return "'" + str(value).replace("'", "''") + "'"
-
-
-def native_rule(rule_filter: RuleFilter | None, action: SqlRuleAction | None = None) -> Rule:
-    """poisonq's filter for a rule's (``None``: every message)."""
-    if action is not None:
-        raise FeatureNotSupportedError("rule actions (SqlRuleAction)", "a rule only filters here")
-    if rule_filter is None or isinstance(rule_filter, TrueRuleFilter):
-        return TrueFilter()
-    if isinstance(rule_filter, SqlRuleFilter):
-        parameters = rule_filter.parameters or {}
-        text = re.sub(
-            r"@\w+",
-            lambda m: _literal(parameters[m[0]]) if m[0] in parameters else m[0],
-            rule_filter.sql_expression or "",
-        )
-        return SqlFilter(text)
-    if isinstance(rule_filter, CorrelationRuleFilter):
-        wanted: dict[str, PropertyValue] = {
-            field: getattr(rule_filter, name)
-            for name, field in CORRELATION_FIELDS.items()
-            if getattr(rule_filter, name) is not None
-        }
-        return CorrelationFilter({**wanted, **(rule_filter.properties or {})})
-    raise TypeError(
-        f"a rule's filter is a SqlRuleFilter or a CorrelationRuleFilter, not {rule_filter!r}"
-    )
-
-
-def rule_filter(rule: Rule) -> RuleFilter:
-    """The SDK's filter for poisonq's."""
-    if isinstance(rule, TrueFilter):
-        return TrueRuleFilter()
-    if isinstance(rule, SqlFilter):
-        if rule.expression.replace(" ", "") == "1=0":
-            return FalseRuleFilter()
-        return SqlRuleFilter(rule.expression)
-    fields = {sys: name for name, sys in CORRELATION_FIELDS.items()}
-    given = {fields[k]: v for k, v in rule.properties.items() if k in fields}
-    properties = {k: v for k, v in rule.properties.items() if k not in fields}
-    return CorrelationRuleFilter(**given, properties=properties or None)  # type: ignore[arg-type]
