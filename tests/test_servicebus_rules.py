@@ -240,6 +240,15 @@ def test_received_messages_read_as_the_sdks(client: ServiceBusClient, clock: Man
         receiver.defer_message(message)
         (deferred,) = receiver.peek_messages()
         assert deferred.state is ServiceBusMessageState.DEFERRED
+    with client.get_queue_sender("orders") as sender:
+        sender.send_messages(deferred)  # sent again as a new message, with its fields
+    with client.get_queue_receiver("orders", max_wait_time=WAIT) as receiver:
+        (copy,) = receiver.receive_messages()
+        assert (str(copy), copy.to, copy.application_properties) == (
+            "héllo",
+            "billing",
+            {b"region": b"eu", b"n": 7},
+        )
 
 
 def test_what_poisonq_cannot_mean_is_refused_by_name(client: ServiceBusClient) -> None:

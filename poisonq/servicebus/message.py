@@ -130,12 +130,13 @@ class ServiceBusMessage:
         return f"{type(self).__name__}(body={self._body[:64]!r}, message_id={self.message_id!r})"
 
 
-def to_native(message: ServiceBusMessage | Mapping[str, Any]) -> Message:
+def to_native(message: object) -> Message:
     """The poisonq message to send for an SDK message (or a dict of its keyword arguments,
-    which the SDK's senders also take)."""
+    which the SDK's senders also take). A received message is sent as a new one with its
+    fields, as the SDK sends it."""
     if isinstance(message, Mapping):
         message = ServiceBusMessage(**message)
-    if not isinstance(message, ServiceBusMessage) or isinstance(message, ServiceBusReceivedMessage):
+    if not isinstance(message, ServiceBusMessage):
         if type(message).__name__ == "AmqpAnnotatedMessage":
             raise FeatureNotSupportedError("AMQP annotated messages", "send ServiceBusMessage")
         raise TypeError(f"send ServiceBusMessage objects, not {type(message).__name__}")
