@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, cast
 
 from poisonq.clock import Clock, ServerClock, SystemClock
@@ -20,7 +21,7 @@ from poisonq.errors import (
     InvalidOptionError,
     MessageLockLostError,
 )
-from poisonq.filters import Filter, make_filter
+from poisonq.filters import Filter, Rule, RuleSet, make_filter
 from poisonq.history import Timeline, Trend
 from poisonq.history import window as history_window
 from poisonq.limits import check_count
@@ -69,6 +70,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_URL = "sqlite:///poisonq.db"
 VALUE_FILTERS = ("reason", "subject", "fingerprint")
+MAX_RULE_NAME = 50  # Service Bus' limit on a rule's name
 
 
 def grouping_for(where: dict[str, Any]) -> str:
@@ -146,6 +148,20 @@ def _filter(where: dict[str, Any]) -> MessageFilter:
     return dataclasses.replace(wanted, since=since, until=until)
 
 
+def _rule_name(name: object) -> str:
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_RULE_NAME:
+        raise InvalidOptionError(f"a rule name is 1-{MAX_RULE_NAME} characters, not {name!r}")
+    check_text(name, "a rule name")
+    return name
+
+
+def _rule(spec: Rule | str | dict[str, PropertyValue] | None) -> Rule:
+    rule = make_filter(spec)
+    if isinstance(rule, RuleSet):
+        raise InvalidOptionError("a rule is one filter, not a set of rules")
+    return rule
+
+
 def _check_grouping(by: str) -> None:
     if by not in ("reason", "subject", "fingerprint"):
         raise InvalidOptionError(f"group by reason, subject or fingerprint, not {by!r}")
@@ -221,6 +237,39 @@ class Broker:
         if not isinstance(flag, bool):
             raise InvalidOptionError("dead_letter_on_filter_evaluation_exceptions must be a bool")
         return self.engine.create_subscription(topic, name, built, rule, flag)
+
+    def rules(self, topic: str, subscription: str) -> dict[str, Rule]:
+        """Subscription ``topic/subscriptions/subscription``'s rules by name: a message
+        sent to the topic reaches it when any of them matches. The filter it was created
+        with is its rule ``$Default``."""
+        return dict(self.engine.rules(topic, subscription))
+
+    def create_rule(
+        self,
+        topic: str,
+        subscription: str,
+        name: str,
+        filter: Rule | str | dict[str, PropertyValue] | None = None,
+    ) -> None:
+        """Add rule ``name`` to a subscription (``filter`` as for :meth:`create_subscription`;
+        ``None`` matches every message); a name it has raises :class:`EntityExistsError`."""
+        self.engine.change_rule(topic, subscription, _rule_name(name), _rule(filter), True)
+
+    def update_rule(
+        self,
+        topic: str,
+        subscription: str,
+        name: str,
+        filter: Rule | str | dict[str, PropertyValue] | None = None,
+    ) -> None:
+        """Replace rule ``name``'s filter; a rule the subscription does not have raises
+        :class:`EntityNotFoundError`."""
+        self.engine.change_rule(topic, subscription, _rule_name(name), _rule(filter), False)
+
+    def delete_rule(self, topic: str, subscription: str, name: str) -> None:
+        """Remove rule ``name`` (:class:`EntityNotFoundError` if there is none); a
+        subscription without rules receives nothing, as in Service Bus."""
+        self.engine.change_rule(topic, subscription, _rule_name(name), None, False)
 
     def resolve_poison(
         self,
@@ -359,6 +408,15 @@ class Broker:
         if got is None:
             return None
         return SessionReceiver(self, address, seconds, *got, auto_lock_renewer)
+
+    def session_ids(
+        self, address: str, *, state_updated_after: datetime | float | None = None
+    ) -> list[str]:
+        """The sessions of session queue ``address`` that have a message (waiting, locked,
+        deferred or scheduled) or a state, by id; with ``state_updated_after``, those whose
+        state was set after that time (azure-servicebus' ``list_queue_sessions``)."""
+        after = None if state_updated_after is None else to_timestamp(state_updated_after)
+        return self.engine.session_ids(address, after)
 
     def peek(
         self, address: str, *, from_sequence: int = 0, max_messages: int = 100, **where: Any

@@ -9,11 +9,16 @@ value) and a :class:`SqlFilter`, a small boolean language over message propertie
 Comparisons ``= != <> < <= > >=``, ``AND OR NOT``, parentheses, ``IN (...)``, ``IS [NOT]
 NULL``, ``EXISTS(name)``, and string ('it''s'), number and TRUE/FALSE/NULL literals. A bare
 name is a user property; ``sys.<field>`` is a broker field (``subject``, ``message_id``,
-``correlation_id``, ``content_type``, ``session_id``, ``reply_to``). The text is parsed once,
-by a hand-written tokenizer and recursive-descent parser, into a tree that is evaluated in
-Python: never ``eval``, never SQL. Bad text raises :class:`FilterError` when the filter is
-made; a comparison of incompatible types (``'a' < 1``) raises :class:`FilterEvaluationError`
-when a message is evaluated, which a subscription may turn into a dead-letter.
+``correlation_id``, ``content_type``, ``session_id``, ``reply_to``, ``to``,
+``reply_to_session_id``). The text is parsed once, by a hand-written tokenizer and
+recursive-descent parser, into a tree that is evaluated in Python: never ``eval``, never SQL.
+Bad text raises :class:`FilterError` when the filter is made; a comparison of incompatible
+types (``'a' < 1``) raises :class:`FilterEvaluationError` when a message is evaluated, which
+a subscription may turn into a dead-letter.
+
+A subscription holds one filter, or named rules (:class:`RuleSet`, Service Bus' rules on a
+subscription: any of them matching lets a message in); its first filter is its rule
+``$Default``.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ SYSTEM_FIELDS = (
     "content_type",
     "session_id",
     "reply_to",
+    "to",
+    "reply_to_session_id",
 )
 Values = Mapping[str, PropertyValue]
 _MISSING = object()
@@ -342,7 +349,32 @@ class TrueFilter:
         return {}
 
 
-Filter = SqlFilter | CorrelationFilter | TrueFilter
+Rule = SqlFilter | CorrelationFilter | TrueFilter
+DEFAULT_RULE = "$Default"
+"""The name of a subscription's filter as one rule (Service Bus names the rule a
+subscription is created with so)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RuleSet:
+    """A subscription's named rules, as Service Bus keeps them: a message matches when any
+    rule does, and none when there is no rule."""
+
+    rules: tuple[tuple[str, Rule], ...]
+
+    def matches(self, values: Values) -> bool:
+        return any(rule.matches(values) for _, rule in self.rules)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rules": [{"name": name, **rule.to_json()} for name, rule in self.rules]}
+
+    @classmethod
+    def of(cls, rule: Filter) -> RuleSet:
+        """The rules of a subscription's filter: a single filter is its rule ``$Default``."""
+        return rule if isinstance(rule, RuleSet) else cls(((DEFAULT_RULE, rule),))
+
+
+Filter = Rule | RuleSet
 
 
 def make_filter(spec: Filter | str | Mapping[str, PropertyValue] | None) -> Filter:
@@ -350,7 +382,7 @@ def make_filter(spec: Filter | str | Mapping[str, PropertyValue] | None) -> Filt
     match spec:
         case None:
             return TrueFilter()
-        case SqlFilter() | CorrelationFilter() | TrueFilter():
+        case SqlFilter() | CorrelationFilter() | TrueFilter() | RuleSet():
             return spec
         case str():
             return SqlFilter(spec)
@@ -360,6 +392,12 @@ def make_filter(spec: Filter | str | Mapping[str, PropertyValue] | None) -> Filt
 
 
 def filter_from_json(data: Mapping[str, Any]) -> Filter:
+    if "rules" in data:
+        return RuleSet(tuple((rule["name"], _rule_from_json(rule)) for rule in data["rules"]))
+    return _rule_from_json(data)
+
+
+def _rule_from_json(data: Mapping[str, Any]) -> Rule:
     if "sql" in data:
         return SqlFilter(data["sql"])
     if "correlation" in data:

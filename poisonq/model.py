@@ -222,6 +222,9 @@ class Message:
     reply_to: str | None = None
     time_to_live: Duration | None = None
     scheduled_enqueue_time: datetime | None = None
+    to: str | None = None  # the address it is for: kept, read by no broker rule
+    reply_to_session_id: str | None = None
+    partition_key: str | None = None  # a partition hint; with a session_id, equal to it
 
 
 @dataclass(slots=True)
@@ -257,6 +260,9 @@ class ReceivedMessage:
     dead_letter_error_description: str | None
     dead_letter_source: str | None
     failures: list[FailureRecord]
+    to: str | None = None
+    reply_to_session_id: str | None = None
+    partition_key: str | None = None
     # Set by the receiver that settles this message object: an AutoLockRenewer stops then.
     settled: bool = field(default=False, repr=False, compare=False)
 

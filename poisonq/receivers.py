@@ -118,6 +118,12 @@ class Sender:
             message.scheduled_enqueue_time = at
         return self.send(batch)
 
+    def cancel_scheduled(self, sequence_numbers: int | Sequence[int]) -> int:
+        """Cancel scheduled messages not yet due (they leave the queue, counted as dropped),
+        all or none: a number naming no such message raises :class:`MessageNotFoundError`.
+        On a topic, the copies :meth:`schedule` put in its subscriptions."""
+        return self.broker.engine.cancel_scheduled(self.address, sequence_numbers)
+
     def __enter__(self) -> Sender:
         return self
 

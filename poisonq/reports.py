@@ -84,6 +84,7 @@ class QueueInfo:
     kind: EntityKind = EntityKind.QUEUE
     event: StatusEvent | None = None
     filter: dict[str, Any] | None = None
+    dead_letter_on_filter_exceptions: bool = False  # a subscription's, as created
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,6 +62,32 @@ def test_sent_messages_are_durable_and_keep_their_fields(
     assert message.enqueued_time.tzinfo is UTC
 
 
+def test_to_reply_session_and_partition_key_are_kept_through_receipt_and_resubmit(
+    broker: Broker, queue: str
+) -> None:
+    """Service Bus' ``to``, ``reply_to_session_id`` and ``partition_key`` are kept with the
+    message, also by a resubmit's copy; ``sys.to`` is a field a filter can read. A partition
+    key beside a session id must be that id."""
+    sender = broker.sender(queue)
+    fields = {"to": "billing", "reply_to_session_id": "r-7", "partition_key": "p-1"}
+    sender.send([Message(body=b"a", **fields), Message(body=b"b")])
+    receiver = broker.receiver(queue)
+    first, second = receiver.receive(max_messages=2)
+    assert (first.to, first.reply_to_session_id, first.partition_key) == tuple(fields.values())
+    assert (second.to, second.reply_to_session_id, second.partition_key) == (None, None, None)
+    receiver.dead_letter(first, reason="Later")
+    receiver.complete(second)
+    broker.resubmit(queue, reason="Later")
+    (copy,) = broker.peek(queue)
+    assert (copy.to, copy.reply_to_session_id, copy.partition_key) == tuple(fields.values())
+    assert poisonq.SqlFilter("sys.to = 'billing'").matches({"sys.to": "billing"})
+    with pytest.raises(InvalidOptionError, match="partition_key"):
+        sender.send(Message(session_id="s-1", partition_key="p-1"))
+    with pytest.raises(InvalidOptionError, match="to"):
+        sender.send(Message(to="x" * 200))
+    assert_balanced(broker)
+
+
 @pytest.mark.parametrize(
     "bad",
     [
@@ -99,6 +125,49 @@ def test_scheduled_messages_stay_invisible_until_their_time(
     (message,) = receiver.receive()
     assert message.body == b"later"
     assert message.scheduled_enqueue_time == at
+
+
+def test_cancelling_scheduled_messages_drops_them_all_or_none(
+    broker: Broker, queue: str, clock: ManualClock
+) -> None:
+    """Service Bus' cancel of a scheduled message: the pending messages leave the queue,
+    counted as dropped, in one transaction; a number naming no pending message (already
+    due, or never scheduled) cancels nothing."""
+    at = datetime.fromtimestamp(clock.now(), UTC) + timedelta(minutes=5)
+    sender = broker.sender(queue)
+    first, second, third = sender.schedule([Message(body=str(n)) for n in range(3)], at)
+    (active,) = sender.send(Message(body=b"now"))
+    with pytest.raises(poisonq.MessageNotFoundError) as caught:
+        sender.cancel_scheduled([first, active])
+    assert caught.value.sequence_number == active
+    assert broker.counts(queue)["scheduled"] == 3
+    assert sender.cancel_scheduled(first) == 1
+    assert sender.cancel_scheduled([second, second]) == 1
+    with pytest.raises(poisonq.MessageNotFoundError):
+        sender.cancel_scheduled(first)  # cancelled already
+    clock.advance(301)
+    with pytest.raises(poisonq.MessageNotFoundError):
+        sender.cancel_scheduled(third)  # its time came: it is in the queue
+    counts = broker.counts(queue)
+    assert (counts["scheduled"], counts["active"], counts["dropped"]) == (0, 2, 2)
+    assert_balanced(broker)
+
+
+def test_cancelling_a_topics_scheduled_message_cancels_every_subscriptions_copy(
+    broker: Broker, clock: ManualClock
+) -> None:
+    """Scheduling to a topic puts a copy in each subscription, each with its own sequence
+    number; cancelling those numbers on the topic drops every copy."""
+    broker.create_topic("events")
+    broker.create_subscription("events", "a")
+    broker.create_subscription("events", "b")
+    at = datetime.fromtimestamp(clock.now(), UTC) + timedelta(minutes=5)
+    seqs = broker.sender("events").schedule(Message(body=b"later"), at)
+    assert len(seqs) == 2
+    assert broker.sender("events").cancel_scheduled(seqs) == 2
+    for sub in ("events/subscriptions/a", "events/subscriptions/b"):
+        assert broker.counts(sub)["scheduled"] == 0
+    assert_balanced(broker)
 
 
 def test_ttl_is_the_shorter_of_message_and_queue(broker: Broker, clock: ManualClock) -> None:

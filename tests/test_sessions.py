@@ -94,6 +94,32 @@ def test_session_state_is_kept_across_session_locks(broker: Broker, sessions: st
         assert receiver.get_session_state() == b"step 2"
 
 
+def test_the_sessions_listed_are_those_with_messages_or_state(
+    broker: Broker, sessions: str, clock: ManualClock
+) -> None:
+    """Service Bus' list of sessions: those with a message held (not dead-lettered) or a
+    state kept; after a time, those whose state was set after it."""
+    _send(broker, ("a", "a1"), ("b", "b1"))
+    with broker.accept_session(sessions, "a") as receiver:
+        receiver.set_session_state(b"done")
+        receiver.complete(receiver.receive())
+    assert broker.session_ids(sessions) == ["a", "b"]  # a: its state; b: its message
+    before = clock.now()
+    clock.advance(10)
+    with broker.accept_session(sessions, "b") as receiver:
+        receiver.set_session_state(b"started")
+    assert broker.session_ids(sessions, state_updated_after=before) == ["b"]
+    with broker.accept_session(sessions, "a") as receiver:
+        receiver.set_session_state(None)
+    with broker.accept_session(sessions, "b") as receiver:
+        receiver.set_session_state(None)
+        receiver.complete(receiver.receive())
+    assert broker.session_ids(sessions) == []
+    broker.create_queue("plain")
+    with pytest.raises(InvalidOperationError):
+        broker.session_ids("plain")
+
+
 def test_renewing_the_session_lock_renews_its_message_locks(
     broker: Broker, sessions: str, clock: ManualClock
 ) -> None:

@@ -141,7 +141,9 @@ def test_a_store_that_took_the_timeline_first_takes_an_earlier_script_later(
     scripts = {int(p.name.split("_")[0]): p.read_text() for p in folder.iterdir()}
     old = sqlite3.connect(tmp_path / "old.db")
     old.execute("CREATE TABLE poisonq_schema (version INTEGER NOT NULL) STRICT")
-    for version in [v for v in script_versions("sqlite") if v != 7]:
+    # The scripts that store had: those up to the timeline's (9). The ones after came with a
+    # poisonq that has 7 too, and a store takes what it lacks in order, so they run after 7.
+    for version in [v for v in script_versions("sqlite") if v != 7 and v <= 9]:
         old.executescript(scripts[version])
         old.execute("INSERT INTO poisonq_schema (version) VALUES (?)", (version,))
     old.commit()

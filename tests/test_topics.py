@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from poisonq import Broker, FilterError, InvalidOperationError, Message, SqlFilter
+from poisonq import (
+    Broker,
+    EntityExistsError,
+    EntityNotFoundError,
+    FilterError,
+    InvalidOperationError,
+    Message,
+    SqlFilter,
+)
 from poisonq.filters import CorrelationFilter, FilterEvaluationError
 from tests.helpers import assert_balanced
 
@@ -153,4 +161,34 @@ def test_duplicate_detection_on_a_topic_ignores_an_id_seen_in_the_window(broker:
     broker.sender("events").send([Message(body=b"1", message_id="e-1")] * 2)
     broker.sender("events").send(Message(body=b"1", message_id="e-1"))
     assert broker.counts(ALL)["active"] == 1
+    assert_balanced(broker)
+
+
+def test_a_subscriptions_rules_let_in_what_any_of_them_matches(broker: Broker) -> None:
+    """Rules on an existing subscription (Service Bus): the filter it was created with is
+    rule ``$Default``; a message reaches it when any rule matches, and nothing does once it
+    has no rule. Each change is one transaction on the subscription's options."""
+    broker.create_topic("events")
+    broker.create_subscription("events", "eu", filter="region = 'eu'")
+    assert list(broker.rules("events", "eu")) == ["$Default"]
+    broker.create_rule("events", "eu", "refunds", {"sys.subject": "refund"})
+    with pytest.raises(EntityExistsError):
+        broker.create_rule("events", "eu", "refunds")
+    sender = broker.sender("events")
+    sender.send(Message(body=b"1", properties={"region": "eu"}))
+    sender.send(Message(body=b"2", subject="refund"))
+    sender.send(Message(body=b"3", properties={"region": "us"}))
+    assert broker.counts(EU)["active"] == 2
+    broker.update_rule("events", "eu", "refunds", "region = 'us'")
+    broker.delete_rule("events", "eu", "$Default")
+    sender.send(Message(body=b"4", properties={"region": "us"}))
+    assert broker.counts(EU)["active"] == 3
+    broker.delete_rule("events", "eu", "refunds")
+    assert broker.rules("events", "eu") == {}
+    sender.send(Message(body=b"5", properties={"region": "us"}))
+    assert broker.counts(EU)["active"] == 3
+    with pytest.raises(EntityNotFoundError):
+        broker.delete_rule("events", "eu", "refunds")
+    with pytest.raises(EntityNotFoundError):
+        broker.create_rule("events", "us", "x")  # no such subscription
     assert_balanced(broker)

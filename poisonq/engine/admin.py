@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from difflib import get_close_matches
 from typing import Any
 
 from poisonq.engine.base import EngineBase
+from poisonq.engine.resolving import SUBSCRIPTIONS
 from poisonq.engine.targets import Spec, Target
-from poisonq.errors import InvalidOperationError, InvalidOptionError, MessageNotFoundError
-from poisonq.filters import Filter, TrueFilter
+from poisonq.errors import (
+    EntityExistsError,
+    EntityNotFoundError,
+    InvalidOperationError,
+    InvalidOptionError,
+    MessageNotFoundError,
+)
+from poisonq.filters import Filter, Rule, RuleSet, TrueFilter
 from poisonq.limits import check_count
 from poisonq.model import (
     DeadLetterReason,
@@ -27,8 +35,6 @@ from poisonq.reports import AuditEntry, AuditReport, QueueInfo, StatusEvent
 from poisonq.store.base import EntityRecord, Transaction
 
 log = logging.getLogger(__name__)
-
-SUBSCRIPTIONS = "subscriptions"
 
 
 class Admin(EngineBase):
@@ -109,6 +115,39 @@ class Admin(EngineBase):
             tx.set_options(target.entity.id, spec.to_text(), self.clock.now())
             return self.resolver.info(tx, self.resolver.resolve(tx, name))
 
+    def rules(self, topic: str, name: str) -> list[tuple[str, Rule]]:
+        """A subscription's rules by name (its filter is its one rule ``$Default``)."""
+        with self.store.transaction() as tx:
+            return list(RuleSet.of(self._subscription(tx, topic, name).spec.filter).rules)
+
+    def change_rule(
+        self, topic: str, name: str, rule_name: str, rule: Rule | None, new: bool
+    ) -> None:
+        """Add rule ``rule_name`` to a subscription (``new``), replace it, or remove it
+        (``rule`` None), in one transaction. A new rule with a name the subscription has
+        raises :class:`EntityExistsError`; replacing or removing a rule it does not have,
+        :class:`EntityNotFoundError`. A subscription left without rules receives nothing."""
+        with self.store.transaction() as tx:
+            target = self._subscription(tx, topic, name)
+            rules = dict(RuleSet.of(target.spec.filter).rules)
+            path = f"{target.entity.name}/rules/{rule_name}"
+            if new and rule_name in rules:
+                raise EntityExistsError(path)
+            if not new and rule_name not in rules:
+                raise EntityNotFoundError(path, get_close_matches(rule_name, rules, 3))
+            if rule is None:
+                del rules[rule_name]
+            else:
+                rules[rule_name] = rule
+            spec = dataclasses.replace(target.spec, filter=RuleSet(tuple(rules.items())))
+            tx.set_options(target.entity.id, spec.to_text(), self.clock.now())
+
+    def _subscription(self, tx: Transaction, topic: str, name: str) -> Target:
+        target = self.resolver.main(tx, f"{topic}/{SUBSCRIPTIONS}/{name}")
+        if target.kind is not EntityKind.SUBSCRIPTION:
+            raise InvalidOperationError(f"{target.entity.name!r} is not a subscription")
+        return target
+
     def set_status(self, address: str, status: EntityStatus, cause: str | None = None) -> None:
         """Set the status; making an entity active also clears its run of rollbacks (an
         operator enabling it after an auto-disable starts the count again)."""
@@ -123,17 +162,9 @@ class Admin(EngineBase):
         with self.store.transaction() as tx:
             target = self.resolver.main(tx, name)
             if target.kind is EntityKind.TOPIC:
-                for sub in self._subscriptions(tx, name):
+                for sub in self.resolver.subscriptions(tx, name):
                     tx.delete_entity(sub.entity.id)
             tx.delete_entity(target.entity.id)
-
-    def _subscriptions(self, tx: Transaction, topic: str) -> list[Target]:
-        prefix = f"{topic}/{SUBSCRIPTIONS}/"
-        return [
-            self.resolver.of(e)
-            for e in tx.entities()
-            if e.parent_id is None and e.name.startswith(prefix)
-        ]
 
     # The reads: each sees what is due on the store's clock applied first (Housekeeper).
     def get_queue(self, address: str) -> QueueInfo:

@@ -30,6 +30,9 @@ from poisonq.names import NAMESPACE_DEADLETTER, Address, parse_address, subqueue
 from poisonq.reports import QueueInfo, StatusEvent
 from poisonq.store.base import EntityRecord, Transaction
 
+SUBSCRIPTIONS = "subscriptions"
+"""The path segment of a topic's subscriptions: ``events/subscriptions/eu``."""
+
 
 class Resolver:
     """Addresses to entities and the options that govern them (cached by their text), and
@@ -61,6 +64,13 @@ class Resolver:
     def of(self, queue: EntityRecord) -> Target:
         """The target of a queue (or topic) entity itself."""
         return Target(queue, queue, self.spec(queue))
+
+    def subscriptions(self, tx: Transaction, topic: str) -> list[Target]:
+        """The targets of a topic's subscriptions."""
+        prefix = f"{topic}/{SUBSCRIPTIONS}/"
+        return [
+            self.of(e) for e in tx.entities() if e.parent_id is None and e.name.startswith(prefix)
+        ]
 
     @staticmethod
     def missing(tx: Transaction, address: Address) -> EntityNotFoundError:
@@ -139,4 +149,5 @@ class Resolver:
             kind=kind,
             event=event,
             filter=rule,
+            dead_letter_on_filter_exceptions=target.spec.dead_letter_on_filter_exceptions,
         )

@@ -12,10 +12,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from poisonq.engine.base import EngineBase
-from poisonq.engine.targets import Target, check_text
+from poisonq.engine.targets import Target, check_sequence_numbers, check_text
 from poisonq.errors import (
     EntityDisabledError,
     InvalidOptionError,
+    MessageNotFoundError,
     MessageTooLargeError,
     QuotaExceededError,
 )
@@ -34,6 +35,7 @@ from poisonq.options import QueueOptions
 from poisonq.store.base import NewMessage, Transaction
 
 log = logging.getLogger(__name__)
+SCHEDULED = MessageState.SCHEDULED
 
 # Why a message is dead-lettered as it arrives (None: it is not).
 Arrival = tuple[NewMessage, str | None]
@@ -55,6 +57,30 @@ class Sending(EngineBase):
                 return self._publish(tx, target, messages, now)
             rows = self._rows(messages, target.options, now)
             return self._enqueue(tx, target, rows, now, last=True)
+
+    def cancel_scheduled(self, address: str, sequence_numbers: int | Sequence[int]) -> int:
+        """Scheduled → dropped (Service Bus' cancel of a scheduled message): the messages
+        ``sequence_numbers`` names, still waiting for their time in ``address`` (a queue,
+        or a topic's subscriptions, where scheduling a message to a topic put its copies),
+        leave it counted as dropped, in one transaction. A number naming no such message
+        (sent, received or cancelled already) raises :class:`MessageNotFoundError` and
+        cancels nothing. Returns how many were cancelled."""
+        seqs = sorted(set(check_sequence_numbers(sequence_numbers)))
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            target = self.resolver.main(tx, address)
+            targets = [target]
+            if target.kind is EntityKind.TOPIC:
+                targets = self.resolver.subscriptions(tx, target.entity.name)
+            found: list[tuple[Target, list[int]]] = []
+            for each in targets:
+                self.poisoner.housekeep(tx, each, now)  # one whose time came is not pending
+                held = tx.messages(each.entity.id, each.entity.name, seqs)
+                found.append((each, [m.sequence_number for m in held if m.state is SCHEDULED]))
+            missing = sorted(set(seqs).difference(*(mine for _, mine in found)))
+            if missing:
+                raise MessageNotFoundError(target.entity.name, missing[0])
+            return sum(tx.drop(each.entity.id, mine) for each, mine in found if mine)
 
     def _enqueue(
         self, tx: Transaction, target: Target, rows: list[Arrival], now: float, last: bool = False
@@ -140,12 +166,9 @@ class Sending(EngineBase):
             messages = [
                 m for m, (row, _) in zip(messages, arrivals, strict=True) if id(row) in fresh
             ]
-        prefix = f"{topic.entity.name}/subscriptions/"
         seqs: list[int] = []
-        for entity in tx.entities():
-            if not entity.name.startswith(prefix) or entity.parent_id is not None:
-                continue
-            sub = self.resolver.of(entity)
+        for sub in self.resolver.subscriptions(tx, topic.entity.name):
+            entity = sub.entity
             if not entity.status.can_send:
                 continue
             rows: list[Arrival] = []
@@ -221,6 +244,9 @@ def _new_row(message: Message, options: QueueOptions, now: float) -> tuple[NewMe
     session_id = message.session_id
     if session_id is not None and not 0 < len(session_id) <= MAX_ID_LENGTH:
         raise InvalidOptionError(f"session_id must be 1-{MAX_ID_LENGTH} characters: {session_id!r}")
+    addresses = (message.to, message.reply_to_session_id, message.partition_key)
+    if addresses != (None, None, None):
+        size += _addresses_size(message)
     scheduled_at = None
     state = MessageState.ACTIVE
     if message.scheduled_enqueue_time is not None:
@@ -247,8 +273,29 @@ def _new_row(message: Message, options: QueueOptions, now: float) -> tuple[NewMe
         state,
         scheduled_at,
         expires_at,
+        *addresses,
     )
     return row, props_size
+
+
+def _addresses_size(message: Message) -> int:
+    """The size of the fields few messages set (``to``, ``reply_to_session_id``,
+    ``partition_key``), checked; a partition key beside a session id must be that id, as
+    Service Bus requires (a session's messages are one partition)."""
+    key, session_id = message.partition_key, message.session_id
+    if key is not None and session_id is not None and key != session_id:
+        raise InvalidOptionError(
+            f"partition_key {key!r} must equal the session_id {session_id!r} when both are set"
+        )
+    size = 0
+    for name in ("to", "reply_to_session_id", "partition_key"):
+        value = getattr(message, name)
+        if value is not None:
+            check_text(value, name)
+            if len(value) > MAX_ID_LENGTH:
+                raise InvalidOptionError(f"{name} must be at most {MAX_ID_LENGTH} characters")
+            size += len(value.encode())
+    return size
 
 
 def _properties_json(properties: dict[str, Any]) -> str | None:

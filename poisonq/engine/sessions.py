@@ -108,6 +108,14 @@ class Sessions(Receiving):
             if not tx.set_session_state(target.entity.id, session_id, token, now, state):
                 raise SessionLockLostError(target.entity.name, session_id)
 
+    def session_ids(self, address: str, state_updated_after: float | None = None) -> list[str]:
+        """The sessions of a session queue with a message waiting, locked, deferred or
+        scheduled, or with a state kept; with ``state_updated_after``, those whose state was
+        set after it."""
+        with self.store.transaction() as tx:
+            target = self._session_target(tx, address)
+            return tx.session_ids(target.entity.id, state_updated_after)
+
     def renew_session_lock(
         self, address: str, session_id: str, token: str, lock_duration: float | None = None
     ) -> float:

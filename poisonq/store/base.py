@@ -100,6 +100,9 @@ class NewMessage:
     state: MessageState
     scheduled_at: float | None
     expires_at: float | None
+    to_address: str | None = None
+    reply_to_session_id: str | None = None
+    partition_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -441,6 +444,11 @@ class Transaction(ABC):
         self, entity_id: int, session_id: str, token: str, now: float, state: bytes | None
     ) -> int:
         """Store the session's state if ``token`` validly holds it; returns rows changed."""
+
+    @abstractmethod
+    def session_ids(self, entity_id: int, state_updated_after: float | None) -> list[str]:
+        """The sessions with a message held (not dead-lettered) or a state kept, by id; with
+        ``state_updated_after``, those whose state was set after that time."""
 
     @abstractmethod
     def release_session(self, entity_id: int, session_id: str, token: str) -> int:

@@ -75,7 +75,7 @@ def _message(
         seq, message_id, body, content_type, subject, props, session_id, correlation_id,
         reply_to, state, enqueued_at, scheduled_at, expires_at, delivery_count, abort_count,
         move_count, resubmit_count, hop_count, lock_token, locked_until, reason, description,
-        source, failures,
+        source, failures, to_address, reply_to_session_id, partition_key,
     ) = row  # fmt: skip
     return ReceivedMessage(
         seq,
@@ -103,6 +103,9 @@ def _message(
         description,
         source,
         [FailureRecord.from_json(f) for f in json.loads(failures)] if failures else [],
+        to_address,
+        reply_to_session_id,
+        partition_key,
     )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from poisonq.model import MessageState
 from poisonq.store.base import SessionRecord
+from poisonq.store.rows import LIVE
 from poisonq.store.shared_sql import SharedStatements
 
 
@@ -87,7 +88,7 @@ class SessionStatements(SharedStatements):
         self, entity_id: int, session_id: str, token: str, now: float, state: bytes | None
     ) -> int:
         return self._update(
-            "UPDATE sessions SET state = :state WHERE entity_id = :entity"
+            "UPDATE sessions SET state = :state, state_updated_at = :now WHERE entity_id = :entity"
             " AND session_id = :session AND lock_token = :token AND locked_until > :now",
             {
                 "entity": entity_id,
@@ -97,6 +98,23 @@ class SessionStatements(SharedStatements):
                 "state": state,
             },
         )
+
+    def session_ids(self, entity_id: int, state_updated_after: float | None) -> list[str]:
+        if state_updated_after is not None:
+            rows = self._query(
+                "SELECT session_id FROM sessions WHERE entity_id = :entity"
+                " AND state_updated_at > :after ORDER BY session_id",
+                {"entity": entity_id, "after": state_updated_after},
+            )
+        else:
+            rows = self._query(
+                "SELECT session_id FROM messages WHERE entity_id = :entity"
+                f" AND session_id IS NOT NULL AND state IN {LIVE}"
+                " UNION SELECT session_id FROM sessions WHERE entity_id = :entity"
+                " AND state IS NOT NULL ORDER BY session_id",
+                {"entity": entity_id},
+            )
+        return [str(row[0]) for row in rows]
 
     def release_session(self, entity_id: int, session_id: str, token: str) -> int:
         return self._update(

@@ -665,11 +665,12 @@ class SqliteTransaction(
         self._db.execute(
             "INSERT INTO messages (entity_id, state, message_id, body_id, size, content_type,"
             " subject, properties, session_id, correlation_id, reply_to, enqueued_at, expires_at,"
-            " abort_count, resubmit_count, hop_count, last_error_type, last_fingerprint, failures)"
+            " abort_count, resubmit_count, hop_count, last_error_type, last_fingerprint, failures,"
+            " to_address, reply_to_session_id, partition_key)"
             " SELECT ?, 'active', message_id, body_id, size, content_type, subject, properties,"
             " session_id, correlation_id, reply_to, ?, ?, abort_count, resubmit_count + 1,"
-            " hop_count, last_error_type, last_fingerprint, failures"
-            f" FROM messages WHERE {guard} ORDER BY seq",
+            " hop_count, last_error_type, last_fingerprint, failures, to_address,"
+            f" reply_to_session_id, partition_key FROM messages WHERE {guard} ORDER BY seq",
             (destination_id, now, expires_at, *params),
         )
         rows = self._db.execute(f"DELETE FROM messages WHERE {guard} RETURNING size", params)

@@ -19,7 +19,8 @@ def message_columns(source: str) -> str:
         "content_type, subject, properties, session_id, correlation_id, reply_to, state, "
         "enqueued_at, scheduled_at, expires_at, delivery_count, abort_count, move_count, "
         "resubmit_count, hop_count, lock_token, locked_until, dead_letter_reason, "
-        "dead_letter_description, dead_letter_source, failures"
+        "dead_letter_description, dead_letter_source, failures, to_address, "
+        "reply_to_session_id, partition_key"
     )
 
 
@@ -51,6 +52,9 @@ OPTIONAL_COLUMNS = (
     "reply_to",
     "scheduled_at",
     "expires_at",
+    "to_address",
+    "reply_to_session_id",
+    "partition_key",
 )
 
 

@@ -62,7 +62,8 @@ _MESSAGE_COLUMNS = (
     "seq, message_id, body, content_type, subject, properties, session_id, correlation_id,"
     " reply_to, state, enqueued_at, scheduled_at, expires_at, delivery_count, abort_count,"
     " move_count, resubmit_count, hop_count, lock_token, locked_until, dead_letter_reason,"
-    " dead_letter_description, dead_letter_source, failures::text"
+    " dead_letter_description, dead_letter_source, failures::text, to_address,"
+    " reply_to_session_id, partition_key"
 )
 # The counters the retry policy decides on (LockInfo), for a settlement or a lock sweep.
 _LOCK_COLUMNS = "seq, delivery_count, move_count, dead_lettered_deliveries"
@@ -217,17 +218,21 @@ class PostgresTransaction(
         seqs = self._fetch_all(
             "INSERT INTO messages (entity_id, enqueued_at, state, message_id, body, size,"
             " content_type, subject, properties, session_id, correlation_id, reply_to,"
-            " scheduled_at, visible_at, expires_at)"
+            " scheduled_at, visible_at, expires_at, to_address, reply_to_session_id,"
+            " partition_key)"
             " SELECT destination.id, %(now)b, coalesce(r.state, 'active'), r.message_id, r.body,"
             " coalesce(r.size, octet_length(r.body)), r.content_type,"
             " r.subject, r.properties, r.session_id, r.correlation_id, r.reply_to,"
-            " r.scheduled_at, r.scheduled_at, r.expires_at"
+            " r.scheduled_at, r.scheduled_at, r.expires_at, r.to_address, r.reply_to_session_id,"
+            " r.partition_key"
             f" FROM {_DESTINATION}, unnest(%(state)b::text[], %(id)b::text[], %(body)b::bytea[],"
             " %(size)b::int[], %(type)b::text[], %(subject)b::text[], %(props)b::text[],"
             " %(session)b::text[], %(correlation)b::text[], %(reply)b::text[],"
-            " %(scheduled)b::float8[], %(expires)b::float8[])"
+            " %(scheduled)b::float8[], %(expires)b::float8[], %(to)b::text[],"
+            " %(reply_session)b::text[], %(partition)b::text[])"
             " WITH ORDINALITY AS r(state, message_id, body, size, content_type, subject,"
-            " properties, session_id, correlation_id, reply_to, scheduled_at, expires_at, n)"
+            " properties, session_id, correlation_id, reply_to, scheduled_at, expires_at,"
+            " to_address, reply_to_session_id, partition_key, n)"
             " ORDER BY r.n RETURNING seq",
             {
                 "destination": entity_id,
@@ -244,6 +249,9 @@ class PostgresTransaction(
                 "reply": column("reply_to"),
                 "scheduled": scheduled,
                 "expires": column("expires_at"),
+                "to": column("to_address"),
+                "reply_session": column("reply_to_session_id"),
+                "partition": column("partition_key"),
             },
             last=last,
         )
@@ -627,11 +635,13 @@ class PostgresTransaction(
             " RETURNING messages.*, destination.id AS destination_id)"
             " INSERT INTO messages (entity_id, state, message_id, body, size, content_type,"
             " subject, properties, session_id, correlation_id, reply_to, enqueued_at, expires_at,"
-            " abort_count, resubmit_count, hop_count, last_error_type, last_fingerprint, failures)"
+            " abort_count, resubmit_count, hop_count, last_error_type, last_fingerprint, failures,"
+            " to_address, reply_to_session_id, partition_key)"
             " SELECT destination_id, 'active', message_id, body, size, content_type, subject,"
             " properties, session_id, correlation_id, reply_to, %(now)b, %(expires)b,"
             " abort_count, resubmit_count + 1, hop_count, last_error_type, last_fingerprint,"
-            " failures FROM gone ORDER BY seq RETURNING size",
+            " failures, to_address, reply_to_session_id, partition_key FROM gone ORDER BY seq"
+            " RETURNING size",
             {
                 "entity": entity_id,
                 "seqs": list(seqs),

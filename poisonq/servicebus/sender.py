@@ -1,0 +1,78 @@
+"""``ServiceBusSender``: azure-servicebus 7's sender on :class:`poisonq.Sender`."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from poisonq.servicebus.exceptions import translated
+from poisonq.servicebus.message import (
+    ServiceBusMessage,
+    ServiceBusMessageBatch,
+    native_batch,
+    utc,
+)
+
+if TYPE_CHECKING:
+    from poisonq.receivers import Sender
+    from poisonq.servicebus.client import ServiceBusClient
+
+Messages = ServiceBusMessage | ServiceBusMessageBatch | Iterable[ServiceBusMessage]
+
+
+class ServiceBusSender:
+    """Sends to a queue or a topic. Each call is one transaction: a list or a batch is sent
+    whole or not at all, and is durable when the call returns."""
+
+    def __init__(self, client: ServiceBusClient, entity_name: str) -> None:
+        self._client = client
+        self.entity_name = entity_name
+
+    def _native(self) -> Sender:
+        return self._client.broker().sender(self.entity_name)
+
+    def send_messages(self, message: Messages, **kwargs: Any) -> None:
+        """Send a message, a list of them, or a :class:`ServiceBusMessageBatch`."""
+        batch = native_batch(message)
+        with translated():
+            self._native().send(batch)
+
+    def schedule_messages(
+        self, messages: Messages, schedule_time_utc: datetime.datetime, **kwargs: Any
+    ) -> list[int]:
+        """Send messages that become receivable at ``schedule_time_utc`` (a naive datetime
+        is UTC); returns their sequence numbers, for :meth:`cancel_scheduled_messages` (on
+        a topic, those of every subscription's copy)."""
+        batch = native_batch(messages)
+        with translated():
+            return self._native().schedule(batch, utc(schedule_time_utc))
+
+    def cancel_scheduled_messages(
+        self, sequence_numbers: int | Sequence[int], **kwargs: Any
+    ) -> None:
+        """Cancel scheduled messages not yet due, all or none (a number naming none raises
+        :class:`~poisonq.servicebus.exceptions.MessageNotFoundError`)."""
+        with translated():
+            self._native().cancel_scheduled(sequence_numbers)
+
+    def create_message_batch(self, max_size_in_bytes: int | None = None) -> ServiceBusMessageBatch:
+        """An empty batch holding at most ``max_size_in_bytes`` (by default, and at most,
+        the entity's ``max_message_size``, as the SDK's link limits a batch)."""
+        with translated():
+            limit = self._client.broker().get_queue(self.entity_name).options.max_message_size
+        if max_size_in_bytes is not None and max_size_in_bytes > limit:
+            raise ValueError(
+                f"max_size_in_bytes {max_size_in_bytes} is larger than the entity's"
+                f" max_message_size of {limit} bytes"
+            )
+        return ServiceBusMessageBatch(max_size_in_bytes or limit)
+
+    def close(self) -> None:
+        """Nothing to release: each call is one transaction of the client's broker."""
+
+    def __enter__(self) -> ServiceBusSender:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
