@@ -48,6 +48,7 @@ from poisonq.store.base import (
 from poisonq.store.entities_sql import EntityStatements
 from poisonq.store.history import HistoryBuffer, HistoryKeeper
 from poisonq.store.housekeeping_sql import HousekeepingStatements
+from poisonq.store.ledger import LedgerCounts
 from poisonq.store.rows import (
     ENTITY_COLUMNS,
     HELD_IN,
@@ -108,6 +109,7 @@ class SqliteTransaction(
     TimelineStatements,
     SqliteHistory,
     HousekeepingStatements,
+    LedgerCounts,
     Transaction,
 ):
     # The aggregates' keys and hours as the triggers of schema 12 write them.
@@ -227,7 +229,7 @@ class SqliteTransaction(
                 params += [getattr(m, c) for c in optional]
             top = self._db.execute(insert + ", ".join([row_marks] * len(chunk)), params).lastrowid
         assert top is not None
-        self._add_to_ledger(entity_id, sent=len(rows), size_bytes=sum(m.size for m in rows))
+        self._count_sent(entity_id, len(rows), sum(m.size for m in rows))
         return list(range(top - len(rows) + 1, top + 1))
 
     def _delete_bodies(self, body_ids: list[int]) -> None:
@@ -282,9 +284,7 @@ class SqliteTransaction(
         ).fetchall()
         rows.sort(key=lambda row: row[0])
         self._delete_bodies([row[-1] for row in rows])
-        self._add_to_ledger(
-            entity_id, completed=len(rows), size_bytes=-sum(row[-2] for row in rows)
-        )
+        self._count_completed(entity_id, len(rows), sum(row[-2] for row in rows))
         taken = message_rows((row[:-2] for row in rows), name)
         for message in taken:
             message.delivery_count += 1
@@ -406,8 +406,7 @@ class SqliteTransaction(
             (destination_id, state, visible_at, move_count, hop_count, entity_id, seqs_json(seqs)),
         ).fetchall()
         moved, size = len(rows), sum(row[1] for row in rows)
-        self._add_to_ledger(entity_id, moved_out=moved, size_bytes=-size)
-        self._add_to_ledger(destination_id, moved_in=moved, size_bytes=size)
+        self._count_moved(entity_id, destination_id, moved, size)
         return sorted(row[0] for row in rows)
 
     # Settling -----------------------------------------------------------------------------
@@ -469,12 +468,12 @@ class SqliteTransaction(
             f"DELETE FROM bodies WHERE id IN (SELECT body_id FROM messages WHERE {which})", params
         )
         self._db.execute(f"DELETE FROM messages WHERE {which}", params)
-        self._add_to_ledger(entity_id, completed=count, size_bytes=-size)
+        self._count_completed(entity_id, count, size)
         return int(count)
 
     def _completed(self, entity_id: int, rows: list[Any]) -> list[int]:
         self._delete_bodies([row[2] for row in rows])
-        self._add_to_ledger(entity_id, completed=len(rows), size_bytes=-sum(row[1] for row in rows))
+        self._count_completed(entity_id, len(rows), sum(row[1] for row in rows))
         return [row[0] for row in rows]
 
     def abandon(
@@ -503,10 +502,7 @@ class SqliteTransaction(
             f" AND seq IN {SEQS.replace('?', '?3')}",
             (record, entity_id, seqs_json(seqs), ready),
         ).rowcount
-        if lock_expired:
-            self._add_to_ledger(entity_id, lock_expiries=changed)
-        else:
-            self._add_to_ledger(entity_id, abandoned=changed)
+        self._count_returned(entity_id, changed, lock_expired)
         return changed
 
     def release(
@@ -628,12 +624,8 @@ class SqliteTransaction(
         ).fetchall()
         moved, size = len(rows), sum(row[1] for row in rows)
         self.history.dead_lettered(destination_id, reason, (row[2:] for row in rows))
-        self._add_to_ledger(entity_id, moved_out=moved, dead_lettered=moved, size_bytes=-size)
-        self._add_to_ledger(destination_id, moved_in=moved, size_bytes=size)
+        self._count_moved(entity_id, destination_id, moved, size, "dead_lettered")
         return [row[0] for row in rows]
-
-    def count_poisoned(self, entity_id: int, count: int) -> None:
-        self._add_to_ledger(entity_id, poisoned=count)
 
     def drop(self, entity_id: int, seqs: Sequence[int]) -> int:
         rows = self._db.execute(
@@ -642,7 +634,7 @@ class SqliteTransaction(
             (entity_id, seqs_json(seqs)),
         ).fetchall()
         self._delete_bodies([row[1] for row in rows])
-        self._add_to_ledger(entity_id, dropped=len(rows), size_bytes=-sum(row[0] for row in rows))
+        self._count_dropped(entity_id, len(rows), sum(row[0] for row in rows))
         return len(rows)
 
     def resubmit(
@@ -676,8 +668,7 @@ class SqliteTransaction(
         rows = self._db.execute(f"DELETE FROM messages WHERE {guard} RETURNING size", params)
         sizes = [row[0] for row in rows]
         moved, size = len(sizes), sum(sizes)
-        self._add_to_ledger(entity_id, moved_out=moved, resubmitted=moved, size_bytes=-size)
-        self._add_to_ledger(destination_id, moved_in=moved, size_bytes=size)
+        self._count_moved(entity_id, destination_id, moved, size, "resubmitted")
         return moved
 
 

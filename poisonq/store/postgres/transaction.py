@@ -39,6 +39,7 @@ from poisonq.store.base import EntityRecord, LockInfo, MessageFilter, NewMessage
 from poisonq.store.entities_sql import EntityStatements
 from poisonq.store.history import HistoryBuffer
 from poisonq.store.housekeeping_sql import HousekeepingStatements
+from poisonq.store.ledger import LedgerCounts
 from poisonq.store.postgres.batches import (
     BatchQueries,
     filter_clauses,
@@ -109,6 +110,7 @@ class PostgresTransaction(
     SettlingStatements,
     TimelineStatements,
     HousekeepingStatements,
+    LedgerCounts,
     Transaction,
 ):
     _FENCE = " OFFSET 0"  # the housekeeping probes: see HousekeepingStatements
@@ -213,7 +215,7 @@ class PostgresTransaction(
         scheduled = column("scheduled_at")
         # Counted before it runs (the sizes are known), so that with ``last`` the ledger can
         # travel with the statement and COMMIT.
-        self._add_to_ledger(entity_id, sent=len(rows), size_bytes=sum(m.size for m in rows))
+        self._count_sent(entity_id, len(rows), sum(m.size for m in rows))
         self.notify = True
         seqs = self._fetch_all(
             "INSERT INTO messages (entity_id, enqueued_at, state, message_id, body, size,"
@@ -297,9 +299,7 @@ class PostgresTransaction(
             {"entity": entity_id, "ready": ready.value, "limit": limit},
         )
         rows.sort(key=lambda row: row[0])
-        self._add_to_ledger(
-            entity_id, completed=len(rows), size_bytes=-sum(row[-1] for row in rows)
-        )
+        self._count_completed(entity_id, len(rows), sum(row[-1] for row in rows))
         taken = message_rows((row[:-1] for row in rows), name)
         for message in taken:
             message.delivery_count += 1
@@ -456,8 +456,7 @@ class PostgresTransaction(
         )
         self._check_destination(destination_id, len(seqs), len(rows))
         moved, size = len(rows), sum(row[1] for row in rows)
-        self._add_to_ledger(entity_id, moved_out=moved, size_bytes=-size)
-        self._add_to_ledger(destination_id, moved_in=moved, size_bytes=size)
+        self._count_moved(entity_id, destination_id, moved, size)
         self.notify = self.notify or moved > 0
         return sorted(row[0] for row in rows)
 
@@ -488,7 +487,7 @@ class PostgresTransaction(
 
     def _completed(self, entity_id: int, done: Cursor[Any]) -> list[int]:
         rows = done.fetchall()
-        self._add_to_ledger(entity_id, completed=len(rows), size_bytes=-sum(row[1] for row in rows))
+        self._count_completed(entity_id, len(rows), sum(row[1] for row in rows))
         return [row[0] for row in rows]
 
     def _check_destination(self, destination_id: int, asked: int, added: int) -> None:
@@ -523,10 +522,7 @@ class PostgresTransaction(
                 "seqs": list(seqs),
             },
         )
-        if lock_expired:
-            self._add_to_ledger(entity_id, lock_expiries=changed)
-        else:
-            self._add_to_ledger(entity_id, abandoned=changed)
+        self._count_returned(entity_id, changed, lock_expired)
         self.notify = True
         return changed
 
@@ -602,13 +598,9 @@ class PostgresTransaction(
         self._check_destination(destination_id, len(seqs), len(rows))
         moved, size = len(rows), sum(row[1] for row in rows)
         self.history.dead_lettered(destination_id, reason, (row[2:] for row in rows))
-        self._add_to_ledger(entity_id, moved_out=moved, dead_lettered=moved, size_bytes=-size)
-        self._add_to_ledger(destination_id, moved_in=moved, size_bytes=size)
+        self._count_moved(entity_id, destination_id, moved, size, "dead_lettered")
         self.notify = self.notify or moved > 0
         return sorted(row[0] for row in rows)
-
-    def count_poisoned(self, entity_id: int, count: int) -> None:
-        self._add_to_ledger(entity_id, poisoned=count)
 
     def drop(self, entity_id: int, seqs: Sequence[int]) -> int:
         rows = self._fetch_all(
@@ -616,7 +608,7 @@ class PostgresTransaction(
             " RETURNING size",
             (entity_id, list(seqs)),
         )
-        self._add_to_ledger(entity_id, dropped=len(rows), size_bytes=-sum(row[0] for row in rows))
+        self._count_dropped(entity_id, len(rows), sum(row[0] for row in rows))
         return len(rows)
 
     def resubmit(
@@ -652,7 +644,6 @@ class PostgresTransaction(
         )
         self._check_destination(destination_id, len(seqs), len(rows))
         moved, size = len(rows), sum(row[0] for row in rows)
-        self._add_to_ledger(entity_id, moved_out=moved, resubmitted=moved, size_bytes=-size)
-        self._add_to_ledger(destination_id, moved_in=moved, size_bytes=size)
+        self._count_moved(entity_id, destination_id, moved, size, "resubmitted")
         self.notify = self.notify or moved > 0
         return moved
