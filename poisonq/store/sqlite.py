@@ -99,6 +99,19 @@ _EXPIRED_LOCKS = (
 READ = "BEGIN DEFERRED"  # a reader's transaction (Store.reading)
 
 
+def _record_failure(failure: str) -> str:
+    """The assignments that append a failure record (the JSON object bound as parameter
+    ``failure``, or NULL for none) to a message's history, and keep the columns dead-letter
+    analysis groups by."""
+    return (
+        f"failures = CASE WHEN {failure} IS NULL THEN failures"
+        f"   ELSE json_insert(coalesce(failures, '[]'), '$[#]', json({failure})) END,"
+        f" last_error_type = coalesce(json_extract({failure}, '$.error_type'), last_error_type),"
+        f" last_fingerprint = coalesce(json_extract({failure}, '$.fingerprint'),"
+        " last_fingerprint)"
+    )
+
+
 class SqliteTransaction(
     SessionStatements,
     EntityStatements,
@@ -492,10 +505,7 @@ class SqliteTransaction(
             f" delivery_count = delivery_count + {covered},"
             f" leasable = {self._returned(entity_id)},"
             " abort_count = abort_count + 1,"
-            " failures = CASE WHEN ?1 IS NULL THEN failures"
-            "   ELSE json_insert(coalesce(failures, '[]'), '$[#]', json(?1)) END,"
-            " last_error_type = coalesce(json_extract(?1, '$.error_type'), last_error_type),"
-            " last_fingerprint = coalesce(json_extract(?1, '$.fingerprint'), last_fingerprint)"
+            f" {_record_failure('?1')}"
             # +entity_id: found by sequence number, never by walking the entity's index
             # (the OR leaves the planner no state to seek).
             f" WHERE +entity_id = ?2 AND (state = 'locked' OR {covered})"
@@ -601,10 +611,7 @@ class SqliteTransaction(
             "   || ': ' || json_extract(failures, '$[#-1].message')),"
             " dead_letter_source = ?4, dead_lettered_at = ?5,"
             f" dead_lettered_deliveries = delivery_count + {covered},"
-            " failures = CASE WHEN ?6 IS NULL THEN failures"
-            "   ELSE json_insert(coalesce(failures, '[]'), '$[#]', json(?6)) END,"
-            " last_error_type = coalesce(json_extract(?6, '$.error_type'), last_error_type),"
-            " last_fingerprint = coalesce(json_extract(?6, '$.fingerprint'), last_fingerprint)"
+            f" {_record_failure('?6')}"
             f" WHERE entity_id = ?7 AND state IN {LIVE}"
             " AND (?9 IS NULL OR (state = 'locked' AND lock_token = ?9 AND locked_until > ?5)"
             f"{held_by_cover})"
