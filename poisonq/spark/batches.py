@@ -35,11 +35,9 @@ from typing import Any
 import pyarrow as pa
 
 from poisonq.errors import PermanentError
-from poisonq.failures import dead_lettering
-from poisonq.model import Abandon
-from poisonq.spark.rows import OutputSchema
 from poisonq.spark.schema import lease_batch
 from poisonq.spark.settling import Failure
+from poisonq.spark.work import FunctionWork, settlement
 from poisonq.worker.guard import Crashed, Failed, run_isolated
 from poisonq.worker.guard import failed as as_failed
 
@@ -66,14 +64,10 @@ class OnLeaseBatch:
 
 
 @dataclass(frozen=True)
-class BatchTransform:
+class BatchTransform(FunctionWork):
     """What a ``map_batches`` pipeline runs on each chunk of a lease (picklable)."""
 
     transform: BatchFunction
-    output: OutputSchema
-    permanent: tuple[type[BaseException], ...]
-    isolate: bool
-    max_failure_ratio: float | None
 
     def apply(
         self, rows: list[tuple[Any, ...]], lock_token: str, failed: list[Failure]
@@ -177,10 +171,7 @@ class _Settler:
     failed: list[Failure]
 
     def one(self, seq: int, result: Failed | Crashed) -> None:
-        if type(result) is Failed and result.permanent:
-            self.failed.append(dead_lettering(seq, self.lock_token, result.failure))
-        else:
-            self.failed.append(Abandon(seq, self.lock_token, result.failure))
+        self.failed.append(settlement(seq, self.lock_token, result))
 
 
 def _parts(result: Any, count: int) -> tuple[Any, Sequence[Any] | None]:

@@ -175,10 +175,10 @@ class Pipeline:
             guard, ratio = isolate is not False, self.max_failure_ratio
             work: Work
             if map is not None:
-                work = LeaseTransform(map, rows, permanent, guard, ratio)
+                work = LeaseTransform(rows, permanent, guard, ratio, map)
             else:
                 assert map_batches is not None
-                work = BatchTransform(map_batches, rows, permanent, guard, ratio)
+                work = BatchTransform(rows, permanent, guard, ratio, map_batches)
             self._job = MapJob(lease_reader, work)
         else:
             self._job = FrameJob(

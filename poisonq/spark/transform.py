@@ -29,11 +29,10 @@ from pyspark.sql.types import StructType
 import poisonq
 from poisonq.defects import find_defect
 from poisonq.failures import dead_lettering
-from poisonq.model import Abandon
 from poisonq.spark.batches import BatchTransform
-from poisonq.spark.rows import OutputSchema
 from poisonq.spark.settling import DefectFound, Failure
 from poisonq.spark.source import ARROW_BATCH_ROWS, BatchReader, SequenceRange, SourceOptions
+from poisonq.spark.work import FunctionWork, settlement
 from poisonq.store.base import LEASE_COLUMNS
 from poisonq.worker.guard import Crashed, Failed, Transform, run_inline, run_isolated
 from poisonq.worker.lease_rows import OnLeaseRows
@@ -42,14 +41,10 @@ _DELIVERY_COUNT = LEASE_COLUMNS.index("delivery_count")
 
 
 @dataclass(frozen=True)
-class LeaseTransform:
-    """What a pipeline runs on each message of a lease (picklable)."""
+class LeaseTransform(FunctionWork):
+    """What a ``map`` pipeline runs on each message of a lease (picklable)."""
 
     transform: Transform
-    output: OutputSchema
-    permanent: tuple[type[BaseException], ...]
-    isolate: bool
-    max_failure_ratio: float | None
 
     def apply(
         self, rows: list[tuple[Any, ...]], lock_token: str, failed: list[Failure]
@@ -66,10 +61,8 @@ class LeaseTransform:
                 continue  # filtered out: completed without an output row
             seq = row[0]  # LEASE_COLUMNS begin with the sequence number
             kind = type(result)  # not isinstance, nor a match: this runs once per message
-            if kind is Failed and result.permanent:
-                failed.append(dead_lettering(seq, lock_token, result.failure))
-            elif kind is Failed or kind is Crashed:
-                failed.append(Abandon(seq, lock_token, result.failure))
+            if kind is Failed or kind is Crashed:
+                failed.append(settlement(seq, lock_token, result))
             else:
                 seqs.append(seq)
                 outputs.append(result)
