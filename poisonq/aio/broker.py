@@ -93,10 +93,11 @@ class AsyncBroker:
         until it finds something or ``deadline`` (on the loop's clock) passes."""
         loop = asyncio.get_running_loop()
         while True:
-            marker = self.changes.marker()
+            # Only a look that may wait needs the marker (taking it starts the watch thread).
+            marker = self.changes.marker() if deadline > loop.time() else None
             found = await look()
             left = deadline - loop.time()
-            if found or left <= 0:
+            if found or left <= 0 or marker is None:
                 return found
             await self.changes.wait(marker, min(left, LOOK_INTERVAL))
 
