@@ -273,3 +273,27 @@ def test_resubmit_and_purge_run_as_tasks_awaited_in_the_loop(url: str, clock: Ma
         assert await broker.count_dead_letters("orders") == 0
 
     run(url, clock, body)
+
+
+def test_cancelling_a_waiting_session_accept_leaves_no_session_locked(
+    url: str, clock: ManualClock
+) -> None:
+    async def body(broker: AsyncBroker) -> None:
+        await broker.create_queue("chats", requires_session=True, lock_duration=30)
+        waiting = [
+            asyncio.create_task(broker.accept_next_session("chats", max_wait=60)) for _ in range(3)
+        ]
+        await asyncio.sleep(0.05)  # let them reach the store and wait
+        await broker.sender("chats").send(Message(body=b"x", session_id="a"))
+        for task in waiting:
+            task.cancel()
+        results = await asyncio.gather(*waiting, return_exceptions=True)
+        for accepted in results:
+            if isinstance(accepted, poisonq.aio.AsyncSessionReceiver):
+                await accepted.close()  # a finished accept handed its session out
+        async with await broker.accept_session("chats", "a") as session:
+            (message,) = await session.receive()
+            assert message.delivery_count == 1
+            await session.complete(message)
+
+    run(url, clock, body)
