@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import functools
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -54,17 +55,27 @@ class StoreCalls:
         self._executor.shutdown(wait=True)
 
 
+WATCH_IDLE = 1.0
+"""Seconds without a look that may wait after which the change watch's thread ends (on
+PostgreSQL it holds the store's listening connection, which a sync receive shares)."""
+
+
 class ChangeWatch:
     """Wakes the coroutines waiting for a change in the store: one thread blocks in
-    ``Store.wait_for_change`` (started by the first wait) and sets the loop's current event
-    on each change, then replaces it with a fresh one."""
+    ``Store.wait_for_change`` and sets the loop's current event on each change, then
+    replaces it with a fresh one. The thread runs while looks that may wait are taken (a
+    waiting coroutine takes a marker at least every :data:`LOOK_INTERVAL`), and ends after
+    :data:`WATCH_IDLE` without one. A commit made while the thread starts wakes nobody; the
+    waiters see it at their next look, within :data:`LOOK_INTERVAL`."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
         self._event: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop = threading.Event()
+        self._state = threading.Lock()  # guards the two below, shared with the thread
         self._thread: threading.Thread | None = None
+        self._last_taken = 0.0  # on time.monotonic
 
     def marker(self) -> asyncio.Event:
         """The event the next change sets: take it before looking, so that a change made
@@ -72,9 +83,13 @@ class ChangeWatch:
         if self._event is None:
             self._loop = asyncio.get_running_loop()
             self._event = asyncio.Event()
-            self._thread = threading.Thread(target=self._watch, name="poisonq-aio-changes")
-            self._thread.daemon = True
-            self._thread.start()
+        with self._state:
+            self._last_taken = time.monotonic()
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(
+                    target=self._watch, name="poisonq-aio-changes", daemon=True
+                )
+                self._thread.start()
         return self._event
 
     async def wait(self, marker: asyncio.Event, timeout: float) -> None:
@@ -100,6 +115,10 @@ class ChangeWatch:
                 assert self._loop is not None
                 with contextlib.suppress(RuntimeError):  # the loop closed first
                     self._loop.call_soon_threadsafe(self._wake)
+            with self._state:
+                if time.monotonic() - self._last_taken > WATCH_IDLE:
+                    self._thread = None  # the next marker starts another
+                    return
 
     def _wake(self) -> None:
         woken, self._event = self._event, asyncio.Event()
@@ -108,5 +127,7 @@ class ChangeWatch:
 
     def close(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        with self._state:
+            thread = self._thread
+        if thread is not None:
+            thread.join()
