@@ -204,13 +204,13 @@ class AsyncBroker:
         renewer = sync_renewer(auto_lock_renewer)
         if auto_lock_renewer is not None:
             auto_lock_renewer.start(self.calls)
-        receiver = await self.calls(
-            self.sync.accept_session,
-            address,
-            session_id,
-            lock_duration=lock_duration,
-            auto_lock_renewer=renewer,
-        )
+
+        def accept() -> SessionReceiver:
+            return self.sync.accept_session(
+                address, session_id, lock_duration=lock_duration, auto_lock_renewer=renewer
+            )
+
+        receiver = await self.calls.taking(accept, SessionReceiver.close)
         return AsyncSessionReceiver(self, receiver)
 
     async def accept_next_session(

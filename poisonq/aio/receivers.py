@@ -119,7 +119,10 @@ class AsyncReceiver:
     async def receive_deferred(
         self, sequence_numbers: int | Sequence[int]
     ) -> list[ReceivedMessage]:
-        return await self._calls(self.sync.receive_deferred, sequence_numbers)
+        def receive() -> list[ReceivedMessage]:
+            return self.sync.receive_deferred(sequence_numbers)
+
+        return await self._calls.taking(receive, self._give_back)
 
     async def peek(self, max_messages: int = 1, from_sequence: int = 0) -> list[ReceivedMessage]:
         return await self._calls(self.sync.peek, max_messages, from_sequence)
@@ -160,9 +163,6 @@ class AsyncSessionReceiver(AsyncReceiver):
     what it locked under the session lock, which the close gives back uncounted."""
 
     sync: SessionReceiver
-
-    def __init__(self, broker: AsyncBroker, receiver: SessionReceiver) -> None:
-        super().__init__(broker, receiver)
 
     @property
     def session_id(self) -> str:
