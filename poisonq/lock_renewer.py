@@ -94,19 +94,25 @@ class AutoLockRenewer:
     receiver) whose lock is lost while it is registered: a renewal that failed, or a lock
     that ran out after the renewing stopped at ``max_lock_renewal_duration``. A lock that
     ends because it was settled or closed, even while a renewal was on its way, is no loss.
-    Without a callback, a loss is logged."""
+    Without a callback, a loss is logged.
+
+    With ``thread=False`` it starts no thread: its owner calls :meth:`renew_due` every
+    ``check_interval`` (:mod:`poisonq.aio`'s renewer does, from a task)."""
 
     def __init__(
         self,
         max_lock_renewal_duration: Duration = 300.0,
         on_lock_renew_failure: LockRenewFailure | None = None,
         check_interval: float = 0.5,
+        *,
+        thread: bool = True,
     ) -> None:
         self.max_lock_renewal_duration = to_seconds(
             max_lock_renewal_duration, "max_lock_renewal_duration"
         )
         self.on_lock_renew_failure = on_lock_renew_failure
-        self._interval = check_interval
+        self.check_interval = check_interval
+        self._renews_in_thread = thread
         self._entries: dict[Hashable, _Watch] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -146,7 +152,7 @@ class AutoLockRenewer:
             for renewable in renewables:
                 watch = _Watch(receiver, renewable, until, on_lock_renew_failure)
                 self._entries[watch.key] = watch
-            if self._thread is None:
+            if self._thread is None and self._renews_in_thread:
                 self._thread = threading.Thread(
                     target=self._run, name="poisonq-lock-renewer", daemon=True
                 )
@@ -165,7 +171,7 @@ class AutoLockRenewer:
                 self._entries.pop((message.sequence_number, message.lock_token), None)
 
     def _run(self) -> None:
-        while not self._stop.wait(self._interval):
+        while not self._stop.wait(self.check_interval):
             self.renew_due()
 
     def renew_due(self) -> None:
@@ -204,6 +210,10 @@ class AutoLockRenewer:
             log.warning("lost the lock on session %s: %s", watch.renewable.session_id, error)
         else:
             log.warning("lost the lock on message %s: %s", watch.renewable.sequence_number, error)
+
+    @property
+    def closed(self) -> bool:
+        return self._stop.is_set()
 
     def close(self) -> None:
         self._stop.set()

@@ -35,6 +35,9 @@ T = TypeVar("T")
 RECEIVE_WAIT = 60.0
 """Seconds a receive of an endless iteration, or ``accept_next_session``, waits by default
 (Service Bus' default operation timeout) before it asks again or gives up."""
+LOOK_INTERVAL = 0.1
+"""Seconds a waiting receive goes at most without looking: scheduled messages and expired
+locks come due without any commit to wake it (the asyncio API waits by the same rule)."""
 
 
 def as_list(messages: MessageOrList) -> list[ReceivedMessage]:
@@ -66,9 +69,9 @@ def wait_for(store: Store, deadline: float, marker: object, found: T, look: Call
     """What ``look`` finds, looking again after every change in the store until it finds
     something or ``deadline`` (on ``time.monotonic``) passes; ``found`` is what the caller's
     own look found, after it took ``marker`` from the store. Scheduled messages and expired
-    locks come due without any commit, so it looks at least every 100 ms."""
+    locks come due without any commit, so it looks at least every :data:`LOOK_INTERVAL`."""
     while not found and (left := deadline - time.monotonic()) > 0:
-        store.wait_for_change(marker, min(left, 0.1))
+        store.wait_for_change(marker, min(left, LOOK_INTERVAL))
         marker = store.change_marker()
         found = look()
     return found

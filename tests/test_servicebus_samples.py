@@ -65,6 +65,16 @@ def test_receiving_a_batch_then_iterating_completes_everything_sent(
     assert_balanced(store)
 
 
+def test_the_asyncio_flavour_receives_a_batch_then_iterates_to_the_end(
+    run: Run, store: poisonq.Broker
+) -> None:
+    run("send_queue", queue_name="orders")
+    run("aio_receive_queue", queue_name="orders")
+    counts = store.counts("orders")
+    assert (counts["active"], counts["locked"], counts["completed"]) == (0, 0, 21)
+    assert_balanced(store)
+
+
 def test_peeking_locks_nothing_and_counts_no_delivery(run: Run, store: poisonq.Broker) -> None:
     run("send_queue", queue_name="orders")
     run("receive_peek", queue_name="orders")
@@ -106,6 +116,16 @@ def test_deferred_messages_are_received_again_by_sequence_number(
 
 def test_a_session_is_received_whole_with_its_state(run: Run, store: poisonq.Broker) -> None:
     run("session_send_receive", session_queue_name="sessions", session_id="s-1")
+    assert store.counts("sessions")["completed"] == 21
+    with store.accept_session("sessions", "s-1") as session:
+        assert session.get_session_state() == b"END"
+    assert_balanced(store)
+
+
+def test_the_asyncio_flavour_receives_a_session_whole_with_its_state(
+    run: Run, store: poisonq.Broker
+) -> None:
+    run("aio_session_send_receive", session_queue_name="sessions", session_id="s-1")
     assert store.counts("sessions")["completed"] == 21
     with store.accept_session("sessions", "s-1") as session:
         assert session.get_session_state() == b"END"

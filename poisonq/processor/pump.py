@@ -67,6 +67,32 @@ class ProcessorStats:
             setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
 
 
+def tally(
+    stats: ProcessorStats, outcomes: Sequence[Outcome], poisoned: Sequence[int], lost: Sequence[int]
+) -> list[tuple[ReceivedMessage, BaseException]]:
+    """Count settled ``outcomes`` in ``stats`` (``poisoned`` and ``lost``: the sequence
+    numbers the settlement poisoned, and those whose lock was lost, left unsettled); the
+    messages this settlement poisoned, with their handler's error, for ``on_poison``."""
+    stats.lock_lost += len(lost)
+    hooks: list[tuple[ReceivedMessage, BaseException]] = []
+    for outcome in outcomes:
+        if outcome.message.sequence_number in lost:
+            continue
+        match outcome:
+            case Succeeded():
+                stats.completed += 1
+            case GivenBack():
+                stats.released += 1
+            case FailedPermanently(message, failure):
+                stats.dead_lettered += 1
+                hooks.append((message, failure.error))
+            case FailedTransiently(message, failure):
+                stats.abandoned += 1
+                if message.sequence_number in poisoned:
+                    hooks.append((message, failure.error))
+    return hooks
+
+
 class ProcessorStoppedError(PoisonqError):
     """Most of the messages handled last failed the same way: a defect in the handler (or
     what it calls), not poison. The batch's failed messages were given back without a
@@ -504,26 +530,11 @@ class Pump:
             poisoned, lost = self.broker.settle_held(
                 receiver.address, [settlement(o) for o in outcomes]
             )
-        stats.lock_lost += len(lost)
         for outcome in outcomes:
             if outcome.message.sequence_number in lost:
                 self.processor.report_lock_lost(outcome.message)
-        pending = {o.message.sequence_number: o for o in outcomes}
-        for seq in lost:
-            del pending[seq]
-        for outcome in pending.values():
-            match outcome:
-                case Succeeded():
-                    stats.completed += 1
-                case GivenBack():
-                    stats.released += 1
-                case FailedPermanently(message, failure):
-                    stats.dead_lettered += 1
-                    self._poisoned(message, failure.error)
-                case FailedTransiently(message, failure):
-                    stats.abandoned += 1
-                    if message.sequence_number in poisoned:
-                        self._poisoned(message, failure.error)
+        for message, error in tally(stats, outcomes, poisoned, lost):
+            self._poisoned(message, error)
 
     def _give_back(self, receiver: Receiver, settled: list[Outcome], failed: list[Outcome]) -> None:
         """Settle ``settled`` as they are and release ``failed`` (no delivery counted), in

@@ -21,6 +21,17 @@ if TYPE_CHECKING:
 Messages = ServiceBusMessage | ServiceBusMessageBatch | Iterable[ServiceBusMessage]
 
 
+def batch_limit(limit: int, max_size_in_bytes: int | None) -> int:
+    """A batch's size limit: ``max_size_in_bytes`` if given, at most the entity's ``limit``
+    (its ``max_message_size``, as the SDK's link limits a batch)."""
+    if max_size_in_bytes is not None and max_size_in_bytes > limit:
+        raise ValueError(
+            f"max_size_in_bytes {max_size_in_bytes} is larger than the entity's"
+            f" max_message_size of {limit} bytes"
+        )
+    return max_size_in_bytes or limit
+
+
 class ServiceBusSender:
     """Sends to a queue or a topic. Each call is one transaction: a list or a batch is sent
     whole or not at all, and is durable when the call returns."""
@@ -61,12 +72,7 @@ class ServiceBusSender:
         the entity's ``max_message_size``, as the SDK's link limits a batch)."""
         with translated():
             limit = self._client.broker().get_queue(self.entity_name).options.max_message_size
-        if max_size_in_bytes is not None and max_size_in_bytes > limit:
-            raise ValueError(
-                f"max_size_in_bytes {max_size_in_bytes} is larger than the entity's"
-                f" max_message_size of {limit} bytes"
-            )
-        return ServiceBusMessageBatch(max_size_in_bytes or limit)
+        return ServiceBusMessageBatch(batch_limit(limit, max_size_in_bytes))
 
     def close(self) -> None:
         """Nothing to release: each call is one transaction of the client's broker."""

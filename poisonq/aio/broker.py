@@ -1,0 +1,244 @@
+"""``poisonq.aio.connect`` and the :class:`AsyncBroker`: the sync :class:`~poisonq.Broker`'s
+calls as coroutines (every rule is the sync API's; see :mod:`poisonq.aio.calls` for how they
+leave the event loop), and the waits of receiving a session done in the loop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+from urllib.parse import parse_qs, urlsplit
+
+import poisonq
+from poisonq.aio.calls import ChangeWatch, StoreCalls
+from poisonq.aio.lock_renewer import AutoLockRenewer, sync_renewer
+from poisonq.aio.receivers import AsyncReceiver, AsyncSender, AsyncSessionReceiver
+from poisonq.client import Broker
+from poisonq.clock import Clock
+from poisonq.limits import check_count
+from poisonq.model import (
+    Duration,
+    ReceivedMessage,
+    ReceiveMode,
+    Settlement,
+    SubQueue,
+    to_seconds,
+)
+from poisonq.receivers import LOOK_INTERVAL, RECEIVE_WAIT, SessionReceiver, lock_seconds
+from poisonq.reports import AuditReport, QueueInfo
+from poisonq.tasks import BulkTask
+
+T = TypeVar("T")
+
+DEFAULT_POOL_SIZE = 10
+"""Threads (and PostgreSQL connections) an :class:`AsyncBroker` runs store calls on."""
+
+
+def _with_pool_size(url: str, pool_size: int) -> str:
+    """A PostgreSQL URL whose connection pool has ``pool_size`` connections, unless it names
+    its own size (a thread of the pool then never waits for a connection)."""
+    if not url.startswith(("postgresql:", "postgres:")):
+        return url
+    if "pool_size" in parse_qs(urlsplit(url).query):
+        return url
+    return f"{url}{'&' if '?' in url else '?'}pool_size={pool_size}"
+
+
+async def connect(
+    url: str = poisonq.client.DEFAULT_URL,
+    *,
+    clock: Clock | None = None,
+    create: bool = True,
+    pool_size: int = DEFAULT_POOL_SIZE,
+    **retry: Any,
+) -> AsyncBroker:
+    """Open the store ``url`` names, as :func:`poisonq.connect` does (``clock``, ``create``
+    and the ``retry_*`` arguments are its own). Store calls run on at most ``pool_size``
+    threads for PostgreSQL (whose pool gets as many connections unless the URL says
+    ``pool_size``), on one for SQLite."""
+    check_count(pool_size, "pool_size")
+    url = _with_pool_size(url, pool_size)
+    sync = await asyncio.to_thread(poisonq.connect, url, clock=clock, create=create, **retry)
+    workers = 1 if url.startswith("sqlite:") else pool_size
+    return AsyncBroker(sync, workers)
+
+
+class AsyncBroker:
+    """A connection to a poisonq store for asyncio code: the :class:`~poisonq.Broker`'s
+    operations as coroutines, with the same semantics and errors. Use it as an ``async
+    with`` block, or call :meth:`close`."""
+
+    def __init__(self, broker: Broker, workers: int) -> None:
+        self.sync = broker
+        self.calls = StoreCalls(workers)
+        self.changes = ChangeWatch(broker.store)
+
+    @property
+    def clock(self) -> Clock:
+        return self.sync.clock
+
+    async def close(self) -> None:
+        self.changes.close()
+        self.calls.close()
+        await asyncio.to_thread(self.sync.close)
+
+    async def __aenter__(self) -> AsyncBroker:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def look_until(self, deadline: float, look: Callable[[], Awaitable[T]]) -> T:
+        """What ``look`` finds, looking again after every change in the store
+        until it finds something or ``deadline`` (on the loop's clock) passes."""
+        loop = asyncio.get_running_loop()
+        while True:
+            # Only a look that may wait needs the marker (taking it starts the watch thread).
+            marker = self.changes.marker() if deadline > loop.time() else None
+            found = await look()
+            left = deadline - loop.time()
+            if found or left <= 0 or marker is None:
+                return found
+            await self.changes.wait(marker, min(left, LOOK_INTERVAL))
+
+    # Admin ------------------------------------------------------------------------------
+    async def create_queue(self, name: str, **options: Any) -> QueueInfo:
+        return await self.calls(self.sync.create_queue, name, **options)
+
+    async def update_queue(self, name: str, **options: Any) -> QueueInfo:
+        return await self.calls(self.sync.update_queue, name, **options)
+
+    async def create_topic(self, name: str, **options: Any) -> QueueInfo:
+        return await self.calls(self.sync.create_topic, name, **options)
+
+    async def create_subscription(self, topic: str, name: str, **options: Any) -> QueueInfo:
+        return await self.calls(self.sync.create_subscription, topic, name, **options)
+
+    async def get_queue(self, address: str) -> QueueInfo:
+        return await self.calls(self.sync.get_queue, address)
+
+    async def list_queues(self) -> list[QueueInfo]:
+        return await self.calls(self.sync.list_queues)
+
+    async def delete_queue(self, name: str) -> None:
+        await self.calls(self.sync.delete_queue, name)
+
+    async def counts(self, address: str) -> dict[str, int]:
+        return await self.calls(self.sync.counts, address)
+
+    async def audit(self) -> AuditReport:
+        return await self.calls(self.sync.audit)
+
+    async def peek(self, address: str, **options: Any) -> list[ReceivedMessage]:
+        return await self.calls(self.sync.peek, address, **options)
+
+    async def message(self, address: str, sequence_number: int) -> ReceivedMessage:
+        return await self.calls(self.sync.message, address, sequence_number)
+
+    async def settle(self, address: str, settlements: Sequence[Settlement]) -> list[int]:
+        """As :meth:`poisonq.Broker.settle`: many settlements, one transaction."""
+        return await self.calls(self.sync.settle, address, settlements)
+
+    async def session_ids(self, address: str, **options: Any) -> list[str]:
+        return await self.calls(self.sync.session_ids, address, **options)
+
+    async def dead_letters(self, queue: str, **options: Any) -> list[ReceivedMessage]:
+        return await self.calls(self.sync.dead_letters, queue, **options)
+
+    async def count_dead_letters(self, queue: str, **where: Any) -> int:
+        return await self.calls(self.sync.count_dead_letters, queue, **where)
+
+    async def resubmit(self, queue: str, *, wait: bool = True, **options: Any) -> BulkTask:
+        """As :meth:`poisonq.Broker.resubmit`: the task runs in its own thread, and
+        ``wait=True`` waits for it in the event loop."""
+        task = await self.calls(self.sync.resubmit, queue, wait=False, **options)
+        return await self._finished(task) if wait else task
+
+    async def purge(self, queue: str, *, wait: bool = True, **options: Any) -> BulkTask:
+        """As :meth:`poisonq.Broker.purge`; waits as :meth:`resubmit` does."""
+        task = await self.calls(self.sync.purge, queue, wait=False, **options)
+        return await self._finished(task) if wait else task
+
+    async def _finished(self, task: BulkTask) -> BulkTask:
+        while task.running:
+            await asyncio.sleep(LOOK_INTERVAL)
+        await self.calls(task.wait)  # its thread has ended: this reads its last record
+        return task
+
+    # Senders and receivers ------------------------------------------------------------
+    def sender(self, address: str) -> AsyncSender:
+        return AsyncSender(self, self.sync.sender(address))
+
+    def receiver(
+        self,
+        address: str,
+        *,
+        subqueue: SubQueue | str | None = None,
+        receive_mode: ReceiveMode | str = ReceiveMode.PEEK_LOCK,
+        lock_duration: Duration | None = None,
+        max_wait_time: Duration | None = None,
+        auto_lock_renewer: AutoLockRenewer | None = None,
+    ) -> AsyncReceiver:
+        """As :meth:`poisonq.Broker.receiver` (checked the same way, no I/O)."""
+        receiver = self.sync.receiver(
+            address,
+            subqueue=subqueue,
+            receive_mode=receive_mode,
+            lock_duration=lock_duration,
+            max_wait_time=max_wait_time,
+            auto_lock_renewer=sync_renewer(auto_lock_renewer),
+        )
+        if auto_lock_renewer is not None:
+            auto_lock_renewer.start(self.calls)
+        return AsyncReceiver(self, receiver)
+
+    async def accept_session(
+        self,
+        address: str,
+        session_id: str,
+        *,
+        lock_duration: Duration | None = None,
+        auto_lock_renewer: AutoLockRenewer | None = None,
+    ) -> AsyncSessionReceiver:
+        """As :meth:`poisonq.Broker.accept_session`."""
+        renewer = sync_renewer(auto_lock_renewer)
+        if auto_lock_renewer is not None:
+            auto_lock_renewer.start(self.calls)
+
+        def accept() -> SessionReceiver:
+            return self.sync.accept_session(
+                address, session_id, lock_duration=lock_duration, auto_lock_renewer=renewer
+            )
+
+        receiver = await self.calls.taking(accept, SessionReceiver.close)
+        return AsyncSessionReceiver(self, receiver)
+
+    async def accept_next_session(
+        self,
+        address: str,
+        *,
+        lock_duration: Duration | None = None,
+        max_wait: Duration = RECEIVE_WAIT,
+        auto_lock_renewer: AutoLockRenewer | None = None,
+    ) -> AsyncSessionReceiver | None:
+        """As :meth:`poisonq.Broker.accept_next_session`; the wait holds no thread."""
+        renewer = sync_renewer(auto_lock_renewer)
+        if auto_lock_renewer is not None:
+            auto_lock_renewer.start(self.calls)
+        seconds = None if lock_duration is None else lock_seconds(lock_duration)
+        wait = to_seconds(max_wait, "max_wait")
+        deadline = asyncio.get_running_loop().time() + wait
+        engine = self.sync.engine
+
+        def accept() -> tuple[str, str, float] | None:
+            return engine.accept_session(address, None, seconds)
+
+        def give_back(got: tuple[str, str, float] | None) -> None:
+            if got is not None:
+                engine.close_session(address, got[0], got[1], None)
+
+        got = await self.look_until(deadline, lambda: self.calls.taking(accept, give_back))
+        if got is None:
+            return None
+        receiver = await self.calls(SessionReceiver, self.sync, address, seconds, *got, renewer)
+        return AsyncSessionReceiver(self, receiver)

@@ -1,0 +1,133 @@
+"""How the asyncio API reaches the store without blocking the event loop.
+
+:class:`StoreCalls` runs the sync API's calls (each a short store transaction) on a bounded
+pool of threads; :class:`ChangeWatch` is the one thread per broker that blocks in
+``Store.wait_for_change`` and wakes every coroutine waiting for a change, so a waiting receive
+holds no thread and no connection. The waits follow :func:`poisonq.receivers.wait_for`'s rule:
+take the marker (here: the current :class:`asyncio.Event`) before looking, look again after
+every change and at least every :data:`~poisonq.receivers.LOOK_INTERVAL`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from poisonq.errors import PoisonqError
+from poisonq.receivers import LOOK_INTERVAL
+from poisonq.store.base import Store
+
+T = TypeVar("T")
+
+
+class StoreCalls:
+    """Runs sync calls on at most ``workers`` threads, off the event loop."""
+
+    def __init__(self, workers: int) -> None:
+        self._executor = ThreadPoolExecutor(workers, thread_name_prefix="poisonq-aio")
+
+    def __call__(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Awaitable[T]:
+        """``fn(*args, **kwargs)`` in a worker thread, as a future of the running loop. A
+        cancelled caller does not stop the call: the thread finishes its transaction."""
+        loop = asyncio.get_running_loop()
+        return loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+
+    async def taking(self, call: Callable[[], T], give_back: Callable[[T], None]) -> T:
+        """``call()``, which takes something (locks messages, a session): if the caller is
+        cancelled while it runs, the call still ends in its thread, and what it took is
+        handed to ``give_back`` (a sync call, run the same way) before the cancellation
+        goes on, so that nothing stays locked for nobody."""
+        running = asyncio.ensure_future(self(call))
+        try:
+            return await asyncio.shield(running)
+        except asyncio.CancelledError:
+            got = await running
+            await self(give_back, got)
+            raise
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+
+
+WATCH_IDLE = 1.0
+"""Seconds without a look that may wait after which the change watch's thread ends (on
+PostgreSQL it holds the store's listening connection, which a sync receive shares)."""
+
+
+class ChangeWatch:
+    """Wakes the coroutines waiting for a change in the store: one thread blocks in
+    ``Store.wait_for_change`` and sets the loop's current event on each change, then
+    replaces it with a fresh one. The thread runs while looks that may wait are taken (a
+    waiting coroutine takes a marker at least every :data:`LOOK_INTERVAL`), and ends after
+    :data:`WATCH_IDLE` without one. A commit made while the thread starts wakes nobody; the
+    waiters see it at their next look, within :data:`LOOK_INTERVAL`."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._event: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop = threading.Event()
+        self._state = threading.Lock()  # guards the two below, shared with the thread
+        self._thread: threading.Thread | None = None
+        self._last_taken = 0.0  # on time.monotonic
+
+    def marker(self) -> asyncio.Event:
+        """The event the next change sets: take it before looking, so that a change made
+        after the look is never missed."""
+        if self._event is None:
+            self._loop = asyncio.get_running_loop()
+            self._event = asyncio.Event()
+        with self._state:
+            self._last_taken = time.monotonic()
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(
+                    target=self._watch, name="poisonq-aio-changes", daemon=True
+                )
+                self._thread.start()
+        return self._event
+
+    async def wait(self, marker: asyncio.Event, timeout: float) -> None:
+        """Until the store changes after ``marker`` was taken, or ``timeout`` (at most
+        :data:`LOOK_INTERVAL`: what comes due comes without a commit)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(marker.wait(), min(timeout, LOOK_INTERVAL))
+
+    def _watch(self) -> None:
+        marker: object = None
+        while not self._stop.is_set():
+            try:
+                if marker is None:
+                    marker = self._store.change_marker()
+                self._store.wait_for_change(marker, LOOK_INTERVAL)
+                now = self._store.change_marker()
+            except PoisonqError:  # an outage: the waiters still look every LOOK_INTERVAL
+                marker = None
+                self._stop.wait(LOOK_INTERVAL)
+                continue
+            if now != marker:
+                marker = now
+                assert self._loop is not None
+                with contextlib.suppress(RuntimeError):  # the loop closed first
+                    self._loop.call_soon_threadsafe(self._wake)
+            with self._state:
+                if time.monotonic() - self._last_taken > WATCH_IDLE:
+                    self._thread = None  # the next marker starts another
+                    return
+
+    def _wake(self) -> None:
+        woken, self._event = self._event, asyncio.Event()
+        assert woken is not None
+        woken.set()
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._state:
+            thread = self._thread
+        if thread is not None:
+            thread.join()

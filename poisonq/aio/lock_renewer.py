@@ -1,0 +1,100 @@
+"""The asyncio :class:`AutoLockRenewer`: the sync renewer's rules (:mod:`poisonq.lock_renewer`:
+what is due, what counts as a loss) with its passes run by a task, which sleeps in the event
+loop between them instead of holding a thread."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from poisonq import lock_renewer
+from poisonq.errors import InvalidOptionError, PoisonqError
+from poisonq.model import Duration
+from poisonq.receivers import MessageOrList
+
+if TYPE_CHECKING:
+    from poisonq.aio.calls import StoreCalls
+    from poisonq.aio.receivers import AsyncReceiver
+
+# Called with the sync message, or session receiver, whose lock was lost; may be a coroutine.
+LockRenewFailure = Callable[[Any, PoisonqError], Any]
+
+
+def sync_renewer(renewer: object) -> lock_renewer.AutoLockRenewer | None:
+    """An ``auto_lock_renewer=`` argument of the asyncio API: the sync renewer it drives, or
+    ``None``; anything else is refused before anything is received or locked."""
+    if renewer is None:
+        return None
+    if not isinstance(renewer, AutoLockRenewer):
+        raise InvalidOptionError(f"auto_lock_renewer must be an AutoLockRenewer, not {renewer!r}")
+    return renewer.sync
+
+
+class AutoLockRenewer:
+    """Renews registered message and session locks until they are settled (a session:
+    closed) or ``max_lock_renewal_duration`` has passed; as :class:`poisonq.AutoLockRenewer`,
+    whose rules it runs. ``on_lock_renew_failure(renewable, error)`` may be a coroutine
+    function; it is given the sync message or session receiver whose lock was lost."""
+
+    def __init__(
+        self,
+        max_lock_renewal_duration: Duration = 300.0,
+        on_lock_renew_failure: LockRenewFailure | None = None,
+        check_interval: float = 0.5,
+    ) -> None:
+        self._on_failure = on_lock_renew_failure
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.sync = lock_renewer.AutoLockRenewer(
+            max_lock_renewal_duration,
+            None if on_lock_renew_failure is None else self._lost,
+            check_interval,
+            thread=False,
+        )
+        self._task: asyncio.Task[None] | None = None
+
+    def register(
+        self,
+        receiver: AsyncReceiver,
+        messages: MessageOrList | None = None,
+        max_lock_renewal_duration: Duration | None = None,
+        on_lock_renew_failure: LockRenewFailure | None = None,
+    ) -> None:
+        """As :meth:`poisonq.AutoLockRenewer.register`; a coroutine's to call (it starts the
+        renewing task on the running loop)."""
+        limit, on_failure = max_lock_renewal_duration, on_lock_renew_failure
+        self.sync.register(receiver.sync, messages, limit, on_failure)
+        self.start(receiver.broker.calls)
+
+    def start(self, calls: StoreCalls) -> None:
+        """Start the renewing task, once: a receiver given this renewer calls it too."""
+        if self._task is None:
+            self._loop = asyncio.get_running_loop()
+            self._task = self._loop.create_task(self._run(calls), name="poisonq-lock-renewer")
+
+    async def _run(self, calls: StoreCalls) -> None:
+        while not self.sync.closed:
+            await asyncio.sleep(self.sync.check_interval)
+            await calls(self.sync.renew_due)
+
+    def _lost(self, renewable: Any, error: PoisonqError) -> None:
+        """Called in a store call's thread: a coroutine callback runs on the loop."""
+        assert self._on_failure is not None
+        result = self._on_failure(renewable, error)
+        if inspect.isawaitable(result) and self._loop is not None:
+            asyncio.run_coroutine_threadsafe(result, self._loop)  # type: ignore[arg-type]
+
+    async def close(self) -> None:
+        self.sync.close()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def __aenter__(self) -> AutoLockRenewer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,132 @@
+"""azure-servicebus 7's ``aio`` ``ServiceBusClient`` on a :class:`poisonq.aio.AsyncBroker`.
+
+The connection string is the store's URL, checked as the sync client checks it
+(:mod:`poisonq.servicebus.connection`); the broker is opened on first use and closed by
+:meth:`ServiceBusClient.close` (or its ``async with`` block).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import weakref
+from typing import Any
+
+import poisonq.aio
+from poisonq.servicebus.aio.lock_renewer import AutoLockRenewer
+from poisonq.servicebus.aio.receiver import ServiceBusReceiver
+from poisonq.servicebus.aio.sender import ServiceBusSender
+from poisonq.servicebus.connection import check_client_options, store_url
+from poisonq.servicebus.constants import ServiceBusReceiveMode, ServiceBusSessionFilter
+from poisonq.servicebus.exceptions import FeatureNotSupportedError, translated
+from poisonq.servicebus.message import utc
+
+
+class ServiceBusClient:
+    """Senders and receivers of one store's queues, topics and subscriptions, for asyncio."""
+
+    def __init__(
+        self, fully_qualified_namespace: str, credential: object = None, **kwargs: Any
+    ) -> None:
+        if credential is not None:
+            raise FeatureNotSupportedError(
+                "credentials",
+                "poisonq has no namespace to authenticate to: use"
+                " ServiceBusClient.from_connection_string(STORE_URL)",
+            )
+        self._url = store_url(fully_qualified_namespace)
+        self._retry = check_client_options(kwargs)
+        self._broker: poisonq.aio.AsyncBroker | None = None
+        self._opening = asyncio.Lock()
+        # Closed with the client, as the SDK closes its handlers: a session receiver gives
+        # its session back then.
+        self._receivers: weakref.WeakSet[ServiceBusReceiver] = weakref.WeakSet()
+
+    @classmethod
+    def from_connection_string(cls, conn_str: str, **kwargs: Any) -> ServiceBusClient:
+        """A client on the store ``conn_str`` names (poisonq's store URL)."""
+        return cls(conn_str, **kwargs)
+
+    @property
+    def fully_qualified_namespace(self) -> str:
+        return self._url
+
+    async def broker(self) -> poisonq.aio.AsyncBroker:
+        """The poisonq broker under this client, opened on first use."""
+        async with self._opening:
+            if self._broker is None:
+                with translated():
+                    self._broker = await poisonq.aio.connect(self._url, **self._retry)
+            return self._broker
+
+    async def close(self) -> None:
+        """Close the receivers this client handed out, then its broker."""
+        for receiver in list(self._receivers):
+            await receiver.close()
+        async with self._opening:
+            if self._broker is not None:
+                await self._broker.close()
+            self._broker = None
+
+    async def __aenter__(self) -> ServiceBusClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def get_queue_sender(self, queue_name: str, **kwargs: Any) -> ServiceBusSender:
+        check_client_options(kwargs, handler=True)
+        return ServiceBusSender(self, queue_name)
+
+    def get_topic_sender(self, topic_name: str, **kwargs: Any) -> ServiceBusSender:
+        check_client_options(kwargs, handler=True)
+        return ServiceBusSender(self, topic_name)
+
+    def get_queue_receiver(
+        self,
+        queue_name: str,
+        *,
+        session_id: str | ServiceBusSessionFilter | None = None,
+        sub_queue: str | None = None,
+        receive_mode: ServiceBusReceiveMode | str = ServiceBusReceiveMode.PEEK_LOCK,
+        max_wait_time: float | None = None,
+        auto_lock_renewer: AutoLockRenewer | None = None,
+        prefetch_count: int = 0,
+        **kwargs: Any,
+    ) -> ServiceBusReceiver:
+        """A receiver of the queue (``sub_queue``: its dead-letter queue); ``session_id``
+        names a session to accept, or is :data:`NEXT_AVAILABLE_SESSION`."""
+        check_client_options(kwargs, handler=True)
+        if auto_lock_renewer is not None and not isinstance(auto_lock_renewer, AutoLockRenewer):
+            raise TypeError(f"auto_lock_renewer is an AutoLockRenewer, not {auto_lock_renewer!r}")
+        receiver = ServiceBusReceiver(
+            self,
+            queue_name,
+            session_id=session_id,
+            sub_queue=sub_queue,
+            receive_mode=receive_mode,
+            max_wait_time=max_wait_time,
+            auto_lock_renewer=auto_lock_renewer,
+            prefetch_count=prefetch_count,
+        )
+        self._receivers.add(receiver)
+        return receiver
+
+    def get_subscription_receiver(
+        self, topic_name: str, subscription_name: str, **kwargs: Any
+    ) -> ServiceBusReceiver:
+        return self.get_queue_receiver(f"{topic_name}/subscriptions/{subscription_name}", **kwargs)
+
+    async def list_queue_sessions(
+        self,
+        queue_name: str,
+        *,
+        state_updated_after: datetime.datetime | None = None,
+        **kwargs: Any,
+    ) -> list[str]:
+        check_client_options(kwargs, handler=True)
+        broker = await self.broker()
+        with translated():
+            return await broker.session_ids(
+                queue_name, state_updated_after=utc(state_updated_after)
+            )

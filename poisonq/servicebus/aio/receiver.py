@@ -1,0 +1,251 @@
+"""azure-servicebus 7's ``aio`` receiver and session on :mod:`poisonq.aio`: the sync
+flavour's rules (:mod:`poisonq.servicebus.connection`, ``message``, ``exceptions``) with
+coroutines. A session receiver accepts its session as its ``async with`` block opens (or on
+its first call), as the SDK's does."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from poisonq.aio import AsyncBroker, AsyncReceiver, AsyncSessionReceiver
+from poisonq.model import ReceiveMode
+from poisonq.receivers import RECEIVE_WAIT
+from poisonq.servicebus.connection import receive_count, receiver_options
+from poisonq.servicebus.constants import ServiceBusReceiveMode, ServiceBusSessionFilter
+from poisonq.servicebus.exceptions import OperationTimeoutError, translated
+from poisonq.servicebus.message import ServiceBusReceivedMessage, check_settleable
+
+if TYPE_CHECKING:
+    from poisonq.servicebus.aio.client import ServiceBusClient
+    from poisonq.servicebus.aio.lock_renewer import AutoLockRenewer
+
+
+class ServiceBusSession:
+    """The session an ``aio`` session receiver holds: its id, lock and state."""
+
+    def __init__(self, receiver: AsyncSessionReceiver) -> None:
+        self._native = receiver
+        self.auto_renew_error: BaseException | None = None
+
+    @property
+    def session_id(self) -> str:
+        return self._native.session_id
+
+    @property
+    def locked_until_utc(self) -> datetime.datetime | None:
+        return self._native.sync.session_locked_until
+
+    async def get_state(self, **kwargs: Any) -> bytes | None:
+        with translated():
+            return await self._native.get_session_state()
+
+    async def set_state(self, state: str | bytes | bytearray | None, **kwargs: Any) -> None:
+        with translated():
+            await self._native.set_session_state(
+                bytes(state) if isinstance(state, bytearray) else state
+            )
+
+    async def renew_lock(self, **kwargs: Any) -> datetime.datetime:
+        """Extend the session lock (and the locks of the messages received under it)."""
+        with translated():
+            await self._native.renew_session_lock()
+        assert self.locked_until_utc is not None
+        return self.locked_until_utc
+
+
+class ServiceBusReceiver:
+    """Receives from a queue, a subscription or one of their subqueues, and settles."""
+
+    def __init__(
+        self,
+        client: ServiceBusClient,
+        entity_path: str,
+        *,
+        session_id: str | ServiceBusSessionFilter | None,
+        sub_queue: str | None,
+        receive_mode: ServiceBusReceiveMode | str,
+        max_wait_time: float | None,
+        auto_lock_renewer: AutoLockRenewer | None,
+        prefetch_count: int,
+    ) -> None:
+        self._client = client
+        self.entity_path = entity_path
+        self._session_id = session_id
+        self._sub_queue, self._receive_mode = receiver_options(
+            session_id, sub_queue, receive_mode, max_wait_time, prefetch_count
+        )
+        self._max_wait_time = max_wait_time
+        self._auto_lock_renewer = auto_lock_renewer
+        self._native: AsyncReceiver | None = None
+        self._session: ServiceBusSession | None = None
+        self._running = False
+
+    @property
+    def session(self) -> ServiceBusSession:
+        """The session this receiver holds (open the receiver first, as with the SDK)."""
+        if self._session_id is None:
+            raise TypeError("session is only available to receivers of a session_id")
+        if self._session is None:
+            raise ValueError("the session is accepted when the receiver opens: use async with")
+        return self._session
+
+    async def _open(self) -> AsyncReceiver:
+        if self._native is not None and self._running:
+            return self._native
+        broker = await self._client.broker()
+        with translated():
+            if self._session_id is None:
+                self._native = broker.receiver(
+                    self.entity_path, subqueue=self._sub_queue, receive_mode=self._receive_mode
+                )
+            else:
+                native = await self._accept(broker)
+                self._native, self._session = native, ServiceBusSession(native)
+                if self._auto_lock_renewer is not None:
+                    self._auto_lock_renewer.register(self, self._session)
+        self._running = True
+        return self._native
+
+    async def _accept(self, broker: AsyncBroker) -> AsyncSessionReceiver:
+        if isinstance(self._session_id, ServiceBusSessionFilter):
+            wait = self._max_wait_time or RECEIVE_WAIT
+            got = await broker.accept_next_session(self.entity_path, max_wait=wait)
+            if got is None:
+                raise OperationTimeoutError(
+                    message=f"no session of {self.entity_path!r} became available in {wait:g} s"
+                )
+            return got
+        assert self._session_id is not None
+        return await broker.accept_session(self.entity_path, self._session_id)
+
+    async def close(self) -> None:
+        """Close; a session receiver gives its session up with what it still holds."""
+        if isinstance(self._native, AsyncSessionReceiver):
+            with translated():
+                await self._native.close()
+        self._running = False
+
+    async def __aenter__(self) -> ServiceBusReceiver:
+        await self._open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # Receiving ----------------------------------------------------------------------------
+    async def receive_messages(
+        self, max_message_count: int | None = 1, max_wait_time: float | None = None
+    ) -> list[ServiceBusReceivedMessage]:
+        """Up to ``max_message_count`` messages, waiting up to ``max_wait_time`` (else the
+        receiver's) for the first; with neither, until one comes, as the SDK does."""
+        count = receive_count(max_message_count, max_wait_time)
+        wait = max_wait_time or self._max_wait_time
+        native = await self._open()
+        with translated():
+            got = await native.receive(max_messages=count, max_wait=wait or RECEIVE_WAIT)
+            while not got and wait is None:
+                got = await native.receive(max_messages=count, max_wait=RECEIVE_WAIT)
+        return self._wrap(got)
+
+    def _wrap(self, got: list[Any]) -> list[ServiceBusReceivedMessage]:
+        deleted = self._receive_mode is ReceiveMode.RECEIVE_AND_DELETE
+        messages = [ServiceBusReceivedMessage(raw, None, settled=deleted) for raw in got]
+        if self._auto_lock_renewer is not None and self._session is None and not deleted:
+            for message in messages:
+                self._auto_lock_renewer.register(self, message)
+        return messages
+
+    async def __aiter__(self) -> AsyncIterator[ServiceBusReceivedMessage]:
+        """The messages as they come; ends once none came for ``max_wait_time`` (never
+        without it)."""
+        while True:
+            native = await self._open()
+            with translated():
+                got = await native.receive(1, self._max_wait_time or RECEIVE_WAIT)
+            if got:
+                yield self._wrap(got)[0]
+            elif self._max_wait_time is not None:
+                return
+
+    async def receive_deferred_messages(
+        self, sequence_numbers: int | Sequence[int], **kwargs: Any
+    ) -> list[ServiceBusReceivedMessage]:
+        native = await self._open()
+        with translated():
+            got = await native.receive_deferred(sequence_numbers)
+        return self._wrap(got)
+
+    async def peek_messages(
+        self, max_message_count: int = 1, *, sequence_number: int = 0, **kwargs: Any
+    ) -> list[ServiceBusReceivedMessage]:
+        """Messages from ``sequence_number`` on, without locking them (a session receiver's:
+        its session's)."""
+        receive_count(max_message_count, None)
+        native = await self._open()
+        broker = await self._client.broker()
+        where = {} if self._session is None else {"session_id": self._session.session_id}
+        with translated():
+            got = await broker.peek(
+                native.address,
+                from_sequence=sequence_number,
+                max_messages=max_message_count,
+                **where,
+            )
+        return [ServiceBusReceivedMessage(raw, None, peeked=True) for raw in got]
+
+    # Settling -----------------------------------------------------------------------------
+    def _checked(self, message: ServiceBusReceivedMessage, action: str) -> AsyncReceiver:
+        """The native receiver of a settlement, after the SDK's checks."""
+        deleted = self._receive_mode is ReceiveMode.RECEIVE_AND_DELETE
+        check_settleable(message, action, deleted, self._running)
+        assert self._native is not None
+        return self._native
+
+    async def _settle(
+        self,
+        message: ServiceBusReceivedMessage,
+        action: str,
+        settle: Callable[[AsyncReceiver, Any], Awaitable[object]],
+    ) -> None:
+        native = self._checked(message, action)
+        with translated():
+            await settle(native, message.raw)
+        message._settled = True
+
+    async def complete_message(self, message: ServiceBusReceivedMessage) -> None:
+        await self._settle(message, "complete", AsyncReceiver.complete)
+
+    async def abandon_message(self, message: ServiceBusReceivedMessage) -> None:
+        await self._settle(message, "abandon", AsyncReceiver.abandon)
+
+    async def defer_message(self, message: ServiceBusReceivedMessage) -> None:
+        await self._settle(message, "defer", AsyncReceiver.defer)
+
+    async def dead_letter_message(
+        self,
+        message: ServiceBusReceivedMessage,
+        reason: str | None = None,
+        error_description: str | None = None,
+    ) -> None:
+        await self._settle(
+            message,
+            "dead-letter",
+            lambda native, raw: native.dead_letter(raw, reason, error_description),
+        )
+
+    async def renew_message_lock(
+        self, message: ServiceBusReceivedMessage, **kwargs: Any
+    ) -> datetime.datetime:
+        """Extend the message's lock; returns its new ``locked_until_utc``."""
+        if self._session_id is not None:
+            raise TypeError(
+                "Renewing message lock is an invalid operation when working with sessions."
+                " Please renew the session lock instead."
+            )
+        native = self._checked(message, "renew lock on")
+        with translated():
+            await native.renew_lock(message.raw)
+        assert message.locked_until_utc is not None
+        return message.locked_until_utc

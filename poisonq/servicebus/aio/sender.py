@@ -1,0 +1,63 @@
+"""azure-servicebus 7's ``aio`` sender on :class:`poisonq.aio.AsyncSender`."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from poisonq.servicebus.exceptions import translated
+from poisonq.servicebus.message import ServiceBusMessageBatch, native_batch, utc
+from poisonq.servicebus.sender import Messages, batch_limit
+
+if TYPE_CHECKING:
+    from poisonq.aio import AsyncSender
+    from poisonq.servicebus.aio.client import ServiceBusClient
+
+
+class ServiceBusSender:
+    """Sends to a queue or a topic; each call is one transaction, durable when it returns."""
+
+    def __init__(self, client: ServiceBusClient, entity_name: str) -> None:
+        self._client = client
+        self.entity_name = entity_name
+
+    async def _native(self) -> AsyncSender:
+        return (await self._client.broker()).sender(self.entity_name)
+
+    async def send_messages(self, message: Messages, **kwargs: Any) -> None:
+        """Send a message, a list of them, or a :class:`ServiceBusMessageBatch`."""
+        batch = native_batch(message)
+        with translated():
+            await (await self._native()).send(batch)
+
+    async def schedule_messages(
+        self, messages: Messages, schedule_time_utc: datetime.datetime, **kwargs: Any
+    ) -> list[int]:
+        batch = native_batch(messages)
+        with translated():
+            return await (await self._native()).schedule(batch, utc(schedule_time_utc))
+
+    async def cancel_scheduled_messages(
+        self, sequence_numbers: int | Sequence[int], **kwargs: Any
+    ) -> None:
+        with translated():
+            await (await self._native()).cancel_scheduled(sequence_numbers)
+
+    async def create_message_batch(
+        self, max_size_in_bytes: int | None = None
+    ) -> ServiceBusMessageBatch:
+        """An empty batch holding at most ``max_size_in_bytes`` (the entity's
+        ``max_message_size`` by default and at most)."""
+        with translated():
+            info = await (await self._client.broker()).get_queue(self.entity_name)
+        return ServiceBusMessageBatch(batch_limit(info.options.max_message_size, max_size_in_bytes))
+
+    async def close(self) -> None:
+        """Nothing to release: each call is one transaction of the client's broker."""
+
+    async def __aenter__(self) -> ServiceBusSender:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

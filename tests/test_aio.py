@@ -1,0 +1,299 @@
+"""poisonq.aio: the sync API's rules through the asyncio API on both stores (the state
+machine, poison, settlement errors, sessions, renewal, resubmit), and what the asyncio API
+adds: waits that hold no thread, and cancellation that leaves nothing locked."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+import poisonq
+from poisonq import (
+    DeadLetterReason,
+    InvalidOptionError,
+    ManualClock,
+    Message,
+    MessageLockLostError,
+    MessageState,
+    PermanentError,
+)
+from poisonq.aio import AsyncBroker, AutoLockRenewer, Processor
+from tests.helpers import assert_balanced
+
+Body = Callable[[AsyncBroker], Awaitable[None]]
+
+
+def run(url: str, clock: ManualClock, body: Body) -> None:
+    """Run ``body`` on a fresh event loop with an async broker on ``url``, then check the
+    ledger through the sync API."""
+
+    async def main() -> None:
+        async with await poisonq.aio.connect(url, clock=clock) as broker:
+            await broker.create_queue("orders", max_delivery_count=3, lock_duration=30)
+            await body(broker)
+            assert_balanced(broker.sync)
+
+    asyncio.run(main())
+
+
+def test_peek_lock_then_complete_moves_messages_through_the_state_machine(
+    url: str, clock: ManualClock
+) -> None:
+    async def body(broker: AsyncBroker) -> None:
+        seqs = await broker.sender("orders").send([Message(body=b"a"), Message(body=b"b")])
+        receiver = broker.receiver("orders")
+        got = await receiver.receive(max_messages=5)
+        assert [m.sequence_number for m in got] == seqs
+        assert all(m.state is MessageState.LOCKED and m.delivery_count == 1 for m in got)
+        assert (await broker.counts("orders"))["locked"] == 2
+        await receiver.complete(got)
+        assert (await broker.counts("orders"))["locked"] == 0
+        assert await receiver.receive() == []
+
+    run(url, clock, body)
+
+
+def test_abandon_past_max_delivery_count_dead_letters_with_the_brokers_reason(
+    url: str, clock: ManualClock
+) -> None:
+    async def body(broker: AsyncBroker) -> None:
+        (seq,) = await broker.sender("orders").send(Message(body=b"x"))
+        receiver = broker.receiver("orders")
+        poisoned: list[int] = []
+        for _ in range(3):
+            (message,) = await receiver.receive()
+            poisoned = await receiver.abandon(message, ValueError("bad"))
+        assert poisoned == [seq]
+        (dead,) = await broker.dead_letters("orders")
+        assert dead.dead_letter_reason == DeadLetterReason.MAX_DELIVERY_COUNT_EXCEEDED
+
+    run(url, clock, body)
+
+
+def test_settling_after_the_lock_ran_out_raises_message_lock_lost(
+    url: str, clock: ManualClock
+) -> None:
+    async def body(broker: AsyncBroker) -> None:
+        await broker.sender("orders").send(Message(body=b"x"))
+        receiver = broker.receiver("orders")
+        (message,) = await receiver.receive()
+        clock.advance(31)
+        with pytest.raises(MessageLockLostError):
+            await receiver.complete(message)
+        (again,) = await receiver.receive()
+        assert again.delivery_count == 2
+        await receiver.complete(again)
+
+    run(url, clock, body)
+
+
+def test_a_deferred_message_is_received_again_by_sequence_number(
+    url: str, clock: ManualClock
+) -> None:
+    async def body(broker: AsyncBroker) -> None:
+        (seq,) = await broker.sender("orders").send(Message(body=b"x"))
+        receiver = broker.receiver("orders")
+        await receiver.defer(await receiver.receive())
+        assert await receiver.receive() == []
+        (message,) = await receiver.receive_deferred(seq)
+        assert message.state is MessageState.LOCKED
+        await receiver.dead_letter(message, reason="Unfixable")
+        assert (await broker.dead_letters("orders"))[0].dead_letter_reason == "Unfixable"
+
+    run(url, clock, body)
+
+
+def test_bad_input_raises_the_sync_apis_typed_errors(url: str, clock: ManualClock) -> None:
+    async def body(broker: AsyncBroker) -> None:
+        with pytest.raises(InvalidOptionError):
+            broker.receiver("orders", receive_mode="bogus")
+        with pytest.raises(InvalidOptionError):  # a sync renewer cannot be driven by the loop
+            broker.receiver("orders", auto_lock_renewer=poisonq.AutoLockRenewer())  # type: ignore[arg-type]
+        with pytest.raises(InvalidOptionError):
+            await broker.sender("orders").send("not a message")  # type: ignore[arg-type]
+        with pytest.raises(poisonq.EntityNotFoundError):
+            await broker.get_queue("missing")
+
+    run(url, clock, body)
+
+
+def test_a_waiting_receive_does_not_block_other_coroutines(url: str, clock: ManualClock) -> None:
+    """The receive waits in the event loop: the send it waits for runs meanwhile, on the
+    same (for SQLite: the only) store thread."""
+
+    async def body(broker: AsyncBroker) -> None:
+        waiting = asyncio.create_task(broker.receiver("orders").receive(max_wait=60))
+        await asyncio.sleep(0)
+        await broker.sender("orders").send(Message(body=b"late"))
+        (message,) = await waiting
+        assert message.body == b"late"
+        await broker.receiver("orders").complete(message)
+
+    run(url, clock, body)
+
+
+def test_cancelling_a_waiting_receive_leaves_nothing_locked(url: str, clock: ManualClock) -> None:
+    async def body(broker: AsyncBroker) -> None:
+        receiver = broker.receiver("orders")
+        waiting = [asyncio.create_task(receiver.receive(max_wait=60)) for _ in range(5)]
+        await asyncio.sleep(0.05)  # let them reach the store and wait
+        await broker.sender("orders").send([Message(body=b"x") for _ in range(3)])
+        for task in waiting:
+            task.cancel()
+        results = await asyncio.gather(*waiting, return_exceptions=True)
+        taken = [m for r in results if isinstance(r, list) for m in r]
+        counts = await broker.counts("orders")
+        assert counts["locked"] == len(taken)  # only what a finished receive handed out
+        rest = await receiver.receive(max_messages=10)
+        assert len(taken) + len(rest) == 3
+        assert all(m.delivery_count == 1 for m in rest)  # given back uncounted
+        await receiver.complete(taken + rest)
+
+    run(url, clock, body)
+
+
+def test_a_coroutine_handlers_exception_abandons_until_the_retry_policy_poisons(
+    url: str, clock: ManualClock
+) -> None:
+    async def body(broker: AsyncBroker) -> None:
+        (seq,) = await broker.sender("orders").send(Message(body=b"bad"))
+        hooked: list[tuple[int, BaseException]] = []
+
+        async def handler(message: poisonq.ReceivedMessage) -> None:
+            await asyncio.sleep(0)
+            raise ValueError("cannot parse")
+
+        async def on_poison(message: poisonq.ReceivedMessage, error: BaseException) -> None:
+            hooked.append((message.sequence_number, error))
+
+        processor = Processor(broker, "orders", handler, on_poison=on_poison, max_wait=0.2)
+        stats = await processor.run(until_idle=True)
+        assert (stats.abandoned, stats.poisoned, stats.completed) == (3, 1, 0)
+        assert [(s, type(e)) for s, e in hooked] == [(seq, ValueError)]
+        (dead,) = await broker.dead_letters("orders")
+        assert dead.dead_letter_reason == DeadLetterReason.MAX_DELIVERY_COUNT_EXCEEDED
+
+    run(url, clock, body)
+
+
+def test_a_coroutine_handlers_permanent_error_dead_letters_at_once_and_others_complete(
+    url: str, clock: ManualClock
+) -> None:
+    async def body(broker: AsyncBroker) -> None:
+        await broker.sender("orders").send([Message(body=b"ok"), Message(body=b"bad")])
+
+        async def handler(message: poisonq.ReceivedMessage) -> None:
+            if message.body == b"bad":
+                raise PermanentError("no such customer")
+
+        processor = Processor(broker, "orders", handler, concurrency=4, max_wait=0.2)
+        stats = await processor.run(until_idle=True)
+        assert (stats.completed, stats.dead_lettered, stats.abandoned) == (1, 1, 0)
+        (dead,) = await broker.dead_letters("orders")
+        assert dead.dead_letter_reason == "PermanentError" and dead.delivery_count == 1
+
+    run(url, clock, body)
+
+
+def test_sessions_keep_their_order_across_many_concurrent_session_receivers(
+    url: str, clock: ManualClock
+) -> None:
+    async def body(broker: AsyncBroker) -> None:
+        await broker.create_queue("chats", requires_session=True, lock_duration=30)
+        sender = broker.sender("chats")
+        for n in range(5):
+            await sender.send([Message(body=b"%d" % n, session_id=f"s{s}") for s in range(20)])
+        seen: dict[str, list[bytes]] = {}
+
+        async def drain() -> None:
+            while session := await broker.accept_next_session("chats", max_wait=0.2):
+                async with session:
+                    while got := await session.receive(max_messages=2):
+                        seen.setdefault(session.session_id, []).extend(m.body for m in got)
+                        await session.complete(got)
+
+        await asyncio.gather(*(drain() for _ in range(50)))
+        assert seen == {f"s{s}": [b"0", b"1", b"2", b"3", b"4"] for s in range(20)}
+
+    run(url, clock, body)
+
+
+def test_session_state_is_kept_and_the_session_lock_renewed(url: str, clock: ManualClock) -> None:
+    async def body(broker: AsyncBroker) -> None:
+        await broker.create_queue("chats", requires_session=True, lock_duration=30)
+        await broker.sender("chats").send(Message(body=b"x", session_id="a"))
+        async with await broker.accept_session("chats", "a") as session:
+            await session.set_session_state("step 2")
+            clock.advance(20)
+            await session.renew_session_lock()
+            clock.advance(20)  # past the first lock, inside the renewed one
+            (message,) = await session.receive()
+            await session.complete(message)
+        async with await broker.accept_session("chats", "a") as again:
+            assert await again.get_session_state() == b"step 2"
+        assert again.closed
+
+    run(url, clock, body)
+
+
+def test_the_auto_lock_renewer_renews_a_lock_past_half_its_duration(
+    url: str, clock: ManualClock
+) -> None:
+    """The renewer's pass is the sync rule; the test runs it instead of waiting for the task."""
+
+    async def body(broker: AsyncBroker) -> None:
+        await broker.sender("orders").send(Message(body=b"x"))
+        async with AutoLockRenewer(60, check_interval=3600) as renewer:
+            receiver = broker.receiver("orders", auto_lock_renewer=renewer)
+            (message,) = await receiver.receive()
+            first = message.locked_until
+            clock.advance(20)
+            await broker.calls(renewer.sync.renew_due)
+            assert message.locked_until is not None and first is not None
+            assert message.locked_until > first
+            clock.advance(20)  # past the first lock
+            await receiver.complete(message)
+
+    run(url, clock, body)
+
+
+def test_resubmit_and_purge_run_as_tasks_awaited_in_the_loop(url: str, clock: ManualClock) -> None:
+    async def body(broker: AsyncBroker) -> None:
+        await broker.sender("orders").send([Message(body=b"a"), Message(body=b"b")])
+        receiver = broker.receiver("orders")
+        await receiver.dead_letter(await receiver.receive(max_messages=2), reason="Bad")
+        task = await broker.resubmit("orders", rate=None, body_contains="a")
+        assert task.done == 1
+        (back,) = await receiver.receive()
+        assert back.body == b"a" and back.delivery_count == 1
+        await receiver.complete(back)
+        assert (await broker.purge("orders")).done == 1
+        assert await broker.count_dead_letters("orders") == 0
+
+    run(url, clock, body)
+
+
+def test_cancelling_a_waiting_session_accept_leaves_no_session_locked(
+    url: str, clock: ManualClock
+) -> None:
+    async def body(broker: AsyncBroker) -> None:
+        await broker.create_queue("chats", requires_session=True, lock_duration=30)
+        waiting = [
+            asyncio.create_task(broker.accept_next_session("chats", max_wait=60)) for _ in range(3)
+        ]
+        await asyncio.sleep(0.05)  # let them reach the store and wait
+        await broker.sender("chats").send(Message(body=b"x", session_id="a"))
+        for task in waiting:
+            task.cancel()
+        results = await asyncio.gather(*waiting, return_exceptions=True)
+        for accepted in results:
+            if isinstance(accepted, poisonq.aio.AsyncSessionReceiver):
+                await accepted.close()  # a finished accept handed its session out
+        async with await broker.accept_session("chats", "a") as session:
+            (message,) = await session.receive()
+            assert message.delivery_count == 1
+            await session.complete(message)
+
+    run(url, clock, body)
