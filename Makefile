@@ -71,6 +71,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/pipeline_floors.py
 	$(BIN)/python bench/lease_cycle.py
 	$(BIN)/python bench/held_costs.py
+	$(BIN)/python bench/store_growth.py
 	$(BIN)/python bench/defect_ratio.py
 	$(BIN)/python bench/processor_isolation.py
 
