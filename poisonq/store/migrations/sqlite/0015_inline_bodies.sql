@@ -1,14 +1,15 @@
 -- poisonq schema 15: a message is one row, its body inline. Bodies were kept in a table of
--- their own so that a lock or a settlement would not rewrite them; but every message still
--- cost two rows to send and to complete, two B-tree inserts and deletes, where a lock's
--- rewrite of a 512-byte row costs little next to a row of its own. The body is the last
--- column, so the columns before it are read without it (and a body too large for its page
--- spills to overflow pages that a lock does not touch).
+-- their own so that a lock or a settlement would not rewrite them; but then every message cost
+-- two rows to send and two to complete. A lock or a move now rewrites the body with its row,
+-- which costs less than the second row did. The body is the last column, so the columns
+-- before it are read without it.
 -- The table is rebuilt (SQLite cannot drop a NOT NULL column or reorder them): messages keep
--- their sequence numbers and bodies, and the AUTOINCREMENT counter keeps its top, so no
--- number is ever given twice. Its indexes, the aggregates' triggers (schema 12) and the
--- readers' view (schema 13) are made again as they were, the view with the body in place
--- of its id. PostgreSQL kept its bodies inline from the start: its script 15 is empty.
+-- their sequence numbers and bodies (one whose body row is missing, which no version of the
+-- store leaves, is kept with an empty body rather than lost to the ledger), and the
+-- AUTOINCREMENT counter keeps its top, so no number is ever given twice. The indexes, the
+-- aggregates' triggers (schema 12) and the readers' view (schema 13) are made again, the view
+-- with the body in place of its id. PostgreSQL kept its bodies inline from the start: its
+-- script 15 is empty.
 -- Messages no longer carry a foreign key to their entity (PostgreSQL dropped its key in
 -- schema 5): the key was checked for every message inserted or moved, a probe of the
 -- entities for each row. The store deletes an entity's messages itself, in the transaction
@@ -64,8 +65,8 @@ SELECT m.seq, m.entity_id, m.state, m.message_id, m.size, m.content_type, m.subj
     m.resubmit_count, m.hop_count, m.lock_token, m.locked_until, m.dead_letter_reason,
     m.dead_letter_description, m.dead_letter_source, m.dead_lettered_at, m.last_error_type,
     m.last_fingerprint, m.failures, m.dead_lettered_deliveries, m.leasable, m.to_address,
-    m.reply_to_session_id, m.partition_key, b.body
-FROM messages m JOIN bodies b ON b.id = m.body_id ORDER BY m.seq;
+    m.reply_to_session_id, m.partition_key, coalesce(b.body, x'')
+FROM messages m LEFT JOIN bodies b ON b.id = m.body_id ORDER BY m.seq;
 -- The copy set the counter to the highest number held; the old one may be higher (messages
 -- completed since): the higher of the two is kept.
 UPDATE sqlite_sequence SET seq = max(seq,
