@@ -30,6 +30,7 @@ from poisonq.errors import (
     StoreUnavailableError,
 )
 from poisonq.model import (
+    DEAD_LETTER_QUEUES,
     HELD_STATES,
     MessageState,
     ReceivedMessage,
@@ -96,6 +97,14 @@ _EXPIRED_LOCKS = (
 
 
 READ = "BEGIN DEFERRED"  # a reader's transaction (Store.reading)
+
+# A message's group in its dead-letter queue's aggregates, as schema 12 keys them: reason,
+# subject, fingerprint, error type (each the JSON text of its value), hour.
+_GROUP_KEYS = (
+    "json_quote(dead_letter_reason), json_quote(subject), json_quote(last_fingerprint),"
+    " json_quote(last_error_type), CAST(coalesce(dead_lettered_at, enqueued_at) / 3600 AS INTEGER)"
+    " * 3600"
+)
 
 
 def _record_failure(failure: str) -> str:
@@ -282,10 +291,12 @@ class SqliteTransaction(
         self, entity_id: int, name: str, ready: MessageState, limit: int
     ) -> list[ReceivedMessage]:
         which, top = self.receivable(entity_id)
-        rows = self._db.execute(
-            f"DELETE FROM messages WHERE seq IN ({which}) RETURNING {MESSAGE_COLUMNS}, size",
+        rows = self._delete(
+            entity_id,
+            f"seq IN ({which})",
             (entity_id, ready, top, limit),
-        ).fetchall()
+            f"{MESSAGE_COLUMNS}, size",
+        )
         rows.sort(key=lambda row: row[0])
         self._count_completed(entity_id, len(rows), sum(row[-1] for row in rows))
         taken = message_rows((row[:-1] for row in rows), name)
@@ -440,20 +451,23 @@ class SqliteTransaction(
     def _complete(
         self, entity_id: int, token: str, now: float, which: str, *params: object
     ) -> list[int]:
-        rows = self._db.execute(
-            "DELETE FROM messages WHERE entity_id = ? AND state = 'locked' AND lock_token = ?"
-            f" AND locked_until > ? AND {which} RETURNING seq, size",
+        rows = self._delete(
+            entity_id,
+            "entity_id = ? AND state = 'locked' AND lock_token = ? AND locked_until > ?"
+            f" AND {which}",
             (entity_id, token, now, *params),
-        ).fetchall()
+            "seq, size",
+        )
         return self._completed(entity_id, rows)
 
     def _delete_covered(self, entity_id: int, which: str, *params: object) -> list[int]:
         """Complete covered messages (the caller checked the lease's lock)."""
-        rows = self._db.execute(
-            "DELETE FROM messages WHERE entity_id = ? AND leasable = 1"
-            f" AND state IN ('active', 'dead_lettered') AND {which} RETURNING seq, size",
+        rows = self._delete(
+            entity_id,
+            f"entity_id = ? AND leasable = 1 AND state IN ('active', 'dead_lettered') AND {which}",
             (entity_id, *params),
-        ).fetchall()
+            "seq, size",
+        )
         return self._completed(entity_id, rows)
 
     def _delete_covered_span(self, entity_id: int, lo: int, hi: int) -> int:
@@ -467,9 +481,44 @@ class SqliteTransaction(
         count, size = self._db.execute(
             f"SELECT count(*), coalesce(sum(size), 0) FROM messages WHERE {which}", params
         ).fetchone()
-        self._db.execute(f"DELETE FROM messages WHERE {which}", params)
+        self._delete(entity_id, which, params)
         self._count_completed(entity_id, count, size)
         return int(count)
+
+    def _delete(
+        self, entity_id: int, where: str, params: Sequence[object], returning: str | None = None
+    ) -> list[Any]:
+        """Delete the messages ``where`` selects (all of the entity's), returning
+        ``returning`` of each, and count them out of the entity's dead-letter aggregates if it
+        is a dead-letter queue. Every deletion of messages but an entity's own goes through
+        here: messages have no delete trigger (schema 15), since a row trigger on a table
+        makes SQLite read every deleted row whole, body and all, and run the trigger's program
+        for it, about two thirds of a completion; a dead-letter queue's groups are few, so
+        they are counted out by one grouped read and a decrement each."""
+        (subqueue,) = self._db.execute(
+            "SELECT subqueue FROM entities WHERE id = ?", (entity_id,)
+        ).fetchone()
+        if subqueue in DEAD_LETTER_QUEUES:
+            groups = self._db.execute(
+                f"SELECT {_GROUP_KEYS}, count(*) FROM messages WHERE {where}"
+                " GROUP BY 1, 2, 3, 4, 5",
+                params,
+            ).fetchall()
+            self._db.executemany(
+                "UPDATE dead_letter_aggregates SET count = count - ?6 WHERE entity_id = ?7"
+                " AND reason = ?1 AND subject = ?2 AND fingerprint = ?3 AND error_type = ?4"
+                " AND bucket = ?5",
+                [(*group, entity_id) for group in groups],
+            )
+            self._db.execute(
+                "DELETE FROM dead_letter_aggregates WHERE entity_id = ? AND count = 0", (entity_id,)
+            )
+        if returning is None:
+            self._db.execute(f"DELETE FROM messages WHERE {where}", params)
+            return []
+        return self._db.execute(
+            f"DELETE FROM messages WHERE {where} RETURNING {returning}", params
+        ).fetchall()
 
     def _completed(self, entity_id: int, rows: list[Any]) -> list[int]:
         self._count_completed(entity_id, len(rows), sum(row[1] for row in rows))
@@ -621,11 +670,12 @@ class SqliteTransaction(
         return [row[0] for row in rows]
 
     def drop(self, entity_id: int, seqs: Sequence[int]) -> int:
-        rows = self._db.execute(
-            f"DELETE FROM messages WHERE entity_id = ? AND state IN {HELD_IN} AND seq IN {SEQS}"
-            " RETURNING size",
+        rows = self._delete(
+            entity_id,
+            f"entity_id = ? AND state IN {HELD_IN} AND seq IN {SEQS}",
             (entity_id, seqs_json(seqs)),
-        ).fetchall()
+            "size",
+        )
         self._count_dropped(entity_id, len(rows), sum(row[0] for row in rows))
         return len(rows)
 
@@ -656,8 +706,7 @@ class SqliteTransaction(
             f" reply_to_session_id, partition_key FROM messages WHERE {guard} ORDER BY seq",
             (destination_id, now, expires_at, *params),
         )
-        rows = self._db.execute(f"DELETE FROM messages WHERE {guard} RETURNING size", params)
-        sizes = [row[0] for row in rows]
+        sizes = [row[0] for row in self._delete(entity_id, guard, params, "size")]
         moved, size = len(sizes), sum(sizes)
         self._count_moved(entity_id, destination_id, moved, size, "resubmitted")
         return moved
