@@ -188,9 +188,9 @@ class SqliteTransaction(
 
     def delete_entity(self, entity_id: int) -> None:
         self.history = HistoryBuffer()  # nothing is kept of what goes
-        # Messages have no foreign key to their entity (schema 15): they are deleted by hand,
-        # after their entities, so that the aggregates' triggers find no dead-letter queue to
-        # count them out of (its aggregates go with it).
+        # Messages have no foreign key to their entity (schema 15): they are deleted here,
+        # after the entity rows, whose aggregates go with them (so not through _delete:
+        # nothing is left to count them out of).
         family = self._db.execute(
             "SELECT json_group_array(id) FROM entities WHERE id = ?1 OR parent_id = ?1",
             (entity_id,),
