@@ -50,17 +50,13 @@ QUEUE = "orders"
 REASONS, FINGERPRINTS, SUBJECTS = 5, 20, 10
 DAY = 86_400.0
 
-# ?1 count, ?2 the dead-letter queue's id, ?3 the first body id, ?4 the body's size, ?5 now.
-_SQLITE_BODIES = (
-    "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)"
-    " INSERT INTO bodies (id, body) SELECT ?3 + i, ?6 FROM n"
-)
+# ?1 count, ?2 the dead-letter queue's id, ?3 the body, ?4 the body's size, ?5 now.
 _SQLITE_MESSAGES = (
     "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)"
-    " INSERT INTO messages (entity_id, state, message_id, body_id, size, subject, enqueued_at,"
+    " INSERT INTO messages (entity_id, state, message_id, body, size, subject, enqueued_at,"
     " dead_letter_reason, dead_letter_description, dead_letter_source, dead_lettered_at,"
     " last_error_type, last_fingerprint, delivery_count)"
-    " SELECT ?2, 'dead_lettered', 'bulk-' || i, ?3 + i, ?4, 'subject-' || (i % 10), ?5 - 86400,"
+    " SELECT ?2, 'dead_lettered', 'bulk-' || i, ?3, ?4, 'subject-' || (i % 10), ?5 - 86400,"
     " 'Reason' || (i % 5), 'checked by the bench', 'orders', ?5 - 86400 + i * 86400.0 / ?1,"
     " 'Error' || (i % 20), printf('%016x', 1000003 * (i % 20)), 1 FROM n"
 )
@@ -106,10 +102,7 @@ def build_sqlite(url: str, path: Path, count: int) -> None:
     db = sqlite3.connect(path, isolation_level=None)
     (queue,), (dlq,) = db.execute(_IDS).fetchall()
     db.execute("BEGIN IMMEDIATE")
-    (top,) = db.execute("SELECT max(id) FROM bodies").fetchone()
-    now = time.time()
-    db.execute(_SQLITE_BODIES, (count, dlq, top, len(BODY), now, BODY))
-    db.execute(_SQLITE_MESSAGES, (count, dlq, top, len(BODY), now))
+    db.execute(_SQLITE_MESSAGES, (count, dlq, BODY, len(BODY), time.time()))
     for statement in ledger(count, queue, dlq):
         db.execute(statement)
     db.execute("COMMIT")

@@ -78,17 +78,11 @@ def hold(url: str, path: Path, queue: str, count: int) -> None:
     db = sqlite3.connect(path, isolation_level=None)
     (entity_id,) = db.execute("SELECT id FROM entities WHERE name = ?", (queue,)).fetchone()
     db.execute("BEGIN IMMEDIATE")
-    (top,) = db.execute("SELECT max(id) FROM bodies").fetchone()
     db.execute(
         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)"
-        " INSERT INTO bodies (id, body) SELECT ? + i, ? FROM n",
-        (count - 1, top, BODY),
-    )
-    db.execute(
-        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)"
-        " INSERT INTO messages (entity_id, state, message_id, body_id, size, enqueued_at)"
-        " SELECT ?, 'active', 'bulk-' || i, ? + i, ?, 0 FROM n",
-        (count - 1, entity_id, top, len(BODY)),
+        " INSERT INTO messages (entity_id, state, message_id, body, size, enqueued_at)"
+        " SELECT ?, 'active', 'bulk-' || i, ?, ?, 0 FROM n",
+        (count - 1, entity_id, BODY, len(BODY)),
     )
     db.execute(
         "UPDATE entities SET sent = sent + ?, size_bytes = size_bytes + ? WHERE id = ?",

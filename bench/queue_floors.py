@@ -13,9 +13,9 @@ sweep, no ledger, no Python objects; the driver's rows as they come). On Postgre
 - dead-letter: move the previous batch to the dead-letter queue (``UPDATE`` of its entity and
   state) and lock the next one, one transaction, one round trip.
 
-On SQLite the same, in one ``BEGIN IMMEDIATE`` transaction a batch: a send inserts its bodies
-and then its messages (two multi-row ``INSERT`` statements, as the store does); completing a
-batch deletes its messages and their bodies.
+On SQLite the same, in one ``BEGIN IMMEDIATE`` transaction a batch: a send inserts its messages,
+each body in its row (one multi-row ``INSERT``, as the store does); completing a batch deletes
+its messages.
 
 The peer runs beside it as in the queue benchmark (same server, batches, body; rounds taking turns
 to go first; medians). Prints one line:
@@ -155,15 +155,11 @@ class SqliteFloor:
             now = time.time()
             with self.db:
                 self.db.execute("BEGIN IMMEDIATE")
-                first = self.db.execute(
-                    "INSERT INTO bodies (body) VALUES " + ", ".join(["(?)"] * n), [body] * n
-                ).lastrowid
-                assert first is not None
                 params: list[Any] = []
-                for i in range(n):
-                    params += (entity, now, uuid.uuid4().hex, first - n + 1 + i, len(body))
+                for _ in range(n):
+                    params += (entity, now, uuid.uuid4().hex, body, len(body))
                 self.db.execute(
-                    "INSERT INTO messages (entity_id, enqueued_at, state, message_id, body_id,"
+                    "INSERT INTO messages (entity_id, enqueued_at, state, message_id, body,"
                     " size) VALUES " + ", ".join(["(?, ?, 'active', ?, ?, ?)"] * n),
                     params,
                 )
@@ -199,12 +195,7 @@ class SqliteFloor:
                 (dead_letter, now, entity, token, seqs),
             )
             return
-        bodies = self.db.execute(
-            f"DELETE FROM messages WHERE {SQLITE_GUARD} RETURNING body_id", (entity, token, seqs)
-        ).fetchall()
-        self.db.execute(
-            f"DELETE FROM bodies WHERE id IN {SEQS}", (json.dumps([row[0] for row in bodies]),)
-        )
+        self.db.execute(f"DELETE FROM messages WHERE {SQLITE_GUARD}", (entity, token, seqs))
 
     def entity_ids(self, *names: str) -> list[int]:
         rows = self.db.execute(

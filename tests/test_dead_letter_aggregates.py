@@ -123,10 +123,10 @@ def test_the_dead_letter_subqueues_are_the_ones_the_triggers_keep() -> None:
     assert SubQueue.RETRY not in DEAD_LETTER_QUEUES
 
 
-_SQLITE_BEFORE_12 = [
+_SQLITE_BEFORE_12 = [  # (schema 15 split the update's trigger in two, and the store deletes)
     "DROP TRIGGER dead_letter_aggregates_insert",
-    "DROP TRIGGER dead_letter_aggregates_delete",
-    "DROP TRIGGER dead_letter_aggregates_update",
+    "DROP TRIGGER dead_letter_aggregates_enter",
+    "DROP TRIGGER dead_letter_aggregates_leave",
 ]
 _POSTGRES_BEFORE_12 = [
     "DROP VIEW dead_letter_counts",  # before the table of changes it reads

@@ -241,18 +241,99 @@ def test_a_file_of_schema_2_upgrades_to_the_same_schema_as_a_fresh_install(tmp_p
     old.close()
     SqliteStore(tmp_path / "old.db").close()
     SqliteStore(tmp_path / "new.db").close()
-
-    def schema(path: Path) -> list[tuple[str, str]]:
-        db = sqlite3.connect(path)
-        rows = db.execute(
-            "SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY name"
-        ).fetchall()
-        columns = [
-            (table, str(db.execute(f"PRAGMA table_info({table})").fetchall()))
-            for (table, _) in rows
-        ]
-        return sorted(columns)
-
-    assert schema(tmp_path / "old.db") == schema(tmp_path / "new.db")
+    assert _sqlite_schema(tmp_path / "old.db") == _sqlite_schema(tmp_path / "new.db")
     db = sqlite3.connect(tmp_path / "old.db")
     assert db.execute("SELECT rollbacks FROM entities").fetchall() == [(0,)]
+
+
+def _sqlite_schema(path: Path) -> list[tuple[str, str]]:
+    """Every table, index, view and trigger of a SQLite store, with its definition and
+    columns."""
+    db = sqlite3.connect(path)
+    rows = db.execute(
+        "SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY name"
+    ).fetchall()
+    return sorted(
+        (name, sql + str(db.execute(f"PRAGMA table_info({name})").fetchall())) for name, sql in rows
+    )
+
+
+def test_a_store_of_schema_14_keeps_its_messages_and_bodies_as_one_row_each(
+    tmp_path: Path,
+) -> None:
+    """Schema 15 moves each body into its message's row: a store of schema 14 holding an
+    active, a locked, a leased and a dead-lettered message keeps each with its body, state,
+    lock and lease, its ledger and dead-letter aggregates balance, no sequence number is
+    given twice (the last one sent was completed before the upgrade), and its schema is a
+    fresh install's."""
+    clock = poisonq.ManualClock()
+    now = clock.now()
+    fresh = tmp_path / "fresh.db"
+    with poisonq.connect(f"sqlite:///{fresh}") as broker:
+        broker.create_queue("orders")  # its entity rows, as schema 14 has them too
+    old = sqlite3.connect(tmp_path / "old.db", isolation_level=None)
+    old.execute("CREATE TABLE poisonq_schema (version INTEGER NOT NULL) STRICT")
+    for version in range(1, 15):
+        old.executescript(_script("sqlite", version))
+        old.execute("INSERT INTO poisonq_schema (version) VALUES (?)", (version,))
+    old.execute("ATTACH ? AS fresh", (str(fresh),))
+    old.execute("INSERT INTO entities SELECT * FROM fresh.entities")
+    old.execute("DETACH fresh")
+    (queue,) = old.execute("SELECT id FROM entities WHERE name = 'orders'").fetchone()
+    (dlq,) = old.execute(
+        "SELECT id FROM entities WHERE parent_id = ? AND subqueue = ?", (queue, "deadletter")
+    ).fetchone()
+    old.executemany(
+        "INSERT INTO bodies (id, body) VALUES (?, ?)",
+        [(10, b"one"), (11, b"two"), (12, b"three"), (13, b"four")],
+    )
+    insert = (
+        "INSERT INTO messages (seq, entity_id, state, message_id, body_id, size, enqueued_at,"
+        " delivery_count, lock_token, locked_until, dead_letter_reason, dead_lettered_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    )
+    old.executemany(
+        insert,
+        [
+            (1, queue, "active", "m1", 10, 3, now, 0, None, None, None, None),
+            (2, queue, "locked", "m2", 11, 3, now, 1, "token", now + 60, None, None),
+            (3, dlq, "dead_lettered", "m3", 12, 5, now, 1, None, None, "Bad", now),
+            (4, queue, "active", "m4", 13, 4, now, 0, None, None, None, None),
+            (5, queue, "active", "m5", 10, 3, now, 0, None, None, None, None),
+        ],
+    )
+    old.execute("DELETE FROM messages WHERE seq = 5")  # completed: 5 must not come again
+    old.execute(
+        "INSERT INTO leases (entity_id, consumer, number, lock_token, count, min_seq, max_seq,"
+        " created_at, locked_until, cover_lo, cover_hi) VALUES (?, 'spark', 1, 'lease', 1,"
+        " 4, 4, ?, ?, 4, 4)",
+        (queue, now, now + 60),
+    )
+    old.execute("UPDATE entities SET sent = 5, completed = 1, moved_out = 1 WHERE id = ?", (queue,))
+    old.execute("UPDATE entities SET moved_in = 1 WHERE id = ?", (dlq,))
+    old.close()
+
+    with poisonq.connect(f"sqlite:///{tmp_path / 'old.db'}", clock=clock) as broker:
+        held = broker.peek("orders", max_messages=10)
+        assert [(m.sequence_number, m.body, m.state) for m in held] == [
+            (1, b"one", MessageState.ACTIVE),
+            (2, b"two", MessageState.LOCKED),
+            (4, b"four", MessageState.LOCKED),
+        ]
+        [dead] = broker.dead_letters("orders")
+        assert (dead.body, dead.dead_letter_reason) == (b"three", "Bad")
+        assert broker.audit().ok
+        lease = broker.acquire_lease("orders", "spark", 1, max_messages=10)
+        assert lease is not None and [row[:3] for row in broker.lease_rows(lease)] == [
+            (4, "m4", b"four")
+        ]
+        assert broker.complete_lease(lease) == 1
+        [seq] = broker.sender("orders").send(poisonq.Message(body=b"six"))
+        assert seq == 6
+        receiver = broker.receiver("orders")
+        received = receiver.receive(max_messages=10)
+        assert [(m.sequence_number, m.body) for m in received] == [(1, b"one"), (6, b"six")]
+        receiver.complete(received)
+        assert broker.audit().ok
+    SqliteStore(tmp_path / "new.db").close()
+    assert _sqlite_schema(tmp_path / "old.db") == _sqlite_schema(tmp_path / "new.db")

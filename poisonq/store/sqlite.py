@@ -30,6 +30,7 @@ from poisonq.errors import (
     StoreUnavailableError,
 )
 from poisonq.model import (
+    DEAD_LETTER_QUEUES,
     HELD_STATES,
     MessageState,
     ReceivedMessage,
@@ -69,7 +70,6 @@ from poisonq.store.shared_sql import (
 from poisonq.store.sqlite_history import SqliteHistory
 from poisonq.store.sqlite_leases import SqliteLeases
 from poisonq.store.sqlite_rows import (
-    HELD_COLUMNS,
     INSERT_CHUNK,
     LEDGER_COLUMNS,
     MESSAGE_COLUMNS,
@@ -97,6 +97,14 @@ _EXPIRED_LOCKS = (
 
 
 READ = "BEGIN DEFERRED"  # a reader's transaction (Store.reading)
+
+# A message's group in its dead-letter queue's aggregates, as schema 12 keys them: reason,
+# subject, fingerprint, error type (each the JSON text of its value), hour.
+_GROUP_KEYS = (
+    "json_quote(dead_letter_reason), json_quote(subject), json_quote(last_fingerprint),"
+    " json_quote(last_error_type), CAST(coalesce(dead_lettered_at, enqueued_at) / 3600 AS INTEGER)"
+    " * 3600"
+)
 
 
 def _record_failure(failure: str) -> str:
@@ -180,13 +188,15 @@ class SqliteTransaction(
 
     def delete_entity(self, entity_id: int) -> None:
         self.history = HistoryBuffer()  # nothing is kept of what goes
-        family = "(SELECT id FROM entities WHERE id = ?1 OR parent_id = ?1)"
-        self._db.execute(
-            "DELETE FROM bodies WHERE id IN"
-            f" (SELECT body_id FROM messages WHERE entity_id IN {family})",
+        # Messages have no foreign key to their entity (schema 15): they are deleted here,
+        # after the entity rows, whose aggregates go with them (so not through _delete:
+        # nothing is left to count them out of).
+        family = self._db.execute(
+            "SELECT json_group_array(id) FROM entities WHERE id = ?1 OR parent_id = ?1",
             (entity_id,),
-        )
+        ).fetchone()
         self._db.execute("DELETE FROM entities WHERE id = ?1 OR parent_id = ?1", (entity_id,))
+        self._db.execute(f"DELETE FROM messages WHERE entity_id IN {SEQS}", family)
 
     def held_counts(
         self, entity_id: int, ready: MessageState, held: int
@@ -219,10 +229,10 @@ class SqliteTransaction(
     ) -> list[int]:
         # (``last`` changes nothing here: the commit is local.)
         # Multi-row VALUES statements: about 1.5x the rows per second of executemany, which
-        # steps the statement once per row. One writer at a time, so the bodies and messages
-        # get consecutive ids (AUTOINCREMENT on messages; the largest id plus one on bodies).
+        # steps the statement once per row. One writer at a time, so the messages get
+        # consecutive sequence numbers (AUTOINCREMENT).
         optional = [c for c in OPTIONAL_COLUMNS if set(map(attrgetter(c), rows)) != {None}]
-        columns = ["state", "message_id", "body_id", "size", *optional]
+        columns = ["state", "message_id", "body", "size", *optional]
         if "scheduled_at" in optional:
             columns.append("visible_at")  # a scheduled message becomes visible when scheduled
             optional.append("scheduled_at")
@@ -230,23 +240,14 @@ class SqliteTransaction(
         insert = f"INSERT INTO messages (entity_id, enqueued_at, {', '.join(columns)}) VALUES "
         for start in range(0, len(rows), INSERT_CHUNK):
             chunk = rows[start : start + INSERT_CHUNK]
-            bodies = self._db.execute(
-                "INSERT INTO bodies (body) VALUES " + ", ".join(["(?)"] * len(chunk)),
-                [m.body for m in chunk],
-            )
-            assert bodies.lastrowid is not None
-            body_id = bodies.lastrowid - len(chunk) + 1
             params: list[Any] = [entity_id, now]
-            for i, m in enumerate(chunk):
-                params += (m.state, m.message_id, body_id + i, m.size)
+            for m in chunk:
+                params += (m.state, m.message_id, m.body, m.size)
                 params += [getattr(m, c) for c in optional]
             top = self._db.execute(insert + ", ".join([row_marks] * len(chunk)), params).lastrowid
         assert top is not None
         self._count_sent(entity_id, len(rows), sum(m.size for m in rows))
         return list(range(top - len(rows) + 1, top + 1))
-
-    def _delete_bodies(self, body_ids: list[int]) -> None:
-        self._db.execute(f"DELETE FROM bodies WHERE id IN {SEQS}", (json.dumps(body_ids),))
 
     def remember_message_ids(
         self, entity_id: int, message_ids: Sequence[str], expires_at: float
@@ -290,15 +291,15 @@ class SqliteTransaction(
         self, entity_id: int, name: str, ready: MessageState, limit: int
     ) -> list[ReceivedMessage]:
         which, top = self.receivable(entity_id)
-        rows = self._db.execute(
-            f"DELETE FROM messages WHERE seq IN ({which})"
-            f" RETURNING {MESSAGE_COLUMNS}, size, body_id",
+        rows = self._delete(
+            entity_id,
+            f"seq IN ({which})",
             (entity_id, ready, top, limit),
-        ).fetchall()
+            f"{MESSAGE_COLUMNS}, size",
+        )
         rows.sort(key=lambda row: row[0])
-        self._delete_bodies([row[-1] for row in rows])
-        self._count_completed(entity_id, len(rows), sum(row[-2] for row in rows))
-        taken = message_rows((row[:-2] for row in rows), name)
+        self._count_completed(entity_id, len(rows), sum(row[-1] for row in rows))
+        taken = message_rows((row[:-1] for row in rows), name)
         for message in taken:
             message.delivery_count += 1
             message.state = MessageState.COMPLETED
@@ -322,7 +323,7 @@ class SqliteTransaction(
     ) -> list[ReceivedMessage]:
         clauses, params = filter_clauses(where)
         rows = self._db.execute(
-            f"SELECT {HELD_COLUMNS} FROM held_messages WHERE entity_id = ? AND seq >= ?"
+            f"SELECT {MESSAGE_COLUMNS} FROM held_messages WHERE entity_id = ? AND seq >= ?"
             f"{clauses} ORDER BY seq LIMIT ?",
             (entity_id, from_seq, *params, limit),
         )
@@ -330,14 +331,14 @@ class SqliteTransaction(
 
     def message(self, entity_id: int, name: str, seq: int) -> ReceivedMessage | None:
         row = self._db.execute(
-            f"SELECT {HELD_COLUMNS} FROM held_messages WHERE +entity_id = ? AND seq = ?",
+            f"SELECT {MESSAGE_COLUMNS} FROM held_messages WHERE +entity_id = ? AND seq = ?",
             (entity_id, seq),
         ).fetchone()
         return message_row(row, name) if row else None
 
     def messages(self, entity_id: int, name: str, seqs: Sequence[int]) -> list[ReceivedMessage]:
         rows = self._db.execute(
-            f"SELECT {HELD_COLUMNS} FROM held_messages WHERE +entity_id = ? AND seq IN {SEQS}"
+            f"SELECT {MESSAGE_COLUMNS} FROM held_messages WHERE +entity_id = ? AND seq IN {SEQS}"
             " ORDER BY seq",
             (entity_id, seqs_json(seqs)),
         )
@@ -450,20 +451,23 @@ class SqliteTransaction(
     def _complete(
         self, entity_id: int, token: str, now: float, which: str, *params: object
     ) -> list[int]:
-        rows = self._db.execute(
-            "DELETE FROM messages WHERE entity_id = ? AND state = 'locked' AND lock_token = ?"
-            f" AND locked_until > ? AND {which} RETURNING seq, size, body_id",
+        rows = self._delete(
+            entity_id,
+            "entity_id = ? AND state = 'locked' AND lock_token = ? AND locked_until > ?"
+            f" AND {which}",
             (entity_id, token, now, *params),
-        ).fetchall()
+            "seq, size",
+        )
         return self._completed(entity_id, rows)
 
     def _delete_covered(self, entity_id: int, which: str, *params: object) -> list[int]:
         """Complete covered messages (the caller checked the lease's lock)."""
-        rows = self._db.execute(
-            "DELETE FROM messages WHERE entity_id = ? AND leasable = 1"
-            f" AND state IN ('active', 'dead_lettered') AND {which} RETURNING seq, size, body_id",
+        rows = self._delete(
+            entity_id,
+            f"entity_id = ? AND leasable = 1 AND state IN ('active', 'dead_lettered') AND {which}",
             (entity_id, *params),
-        ).fetchall()
+            "seq, size",
+        )
         return self._completed(entity_id, rows)
 
     def _delete_covered_span(self, entity_id: int, lo: int, hi: int) -> int:
@@ -477,15 +481,46 @@ class SqliteTransaction(
         count, size = self._db.execute(
             f"SELECT count(*), coalesce(sum(size), 0) FROM messages WHERE {which}", params
         ).fetchone()
-        self._db.execute(
-            f"DELETE FROM bodies WHERE id IN (SELECT body_id FROM messages WHERE {which})", params
-        )
-        self._db.execute(f"DELETE FROM messages WHERE {which}", params)
+        self._delete(entity_id, which, params)
         self._count_completed(entity_id, count, size)
         return int(count)
 
+    def _delete(
+        self, entity_id: int, where: str, params: Sequence[object], returning: str | None = None
+    ) -> list[Any]:
+        """Delete the messages ``where`` selects (all of the entity's), returning
+        ``returning`` of each, and count them out of the entity's dead-letter aggregates if it
+        is a dead-letter queue. Every deletion of messages but an entity's own goes through
+        here: messages have no delete trigger (schema 15), since a row trigger on a table
+        makes SQLite read every deleted row whole, body and all, and run the trigger's program
+        for it, about two thirds of a completion; a dead-letter queue's groups are few, so
+        they are counted out by one grouped read and a decrement each."""
+        (subqueue,) = self._db.execute(
+            "SELECT subqueue FROM entities WHERE id = ?", (entity_id,)
+        ).fetchone()
+        if subqueue in DEAD_LETTER_QUEUES:
+            groups = self._db.execute(
+                f"SELECT {_GROUP_KEYS}, count(*) FROM messages WHERE {where}"
+                " GROUP BY 1, 2, 3, 4, 5",
+                params,
+            ).fetchall()
+            self._db.executemany(
+                "UPDATE dead_letter_aggregates SET count = count - ?6 WHERE entity_id = ?7"
+                " AND reason = ?1 AND subject = ?2 AND fingerprint = ?3 AND error_type = ?4"
+                " AND bucket = ?5",
+                [(*group, entity_id) for group in groups],
+            )
+            self._db.execute(
+                "DELETE FROM dead_letter_aggregates WHERE entity_id = ? AND count = 0", (entity_id,)
+            )
+        if returning is None:
+            self._db.execute(f"DELETE FROM messages WHERE {where}", params)
+            return []
+        return self._db.execute(
+            f"DELETE FROM messages WHERE {where} RETURNING {returning}", params
+        ).fetchall()
+
     def _completed(self, entity_id: int, rows: list[Any]) -> list[int]:
-        self._delete_bodies([row[2] for row in rows])
         self._count_completed(entity_id, len(rows), sum(row[1] for row in rows))
         return [row[0] for row in rows]
 
@@ -635,12 +670,12 @@ class SqliteTransaction(
         return [row[0] for row in rows]
 
     def drop(self, entity_id: int, seqs: Sequence[int]) -> int:
-        rows = self._db.execute(
-            f"DELETE FROM messages WHERE entity_id = ? AND state IN {HELD_IN} AND seq IN {SEQS}"
-            " RETURNING size, body_id",
+        rows = self._delete(
+            entity_id,
+            f"entity_id = ? AND state IN {HELD_IN} AND seq IN {SEQS}",
             (entity_id, seqs_json(seqs)),
-        ).fetchall()
-        self._delete_bodies([row[1] for row in rows])
+            "size",
+        )
         self._count_dropped(entity_id, len(rows), sum(row[0] for row in rows))
         return len(rows)
 
@@ -659,21 +694,19 @@ class SqliteTransaction(
         )
         params = (entity_id, seqs_json(seqs))
         # INSERT ... SELECT in sequence order gives the copies new, ascending sequence numbers:
-        # a resubmitted message joins the back of the queue, as a new send would. The copy
-        # takes over the body, so only the old message rows are deleted.
+        # a resubmitted message joins the back of the queue, as a new send would.
         self._db.execute(
-            "INSERT INTO messages (entity_id, state, message_id, body_id, size, content_type,"
+            "INSERT INTO messages (entity_id, state, message_id, body, size, content_type,"
             " subject, properties, session_id, correlation_id, reply_to, enqueued_at, expires_at,"
             " abort_count, resubmit_count, hop_count, last_error_type, last_fingerprint, failures,"
             " to_address, reply_to_session_id, partition_key)"
-            " SELECT ?, 'active', message_id, body_id, size, content_type, subject, properties,"
+            " SELECT ?, 'active', message_id, body, size, content_type, subject, properties,"
             " session_id, correlation_id, reply_to, ?, ?, abort_count, resubmit_count + 1,"
             " hop_count, last_error_type, last_fingerprint, failures, to_address,"
             f" reply_to_session_id, partition_key FROM messages WHERE {guard} ORDER BY seq",
             (destination_id, now, expires_at, *params),
         )
-        rows = self._db.execute(f"DELETE FROM messages WHERE {guard} RETURNING size", params)
-        sizes = [row[0] for row in rows]
+        sizes = [row[0] for row in self._delete(entity_id, guard, params, "size")]
         moved, size = len(sizes), sum(sizes)
         self._count_moved(entity_id, destination_id, moved, size, "resubmitted")
         return moved

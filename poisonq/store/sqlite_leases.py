@@ -36,8 +36,8 @@ RECEIVABLE = (
 _RECEIVABLE_SEQS = f"SELECT seq FROM ({RECEIVABLE})"
 _READY_SEQS = "SELECT seq FROM messages WHERE entity_id = ?1 AND state = ?2 ORDER BY seq LIMIT ?4"
 _LEASE_COLUMNS = (
-    "seq, message_id, (SELECT body FROM bodies WHERE bodies.id = messages.body_id),"
-    " content_type, subject, properties, session_id, correlation_id, enqueued_at"
+    "seq, message_id, body, content_type, subject, properties, session_id, correlation_id,"
+    " enqueued_at"
 )
 
 

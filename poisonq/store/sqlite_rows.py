@@ -1,6 +1,6 @@
-"""What the SQLite store's statements share that is its own: the message columns (bodies in a
-table of their own), the lease covers, lists of sequence numbers as JSON, and its dialect of
-the message filters. The rest of the rows is shared with PostgreSQL (:mod:`poisonq.store.rows`)."""
+"""What the SQLite store's statements share that is its own: the message columns, the lease
+covers, lists of sequence numbers as JSON, and its dialect of the message filters. The rest of
+the rows is shared with PostgreSQL (:mod:`poisonq.store.rows`)."""
 
 from __future__ import annotations
 
@@ -11,23 +11,16 @@ from typing import Any
 from poisonq.store.base import Ledger, MessageFilter
 from poisonq.store.rows import filter_sql
 
-
-def message_columns(source: str) -> str:
-    """The columns of a received message, selected from ``messages`` or ``held_messages``."""
-    return (
-        f"seq, message_id, (SELECT body FROM bodies WHERE bodies.id = {source}.body_id), "
-        "content_type, subject, properties, session_id, correlation_id, reply_to, state, "
-        "enqueued_at, scheduled_at, expires_at, delivery_count, abort_count, move_count, "
-        "resubmit_count, hop_count, lock_token, locked_until, dead_letter_reason, "
-        "dead_letter_description, dead_letter_source, failures, to_address, "
-        "reply_to_session_id, partition_key"
-    )
-
-
-# The rows themselves, for statements that change them...
-MESSAGE_COLUMNS = message_columns("messages")
-# ...and as readers see them (the view of schema 7): a message a lease covers is locked.
-HELD_COLUMNS = message_columns("held_messages")
+# The columns of a received message, selected from ``messages`` (the rows themselves, for
+# statements that change them) or from ``held_messages`` (as readers see them, the view of
+# schema 7: a message a lease covers is locked).
+MESSAGE_COLUMNS = (
+    "seq, message_id, body, content_type, subject, properties, session_id, correlation_id,"
+    " reply_to, state, enqueued_at, scheduled_at, expires_at, delivery_count, abort_count,"
+    " move_count, resubmit_count, hop_count, lock_token, locked_until, dead_letter_reason,"
+    " dead_letter_description, dead_letter_source, failures, to_address, reply_to_session_id,"
+    " partition_key"
+)
 # Whether a row of ``messages`` is held by a lease's cover range: it is ready (a queue's
 # messages are active, a dead-letter queue's dead-lettered), leasable, and at or below the top
 # of its entity's cover ranges. Every such message lies in exactly one cover (a lease's cover
@@ -62,8 +55,8 @@ def seqs_json(seqs: Sequence[int]) -> str:
     return json.dumps(list(seqs))
 
 
-# Whether a body holds the bytes of a parameter (SQLite keeps bodies in a table of their own).
-BODY_CONTAINS = "instr((SELECT body FROM bodies WHERE bodies.id = body_id), ?) > 0"
+# Whether a body holds the bytes of a parameter.
+BODY_CONTAINS = "instr(body, ?) > 0"
 
 
 def filter_clauses(where: MessageFilter) -> tuple[str, list[Any]]:

@@ -1,0 +1,3 @@
+-- poisonq schema 15: nothing changes in PostgreSQL. SQLite's schema 15 moves each message's
+-- body into its row, where PostgreSQL always kept it. The number is kept so that both stores
+-- count the same versions.
