@@ -218,15 +218,17 @@ def test_a_crash_in_a_batch_function_turns_the_crash_guard_on_and_costs_only_its
         ({"map_batches": orders, "map": len, "schema": SCHEMA}, "given map= and map_batches="),
         (
             {"map_batches": orders, "schema": SCHEMA, "expectations": {"x": "n > 0"}},
-            "the rows of map_batches= are checked against schema=",
+            r"the rows of map_batches= are checked against schema=, and for anything else it"
+            r" can return \(rows, errors\)",
         ),
     ],
 )
 def test_a_batch_function_takes_the_options_of_a_function_of_messages(
     spark: SparkSession, url: str, tmp_path: Path, arguments: dict[str, Any], message: str
 ) -> None:
-    """``map_batches=`` needs ``schema=`` and takes no expectations; only one kind of
-    function is given."""
+    """``map_batches=`` needs ``schema=`` and takes no expectations (refused with how a batch
+    function rejects a message: an entry of its errors); only one kind of function is
+    given."""
     with pytest.raises(InvalidOptionError, match=message):
         Pipeline(spark, url=url, queue="orders", output=str(tmp_path / "out"), **arguments)
 

@@ -282,6 +282,19 @@ def check_per_row_function(spark: SparkSession, target: str, function: Any) -> N
         )
 
 
+def check_not_a_batch_function(target: str, function: Any) -> None:
+    """Refuse, in one line and before Spark starts, a function of a batch given ``--schema``
+    without ``--batches``: it would be called with each message (a dict) and fail on all of
+    them, which the run would find a defect only after starting Spark and leasing a batch."""
+    from poisonq.spark.batches import returns_rows
+
+    if returns_rows(function):
+        raise InvalidOptionError(
+            f"{target} is a function of a batch (given an empty Arrow batch of messages, it"
+            " returns rows): run it with --batches, or make it take one message (a dict)"
+        )
+
+
 def _quiet_py4j_interrupt(record: logging.LogRecord) -> bool:
     """py4j logs a Ctrl-C in the middle of a call to the JVM as an error, with a traceback;
     the report that follows says the run was interrupted, and what it left."""
@@ -520,7 +533,7 @@ def pipeline_run(
     require_pyspark()
     per_row = schema is not None
     expectations = parse_expectations(expect)
-    from poisonq.spark.kinds import COMMAND_LINE, check_options
+    from poisonq.spark.kinds import COMMAND_LINE, OfMessages, check_options
 
     if batches and not per_row:
         raise InvalidOptionError(
@@ -529,13 +542,17 @@ def pipeline_run(
         )
     check_options(
         COMMAND_LINE,
-        of_messages=("a batch function" if batches else "a per-row function") if per_row else None,
+        of_messages=(
+            None if not per_row else OfMessages.MAP_BATCHES if batches else OfMessages.MAP
+        ),
         schema=per_row,
         expectations=bool(expectations),
         ignore_extra_fields=ignore_extra_fields,
         isolate=_given(ctx, "isolate"),
     )
     function = load_transform(target)
+    if per_row and not batches:
+        check_not_a_batch_function(target, function)
     permanent = tuple(load_exception(name) for name in permanent_types)
     app.broker.get_queue(queue_name)  # an unknown queue fails here, before Spark starts
     from poisonq.spark.pipeline import Pipeline

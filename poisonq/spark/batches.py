@@ -233,16 +233,13 @@ class BatchTransform(FunctionWork):
         return seqs
 
     def _table(self, rows: Any) -> pa.Table:
-        if isinstance(rows, pa.Table):
-            return rows
-        if isinstance(rows, pa.RecordBatch):
-            return pa.Table.from_batches([rows])
-        if type(rows).__name__ == "DataFrame" and hasattr(rows, "to_records"):  # pandas
-            return pa.Table.from_pandas(rows, preserve_index=False)
-        raise self._defect(
-            f"returned its rows as {type(rows).__name__}: return a pyarrow RecordBatch or"
-            " Table or a pandas DataFrame"
-        )
+        table = rows_table(rows)
+        if table is None:
+            raise self._defect(
+                f"returned its rows as {type(rows).__name__}: return a pyarrow RecordBatch or"
+                " Table or a pandas DataFrame"
+            )
+        return table
 
     def _defect(self, problem: str) -> BatchFunctionError:
         name = getattr(self.transform, "__qualname__", None) or repr(self.transform)
@@ -288,6 +285,30 @@ class _Settler:
 
     def one(self, seq: int, result: Failed | Crashed) -> None:
         self.failed.append(settlement(seq, self.lock_token, result))
+
+
+def rows_table(rows: Any) -> pa.Table | None:
+    """``rows`` as a table, if they are rows a batch function may return (a ``RecordBatch``,
+    a ``Table``, a pandas ``DataFrame``); else None."""
+    if isinstance(rows, pa.Table):
+        return rows
+    if isinstance(rows, pa.RecordBatch):
+        return pa.Table.from_batches([rows])
+    if type(rows).__name__ == "DataFrame" and hasattr(rows, "to_records"):  # pandas
+        return pa.Table.from_pandas(rows, preserve_index=False)
+    return None
+
+
+def returns_rows(function: Callable[..., Any]) -> bool:
+    """Whether ``function`` answers an empty batch of messages as a batch function does
+    (rows, or ``(rows, errors)``), which no function of one message does: the command line
+    tells the two apart with it before Spark starts. One that raises is not known to."""
+    try:
+        result = function(lease_batch([]))
+    except Exception:  # a function of one message given a batch, most likely
+        return False
+    rows = result[0] if isinstance(result, tuple) and len(result) == 2 else result
+    return rows_table(rows) is not None
 
 
 def _empty(schema: pa.Schema) -> pa.RecordBatch:
