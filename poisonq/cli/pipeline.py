@@ -1,11 +1,14 @@
 """``poisonq pipeline run``: a user's transform over a queue on Spark, from the command line.
 
-It runs both kinds of :class:`~poisonq.spark.Pipeline`: a DataFrame transform (``transform=``,
-with ``--expect`` for expectations) when no ``--schema`` is given, a function of one message
-(``map=``) with ``--schema``, the schema of the row it returns. Running one kind as the
-other is refused in one line before any message is leased: the function is applied to an
-empty batch DataFrame first, as the pipeline does, and a per-row function fails or returns
-something other than a DataFrame there, while a DataFrame transform returns one.
+It runs every kind of :class:`~poisonq.spark.Pipeline`: a DataFrame transform
+(``transform=``, with ``--expect`` for expectations) when no ``--schema`` is given, a function
+of one message (``map=``) with ``--schema``, the schema of the row it returns, and a function
+of an Arrow batch of messages (``map_batches=``) with ``--schema --batches``. Running one kind
+as another is refused in one line before any message is leased: the function is applied to
+an empty batch DataFrame first, as the pipeline does, and a per-row function fails or returns
+something other than a DataFrame there, while a DataFrame transform returns one; and a
+function given ``--schema`` without ``--batches`` is applied to an empty Arrow batch of
+messages before Spark starts, where only a function of a batch returns rows.
 
 PySpark is imported inside the command only, so every other command works without the
 ``spark`` extra and starts without loading it. Everything that can be checked without Spark
@@ -406,7 +409,8 @@ def pipeline() -> None:
     is_flag=True,
     help="With --schema: FUNC takes an Arrow RecordBatch of messages and returns its rows"
     " (a RecordBatch, Table or pandas DataFrame), or (rows, errors) with an error or None per"
-    " message (map_batches=; docs/spark.md).",
+    " message, the rows then one per message or each with its message's sequence_number"
+    " (map_batches=; docs/spark.md).",
 )
 @click.option(
     "--ignore-extra-fields",
@@ -508,7 +512,8 @@ def pipeline_run(
     tuple/list/Row by position), or None to skip it. A message whose FUNC raises a
     PermanentError (or a --permanent type), or returns a row that does not fit --schema, is
     dead-lettered at once; any other error is retried by the queue's policy. With
-    --batches, FUNC takes an Arrow RecordBatch of messages instead (map_batches=).
+    --batches, FUNC takes an Arrow RecordBatch of messages instead (map_batches=); a
+    function of a batch given --schema without --batches is refused before Spark starts.
 
     \b
       # rows.py

@@ -94,9 +94,11 @@ class Pipeline:
     it wrote for the same number before (see :class:`poisonq.spark.sink.FunctionSink`).
 
     ``map_batches(batch)`` takes an Arrow ``RecordBatch`` of messages and returns its rows
-    of ``schema``, or ``(rows, errors)`` with one error (or ``None``) per message; an
-    exception for the whole batch is traced to the messages that raise it alone, in the same
-    worker (see :mod:`poisonq.spark.batches`).
+    of ``schema``, or ``(rows, errors)`` with one error (or ``None``) per message, the rows
+    then tied to their messages by a ``sequence_number`` column or by place (one row a
+    message) so that a failed message's rows are not written; an exception for the whole
+    batch is traced to the messages that raise it alone, in the same worker (see
+    :mod:`poisonq.spark.batches`).
 
     ``permanent`` exception types dead-letter at once (in ``map``, ``map_batches`` and in
     poisonq UDFs).
