@@ -326,3 +326,21 @@ def test_a_run_stopped_at_its_first_batch_leaves_an_output_spark_can_read(
     frame = spark.read.parquet(str(out))
     assert frame.count() == 0 and "n" in frame.columns
     assert_balanced(live)
+
+
+def test_a_cast_error_a_batch_function_raises_is_retried_unless_permanent_names_it(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """A raised ``pyarrow.ArrowInvalid`` is no ``PermanentError``: the message that raises it
+    alone is retried by the queue's policy until its deliveries run out (with
+    ``permanent=(pa.ArrowInvalid,)`` it is dead-lettered at once, as the test above shows)."""
+    send(live, {5: {"qty": "many"}}, 20, max_delivery_count=2)
+    report = Pipeline(
+        spark, url=url, queue="orders", map_batches=quantities, schema="n long, qty long",
+        output=str(tmp_path / "out"),
+    ).run()  # fmt: skip
+    assert report.dead_lettered == {"MaxDeliveryCountExceeded": 1} and report.retried == 1
+    [dead] = dead_letters_by_id(live).values()
+    assert [f.error_type for f in dead.failures] == ["pyarrow.lib.ArrowInvalid"] * 2
+    assert written(spark, tmp_path / "out") == Counter(set(range(20)) - {5})
+    assert_balanced(live)
