@@ -90,7 +90,7 @@ class BatchTransform(FunctionWork):
     ) -> pa.RecordBatch:
         """The output rows of lease ``rows``; their failures are added to ``failed``. A
         :class:`~poisonq.errors.BatchFunctionError` fails the task as a defect
-        (:class:`DefectFound`), so nothing of the lease is settled or written."""
+        (:class:`DefectFound`) before any of its failures is settled."""
         settle = _Settler(lock_token, failed)
         pieces: list[pa.RecordBatch] = []
         try:
