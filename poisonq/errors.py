@@ -264,6 +264,17 @@ class UnsupportedPySparkError(PoisonqError, ImportError):
         self.supported = supported
 
 
+class BatchFunctionError(PoisonqError, TypeError):
+    """A ``map_batches`` function returned what no batch may get back: errors of another
+    count than its messages, rows that cannot be tied to their messages, a value of another
+    type. It is the function's defect, whatever its messages hold, so it is never traced to
+    a message: the pipeline stops and gives the batch back (``function`` names it)."""
+
+    def __init__(self, function: str, problem: str) -> None:
+        super().__init__(f"map_batches function {function} {problem}")
+        self.function = function
+
+
 class PermanentError(Exception):
     """Raised by a handler or transform to say a message can never succeed.
 

@@ -65,7 +65,7 @@ def failure_from_exception(exc: BaseException, now: float) -> FailureRecord:
     and so is the start of its message, which goes on with the exception the code raised
     (``'cust-17' → RuntimeError: order failed``), so that each type is told with its text."""
     root = root_cause(exc)
-    message = str(root) if root is exc else f"{root} → {type(exc).__name__}: {first_line(exc)}"
+    message = str(root) if root is exc else f"{root} → {_raised(exc, root)}"
     text = "".join(traceback.format_exception(_from_user_frames(exc)))
     return FailureRecord(
         time=now,
@@ -74,6 +74,16 @@ def failure_from_exception(exc: BaseException, now: float) -> FailureRecord:
         traceback=tail(_storable(text), MAX_TRACEBACK),
         fingerprint=fingerprint(exc),
     )
+
+
+def _raised(exc: BaseException, root: BaseException) -> str:
+    """The type and line of the exception raised over ``root``, the root's text said once:
+    ``raise PermanentError(str(error)) from error`` repeats it whole (told as the type
+    alone), ``f"bad order: {error}"`` within its own (an ellipsis in its place)."""
+    line, said = first_line(exc), first_line(root) if str(root).strip() else ""
+    if said and said in line:
+        line = line.replace(said, "…").strip()
+    return type(exc).__name__ if line in ("…", "") else f"{type(exc).__name__}: {line}"
 
 
 def _storable(text: str) -> str:

@@ -68,3 +68,19 @@ def test_an_exception_text_no_store_can_keep_is_recorded_spelled_out(broker: Bro
     (failure,) = broker.message("orders", seq).failures
     assert failure.message == "cust\\x00\\udcff"
     assert "ValueError: cust\\x00\\udcff" in failure.traceback
+
+
+def _rewrapped(customer: str, text: str) -> None:
+    try:
+        _lookup(customer)
+    except KeyError as exc:
+        raise RuntimeError(text.format(exc)) from exc
+
+
+def test_the_root_causes_text_is_told_once_when_the_raised_exception_repeats_it() -> None:
+    """An exception raised with the root cause's text (``raise X(str(error)) from error``)
+    is told by its type alone, and one that quotes it has an ellipsis in its place."""
+    repeated = failure_from_exception(_caught(_rewrapped, "cust-17", "{}"), now=1.0)
+    assert repeated.message == "'cust-17' → RuntimeError"
+    quoted = failure_from_exception(_caught(_rewrapped, "cust-17", "no customer {}!"), now=1.0)
+    assert quoted.message == "'cust-17' → RuntimeError: no customer …!"

@@ -29,15 +29,18 @@ url = spark_store_url
 
 
 def orders(batch: pa.RecordBatch) -> tuple[pa.Table, list[Any]]:
-    """Each order's rows and error, as a batch function tells them: ``invalid`` fails with
-    a permanent exception, ``refused`` with a text, ``flaky`` with a transient exception on
-    its first delivery; ``skip`` has no row, ``double`` two."""
+    """Each order's rows and error, as a batch function tells them, each row carrying the
+    ``sequence_number`` of its order: ``invalid`` fails with a permanent exception,
+    ``refused`` with a text, ``flaky`` with a transient exception on its first delivery (all
+    three with a row, which is not written); ``skip`` has no row, ``double`` two."""
     rows: list[dict[str, Any]] = []
     errors: list[Any] = []
+    seqs = batch.column("sequence_number").to_pylist()
     bodies = batch.column("body").to_pylist()
     deliveries = batch.column("delivery_count").to_pylist()
-    for body, delivery in zip(bodies, deliveries, strict=True):
+    for seq, body, delivery in zip(seqs, bodies, deliveries, strict=True):
         order = json.loads(body)
+        row = {"sequence_number": seq, "n": order["n"], "customer": f"C{order['n']}"}
         error: Any = None
         match order["kind"]:
             case "invalid":
@@ -47,16 +50,40 @@ def orders(batch: pa.RecordBatch) -> tuple[pa.Table, list[Any]]:
             case "flaky" if delivery == 1:
                 error = TimeoutError("customer service timed out")
             case "skip":
-                pass
+                row = {}
             case "double":
-                rows += [
-                    {"n": order["n"], "customer": "first"},
-                    {"n": order["n"], "customer": "second"},
-                ]
-            case _:
-                rows.append({"n": order["n"], "customer": f"C{order['n']}"})
+                rows.append({**row, "customer": "first"})
+                row = {**row, "customer": "second"}
+        if row:
+            rows.append(row)
         errors.append(error)
     return pa.Table.from_pylist(rows), errors
+
+
+def one_row_each(batch: pa.RecordBatch) -> tuple[pa.Table, pa.Array]:
+    """Vectorized, with no sequence_number: one row per order, in order, and an error where
+    the order's kind is not ``ok`` (a text for ``refused``, which is rejected)."""
+    orders = pa.Table.from_pylist([json.loads(body) for body in batch.column("body").to_pylist()])
+    refused = pc.equal(orders.column("kind"), "refused")
+    rows = orders.select(["n"]).append_column("customer", orders.column("kind"))
+    return rows, pc.if_else(refused, "refused by the shop", None)
+
+
+def errors_of_length(count: int) -> Any:
+    """A batch function whose errors list has ``count`` entries, whatever its batch."""
+
+    def short_errors(batch: pa.RecordBatch) -> tuple[pa.Table, list[None]]:
+        bodies = batch.column("body").to_pylist()
+        return pa.Table.from_pylist([{"n": json.loads(b)["n"]} for b in bodies]), [None] * count
+
+    return short_errors
+
+
+def filtered_untied(batch: pa.RecordBatch) -> tuple[pa.Table, list[Any]]:
+    """Rows for the good orders only, with no sequence_number to say whose they are."""
+    orders = [json.loads(body) for body in batch.column("body").to_pylist()]
+    errors = [None if o["kind"] == "ok" else "refused" for o in orders]
+    return pa.Table.from_pylist([{"n": o["n"]} for o in orders if o["kind"] == "ok"]), errors
 
 
 def quantities(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -191,14 +218,129 @@ def test_a_crash_in_a_batch_function_turns_the_crash_guard_on_and_costs_only_its
         ({"map_batches": orders, "map": len, "schema": SCHEMA}, "given map= and map_batches="),
         (
             {"map_batches": orders, "schema": SCHEMA, "expectations": {"x": "n > 0"}},
-            "the rows of map_batches= are checked against schema=",
+            r"the rows of map_batches= are checked against schema=, and for anything else it"
+            r" can return \(rows, errors\)",
         ),
     ],
 )
 def test_a_batch_function_takes_the_options_of_a_function_of_messages(
     spark: SparkSession, url: str, tmp_path: Path, arguments: dict[str, Any], message: str
 ) -> None:
-    """``map_batches=`` needs ``schema=`` and takes no expectations; only one kind of
-    function is given."""
+    """``map_batches=`` needs ``schema=`` and takes no expectations (refused with how a batch
+    function rejects a message: an entry of its errors); only one kind of function is
+    given."""
     with pytest.raises(InvalidOptionError, match=message):
         Pipeline(spark, url=url, queue="orders", output=str(tmp_path / "out"), **arguments)
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_an_errors_list_of_the_wrong_length_stops_the_run_as_the_functions_defect(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path, count: int
+) -> None:
+    """Errors of another count than the batch's messages are the function's defect, not
+    poison: the run stops at once with a ``BatchFunctionError`` naming the function and both
+    lengths, never bisecting the batch (where a part of the right size would pass), and the
+    lease is given back with no message settled and no delivery counted."""
+    send(live, {}, 30)
+    run = Pipeline(
+        spark, url=url, queue="orders", map_batches=errors_of_length(count), schema="n long",
+        output=str(tmp_path / "out"),
+    )  # fmt: skip
+    with pytest.raises(PipelineStoppedError) as stopped:
+        run.run()
+    assert f"short_errors returned {count} error(s) for a batch of 30 message(s)" in str(
+        stopped.value
+    )
+    assert stopped.value.defect is not None
+    assert stopped.value.defect.failure.error_type == "BatchFunctionError"
+    assert stopped.value.report.dead_lettered == {} and stopped.value.report.isolation_jobs == 0
+    assert live.counts("orders")["active"] == 30
+    assert {m.delivery_count for m in live.peek("orders", max_messages=30)} == {0}
+    assert_balanced(live)
+
+
+def test_the_rows_of_a_message_failed_by_its_error_are_not_written_when_tied_by_place(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """Rows with no ``sequence_number``, as many as the messages, are tied to them by their
+    place: the row of a message given an error is left out, the others are written."""
+    refused = {2, 13, 21}
+    send(live, {n: {"kind": "refused"} for n in refused}, 25)
+    report = Pipeline(
+        spark, url=url, queue="orders", map_batches=one_row_each, schema=SCHEMA,
+        output=str(tmp_path / "out"),
+    ).run()  # fmt: skip
+    assert report.dead_lettered == {"Rejected": 3}
+    assert written(spark, tmp_path / "out") == Counter(set(range(25)) - refused)
+    assert_balanced(live)
+
+
+@pytest.mark.parametrize(
+    ("function", "problem"),
+    [
+        (
+            filtered_untied,
+            r"filtered_untied returned 8 row\(s\) and an error per message for a batch of 10",
+        ),
+        (
+            lambda batch: (
+                pa.table({"sequence_number": pc.add(batch.column(0), 1000), "n": batch.column(0)}),
+                [None] * batch.num_rows,
+            ),
+            r"returned 10 row\(s\) whose sequence_number is no message of the batch",
+        ),
+        (lambda batch: [{"n": 1}], "returned its rows as list"),
+    ],
+)
+def test_rows_that_cannot_be_tied_to_their_messages_stop_the_run(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path, function: Any, problem: str
+) -> None:
+    """Rows returned with errors must say whose they are (a ``sequence_number`` of the
+    batch, or one row per message): rows that cannot be tied back, or rows of another type,
+    stop the run as the function's defect with the lease given back and nothing settled."""
+    send(live, {3: {"kind": "refused"}, 7: {"kind": "refused"}}, 10)
+    run = Pipeline(
+        spark, url=url, queue="orders", map_batches=function, schema="n long",
+        output=str(tmp_path / "out"),
+    )  # fmt: skip
+    with pytest.raises(PipelineStoppedError, match=problem):
+        run.run()
+    assert live.counts("orders")["active"] == 10 and dead_letters_by_id(live) == {}
+    assert_balanced(live)
+
+
+def test_a_run_stopped_at_its_first_batch_leaves_an_output_spark_can_read(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """A batch the run stops at is written as nothing, so the output directory of a run
+    stopped before any batch was written is read as no rows of the schema, not refused
+    for want of a schema."""
+    send(live, {}, 12)
+    out = tmp_path / "out"
+    run = Pipeline(
+        spark, url=url, queue="orders", map_batches=errors_of_length(1), schema="n long",
+        output=str(out),
+    )  # fmt: skip
+    with pytest.raises(PipelineStoppedError):
+        run.run()
+    frame = spark.read.parquet(str(out))
+    assert frame.count() == 0 and "n" in frame.columns
+    assert_balanced(live)
+
+
+def test_a_cast_error_a_batch_function_raises_is_retried_unless_permanent_names_it(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """A raised ``pyarrow.ArrowInvalid`` is no ``PermanentError``: the message that raises it
+    alone is retried by the queue's policy until its deliveries run out (with
+    ``permanent=(pa.ArrowInvalid,)`` it is dead-lettered at once, as the test above shows)."""
+    send(live, {5: {"qty": "many"}}, 20, max_delivery_count=2)
+    report = Pipeline(
+        spark, url=url, queue="orders", map_batches=quantities, schema="n long, qty long",
+        output=str(tmp_path / "out"),
+    ).run()  # fmt: skip
+    assert report.dead_lettered == {"MaxDeliveryCountExceeded": 1} and report.retried == 1
+    [dead] = dead_letters_by_id(live).values()
+    assert [f.error_type for f in dead.failures] == ["pyarrow.lib.ArrowInvalid"] * 2
+    assert written(spark, tmp_path / "out") == Counter(set(range(20)) - {5})
+    assert_balanced(live)

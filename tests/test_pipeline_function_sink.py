@@ -40,8 +40,10 @@ class Table:
         self.calls: list[tuple[int, int]] = []
 
     def __call__(self, frame: DataFrame, batch: int) -> None:
-        frame.write.mode("overwrite").parquet(str(self.root / f"batch={batch}"))
-        self.calls.append((batch, frame.count()))
+        path = str(self.root / f"batch={batch}")
+        frame.write.mode("overwrite").parquet(path)
+        # What was written, read back: the frame counted again would read its lease again.
+        self.calls.append((batch, frame.sparkSession.read.parquet(path).count()))
 
     def rows(self, spark: SparkSession) -> Counter[int]:
         return Counter(r.n for r in spark.read.parquet(str(self.root)).select("n").collect())

@@ -1,11 +1,14 @@
 """``poisonq pipeline run``: a user's transform over a queue on Spark, from the command line.
 
-It runs both kinds of :class:`~poisonq.spark.Pipeline`: a DataFrame transform (``transform=``,
-with ``--expect`` for expectations) when no ``--schema`` is given, a function of one message
-(``map=``) with ``--schema``, the schema of the row it returns. Running one kind as the
-other is refused in one line before any message is leased: the function is applied to an
-empty batch DataFrame first, as the pipeline does, and a per-row function fails or returns
-something other than a DataFrame there, while a DataFrame transform returns one.
+It runs every kind of :class:`~poisonq.spark.Pipeline`: a DataFrame transform
+(``transform=``, with ``--expect`` for expectations) when no ``--schema`` is given, a function
+of one message (``map=``) with ``--schema``, the schema of the row it returns, and a function
+of an Arrow batch of messages (``map_batches=``) with ``--schema --batches``. Running one kind
+as another is refused in one line before any message is leased: the function is applied to
+an empty batch DataFrame first, as the pipeline does, and a per-row function fails or returns
+something other than a DataFrame there, while a DataFrame transform returns one; and a
+function given ``--schema`` without ``--batches`` is applied to an empty Arrow batch of
+messages before Spark starts, where only a function of a batch returns rows.
 
 PySpark is imported inside the command only, so every other command works without the
 ``spark`` extra and starts without loading it. Everything that can be checked without Spark
@@ -282,6 +285,19 @@ def check_per_row_function(spark: SparkSession, target: str, function: Any) -> N
         )
 
 
+def check_not_a_batch_function(target: str, function: Any) -> None:
+    """Refuse, in one line and before Spark starts, a function of a batch given ``--schema``
+    without ``--batches``: it would be called with each message (a dict) and fail on all of
+    them, which the run would find a defect only after starting Spark and leasing a batch."""
+    from poisonq.spark.batches import returns_rows
+
+    if returns_rows(function):
+        raise InvalidOptionError(
+            f"{target} is a function of a batch (given an empty Arrow batch of messages, it"
+            " returns rows): run it with --batches, or make it take one message (a dict)"
+        )
+
+
 def _quiet_py4j_interrupt(record: logging.LogRecord) -> bool:
     """py4j logs a Ctrl-C in the middle of a call to the JVM as an error, with a traceback;
     the report that follows says the run was interrupted, and what it left."""
@@ -393,7 +409,8 @@ def pipeline() -> None:
     is_flag=True,
     help="With --schema: FUNC takes an Arrow RecordBatch of messages and returns its rows"
     " (a RecordBatch, Table or pandas DataFrame), or (rows, errors) with an error or None per"
-    " message (map_batches=; docs/spark.md).",
+    " message, the rows then one per message or each with its message's sequence_number"
+    " (map_batches=; docs/spark.md).",
 )
 @click.option(
     "--ignore-extra-fields",
@@ -495,7 +512,8 @@ def pipeline_run(
     tuple/list/Row by position), or None to skip it. A message whose FUNC raises a
     PermanentError (or a --permanent type), or returns a row that does not fit --schema, is
     dead-lettered at once; any other error is retried by the queue's policy. With
-    --batches, FUNC takes an Arrow RecordBatch of messages instead (map_batches=).
+    --batches, FUNC takes an Arrow RecordBatch of messages instead (map_batches=); a
+    function of a batch given --schema without --batches is refused before Spark starts.
 
     \b
       # rows.py
@@ -520,7 +538,7 @@ def pipeline_run(
     require_pyspark()
     per_row = schema is not None
     expectations = parse_expectations(expect)
-    from poisonq.spark.kinds import COMMAND_LINE, check_options
+    from poisonq.spark.kinds import COMMAND_LINE, OfMessages, check_options
 
     if batches and not per_row:
         raise InvalidOptionError(
@@ -529,13 +547,17 @@ def pipeline_run(
         )
     check_options(
         COMMAND_LINE,
-        of_messages=("a batch function" if batches else "a per-row function") if per_row else None,
+        of_messages=(
+            None if not per_row else OfMessages.MAP_BATCHES if batches else OfMessages.MAP
+        ),
         schema=per_row,
         expectations=bool(expectations),
         ignore_extra_fields=ignore_extra_fields,
         isolate=_given(ctx, "isolate"),
     )
     function = load_transform(target)
+    if per_row and not batches:
+        check_not_a_batch_function(target, function)
     permanent = tuple(load_exception(name) for name in permanent_types)
     app.broker.get_queue(queue_name)  # an unknown queue fails here, before Spark starts
     from poisonq.spark.pipeline import Pipeline

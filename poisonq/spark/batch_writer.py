@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame
 import poisonq
 from poisonq.defects import Defect
 from poisonq.errors import InvalidOptionError
-from poisonq.failures import failure_from_exception
+from poisonq.failures import failure_from_exception, first_line
 from poisonq.model import Lease
 from poisonq.spark.gate import Runs, leaked
 from poisonq.spark.isolation import (
@@ -99,15 +99,27 @@ class BatchWriter:
         defect: Defect,
         report: PipelineReport,
     ) -> None:
-        """Give the lease back (no delivery counted) and stop with the defect (``run`` fills
-        in the report's dead-letter counts and time)."""
+        """Give the lease back (no delivery counted), write its output as nothing, and stop
+        with the defect (``run`` fills in the report's dead-letter counts and time)."""
         released = broker.release_lease(lease)
+        self._write_nothing(lease)
         report.released += released
         message = (
             f"stopped at lease {lease.number}: {defect}; {released} message(s) given back"
             " to the queue without a delivery counted, nothing written for the batch"
         )
         raise PipelineStoppedError(report, message, defect=defect) from None
+
+    def _write_nothing(self, lease: Lease) -> None:
+        """Replace the output of a lease the run stops at with nothing of the schema: its
+        failed job may have left an empty directory, which Spark cannot read (it has no
+        schema to infer) and which would be all the output of a run stopped at its first
+        batch. A sink that cannot be written (the reason the run stops, perhaps) is left."""
+        try:
+            self.sink.discard(lease, self._job.struct)
+        except (*JobError, SinkFailed) as exc:
+            why = first_line(exc)
+            log.warning("could not write lease %d's output as nothing: %s", lease.number, why)
 
     def write_once(
         self,

@@ -9,34 +9,50 @@ A message's failure is told in one of two ways:
 - **returned**: ``(rows, errors)``, ``errors`` with one entry per input row, in order (a list
   or an Arrow array): ``None`` for a good message, else an exception (a
   :class:`~poisonq.PermanentError` or a ``permanent=`` type dead-letters, any other is
-  retried) or a text (a rejection: dead-lettered, ``Rejected``). The rows of a failed message
-  are the function's to leave out. This is the cheap way: a vectorized check costs nothing
-  per good row.
+  retried) or a text (a rejection: dead-lettered, ``Rejected``). This is the cheap way: a
+  vectorized check costs nothing per good row.
 - **raised**: an exception for the whole batch (``pyarrow.compute`` raising on one bad value)
   is traced to the messages that raise it alone, by calling the function again on halves of
   the batch, in the same worker, no Spark job: a few calls per bad message.
 
-Output rows must have the schema's columns (extra ones are an error unless
-``ignore_extra_fields``); each column is cast to its type safely (no overflow, no lost
-fraction) and a ``NOT NULL`` field must have no null. A batch whose output does not fit
-fails like an exception, and a message that does not fit alone is dead-lettered
-``OutputSchemaMismatch``. A crash (a Python worker's death) switches the run to the crash
-guard, which calls the function on one message at a time in a child process
+A row is tied to the message it comes from by its ``sequence_number`` column (the batch's,
+selected into the rows: the way to return several rows a message, or none), or else by its
+place when there are as many rows as messages (row *i* is message *i*'s). Rows returned with
+errors must be tied one way or the other, since the rows of a failed message are left out
+(a retried message's row would be written again on its retry, a rejected one's written at
+all); rows returned alone need not be, their failures being raised. ``sequence_number`` is
+written only if the schema has it.
+
+Whatever breaks that contract (errors of another count than the messages, rows that cannot
+be tied, another type) is the function's defect, not its messages': it raises
+:class:`~poisonq.errors.BatchFunctionError`, never traced to a message, and the task fails
+with it as a :class:`~poisonq.spark.settling.DefectFound`, so the run stops and the lease is
+given back with nothing of that task settled. Output rows must have the schema's columns (extra
+ones are an error unless ``ignore_extra_fields``); each column is cast to its type safely (no
+overflow, no lost fraction) and a ``NOT NULL`` field must have no null. A batch whose output
+does not fit fails like an exception, and a message that does not fit alone is
+dead-lettered ``OutputSchemaMismatch``. A crash (a Python worker's death) switches the run to
+the crash guard, which calls the function on one message at a time in a child process
 (:mod:`poisonq.worker.guard`): slow, but only after a crash, and only for that run.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from poisonq.errors import PermanentError
+from poisonq.defects import Defect
+from poisonq.errors import BatchFunctionError, PermanentError
+from poisonq.model import FailureRecord
 from poisonq.spark.schema import lease_batch
-from poisonq.spark.settling import Failure
+from poisonq.spark.settling import DefectFound, Failure
+from poisonq.spark.source import SEQUENCE
 from poisonq.spark.work import FunctionWork, settlement
 from poisonq.worker.guard import Crashed, Failed, run_isolated
 from poisonq.worker.guard import failed as as_failed
@@ -72,22 +88,34 @@ class BatchTransform(FunctionWork):
     def apply(
         self, rows: list[tuple[Any, ...]], lock_token: str, failed: list[Failure]
     ) -> pa.RecordBatch:
-        """The output rows of lease ``rows``; their failures are added to ``failed``."""
+        """The output rows of lease ``rows``; their failures are added to ``failed``. A
+        :class:`~poisonq.errors.BatchFunctionError` fails the task as a defect
+        (:class:`DefectFound`) before any of its failures is settled."""
         settle = _Settler(lock_token, failed)
         pieces: list[pa.RecordBatch] = []
-        if self.isolate:
-            results = run_isolated(OnLeaseBatch(self.transform), rows, self.permanent)
-            for row, result in zip(rows, results, strict=True):
-                if type(result) is Failed or type(result) is Crashed:
-                    settle.one(row[0], result)
-                    continue
-                try:
-                    self._take(result, lease_batch([row]), pieces, settle)
-                except OutputSchemaMismatch as exc:
-                    settle.one(row[0], as_failed(exc, self.permanent))
-        else:
-            self._run(lease_batch(rows), pieces, settle)
+        try:
+            if self.isolate:
+                self._run_isolated(rows, pieces, settle)
+            else:
+                self._run(lease_batch(rows), pieces, settle)
+        except BatchFunctionError as exc:
+            failure = FailureRecord(time.time(), type(exc).__name__, str(exc))
+            raise DefectFound(Defect(failure, len(rows), len(rows))) from exc
         return self._concat(pieces)
+
+    def _run_isolated(
+        self, rows: list[tuple[Any, ...]], pieces: list[pa.RecordBatch], settle: _Settler
+    ) -> None:
+        """The function on one message at a time, under the crash guard."""
+        results = run_isolated(OnLeaseBatch(self.transform), rows, self.permanent)
+        for row, result in zip(rows, results, strict=True):
+            if type(result) is Failed or type(result) is Crashed:
+                settle.one(row[0], result)
+                continue
+            try:
+                self._take(result, lease_batch([row]), pieces, settle)
+            except OutputSchemaMismatch as exc:
+                settle.one(row[0], as_failed(exc, self.permanent))
 
     def _run(self, batch: pa.RecordBatch, pieces: list[pa.RecordBatch], settle: _Settler) -> None:
         """The function over ``batch``; on an exception, over each half of it, down to the
@@ -119,26 +147,111 @@ class BatchTransform(FunctionWork):
     def _take(
         self, result: Any, batch: pa.RecordBatch, pieces: list[pa.RecordBatch], settle: _Settler
     ) -> None:
-        """Keep ``result``'s rows and settle the errors it gives, or raise
-        :class:`OutputSchemaMismatch` if it is not what the function must return."""
-        rows, errors = _parts(result, batch.num_rows)
-        piece = self._fitted(rows)
-        if errors is not None:
-            seqs = batch.column(0).to_pylist()
-            for seq, error in zip(seqs, errors, strict=True):
-                if error is not None:
-                    settle.one(seq, as_failed(_exception(error), self.permanent))
+        """Keep the rows of ``result`` whose messages did not fail, and settle the errors
+        it gives; :class:`OutputSchemaMismatch` (nothing settled) if the rows do not fit
+        the schema, :class:`~poisonq.errors.BatchFunctionError` if ``result`` is not what
+        the function must return."""
+        rows, errors = self._parts(result, batch.num_rows)
+        table = self._table(rows)
+        failures = {} if errors is None else self._failures(batch, errors)
+        owners = self._owners(table, batch, tied=errors is not None)
+        if failures:
+            assert owners is not None  # rows returned with errors are tied to their messages
+            dropped = pc.is_in(owners, value_set=pa.array(list(failures), pa.int64()))
+            table = table.filter(pc.invert(dropped))
+        piece = self._fitted(table)
+        for seq, failure in failures.items():
+            settle.one(seq, failure)
         if piece.num_rows:
             pieces.append(piece)
 
-    def _fitted(self, rows: Any) -> pa.RecordBatch:
-        """``rows`` as one batch of the output schema, or :class:`OutputSchemaMismatch`."""
-        table = _table(rows)
+    def _parts(self, result: Any, count: int) -> tuple[Any, Sequence[Any] | None]:
+        """The rows and the per-message errors (None: none given) of what the function
+        returned for a batch of ``count`` messages."""
+        if not isinstance(result, tuple):
+            return result, None
+        if len(result) != 2:
+            raise self._defect(f"returned a tuple of {len(result)}: return rows, or (rows, errors)")
+        rows, errors = result
+        if isinstance(errors, pa.ChunkedArray | pa.Array):
+            errors = errors.to_pylist()
+        if not isinstance(errors, Sequence) or isinstance(errors, str | bytes):
+            raise self._defect(
+                f"returned its errors as {type(errors).__name__}: return a list or an Arrow"
+                " array, one entry per message"
+            )
+        if len(errors) != count:
+            raise self._defect(
+                f"returned {len(errors)} error(s) for a batch of {count} message(s): return"
+                " one per message, in the batch's order, None for a good one"
+            )
+        return rows, errors
+
+    def _failures(self, batch: pa.RecordBatch, errors: Sequence[Any]) -> dict[int, Failed]:
+        """The failure of each message given an error (a text is a :class:`Rejected`)."""
+        found: dict[int, Failed] = {}
+        for seq, error in zip(batch.column(0).to_pylist(), errors, strict=True):
+            if error is None:
+                continue
+            if isinstance(error, str):
+                error = Rejected(error)
+            elif not isinstance(error, Exception):
+                raise self._defect(
+                    f"returned an error of type {type(error).__name__}: an error is an"
+                    " exception, a text (a rejection) or None"
+                )
+            found[seq] = as_failed(error, self.permanent)
+        return found
+
+    def _owners(self, table: pa.Table, batch: pa.RecordBatch, tied: bool) -> Any:
+        """The sequence number of each row's message: its ``sequence_number`` column, which
+        must name messages of the batch, else its place when the rows are one per message.
+        Rows returned with errors must be ``tied`` so (the rows of a failed message are
+        left out); rows returned alone need not be (None: not known)."""
+        seqs = batch.column(0)
+        if SEQUENCE in table.column_names:
+            owners = table.column(SEQUENCE)
+            try:
+                untied = pc.sum(pc.invert(pc.is_in(owners, value_set=seqs))).as_py()
+            except pa.ArrowException:
+                untied = table.num_rows
+            if untied:
+                raise self._defect(
+                    f"returned {untied} row(s) whose sequence_number is no message of the"
+                    " batch: give each row the sequence_number of the message it comes from"
+                )
+            return owners
+        if not tied:
+            return None
+        if table.num_rows != batch.num_rows:
+            raise self._defect(
+                f"returned {table.num_rows} row(s) and an error per message for a batch of"
+                f" {batch.num_rows} message(s), with no sequence_number: return one row per"
+                " message in the batch's order (those of the failed ones are left out), or"
+                " give each row the sequence_number of the message it comes from"
+            )
+        return seqs
+
+    def _table(self, rows: Any) -> pa.Table:
+        table = rows_table(rows)
+        if table is None:
+            raise self._defect(
+                f"returned its rows as {type(rows).__name__}: return a pyarrow RecordBatch or"
+                " Table or a pandas DataFrame"
+            )
+        return table
+
+    def _defect(self, problem: str) -> BatchFunctionError:
+        name = getattr(self.transform, "__qualname__", None) or repr(self.transform)
+        return BatchFunctionError(name, problem)
+
+    def _fitted(self, table: pa.Table) -> pa.RecordBatch:
+        """``table`` as one batch of the output schema, or :class:`OutputSchemaMismatch`."""
         target = self._arrow
         missing = [name for name in target.names if name not in table.column_names]
         if missing:
             raise OutputSchemaMismatch(f"the rows have no column(s) {', '.join(missing)}")
-        extra = [name for name in table.column_names if name not in target.names]
+        extra = [n for n in table.column_names if n not in target.names and n != SEQUENCE]
         if extra and not self.output.ignore_extra_fields:
             raise OutputSchemaMismatch(
                 f"column(s) {', '.join(extra)} are not in the schema"
@@ -174,53 +287,28 @@ class _Settler:
         self.failed.append(settlement(seq, self.lock_token, result))
 
 
-def _parts(result: Any, count: int) -> tuple[Any, Sequence[Any] | None]:
-    """The rows and the per-message errors (None: none given) of what the function
-    returned."""
-    if isinstance(result, tuple):
-        if len(result) != 2:
-            raise OutputSchemaMismatch(
-                f"map_batches returns rows or (rows, errors), not a tuple of {len(result)}"
-            )
-        rows, errors = result
-        if isinstance(errors, pa.ChunkedArray | pa.Array):
-            errors = errors.to_pylist()
-        if not isinstance(errors, Sequence) or isinstance(errors, str | bytes):
-            raise OutputSchemaMismatch(
-                f"the errors map_batches returns are a list, one per message, not"
-                f" {type(errors).__name__}"
-            )
-        if len(errors) != count:
-            raise OutputSchemaMismatch(
-                f"map_batches returned {len(errors)} error(s) for a batch of {count}"
-                " message(s): give one per message, None for a good one"
-            )
-        return rows, errors
-    return result, None
-
-
-def _table(rows: Any) -> pa.Table:
+def rows_table(rows: Any) -> pa.Table | None:
+    """``rows`` as a table, if they are rows a batch function may return (a ``RecordBatch``,
+    a ``Table``, a pandas ``DataFrame``); else None."""
     if isinstance(rows, pa.Table):
         return rows
     if isinstance(rows, pa.RecordBatch):
         return pa.Table.from_batches([rows])
     if type(rows).__name__ == "DataFrame" and hasattr(rows, "to_records"):  # pandas
         return pa.Table.from_pandas(rows, preserve_index=False)
-    raise OutputSchemaMismatch(
-        "map_batches returns its rows as a pyarrow RecordBatch or Table or a pandas"
-        f" DataFrame, not {type(rows).__name__}"
-    )
+    return None
 
 
-def _exception(error: Any) -> Exception:
-    """A per-message error as an exception: a text is a :class:`Rejected`."""
-    if isinstance(error, Exception):
-        return error
-    if isinstance(error, str):
-        return Rejected(error)
-    return OutputSchemaMismatch(
-        f"an error map_batches returns is an exception, a text or None, not {type(error).__name__}"
-    )
+def returns_rows(function: Callable[..., Any]) -> bool:
+    """Whether ``function`` answers an empty batch of messages as a batch function does
+    (rows, or ``(rows, errors)``), which no function of one message does: the command line
+    tells the two apart with it before Spark starts. One that raises is not known to."""
+    try:
+        result = function(lease_batch([]))
+    except Exception:  # a function of one message given a batch, most likely
+        return False
+    rows = result[0] if isinstance(result, tuple) and len(result) == 2 else result
+    return rows_table(rows) is not None
 
 
 def _empty(schema: pa.Schema) -> pa.RecordBatch:

@@ -50,7 +50,7 @@ from poisonq.spark.batch_writer import BatchWriter
 from poisonq.spark.batches import BatchFunction, BatchTransform
 from poisonq.spark.expectations import check_expectations
 from poisonq.spark.jobs import FrameJob, LeaseReader, MapJob, struct_of
-from poisonq.spark.kinds import PYTHON, check_options
+from poisonq.spark.kinds import PYTHON, OfMessages, check_options
 from poisonq.spark.lease_renewer import LeaseRenewer, taken_ahead
 from poisonq.spark.reports import PipelineReport, PipelineStoppedError
 from poisonq.spark.rows import OutputSchema
@@ -94,9 +94,11 @@ class Pipeline:
     it wrote for the same number before (see :class:`poisonq.spark.sink.FunctionSink`).
 
     ``map_batches(batch)`` takes an Arrow ``RecordBatch`` of messages and returns its rows
-    of ``schema``, or ``(rows, errors)`` with one error (or ``None``) per message; an
-    exception for the whole batch is traced to the messages that raise it alone, in the same
-    worker (see :mod:`poisonq.spark.batches`).
+    of ``schema``, or ``(rows, errors)`` with one error (or ``None``) per message, the rows
+    then tied to their messages by a ``sequence_number`` column or by place (one row a
+    message) so that a failed message's rows are not written; an exception for the whole
+    batch is traced to the messages that raise it alone, in the same worker (see
+    :mod:`poisonq.spark.batches`).
 
     ``permanent`` exception types dead-letter at once (in ``map``, ``map_batches`` and in
     poisonq UDFs).
@@ -159,9 +161,10 @@ class Pipeline:
                 " function of an Arrow batch of messages), the last two with schema="
                 + (f"; given {' and '.join(given)}" if given else "")
             )
+        kind = OfMessages.MAP if map is not None else OfMessages.MAP_BATCHES
         check_options(
             PYTHON,
-            of_messages=None if transform is not None else given[0],
+            of_messages=None if transform is not None else kind,
             schema=schema is not None,
             expectations=bool(self.expectations),
             ignore_extra_fields=ignore_extra_fields,

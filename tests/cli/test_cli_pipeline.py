@@ -51,20 +51,23 @@ def transform(message):
 
 
 def batch(messages):
-    """The same outcomes as a function of a batch: the errors it returns, one a message."""
+    """The same outcomes as a function of a batch: the errors it returns, one a message, and
+    a row for each message but the 9s, tied to it by its sequence_number."""
     import pyarrow as pa
 
     rows, errors = [], []
-    for body in messages.column("body").to_pylist():
+    seqs = messages.column("sequence_number").to_pylist()
+    for seq, body in zip(seqs, messages.column("body").to_pylist()):
         n = json.loads(body)["n"]
         errors.append(
             BadOrder(f"order {n} is bad") if n % 10 == 3
             else KeyError(f"cust-{n}") if n % 10 == 7
             else None
         )
-        if errors[-1] is None and n % 10 != 9:
-            rows.append({"n": n})
-    return pa.Table.from_pylist(rows, schema=pa.schema([("n", pa.int64())])), errors
+        if n % 10 != 9:
+            rows.append({"sequence_number": seq, "n": n})
+    schema = pa.schema([("sequence_number", pa.int64()), ("n", pa.int64())])
+    return pa.Table.from_pylist(rows, schema=schema), errors
 '''
 GOOD = [n for n in range(50) if n % 10 not in (3, 7, 9)]
 
@@ -178,6 +181,20 @@ def test_a_batch_function_runs_with_batches_and_settles_what_it_returns(
     rows = spark.read.parquet(str(tmp_path / "out")).collect()
     assert sorted(row.n for row in rows) == GOOD
     assert api.audit().ok
+
+
+def test_a_batch_function_run_without_batches_is_one_error_line_before_spark_starts(
+    url: str, api: Broker, fifty: str, transform: str, tmp_path: Path
+) -> None:
+    """A function given --schema is tried on an empty Arrow batch of messages before Spark
+    starts: one that returns rows is a function of a batch, which needs --batches (run per
+    message, it would fail on every one). Nothing is leased, nothing written."""
+    target = transform.replace(":transform", ":batch")
+    result = pipeline(url, target, tmp_path / "out", code=2)
+    assert_one_error_line(result, f"{target} is a function of a batch", "run it with --batches")
+    assert not (tmp_path / "out").exists()
+    assert api.counts(fifty)["active"] == 50
+    assert {m.delivery_count for m in api.peek(fifty, max_messages=50)} == {0}
 
 
 def test_pipeline_run_shows_progress_and_a_table(
@@ -296,7 +313,14 @@ def test_a_bad_target_is_one_error_line(
 @pytest.mark.parametrize(
     ("args", "fragments"),
     [
-        (("--schema", "n long", "--expect", "ok=n > 0"), ("--expect checks the rows of a Data",)),
+        (
+            ("--schema", "n long", "--expect", "ok=n > 0"),
+            ("--expect checks the rows of a Data", "raise PermanentError for a message it rej"),
+        ),
+        (
+            ("--schema", "n long", "--batches", "--expect", "ok=n > 0"),
+            ("the rows of a batch function (--batches) are checked against --schema", "Rejected"),
+        ),
         (("--expect", "n >= 0"), ("--expect expects NAME=SQL", "not 'n >= 0'")),
         (("--expect", "ok="), ("--expect expects NAME=SQL",)),
         (("--expect", "ok=n > 0", "--expect", "ok=n < 9"), ("--expect 'ok' is given twice",)),
@@ -308,7 +332,8 @@ def test_a_bad_target_is_one_error_line(
 def test_options_of_the_other_kind_are_one_error_line(
     url: str, orders: str, frame_transform: str, tmp_path: Path, args: Any, fragments: Any
 ) -> None:
-    """Caught before Spark starts."""
+    """Caught before Spark starts; expectations given to a function of messages are refused
+    with how that kind rejects a message instead."""
     result = frames(url, frame_transform, tmp_path / "out", *args, code=2)
     assert_one_error_line(result, *fragments)
 
