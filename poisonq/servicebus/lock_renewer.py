@@ -62,6 +62,8 @@ class AutoLockRenewer:
             if callback is not None:
                 callback(renewable, failure)
 
+        if receiver._shutdown:
+            return  # a closed receiver's locks are not renewed, as the SDK's renewer skips them
         native: poisonq.Receiver
         if isinstance(renewable, ServiceBusSession):
             native = renewable._native
@@ -77,6 +79,8 @@ class AutoLockRenewer:
             raise TypeError(f"register a received message or a session, not {renewable!r}")
         assert isinstance(native, SessionReceiver) or messages is not None
         self._native.register(native, messages, max_lock_renewal_duration, lost)
+        if messages is not None:
+            receiver._renewed_by(self._native, messages)
 
     def renew_due(self) -> None:
         """One pass now (poisonq's): renew every registered lock past half its duration,

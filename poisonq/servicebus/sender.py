@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from poisonq.servicebus.exceptions import translated
+from poisonq.servicebus.handler import Handler
 from poisonq.servicebus.message import (
     ServiceBusMessage,
     ServiceBusMessageBatch,
@@ -32,15 +33,18 @@ def batch_limit(limit: int, max_size_in_bytes: int | None) -> int:
     return max_size_in_bytes or limit
 
 
-class ServiceBusSender:
+class ServiceBusSender(Handler):
     """Sends to a queue or a topic. Each call is one transaction: a list or a batch is sent
-    whole or not at all, and is durable when the call returns."""
+    whole or not at all, and is durable when the call returns. Once closed (or its client
+    closed), every call raises the SDK's ``ValueError``."""
 
     def __init__(self, client: ServiceBusClient, entity_name: str) -> None:
+        super().__init__()
         self._client = client
         self.entity_name = entity_name
 
     def _native(self) -> Sender:
+        self._check_live()
         return self._client.broker().sender(self.entity_name)
 
     def send_messages(self, message: Messages, **kwargs: Any) -> None:
@@ -70,14 +74,18 @@ class ServiceBusSender:
     def create_message_batch(self, max_size_in_bytes: int | None = None) -> ServiceBusMessageBatch:
         """An empty batch holding at most ``max_size_in_bytes`` (by default, and at most,
         the entity's ``max_message_size``, as the SDK's link limits a batch)."""
+        self._check_live()
         with translated():
             limit = self._client.broker().get_queue(self.entity_name).options.max_message_size
         return ServiceBusMessageBatch(batch_limit(limit, max_size_in_bytes))
 
     def close(self) -> None:
-        """Nothing to release: each call is one transaction of the client's broker."""
+        """Refuse every call from now on (each call was one transaction of the client's
+        broker: nothing else to release)."""
+        self._shut_down()
 
     def __enter__(self) -> ServiceBusSender:
+        self._check_live()
         return self
 
     def __exit__(self, *exc: object) -> None:

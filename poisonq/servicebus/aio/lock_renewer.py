@@ -52,12 +52,15 @@ class AutoLockRenewer:
             result = None if callback is None else callback(renewable, failure)
             return result if inspect.isawaitable(result) else None
 
+        if receiver._shutdown:
+            return  # a closed receiver's locks are not renewed, as the SDK's renewer skips them
         native = receiver._native
         assert native is not None, "a receiver registers what it received, once open"
         if isinstance(renewable, ServiceBusReceivedMessage):
             if renewable._settled or renewable.lock_token is None:
                 raise ValueError("only a message received in PEEK_LOCK mode, not settled, renews")
             self._native.register(native, renewable.raw, max_lock_renewal_duration, lost)
+            receiver._renewed_by(self._native.sync, renewable.raw)
         else:
             self._native.register(native, None, max_lock_renewal_duration, lost)
 

@@ -15,6 +15,7 @@ from poisonq.receivers import RECEIVE_WAIT
 from poisonq.servicebus.connection import receive_count, receiver_options
 from poisonq.servicebus.constants import ServiceBusReceiveMode, ServiceBusSessionFilter
 from poisonq.servicebus.exceptions import OperationTimeoutError, translated
+from poisonq.servicebus.handler import Handler
 from poisonq.servicebus.message import ServiceBusReceivedMessage, check_settleable
 
 if TYPE_CHECKING:
@@ -25,8 +26,9 @@ if TYPE_CHECKING:
 class ServiceBusSession:
     """The session an ``aio`` session receiver holds: its id, lock and state."""
 
-    def __init__(self, receiver: AsyncSessionReceiver) -> None:
+    def __init__(self, receiver: AsyncSessionReceiver, owner: Handler) -> None:
         self._native = receiver
+        self._owner = owner  # the SDK receiver: its close ends this session's calls
         self.auto_renew_error: BaseException | None = None
 
     @property
@@ -38,10 +40,12 @@ class ServiceBusSession:
         return self._native.sync.session_locked_until
 
     async def get_state(self, **kwargs: Any) -> bytes | None:
+        self._owner._check_live()
         with translated():
             return await self._native.get_session_state()
 
     async def set_state(self, state: str | bytes | bytearray | None, **kwargs: Any) -> None:
+        self._owner._check_live()
         with translated():
             await self._native.set_session_state(
                 bytes(state) if isinstance(state, bytearray) else state
@@ -49,13 +53,14 @@ class ServiceBusSession:
 
     async def renew_lock(self, **kwargs: Any) -> datetime.datetime:
         """Extend the session lock (and the locks of the messages received under it)."""
+        self._owner._check_live()
         with translated():
             await self._native.renew_session_lock()
         assert self.locked_until_utc is not None
         return self.locked_until_utc
 
 
-class ServiceBusReceiver:
+class ServiceBusReceiver(Handler):
     """Receives from a queue, a subscription or one of their subqueues, and settles."""
 
     def __init__(
@@ -70,6 +75,7 @@ class ServiceBusReceiver:
         auto_lock_renewer: AutoLockRenewer | None,
         prefetch_count: int,
     ) -> None:
+        super().__init__()
         self._client = client
         self.entity_path = entity_path
         self._session_id = session_id
@@ -80,7 +86,6 @@ class ServiceBusReceiver:
         self._auto_lock_renewer = auto_lock_renewer
         self._native: AsyncReceiver | None = None
         self._session: ServiceBusSession | None = None
-        self._running = False
 
     @property
     def session(self) -> ServiceBusSession:
@@ -92,7 +97,8 @@ class ServiceBusReceiver:
         return self._session
 
     async def _open(self) -> AsyncReceiver:
-        if self._native is not None and self._running:
+        self._check_live()
+        if self._native is not None:
             return self._native
         broker = await self._client.broker()
         with translated():
@@ -102,10 +108,9 @@ class ServiceBusReceiver:
                 )
             else:
                 native = await self._accept(broker)
-                self._native, self._session = native, ServiceBusSession(native)
+                self._native, self._session = native, ServiceBusSession(native, self)
                 if self._auto_lock_renewer is not None:
                     self._auto_lock_renewer.register(self, self._session)
-        self._running = True
         return self._native
 
     async def _accept(self, broker: AsyncBroker) -> AsyncSessionReceiver:
@@ -121,11 +126,15 @@ class ServiceBusReceiver:
         return await broker.accept_session(self.entity_path, self._session_id)
 
     async def close(self) -> None:
-        """Close; a session receiver gives its session up with what it still holds."""
+        """Close for good: a session receiver gives its session up with what it still holds;
+        the locks registered with a renewer are no longer renewed; every call after raises
+        the SDK's ``ValueError``."""
+        if self._shutdown:
+            return
+        self._shut_down()
         if isinstance(self._native, AsyncSessionReceiver):
             with translated():
                 await self._native.close()
-        self._running = False
 
     async def __aenter__(self) -> ServiceBusReceiver:
         await self._open()
@@ -198,8 +207,9 @@ class ServiceBusReceiver:
     # Settling -----------------------------------------------------------------------------
     def _checked(self, message: ServiceBusReceivedMessage, action: str) -> AsyncReceiver:
         """The native receiver of a settlement, after the SDK's checks."""
+        self._check_live()
         deleted = self._receive_mode is ReceiveMode.RECEIVE_AND_DELETE
-        check_settleable(message, action, deleted, self._running)
+        check_settleable(message, action, deleted, self._native is not None)
         assert self._native is not None
         return self._native
 
@@ -239,6 +249,7 @@ class ServiceBusReceiver:
         self, message: ServiceBusReceivedMessage, **kwargs: Any
     ) -> datetime.datetime:
         """Extend the message's lock; returns its new ``locked_until_utc``."""
+        self._check_live()
         if self._session_id is not None:
             raise TypeError(
                 "Renewing message lock is an invalid operation when working with sessions."

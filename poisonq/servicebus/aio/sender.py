@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from poisonq.servicebus.exceptions import translated
+from poisonq.servicebus.handler import Handler
 from poisonq.servicebus.message import ServiceBusMessageBatch, native_batch, utc
 from poisonq.servicebus.sender import Messages, batch_limit
 
@@ -15,14 +16,17 @@ if TYPE_CHECKING:
     from poisonq.servicebus.aio.client import ServiceBusClient
 
 
-class ServiceBusSender:
-    """Sends to a queue or a topic; each call is one transaction, durable when it returns."""
+class ServiceBusSender(Handler):
+    """Sends to a queue or a topic; each call is one transaction, durable when it returns.
+    Once closed (or its client closed), every call raises the SDK's ``ValueError``."""
 
     def __init__(self, client: ServiceBusClient, entity_name: str) -> None:
+        super().__init__()
         self._client = client
         self.entity_name = entity_name
 
     async def _native(self) -> AsyncSender:
+        self._check_live()
         return (await self._client.broker()).sender(self.entity_name)
 
     async def send_messages(self, message: Messages, **kwargs: Any) -> None:
@@ -49,14 +53,17 @@ class ServiceBusSender:
     ) -> ServiceBusMessageBatch:
         """An empty batch holding at most ``max_size_in_bytes`` (the entity's
         ``max_message_size`` by default and at most)."""
+        self._check_live()
         with translated():
             info = await (await self._client.broker()).get_queue(self.entity_name)
         return ServiceBusMessageBatch(batch_limit(info.options.max_message_size, max_size_in_bytes))
 
     async def close(self) -> None:
-        """Nothing to release: each call is one transaction of the client's broker."""
+        """Refuse every call from now on (nothing else to release)."""
+        self._shut_down()
 
     async def __aenter__(self) -> ServiceBusSender:
+        self._check_live()
         return self
 
     async def __aexit__(self, *exc: object) -> None:

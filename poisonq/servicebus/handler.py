@@ -1,0 +1,44 @@
+"""What the SDK's senders and receivers share, sync and asyncio: a handler's life.
+
+Once closed (by itself, or by the client that handed it out), a handler refuses every call
+with the SDK's ``ValueError``, as azure-servicebus' ``_check_live`` does: nothing reopens it,
+so a closed receiver never locks a message that nobody will settle. Closing a receiver also
+stops the renewal of the locks it registered and did not settle (the SDK's renewer stops
+with the receiver), so they run out and the messages come again. No I/O: the asyncio
+flavour shares this module.
+"""
+
+from __future__ import annotations
+
+from poisonq.lock_renewer import AutoLockRenewer
+from poisonq.model import ReceivedMessage
+
+SHUTDOWN = (
+    "The handler has already been shutdown. Please use ServiceBusClient to create a new instance."
+)
+
+
+class Handler:
+    """A sender or a receiver: open until :meth:`_shut_down`, refusing every call after."""
+
+    def __init__(self) -> None:
+        self._shutdown = False
+        # The messages this receiver's registrations renew: (the renewer that renews them,
+        # the message), forgotten by the renewer when the receiver closes.
+        self._renewals: list[tuple[AutoLockRenewer, ReceivedMessage]] = []
+
+    def _check_live(self) -> None:
+        """Raise the SDK's ``ValueError`` if this handler was closed."""
+        if self._shutdown:
+            raise ValueError(SHUTDOWN)
+
+    def _renewed_by(self, renewer: AutoLockRenewer, message: ReceivedMessage) -> None:
+        """``renewer`` renews ``message``'s lock for this receiver, until it closes."""
+        self._renewals.append((renewer, message))
+
+    def _shut_down(self) -> None:
+        """Refuse every call from now on, and stop renewing what this receiver holds."""
+        self._shutdown = True
+        for renewer, message in self._renewals:
+            renewer.unregister(message)
+        self._renewals.clear()
