@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import weakref
+from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
 import poisonq.aio
@@ -133,16 +134,31 @@ class ServiceBusClient:
     ) -> ServiceBusReceiver:
         return self.get_queue_receiver(f"{topic_name}/subscriptions/{subscription_name}", **kwargs)
 
-    async def list_queue_sessions(
+    def list_queue_sessions(
         self,
         queue_name: str,
         *,
         state_updated_after: datetime.datetime | None = None,
         **kwargs: Any,
-    ) -> list[str]:
+    ) -> AsyncIterator[str]:
+        """The ids of the queue's sessions with messages or a stored state (with
+        ``state_updated_after``, of those whose state was set after it; a naive time is
+        UTC), as an async iterator: ``async for session_id in client.list_queue_sessions(q)``,
+        as the SDK's ``AsyncItemPaged``."""
         check_client_options(kwargs, handler=True)
+        return self._session_ids(queue_name, utc(state_updated_after))
+
+    def list_subscription_sessions(
+        self, topic_name: str, subscription_name: str, **kwargs: Any
+    ) -> AsyncIterator[str]:
+        """:meth:`list_queue_sessions` of a subscription."""
+        return self.list_queue_sessions(f"{topic_name}/subscriptions/{subscription_name}", **kwargs)
+
+    async def _session_ids(
+        self, path: str, state_updated_after: datetime.datetime | None
+    ) -> AsyncIterator[str]:
         broker = await self.broker()
         with translated():
-            return await broker.session_ids(
-                queue_name, state_updated_after=utc(state_updated_after)
-            )
+            session_ids = await broker.session_ids(path, state_updated_after=state_updated_after)
+        for session_id in session_ids:
+            yield session_id
