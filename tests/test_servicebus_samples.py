@@ -164,6 +164,33 @@ def test_five_asyncio_receivers_take_every_session_in_turn_until_none_is_left(
 
 
 @both_flavours
+def test_sessions_are_listed_with_their_messages_or_their_state(
+    run: Run, store: poisonq.Broker, flavour: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A queue's sessions with a message or a stored state, a subscription's, and those
+    whose state was set in the past week (a session with a message but no state is not)."""
+    store.create_subscription("events", "sessions", requires_session=True)
+    store.sender("sessions").send(poisonq.Message(body=b"x", session_id="held"))
+    with store.accept_session("sessions", "kept") as session:
+        session.set_session_state(b"state")
+    store.sender("events").send(poisonq.Message(body=b"x", session_id="topic"))
+    run(
+        "list_sessions",
+        flavour,
+        session_queue_name="sessions",
+        topic_name="events",
+        subscription_name="sessions",
+    )
+    assert capsys.readouterr().out.splitlines() == [
+        "Queue session: held",
+        "Queue session: kept",
+        "Subscription session: topic",
+        "Recently updated queue session: kept",
+    ]
+    assert_balanced(store)
+
+
+@both_flavours
 def test_scheduled_messages_are_cancelled_before_they_are_due(
     run: Run, store: poisonq.Broker, flavour: str
 ) -> None:
