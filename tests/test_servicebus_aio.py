@@ -7,6 +7,7 @@ import asyncio
 
 import poisonq.aio
 from poisonq import ManualClock, Message
+from poisonq.servicebus import NEXT_AVAILABLE_SESSION
 from poisonq.servicebus.aio import ServiceBusClient
 from tests.helpers import assert_balanced
 
@@ -30,6 +31,39 @@ def test_sessions_are_listed_by_an_async_iterator_of_their_ids(
                 queue = [s async for s in client.list_queue_sessions("sessions")]
                 topic = [s async for s in client.list_subscription_sessions("events", "all")]
             assert queue == topic == ["a", "b"]
+            assert_balanced(broker.sync)
+
+    asyncio.run(main())
+
+
+def test_a_session_receivers_session_accepts_it_when_first_used(
+    url: str, clock: ManualClock
+) -> None:
+    """``receiver.session`` is there before the receiver opens, as the SDK's: its id is the
+    one asked for (``None`` for the next available until one is accepted), and its first
+    call accepts the session."""
+
+    async def main() -> None:
+        async with await poisonq.aio.connect(url, clock=clock) as broker:
+            await broker.create_queue("sessions", requires_session=True)
+            await broker.sender("sessions").send(Message(body=b"x", session_id="a"))
+            async with ServiceBusClient.from_broker(broker) as client:
+                named = client.get_queue_receiver("sessions", session_id="a", max_wait_time=0.05)
+                assert (named.session.session_id, named.session.locked_until_utc) == ("a", None)
+                await named.session.set_state("started")
+                assert named.session.locked_until_utc is not None
+                (message,) = await named.receive_messages()
+                await named.complete_message(message)
+                await named.close()
+                await broker.sender("sessions").send(Message(body=b"y", session_id="a"))
+                following = client.get_queue_receiver(
+                    "sessions", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=0.05
+                )
+                assert following.session.session_id is None
+                assert await following.session.get_state() == b"started"
+                assert following.session.session_id == "a"
+                (message,) = await following.receive_messages()
+                await following.complete_message(message)
             assert_balanced(broker.sync)
 
     asyncio.run(main())

@@ -24,38 +24,46 @@ if TYPE_CHECKING:
 
 
 class ServiceBusSession:
-    """The session an ``aio`` session receiver holds: its id, lock and state."""
+    """The session an ``aio`` session receiver holds: its id, lock and state. Its calls open
+    the receiver (accepting the session) if it is not open yet, as the SDK's do."""
 
-    def __init__(self, receiver: AsyncSessionReceiver, owner: Handler) -> None:
-        self._native = receiver
-        self._owner = owner  # the SDK receiver: its close ends this session's calls
+    def __init__(self, receiver: ServiceBusReceiver) -> None:
+        self._receiver = receiver
+        self._native: AsyncSessionReceiver | None = None  # set as the receiver accepts it
         self.auto_renew_error: BaseException | None = None
 
     @property
-    def session_id(self) -> str:
-        return self._native.session_id
+    def session_id(self) -> str | None:
+        """The session's id; for ``NEXT_AVAILABLE_SESSION``, ``None`` until it is accepted."""
+        if self._native is not None:
+            return self._native.session_id
+        named = self._receiver._session_id
+        return named if isinstance(named, str) else None
 
     @property
     def locked_until_utc(self) -> datetime.datetime | None:
-        return self._native.sync.session_locked_until
+        return None if self._native is None else self._native.sync.session_locked_until
+
+    async def _accepted(self) -> AsyncSessionReceiver:
+        await self._receiver._open()  # refuses a closed receiver
+        assert self._native is not None
+        return self._native
 
     async def get_state(self, **kwargs: Any) -> bytes | None:
-        self._owner._check_live()
+        native = await self._accepted()
         with translated():
-            return await self._native.get_session_state()
+            return await native.get_session_state()
 
     async def set_state(self, state: str | bytes | bytearray | None, **kwargs: Any) -> None:
-        self._owner._check_live()
+        native = await self._accepted()
         with translated():
-            await self._native.set_session_state(
-                bytes(state) if isinstance(state, bytearray) else state
-            )
+            await native.set_session_state(bytes(state) if isinstance(state, bytearray) else state)
 
     async def renew_lock(self, **kwargs: Any) -> datetime.datetime:
         """Extend the session lock (and the locks of the messages received under it)."""
-        self._owner._check_live()
+        native = await self._accepted()
         with translated():
-            await self._native.renew_session_lock()
+            await native.renew_session_lock()
         assert self.locked_until_utc is not None
         return self.locked_until_utc
 
@@ -85,15 +93,13 @@ class ServiceBusReceiver(Handler):
         self._max_wait_time = max_wait_time
         self._auto_lock_renewer = auto_lock_renewer
         self._native: AsyncReceiver | None = None
-        self._session: ServiceBusSession | None = None
+        self._session = None if session_id is None else ServiceBusSession(self)
 
     @property
     def session(self) -> ServiceBusSession:
-        """The session this receiver holds (open the receiver first, as with the SDK)."""
-        if self._session_id is None:
-            raise TypeError("session is only available to receivers of a session_id")
+        """The session this receiver holds, or will hold once it opens."""
         if self._session is None:
-            raise ValueError("the session is accepted when the receiver opens: use async with")
+            raise TypeError("session is only available to receivers of a session_id")
         return self._session
 
     async def _open(self) -> AsyncReceiver:
@@ -108,7 +114,8 @@ class ServiceBusReceiver(Handler):
                 )
             else:
                 native = await self._accept(broker)
-                self._native, self._session = native, ServiceBusSession(native, self)
+                assert self._session is not None
+                self._native = self._session._native = native
                 if self._auto_lock_renewer is not None:
                     self._auto_lock_renewer.register(self, self._session)
         return self._native
