@@ -1,5 +1,6 @@
-"""poisonq.servicebus.aio's own shapes, on both stores: where the SDK's asyncio API differs
-from its sync one (async iterators where the sync API gives iterators), poisonq's does too."""
+"""poisonq.servicebus.aio's own shapes, on both stores, as the SDK's asyncio API has them
+where it differs from its sync one: async iterators (a receiver, the session listings), and
+a session receiver's session usable before the receiver opens."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import asyncio
 
 import poisonq.aio
 from poisonq import ManualClock, Message
-from poisonq.servicebus import NEXT_AVAILABLE_SESSION
+from poisonq.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusReceiveMode
 from poisonq.servicebus.aio import ServiceBusClient
 from tests.helpers import assert_balanced
 
@@ -64,6 +65,32 @@ def test_a_session_receivers_session_accepts_it_when_first_used(
                 assert following.session.session_id == "a"
                 (message,) = await following.receive_messages()
                 await following.complete_message(message)
+            assert_balanced(broker.sync)
+
+    asyncio.run(main())
+
+
+def test_a_receiver_is_its_own_async_iterator_ending_after_max_wait_time(
+    url: str, clock: ManualClock
+) -> None:
+    """As the SDK's: ``__aiter__`` returns the receiver, ``anext(receiver)`` receives one
+    message, and the iteration ends once none came for ``max_wait_time``."""
+
+    async def main() -> None:
+        async with await poisonq.aio.connect(url, clock=clock) as broker:
+            await broker.create_queue("orders")
+            await broker.sender("orders").send([Message(body=b"a"), Message(body=b"b")])
+            async with ServiceBusClient.from_broker(broker) as client:
+                mode = ServiceBusReceiveMode.RECEIVE_AND_DELETE
+                receiver = client.get_queue_receiver(
+                    "orders", receive_mode=mode, max_wait_time=0.05
+                )
+                async with receiver:
+                    assert receiver.__aiter__() is receiver
+                    assert receiver.receive_mode is mode
+                    first = await anext(receiver)
+                    rest = [str(message) async for message in receiver]
+            assert (str(first), rest) == ("a", ["b"])
             assert_balanced(broker.sync)
 
     asyncio.run(main())

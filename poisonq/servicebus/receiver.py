@@ -17,7 +17,11 @@ from typing import TYPE_CHECKING, Any
 from poisonq.model import ReceivedMessage, ReceiveMode
 from poisonq.receivers import RECEIVE_WAIT, Receiver, SessionReceiver
 from poisonq.servicebus.connection import receive_count, receiver_options
-from poisonq.servicebus.constants import ServiceBusReceiveMode, ServiceBusSessionFilter
+from poisonq.servicebus.constants import (
+    ServiceBusReceiveMode,
+    ServiceBusSessionFilter,
+    sdk_receive_mode,
+)
 from poisonq.servicebus.exceptions import (
     OperationTimeoutError,
     translated,
@@ -95,9 +99,7 @@ class ServiceBusReceiver(Handler):
 
     @property
     def receive_mode(self) -> ServiceBusReceiveMode:
-        if self._receive_mode is ReceiveMode.RECEIVE_AND_DELETE:
-            return ServiceBusReceiveMode.RECEIVE_AND_DELETE
-        return ServiceBusReceiveMode.PEEK_LOCK
+        return sdk_receive_mode(self._receive_mode)
 
     @property
     def session(self) -> ServiceBusSession:

@@ -6,14 +6,18 @@ its first call), as the SDK's does."""
 from __future__ import annotations
 
 import datetime
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from poisonq.aio import AsyncBroker, AsyncReceiver, AsyncSessionReceiver
 from poisonq.model import ReceiveMode
 from poisonq.receivers import RECEIVE_WAIT
 from poisonq.servicebus.connection import receive_count, receiver_options
-from poisonq.servicebus.constants import ServiceBusReceiveMode, ServiceBusSessionFilter
+from poisonq.servicebus.constants import (
+    ServiceBusReceiveMode,
+    ServiceBusSessionFilter,
+    sdk_receive_mode,
+)
 from poisonq.servicebus.exceptions import OperationTimeoutError, translated
 from poisonq.servicebus.handler import Handler
 from poisonq.servicebus.message import ServiceBusReceivedMessage, check_settleable
@@ -96,6 +100,10 @@ class ServiceBusReceiver(Handler):
         self._session = None if session_id is None else ServiceBusSession(self)
 
     @property
+    def receive_mode(self) -> ServiceBusReceiveMode:
+        return sdk_receive_mode(self._receive_mode)
+
+    @property
     def session(self) -> ServiceBusSession:
         """The session this receiver holds, or will hold once it opens."""
         if self._session is None:
@@ -173,17 +181,20 @@ class ServiceBusReceiver(Handler):
                 self._auto_lock_renewer.register(self, message)
         return messages
 
-    async def __aiter__(self) -> AsyncIterator[ServiceBusReceivedMessage]:
-        """The messages as they come; ends once none came for ``max_wait_time`` (never
-        without it)."""
+    def __aiter__(self) -> ServiceBusReceiver:
+        return self
+
+    async def __anext__(self) -> ServiceBusReceivedMessage:
+        """The next message as it comes; the iteration ends once none came for
+        ``max_wait_time`` (never without it)."""
         while True:
             native = await self._open()
             with translated():
                 got = await native.receive(1, self._max_wait_time or RECEIVE_WAIT)
             if got:
-                yield self._wrap(got)[0]
-            elif self._max_wait_time is not None:
-                return
+                return self._wrap(got)[0]
+            if self._max_wait_time is not None:
+                raise StopAsyncIteration
 
     async def receive_deferred_messages(
         self, sequence_numbers: int | Sequence[int], **kwargs: Any
