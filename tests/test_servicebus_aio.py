@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 import poisonq.aio
 from poisonq import ManualClock, Message
 from poisonq.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusReceiveMode
-from poisonq.servicebus.aio import ServiceBusClient
+from poisonq.servicebus import exceptions as sb
+from poisonq.servicebus.aio import AutoLockRenewer, ServiceBusClient
 from tests.helpers import assert_balanced
 
 
@@ -91,6 +94,44 @@ def test_a_receiver_is_its_own_async_iterator_ending_after_max_wait_time(
                     first = await anext(receiver)
                     rest = [str(message) async for message in receiver]
             assert (str(first), rest) == ("a", ["b"])
+            assert_balanced(broker.sync)
+
+    asyncio.run(main())
+
+
+def test_a_coroutine_is_awaited_with_the_sdks_objects_when_a_lock_is_lost(
+    url: str, clock: ManualClock
+) -> None:
+    """A coroutine ``on_lock_renew_failure`` given to ``register`` runs on the loop with the
+    message and an AutoLockRenewFailed whose ``error`` is the lost lock's; a closed renewer
+    refuses a registration with the SDK's ServiceBusError."""
+
+    async def main() -> None:
+        async with await poisonq.aio.connect(url, clock=clock) as broker:
+            await broker.create_queue("orders", lock_duration=30)
+            await broker.sender("orders").send(Message(body=b"a"))
+            reported = asyncio.Event()
+            lost: list[tuple[object, BaseException | None]] = []
+
+            async def on_failure(renewable: object, error: BaseException | None) -> None:
+                lost.append((renewable, error))
+                reported.set()
+
+            renewer = AutoLockRenewer(max_lock_renewal_duration=0, check_interval=3600)
+            async with ServiceBusClient.from_broker(broker) as client:
+                async with client.get_queue_receiver("orders", max_wait_time=0.05) as receiver:
+                    (message,) = await receiver.receive_messages()
+                    renewer.register(receiver, message, on_lock_renew_failure=on_failure)
+                    clock.advance(31)
+                    await renewer.renew_due()
+                    await asyncio.wait_for(reported.wait(), timeout=10)
+                await renewer.close()
+                with pytest.raises(sb.ServiceBusError, match="AutoLockRenewer has already been"):
+                    renewer.register(receiver, message)
+            [(what, error)] = lost
+            assert what is message and message.auto_renew_error is error
+            assert isinstance(error, sb.AutoLockRenewFailed)
+            assert isinstance(error.error, sb.MessageLockLostError)
             assert_balanced(broker.sync)
 
     asyncio.run(main())

@@ -96,6 +96,8 @@ def test_a_message_held_by_a_closed_receiver_is_not_renewed_and_comes_again(
         (second,) = again.receive_messages()
         assert (second.sequence_number, second.delivery_count) == (message.sequence_number, 1)
         again.complete_message(second)
+    with pytest.raises(sb.ServiceBusError, match="AutoLockRenewer has already been shutdown"):
+        renewer.register(again, second)  # the renewer was closed with its block
     assert_balanced(broker)
 
 

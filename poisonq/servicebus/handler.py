@@ -10,11 +10,20 @@ flavour shares this module.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+from poisonq.errors import PoisonqError
 from poisonq.lock_renewer import AutoLockRenewer
 from poisonq.model import ReceivedMessage
+from poisonq.servicebus.exceptions import AutoLockRenewFailed, ServiceBusError, translate
 
 SHUTDOWN = (
     "The handler has already been shutdown. Please use ServiceBusClient to create a new instance."
+)
+RENEWER_SHUTDOWN = (
+    "The AutoLockRenewer has already been shutdown. Please create a new instance for auto lock"
+    " renewing."
 )
 
 
@@ -42,3 +51,25 @@ class Handler:
         for renewer, message in self._renewals:
             renewer.unregister(message)
         self._renewals.clear()
+
+
+def check_renewer_open(renewer: AutoLockRenewer) -> None:
+    """A closed renewer refuses a registration with the SDK's ``ServiceBusError``."""
+    if renewer.closed:
+        raise ServiceBusError(RENEWER_SHUTDOWN)
+
+
+def reporting_loss(
+    renewable: Any, callback: Callable[[Any, BaseException | None], Any] | None
+) -> Callable[[object, PoisonqError], Any]:
+    """What the native renewer calls when ``renewable``'s lock is lost: the SDK's
+    ``AutoLockRenewFailed`` (its ``error`` the lost lock's, translated) set as the
+    renewable's ``auto_renew_error`` and given to ``callback`` with the SDK's object, whose
+    result (a coroutine, for the asyncio renewer to run) is returned."""
+
+    def lost(_: object, error: PoisonqError) -> Any:
+        failure = AutoLockRenewFailed("Failed to auto-renew lock", error=translate(error))
+        renewable.auto_renew_error = failure
+        return None if callback is None else callback(renewable, failure)
+
+    return lost

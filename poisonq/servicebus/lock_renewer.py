@@ -14,9 +14,8 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 
 import poisonq
-from poisonq.errors import PoisonqError
 from poisonq.receivers import SessionReceiver
-from poisonq.servicebus.exceptions import AutoLockRenewFailed, translate
+from poisonq.servicebus.handler import check_renewer_open, reporting_loss
 from poisonq.servicebus.message import ServiceBusReceivedMessage
 from poisonq.servicebus.receiver import ServiceBusReceiver, ServiceBusSession
 
@@ -54,14 +53,8 @@ class AutoLockRenewer:
         """Keep ``renewable``'s lock (a message ``receiver`` received, or its session)."""
         if not isinstance(receiver, ServiceBusReceiver):
             raise TypeError(f"register takes the ServiceBusReceiver first, not {receiver!r}")
-        callback = on_lock_renew_failure or self._on_lock_renew_failure
-
-        def lost(_: object, error: PoisonqError) -> None:
-            failure = AutoLockRenewFailed("Failed to auto-renew lock", error=translate(error))
-            renewable.auto_renew_error = failure
-            if callback is not None:
-                callback(renewable, failure)
-
+        check_renewer_open(self._native)
+        lost = reporting_loss(renewable, on_lock_renew_failure or self._on_lock_renew_failure)
         if receiver._shutdown:
             return  # a closed receiver's locks are not renewed, as the SDK's renewer skips them
         native: poisonq.Receiver
