@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,23 +19,12 @@ from poisonq.servicebus import aio as sb_aio
 from poisonq.servicebus import exceptions as sb
 from poisonq.servicebus.management import ServiceBusAdministrationClient
 from tests.helpers import assert_balanced
+from tests.test_servicebus_rules import WAIT, client, send
 
-WAIT = 0.05  # seconds a receive waits for a message that is there already
+__all__ = ["client"]  # the fixture, shared with the rules' tests
+
 NOW = datetime.datetime.now(datetime.UTC)
 SHUTDOWN = "The handler has already been shutdown. Please use ServiceBusClient to create a new"
-
-
-@pytest.fixture
-def client(broker: Broker) -> Iterator[ServiceBusClient]:
-    broker.create_queue("orders", lock_duration=30)
-    broker.create_queue("sessions", requires_session=True, lock_duration=30)
-    with ServiceBusClient.from_broker(broker) as opened:
-        yield opened
-
-
-def send(client: ServiceBusClient, queue: str, *bodies: str, **fields: str) -> None:
-    with client.get_queue_sender(queue) as sender:
-        sender.send_messages([ServiceBusMessage(body, **fields) for body in bodies])
 
 
 def test_a_closed_receiver_refuses_every_call_and_locks_nothing(
