@@ -135,3 +135,29 @@ def test_a_coroutine_is_awaited_with_the_sdks_objects_when_a_lock_is_lost(
             assert_balanced(broker.sync)
 
     asyncio.run(main())
+
+
+def test_a_receiver_of_another_entity_refuses_to_settle_a_message(
+    url: str, clock: ManualClock
+) -> None:
+    """The sync rule through the asyncio flavour: a ValueError naming both entities, and
+    the message still locked."""
+
+    async def main() -> None:
+        async with await poisonq.aio.connect(url, clock=clock) as broker:
+            await broker.create_queue("orders")
+            await broker.create_queue("other")
+            await broker.sender("orders").send(Message(body=b"a"))
+            async with (
+                ServiceBusClient.from_broker(broker) as client,
+                client.get_queue_receiver("orders", max_wait_time=0.05) as receiver,
+                client.get_queue_receiver("other") as other,
+            ):
+                (message,) = await receiver.receive_messages()
+                with pytest.raises(ValueError, match="received from 'orders'"):
+                    await other.complete_message(message)
+                assert (await broker.counts("orders"))["locked"] == 1
+                await receiver.complete_message(message)
+            assert_balanced(broker.sync)
+
+    asyncio.run(main())

@@ -317,3 +317,25 @@ def test_a_lock_lost_under_the_renewer_is_reported_with_the_sdks_objects(
     assert isinstance(error, sb.AutoLockRenewFailed)
     assert isinstance(error.error, sb.MessageLockLostError)
     assert message.auto_renew_error is error
+
+
+def test_a_message_is_settled_only_through_a_receiver_of_the_entity_it_came_from(
+    client: ServiceBusClient, broker: Broker
+) -> None:
+    """A receiver of another entity refuses to settle it with a ValueError naming both, and
+    changes nothing (the store would find no such lock there: not a lost lock); a receiver
+    of the same queue settles it."""
+    broker.create_queue("other")
+    send(client, "orders", "a")
+    with client.get_queue_receiver("orders", max_wait_time=WAIT) as receiver:
+        (message,) = receiver.receive_messages()
+    with (
+        client.get_queue_receiver("other") as other,
+        pytest.raises(ValueError, match=r"received from 'orders'.* not of 'other'"),
+    ):
+        other.complete_message(message)
+    assert broker.counts("orders")["locked"] == 1
+    with client.get_queue_receiver("orders") as same_queue:
+        same_queue.complete_message(message)
+    assert broker.counts("orders")["completed"] == 1
+    assert_balanced(broker)

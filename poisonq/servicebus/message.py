@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime
 import json
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from poisonq.model import Message, MessageState, PropertyValue, ReceivedMessage
 from poisonq.servicebus.constants import ServiceBusMessageState
@@ -30,9 +30,6 @@ from poisonq.servicebus.exceptions import (
     MessageAlreadySettled,
     MessageSizeExceededError,
 )
-
-if TYPE_CHECKING:
-    from poisonq.servicebus.receiver import ServiceBusReceiver
 
 Body = str | bytes | bytearray | memoryview | None
 STATES = {
@@ -235,19 +232,20 @@ class ServiceBusReceivedMessage(ServiceBusMessage):
     """A received (or peeked) message with the SDK's field names; ``raw`` is poisonq's
     :class:`~poisonq.ReceivedMessage` (with its failure history, ``raw.failures``).
 
-    Settle it through the receiver that received it (``receiver.complete_message(msg)``).
+    Settle it through a receiver of the entity that it was received from (``source``, the
+    receiver's address: ``receiver.complete_message(msg)``).
     """
 
     def __init__(
         self,
         raw: ReceivedMessage,
-        receiver: ServiceBusReceiver | None = None,
+        source: str | None = None,
         *,
         peeked: bool = False,
         settled: bool = False,
     ) -> None:
         self.raw = raw
-        self._receiver = receiver
+        self._source = source
         self._is_peeked_message = peeked
         self._settled = settled
         self.auto_renew_error: BaseException | None = None
@@ -324,9 +322,11 @@ class ServiceBusReceivedMessage(ServiceBusMessage):
         )
 
 
-def check_settleable(message: object, action: str, delete_mode: bool, running: bool) -> None:
+def check_settleable(message: object, action: str, delete_mode: bool, address: str | None) -> None:
     """The SDK's checks before a settlement, in its order: only a message received in
-    peek-lock mode, not settled already, by a receiver still open, can be settled."""
+    peek-lock mode, not settled already, by a receiver open (on ``address``), can be
+    settled; and poisonq's: only through a receiver of the entity it was received from (the
+    store would find no such lock there, which reads as a lock lost)."""
     if not isinstance(message, ServiceBusReceivedMessage):
         raise TypeError(f"{action} takes a ServiceBusReceivedMessage, not {message!r}")
     if message._is_peeked_message:
@@ -338,8 +338,14 @@ def check_settleable(message: object, action: str, delete_mode: bool, running: b
         raise ValueError(f"The operation {action} is not supported in 'RECEIVE_AND_DELETE' mode.")
     if message._settled:
         raise MessageAlreadySettled(action=action)
-    if not running:
+    if address is None:
         raise ValueError(
             f"Failed to {action} the message as the handler has already been shutdown."
             " Please use ServiceBusClient to create a new instance."
+        )
+    if message._source is not None and message._source != address:
+        raise ValueError(
+            f"Unable to {action} message {message.sequence_number}: it was received from"
+            f" {message._source!r}; settle it through a receiver of {message._source!r},"
+            f" not of {address!r}."
         )

@@ -175,7 +175,9 @@ class ServiceBusReceiver(Handler):
 
     def _wrap(self, got: list[Any]) -> list[ServiceBusReceivedMessage]:
         deleted = self._receive_mode is ReceiveMode.RECEIVE_AND_DELETE
-        messages = [ServiceBusReceivedMessage(raw, None, settled=deleted) for raw in got]
+        assert self._native is not None  # open: it received them
+        source = self._native.address
+        messages = [ServiceBusReceivedMessage(raw, source, settled=deleted) for raw in got]
         if self._auto_lock_renewer is not None and self._session is None and not deleted:
             for message in messages:
                 self._auto_lock_renewer.register(self, message)
@@ -220,14 +222,16 @@ class ServiceBusReceiver(Handler):
                 max_messages=max_message_count,
                 **where,
             )
-        return [ServiceBusReceivedMessage(raw, None, peeked=True) for raw in got]
+        return [ServiceBusReceivedMessage(raw, native.address, peeked=True) for raw in got]
 
     # Settling -----------------------------------------------------------------------------
     def _checked(self, message: ServiceBusReceivedMessage, action: str) -> AsyncReceiver:
         """The native receiver of a settlement, after the SDK's checks."""
         self._check_live()
         deleted = self._receive_mode is ReceiveMode.RECEIVE_AND_DELETE
-        check_settleable(message, action, deleted, self._native is not None)
+        check_settleable(
+            message, action, deleted, None if self._native is None else self._native.address
+        )
         assert self._native is not None
         return self._native
 
