@@ -10,7 +10,7 @@ import pytest
 
 import poisonq.aio
 from poisonq import ManualClock, Message
-from poisonq.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusReceiveMode
+from poisonq.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusMessage, ServiceBusReceiveMode
 from poisonq.servicebus import exceptions as sb
 from poisonq.servicebus.aio import AutoLockRenewer, ServiceBusClient
 from tests.helpers import assert_balanced
@@ -158,6 +158,26 @@ def test_a_receiver_of_another_entity_refuses_to_settle_a_message(
                     await other.complete_message(message)
                 assert (await broker.counts("orders"))["locked"] == 1
                 await receiver.complete_message(message)
+            assert_balanced(broker.sync)
+
+    asyncio.run(main())
+
+
+def test_a_session_queue_refuses_a_message_without_a_session_id_through_asyncio(
+    url: str, clock: ManualClock
+) -> None:
+    async def main() -> None:
+        async with await poisonq.aio.connect(url, clock=clock) as broker:
+            await broker.create_queue("sessions", requires_session=True)
+            async with (
+                ServiceBusClient.from_broker(broker) as client,
+                client.get_queue_sender("sessions") as sender,
+            ):
+                with pytest.raises(sb.ServiceBusError, match="SessionId was not set"):
+                    await sender.send_messages(ServiceBusMessage("no session"))
+                await sender.send_messages(ServiceBusMessage("a", session_id="s"))
+            counts = await broker.counts("sessions")
+            assert (counts["active"], counts["dead_lettered"]) == (1, 0)
             assert_balanced(broker.sync)
 
     asyncio.run(main())

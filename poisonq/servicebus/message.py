@@ -23,12 +23,14 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from poisonq.model import Message, MessageState, PropertyValue, ReceivedMessage
+from poisonq.model import EntityKind, Message, MessageState, PropertyValue, ReceivedMessage
+from poisonq.reports import QueueInfo
 from poisonq.servicebus.constants import ServiceBusMessageState
 from poisonq.servicebus.exceptions import (
     FeatureNotSupportedError,
     MessageAlreadySettled,
     MessageSizeExceededError,
+    ServiceBusError,
 )
 
 Body = str | bytes | bytearray | memoryview | None
@@ -168,6 +170,28 @@ def native_batch(messages: object) -> list[Message]:
     if isinstance(messages, Iterable) and not isinstance(messages, str | bytes):
         return [to_native(message) for message in messages]
     raise TypeError(f"send a ServiceBusMessage, a list of them or a batch, not {messages!r}")
+
+
+SESSION_ID_NOT_SET = (
+    "The SessionId was not set on a message, and it cannot be sent to the entity. Entities"
+    " that have session support enabled can only receive messages that have the SessionId set."
+)
+
+
+def without_session_id(messages: list[Message]) -> bool:
+    """Whether a send has a message without a session id: only then does the sender look
+    whether its entity requires sessions (once: that cannot change)."""
+    return any(message.session_id is None for message in messages)
+
+
+def check_session_ids(messages: list[Message], info: QueueInfo) -> None:
+    """Service Bus refuses a send to a session-enabled queue of a message without a session
+    id, with its ``ServiceBusError``, and sends nothing; poisonq's own sender takes it and
+    dead-letters it (``SessionIdIsNull``), which a port would only find in the dead-letter
+    queue. A topic fans out as poisonq's does."""
+    requires_session = info.kind is EntityKind.QUEUE and info.options.requires_session
+    if requires_session and without_session_id(messages):
+        raise ServiceBusError(SESSION_ID_NOT_SET)
 
 
 def size_of(message: Message) -> int:

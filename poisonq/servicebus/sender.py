@@ -11,12 +11,16 @@ from poisonq.servicebus.handler import Handler
 from poisonq.servicebus.message import (
     ServiceBusMessage,
     ServiceBusMessageBatch,
+    check_session_ids,
     native_batch,
     utc,
+    without_session_id,
 )
 
 if TYPE_CHECKING:
+    from poisonq.model import Message
     from poisonq.receivers import Sender
+    from poisonq.reports import QueueInfo
     from poisonq.servicebus.client import ServiceBusClient
 
 Messages = ServiceBusMessage | ServiceBusMessageBatch | Iterable[ServiceBusMessage]
@@ -42,14 +46,27 @@ class ServiceBusSender(Handler):
         super().__init__()
         self._client = client
         self.entity_name = entity_name
+        self._entity: QueueInfo | None = None  # looked up once a message has no session id
 
     def _native(self) -> Sender:
         self._check_live()
         return self._client.broker().sender(self.entity_name)
 
+    def _batch(self, messages: Messages) -> list[Message]:
+        """What is sent, checked as Service Bus checks it (a session queue's messages need
+        a session id)."""
+        batch = native_batch(messages)
+        if self._entity is None and without_session_id(batch):
+            self._check_live()
+            with translated():
+                self._entity = self._client.broker().get_queue(self.entity_name)
+        if self._entity is not None:
+            check_session_ids(batch, self._entity)
+        return batch
+
     def send_messages(self, message: Messages, **kwargs: Any) -> None:
         """Send a message, a list of them, or a :class:`ServiceBusMessageBatch`."""
-        batch = native_batch(message)
+        batch = self._batch(message)
         with translated():
             self._native().send(batch)
 
@@ -59,7 +76,7 @@ class ServiceBusSender(Handler):
         """Send messages that become receivable at ``schedule_time_utc`` (a naive datetime
         is UTC); returns their sequence numbers, for :meth:`cancel_scheduled_messages` (on
         a topic, those of every subscription's copy)."""
-        batch = native_batch(messages)
+        batch = self._batch(messages)
         with translated():
             return self._native().schedule(batch, utc(schedule_time_utc))
 
