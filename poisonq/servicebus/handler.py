@@ -42,7 +42,10 @@ class Handler:
             raise ValueError(SHUTDOWN)
 
     def _renewed_by(self, renewer: AutoLockRenewer, message: ReceivedMessage) -> None:
-        """``renewer`` renews ``message``'s lock for this receiver, until it closes."""
+        """``renewer`` renews ``message``'s lock for this receiver, until it closes. What
+        was settled since is forgotten here, so a receiver that lives long holds only the
+        messages it has in hand."""
+        self._renewals = [(r, m) for r, m in self._renewals if not m.settled]
         self._renewals.append((renewer, message))
 
     def _shut_down(self) -> None:
