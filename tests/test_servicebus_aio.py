@@ -5,6 +5,7 @@ a session receiver's session usable before the receiver opens."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,7 @@ from poisonq import ManualClock, Message
 from poisonq.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusMessage, ServiceBusReceiveMode
 from poisonq.servicebus import exceptions as sb
 from poisonq.servicebus.aio import AutoLockRenewer, ServiceBusClient
+from poisonq.servicebus.aio import management as aio_management
 from tests.helpers import assert_balanced
 
 
@@ -181,3 +183,28 @@ def test_a_session_queue_refuses_a_message_without_a_session_id_through_asyncio(
             assert_balanced(broker.sync)
 
     asyncio.run(main())
+
+
+def test_the_asyncio_administration_client_makes_the_store_and_opens_again_after_close(
+    tmp_path: Path,
+) -> None:
+    """As the sync one: its first ``create_queue`` makes the store, a read of a store that
+    is not there raises ServiceBusConnectionError, and a call after ``close`` opens the
+    store again."""
+    url = f"sqlite:///{tmp_path / 'shop.db'}"
+
+    async def main() -> None:
+        missing = aio_management.ServiceBusAdministrationClient.from_connection_string(
+            f"sqlite:///{tmp_path / 'shp.db'}"
+        )
+        with pytest.raises(sb.ServiceBusConnectionError, match=r"shp\.db"):
+            await missing.get_queue("orders")
+        await missing.close()
+        admin = aio_management.ServiceBusAdministrationClient.from_connection_string(url)
+        await admin.create_queue("orders")
+        await admin.close()
+        assert [q.name async for q in admin.list_queues()] == ["orders"]
+        await admin.close()
+
+    asyncio.run(main())
+    assert not (tmp_path / "shp.db").exists()

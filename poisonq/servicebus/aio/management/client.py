@@ -73,9 +73,11 @@ class ServiceBusAdministrationClient:
         return admin
 
     async def close(self) -> None:
+        """Close the store connection; a call after opens it again, as the sync client's."""
         await self._calls(self._sync.close)
         if self._owns_calls:
             self._calls.close()
+            self._calls = StoreCalls(1)  # its thread starts with the next call, if any
 
     async def __aenter__(self) -> ServiceBusAdministrationClient:
         return self
