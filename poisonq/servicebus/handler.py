@@ -4,8 +4,9 @@ Once closed (by itself, or by the client that handed it out), a handler refuses 
 with the SDK's ``ValueError``, as azure-servicebus' ``_check_live`` does: nothing reopens it,
 so a closed receiver never locks a message that nobody will settle. Closing a receiver also
 stops the renewal of the locks it registered and did not settle (the SDK's renewer stops
-with the receiver), so they run out and the messages come again. No I/O: the asyncio
-flavour shares this module.
+with the receiver), so they run out and the messages come again. The two renewers share
+how a registration is refused and how a lost lock is reported (:func:`check_renewer_open`,
+:func:`reporting_loss`). No I/O: the asyncio flavour shares this module.
 """
 
 from __future__ import annotations
