@@ -1,15 +1,21 @@
-"""poisonq.servicebus.management's rules, on both stores: Service Bus' options, runtime
-properties and rules as poisonq keeps them."""
+"""poisonq.servicebus.management's rules, on both stores and through both the sync and the
+asyncio administration client: Service Bus' options, runtime properties and rules as poisonq
+keeps them."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
-from collections.abc import Iterator
+import inspect
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import pytest
 
 from poisonq import Broker, EntityDisabledError, ManualClock, Message
+from poisonq.aio import AsyncBroker
 from poisonq.servicebus import exceptions as sb
+from poisonq.servicebus.aio import management as aio_management
 from poisonq.servicebus.management import (
     CorrelationRuleFilter,
     EntityStatus,
@@ -22,10 +28,45 @@ from poisonq.servicebus.management import (
 from tests.helpers import assert_balanced
 
 
-@pytest.fixture
-def admin(broker: Broker) -> Iterator[ServiceBusAdministrationClient]:
-    with ServiceBusAdministrationClient.from_broker(broker) as opened:
-        yield opened
+class ThroughAsyncio:
+    """The asyncio client driven call by call from a sync test: each coroutine run to its
+    end on one event loop, each listing read whole."""
+
+    def __init__(
+        self, admin: aio_management.ServiceBusAdministrationClient, runner: asyncio.Runner
+    ) -> None:
+        self._admin, self._runner = admin, runner
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            result = getattr(self._admin, name)(*args, **kwargs)
+            if inspect.isasyncgen(result):
+                return iter(self._runner.run(_read(result)))
+            return self._runner.run(result)
+
+        return call
+
+
+async def _read(listing: AsyncIterator[Any]) -> list[Any]:
+    return [item async for item in listing]
+
+
+@pytest.fixture(params=["sync", "asyncio"])
+def admin(broker: Broker, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The administration client, sync or asyncio (``poisonq.servicebus.aio.management``):
+    every rule holds through both."""
+    if request.param == "sync":
+        with ServiceBusAdministrationClient.from_broker(broker) as opened:
+            yield opened
+        return
+    with asyncio.Runner() as runner:
+        async_broker = AsyncBroker(broker, 1)
+        admin = aio_management.ServiceBusAdministrationClient.from_broker(async_broker)
+        try:
+            yield ThroughAsyncio(admin, runner)
+        finally:
+            runner.run(admin.close())
+            async_broker.calls.close()
 
 
 def test_queue_options_are_kept_under_their_service_bus_names(

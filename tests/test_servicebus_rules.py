@@ -317,3 +317,45 @@ def test_a_lock_lost_under_the_renewer_is_reported_with_the_sdks_objects(
     assert isinstance(error, sb.AutoLockRenewFailed)
     assert isinstance(error.error, sb.MessageLockLostError)
     assert message.auto_renew_error is error
+
+
+def test_a_message_is_settled_only_through_a_receiver_of_the_entity_it_came_from(
+    client: ServiceBusClient, broker: Broker
+) -> None:
+    """A receiver of another entity refuses to settle it with a ValueError naming both, and
+    changes nothing (the store would find no such lock there: not a lost lock); a receiver
+    of the same queue settles it."""
+    broker.create_queue("other")
+    send(client, "orders", "a")
+    with client.get_queue_receiver("orders", max_wait_time=WAIT) as receiver:
+        (message,) = receiver.receive_messages()
+    with (
+        client.get_queue_receiver("other") as other,
+        pytest.raises(ValueError, match=r"received from 'orders'.* not of 'other'"),
+    ):
+        other.complete_message(message)
+    assert broker.counts("orders")["locked"] == 1
+    with client.get_queue_receiver("orders") as same_queue:
+        same_queue.complete_message(message)
+    assert broker.counts("orders")["completed"] == 1
+    assert_balanced(broker)
+
+
+def test_a_session_queue_refuses_a_send_with_a_message_without_a_session_id(
+    client: ServiceBusClient, broker: Broker
+) -> None:
+    """As Service Bus refuses it (ServiceBusError, nothing of the send taken), where
+    poisonq's own sender dead-letters it as SessionIdIsNull; scheduling too."""
+    with client.get_queue_sender("sessions") as sender:
+        for send_it in (
+            lambda: sender.send_messages(
+                [ServiceBusMessage("a", session_id="s"), ServiceBusMessage("b")]
+            ),
+            lambda: sender.schedule_messages(ServiceBusMessage("b"), datetime.datetime.now()),
+        ):
+            with pytest.raises(sb.ServiceBusError, match="SessionId was not set"):
+                send_it()
+        sender.send_messages(ServiceBusMessage("a", session_id="s"))
+    counts = broker.counts("sessions")
+    assert (counts["active"], counts["scheduled"], counts["dead_lettered"]) == (1, 0, 0)
+    assert_balanced(broker)

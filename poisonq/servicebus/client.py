@@ -13,7 +13,7 @@ import datetime
 import threading
 import weakref
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import poisonq
 from poisonq.servicebus.connection import check_client_options, store_url
@@ -23,6 +23,8 @@ from poisonq.servicebus.lock_renewer import AutoLockRenewer
 from poisonq.servicebus.message import utc
 from poisonq.servicebus.receiver import ServiceBusReceiver
 from poisonq.servicebus.sender import ServiceBusSender
+
+Handed = TypeVar("Handed", ServiceBusSender, ServiceBusReceiver)
 
 
 class ServiceBusClient:
@@ -42,9 +44,10 @@ class ServiceBusClient:
         self._broker: poisonq.Broker | None = None
         self._owns_broker = True
         self._lock = threading.Lock()
-        # The receivers handed out, closed with the client as the SDK closes its handlers:
-        # a session receiver gives its session back then, rather than leave it locked.
-        self._receivers: weakref.WeakSet[ServiceBusReceiver] = weakref.WeakSet()
+        # The senders and receivers handed out, closed with the client as the SDK closes its
+        # handlers: a session receiver gives its session back then, rather than leave it
+        # locked, and none of them reopens the store after.
+        self._handlers: weakref.WeakSet[ServiceBusSender | ServiceBusReceiver] = weakref.WeakSet()
 
     @classmethod
     def from_connection_string(cls, conn_str: str, **kwargs: Any) -> ServiceBusClient:
@@ -63,23 +66,26 @@ class ServiceBusClient:
     def fully_qualified_namespace(self) -> str:
         return self._url
 
-    def broker(self) -> poisonq.Broker:
-        """The poisonq broker under this client, opened on first use."""
+    def broker(self, *, create: bool = False) -> poisonq.Broker:
+        """The poisonq broker under this client, opened on first use. A store that does not
+        exist raises :class:`ServiceBusConnectionError` naming it, as an unreachable
+        namespace does, unless ``create`` (what the administration client's ``create_*``
+        calls pass, as ``poisonq queue create`` makes the store)."""
         with self._lock:
             if self._broker is None:
                 with translated():
-                    self._broker = poisonq.connect(self._url, **self._retry)
+                    self._broker = poisonq.connect(self._url, create=create, **self._retry)
             return self._broker
 
     def close(self) -> None:
-        """Close the receivers this client handed out (a session receiver gives its session
-        back), then the broker it opened."""
-        for receiver in list(self._receivers):
-            receiver.close()
+        """Close the senders and receivers this client handed out (a session receiver gives
+        its session back; each refuses every call after), then the broker it opened."""
+        for handler in list(self._handlers):
+            handler.close()
         with self._lock:
             if self._broker is not None and self._owns_broker:
                 self._broker.close()
-            self._broker = None
+                self._broker = None  # a handler asked for after opens it again, as the SDK's
 
     def __enter__(self) -> ServiceBusClient:
         return self
@@ -89,11 +95,15 @@ class ServiceBusClient:
 
     def get_queue_sender(self, queue_name: str, **kwargs: Any) -> ServiceBusSender:
         check_client_options(kwargs, handler=True)
-        return ServiceBusSender(self, queue_name)
+        return self._handed_out(ServiceBusSender(self, queue_name))
 
     def get_topic_sender(self, topic_name: str, **kwargs: Any) -> ServiceBusSender:
         check_client_options(kwargs, handler=True)
-        return ServiceBusSender(self, topic_name)
+        return self._handed_out(ServiceBusSender(self, topic_name))
+
+    def _handed_out(self, handler: Handed) -> Handed:
+        self._handlers.add(handler)
+        return handler
 
     def get_queue_receiver(
         self,
@@ -122,8 +132,7 @@ class ServiceBusClient:
             auto_lock_renewer=auto_lock_renewer,
             prefetch_count=prefetch_count,
         )
-        self._receivers.add(receiver)
-        return receiver
+        return self._handed_out(receiver)
 
     def list_queue_sessions(
         self,

@@ -70,6 +70,11 @@ def native_receive_mode(value: ServiceBusReceiveMode | str) -> ReceiveMode:
         raise ValueError(f"receive_mode must be one of {choices}, not {value!r}") from None
 
 
+def sdk_receive_mode(mode: ReceiveMode) -> ServiceBusReceiveMode:
+    """The SDK's receive mode for poisonq's (a receiver's ``receive_mode``)."""
+    return next(sdk for sdk, native in RECEIVE_MODES.items() if native is mode)
+
+
 def native_sub_queue(value: ServiceBusSubQueue | str | None) -> SubQueue | None:
     """poisonq's subqueue for the SDK's ``sub_queue`` (``None``: the entity itself)."""
     if value is None:

@@ -195,13 +195,22 @@ _TRANSLATIONS: tuple[tuple[type[Exception], type[ServiceBusError]], ...] = (
 )
 
 
+NO_STORE = (
+    "is the connection string's path mistyped? A store is made by"
+    " ServiceBusAdministrationClient's create_queue, poisonq.connect or poisonq queue create"
+)
+
+
 def translate(error: errors.PoisonqError) -> ServiceBusError:
     """The SDK exception for a poisonq error; an argument poisonq refused
     (:class:`~poisonq.errors.InvalidOptionError`, a ``ValueError`` as the SDK raises for
     bad arguments) is not translated."""
+    text = str(error)
+    if isinstance(error, errors.StoreNotFoundError):
+        text += f" ({NO_STORE})"
     for native, sdk in _TRANSLATIONS:
         if isinstance(error, native):
-            return sdk(message=str(error), error=error)
+            return sdk(message=text, error=error)
     raise AssertionError(f"no translation of {error!r}")  # PoisonqError is the last
 
 

@@ -14,9 +14,8 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 
 import poisonq
-from poisonq.errors import PoisonqError
 from poisonq.receivers import SessionReceiver
-from poisonq.servicebus.exceptions import AutoLockRenewFailed, translate
+from poisonq.servicebus.handler import check_renewer_open, reporting_loss
 from poisonq.servicebus.message import ServiceBusReceivedMessage
 from poisonq.servicebus.receiver import ServiceBusReceiver, ServiceBusSession
 
@@ -54,14 +53,10 @@ class AutoLockRenewer:
         """Keep ``renewable``'s lock (a message ``receiver`` received, or its session)."""
         if not isinstance(receiver, ServiceBusReceiver):
             raise TypeError(f"register takes the ServiceBusReceiver first, not {receiver!r}")
-        callback = on_lock_renew_failure or self._on_lock_renew_failure
-
-        def lost(_: object, error: PoisonqError) -> None:
-            failure = AutoLockRenewFailed("Failed to auto-renew lock", error=translate(error))
-            renewable.auto_renew_error = failure
-            if callback is not None:
-                callback(renewable, failure)
-
+        check_renewer_open(self._native)
+        lost = reporting_loss(renewable, on_lock_renew_failure or self._on_lock_renew_failure)
+        if receiver._shutdown:
+            return  # a closed receiver's locks are not renewed, as the SDK's renewer skips them
         native: poisonq.Receiver
         if isinstance(renewable, ServiceBusSession):
             native = renewable._native
@@ -77,6 +72,8 @@ class AutoLockRenewer:
             raise TypeError(f"register a received message or a session, not {renewable!r}")
         assert isinstance(native, SessionReceiver) or messages is not None
         self._native.register(native, messages, max_lock_renewal_duration, lost)
+        if messages is not None:
+            receiver._renewed_by(self._native, messages)
 
     def renew_due(self) -> None:
         """One pass now (poisonq's): renew every registered lock past half its duration,

@@ -21,18 +21,17 @@ from __future__ import annotations
 import datetime
 import json
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from poisonq.model import Message, MessageState, PropertyValue, ReceivedMessage
+from poisonq.model import EntityKind, Message, MessageState, PropertyValue, ReceivedMessage
+from poisonq.reports import QueueInfo
 from poisonq.servicebus.constants import ServiceBusMessageState
 from poisonq.servicebus.exceptions import (
     FeatureNotSupportedError,
     MessageAlreadySettled,
     MessageSizeExceededError,
+    ServiceBusError,
 )
-
-if TYPE_CHECKING:
-    from poisonq.servicebus.receiver import ServiceBusReceiver
 
 Body = str | bytes | bytearray | memoryview | None
 STATES = {
@@ -173,6 +172,28 @@ def native_batch(messages: object) -> list[Message]:
     raise TypeError(f"send a ServiceBusMessage, a list of them or a batch, not {messages!r}")
 
 
+SESSION_ID_NOT_SET = (
+    "The SessionId was not set on a message, and it cannot be sent to the entity. Entities"
+    " that have session support enabled can only receive messages that have the SessionId set."
+)
+
+
+def without_session_id(messages: list[Message]) -> bool:
+    """Whether a send has a message without a session id: only then does the sender look
+    whether its entity requires sessions (once: that cannot change)."""
+    return any(message.session_id is None for message in messages)
+
+
+def check_session_ids(messages: list[Message], info: QueueInfo) -> None:
+    """Service Bus refuses a send to a session-enabled queue of a message without a session
+    id, with its ``ServiceBusError``, and sends nothing; poisonq's own sender takes it and
+    dead-letters it (``SessionIdIsNull``), which a port would only find in the dead-letter
+    queue. A topic fans out as poisonq's does."""
+    requires_session = info.kind is EntityKind.QUEUE and info.options.requires_session
+    if requires_session and without_session_id(messages):
+        raise ServiceBusError(SESSION_ID_NOT_SET)
+
+
 def size_of(message: Message) -> int:
     """What a message counts against a batch's ``max_size_in_bytes``: its body, properties
     and text fields, as poisonq sizes a message against ``max_message_size``."""
@@ -235,19 +256,20 @@ class ServiceBusReceivedMessage(ServiceBusMessage):
     """A received (or peeked) message with the SDK's field names; ``raw`` is poisonq's
     :class:`~poisonq.ReceivedMessage` (with its failure history, ``raw.failures``).
 
-    Settle it through the receiver that received it (``receiver.complete_message(msg)``).
+    Settle it through a receiver of the entity that it was received from (``source``, the
+    receiver's address: ``receiver.complete_message(msg)``).
     """
 
     def __init__(
         self,
         raw: ReceivedMessage,
-        receiver: ServiceBusReceiver | None = None,
+        source: str | None = None,
         *,
         peeked: bool = False,
         settled: bool = False,
     ) -> None:
         self.raw = raw
-        self._receiver = receiver
+        self._source = source
         self._is_peeked_message = peeked
         self._settled = settled
         self.auto_renew_error: BaseException | None = None
@@ -324,9 +346,11 @@ class ServiceBusReceivedMessage(ServiceBusMessage):
         )
 
 
-def check_settleable(message: object, action: str, delete_mode: bool, running: bool) -> None:
+def check_settleable(message: object, action: str, delete_mode: bool, address: str | None) -> None:
     """The SDK's checks before a settlement, in its order: only a message received in
-    peek-lock mode, not settled already, by a receiver still open, can be settled."""
+    peek-lock mode, not settled already, by a receiver open (on ``address``), can be
+    settled; and poisonq's: only through a receiver of the entity it was received from (the
+    store would find no such lock there, which reads as a lock lost)."""
     if not isinstance(message, ServiceBusReceivedMessage):
         raise TypeError(f"{action} takes a ServiceBusReceivedMessage, not {message!r}")
     if message._is_peeked_message:
@@ -338,8 +362,14 @@ def check_settleable(message: object, action: str, delete_mode: bool, running: b
         raise ValueError(f"The operation {action} is not supported in 'RECEIVE_AND_DELETE' mode.")
     if message._settled:
         raise MessageAlreadySettled(action=action)
-    if not running:
+    if address is None:
         raise ValueError(
             f"Failed to {action} the message as the handler has already been shutdown."
             " Please use ServiceBusClient to create a new instance."
+        )
+    if message._source is not None and message._source != address:
+        raise ValueError(
+            f"Unable to {action} message {message.sequence_number}: it was received from"
+            f" {message._source!r}; settle it through a receiver of {message._source!r},"
+            f" not of {address!r}."
         )

@@ -17,11 +17,16 @@ from typing import TYPE_CHECKING, Any
 from poisonq.model import ReceivedMessage, ReceiveMode
 from poisonq.receivers import RECEIVE_WAIT, Receiver, SessionReceiver
 from poisonq.servicebus.connection import receive_count, receiver_options
-from poisonq.servicebus.constants import ServiceBusReceiveMode, ServiceBusSessionFilter
+from poisonq.servicebus.constants import (
+    ServiceBusReceiveMode,
+    ServiceBusSessionFilter,
+    sdk_receive_mode,
+)
 from poisonq.servicebus.exceptions import (
     OperationTimeoutError,
     translated,
 )
+from poisonq.servicebus.handler import Handler
 from poisonq.servicebus.message import ServiceBusReceivedMessage, check_settleable
 
 if TYPE_CHECKING:
@@ -33,8 +38,9 @@ if TYPE_CHECKING:
 class ServiceBusSession:
     """The session a session receiver holds: its id, lock and state."""
 
-    def __init__(self, receiver: SessionReceiver) -> None:
+    def __init__(self, receiver: SessionReceiver, owner: Handler) -> None:
         self._native = receiver
+        self._owner = owner  # the SDK receiver: its close ends this session's calls
         self.auto_renew_error: BaseException | None = None
 
     @property
@@ -46,22 +52,25 @@ class ServiceBusSession:
         return self._native.session_locked_until
 
     def get_state(self, **kwargs: Any) -> bytes | None:
+        self._owner._check_live()
         with translated():
             return self._native.get_session_state()
 
     def set_state(self, state: str | bytes | bytearray | None, **kwargs: Any) -> None:
+        self._owner._check_live()
         with translated():
             self._native.set_session_state(bytes(state) if isinstance(state, bytearray) else state)
 
     def renew_lock(self, **kwargs: Any) -> datetime.datetime:
         """Extend the session lock (and the locks of the messages received under it)."""
+        self._owner._check_live()
         with translated():
             self._native.renew_session_lock()
         assert self._native.session_locked_until is not None
         return self._native.session_locked_until
 
 
-class ServiceBusReceiver:
+class ServiceBusReceiver(Handler):
     """Receives from a queue, a subscription or one of their subqueues, and settles."""
 
     def __init__(
@@ -76,6 +85,7 @@ class ServiceBusReceiver:
         auto_lock_renewer: AutoLockRenewer | None,
         prefetch_count: int,
     ) -> None:
+        super().__init__()
         self._client = client
         self.entity_path = entity_path
         self._session_id = session_id
@@ -86,13 +96,10 @@ class ServiceBusReceiver:
         self._auto_lock_renewer = auto_lock_renewer
         self._native: Receiver | None = None
         self._session: ServiceBusSession | None = None
-        self._running = False
 
     @property
     def receive_mode(self) -> ServiceBusReceiveMode:
-        if self._receive_mode is ReceiveMode.RECEIVE_AND_DELETE:
-            return ServiceBusReceiveMode.RECEIVE_AND_DELETE
-        return ServiceBusReceiveMode.PEEK_LOCK
+        return sdk_receive_mode(self._receive_mode)
 
     @property
     def session(self) -> ServiceBusSession:
@@ -104,7 +111,8 @@ class ServiceBusReceiver:
         return self._session
 
     def _open(self) -> Receiver:
-        if self._native is not None and self._running:
+        self._check_live()
+        if self._native is not None:
             return self._native
         broker = self._client.broker()
         with translated():
@@ -114,10 +122,9 @@ class ServiceBusReceiver:
                 )
             else:
                 native = self._accept(broker)
-                self._native, self._session = native, ServiceBusSession(native)
+                self._native, self._session = native, ServiceBusSession(native, self)
                 if self._auto_lock_renewer is not None:
                     self._auto_lock_renewer.register(self, self._session)
-        self._running = True
         return self._native
 
     def _accept(self, broker: Broker) -> SessionReceiver:
@@ -135,11 +142,15 @@ class ServiceBusReceiver:
         return broker.accept_session(self.entity_path, self._session_id)
 
     def close(self) -> None:
-        """Close; a session receiver gives its session up with what it still holds."""
+        """Close for good: a session receiver gives its session up with what it still holds;
+        the locks registered with a renewer are no longer renewed; every call after raises
+        the SDK's ``ValueError``."""
+        if self._shutdown:
+            return
+        self._shut_down()
         if isinstance(self._native, SessionReceiver):
             with translated():
                 self._native.close()
-        self._running = False
 
     def __enter__(self) -> ServiceBusReceiver:
         self._open()
@@ -165,7 +176,9 @@ class ServiceBusReceiver:
 
     def _wrap(self, got: list[Any]) -> list[ServiceBusReceivedMessage]:
         deleted = self._receive_mode is ReceiveMode.RECEIVE_AND_DELETE
-        messages = [ServiceBusReceivedMessage(raw, self, settled=deleted) for raw in got]
+        assert self._native is not None  # open: it received them
+        source = self._native.address
+        messages = [ServiceBusReceivedMessage(raw, source, settled=deleted) for raw in got]
         if self._auto_lock_renewer is not None and self._session is None and not deleted:
             for message in messages:
                 self._auto_lock_renewer.register(self, message)
@@ -212,13 +225,16 @@ class ServiceBusReceiver:
                 max_messages=max_message_count,
                 **where,
             )
-        return [ServiceBusReceivedMessage(raw, self, peeked=True) for raw in got]
+        return [ServiceBusReceivedMessage(raw, native.address, peeked=True) for raw in got]
 
     # Settling -----------------------------------------------------------------------------
     def _checked(self, message: object, action: str) -> tuple[Receiver, ReceivedMessage]:
         """The native receiver and message of a settlement, after the SDK's checks."""
+        self._check_live()
         deleted = self._receive_mode is ReceiveMode.RECEIVE_AND_DELETE
-        check_settleable(message, action, deleted, self._running)
+        check_settleable(
+            message, action, deleted, None if self._native is None else self._native.address
+        )
         assert isinstance(message, ServiceBusReceivedMessage) and self._native is not None
         return self._native, message.raw
 
@@ -262,6 +278,7 @@ class ServiceBusReceiver:
         self, message: ServiceBusReceivedMessage, **kwargs: Any
     ) -> datetime.datetime:
         """Extend the message's lock; returns its new ``locked_until_utc``."""
+        self._check_live()
         if self._session_id is not None:
             raise TypeError(
                 "Renewing message lock is an invalid operation when working with sessions."

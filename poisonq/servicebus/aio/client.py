@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import datetime
 import weakref
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import Any, TypeVar
 
 import poisonq.aio
 from poisonq.servicebus.aio.lock_renewer import AutoLockRenewer
@@ -20,6 +21,8 @@ from poisonq.servicebus.connection import check_client_options, store_url
 from poisonq.servicebus.constants import ServiceBusReceiveMode, ServiceBusSessionFilter
 from poisonq.servicebus.exceptions import FeatureNotSupportedError, translated
 from poisonq.servicebus.message import utc
+
+Handed = TypeVar("Handed", ServiceBusSender, ServiceBusReceiver)
 
 
 class ServiceBusClient:
@@ -37,36 +40,47 @@ class ServiceBusClient:
         self._url = store_url(fully_qualified_namespace)
         self._retry = check_client_options(kwargs)
         self._broker: poisonq.aio.AsyncBroker | None = None
+        self._owns_broker = True
         self._opening = asyncio.Lock()
         # Closed with the client, as the SDK closes its handlers: a session receiver gives
-        # its session back then.
-        self._receivers: weakref.WeakSet[ServiceBusReceiver] = weakref.WeakSet()
+        # its session back then, and none of them reopens the store after.
+        self._handlers: weakref.WeakSet[ServiceBusSender | ServiceBusReceiver] = weakref.WeakSet()
 
     @classmethod
     def from_connection_string(cls, conn_str: str, **kwargs: Any) -> ServiceBusClient:
         """A client on the store ``conn_str`` names (poisonq's store URL)."""
         return cls(conn_str, **kwargs)
 
+    @classmethod
+    def from_broker(cls, broker: poisonq.aio.AsyncBroker) -> ServiceBusClient:
+        """A client on an async broker already open (poisonq's own): native and SDK-shaped
+        calls on one store, one clock. Closing the client leaves it open."""
+        client = cls(broker.sync.url)
+        client._broker, client._owns_broker = broker, False
+        return client
+
     @property
     def fully_qualified_namespace(self) -> str:
         return self._url
 
     async def broker(self) -> poisonq.aio.AsyncBroker:
-        """The poisonq broker under this client, opened on first use."""
+        """The poisonq broker under this client, opened on first use; a store that does not
+        exist raises :class:`ServiceBusConnectionError` naming it, as the sync client's."""
         async with self._opening:
             if self._broker is None:
                 with translated():
-                    self._broker = await poisonq.aio.connect(self._url, **self._retry)
+                    self._broker = await poisonq.aio.connect(self._url, create=False, **self._retry)
             return self._broker
 
     async def close(self) -> None:
-        """Close the receivers this client handed out, then its broker."""
-        for receiver in list(self._receivers):
-            await receiver.close()
+        """Close the senders and receivers this client handed out (each refuses every call
+        after), then its broker."""
+        for handler in list(self._handlers):
+            await handler.close()
         async with self._opening:
-            if self._broker is not None:
+            if self._broker is not None and self._owns_broker:
                 await self._broker.close()
-            self._broker = None
+                self._broker = None  # a handler asked for after opens it again, as the SDK's
 
     async def __aenter__(self) -> ServiceBusClient:
         return self
@@ -76,11 +90,15 @@ class ServiceBusClient:
 
     def get_queue_sender(self, queue_name: str, **kwargs: Any) -> ServiceBusSender:
         check_client_options(kwargs, handler=True)
-        return ServiceBusSender(self, queue_name)
+        return self._handed_out(ServiceBusSender(self, queue_name))
 
     def get_topic_sender(self, topic_name: str, **kwargs: Any) -> ServiceBusSender:
         check_client_options(kwargs, handler=True)
-        return ServiceBusSender(self, topic_name)
+        return self._handed_out(ServiceBusSender(self, topic_name))
+
+    def _handed_out(self, handler: Handed) -> Handed:
+        self._handlers.add(handler)
+        return handler
 
     def get_queue_receiver(
         self,
@@ -109,24 +127,38 @@ class ServiceBusClient:
             auto_lock_renewer=auto_lock_renewer,
             prefetch_count=prefetch_count,
         )
-        self._receivers.add(receiver)
-        return receiver
+        return self._handed_out(receiver)
 
     def get_subscription_receiver(
         self, topic_name: str, subscription_name: str, **kwargs: Any
     ) -> ServiceBusReceiver:
         return self.get_queue_receiver(f"{topic_name}/subscriptions/{subscription_name}", **kwargs)
 
-    async def list_queue_sessions(
+    def list_queue_sessions(
         self,
         queue_name: str,
         *,
         state_updated_after: datetime.datetime | None = None,
         **kwargs: Any,
-    ) -> list[str]:
+    ) -> AsyncIterator[str]:
+        """The ids of the queue's sessions with messages or a stored state (with
+        ``state_updated_after``, of those whose state was set after it; a naive time is
+        UTC), as an async iterator: ``async for session_id in client.list_queue_sessions(q)``,
+        as the SDK's ``AsyncItemPaged``."""
         check_client_options(kwargs, handler=True)
+        return self._session_ids(queue_name, utc(state_updated_after))
+
+    def list_subscription_sessions(
+        self, topic_name: str, subscription_name: str, **kwargs: Any
+    ) -> AsyncIterator[str]:
+        """:meth:`list_queue_sessions` of a subscription."""
+        return self.list_queue_sessions(f"{topic_name}/subscriptions/{subscription_name}", **kwargs)
+
+    async def _session_ids(
+        self, path: str, state_updated_after: datetime.datetime | None
+    ) -> AsyncIterator[str]:
         broker = await self.broker()
         with translated():
-            return await broker.session_ids(
-                queue_name, state_updated_after=utc(state_updated_after)
-            )
+            session_ids = await broker.session_ids(path, state_updated_after=state_updated_after)
+        for session_id in session_ids:
+            yield session_id

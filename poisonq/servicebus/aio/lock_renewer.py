@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import poisonq.aio
 from poisonq.errors import PoisonqError
-from poisonq.servicebus.exceptions import AutoLockRenewFailed, translate
+from poisonq.servicebus.handler import check_renewer_open, reporting_loss
 from poisonq.servicebus.message import ServiceBusReceivedMessage
 
 if TYPE_CHECKING:
@@ -21,8 +22,9 @@ LockRenewFailureCallback = Callable[[Renewable, BaseException | None], Any]
 
 class AutoLockRenewer:
     """Renews registered message and session locks until they are settled (closed), or
-    ``max_lock_renewal_duration`` seconds have passed. ``on_lock_renew_failure`` may be a
-    coroutine function."""
+    ``max_lock_renewal_duration`` seconds have passed. ``on_lock_renew_failure`` (the
+    renewer's, or a registration's) may be a coroutine function: it runs on the loop that
+    registered."""
 
     def __init__(
         self,
@@ -44,22 +46,32 @@ class AutoLockRenewer:
         on_lock_renew_failure: LockRenewFailureCallback | None = None,
     ) -> None:
         """Keep ``renewable``'s lock (a message ``receiver`` received, or its session)."""
-        callback = on_lock_renew_failure or self._on_lock_renew_failure
+        check_renewer_open(self._native.sync)
+        report = reporting_loss(renewable, on_lock_renew_failure or self._on_lock_renew_failure)
+        loop = asyncio.get_running_loop()
 
-        def lost(_: object, error: PoisonqError) -> Any:
-            failure = AutoLockRenewFailed("Failed to auto-renew lock", error=translate(error))
-            renewable.auto_renew_error = failure
-            result = None if callback is None else callback(renewable, failure)
-            return result if inspect.isawaitable(result) else None
+        def lost(native: object, error: PoisonqError) -> None:
+            # Called in the thread of a store call: a coroutine callback runs on the loop.
+            result = report(native, error)
+            if inspect.iscoroutine(result):
+                asyncio.run_coroutine_threadsafe(result, loop)
 
+        if receiver._shutdown:
+            return  # a closed receiver's locks are not renewed, as the SDK's renewer skips them
         native = receiver._native
         assert native is not None, "a receiver registers what it received, once open"
         if isinstance(renewable, ServiceBusReceivedMessage):
             if renewable._settled or renewable.lock_token is None:
                 raise ValueError("only a message received in PEEK_LOCK mode, not settled, renews")
             self._native.register(native, renewable.raw, max_lock_renewal_duration, lost)
+            receiver._renewed_by(self._native.sync, renewable.raw)
         else:
             self._native.register(native, None, max_lock_renewal_duration, lost)
+
+    async def renew_due(self) -> None:
+        """One pass now (poisonq's): renew every registered lock past half its duration,
+        and report those lost. A test that moves a ``ManualClock`` awaits it."""
+        await asyncio.to_thread(self._native.sync.renew_due)
 
     async def close(self) -> None:
         """Stop renewing (what is registered keeps the lock it has until it runs out)."""

@@ -6,15 +6,20 @@ its first call), as the SDK's does."""
 from __future__ import annotations
 
 import datetime
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from poisonq.aio import AsyncBroker, AsyncReceiver, AsyncSessionReceiver
 from poisonq.model import ReceiveMode
 from poisonq.receivers import RECEIVE_WAIT
 from poisonq.servicebus.connection import receive_count, receiver_options
-from poisonq.servicebus.constants import ServiceBusReceiveMode, ServiceBusSessionFilter
+from poisonq.servicebus.constants import (
+    ServiceBusReceiveMode,
+    ServiceBusSessionFilter,
+    sdk_receive_mode,
+)
 from poisonq.servicebus.exceptions import OperationTimeoutError, translated
+from poisonq.servicebus.handler import Handler
 from poisonq.servicebus.message import ServiceBusReceivedMessage, check_settleable
 
 if TYPE_CHECKING:
@@ -23,39 +28,51 @@ if TYPE_CHECKING:
 
 
 class ServiceBusSession:
-    """The session an ``aio`` session receiver holds: its id, lock and state."""
+    """The session an ``aio`` session receiver holds: its id, lock and state. Its calls open
+    the receiver (accepting the session) if it is not open yet, as the SDK's do."""
 
-    def __init__(self, receiver: AsyncSessionReceiver) -> None:
-        self._native = receiver
+    def __init__(self, receiver: ServiceBusReceiver) -> None:
+        self._receiver = receiver
+        self._native: AsyncSessionReceiver | None = None  # set as the receiver accepts it
         self.auto_renew_error: BaseException | None = None
 
     @property
-    def session_id(self) -> str:
-        return self._native.session_id
+    def session_id(self) -> str | None:
+        """The session's id; for ``NEXT_AVAILABLE_SESSION``, ``None`` until it is accepted."""
+        if self._native is not None:
+            return self._native.session_id
+        named = self._receiver._session_id
+        return named if isinstance(named, str) else None
 
     @property
     def locked_until_utc(self) -> datetime.datetime | None:
-        return self._native.sync.session_locked_until
+        return None if self._native is None else self._native.sync.session_locked_until
+
+    async def _accepted(self) -> AsyncSessionReceiver:
+        await self._receiver._open()  # refuses a closed receiver
+        assert self._native is not None
+        return self._native
 
     async def get_state(self, **kwargs: Any) -> bytes | None:
+        native = await self._accepted()
         with translated():
-            return await self._native.get_session_state()
+            return await native.get_session_state()
 
     async def set_state(self, state: str | bytes | bytearray | None, **kwargs: Any) -> None:
+        native = await self._accepted()
         with translated():
-            await self._native.set_session_state(
-                bytes(state) if isinstance(state, bytearray) else state
-            )
+            await native.set_session_state(bytes(state) if isinstance(state, bytearray) else state)
 
     async def renew_lock(self, **kwargs: Any) -> datetime.datetime:
         """Extend the session lock (and the locks of the messages received under it)."""
+        native = await self._accepted()
         with translated():
-            await self._native.renew_session_lock()
+            await native.renew_session_lock()
         assert self.locked_until_utc is not None
         return self.locked_until_utc
 
 
-class ServiceBusReceiver:
+class ServiceBusReceiver(Handler):
     """Receives from a queue, a subscription or one of their subqueues, and settles."""
 
     def __init__(
@@ -70,6 +87,7 @@ class ServiceBusReceiver:
         auto_lock_renewer: AutoLockRenewer | None,
         prefetch_count: int,
     ) -> None:
+        super().__init__()
         self._client = client
         self.entity_path = entity_path
         self._session_id = session_id
@@ -79,20 +97,22 @@ class ServiceBusReceiver:
         self._max_wait_time = max_wait_time
         self._auto_lock_renewer = auto_lock_renewer
         self._native: AsyncReceiver | None = None
-        self._session: ServiceBusSession | None = None
-        self._running = False
+        self._session = None if session_id is None else ServiceBusSession(self)
+
+    @property
+    def receive_mode(self) -> ServiceBusReceiveMode:
+        return sdk_receive_mode(self._receive_mode)
 
     @property
     def session(self) -> ServiceBusSession:
-        """The session this receiver holds (open the receiver first, as with the SDK)."""
-        if self._session_id is None:
-            raise TypeError("session is only available to receivers of a session_id")
+        """The session this receiver holds, or will hold once it opens."""
         if self._session is None:
-            raise ValueError("the session is accepted when the receiver opens: use async with")
+            raise TypeError("session is only available to receivers of a session_id")
         return self._session
 
     async def _open(self) -> AsyncReceiver:
-        if self._native is not None and self._running:
+        self._check_live()
+        if self._native is not None:
             return self._native
         broker = await self._client.broker()
         with translated():
@@ -102,10 +122,10 @@ class ServiceBusReceiver:
                 )
             else:
                 native = await self._accept(broker)
-                self._native, self._session = native, ServiceBusSession(native)
+                assert self._session is not None
+                self._native = self._session._native = native
                 if self._auto_lock_renewer is not None:
                     self._auto_lock_renewer.register(self, self._session)
-        self._running = True
         return self._native
 
     async def _accept(self, broker: AsyncBroker) -> AsyncSessionReceiver:
@@ -121,11 +141,15 @@ class ServiceBusReceiver:
         return await broker.accept_session(self.entity_path, self._session_id)
 
     async def close(self) -> None:
-        """Close; a session receiver gives its session up with what it still holds."""
+        """Close for good: a session receiver gives its session up with what it still holds;
+        the locks registered with a renewer are no longer renewed; every call after raises
+        the SDK's ``ValueError``."""
+        if self._shutdown:
+            return
+        self._shut_down()
         if isinstance(self._native, AsyncSessionReceiver):
             with translated():
                 await self._native.close()
-        self._running = False
 
     async def __aenter__(self) -> ServiceBusReceiver:
         await self._open()
@@ -151,23 +175,28 @@ class ServiceBusReceiver:
 
     def _wrap(self, got: list[Any]) -> list[ServiceBusReceivedMessage]:
         deleted = self._receive_mode is ReceiveMode.RECEIVE_AND_DELETE
-        messages = [ServiceBusReceivedMessage(raw, None, settled=deleted) for raw in got]
+        assert self._native is not None  # open: it received them
+        source = self._native.address
+        messages = [ServiceBusReceivedMessage(raw, source, settled=deleted) for raw in got]
         if self._auto_lock_renewer is not None and self._session is None and not deleted:
             for message in messages:
                 self._auto_lock_renewer.register(self, message)
         return messages
 
-    async def __aiter__(self) -> AsyncIterator[ServiceBusReceivedMessage]:
-        """The messages as they come; ends once none came for ``max_wait_time`` (never
-        without it)."""
+    def __aiter__(self) -> ServiceBusReceiver:
+        return self
+
+    async def __anext__(self) -> ServiceBusReceivedMessage:
+        """The next message as it comes; the iteration ends once none came for
+        ``max_wait_time`` (never without it)."""
         while True:
             native = await self._open()
             with translated():
                 got = await native.receive(1, self._max_wait_time or RECEIVE_WAIT)
             if got:
-                yield self._wrap(got)[0]
-            elif self._max_wait_time is not None:
-                return
+                return self._wrap(got)[0]
+            if self._max_wait_time is not None:
+                raise StopAsyncIteration
 
     async def receive_deferred_messages(
         self, sequence_numbers: int | Sequence[int], **kwargs: Any
@@ -193,13 +222,16 @@ class ServiceBusReceiver:
                 max_messages=max_message_count,
                 **where,
             )
-        return [ServiceBusReceivedMessage(raw, None, peeked=True) for raw in got]
+        return [ServiceBusReceivedMessage(raw, native.address, peeked=True) for raw in got]
 
     # Settling -----------------------------------------------------------------------------
     def _checked(self, message: ServiceBusReceivedMessage, action: str) -> AsyncReceiver:
         """The native receiver of a settlement, after the SDK's checks."""
+        self._check_live()
         deleted = self._receive_mode is ReceiveMode.RECEIVE_AND_DELETE
-        check_settleable(message, action, deleted, self._running)
+        check_settleable(
+            message, action, deleted, None if self._native is None else self._native.address
+        )
         assert self._native is not None
         return self._native
 
@@ -239,6 +271,7 @@ class ServiceBusReceiver:
         self, message: ServiceBusReceivedMessage, **kwargs: Any
     ) -> datetime.datetime:
         """Extend the message's lock; returns its new ``locked_until_utc``."""
+        self._check_live()
         if self._session_id is not None:
             raise TypeError(
                 "Renewing message lock is an invalid operation when working with sessions."

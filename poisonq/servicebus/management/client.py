@@ -96,7 +96,7 @@ class ServiceBusAdministrationClient:
     def _create(self, path: str, kind: EntityKind, options: dict[str, Any], **extra: Any) -> None:
         status = native_status(options.pop("status", None))
         kept = native_options(options)
-        broker = self._client.broker()
+        broker = self._client.broker(create=True)  # making an entity may make the store
         with translated():
             if kind is EntityKind.QUEUE:
                 broker.create_queue(path, **kept)
