@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import poisonq
+import poisonq.aio
 from poisonq import Broker, ManualClock, Message, Processor, ReceivedMessage
 from poisonq.failures import dead_lettering
 from tests.helpers import assert_balanced
@@ -445,18 +446,43 @@ def test_a_defect_that_starts_after_healthy_traffic_spends_nothing(
     assert_balanced(broker)
 
 
+@pytest.mark.parametrize("kind", [Processor, poisonq.aio.Processor], ids=["sync", "aio"])
 @pytest.mark.parametrize(
     "arguments",
-    [{"concurrency": "2"}, {"batch_size": "50"}, {"batch_size": 0}, {"handler": None}],
-    ids=["concurrency str", "batch_size str", "batch_size 0", "handler None"],
+    [
+        {"concurrency": "2"},
+        {"batch_size": "50"},
+        {"batch_size": 0},
+        {"handler": None},
+        {"max_wait": -1},
+        {"max_lock_renewal_duration": "5"},
+        {"max_failure_ratio": 1.5},
+        {"permanent": ["ValueError"]},
+        {"isolation": "thread"},
+        {"batch_szie": 10},
+    ],
+    ids=[
+        "concurrency str",
+        "batch_size str",
+        "batch_size 0",
+        "handler None",
+        "max_wait negative",
+        "renewal str",
+        "ratio above 1",
+        "permanent names",
+        "isolation thread",
+        "unknown option",
+    ],
 )
-def test_a_processor_with_a_wrong_argument_is_refused_with_a_typed_error(
-    broker: Broker, queue: str, arguments: dict[str, Any]
+def test_both_processors_refuse_a_wrong_argument_with_the_same_typed_error(
+    sqlite_url: str, kind: Callable[..., object], arguments: dict[str, Any]
 ) -> None:
+    """The sync and the asyncio Processor build one ProcessorOptions: an option is checked
+    once, and refused by both alike, before anything is received."""
     given: dict[str, Any] = {"handler": lambda message: None, **arguments}
     handler = given.pop("handler")
-    with pytest.raises(poisonq.InvalidOptionError):
-        Processor(broker, queue, handler, **given)
+    with poisonq.connect(sqlite_url) as broker, pytest.raises(poisonq.InvalidOptionError):
+        kind(broker, "orders", handler, **given)
 
 
 def test_a_wrong_auto_lock_renewer_is_refused_before_anything_is_locked(

@@ -13,16 +13,15 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from poisonq.aio.broker import AsyncBroker
 from poisonq.aio.lock_renewer import AutoLockRenewer
 from poisonq.aio.receivers import AsyncReceiver
-from poisonq.errors import InvalidOptionError, PermanentError
 from poisonq.failures import failure_from_exception
-from poisonq.limits import check_count
-from poisonq.model import Duration, ReceivedMessage
+from poisonq.model import ReceivedMessage
+from poisonq.processor.options import ProcessorOptions, check_handler
 from poisonq.processor.outcomes import HandlerFailure, Outcome, outcome_of, settlement
 from poisonq.processor.pump import ProcessorStats, tally
 from poisonq.receivers import settling
@@ -48,26 +47,15 @@ class Processor:
         address: str,
         handler: Handler,
         *,
-        batch_size: int = 1,
-        concurrency: int = 1,
-        permanent: Sequence[type[BaseException]] = (),
         on_poison: PoisonHook | None = None,
-        max_lock_renewal_duration: Duration = 300.0,
-        max_wait: Duration = 1.0,
+        **options: Any,
     ) -> None:
-        check_count(batch_size, "batch_size")
-        check_count(concurrency, "concurrency")
-        if not callable(handler):
-            raise InvalidOptionError(f"handler must be callable, not {handler!r}")
+        check_handler(handler)
+        self.options = ProcessorOptions.of(options)
         self.broker = broker
         self.address = address
         self.handler = handler
-        self.batch_size = batch_size
-        self.concurrency = concurrency
-        self.permanent: tuple[type[BaseException], ...] = (PermanentError, *permanent)
         self.on_poison = on_poison
-        self.max_lock_renewal_duration = max_lock_renewal_duration
-        self.max_wait = max_wait
         self.stopping = asyncio.Event()
 
     def stop(self) -> None:
@@ -80,10 +68,10 @@ class Processor:
         still unavailable after the client's retries) cancels the others and is raised."""
         self.stopping.clear()
         stats = ProcessorStats()
-        async with AutoLockRenewer(self.max_lock_renewal_duration) as renewer:
+        async with AutoLockRenewer(self.options.max_lock_renewal_duration) as renewer:
             receiver = self.broker.receiver(self.address, auto_lock_renewer=renewer)
             async with asyncio.TaskGroup() as pumps:
-                for _ in range(self.concurrency):
+                for _ in range(self.options.concurrency):
                     pumps.create_task(self._pump(receiver, renewer, stats, until_idle))
         return stats
 
@@ -95,7 +83,7 @@ class Processor:
         until_idle: bool,
     ) -> None:
         while not self.stopping.is_set():
-            messages = await receiver.receive(self.batch_size, self.max_wait)
+            messages = await receiver.receive(self.options.batch_size, self.options.max_wait)
             if not messages:
                 if until_idle:
                     return
@@ -115,7 +103,7 @@ class Processor:
                 await result
         except Exception as exc:  # where a coroutine handler's exception becomes data
             failure = failure_from_exception(exc, self.broker.clock.now())
-            return HandlerFailure(exc, failure, isinstance(exc, self.permanent))
+            return HandlerFailure(exc, failure, isinstance(exc, self.options.permanent_errors))
         return None
 
     async def _settle(

@@ -21,7 +21,7 @@ from poisonq.client import Receiver, SessionReceiver
 from poisonq.defects import Defect, FailureWindow
 from poisonq.errors import PoisonqError
 from poisonq.lock_renewer import AutoLockRenewer
-from poisonq.model import ReceivedMessage, ReceiveErrorHandling, to_seconds
+from poisonq.model import ReceivedMessage, ReceiveErrorHandling
 from poisonq.processor.handler_runs import HandlerRun, InChildProcess
 from poisonq.processor.outcomes import (
     FailedPermanently,
@@ -235,7 +235,7 @@ class Pump:
                     elif self.until_idle:
                         break
                     else:
-                        self.stopping.wait(to_seconds(self.processor.max_wait, "max_wait"))
+                        self.stopping.wait(self.processor.options.max_wait)
                     continue
                 missed_once = False
                 self.lookouts.found_one()
@@ -295,14 +295,15 @@ class Pump:
         and the suspects kept to run alone once claimed (``None``: not claimed). A session
         returns as soon as it holds a failure back, since its later messages must wait."""
         in_order = isinstance(receiver, SessionReceiver)
-        wait = 0.0 if in_order else to_seconds(self.processor.max_wait, "max_wait")
+        options = self.processor.options
+        wait = 0.0 if in_order else options.max_wait
         held_back: list[Outcome] = []
         self._hold_gate()  # waits while another thread runs suspects alone
         try:
             while not (self.stopping.is_set() or (in_order and held_back) or self.gate.wanted()):
                 # Held-back failures wait for the next messages to judge them by, not longer.
                 messages = receiver.receive(
-                    self.processor.batch_size, min(wait, FLUSH_INTERVAL) if held_back else wait
+                    options.batch_size, min(wait, FLUSH_INTERVAL) if held_back else wait
                 )
                 if not messages:
                     if held_back:  # nothing else to judge them by: settle them as failures
@@ -418,7 +419,7 @@ class Pump:
         that dies loses little."""
         if not messages:
             return [], set()
-        if self.processor.batch:
+        if self.processor.options.batch:
             if in_order:
                 return self._first_failure(messages), set()
             return self._bisect(messages), set()
