@@ -70,9 +70,12 @@ class Processor:
         stats = ProcessorStats()
         async with AutoLockRenewer(self.options.max_lock_renewal_duration) as renewer:
             receiver = self.broker.receiver(self.address, auto_lock_renewer=renewer)
-            async with asyncio.TaskGroup() as pumps:
-                for _ in range(self.options.concurrency):
-                    pumps.create_task(self._pump(receiver, renewer, stats, until_idle))
+            try:
+                async with asyncio.TaskGroup() as pumps:
+                    for _ in range(self.options.concurrency):
+                        pumps.create_task(self._pump(receiver, renewer, stats, until_idle))
+            except BaseExceptionGroup as group:  # one task's error, as the sync run raises it
+                raise group.exceptions[0] from None
         return stats
 
     async def _pump(
