@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
@@ -91,6 +91,76 @@ def tally(
                 if message.sequence_number in poisoned:
                     hooks.append((message, failure.error))
     return hooks
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A round's outcomes judged by the defect window: what to settle now, the failures
+    held back (locked, renewed, unsettled) until the window can tell, and the defect found."""
+
+    ready: list[Outcome]
+    held_back: list[Outcome]
+    defect: Defect | None
+
+
+def judge(
+    window: FailureWindow,
+    outcomes: Sequence[Outcome],
+    held_back: Sequence[Outcome],
+    settled_early: set[int],
+    holds_back: bool,
+) -> Judged:
+    """The defect rule for one round (both Processors'): only first deliveries tell a defect
+    (a message that failed before is suspected already, and settled as it comes); their
+    failures are held back while the window is undecided (``holds_back``: the queue does not
+    fault), and settled together once it is. ``settled_early``: sequence numbers settled
+    already. On a defect, ``ready`` is to be settled and ``held_back`` given back."""
+    fresh = [o for o in outcomes if first_delivery(o)]
+    ready = [
+        o
+        for o in outcomes
+        if (failure_record(o) is None or not first_delivery(o))
+        and o.message.sequence_number not in settled_early
+    ]
+    held = [*held_back, *(o for o in fresh if failure_record(o) is not None)]
+    defect = window.add(failure_record(o) for o in fresh)
+    if defect is None and not (holds_back and window.undecided()):
+        ready, held = ready + held, []
+        window.settled()
+    return Judged(ready, held, defect)
+
+
+Run = Callable[[list[ReceivedMessage]], "HandlerFailure | None"]
+
+
+def first_failure(messages: list[ReceivedMessage], run: Run) -> list[Outcome]:
+    """A session's batch handler's outcomes (both Processors'): if the batch fails, the
+    longest first part that succeeds is completed, the message after it runs alone for its
+    own outcome, and the rest are given back. A binary search over the length of the first
+    part: O(log n) runs, each of which handles a first part again (a handler must tolerate
+    that, as any redelivery)."""
+    if run(messages) is None:
+        return [Succeeded(message) for message in messages]
+    passing, failing = 0, len(messages)  # first parts known to pass and to fail
+    while failing - passing > 1:
+        middle = (passing + failing) // 2
+        if run(messages[:middle]) is None:
+            passing = middle
+        else:
+            failing = middle
+    alone = messages[passing]  # alone: the failure may have been a passing one
+    return [
+        *(Succeeded(message) for message in messages[:passing]),
+        outcome_of(alone, run([alone])),
+        *(GivenBack(message) for message in messages[passing + 1 :]),
+    ]
+
+
+def bisected(messages: list[ReceivedMessage], run: Run) -> list[Outcome]:
+    """A batch handler's outcomes (both Processors'): the batch run, and halves of a failing
+    part down to single messages (:func:`poisonq.bisection.failing_alone`)."""
+    failing = failing_alone(messages, lambda part: run(list(part)))
+    return [outcome_of(message, failing.get(position)) for position, message in enumerate(messages)]
 
 
 class ProcessorStoppedError(PoisonqError):
@@ -356,27 +426,15 @@ class Pump:
             self._settle(receiver, [GivenBack(m) for m in messages])
             raise
         outcomes = [*handled, *(GivenBack(message) for message in later)]
-        # Only first deliveries tell a defect: a message that failed before is suspected
-        # already, and settled as it comes.
-        fresh = [o for o in outcomes if first_delivery(o)]
-        ready = [
-            o
-            for o in outcomes
-            if (failure_record(o) is None or not first_delivery(o))
-            and o.message.sequence_number not in settled_early
-        ]
-        held_back = held_back + [o for o in fresh if failure_record(o) is not None]
-        defect = self.window.add(failure_record(o) for o in fresh)
-        if defect is not None:
+        judged = judge(self.window, outcomes, held_back, settled_early, self.holds_back_failures)
+        ready, held_back = judged.ready, judged.held_back
+        if judged.defect is not None:
             if alone is not None:
                 self.gate.unclaim()
                 ready.append(GivenBack(alone[0]))
             self.processor.defect_found.set()  # before anything else lets its failures go
             self._give_back(receiver, ready, held_back)
-            raise ProcessorStoppedError(defect, self.stats)
-        if not (self.holds_back_failures and self.window.undecided()):
-            ready, held_back = ready + held_back, []
-            self.window.settled()
+            raise ProcessorStoppedError(judged.defect, self.stats)
         self._settle(receiver, ready)
         if in_order and suspects and not held_back and self.gate.claim():
             alone = []
@@ -421,8 +479,8 @@ class Pump:
             return [], set()
         if self.processor.options.batch:
             if in_order:
-                return self._first_failure(messages), set()
-            return self._bisect(messages), set()
+                return first_failure(messages, self._run), set()
+            return bisected(messages, self._run), set()
         if isinstance(self.runs, InChildProcess) and not in_order:
             return self._in_one_round_trip(receiver, messages, self.runs), set()
         outcomes: list[Outcome] = []
@@ -472,39 +530,6 @@ class Pump:
         return [
             *(outcome_of(m, f) for m, f in zip(run, failures, strict=True)),
             *(GivenBack(m) for m in lost),
-        ]
-
-    def _first_failure(self, messages: list[ReceivedMessage]) -> list[Outcome]:
-        """A session's batch that fails: the longest first part that succeeds is completed,
-        the message after it runs alone for its own outcome, and the rest are given back. A
-        binary search over the length of the first part: O(log n) runs, each of which
-        handles a first part again (a handler must tolerate that, as any redelivery)."""
-        if self._run(messages) is None:
-            return [Succeeded(message) for message in messages]
-        passing, failing = 0, len(messages)  # first parts known to pass and to fail
-        while failing - passing > 1:
-            middle = (passing + failing) // 2
-            if self._run(messages[:middle]) is None:
-                passing = middle
-            else:
-                failing = middle
-        alone = messages[passing]  # alone: the failure may have been a passing one
-        return [
-            *(Succeeded(message) for message in messages[:passing]),
-            outcome_of(alone, self._run([alone])),
-            *(GivenBack(message) for message in messages[passing + 1 :]),
-        ]
-
-    def _bisect(self, messages: list[ReceivedMessage]) -> list[Outcome]:
-        """Run the batch handler on ``messages``, and on halves of a failing part down to
-        single messages (:func:`poisonq.bisection.failing_alone`)."""
-
-        def run(part: Sequence[ReceivedMessage]) -> HandlerFailure | None:
-            return self._run(list(part))
-
-        failing = failing_alone(messages, run)
-        return [
-            outcome_of(message, failing.get(position)) for position, message in enumerate(messages)
         ]
 
     def _run(self, work: ReceivedMessage | list[ReceivedMessage]) -> HandlerFailure | None:
