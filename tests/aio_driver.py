@@ -12,8 +12,10 @@ one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -35,7 +37,17 @@ class Driven:
 
     def _drive(self, result: Any) -> Any:
         if inspect.isawaitable(result):
-            result = self._loop.run_until_complete(_awaited(result))
+            if self._loop.is_running():
+                # A call from a plain handler the asyncio Processor runs on the loop (a test
+                # looking at the store meanwhile): it runs on a loop of its own in a thread.
+                with ThreadPoolExecutor(1) as aside:
+                    result = aside.submit(asyncio.run, _awaited(result)).result()
+            else:
+                try:
+                    result = self._loop.run_until_complete(_awaited(result))
+                except (KeyboardInterrupt, SystemExit):
+                    _end_every_task(self._loop)  # as asyncio.run does when one is raised
+                    raise
         return Driven(result, self._loop) if isinstance(result, _DRIVEN) else result
 
     def __getattr__(self, name: str) -> Any:
@@ -62,6 +74,16 @@ class Driven:
                 yield self._drive(messages.__anext__())
             except StopAsyncIteration:
                 return
+
+
+def _end_every_task(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel what is left on ``loop`` and let it run to its end (giving back what it
+    holds), as ``asyncio.run`` does before it returns."""
+    left = asyncio.all_tasks(loop)
+    for task in left:
+        task.cancel()
+    with contextlib.suppress(KeyboardInterrupt, SystemExit):
+        loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
 
 
 async def _awaited(awaitable: Any) -> Any:

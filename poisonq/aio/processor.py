@@ -1,16 +1,23 @@
-"""The asyncio Processor: the sync Processor's settlement rules (:mod:`poisonq.processor`'s
-outcomes: a return completes, a :class:`~poisonq.PermanentError` or a ``permanent`` type
-dead-letters now, any other exception abandons and the retry policy decides) for handlers
-that may be coroutines, with concurrency by tasks on one event loop instead of threads.
+"""The asyncio Processor: the sync Processor's rules for handlers that may be coroutines, with
+``concurrency`` tasks on one event loop instead of threads.
 
-Not here yet (the sync Processor has them): batch handlers and their bisection, the defect
-window (``max_failure_ratio``), running suspects alone, ``isolation="process"``, and session
-queues.
+The rules are the sync Processor's, shared: the options (:mod:`poisonq.processor.options`),
+the outcomes and their settlements (:mod:`poisonq.processor.outcomes`), the defect window's
+judgment of a round, the batch bisection and a session batch's first-failure search
+(:mod:`poisonq.processor.pump`: ``judge``, ``bisected``, ``first_failure``), the crash rule's
+``is_suspect``, the run's ``tally``. What this module adds is the waiting: handlers are
+awaited, a search through a failing batch runs its algorithm in a thread that hands each run
+back to the loop, and the gate that lets a suspect run alone is one the pump tasks share.
+
+What it does not do (the sync Processor does): ``isolation="process"`` (a coroutine cannot run
+in the crash guard's child), and on a session queue it does not park a session whose first
+failure the defect window cannot judge yet: failures there are settled as they come.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 from collections.abc import Callable
@@ -18,28 +25,82 @@ from typing import Any
 
 from poisonq.aio.broker import AsyncBroker
 from poisonq.aio.lock_renewer import AutoLockRenewer
-from poisonq.aio.receivers import AsyncReceiver
+from poisonq.aio.receivers import AsyncReceiver, AsyncSessionReceiver
+from poisonq.defects import FailureWindow
+from poisonq.errors import InvalidOptionError
 from poisonq.failures import failure_from_exception
-from poisonq.model import ReceivedMessage
+from poisonq.model import ReceivedMessage, ReceiveErrorHandling
 from poisonq.processor.options import ProcessorOptions, check_handler
-from poisonq.processor.outcomes import HandlerFailure, Outcome, outcome_of, settlement
-from poisonq.processor.pump import ProcessorStats, tally
+from poisonq.processor.outcomes import (
+    GivenBack,
+    HandlerFailure,
+    Outcome,
+    Succeeded,
+    outcome_of,
+    settlement,
+)
+from poisonq.processor.pump import (
+    FLUSH_INTERVAL,
+    ProcessorStats,
+    ProcessorStoppedError,
+    bisected,
+    first_failure,
+    judge,
+    tally,
+)
+from poisonq.processor.suspects import is_suspect
 from poisonq.receivers import settling
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[ReceivedMessage], Any]  # a coroutine function, or a plain one
+Handler = Callable[[Any], Any]  # a coroutine function, or a plain one; a message or a batch
 PoisonHook = Callable[[ReceivedMessage, BaseException], Any]
+Work = ReceivedMessage | list[ReceivedMessage]
+
+
+class AloneGate:
+    """The crash rule's gate for pump tasks on one loop: a task holds it while it holds
+    messages under a lock; a task with a suspect claims it, and runs the suspect once no
+    other task holds it; tasks that see it wanted give back what they hold and let go."""
+
+    def __init__(self) -> None:
+        self._changed = asyncio.Condition()
+        self._holders = 0
+        self._claimed = False
+
+    def wanted(self) -> bool:
+        return self._claimed
+
+    async def hold(self) -> None:
+        async with self._changed:
+            await self._changed.wait_for(lambda: not self._claimed)
+            self._holders += 1
+
+    async def let_go(self) -> None:
+        async with self._changed:
+            self._holders -= 1
+            self._changed.notify_all()
+
+    async def alone(self) -> None:
+        """Claim the gate (once no other task has) and wait until no task holds it."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: not self._claimed)
+            self._claimed = True
+            await self._changed.wait_for(lambda: self._holders == 0)
+
+    async def unclaim(self) -> None:
+        async with self._changed:
+            self._claimed = False
+            self._changed.notify_all()
 
 
 class Processor:
     """Receives from ``address``, awaits ``handler(message)`` (or calls it, if it is not a
-    coroutine function) and settles each message by outcome. ``concurrency`` tasks pump at
-    once, each receiving up to ``batch_size`` messages and settling them in one
-    transaction. Locks are renewed while a handler runs, for at most
-    ``max_lock_renewal_duration`` seconds. ``on_poison(message, error)`` (a coroutine
-    function or not) is called after each message this processor dead-lettered or whose
-    abandon the retry policy poisoned."""
+    coroutine function; with ``batch=True``, ``handler(messages)``) and settles each message
+    by outcome, as :class:`poisonq.Processor` does. ``on_poison(message, error)`` may be a
+    coroutine function. The other keyword arguments are
+    :class:`~poisonq.processor.options.ProcessorOptions`, checked there;
+    ``isolation="process"`` is refused (see the module docstring)."""
 
     def __init__(
         self,
@@ -52,6 +113,11 @@ class Processor:
     ) -> None:
         check_handler(handler)
         self.options = ProcessorOptions.of(options)
+        if self.options.isolation is not None:
+            raise InvalidOptionError(
+                "the asyncio Processor runs its handler on the event loop: isolation='process'"
+                " is the sync Processor's"
+            )
         self.broker = broker
         self.address = address
         self.handler = handler
@@ -64,44 +130,277 @@ class Processor:
 
     async def run(self, until_idle: bool = False) -> ProcessorStats:
         """Pump until :meth:`stop` is called or, with ``until_idle``, until a receive waits
-        ``max_wait`` and finds nothing. Returns what was done; an error of one task (a store
-        still unavailable after the client's retries) cancels the others and is raised."""
+        ``max_wait`` and finds nothing. Returns what was done. Raises
+        :class:`ProcessorStoppedError` on a defect; an error of one task (a store still
+        unavailable after the client's retries) cancels the others and is raised."""
         self.stopping.clear()
+        queue = (await self.broker.get_queue(self.address)).options
         stats = ProcessorStats()
+        window = FailureWindow(self.options.max_failure_ratio)
+        gate = AloneGate()
+        # A faulting queue stops at its first poison message anyway: holding failures back
+        # would only let more messages fail before it does.
+        holds_back = queue.retry.receive_error_handling is not ReceiveErrorHandling.FAULT
         async with AutoLockRenewer(self.options.max_lock_renewal_duration) as renewer:
-            receiver = self.broker.receiver(self.address, auto_lock_renewer=renewer)
+            pump = _Pump(self, renewer, window, gate, stats, until_idle, holds_back)
+            work = pump.sessions if queue.requires_session else pump.queue
             try:
                 async with asyncio.TaskGroup() as pumps:
                     for _ in range(self.options.concurrency):
-                        pumps.create_task(self._pump(receiver, renewer, stats, until_idle))
+                        pumps.create_task(work())
             except BaseExceptionGroup as group:  # one task's error, as the sync run raises it
-                raise group.exceptions[0] from None
+                first = group.exceptions[0]
+                if isinstance(first, ProcessorStoppedError):
+                    raise ProcessorStoppedError(first.defect, stats) from None
+                raise first from None
         return stats
 
-    async def _pump(
+
+class _Pump:
+    """What every pump task of one run shares: each task runs :meth:`queue` or
+    :meth:`sessions`, keeping what it holds in its own frame."""
+
+    def __init__(
         self,
-        receiver: AsyncReceiver,
+        processor: Processor,
         renewer: AutoLockRenewer,
+        window: FailureWindow,
+        gate: AloneGate,
         stats: ProcessorStats,
         until_idle: bool,
+        holds_back: bool,
     ) -> None:
-        while not self.stopping.is_set():
-            messages = await receiver.receive(self.options.batch_size, self.options.max_wait)
-            if not messages:
-                if until_idle:
-                    return
-                continue
-            stats.received += len(messages)
-            outcomes = []
-            for message in messages:
-                stats.handler_runs += 1
-                outcomes.append(outcome_of(message, await self._run(message)))
-            await self._settle(receiver, renewer, outcomes, stats)
+        self.processor = processor
+        self.options = processor.options
+        self.broker = processor.broker
+        self.renewer = renewer
+        self.window = window
+        self.gate = gate
+        self.stats = stats
+        self.until_idle = until_idle
+        self.holds_back = holds_back
+        self.stopping = processor.stopping
+        self.defect_found = False  # by any task: the others give their failures back
 
-    async def _run(self, message: ReceivedMessage) -> HandlerFailure | None:
-        """The handler's failure on ``message``, or ``None`` if it returned."""
+    async def queue(self) -> None:
+        """Receive, handle and settle until idle or stopped; failures on their first
+        delivery held back while the defect window is undecided; a suspect run alone."""
+        receiver = self.broker.receiver(self.processor.address)
+        held_back: list[Outcome] = []
+        await self.gate.hold()
         try:
-            result = self.handler(message)
+            while not self.stopping.is_set():
+                if self.gate.wanted():  # another task runs a suspect: hold nothing
+                    held_back = await self._give_back_held(receiver, held_back)
+                    await self.gate.let_go()
+                    await self.gate.hold()
+                wait = self.options.max_wait
+                messages = await receiver.receive(
+                    self.options.batch_size, min(wait, FLUSH_INTERVAL) if held_back else wait
+                )
+                if not messages:
+                    if held_back:  # nothing else to judge them by: settle them as failures
+                        await self._settle(receiver, held_back)
+                        held_back = []
+                        self.window.settled()
+                    elif self.until_idle:
+                        break
+                    continue
+                self.stats.received += len(messages)
+                self.renewer.register(receiver, messages)
+                suspects = [m for m in messages if is_suspect(m)]
+                if suspects:
+                    rest: list[Outcome] = [GivenBack(m) for m in messages if m is not suspects[0]]
+                    await self._settle(receiver, rest)
+                    held_back = await self._give_back_held(receiver, held_back)
+                    await self.gate.let_go()
+                    try:
+                        await self._alone(receiver, suspects[0])
+                    finally:
+                        await self.gate.hold()
+                    continue
+                outcomes, early = await self._handle(receiver, messages, in_order=False)
+                held_back = await self._judge(receiver, outcomes, held_back, early)
+        finally:
+            await self._let_go(receiver, held_back)
+            await self.gate.let_go()
+
+    async def sessions(self) -> None:
+        """A session queue: one session at a time, its messages in order until it is empty
+        (a failure ends its batch, the messages after it given back to come after it); then
+        the next session nobody holds."""
+        while not self.stopping.is_set():
+            session = await self.broker.accept_next_session(self.processor.address, max_wait=0)
+            if session is None:
+                if self.until_idle:
+                    return
+                await _wait(self.stopping, self.options.max_wait)
+                continue
+            async with session:
+                while await self._session_batch(session):
+                    pass
+
+    async def _session_batch(self, session: AsyncReceiver) -> bool:
+        """Receive and handle one batch of ``session``, in order; whether to go on. The
+        messages before its first suspect are handled, the rest given back (no delivery
+        counted), and the suspect then runs alone, as in the sync Processor."""
+        await self.gate.hold()
+        try:
+            messages = (
+                [] if self.stopping.is_set() else await session.receive(self.options.batch_size)
+            )
+            if not messages:
+                return False
+            self.stats.received += len(messages)
+            self.renewer.register(session, messages)
+            suspects = [m for m in messages if is_suspect(m)]
+            cut = messages.index(suspects[0]) if suspects else len(messages)
+            outcomes, early = await self._handle(session, messages[:cut], in_order=True)
+            outcomes += [GivenBack(m) for m in messages[cut:]]
+            await self._judge(session, outcomes, [], early, holds_back=False)
+        finally:
+            await self.gate.let_go()
+        if suspects:
+            await self._alone(session, None)
+        return True
+
+    async def _alone(self, receiver: AsyncReceiver, first: ReceivedMessage | None) -> None:
+        """The crash rule: once no other task holds a message, the suspect ``first`` (or,
+        without it, the next message received) and then those received one at a time after
+        it are each handled and settled before the next is received; the first that is not
+        a suspect is given back, for the next batch."""
+        await self.gate.alone()
+        try:
+            message = first
+            while not self.stopping.is_set():
+                if message is None:
+                    got = await receiver.receive(1)
+                    if not got:
+                        return
+                    self.stats.received += 1
+                    self.renewer.register(receiver, got)
+                    message = got[0]
+                    if not is_suspect(message):
+                        await self._settle(receiver, [GivenBack(message)])
+                        return
+                in_order = isinstance(receiver, AsyncSessionReceiver)
+                await self._settle(receiver, (await self._handle(receiver, [message], in_order))[0])
+                message = None
+        finally:
+            await self.gate.unclaim()
+
+    async def _judge(
+        self,
+        receiver: AsyncReceiver,
+        outcomes: list[Outcome],
+        held_back: list[Outcome],
+        settled_early: set[int],
+        holds_back: bool | None = None,
+    ) -> list[Outcome]:
+        """Settle a round by the defect rule (:func:`~poisonq.processor.pump.judge`); the
+        failures still held back. A defect gives back its failures and stops the run."""
+        holds = self.holds_back if holds_back is None else holds_back
+        judged = judge(self.window, outcomes, held_back, settled_early, holds)
+        if judged.defect is not None:
+            self.defect_found = True  # before anything else lets its failures go
+            back: list[Outcome] = [GivenBack(o.message) for o in judged.held_back]
+            await self._settle(receiver, judged.ready + back)
+            raise ProcessorStoppedError(judged.defect, self.stats)
+        await self._settle(receiver, judged.ready)
+        return judged.held_back
+
+    async def _let_go(self, receiver: AsyncReceiver, held_back: list[Outcome]) -> None:
+        """Failures still held back when pumping ends: given back after a defect (found by
+        any task), else settled as the failures they are."""
+        if self.defect_found:
+            held_back = [GivenBack(o.message) for o in held_back]
+        await self._settle(receiver, held_back)
+
+    async def _give_back_held(
+        self, receiver: AsyncReceiver, held_back: list[Outcome]
+    ) -> list[Outcome]:
+        """Ahead of a suspect's run: the failures held back are released (they come back as
+        first deliveries), and the defect window starts again."""
+        if held_back:
+            await self._settle(receiver, [GivenBack(o.message) for o in held_back])
+            self.window.settled()
+        return []
+
+    # Running the handler ---------------------------------------------------------------
+
+    async def _handle(
+        self, receiver: AsyncReceiver, messages: list[ReceivedMessage], in_order: bool
+    ) -> tuple[list[Outcome], set[int]]:
+        """Each message's outcome, and the sequence numbers of those already settled (a
+        message handler's completed messages are settled every :data:`FLUSH_INTERVAL`).
+        ``in_order`` (a session): a failure ends the batch, the rest given back."""
+        if self.options.batch:
+            search = first_failure if in_order else bisected
+            try:
+                return await self._search(search, messages), set()
+            except BaseException:  # cancelled or interrupted: not a failed delivery
+                await asyncio.shield(self._settle(receiver, [GivenBack(m) for m in messages]))
+                raise
+        loop = asyncio.get_running_loop()
+        outcomes: list[Outcome] = []
+        finished: list[Outcome] = []
+        settled_early: set[int] = set()
+        flush_at = loop.time() + FLUSH_INTERVAL
+        for position, message in enumerate(messages):
+            if self.stopping.is_set():  # stop(): the rest goes back uncounted
+                outcomes += [GivenBack(later) for later in messages[position:]]
+                break
+            try:
+                failure = await self._run(message)
+            except BaseException:
+                # Cancelled (another task's error or defect, the caller, Ctrl-C) or an
+                # exit: not a failed delivery. What was handled is settled by its outcome,
+                # the rest (the message in hand too) given back uncounted.
+                back = [GivenBack(later) for later in messages[position:]]
+                await asyncio.shield(self._settle(receiver, [*outcomes, *back]))
+                raise
+            outcome = outcome_of(message, failure)
+            outcomes.append(outcome)
+            if isinstance(outcome, Succeeded):
+                finished.append(outcome)
+                if loop.time() >= flush_at and position < len(messages) - 1:
+                    await self._settle(receiver, finished)
+                    settled_early.update(o.message.sequence_number for o in finished)
+                    finished, flush_at = [], loop.time() + FLUSH_INTERVAL
+            elif in_order:
+                outcomes += [GivenBack(later) for later in messages[position + 1 :]]
+                break
+        return outcomes, settled_early
+
+    async def _search(
+        self, search: Callable[[list[ReceivedMessage], Any], list[Outcome]], batch: list[Any]
+    ) -> list[Outcome]:
+        """A batch handler's ``search`` (bisection, or a session's first failure), whose
+        algorithm is synchronous: it runs in a thread, and hands each run of the handler
+        back to the loop."""
+        loop = asyncio.get_running_loop()
+
+        async def guarded(part: list[ReceivedMessage]) -> HandlerFailure | BaseException | None:
+            # What stops the search (Ctrl-C, an exit) is carried to the searching thread,
+            # not raised in the loop.
+            try:
+                return await self._run(part)
+            except BaseException as exc:
+                return exc
+
+        def run(part: list[ReceivedMessage]) -> HandlerFailure | None:
+            result = asyncio.run_coroutine_threadsafe(guarded(part), loop).result()
+            if isinstance(result, BaseException):
+                raise result
+            return result
+
+        return await asyncio.to_thread(search, batch, run)
+
+    async def _run(self, work: Work) -> HandlerFailure | None:
+        """The handler's failure on ``work``, or ``None`` if it returned."""
+        self.stats.handler_runs += 1
+        try:
+            result = self.processor.handler(work)
             if inspect.isawaitable(result):
                 await result
         except Exception as exc:  # where a coroutine handler's exception becomes data
@@ -109,28 +408,47 @@ class Processor:
             return HandlerFailure(exc, failure, isinstance(exc, self.options.permanent_errors))
         return None
 
-    async def _settle(
-        self,
-        receiver: AsyncReceiver,
-        renewer: AutoLockRenewer,
-        outcomes: list[Outcome],
-        stats: ProcessorStats,
-    ) -> None:
+    # Settling ---------------------------------------------------------------------------
+
+    async def _settle(self, receiver: AsyncReceiver, outcomes: list[Outcome]) -> None:
         """Settle outcomes in one transaction (those whose lock was lost are left out and
         delivered again), then call ``on_poison`` for what this poisoned."""
+        outcomes = [o for o in outcomes if not o.message.settled]
+        if not outcomes:
+            return
         messages = [o.message for o in outcomes]
         # Unregistered and marked first, as the sync pump does: a renewal on its way then
         # fails on a settled message, which is no loss.
-        renewer.sync.unregister(messages)
+        self.renewer.sync.unregister(messages)
+        cancelled = False
         with settling(messages):
-            poisoned, lost = await self.broker.calls(
-                self.broker.sync.settle_held, self.address, [settlement(o) for o in outcomes]
+            running = asyncio.ensure_future(
+                self.broker.calls(
+                    self.broker.sync.settle_held,
+                    receiver.address,
+                    [settlement(o) for o in outcomes],
+                )
             )
+            try:
+                poisoned, lost = await asyncio.shield(running)
+            except asyncio.CancelledError:
+                # Its thread finishes the transaction anyway: count what it did, then stop.
+                poisoned, lost = await running
+                cancelled = True
         for seq in lost:
-            log.warning("lost the lock on message %d of %s", seq, self.address)
-        for message, error in tally(stats, outcomes, poisoned, lost):
-            stats.poisoned += 1
-            if self.on_poison is not None:
-                result = self.on_poison(message, error)
+            log.warning("lost the lock on message %d of %s", seq, receiver.address)
+        hook = self.processor.on_poison
+        for message, error in tally(self.stats, outcomes, poisoned, lost):
+            self.stats.poisoned += 1
+            if hook is not None:
+                result = hook(message, error)
                 if inspect.isawaitable(result):
                     await result
+        if cancelled:
+            raise asyncio.CancelledError
+
+
+async def _wait(event: asyncio.Event, seconds: float) -> None:
+    """Until ``event`` is set, or ``seconds`` have passed."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), seconds)
