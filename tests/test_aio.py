@@ -154,6 +154,58 @@ def test_cancelling_a_waiting_receive_leaves_nothing_locked(url: str, clock: Man
     run(url, clock, body)
 
 
+def test_a_wait_cancelled_in_the_turn_its_change_arrives_is_still_cancelled(
+    url: str, clock: ManualClock
+) -> None:
+    """A cancellation is never lost to the change (or the timeout) that ends a wait in the
+    same turn of the loop: the waiting receive is cancelled, not woken as if nothing came
+    and left to wait on to its ``max_wait`` (``asyncio.wait_for`` before Python 3.12)."""
+
+    async def body(broker: AsyncBroker) -> None:
+        marker = broker.changes.marker()
+        waiting = asyncio.create_task(broker.changes.wait(marker, 10))
+        await asyncio.sleep(0)  # it waits for the marker
+        marker.set()  # a change, and in the same turn the caller's cancellation
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+
+    run(url, clock, body)
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_a_cancelled_processor_gives_back_at_once_what_its_hung_handlers_hold(
+    url: str, clock: ManualClock, concurrency: int
+) -> None:
+    """Cancelling a run (a shutdown, ``asyncio.wait_for`` around it) while handlers hang is
+    not a failed delivery: their messages go back at once with the delivery count as it was,
+    nothing left locked to wait for its lock to run out."""
+
+    async def body(broker: AsyncBroker) -> None:
+        await broker.sender("orders").send([Message(body=f"{n}") for n in range(6)])
+        running = 0
+
+        async def hang(message: poisonq.ReceivedMessage) -> None:
+            nonlocal running
+            running += 1
+            await asyncio.Event().wait()  # never returns
+
+        processor = Processor(broker, "orders", hang, concurrency=concurrency, batch_size=2)
+        run_task = asyncio.create_task(processor.run())
+        while running < concurrency:
+            await asyncio.sleep(0.01)
+        run_task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run_task
+        counts = await broker.counts("orders")
+        assert (counts["locked"], counts["active"]) == (0, 6)
+        assert {m.delivery_count for m in await broker.peek("orders", max_messages=6)} == {0}
+        receiver = broker.receiver("orders")
+        await receiver.complete(await receiver.receive(max_messages=6))
+
+    run(url, clock, body)
+
+
 def test_a_coroutine_handlers_exception_abandons_until_the_retry_policy_poisons(
     url: str, clock: ManualClock
 ) -> None:

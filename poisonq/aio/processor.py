@@ -17,13 +17,13 @@ failure the defect window cannot judge yet: failures there are settled as they c
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from poisonq.aio.broker import AsyncBroker
+from poisonq.aio.calls import wait_at_most
 from poisonq.aio.lock_renewer import AutoLockRenewer
 from poisonq.aio.receivers import AsyncReceiver, AsyncSessionReceiver
 from poisonq.defects import FailureWindow
@@ -234,7 +234,7 @@ class _Pump:
             if session is None:
                 if self.until_idle:
                     return
-                await _wait(self.stopping, self.options.max_wait)
+                await wait_at_most(self.stopping, self.options.max_wait)
                 continue
             async with session:
                 while await self._session_batch(session):
@@ -446,9 +446,3 @@ class _Pump:
                     await result
         if cancelled:
             raise asyncio.CancelledError
-
-
-async def _wait(event: asyncio.Event, seconds: float) -> None:
-    """Until ``event`` is set, or ``seconds`` have passed."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(event.wait(), seconds)
