@@ -206,6 +206,32 @@ def test_a_cancelled_processor_gives_back_at_once_what_its_hung_handlers_hold(
     run(url, clock, body)
 
 
+def test_each_lock_a_processor_loses_is_reported_once_to_a_coroutine_hook(
+    url: str, clock: ManualClock
+) -> None:
+    """A lock that runs out while the handler runs is logged and given to ``on_lock_lost``
+    (here a coroutine function) once per lock, counted as ``lock_lost``, and the message is
+    delivered again, until its deliveries are spent."""
+
+    async def body(broker: AsyncBroker) -> None:
+        (seq,) = await broker.sender("orders").send(Message(body=b"slow"))
+        lost: list[int] = []
+
+        async def handle(message: poisonq.ReceivedMessage) -> None:
+            clock.advance(31)  # past its 30 s lock, with no renewal pass between
+
+        async def on_lock_lost(message: poisonq.ReceivedMessage) -> None:
+            lost.append(message.sequence_number)
+
+        processor = Processor(broker, "orders", handle, on_lock_lost=on_lock_lost, max_wait=0)
+        stats = await processor.run(until_idle=True)
+        assert lost == [seq, seq, seq] and stats.lock_lost == 3
+        [dead] = await broker.peek("orders/$deadletterqueue")
+        assert dead.dead_letter_reason == DeadLetterReason.MAX_DELIVERY_COUNT_EXCEEDED
+
+    run(url, clock, body)
+
+
 def test_a_coroutine_handlers_exception_abandons_until_the_retry_policy_poisons(
     url: str, clock: ManualClock
 ) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +29,7 @@ from poisonq.defects import FailureWindow
 from poisonq.errors import InvalidOptionError
 from poisonq.failures import failure_from_exception
 from poisonq.model import ReceivedMessage, ReceiveErrorHandling
+from poisonq.processor.lost_locks import LockLostHook, LostLocks
 from poisonq.processor.options import ProcessorOptions, check_handler
 from poisonq.processor.outcomes import (
     GivenBack,
@@ -50,8 +50,6 @@ from poisonq.processor.pump import (
 )
 from poisonq.processor.suspects import is_suspect
 from poisonq.receivers import settling
-
-log = logging.getLogger(__name__)
 
 Handler = Callable[[Any], Any]  # a coroutine function, or a plain one; a message or a batch
 PoisonHook = Callable[[ReceivedMessage, BaseException], Any]
@@ -97,8 +95,9 @@ class AloneGate:
 class Processor:
     """Receives from ``address``, awaits ``handler(message)`` (or calls it, if it is not a
     coroutine function; with ``batch=True``, ``handler(messages)``) and settles each message
-    by outcome, as :class:`poisonq.Processor` does. ``on_poison(message, error)`` may be a
-    coroutine function. The other keyword arguments are
+    by outcome, as :class:`poisonq.Processor` does. ``on_poison(message, error)`` and
+    ``on_lock_lost(message)`` (:mod:`poisonq.processor.lost_locks`) may be coroutine
+    functions. The other keyword arguments are
     :class:`~poisonq.processor.options.ProcessorOptions`, checked there;
     ``isolation="process"`` is refused (see the module docstring)."""
 
@@ -109,6 +108,7 @@ class Processor:
         handler: Handler,
         *,
         on_poison: PoisonHook | None = None,
+        on_lock_lost: LockLostHook | None = None,
         **options: Any,
     ) -> None:
         check_handler(handler)
@@ -122,6 +122,7 @@ class Processor:
         self.address = address
         self.handler = handler
         self.on_poison = on_poison
+        self.lost_locks = LostLocks(address, on_lock_lost)
         self.stopping = asyncio.Event()
 
     def stop(self) -> None:
@@ -141,7 +142,10 @@ class Processor:
         # A faulting queue stops at its first poison message anyway: holding failures back
         # would only let more messages fail before it does.
         holds_back = queue.retry.receive_error_handling is not ReceiveErrorHandling.FAULT
-        async with AutoLockRenewer(self.options.max_lock_renewal_duration) as renewer:
+        lost = self.lost_locks.report  # called in a store call's thread: the renewer runs
+        # a coroutine hook's result on the loop
+        renewal = self.options.max_lock_renewal_duration
+        async with AutoLockRenewer(renewal, lambda m, _: lost(m)) as renewer:
             pump = _Pump(self, renewer, window, gate, stats, until_idle, holds_back)
             work = pump.sessions if queue.requires_session else pump.queue
             try:
@@ -350,6 +354,9 @@ class _Pump:
             if self.stopping.is_set():  # stop(): the rest goes back uncounted
                 outcomes += [GivenBack(later) for later in messages[position:]]
                 break
+            if self.processor.lost_locks.known(message):
+                outcomes.append(GivenBack(message))
+                continue
             try:
                 failure = await self._run(message)
             except BaseException:
@@ -435,8 +442,11 @@ class _Pump:
                 # Its thread finishes the transaction anyway: count what it did, then stop.
                 poisoned, lost = await running
                 cancelled = True
-        for seq in lost:
-            log.warning("lost the lock on message %d of %s", seq, receiver.address)
+        for outcome in outcomes:
+            if outcome.message.sequence_number in lost:
+                reported = self.processor.lost_locks.report(outcome.message)
+                if inspect.isawaitable(reported):
+                    await reported
         hook = self.processor.on_poison
         for message, error in tally(self.stats, outcomes, poisoned, lost):
             self.stats.poisoned += 1

@@ -43,6 +43,7 @@ from poisonq.defects import FailureWindow
 from poisonq.lock_renewer import AutoLockRenewer
 from poisonq.model import ReceivedMessage
 from poisonq.processor import handler_runs
+from poisonq.processor.lost_locks import LockLostHook, LostLocks
 from poisonq.processor.options import ProcessorOptions, check_handler
 from poisonq.processor.pump import (
     FLUSH_INTERVAL,
@@ -60,7 +61,6 @@ log = logging.getLogger(__name__)
 MessageHandler = Callable[[ReceivedMessage], Any]
 BatchHandler = Callable[[list[ReceivedMessage]], Any]
 PoisonHook = Callable[[ReceivedMessage, BaseException], Any]
-LockLostHook = Callable[[ReceivedMessage], Any]
 
 
 class Processor:
@@ -103,8 +103,7 @@ class Processor:
         self.handler = handler
         self.on_poison = on_poison
         self.on_lock_lost = on_lock_lost
-        self._lost: set[tuple[int, str]] = set()  # locks reported lost, each once
-        self._lost_lock = threading.Lock()
+        self.lost_locks = LostLocks(address, on_lock_lost)
         self.stopping = threading.Event()
         self.defect_found = threading.Event()  # by any thread: the others give failures back
 
@@ -152,7 +151,7 @@ class Processor:
                     self.defect_found.set()
                 self.stopping.set()
 
-        lost = self.report_lock_lost
+        lost = self.lost_locks.report
         with AutoLockRenewer(options.max_lock_renewal_duration, lambda m, _: lost(m)) as renewer:
             if options.concurrency == 1:
                 pump(renewer)
@@ -180,26 +179,6 @@ class Processor:
                 raise ProcessorStoppedError(first.defect, total) from None
             raise first
         return total
-
-    def report_lock_lost(self, message: ReceivedMessage) -> None:
-        """Log a lost lock and call ``on_lock_lost``, once per message and lock, whether the
-        renewer saw it first or the settlement did."""
-        key = (message.sequence_number, message.lock_token or "")
-        with self._lost_lock:
-            if key in self._lost:
-                return
-            self._lost.add(key)
-        log.warning(
-            "lost the lock on message %d of %s: it was not settled and will be delivered again",
-            message.sequence_number,
-            self.address,
-        )
-        if self.on_lock_lost is not None:
-            self.on_lock_lost(message)
-
-    def lock_known_lost(self, message: ReceivedMessage) -> bool:
-        with self._lost_lock:
-            return (message.sequence_number, message.lock_token or "") in self._lost
 
 
 def _wait_for(threads: list[threading.Thread], ended: threading.Semaphore) -> None:

@@ -494,7 +494,7 @@ class Pump:
                     break
                 # Its lock renewal counts from now, as the handler's run does.
                 self.renewer.register(receiver, message)
-                if self.processor.lock_known_lost(message):
+                if self.processor.lost_locks.known(message):
                     outcomes.append(GivenBack(message))
                     continue
                 outcome = outcome_of(message, self._run(message))
@@ -523,7 +523,7 @@ class Pump:
         a crash still costs only the crasher, the guard running the rest in a new child),
         and are settled together when it is done."""
         self.renewer.register(receiver, messages)  # renewal counts from now
-        lost = [m for m in messages if self.processor.lock_known_lost(m)]
+        lost = [m for m in messages if self.processor.lost_locks.known(m)]
         run = [m for m in messages if m not in lost]
         self.stats.handler_runs += len(run)
         failures = child.run_each(run) if run else []
@@ -558,7 +558,7 @@ class Pump:
             )
         for outcome in outcomes:
             if outcome.message.sequence_number in lost:
-                self.processor.report_lock_lost(outcome.message)
+                self.processor.lost_locks.report(outcome.message)
         for message, error in tally(stats, outcomes, poisoned, lost):
             self._poisoned(message, error)
 
