@@ -833,7 +833,8 @@ class AioQueueMachine(QueueMachine):
 
 
 AioQueueMachine.TestCase.settings = settings(QueueMachine.TestCase.settings, max_examples=30)
-TestAioQueueMachine = pytest.mark.timeout(600)(AioQueueMachine.TestCase)
+# Slow: `make check` keeps the sync machine; `make test` runs both.
+TestAioQueueMachine = pytest.mark.slow(pytest.mark.timeout(600)(AioQueueMachine.TestCase))
 
 
 class PostgresQueueMachine(QueueMachine):
