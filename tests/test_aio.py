@@ -173,6 +173,26 @@ def test_a_wait_cancelled_in_the_turn_its_change_arrives_is_still_cancelled(
     run(url, clock, body)
 
 
+@pytest.mark.parametrize("sessions", [False, True], ids=["queue", "session queue"])
+def test_cancelling_an_idle_processor_ends_its_run(
+    url: str, clock: ManualClock, sessions: bool
+) -> None:
+    """A run waiting on an idle queue ends with the cancellation (``asyncio.wait_for``
+    around it, a TaskGroup sibling's failure, the Ctrl-C ``asyncio.run`` turns into one),
+    not only with ``stop()``."""
+
+    async def body(broker: AsyncBroker) -> None:
+        await broker.create_queue("idle", requires_session=sessions)
+        processor = Processor(broker, "idle", lambda message: None, concurrency=2, max_wait=3)
+        run_task = asyncio.create_task(processor.run())
+        await asyncio.sleep(0.2)  # it waits for a message (or a session)
+        run_task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run_task
+
+    run(url, clock, body)
+
+
 @pytest.mark.parametrize("concurrency", [1, 3])
 def test_a_cancelled_processor_gives_back_at_once_what_its_hung_handlers_hold(
     url: str, clock: ManualClock, concurrency: int
