@@ -213,7 +213,12 @@ class _Pump:
                 self.stats.received += len(messages)
                 self.renewer.register(receiver, messages)
                 suspects = [m for m in messages if is_suspect(m)]
-                if suspects:
+                if suspects and self.gate.wanted():
+                    # Another task runs its suspects alone: these go back for it to take one
+                    # by one, and the rest is handled.
+                    await self._settle(receiver, [GivenBack(m) for m in suspects])
+                    messages = [m for m in messages if not is_suspect(m)]
+                elif suspects:
                     rest: list[Outcome] = [GivenBack(m) for m in messages if m is not suspects[0]]
                     await self._settle(receiver, rest)
                     held_back = await self._give_back_held(receiver, held_back)
@@ -338,6 +343,8 @@ class _Pump:
         """Each message's outcome, and the sequence numbers of those already settled (a
         message handler's completed messages are settled every :data:`FLUSH_INTERVAL`).
         ``in_order`` (a session): a failure ends the batch, the rest given back."""
+        if not messages:
+            return [], set()
         if self.options.batch:
             search = first_failure if in_order else bisected
             try:
