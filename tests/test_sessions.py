@@ -26,8 +26,6 @@ BOTH_APIS = True  # each test with `broker` runs through the sync API and poison
 SYNC_ONLY = {
     "test_a_plain_receiver_or_a_lease_is_refused_on_a_session_queue": "leases are the Spark"
     " runtime's, not in poisonq.aio",
-    "test_a_bug_on_a_session_queue_poisons_no_session": "the asyncio Processor parks no"
-    " session for the defect window (docs/python-api.md, asyncio)",
 }
 
 

@@ -9,9 +9,8 @@ judgment of a round, the batch bisection and a session batch's first-failure sea
 awaited, a search through a failing batch runs its algorithm in a thread that hands each run
 back to the loop, and the gate that lets a suspect run alone is one the pump tasks share.
 
-What it does not do (the sync Processor does): ``isolation="process"`` (a coroutine cannot run
-in the crash guard's child), and on a session queue it does not park a session whose first
-failure the defect window cannot judge yet: failures there are settled as they come.
+What it does not do (the sync Processor does): ``isolation="process"``, since a coroutine
+cannot run in the crash guard's child.
 """
 
 from __future__ import annotations
@@ -41,6 +40,7 @@ from poisonq.processor.outcomes import (
 )
 from poisonq.processor.pump import (
     FLUSH_INTERVAL,
+    Lookouts,
     ProcessorStats,
     ProcessorStoppedError,
     bisected,
@@ -185,6 +185,8 @@ class _Pump:
         self.holds_back = holds_back
         self.stopping = processor.stopping
         self.defect_found = False  # by any task: the others give their failures back
+        # Every task's look for another session (a task is known by its asyncio.Task).
+        self.lookouts = Lookouts(processor.options.concurrency, asyncio.current_task)
 
     async def queue(self) -> None:
         """Receive, handle and settle until idle or stopped; failures on their first
@@ -237,41 +239,118 @@ class _Pump:
     async def sessions(self) -> None:
         """A session queue: one session at a time, its messages in order until it is empty
         (a failure ends its batch, the messages after it given back to come after it); then
-        the next session nobody holds."""
-        while not self.stopping.is_set():
-            session = await self.broker.accept_next_session(self.processor.address, max_wait=0)
-            if session is None:
-                if self.until_idle:
-                    return
-                await wait_at_most(self.stopping, self.options.max_wait)
-                continue
-            async with session:
-                while await self._session_batch(session):
-                    pass
-
-    async def _session_batch(self, session: AsyncReceiver) -> bool:
-        """Receive and handle one batch of ``session``, in order; whether to go on. The
-        messages before its first suspect are handled, the rest given back (no delivery
-        counted), and the suspect then runs alone, as in the sync Processor."""
-        await self.gate.hold()
+        the next session nobody holds. A session whose failure is held back for the defect
+        window stays open (parked, its lock renewed) while other sessions decide, as in the
+        sync Processor: a bug failing the first message of every session poisons none."""
+        parked: list[tuple[AsyncSessionReceiver, list[Outcome]]] = []
+        missed_once = False  # with sessions parked, the last look for another found none
+        holding = False
         try:
-            messages = (
-                [] if self.stopping.is_set() else await session.receive(self.options.batch_size)
-            )
+            while not self.stopping.is_set():
+                if parked and (not self.window.undecided() or self.gate.wanted()):
+                    if self.gate.wanted():  # a suspect runs: hold nothing
+                        await self._give_back_parked(parked)
+                    else:
+                        await self._unpark(parked)
+                    missed_once = False
+                if not parked and holding:  # holding nothing: wait here while another
+                    await self.gate.let_go()  # runs suspects
+                    holding = False
+                if not holding:
+                    await self.gate.hold()
+                    holding = True
+                address = self.processor.address
+                session = await self.broker.accept_next_session(address, max_wait=0)
+                if session is None:
+                    everyone_looked = self.lookouts.found_none()
+                    if parked and missed_once and everyone_looked:
+                        await self._judge_parked(parked)
+                        missed_once = False
+                    elif parked:  # other tasks may hold the rest, or be taking them
+                        missed_once = True
+                        await wait_at_most(self.stopping, FLUSH_INTERVAL)
+                    elif self.until_idle:
+                        break
+                    else:
+                        await wait_at_most(self.stopping, self.options.max_wait)
+                    continue
+                missed_once = False
+                self.lookouts.found_one()
+                try:
+                    held_back, suspect = await self._drain(session)
+                    if suspect:
+                        await self._give_back_parked(parked)
+                        await self.gate.let_go()
+                        holding = False
+                        await self._alone(session, None)
+                except BaseException:
+                    await session.close()
+                    raise
+                if held_back:
+                    parked.append((session, held_back))
+                else:
+                    await session.close()
+        finally:
+            for session, held_back in parked:
+                await self._let_go(session, held_back)
+                await session.close()
+            if holding:
+                await self.gate.let_go()
+            self.lookouts.found_none()  # an ended task takes no more sessions
+
+    async def _drain(self, session: AsyncSessionReceiver) -> tuple[list[Outcome], bool]:
+        """Receive and handle ``session``'s batches in order until it is empty, a failure is
+        held back (returned: its later messages must wait), or a suspect comes (``True``:
+        the messages before it handled, it and the rest given back, to run alone)."""
+        held_back: list[Outcome] = []
+        while not (self.stopping.is_set() or held_back or self.gate.wanted()):
+            messages = await session.receive(self.options.batch_size)
             if not messages:
-                return False
+                break
             self.stats.received += len(messages)
             self.renewer.register(session, messages)
             suspects = [m for m in messages if is_suspect(m)]
             cut = messages.index(suspects[0]) if suspects else len(messages)
             outcomes, early = await self._handle(session, messages[:cut], in_order=True)
             outcomes += [GivenBack(m) for m in messages[cut:]]
-            await self._judge(session, outcomes, [], early, holds_back=False)
-        finally:
-            await self.gate.let_go()
-        if suspects:
-            await self._alone(session, None)
-        return True
+            held_back = await self._judge(session, outcomes, held_back, early)
+            if suspects and not held_back:
+                return [], True
+        return held_back, False
+
+    async def _give_back_parked(
+        self, parked: list[tuple[AsyncSessionReceiver, list[Outcome]]]
+    ) -> None:
+        """Ahead of a suspect's run: the parked sessions' failures are released and the
+        sessions let go."""
+        for session, held_back in parked:
+            await self._give_back_held(session, held_back)
+            await session.close()
+        parked.clear()
+
+    async def _unpark(self, parked: list[tuple[AsyncSessionReceiver, list[Outcome]]]) -> None:
+        """The parked sessions' failures were poison: settle them and let the sessions go."""
+        for session, held_back in parked:
+            await self._settle(session, held_back)
+            await session.close()
+        parked.clear()
+        self.window.settled()
+
+    async def _judge_parked(self, parked: list[tuple[AsyncSessionReceiver, list[Outcome]]]) -> None:
+        """Every session on offer was tried and the parked failures are still undecided: a
+        few sessions are judged with fewer failures
+        (:meth:`~poisonq.defects.FailureWindow.defect_of_all`). A defect gives them back
+        uncounted and stops the run; else they are settled as poison."""
+        defect = self.window.defect_of_all()
+        if defect is None:
+            await self._unpark(parked)
+            return
+        self.defect_found = True  # before anything else lets its failures go
+        for session, held_back in parked:
+            await self._settle(session, [GivenBack(o.message) for o in held_back])
+            await session.close()
+        parked.clear()
+        raise ProcessorStoppedError(defect, self.stats)
 
     async def _alone(self, receiver: AsyncReceiver, first: ReceivedMessage | None) -> None:
         """The crash rule: once no other task holds a message, the suspect ``first`` (or,

@@ -176,24 +176,26 @@ class ProcessorStoppedError(PoisonqError):
 
 
 class Lookouts:
-    """Which pump threads of a session queue found no session left to take. Parked failures
-    are judged as a whole only once every thread did (or ended): before that, another
-    thread may be handling the first message of a session that fails the same way."""
+    """Which pumps of a session queue found no session left to take. Parked failures are
+    judged as a whole only once every pump did (or ended): before that, another may be
+    handling the first message of a session that fails the same way. ``whoami`` tells one
+    pump from another (a thread's ident; for the asyncio Processor, its task)."""
 
-    def __init__(self, threads: int) -> None:
-        self._threads = threads
-        self._idle: set[int] = set()
+    def __init__(self, pumps: int, whoami: Callable[[], object] = threading.get_ident) -> None:
+        self._pumps = pumps
+        self._whoami = whoami
+        self._idle: set[object] = set()
         self._lock = threading.Lock()
 
     def found_none(self) -> bool:
-        """This thread found no session; whether every thread has now."""
+        """This pump found no session; whether every pump has now."""
         with self._lock:
-            self._idle.add(threading.get_ident())
-            return len(self._idle) >= self._threads
+            self._idle.add(self._whoami())
+            return len(self._idle) >= self._pumps
 
     def found_one(self) -> None:
         with self._lock:
-            self._idle.discard(threading.get_ident())
+            self._idle.discard(self._whoami())
 
 
 class Pump:
