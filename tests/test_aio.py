@@ -252,6 +252,35 @@ def test_each_lock_a_processor_loses_is_reported_once_to_a_coroutine_hook(
     run(url, clock, body)
 
 
+def test_a_handler_that_holds_the_event_loop_is_named_in_a_warning_once(
+    url: str, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A handler call that holds the loop (a plain handler's blocking work) for more than a
+    second of the broker's clock starves every other task, the lock renewer too: the run
+    warns once, naming the message; a handler that awaits its waits is not named."""
+
+    async def body(broker: AsyncBroker) -> None:
+        await broker.sender("orders").send([Message(body=b"slow"), Message(body=b"slow")])
+
+        def blocking(message: poisonq.ReceivedMessage) -> None:
+            clock.advance(5)  # five seconds of blocking work, as the store's clock sees them
+
+        async def waiting(message: poisonq.ReceivedMessage) -> None:
+            await asyncio.sleep(0)
+            clock.advance(5)  # after its first await: the loop was free
+
+        with caplog.at_level("WARNING", logger="poisonq.aio.processor"):
+            await Processor(broker, "orders", waiting, max_wait=0).run(until_idle=True)
+            assert caplog.records == []
+            await broker.sender("orders").send([Message(body=b"slow"), Message(body=b"slow")])
+            await Processor(broker, "orders", blocking, max_wait=0).run(until_idle=True)
+        [warning] = caplog.records
+        assert "held the event loop for 5.0 s" in warning.getMessage()
+        assert "asyncio.to_thread" in warning.getMessage()
+
+    run(url, clock, body)
+
+
 def test_a_coroutine_handlers_exception_abandons_until_the_retry_policy_poisons(
     url: str, clock: ManualClock
 ) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -52,7 +53,13 @@ from poisonq.processor.pump import (
 from poisonq.processor.suspects import is_suspect
 from poisonq.receivers import settling
 
+log = logging.getLogger(__name__)
+
 Handler = Callable[[Any], Any]  # a coroutine function, or a plain one; a message or a batch
+
+LOOP_BLOCKED = 1.0
+"""Seconds (on the broker's clock, which judges locks) a handler call may hold the event loop
+before the Processor warns: twice the lock renewer's interval, so renewals came late."""
 PoisonHook = Callable[[ReceivedMessage, BaseException], Any]
 Work = ReceivedMessage | list[ReceivedMessage]
 
@@ -150,6 +157,7 @@ class _Pump:
         self.holds_back = holds_back
         self.stopping = processor.stopping
         self.defect_found = False  # by any task: the others give their failures back
+        self.warned_blocking = False
         # Every task's look for another session (a task is known by its asyncio.Task).
         self.lookouts = Lookouts(processor.options.concurrency, asyncio.current_task)
 
@@ -457,14 +465,37 @@ class _Pump:
     async def _run(self, work: Work) -> HandlerFailure | None:
         """The handler's failure on ``work``, or ``None`` if it returned."""
         self.stats.handler_runs += 1
+        clock = self.broker.clock
+        started = clock.now()
         try:
-            result = self.processor.handler(work)
+            try:
+                result = self.processor.handler(work)
+            finally:
+                self._blocked(work, clock.now() - started)
             if inspect.isawaitable(result):
                 await result
         except Exception as exc:  # where a coroutine handler's exception becomes data
             failure = failure_from_exception(exc, self.broker.clock.now())
             return HandlerFailure(exc, failure, isinstance(exc, self.options.permanent_errors))
         return None
+
+    def _blocked(self, work: Work, seconds: float) -> None:
+        """Warn, once a run, of a handler call that held the event loop (its synchronous
+        part: a plain handler, or a coroutine's before its first ``await``) for longer than
+        :data:`LOOP_BLOCKED`: nothing else on the loop ran meanwhile, lock renewals neither,
+        so the locks of other messages in hand may have run out."""
+        if seconds <= LOOP_BLOCKED or self.warned_blocking:
+            return
+        self.warned_blocking = True
+        first = work[0] if isinstance(work, list) else work
+        log.warning(
+            "the handler held the event loop for %.1f s (message %d of %s): no other task ran"
+            " meanwhile, lock renewals neither, so other messages' locks may run out; run"
+            " blocking work in asyncio.to_thread",
+            seconds,
+            first.sequence_number,
+            self.processor.address,
+        )
 
     # Settling ---------------------------------------------------------------------------
 
