@@ -21,6 +21,7 @@ import pytest
 
 import poisonq
 from poisonq import Broker, ManualClock
+from tests import aio_driver
 from tests.helpers import STORES, Orders, store_url
 
 if TYPE_CHECKING:
@@ -126,8 +127,30 @@ def url(request: pytest.FixtureRequest) -> str:
     return store_url(request)
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """The conformance modules (``BOTH_APIS = True``) run each test that uses ``broker``
+    through both APIs: ``[sync]`` and ``[aio]`` (the asyncio API, driven by
+    ``tests/aio_driver.py``), but those their ``SYNC_ONLY`` names, each with the reason."""
+    module = metafunc.module
+    if not getattr(module, "BOTH_APIS", False) or "broker" not in metafunc.fixturenames:
+        return
+    if metafunc.function.__name__ not in getattr(module, "SYNC_ONLY", {}):
+        metafunc.parametrize("api", ["sync", "aio"])
+
+
 @pytest.fixture
-def broker(url: str, clock: ManualClock) -> Iterator[Broker]:
+def api() -> str:
+    """Which API the ``broker`` fixture gives: the sync one, unless a conformance module
+    parametrizes it."""
+    return "sync"
+
+
+@pytest.fixture
+def broker(url: str, clock: ManualClock, api: str) -> Iterator[Broker]:
+    if api == "aio":
+        with aio_driver.connect(url, clock) as driven:
+            yield driven
+        return
     with poisonq.connect(url, clock=clock) as opened:
         yield opened
 

@@ -154,6 +154,133 @@ def test_cancelling_a_waiting_receive_leaves_nothing_locked(url: str, clock: Man
     run(url, clock, body)
 
 
+def test_a_wait_cancelled_in_the_turn_its_change_arrives_is_still_cancelled(
+    url: str, clock: ManualClock
+) -> None:
+    """A cancellation is never lost to the change (or the timeout) that ends a wait in the
+    same turn of the loop: the waiting receive is cancelled, not woken as if nothing came
+    and left to wait on to its ``max_wait`` (``asyncio.wait_for`` before Python 3.12)."""
+
+    async def body(broker: AsyncBroker) -> None:
+        marker = broker.changes.marker()
+        waiting = asyncio.create_task(broker.changes.wait(marker, 10))
+        await asyncio.sleep(0)  # it waits for the marker
+        marker.set()  # a change, and in the same turn the caller's cancellation
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+
+    run(url, clock, body)
+
+
+@pytest.mark.parametrize("sessions", [False, True], ids=["queue", "session queue"])
+def test_cancelling_an_idle_processor_ends_its_run(
+    url: str, clock: ManualClock, sessions: bool
+) -> None:
+    """A run waiting on an idle queue ends with the cancellation (``asyncio.wait_for``
+    around it, a TaskGroup sibling's failure, the Ctrl-C ``asyncio.run`` turns into one),
+    not only with ``stop()``."""
+
+    async def body(broker: AsyncBroker) -> None:
+        await broker.create_queue("idle", requires_session=sessions)
+        processor = Processor(broker, "idle", lambda message: None, concurrency=2, max_wait=3)
+        run_task = asyncio.create_task(processor.run())
+        await asyncio.sleep(0.2)  # it waits for a message (or a session)
+        run_task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run_task
+
+    run(url, clock, body)
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_a_cancelled_processor_gives_back_at_once_what_its_hung_handlers_hold(
+    url: str, clock: ManualClock, concurrency: int
+) -> None:
+    """Cancelling a run (a shutdown, ``asyncio.wait_for`` around it) while handlers hang is
+    not a failed delivery: their messages go back at once with the delivery count as it was,
+    nothing left locked to wait for its lock to run out."""
+
+    async def body(broker: AsyncBroker) -> None:
+        await broker.sender("orders").send([Message(body=f"{n}") for n in range(6)])
+        running = 0
+
+        async def hang(message: poisonq.ReceivedMessage) -> None:
+            nonlocal running
+            running += 1
+            await asyncio.Event().wait()  # never returns
+
+        processor = Processor(broker, "orders", hang, concurrency=concurrency, batch_size=2)
+        run_task = asyncio.create_task(processor.run())
+        while running < concurrency:
+            await asyncio.sleep(0.01)
+        run_task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run_task
+        counts = await broker.counts("orders")
+        assert (counts["locked"], counts["active"]) == (0, 6)
+        assert {m.delivery_count for m in await broker.peek("orders", max_messages=6)} == {0}
+        receiver = broker.receiver("orders")
+        await receiver.complete(await receiver.receive(max_messages=6))
+
+    run(url, clock, body)
+
+
+def test_each_lock_a_processor_loses_is_reported_once_to_a_coroutine_hook(
+    url: str, clock: ManualClock
+) -> None:
+    """A lock that runs out while the handler runs is logged and given to ``on_lock_lost``
+    (here a coroutine function) once per lock, counted as ``lock_lost``, and the message is
+    delivered again, until its deliveries are spent."""
+
+    async def body(broker: AsyncBroker) -> None:
+        (seq,) = await broker.sender("orders").send(Message(body=b"slow"))
+        lost: list[int] = []
+
+        async def handle(message: poisonq.ReceivedMessage) -> None:
+            clock.advance(31)  # past its 30 s lock, with no renewal pass between
+
+        async def on_lock_lost(message: poisonq.ReceivedMessage) -> None:
+            lost.append(message.sequence_number)
+
+        processor = Processor(broker, "orders", handle, on_lock_lost=on_lock_lost, max_wait=0)
+        stats = await processor.run(until_idle=True)
+        assert lost == [seq, seq, seq] and stats.lock_lost == 3
+        [dead] = await broker.peek("orders/$deadletterqueue")
+        assert dead.dead_letter_reason == DeadLetterReason.MAX_DELIVERY_COUNT_EXCEEDED
+
+    run(url, clock, body)
+
+
+def test_a_handler_that_holds_the_event_loop_is_named_in_a_warning_once(
+    url: str, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A handler call that holds the loop (a plain handler's blocking work) for more than a
+    second of the broker's clock starves every other task, the lock renewer too: the run
+    warns once, naming the message; a handler that awaits its waits is not named."""
+
+    async def body(broker: AsyncBroker) -> None:
+        await broker.sender("orders").send([Message(body=b"slow"), Message(body=b"slow")])
+
+        def blocking(message: poisonq.ReceivedMessage) -> None:
+            clock.advance(5)  # five seconds of blocking work, as the store's clock sees them
+
+        async def waiting(message: poisonq.ReceivedMessage) -> None:
+            await asyncio.sleep(0)
+            clock.advance(5)  # after its first await: the loop was free
+
+        with caplog.at_level("WARNING", logger="poisonq.aio.processor"):
+            await Processor(broker, "orders", waiting, max_wait=0).run(until_idle=True)
+            assert caplog.records == []
+            await broker.sender("orders").send([Message(body=b"slow"), Message(body=b"slow")])
+            await Processor(broker, "orders", blocking, max_wait=0).run(until_idle=True)
+        [warning] = caplog.records
+        assert "held the event loop for 5.0 s" in warning.getMessage()
+        assert "asyncio.to_thread" in warning.getMessage()
+
+    run(url, clock, body)
+
+
 def test_a_coroutine_handlers_exception_abandons_until_the_retry_policy_poisons(
     url: str, clock: ManualClock
 ) -> None:

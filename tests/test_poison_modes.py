@@ -12,11 +12,13 @@ from poisonq import (
     Message,
     MessageNotFoundError,
     PoisonMessageError,
-    Processor,
     ReceivedMessage,
     RetryPolicy,
 )
+from tests.aio_driver import processor
 from tests.helpers import assert_balanced
+
+BOTH_APIS = True  # each test with `broker` runs through the sync API and poisonq.aio (conftest)
 
 
 def _policy(handling: str, attempts: int = 2) -> RetryPolicy:
@@ -211,11 +213,11 @@ def test_a_processor_on_a_faulted_queue_stops_with_the_poison_message_error(
     def handle(message: ReceivedMessage) -> None:
         raise ValueError("cannot parse")
 
-    processor = Processor(
+    pump = processor(
         broker, "orders", handle, on_poison=lambda m, e: poisoned.append(m.sequence_number)
     )
     with pytest.raises(PoisonMessageError) as caught:
-        processor.run(until_idle=True)
+        pump.run(until_idle=True)
     assert caught.value.sequence_number == seqs[0] and poisoned == [seqs[0]]
     assert broker.counts("orders")["active"] == 2
     assert_balanced(broker)

@@ -12,9 +12,19 @@ from typing import Any
 import pytest
 
 import poisonq
+import poisonq.aio
 from poisonq import Broker, ManualClock, Message, Processor, ReceivedMessage
 from poisonq.failures import dead_lettering
+from tests.aio_driver import processor
 from tests.helpers import assert_balanced
+
+BOTH_APIS = True  # each test with `broker` runs through the sync API and poisonq.aio (conftest)
+SYNC_ONLY = {
+    "test_concurrent_pumps_complete_each_message_once": "threads; the asyncio Processor's"
+    " concurrency is tasks",
+    "test_locks_are_renewed_while_the_handler_runs": "a plain handler that blocks waits for"
+    " the renewer, which the asyncio Processor runs on the loop the handler blocks",
+}
 
 
 class InvalidCustomer(poisonq.PermanentError):
@@ -34,7 +44,7 @@ def dead(broker: Broker, queue: str) -> list[ReceivedMessage]:
 def test_a_handler_that_returns_completes(broker: Broker, queue: str) -> None:
     send(broker, queue, 25)
     seen: Counter[str] = Counter()
-    stats = Processor(
+    stats = processor(
         broker, queue, lambda m: seen.update([m.message_id]), batch_size=10, max_wait=0
     ).run(until_idle=True)
     assert seen == Counter({f"m{n}": 1 for n in range(25)})
@@ -53,7 +63,7 @@ def test_a_permanent_error_dead_letters_at_once_with_type_and_traceback(
             raise InvalidCustomer("customer 17 does not exist")
 
     poisoned: list[tuple[str, BaseException]] = []
-    stats = Processor(
+    stats = processor(
         broker, queue, handle, max_wait=0, on_poison=lambda m, e: poisoned.append((m.message_id, e))
     ).run(until_idle=True)
 
@@ -86,7 +96,7 @@ def test_a_chained_permanent_error_is_dead_lettered_by_its_root_cause_as_everywh
         except KeyError as exc:
             raise poisonq.PermanentError("order 17: unknown customer") from exc
 
-    Processor(broker, queue, handle, max_wait=0).run(until_idle=True)
+    processor(broker, queue, handle, max_wait=0).run(until_idle=True)
 
     [message] = dead(broker, queue)
     failure = broker.message(f"{queue}/$deadletterqueue", message.sequence_number).failures[-1]
@@ -105,7 +115,7 @@ def test_types_listed_as_permanent_dead_letter_at_once(broker: Broker, queue: st
     def handle(message: ReceivedMessage) -> None:
         raise ValueError("not a number")
 
-    Processor(broker, queue, handle, permanent=[ValueError], max_wait=0).run(until_idle=True)
+    processor(broker, queue, handle, permanent=[ValueError], max_wait=0).run(until_idle=True)
     [message] = dead(broker, queue)
     assert (message.dead_letter_reason, message.delivery_count) == ("ValueError", 1)
 
@@ -119,7 +129,7 @@ def test_a_transient_error_is_retried_then_completed(broker: Broker, queue: str)
         if message.message_id == "m2" and message.delivery_count == 1:
             raise TimeoutError("database is locked")
 
-    stats = Processor(broker, queue, handle, batch_size=4, max_wait=0).run(until_idle=True)
+    stats = processor(broker, queue, handle, batch_size=4, max_wait=0).run(until_idle=True)
     assert attempts == Counter({"m0": 1, "m1": 1, "m2": 2, "m3": 1})
     assert (stats.completed, stats.abandoned, stats.poisoned) == (4, 1, 0)
     assert dead(broker, queue) == []
@@ -136,7 +146,7 @@ def test_an_always_failing_message_is_poisoned_by_the_retry_policy(
             raise KeyError(f"attempt {message.delivery_count}")
 
     poisoned: list[str] = []
-    stats = Processor(
+    stats = processor(
         broker, queue, handle, max_wait=0, on_poison=lambda m, e: poisoned.append(m.message_id)
     ).run(until_idle=True)
 
@@ -170,13 +180,13 @@ def test_a_failing_batch_is_bisected_and_only_the_guilty_count_an_attempt(
     def handle(batch: list[ReceivedMessage]) -> None:
         nonlocal runs
         runs += 1
-        processor.stop()  # one batch only: settle it, then return
+        pump.stop()  # one batch only: settle it, then return
         if guilty := [m.message_id for m in batch if int(m.body) in bad]:
             raise RuntimeError(f"cannot process {guilty}")
         succeeded.update(int(m.body) for m in batch)
 
-    processor = Processor(broker, queue, handle, batch=True, batch_size=n, max_wait=0)
-    stats = processor.run()
+    pump = processor(broker, queue, handle, batch=True, batch_size=n, max_wait=0)
+    stats = pump.run()
 
     assert runs == stats.handler_runs <= bisection_bound(n, len(bad))
     assert succeeded == Counter(set(range(n)) - bad)  # each good message completed once
@@ -199,7 +209,7 @@ def test_a_permanent_error_in_a_batch_dead_letters_only_the_guilty(
         if any(m.message_id == "m9" for m in batch):
             raise InvalidCustomer("m9")
 
-    stats = Processor(broker, queue, handle, batch=True, batch_size=16, max_wait=0).run(
+    stats = processor(broker, queue, handle, batch=True, batch_size=16, max_wait=0).run(
         until_idle=True
     )
     assert [(m.message_id, m.dead_letter_reason) for m in dead(broker, queue)] == [
@@ -228,7 +238,7 @@ def test_locks_are_renewed_while_the_handler_runs(
         wait_for(lambda: message.locked_until != first, "the lock renewal")
         clock.advance(20)  # 40 s after receive: alive only because it was renewed
 
-    stats = Processor(broker, queue, handle, max_wait=0).run(until_idle=True)
+    stats = processor(broker, queue, handle, max_wait=0).run(until_idle=True)
     assert (stats.completed, stats.lock_lost) == (1, 0)
     assert_balanced(broker)
 
@@ -244,7 +254,7 @@ def test_a_lock_lost_during_the_handler_means_redelivery_not_a_crash(
         if message.delivery_count == 1:
             clock.advance(31)  # the 30 s lock runs out, renewal is off
 
-    stats = Processor(broker, queue, handle, max_wait=0, max_lock_renewal_duration=0).run(
+    stats = processor(broker, queue, handle, max_wait=0, max_lock_renewal_duration=0).run(
         until_idle=True
     )
     assert deliveries == [1, 2]
@@ -263,7 +273,7 @@ def test_concurrent_pumps_complete_each_message_once(broker: Broker, queue: str)
             seen[message.message_id] += 1
             threads.add(threading.current_thread().name)
 
-    stats = Processor(broker, queue, handle, batch_size=5, concurrency=3, max_wait=0).run(
+    stats = processor(broker, queue, handle, batch_size=5, concurrency=3, max_wait=0).run(
         until_idle=True
     )
     assert seen == Counter({f"m{n}": 1 for n in range(300)})
@@ -275,7 +285,7 @@ def test_concurrent_pumps_complete_each_message_once(broker: Broker, queue: str)
 @pytest.mark.parametrize("option", [{"batch_size": 0}, {"concurrency": 0}])
 def test_bad_options_are_refused(broker: Broker, queue: str, option: dict[str, int]) -> None:
     with pytest.raises(poisonq.InvalidOptionError):
-        Processor(broker, queue, print, **option)
+        processor(broker, queue, print, **option)
 
 
 def _broken(message: ReceivedMessage) -> None:
@@ -292,7 +302,7 @@ def test_a_defect_stops_the_processor_without_spending_good_messages(
     are given back once, none reported as a lost lock."""
     send(broker, queue, 200)
     with pytest.raises(poisonq.ProcessorStoppedError) as stopped:
-        Processor(broker, queue, _broken, batch_size=batch_size, max_wait=0).run(until_idle=True)
+        processor(broker, queue, _broken, batch_size=batch_size, max_wait=0).run(until_idle=True)
     defect = stopped.value.defect
     assert defect.failure.error_type == "NameError"
     assert "totl" in defect.failure.traceback and "_broken" in defect.failure.traceback
@@ -315,7 +325,7 @@ def test_poison_among_good_messages_does_not_stop_the_processor(broker: Broker, 
         if int(message.body) % 5 == 0:
             raise InvalidCustomer(f"customer of {message.message_id}")
 
-    stats = Processor(broker, queue, handle, batch_size=10, max_wait=0).run(until_idle=True)
+    stats = processor(broker, queue, handle, batch_size=10, max_wait=0).run(until_idle=True)
     assert (stats.completed, stats.dead_lettered) == (80, 20)
     assert_balanced(broker)
 
@@ -323,7 +333,7 @@ def test_poison_among_good_messages_does_not_stop_the_processor(broker: Broker, 
 def test_a_defect_stops_every_thread_and_the_stats_add_up(broker: Broker, queue: str) -> None:
     send(broker, queue, 300)
     with pytest.raises(poisonq.ProcessorStoppedError) as stopped:
-        Processor(broker, queue, _broken, batch_size=20, concurrency=3, max_wait=0).run(
+        processor(broker, queue, _broken, batch_size=20, concurrency=3, max_wait=0).run(
             until_idle=True
         )
     stats = stopped.value.stats
@@ -335,12 +345,12 @@ def test_a_defect_stops_every_thread_and_the_stats_add_up(broker: Broker, queue:
 
 def test_max_failure_ratio_none_settles_a_defect_as_failures(broker: Broker, queue: str) -> None:
     send(broker, queue, 20)
-    stats = Processor(
+    stats = processor(
         broker, queue, _broken, batch_size=20, max_wait=0, max_failure_ratio=None
     ).run(until_idle=True)
     assert stats.poisoned == 20  # three deliveries each, then the dead-letter queue
     with pytest.raises(poisonq.InvalidOptionError):
-        Processor(broker, queue, _broken, max_failure_ratio=1.5)
+        processor(broker, queue, _broken, max_failure_ratio=1.5)
 
 
 @pytest.mark.slow
@@ -356,7 +366,7 @@ def test_a_lock_lost_to_a_slow_handler_is_reported_once(url: str) -> None:
             if message.delivery_count == 1:
                 time.sleep(1.8)  # past the lock, which is renewed for 0.3 s only
 
-        stats = Processor(
+        stats = processor(
             live, "slow", handle, max_wait=0.5, max_lock_renewal_duration=0.3,
             on_lock_lost=lambda m: lost.append(m.delivery_count),
         ).run(until_idle=True)  # fmt: skip
@@ -398,7 +408,7 @@ def test_a_message_whose_lock_was_lost_while_it_waited_is_not_handled(url: str) 
             if message.delivery_count == 1 and message.text == "a":
                 time.sleep(2.5)  # the batch's locks run out meanwhile
 
-        stats = Processor(
+        stats = processor(
             live, "slow", handle, batch_size=3, max_wait=0.5, max_lock_renewal_duration=0.3,
             on_lock_lost=lambda m: lost.append(m.text),
         ).run(until_idle=True)  # fmt: skip
@@ -420,7 +430,7 @@ def test_poison_at_the_end_of_a_queue_is_not_a_defect(
         if int(message.body) >= 192:
             raise KeyError("no such customer")
 
-    stats = Processor(broker, queue, handle, batch_size=batch_size, max_wait=0).run(until_idle=True)
+    stats = processor(broker, queue, handle, batch_size=batch_size, max_wait=0).run(until_idle=True)
     assert (stats.completed, stats.poisoned) == (192, 8)
     assert broker.counts(queue)["dead_lettered"] == 8
     assert_balanced(broker)
@@ -438,25 +448,50 @@ def test_a_defect_that_starts_after_healthy_traffic_spends_nothing(
             raise NameError("name 'amont' is not defined")
 
     with pytest.raises(poisonq.ProcessorStoppedError):
-        Processor(broker, queue, handle, max_wait=0).run(until_idle=True)
+        processor(broker, queue, handle, max_wait=0).run(until_idle=True)
     counts = broker.counts(queue)
     assert (counts["completed"], counts["dead_lettered"], counts["active"]) == (100, 0, 200)
     assert {m.delivery_count for m in broker.peek(queue, max_messages=200)} == {0}
     assert_balanced(broker)
 
 
+@pytest.mark.parametrize("kind", [Processor, poisonq.aio.Processor], ids=["sync", "aio"])
 @pytest.mark.parametrize(
     "arguments",
-    [{"concurrency": "2"}, {"batch_size": "50"}, {"batch_size": 0}, {"handler": None}],
-    ids=["concurrency str", "batch_size str", "batch_size 0", "handler None"],
+    [
+        {"concurrency": "2"},
+        {"batch_size": "50"},
+        {"batch_size": 0},
+        {"handler": None},
+        {"max_wait": -1},
+        {"max_lock_renewal_duration": "5"},
+        {"max_failure_ratio": 1.5},
+        {"permanent": ["ValueError"]},
+        {"isolation": "thread"},
+        {"batch_szie": 10},
+    ],
+    ids=[
+        "concurrency str",
+        "batch_size str",
+        "batch_size 0",
+        "handler None",
+        "max_wait negative",
+        "renewal str",
+        "ratio above 1",
+        "permanent names",
+        "isolation thread",
+        "unknown option",
+    ],
 )
-def test_a_processor_with_a_wrong_argument_is_refused_with_a_typed_error(
-    broker: Broker, queue: str, arguments: dict[str, Any]
+def test_both_processors_refuse_a_wrong_argument_with_the_same_typed_error(
+    sqlite_url: str, kind: Callable[..., object], arguments: dict[str, Any]
 ) -> None:
+    """The sync and the asyncio Processor build one ProcessorOptions: an option is checked
+    once, and refused by both alike, before anything is received."""
     given: dict[str, Any] = {"handler": lambda message: None, **arguments}
     handler = given.pop("handler")
-    with pytest.raises(poisonq.InvalidOptionError):
-        Processor(broker, queue, handler, **given)
+    with poisonq.connect(sqlite_url) as broker, pytest.raises(poisonq.InvalidOptionError):
+        kind(broker, "orders", handler, **given)
 
 
 def test_a_wrong_auto_lock_renewer_is_refused_before_anything_is_locked(
@@ -493,7 +528,7 @@ def test_an_interrupted_run_counts_no_delivery_for_what_it_did_not_finish(
         seen.append(work.sequence_number)
 
     with pytest.raises(KeyboardInterrupt):
-        Processor(broker, queue, handle, batch_size=10, batch=batch, max_wait=0).run()
+        processor(broker, queue, handle, batch_size=10, batch=batch, max_wait=0).run()
     counts = broker.counts(queue)
     finished = 0 if batch else 4
     assert (counts["completed"], counts["active"], counts["locked"]) == (finished, 10 - finished, 0)

@@ -15,8 +15,20 @@ import poisonq
 from poisonq import Broker, ManualClock, Message, Processor, ReceivedMessage
 from poisonq.model import DeadLetterReason, Release
 from poisonq.processor.handler_runs import HandlerCrashedError, HandlerError
+from tests.aio_driver import processor
 from tests.chaos.scenarios import crash_orders
 from tests.helpers import assert_balanced
+
+BOTH_APIS = True  # each test with `broker` runs through the sync API and poisonq.aio (conftest)
+_FORKS = "isolation='process' is the sync Processor's: a coroutine cannot run in the child"
+SYNC_ONLY = {
+    "test_isolation_must_be_none_or_process": _FORKS,
+    "test_with_process_isolation_a_crash_ends_the_child_not_the_processor": _FORKS,
+    "test_with_process_isolation_each_thread_has_a_child_and_a_crash_costs_only_its_message": (
+        _FORKS
+    ),
+    "test_with_process_isolation_a_crashing_batch_is_bisected_to_its_crasher": _FORKS,
+}
 
 
 def send(broker: Broker, queue: str, bodies: list[str]) -> None:
@@ -47,7 +59,7 @@ def test_a_suspect_is_a_message_whose_last_delivery_ended_with_its_lock_running_
     assert a.last_lock_expired and b.last_lock_expired
     receiver.abandon(a, ValueError("no"))  # a delivery that ended otherwise: not a suspect
     # A release counts no delivery: the last one still ended with the lock running out.
-    broker.settle_held(queue, [Release(b.sequence_number, b.lock_token or "")])
+    broker.settle(queue, [Release(b.sequence_number, b.lock_token or "")])
     again = {m.message_id: m for m in receiver.receive(2, max_wait=0)}
     assert not again["m0"].last_lock_expired
     assert again["m1"].last_lock_expired
@@ -65,7 +77,7 @@ def test_a_suspect_runs_while_the_process_holds_no_other_message(
         if message.last_lock_expired:
             locked_while_suspect_ran.append(broker.counts(queue)["locked"])
 
-    stats = Processor(
+    stats = processor(
         broker, queue, handle, batch_size=10, concurrency=concurrency, max_wait=0
     ).run(until_idle=True)
     assert locked_while_suspect_ran == [1, 1, 1, 1]
@@ -85,7 +97,7 @@ def test_a_batch_handler_gets_a_suspect_in_a_batch_of_its_own(
         suspects = sum(m.last_lock_expired for m in messages)
         batches.append((len(messages), suspects, broker.counts(queue)["locked"]))
 
-    Processor(broker, queue, handle, batch=True, batch_size=10, max_wait=0).run(until_idle=True)
+    processor(broker, queue, handle, batch=True, batch_size=10, max_wait=0).run(until_idle=True)
     assert [b for b in batches if b[1]] == [(1, 1, 1), (1, 1, 1)]
     assert sum(size for size, _, _ in batches) == 20
     assert_balanced(broker)
@@ -108,7 +120,7 @@ def test_a_suspect_in_a_session_runs_alone_and_in_its_order(
         locked = broker.counts("orders")["locked"]
         seen.append((message.message_id, message.last_lock_expired, locked))
 
-    Processor(broker, "orders", handle, batch_size=10, max_wait=0).run(until_idle=True)
+    processor(broker, "orders", handle, batch_size=10, max_wait=0).run(until_idle=True)
     assert [m for m, _, _ in seen] == [f"m{n}" for n in range(6)]
     assert [(m, locked) for m, suspect, locked in seen if suspect] == [("m0", 1), ("m1", 1)]
     assert broker.counts("orders")["completed"] == 6
@@ -121,7 +133,7 @@ def test_failures_held_back_for_the_defect_window_are_given_back_before_a_suspec
     send(broker, queue, ["fail", "fail", "fail", "good"])
     taken = broker.receiver(queue).receive(4, max_wait=0)
     # The failing three back untouched (no delivery counted), the good one left to expire.
-    broker.settle_held(queue, [Release(m.sequence_number, m.lock_token or "") for m in taken[:3]])
+    broker.settle(queue, [Release(m.sequence_number, m.lock_token or "") for m in taken[:3]])
     clock.advance(31)
     locked_while_suspect_ran: list[int] = []
 
@@ -131,7 +143,7 @@ def test_failures_held_back_for_the_defect_window_are_given_back_before_a_suspec
         if message.text == "fail":
             raise ValueError("no")
 
-    Processor(broker, queue, handle, max_wait=0).run(until_idle=True)
+    processor(broker, queue, handle, max_wait=0).run(until_idle=True)
     assert locked_while_suspect_ran == [1]
     failed = dead(broker, queue)
     assert sorted(failed) == ["m0", "m1", "m2"]

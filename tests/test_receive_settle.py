@@ -25,6 +25,17 @@ from poisonq import (
 )
 from tests.helpers import assert_balanced, fill
 
+BOTH_APIS = True  # each test with `broker` runs through the sync API and poisonq.aio (conftest)
+_THREADS = "threads share one broker; poisonq.aio's concurrency is tasks (tests/test_aio.py)"
+_RENEWER = "drives the sync AutoLockRenewer's passes; poisonq.aio's (tests/test_aio.py) runs them"
+SYNC_ONLY = {
+    "test_competing_receivers_never_share_a_valid_lock": _THREADS,
+    "test_an_audit_balances_while_others_send_and_complete": _THREADS,
+    "test_auto_lock_renewer_keeps_a_slow_handler_locked": _RENEWER,
+    "test_auto_lock_renewer_reports_a_lost_lock": _RENEWER,
+    "test_the_renewer_does_not_report_a_message_settled_through_its_receiver": _RENEWER,
+}
+
 
 def test_peek_lock_sets_lock_fields_in_fifo_order(
     broker: Broker, queue: str, clock: ManualClock

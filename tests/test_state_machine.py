@@ -23,6 +23,7 @@ delivered).
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 import uuid
@@ -59,6 +60,7 @@ from poisonq import (
     Receiver,
     RetryPolicy,
 )
+from tests import aio_driver
 from tests.helpers import assert_balanced
 
 if TYPE_CHECKING:
@@ -110,11 +112,14 @@ seconds = st.sampled_from([5, 10, 30, 45, 60]) | st.integers(1, 150)
 
 
 class QueueMachine(RuleBasedStateMachine):
+    LEASES = True  # whether the machine takes leases, as a pipeline does
+
     def __init__(self) -> None:
         super().__init__()
         self.dir = Path(tempfile.mkdtemp(prefix="poisonq-sm-"))
         self.clock = ManualClock()
-        self.broker: Broker = poisonq.connect(self.store_url(), clock=self.clock)
+        self.opened = contextlib.ExitStack()
+        self.broker: Broker = self.opened.enter_context(self.connect())
         self.ready = False
         self.msgs: dict[int, Model] = {}
         self.handles: list[Handle] = []
@@ -133,8 +138,11 @@ class QueueMachine(RuleBasedStateMachine):
         # across a power cut is not what this test is about, and shrinking runs it many times).
         return f"sqlite:///{self.dir / 'q.db'}?synchronous=normal"
 
+    def connect(self) -> contextlib.AbstractContextManager[Broker]:
+        return poisonq.connect(self.store_url(), clock=self.clock)
+
     def teardown(self) -> None:
-        self.broker.close()
+        self.opened.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # Configuration ------------------------------------------------------------------------
@@ -563,6 +571,7 @@ class QueueMachine(RuleBasedStateMachine):
             and lo <= m.seq <= hi
         ]
 
+    @precondition(lambda self: self.LEASES)
     @rule(n=st.integers(1, 8), lock=lock_durations, wait=st.just(0) | seconds)
     def lease(self, n: int, lock: float | None, wait: int) -> None:
         """Lease the next batch, as a pipeline does: the oldest ready messages, locked under
@@ -810,6 +819,22 @@ QueueMachine.TestCase.settings = settings(
 )
 # A failure is shrunk for up to 5 minutes (hypothesis' own limit): let it finish and report.
 TestQueueStateMachine = pytest.mark.timeout(600)(QueueMachine.TestCase)
+
+
+class AioQueueMachine(QueueMachine):
+    """The same machine through poisonq.aio (an AsyncBroker driven from the machine's steps,
+    ``tests/aio_driver.py``): every rule but the leases, which are the Spark runtime's and
+    not part of the asyncio API."""
+
+    LEASES = False
+
+    def connect(self) -> contextlib.AbstractContextManager[Broker]:
+        return aio_driver.connect(self.store_url(), self.clock)
+
+
+AioQueueMachine.TestCase.settings = settings(QueueMachine.TestCase.settings, max_examples=30)
+# Slow: `make check` keeps the sync machine; `make test` runs both.
+TestAioQueueMachine = pytest.mark.slow(pytest.mark.timeout(600)(AioQueueMachine.TestCase))
 
 
 class PostgresQueueMachine(QueueMachine):

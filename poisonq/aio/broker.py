@@ -18,6 +18,8 @@ from poisonq.clock import Clock
 from poisonq.limits import check_count
 from poisonq.model import (
     Duration,
+    EntityStatus,
+    FaultAction,
     ReceivedMessage,
     ReceiveMode,
     Settlement,
@@ -26,6 +28,7 @@ from poisonq.model import (
 )
 from poisonq.receivers import LOOK_INTERVAL, RECEIVE_WAIT, SessionReceiver, lock_seconds
 from poisonq.reports import AuditReport, QueueInfo
+from poisonq.store.base import DeadLetterCause, DeadLetterGroup, TaskRecord
 from poisonq.tasks import BulkTask
 
 T = TypeVar("T")
@@ -147,6 +150,48 @@ class AsyncBroker:
 
     async def count_dead_letters(self, queue: str, **where: Any) -> int:
         return await self.calls(self.sync.count_dead_letters, queue, **where)
+
+    async def dead_letter_groups(self, queue: str, by: str = "reason") -> list[DeadLetterGroup]:
+        return await self.calls(self.sync.dead_letter_groups, queue, by)
+
+    async def dead_letter_causes(self, queue: str) -> list[DeadLetterCause]:
+        return await self.calls(self.sync.dead_letter_causes, queue)
+
+    async def dead_letter_fingerprints(
+        self, queue: str
+    ) -> dict[str, tuple[str | None, str | None]]:
+        return await self.calls(self.sync.dead_letter_fingerprints, queue)
+
+    async def resolve_poison(
+        self, address: str, sequence_number: int, action: FaultAction = "move", **options: Any
+    ) -> QueueInfo:
+        """As :meth:`poisonq.Broker.resolve_poison`: the way out of a fault."""
+        return await self.calls(
+            self.sync.resolve_poison, address, sequence_number, action, **options
+        )
+
+    async def set_status(
+        self, address: str, status: EntityStatus | str, cause: str | None = None
+    ) -> None:
+        await self.calls(self.sync.set_status, address, status, cause)
+
+    async def enable(self, address: str) -> None:
+        await self.calls(self.sync.enable, address)
+
+    async def disable(self, address: str) -> None:
+        await self.calls(self.sync.disable, address)
+
+    async def housekeep(self) -> list[str]:
+        return await self.calls(self.sync.housekeep)
+
+    async def task(self, task_id: int) -> TaskRecord:
+        return await self.calls(self.sync.task, task_id)
+
+    async def tasks(self, queue: str | None = None, **options: Any) -> list[TaskRecord]:
+        return await self.calls(self.sync.tasks, queue, **options)
+
+    async def cancel_task(self, task_id: int, by: str | None = None) -> TaskRecord:
+        return await self.calls(self.sync.cancel_task, task_id, by)
 
     async def resubmit(self, queue: str, *, wait: bool = True, **options: Any) -> BulkTask:
         """As :meth:`poisonq.Broker.resubmit`: the task runs in its own thread, and

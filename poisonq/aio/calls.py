@@ -55,6 +55,16 @@ class StoreCalls:
         self._executor.shutdown(wait=True)
 
 
+async def wait_at_most(event: asyncio.Event, seconds: float) -> None:
+    """Until ``event`` is set or ``seconds`` have passed; a cancellation of the caller always
+    goes on. (Not ``asyncio.wait_for``: before Python 3.12 it returns as if nothing happened
+    when the caller is cancelled just as the event is set or the timeout fires, and a
+    cancelled receive then went on waiting to its ``max_wait``.)"""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await event.wait()
+
+
 WATCH_IDLE = 1.0
 """Seconds without a look that may wait after which the change watch's thread ends (on
 PostgreSQL it holds the store's listening connection, which a sync receive shares)."""
@@ -95,8 +105,7 @@ class ChangeWatch:
     async def wait(self, marker: asyncio.Event, timeout: float) -> None:
         """Until the store changes after ``marker`` was taken, or ``timeout`` (at most
         :data:`LOOK_INTERVAL`: what comes due comes without a commit)."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(marker.wait(), min(timeout, LOOK_INTERVAL))
+        await wait_at_most(marker, min(timeout, LOOK_INTERVAL))
 
     def _watch(self) -> None:
         marker: object = None

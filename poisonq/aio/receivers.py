@@ -152,6 +152,10 @@ class AsyncReceiver:
     ) -> None:
         await self._calls(self.sync.dead_letter, messages, reason, description, error)
 
+    async def effective_lock_duration(self) -> float:
+        """The lock duration this receiver's locks get (its own, else the queue's)."""
+        return await self._calls(self.sync.effective_lock_duration)
+
     async def renew_lock(self, messages: MessageOrList) -> None:
         await self._calls(self.sync.renew_lock, messages)
 

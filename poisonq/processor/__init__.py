@@ -35,17 +35,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from poisonq.client import Broker
-from poisonq.defects import DEFAULT_MAX_FAILURE_RATIO, FailureWindow, check_ratio
-from poisonq.errors import InvalidOptionError, PermanentError
-from poisonq.limits import check_count
+from poisonq.defects import FailureWindow
 from poisonq.lock_renewer import AutoLockRenewer
-from poisonq.model import Duration, ReceivedMessage
+from poisonq.model import ReceivedMessage
 from poisonq.processor import handler_runs
-from poisonq.processor.handler_runs import Isolation, check_isolation
+from poisonq.processor.lost_locks import LockLostHook, LostLocks
+from poisonq.processor.options import ProcessorOptions, check_handler
 from poisonq.processor.pump import (
     FLUSH_INTERVAL,
     Lookouts,
@@ -62,7 +61,6 @@ log = logging.getLogger(__name__)
 MessageHandler = Callable[[ReceivedMessage], Any]
 BatchHandler = Callable[[list[ReceivedMessage]], Any]
 PoisonHook = Callable[[ReceivedMessage, BaseException], Any]
-LockLostHook = Callable[[ReceivedMessage], Any]
 
 
 class Processor:
@@ -84,7 +82,8 @@ class Processor:
     A message whose last delivery ended with its lock running out is a suspect: it may have
     killed its holder, so it runs alone (:mod:`poisonq.processor.suspects`).
     ``isolation="process"`` runs the handler in a child process that a crash ends alone
-    (:mod:`poisonq.processor.handler_runs`).
+    (:mod:`poisonq.processor.handler_runs`). These and the other keyword arguments are
+    :class:`~poisonq.processor.options.ProcessorOptions`, checked there.
     """
 
     def __init__(
@@ -93,36 +92,18 @@ class Processor:
         address: str,
         handler: MessageHandler | BatchHandler,
         *,
-        batch_size: int = 1,
-        batch: bool = False,
-        concurrency: int = 1,
-        permanent: Sequence[type[BaseException]] = (),
         on_poison: PoisonHook | None = None,
         on_lock_lost: LockLostHook | None = None,
-        max_lock_renewal_duration: Duration = 300.0,
-        max_wait: Duration = 1.0,
-        max_failure_ratio: float | None = DEFAULT_MAX_FAILURE_RATIO,
-        isolation: Isolation = None,
+        **options: Any,
     ) -> None:
-        check_count(batch_size, "batch_size")
-        check_count(concurrency, "concurrency")
-        if not callable(handler):
-            raise InvalidOptionError(f"handler must be callable, not {handler!r}")
+        check_handler(handler)
+        self.options = ProcessorOptions.of(options)
         self.broker = broker
         self.address = address
         self.handler = handler
-        self.batch_size = batch_size
-        self.batch = batch
-        self.concurrency = concurrency
-        self.permanent: tuple[type[BaseException], ...] = (PermanentError, *permanent)
         self.on_poison = on_poison
         self.on_lock_lost = on_lock_lost
-        self._lost: set[tuple[int, str]] = set()  # locks reported lost, each once
-        self._lost_lock = threading.Lock()
-        self.max_lock_renewal_duration = max_lock_renewal_duration
-        self.max_wait = max_wait
-        self.max_failure_ratio = check_ratio(max_failure_ratio)
-        self.isolation = check_isolation(isolation)
+        self.lost_locks = LostLocks(address, on_lock_lost)
         self.stopping = threading.Event()
         self.defect_found = threading.Event()  # by any thread: the others give failures back
 
@@ -135,13 +116,14 @@ class Processor:
         ``max_wait`` and finds nothing. Returns what was done. Raises
         :class:`ProcessorStoppedError` on a defect; any other error of a thread (a store
         still unavailable after the client's retries) stops every thread and is raised."""
+        options = self.options
         self.stopping.clear()
         self.defect_found.clear()
         per_thread: list[ProcessorStats] = []
         failed: list[BaseException] = []
-        window = FailureWindow(self.max_failure_ratio)  # every thread's evidence together
+        window = FailureWindow(self.options.max_failure_ratio)  # every thread's evidence together
         gate = AloneGate()  # every thread's messages: none held while a suspect runs
-        lookouts = Lookouts(self.concurrency)  # every thread's look for another session
+        lookouts = Lookouts(self.options.concurrency)  # every thread's look for another session
 
         ended = threading.Semaphore(0)  # one release per pump thread that has ended
 
@@ -157,7 +139,7 @@ class Processor:
             per_thread.append(stats)
             try:
                 runs = handler_runs.start(
-                    self.isolation, self.handler, self.permanent, self.broker.clock
+                    options.isolation, self.handler, options.permanent_errors, self.broker.clock
                 )
                 try:
                     Pump(self, renewer, window, gate, lookouts, runs, stats, until_idle).run()
@@ -169,14 +151,14 @@ class Processor:
                     self.defect_found.set()
                 self.stopping.set()
 
-        lost = self.report_lock_lost
-        with AutoLockRenewer(self.max_lock_renewal_duration, lambda m, _: lost(m)) as renewer:
-            if self.concurrency == 1:
+        lost = self.lost_locks.report
+        with AutoLockRenewer(options.max_lock_renewal_duration, lambda m, _: lost(m)) as renewer:
+            if options.concurrency == 1:
                 pump(renewer)
             else:
                 threads = [
                     threading.Thread(target=pump, args=(renewer,), name=f"poisonq-processor-{n}")
-                    for n in range(self.concurrency)
+                    for n in range(options.concurrency)
                 ]
                 for thread in threads:
                     thread.start()
@@ -197,26 +179,6 @@ class Processor:
                 raise ProcessorStoppedError(first.defect, total) from None
             raise first
         return total
-
-    def report_lock_lost(self, message: ReceivedMessage) -> None:
-        """Log a lost lock and call ``on_lock_lost``, once per message and lock, whether the
-        renewer saw it first or the settlement did."""
-        key = (message.sequence_number, message.lock_token or "")
-        with self._lost_lock:
-            if key in self._lost:
-                return
-            self._lost.add(key)
-        log.warning(
-            "lost the lock on message %d of %s: it was not settled and will be delivered again",
-            message.sequence_number,
-            self.address,
-        )
-        if self.on_lock_lost is not None:
-            self.on_lock_lost(message)
-
-    def lock_known_lost(self, message: ReceivedMessage) -> bool:
-        with self._lost_lock:
-            return (message.sequence_number, message.lock_token or "") in self._lost
 
 
 def _wait_for(threads: list[threading.Thread], ended: threading.Semaphore) -> None:

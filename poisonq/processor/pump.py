@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
@@ -21,7 +21,7 @@ from poisonq.client import Receiver, SessionReceiver
 from poisonq.defects import Defect, FailureWindow
 from poisonq.errors import PoisonqError
 from poisonq.lock_renewer import AutoLockRenewer
-from poisonq.model import ReceivedMessage, ReceiveErrorHandling, to_seconds
+from poisonq.model import ReceivedMessage, ReceiveErrorHandling
 from poisonq.processor.handler_runs import HandlerRun, InChildProcess
 from poisonq.processor.outcomes import (
     FailedPermanently,
@@ -93,6 +93,76 @@ def tally(
     return hooks
 
 
+@dataclass(frozen=True)
+class Judged:
+    """A round's outcomes judged by the defect window: what to settle now, the failures
+    held back (locked, renewed, unsettled) until the window can tell, and the defect found."""
+
+    ready: list[Outcome]
+    held_back: list[Outcome]
+    defect: Defect | None
+
+
+def judge(
+    window: FailureWindow,
+    outcomes: Sequence[Outcome],
+    held_back: Sequence[Outcome],
+    settled_early: set[int],
+    holds_back: bool,
+) -> Judged:
+    """The defect rule for one round (both Processors'): only first deliveries tell a defect
+    (a message that failed before is suspected already, and settled as it comes); their
+    failures are held back while the window is undecided (``holds_back``: the queue does not
+    fault), and settled together once it is. ``settled_early``: sequence numbers settled
+    already. On a defect, ``ready`` is to be settled and ``held_back`` given back."""
+    fresh = [o for o in outcomes if first_delivery(o)]
+    ready = [
+        o
+        for o in outcomes
+        if (failure_record(o) is None or not first_delivery(o))
+        and o.message.sequence_number not in settled_early
+    ]
+    held = [*held_back, *(o for o in fresh if failure_record(o) is not None)]
+    defect = window.add(failure_record(o) for o in fresh)
+    if defect is None and not (holds_back and window.undecided()):
+        ready, held = ready + held, []
+        window.settled()
+    return Judged(ready, held, defect)
+
+
+Run = Callable[[list[ReceivedMessage]], "HandlerFailure | None"]
+
+
+def first_failure(messages: list[ReceivedMessage], run: Run) -> list[Outcome]:
+    """A session's batch handler's outcomes (both Processors'): if the batch fails, the
+    longest first part that succeeds is completed, the message after it runs alone for its
+    own outcome, and the rest are given back. A binary search over the length of the first
+    part: O(log n) runs, each of which handles a first part again (a handler must tolerate
+    that, as any redelivery)."""
+    if run(messages) is None:
+        return [Succeeded(message) for message in messages]
+    passing, failing = 0, len(messages)  # first parts known to pass and to fail
+    while failing - passing > 1:
+        middle = (passing + failing) // 2
+        if run(messages[:middle]) is None:
+            passing = middle
+        else:
+            failing = middle
+    alone = messages[passing]  # alone: the failure may have been a passing one
+    return [
+        *(Succeeded(message) for message in messages[:passing]),
+        outcome_of(alone, run([alone])),
+        *(GivenBack(message) for message in messages[passing + 1 :]),
+    ]
+
+
+def bisected(messages: list[ReceivedMessage], run: Run) -> list[Outcome]:
+    """A batch handler's outcomes (both Processors'): the batch run, and halves of a failing
+    part down to single messages (:func:`poisonq.bisection.failing_alone`)."""
+    failing = failing_alone(messages, lambda part: run(list(part)))
+    return [outcome_of(message, failing.get(position)) for position, message in enumerate(messages)]
+
+
 class ProcessorStoppedError(PoisonqError):
     """Most of the messages handled last failed the same way: a defect in the handler (or
     what it calls), not poison. The batch's failed messages were given back without a
@@ -106,24 +176,26 @@ class ProcessorStoppedError(PoisonqError):
 
 
 class Lookouts:
-    """Which pump threads of a session queue found no session left to take. Parked failures
-    are judged as a whole only once every thread did (or ended): before that, another
-    thread may be handling the first message of a session that fails the same way."""
+    """Which pumps of a session queue found no session left to take. Parked failures are
+    judged as a whole only once every pump did (or ended): before that, another may be
+    handling the first message of a session that fails the same way. ``whoami`` tells one
+    pump from another (a thread's ident; for the asyncio Processor, its task)."""
 
-    def __init__(self, threads: int) -> None:
-        self._threads = threads
-        self._idle: set[int] = set()
+    def __init__(self, pumps: int, whoami: Callable[[], object] = threading.get_ident) -> None:
+        self._pumps = pumps
+        self._whoami = whoami
+        self._idle: set[object] = set()
         self._lock = threading.Lock()
 
     def found_none(self) -> bool:
-        """This thread found no session; whether every thread has now."""
+        """This pump found no session; whether every pump has now."""
         with self._lock:
-            self._idle.add(threading.get_ident())
-            return len(self._idle) >= self._threads
+            self._idle.add(self._whoami())
+            return len(self._idle) >= self._pumps
 
     def found_one(self) -> None:
         with self._lock:
-            self._idle.discard(threading.get_ident())
+            self._idle.discard(self._whoami())
 
 
 class Pump:
@@ -235,7 +307,7 @@ class Pump:
                     elif self.until_idle:
                         break
                     else:
-                        self.stopping.wait(to_seconds(self.processor.max_wait, "max_wait"))
+                        self.stopping.wait(self.processor.options.max_wait)
                     continue
                 missed_once = False
                 self.lookouts.found_one()
@@ -295,14 +367,15 @@ class Pump:
         and the suspects kept to run alone once claimed (``None``: not claimed). A session
         returns as soon as it holds a failure back, since its later messages must wait."""
         in_order = isinstance(receiver, SessionReceiver)
-        wait = 0.0 if in_order else to_seconds(self.processor.max_wait, "max_wait")
+        options = self.processor.options
+        wait = 0.0 if in_order else options.max_wait
         held_back: list[Outcome] = []
         self._hold_gate()  # waits while another thread runs suspects alone
         try:
             while not (self.stopping.is_set() or (in_order and held_back) or self.gate.wanted()):
                 # Held-back failures wait for the next messages to judge them by, not longer.
                 messages = receiver.receive(
-                    self.processor.batch_size, min(wait, FLUSH_INTERVAL) if held_back else wait
+                    options.batch_size, min(wait, FLUSH_INTERVAL) if held_back else wait
                 )
                 if not messages:
                     if held_back:  # nothing else to judge them by: settle them as failures
@@ -355,27 +428,15 @@ class Pump:
             self._settle(receiver, [GivenBack(m) for m in messages])
             raise
         outcomes = [*handled, *(GivenBack(message) for message in later)]
-        # Only first deliveries tell a defect: a message that failed before is suspected
-        # already, and settled as it comes.
-        fresh = [o for o in outcomes if first_delivery(o)]
-        ready = [
-            o
-            for o in outcomes
-            if (failure_record(o) is None or not first_delivery(o))
-            and o.message.sequence_number not in settled_early
-        ]
-        held_back = held_back + [o for o in fresh if failure_record(o) is not None]
-        defect = self.window.add(failure_record(o) for o in fresh)
-        if defect is not None:
+        judged = judge(self.window, outcomes, held_back, settled_early, self.holds_back_failures)
+        ready, held_back = judged.ready, judged.held_back
+        if judged.defect is not None:
             if alone is not None:
                 self.gate.unclaim()
                 ready.append(GivenBack(alone[0]))
             self.processor.defect_found.set()  # before anything else lets its failures go
             self._give_back(receiver, ready, held_back)
-            raise ProcessorStoppedError(defect, self.stats)
-        if not (self.holds_back_failures and self.window.undecided()):
-            ready, held_back = ready + held_back, []
-            self.window.settled()
+            raise ProcessorStoppedError(judged.defect, self.stats)
         self._settle(receiver, ready)
         if in_order and suspects and not held_back and self.gate.claim():
             alone = []
@@ -418,10 +479,10 @@ class Pump:
         that dies loses little."""
         if not messages:
             return [], set()
-        if self.processor.batch:
+        if self.processor.options.batch:
             if in_order:
-                return self._first_failure(messages), set()
-            return self._bisect(messages), set()
+                return first_failure(messages, self._run), set()
+            return bisected(messages, self._run), set()
         if isinstance(self.runs, InChildProcess) and not in_order:
             return self._in_one_round_trip(receiver, messages, self.runs), set()
         outcomes: list[Outcome] = []
@@ -435,7 +496,7 @@ class Pump:
                     break
                 # Its lock renewal counts from now, as the handler's run does.
                 self.renewer.register(receiver, message)
-                if self.processor.lock_known_lost(message):
+                if self.processor.lost_locks.known(message):
                     outcomes.append(GivenBack(message))
                     continue
                 outcome = outcome_of(message, self._run(message))
@@ -464,46 +525,13 @@ class Pump:
         a crash still costs only the crasher, the guard running the rest in a new child),
         and are settled together when it is done."""
         self.renewer.register(receiver, messages)  # renewal counts from now
-        lost = [m for m in messages if self.processor.lock_known_lost(m)]
+        lost = [m for m in messages if self.processor.lost_locks.known(m)]
         run = [m for m in messages if m not in lost]
         self.stats.handler_runs += len(run)
         failures = child.run_each(run) if run else []
         return [
             *(outcome_of(m, f) for m, f in zip(run, failures, strict=True)),
             *(GivenBack(m) for m in lost),
-        ]
-
-    def _first_failure(self, messages: list[ReceivedMessage]) -> list[Outcome]:
-        """A session's batch that fails: the longest first part that succeeds is completed,
-        the message after it runs alone for its own outcome, and the rest are given back. A
-        binary search over the length of the first part: O(log n) runs, each of which
-        handles a first part again (a handler must tolerate that, as any redelivery)."""
-        if self._run(messages) is None:
-            return [Succeeded(message) for message in messages]
-        passing, failing = 0, len(messages)  # first parts known to pass and to fail
-        while failing - passing > 1:
-            middle = (passing + failing) // 2
-            if self._run(messages[:middle]) is None:
-                passing = middle
-            else:
-                failing = middle
-        alone = messages[passing]  # alone: the failure may have been a passing one
-        return [
-            *(Succeeded(message) for message in messages[:passing]),
-            outcome_of(alone, self._run([alone])),
-            *(GivenBack(message) for message in messages[passing + 1 :]),
-        ]
-
-    def _bisect(self, messages: list[ReceivedMessage]) -> list[Outcome]:
-        """Run the batch handler on ``messages``, and on halves of a failing part down to
-        single messages (:func:`poisonq.bisection.failing_alone`)."""
-
-        def run(part: Sequence[ReceivedMessage]) -> HandlerFailure | None:
-            return self._run(list(part))
-
-        failing = failing_alone(messages, run)
-        return [
-            outcome_of(message, failing.get(position)) for position, message in enumerate(messages)
         ]
 
     def _run(self, work: ReceivedMessage | list[ReceivedMessage]) -> HandlerFailure | None:
@@ -532,7 +560,7 @@ class Pump:
             )
         for outcome in outcomes:
             if outcome.message.sequence_number in lost:
-                self.processor.report_lock_lost(outcome.message)
+                self.processor.lost_locks.report(outcome.message)
         for message, error in tally(stats, outcomes, poisoned, lost):
             self._poisoned(message, error)
 

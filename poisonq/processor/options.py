@@ -1,0 +1,78 @@
+"""What a Processor is told, checked once: the sync :class:`~poisonq.processor.Processor` and
+the asyncio one (:mod:`poisonq.aio.processor`) both build a :class:`ProcessorOptions`, so an
+option means and refuses the same thing in each."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any
+
+from poisonq.defects import DEFAULT_MAX_FAILURE_RATIO, check_ratio
+from poisonq.errors import InvalidOptionError, PermanentError
+from poisonq.limits import check_count
+from poisonq.model import to_seconds
+from poisonq.processor.handler_runs import Isolation, check_isolation
+
+
+def check_handler(handler: Callable[..., Any]) -> None:
+    """A handler must be callable (a coroutine function, for the asyncio Processor, too)."""
+    if not callable(handler):
+        raise InvalidOptionError(f"handler must be callable, not {handler!r}")
+
+
+@dataclass(frozen=True)
+class ProcessorOptions:
+    """A Processor's options, each checked as the object is made (:class:`InvalidOptionError`);
+    the defaults here are both Processors' defaults.
+
+    ``batch_size`` messages are received (and, with ``batch=True``, handed to the handler) at
+    a time by each of ``concurrency`` pumps; ``permanent`` lists the exception types that
+    dead-letter at once (:class:`~poisonq.PermanentError` always among them); locks are
+    renewed for at most ``max_lock_renewal_duration`` seconds; an idle receive waits
+    ``max_wait`` seconds; ``max_failure_ratio`` is the defect window's ratio (``None``: never
+    stop); ``isolation`` says where the handler runs (``"process"``: in a child process)."""
+
+    batch_size: int = 1
+    batch: bool = False
+    concurrency: int = 1
+    permanent: tuple[type[BaseException], ...] = ()
+    max_lock_renewal_duration: float = 300.0
+    max_wait: float = 1.0
+    max_failure_ratio: float | None = DEFAULT_MAX_FAILURE_RATIO
+    isolation: Isolation = None
+
+    def __post_init__(self) -> None:
+        # Durations may be given as a timedelta, and permanent as any sequence: each is kept
+        # in the one form the pumps read (``of`` is how a Processor makes these).
+        check_count(self.batch_size, "batch_size")
+        check_count(self.concurrency, "concurrency")
+        for kind in self.permanent:
+            if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+                raise InvalidOptionError(f"permanent must list exception types, not {kind!r}")
+        checked = {
+            "batch": bool(self.batch),
+            "permanent": tuple(self.permanent),
+            "max_lock_renewal_duration": to_seconds(
+                self.max_lock_renewal_duration, "max_lock_renewal_duration"
+            ),
+            "max_wait": to_seconds(self.max_wait, "max_wait"),
+            "max_failure_ratio": check_ratio(self.max_failure_ratio),
+            "isolation": check_isolation(self.isolation),
+        }
+        for name, value in checked.items():  # frozen: set once, here
+            object.__setattr__(self, name, value)
+
+    @classmethod
+    def of(cls, options: dict[str, Any]) -> ProcessorOptions:
+        """The options a Processor's keyword arguments name (durations as seconds or a
+        ``timedelta``); an unknown name is refused."""
+        unknown = sorted(set(options) - {f.name for f in fields(cls)})
+        if unknown:
+            raise InvalidOptionError(f"a Processor has no option {', '.join(unknown)}")
+        return cls(**options)
+
+    @property
+    def permanent_errors(self) -> tuple[type[BaseException], ...]:
+        """What dead-letters at once: :class:`~poisonq.PermanentError` and ``permanent``."""
+        return (PermanentError, *self.permanent)
