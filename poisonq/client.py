@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 from poisonq.clock import Clock, ServerClock, SystemClock
 from poisonq.engine import Engine
@@ -52,7 +52,7 @@ from poisonq.receivers import (
     wait_for,
 )
 from poisonq.reports import AuditReport, QueueInfo
-from poisonq.retrying import OperationRetry, Reachability, RetryingEngine, retried
+from poisonq.retrying import OperationRetry, Reachability, retried, retrying
 from poisonq.store import open_store, redacted_url
 from poisonq.store.base import (
     NO_VALUE,
@@ -175,10 +175,9 @@ class Broker:
     ) -> None:
         self.store = store
         self.clock = clock or SystemClock()
-        # Typed as the engine it wraps: every engine method, retried on transient errors.
-        self.engine = cast(
-            Engine, RetryingEngine(Engine(store, self.clock), retry or OperationRetry())
-        )
+        # Every engine operation, retried on transient errors.
+        reachability = Reachability(redacted_url(store.url))
+        self.engine = retrying(Engine(store, self.clock), retry or OperationRetry(), reachability)
 
     @property
     def url(self) -> str:
