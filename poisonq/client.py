@@ -25,6 +25,7 @@ from poisonq.filters import Filter, Rule, RuleSet, make_filter
 from poisonq.history import Timeline, Trend
 from poisonq.history import window as history_window
 from poisonq.limits import check_count
+from poisonq.link import Link
 from poisonq.lock_renewer import AutoLockRenewer, check_renewer
 from poisonq.model import (
     Duration,
@@ -178,6 +179,8 @@ class Broker:
         # Every engine operation, retried on transient errors.
         reachability = Reachability(redacted_url(store.url))
         self.engine = retrying(Engine(store, self.clock), retry or OperationRetry(), reachability)
+        # What the senders and receivers it makes use of it.
+        self.link = Link(self.engine, self.clock, store)
 
     @property
     def url(self) -> str:
