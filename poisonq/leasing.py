@@ -8,7 +8,7 @@ from typing import Any
 
 from poisonq.engine import Engine
 from poisonq.model import Duration, Lease
-from poisonq.receivers import lock_seconds
+from poisonq.options import lock_seconds
 from poisonq.timeline import BatchRun, PipelineBatch, PipelineSummary
 
 

@@ -24,12 +24,12 @@ from poisonq.model import (
     to_seconds,
     to_timestamp,
 )
+from poisonq.options import lock_seconds
 from poisonq.receivers import (
     RECEIVE_WAIT,
     Receiver,
     Sender,
     SessionReceiver,
-    lock_seconds,
     wait_for,
 )
 from poisonq.selection import message_filter

@@ -26,7 +26,7 @@ from poisonq.model import (
     to_seconds,
 )
 from poisonq.names import parse_address
-from poisonq.options import MAX_LOCK_DURATION
+from poisonq.options import lock_seconds as lock_seconds  # where the aio API finds it
 from poisonq.store.base import MessageFilter
 
 MessageOrList = ReceivedMessage | Sequence[ReceivedMessage]
@@ -88,13 +88,6 @@ def wait_for(
         marker = changes.change_marker()
         found = look()
     return found
-
-
-def lock_seconds(lock_duration: Duration) -> float:
-    seconds = to_seconds(lock_duration, "lock_duration")
-    if not 0 < seconds <= MAX_LOCK_DURATION:
-        raise InvalidOptionError(f"lock_duration must be in (0, {MAX_LOCK_DURATION:g}] seconds")
-    return seconds
 
 
 def _failure(error: BaseException | FailureRecord | None, now: float) -> FailureRecord | None:
