@@ -59,7 +59,7 @@ class _Watch:
         else:
             end = renewable.locked_until
         assert end is not None  # register refuses a message that holds no lock
-        return end.timestamp() - self.receiver.broker.clock.now()
+        return end.timestamp() - self.receiver.link.clock.now()
 
     def renew(self) -> None:
         if isinstance(self.renewable, SessionReceiver):

@@ -12,11 +12,19 @@ from typing import Any
 
 from poisonq.errors import InvalidOptionError
 from poisonq.limits import check_count
-from poisonq.model import ReceiveErrorHandling, to_seconds
+from poisonq.model import Duration, ReceiveErrorHandling, to_seconds
 from poisonq.names import validate_name
 
 KIB = 1024
 MAX_LOCK_DURATION = 300.0
+
+
+def lock_seconds(lock_duration: Duration) -> float:
+    """A receiver's or a lease's own lock duration, in seconds."""
+    seconds = to_seconds(lock_duration, "lock_duration")
+    if not 0 < seconds <= MAX_LOCK_DURATION:
+        raise InvalidOptionError(f"lock_duration must be in (0, {MAX_LOCK_DURATION:g}] seconds")
+    return seconds
 
 
 @dataclass(frozen=True, slots=True)

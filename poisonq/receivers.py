@@ -1,15 +1,19 @@
 """Senders and receivers: what ``Broker.sender``, ``Broker.receiver`` and
-``Broker.accept_session`` hand out. Each is bound to one address and calls the engine."""
+``Broker.accept_session`` hand out. Each is bound to one address and works through the
+:class:`~poisonq.link.Link` the broker hands it (the engine's operations, the clock, the
+store's change feed); it keeps the broker as ``broker`` for its callers, and uses nothing
+else of it."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from poisonq.errors import InvalidOperationError, InvalidOptionError
 from poisonq.failures import failure_from_exception
+from poisonq.link import ChangeFeed, Linked
 from poisonq.model import (
     Duration,
     FailureRecord,
@@ -22,13 +26,8 @@ from poisonq.model import (
     to_seconds,
 )
 from poisonq.names import parse_address
-from poisonq.options import MAX_LOCK_DURATION
+from poisonq.options import lock_seconds as lock_seconds  # where the aio API finds it
 from poisonq.store.base import MessageFilter
-
-if TYPE_CHECKING:
-    from poisonq.client import Broker
-    from poisonq.lock_renewer import AutoLockRenewer
-    from poisonq.store.base import Store
 
 MessageOrList = ReceivedMessage | Sequence[ReceivedMessage]
 T = TypeVar("T")
@@ -38,6 +37,18 @@ RECEIVE_WAIT = 60.0
 LOOK_INTERVAL = 0.1
 """Seconds a waiting receive goes at most without looking: scheduled messages and expired
 locks come due without any commit to wake it (the asyncio API waits by the same rule)."""
+
+
+class LockRenewal(Protocol):
+    """What a receiver asks of its ``auto_lock_renewer`` (an
+    :class:`~poisonq.lock_renewer.AutoLockRenewer`)."""
+
+    def register(self, receiver: Receiver, messages: MessageOrList | None = None) -> None:
+        """Keep renewing these messages' locks (a session receiver's session lock without
+        messages)."""
+
+    def registered(self, locks: Iterable[tuple[int, str]]) -> list[ReceivedMessage]:
+        """The registered messages that hold these locks."""
 
 
 def as_list(messages: MessageOrList) -> list[ReceivedMessage]:
@@ -65,23 +76,18 @@ def settling(messages: Sequence[ReceivedMessage]) -> Iterator[None]:
         raise
 
 
-def wait_for(store: Store, deadline: float, marker: object, found: T, look: Callable[[], T]) -> T:
+def wait_for(
+    changes: ChangeFeed, deadline: float, marker: object, found: T, look: Callable[[], T]
+) -> T:
     """What ``look`` finds, looking again after every change in the store until it finds
     something or ``deadline`` (on ``time.monotonic``) passes; ``found`` is what the caller's
-    own look found, after it took ``marker`` from the store. Scheduled messages and expired
+    own look found, after it took ``marker`` from ``changes``. Scheduled messages and expired
     locks come due without any commit, so it looks at least every :data:`LOOK_INTERVAL`."""
     while not found and (left := deadline - time.monotonic()) > 0:
-        store.wait_for_change(marker, min(left, LOOK_INTERVAL))
-        marker = store.change_marker()
+        changes.wait_for_change(marker, min(left, LOOK_INTERVAL))
+        marker = changes.change_marker()
         found = look()
     return found
-
-
-def lock_seconds(lock_duration: Duration) -> float:
-    seconds = to_seconds(lock_duration, "lock_duration")
-    if not 0 < seconds <= MAX_LOCK_DURATION:
-        raise InvalidOptionError(f"lock_duration must be in (0, {MAX_LOCK_DURATION:g}] seconds")
-    return seconds
 
 
 def _failure(error: BaseException | FailureRecord | None, now: float) -> FailureRecord | None:
@@ -105,14 +111,15 @@ def _batch(messages: object) -> list[Message]:
 class Sender:
     """Sends to one queue."""
 
-    def __init__(self, broker: Broker, address: str) -> None:
+    def __init__(self, broker: Linked, address: str) -> None:
         self.broker = broker
+        self.link = broker.link
         self.address = address
 
     def send(self, messages: Message | Iterable[Message]) -> list[int]:
         """Send one message or a batch (one transaction: all or nothing, durable on return).
         Returns the sequence numbers; a duplicate ignored by duplicate detection gets none."""
-        return self.broker.engine.send(self.address, _batch(messages))
+        return self.link.engine.send(self.address, _batch(messages))
 
     def schedule(self, messages: Message | Iterable[Message], at: Any) -> list[int]:
         """Send messages that become visible at ``at`` (a timezone-aware datetime)."""
@@ -125,7 +132,7 @@ class Sender:
         """Cancel scheduled messages not yet due (they leave the queue, counted as dropped),
         all or none: a number naming no such message raises :class:`MessageNotFoundError`.
         On a topic, the copies :meth:`schedule` put in its subscriptions."""
-        return self.broker.engine.cancel_scheduled(self.address, sequence_numbers)
+        return self.link.engine.cancel_scheduled(self.address, sequence_numbers)
 
     def __enter__(self) -> Sender:
         return self
@@ -149,15 +156,16 @@ class Receiver:
 
     def __init__(
         self,
-        broker: Broker,
+        broker: Linked,
         address: str,
         subqueue: SubQueue | str | None,
         receive_mode: ReceiveMode,
         lock_duration: Duration | None,
         max_wait_time: Duration | None = None,
-        auto_lock_renewer: AutoLockRenewer | None = None,
+        auto_lock_renewer: LockRenewal | None = None,
     ) -> None:
         self.broker = broker
+        self.link = broker.link
         self.address = str(parse_address(address, subqueue))
         self.receive_mode = receive_mode
         self.lock_duration = None if lock_duration is None else lock_seconds(lock_duration)
@@ -165,7 +173,7 @@ class Receiver:
             None if max_wait_time is None else to_seconds(max_wait_time, "max_wait_time")
         )
         self.auto_lock_renewer = auto_lock_renewer
-        self._engine = broker.engine
+        self._engine = self.link.engine
 
     def __enter__(self) -> Receiver:
         return self
@@ -232,11 +240,11 @@ class Receiver:
         delete = self.receive_mode is ReceiveMode.RECEIVE_AND_DELETE
         # Only a receive that may wait needs the marker (on PostgreSQL, asking for it opens
         # the store's listening connection).
-        marker = self.broker.store.change_marker() if wait > 0 else None
+        marker = self.link.changes.change_marker() if wait > 0 else None
         with settling(settled):
             got = self._fetch(max_messages, delete, complete, settle or [])
         got = wait_for(
-            self.broker.store,
+            self.link.changes,
             deadline,
             marker,
             got,
@@ -300,7 +308,7 @@ class Receiver:
         Returns the sequence numbers the retry policy poisoned (dead-lettered or dropped).
         On a session queue a ``delay`` is refused (:class:`InvalidOperationError`): the
         session is delivered in order, so one message cannot wait while the rest goes on."""
-        failure = _failure(error, self.broker.clock.now())
+        failure = _failure(error, self.link.clock.now())
         seconds = None if delay is None else to_seconds(delay, "delay")
         locks = self._locks(messages)
         with settling(as_list(messages)):
@@ -320,7 +328,7 @@ class Receiver:
         error: BaseException | FailureRecord | None = None,
     ) -> None:
         """locked → the dead-letter queue with ``reason`` and ``description``."""
-        failure = _failure(error, self.broker.clock.now())
+        failure = _failure(error, self.link.clock.now())
         locks = self._locks(messages)
         with settling(as_list(messages)):
             self._engine.dead_letter(self.address, locks, reason, description, failure)
@@ -328,7 +336,7 @@ class Receiver:
     def effective_lock_duration(self) -> float:
         """The lock duration this receiver's locks get (its own, else the queue's)."""
         if self.lock_duration is None:
-            self.lock_duration = self.broker.get_queue(self.address).options.lock_duration
+            self.lock_duration = self._engine.get_queue(self.address).options.lock_duration
         return self.lock_duration
 
     def renew_lock(self, messages: MessageOrList) -> None:
@@ -358,13 +366,13 @@ class SessionReceiver(Receiver):
 
     def __init__(
         self,
-        broker: Broker,
+        broker: Linked,
         address: str,
         lock_duration: float | None,
         session_id: str,
         token: str,
         locked_until: float,
-        auto_lock_renewer: AutoLockRenewer | None = None,
+        auto_lock_renewer: LockRenewal | None = None,
     ) -> None:
         super().__init__(broker, address, None, ReceiveMode.PEEK_LOCK, lock_duration)
         self.session_id = session_id
@@ -385,7 +393,7 @@ class SessionReceiver(Receiver):
     def __exit__(self, *exc: object) -> None:
         error = exc[1] if len(exc) > 1 else None
         # An exception fails the delivery in hand; a KeyboardInterrupt or SystemExit stops.
-        now = self.broker.clock.now()
+        now = self.link.clock.now()
         self._close(failure_from_exception(error, now) if isinstance(error, Exception) else None)
 
     def _open(self) -> None:
@@ -449,7 +457,7 @@ class SessionReceiver(Receiver):
         closed. Returns their sequence numbers. The session state is kept; a message sent
         to the session later starts it anew."""
         self._open()
-        failure = _failure(error, self.broker.clock.now())
+        failure = _failure(error, self.link.clock.now())
         with self._closing():
             return self._engine.dead_letter_session(
                 self.address, self.session_id, self._token, reason, description, failure

@@ -18,10 +18,19 @@ first attempt already settled raise :class:`~poisonq.errors.MessageLockLostError
 An outage is told in two log lines per client, not one per failed attempt: a warning when the
 store first becomes unreachable and another when an operation succeeds on it again, with how
 long it was away (:class:`Reachability`). The retries between them log at debug level.
+
+How the engine gets its retries (:func:`retrying`): an engine whose operations are retried
+is still an engine, so the broker holds one, a shallow copy whose public methods are the
+original's wrapped by :func:`retried`. It is typed as what it is, with no cast, and an
+operation calling another inside calls the original's, so retries never nest. That is the
+simplest typed design: a ``__getattr__`` proxy is typed only by a cast, a class restating
+each operation writes the engine's methods twice, and a decorator on the engine's methods
+would put the client's retry policy in the engine.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import random
@@ -29,11 +38,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import ParamSpec, TypeVar
 
 from poisonq.errors import InvalidOptionError, StoreUnavailableError
 from poisonq.limits import check_count
-from poisonq.store import redacted_url
 
 log = logging.getLogger(__name__)
 
@@ -90,38 +98,46 @@ class Reachability:
 _IN_DOUBT_AWARE = frozenset({"complete", "settle"})
 """The engine's operations that take ``in_doubt=True`` on a retry (see the module's doc)."""
 
+E = TypeVar("E")
+P = ParamSpec("P")
+R = TypeVar("R")
 
-class RetryingEngine:
-    """The engine with every public operation retried under an :class:`OperationRetry`.
 
-    Wraps by composition: attributes pass through, callables come back wrapped."""
+def retrying(engine: E, retry: OperationRetry, reachability: Reachability) -> E:
+    """``engine`` with every public operation retried under ``retry``.
 
-    def __init__(self, engine: Any, retry: OperationRetry) -> None:
-        self._engine = engine
-        self._retry = retry
-        self._reachability = Reachability(redacted_url(engine.store.url))
+    An engine whose operations are retried is still an engine, so this returns one: a
+    shallow copy of ``engine`` (the same store, clock and collaborators) on which each
+    public method of its class is the original's, bound to ``engine`` and wrapped by
+    :func:`retried`. Type checkers see the engine's own signatures, with no cast. An
+    operation that calls another inside calls it on ``engine``, unwrapped, so retries
+    never nest: only the outermost operation, which is one store transaction, is repeated.
 
-    def __getattr__(self, name: str) -> Any:
-        found = getattr(self._engine, name)
-        if name.startswith("_") or not callable(found):
-            return found
-        wrapped = retried(found, self._retry, self._reachability, name in _IN_DOUBT_AWARE)
-        setattr(self, name, wrapped)  # found here from now on, without __getattr__
-        return wrapped
+    Why this and not the alternatives: a ``__getattr__`` proxy has no type but the one a
+    cast claims; a class restating each operation would write the engine's methods twice;
+    a retry decorator on the engine's methods would put the client's retry policy in the
+    engine. An outage is told through ``reachability``."""
+    copied = copy.copy(engine)
+    for name in dir(type(engine)):
+        if name.startswith("_") or not callable(getattr(type(engine), name)):
+            continue
+        operation = getattr(engine, name)
+        setattr(copied, name, retried(operation, retry, reachability, name in _IN_DOUBT_AWARE))
+    return copied
 
 
 def retried(
-    operation: Callable[..., Any],
+    operation: Callable[P, R],
     retry: OperationRetry,
     reachability: Reachability,
     in_doubt_aware: bool = False,
-) -> Callable[..., Any]:
+) -> Callable[P, R]:
     """``operation`` retried under ``retry`` when the store is briefly unavailable; the
     outage is logged through ``reachability``. An ``in_doubt_aware`` operation's retries
     are called with ``in_doubt=True``."""
 
     @functools.wraps(operation)
-    def call(*args: Any, **kwargs: Any) -> Any:
+    def call(*args: P.args, **kwargs: P.kwargs) -> R:
         delays = retry.delays()
         while True:
             try:
@@ -132,8 +148,9 @@ def retried(
                     raise
                 reachability.failed(exc)
                 if in_doubt_aware:
-                    kwargs = {**kwargs, "in_doubt": True}
-                log.debug("%s failed (%s); retrying in %.1f s", operation.__name__, exc, delay)
+                    kwargs["in_doubt"] = True
+                name = getattr(operation, "__name__", "an operation")
+                log.debug("%s failed (%s); retrying in %.1f s", name, exc, delay)
                 time.sleep(delay)
             else:
                 reachability.answered()

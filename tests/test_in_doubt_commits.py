@@ -11,23 +11,18 @@ import pytest
 from poisonq import Abandon, Broker, Complete, ManualClock, MessageLockLostError
 from poisonq.engine import Engine
 from poisonq.errors import StoreUnavailableError
-from poisonq.retrying import OperationRetry, RetryingEngine
+from poisonq.retrying import OperationRetry, Reachability, retrying
 from tests.helpers import assert_balanced, fill
 
 
-class CutAfterCommit:
+class CutAfterCommit(Engine):
     """An engine whose first ``settle`` commits and then loses its answer, as a connection
     dropped while the commit was in flight does."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.cuts = 1
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.engine, name)
+    cuts = 1
 
     def settle(self, *args: Any, **kwargs: Any) -> list[int]:
-        poisoned = self.engine.settle(*args, **kwargs)
+        poisoned = super().settle(*args, **kwargs)
         if self.cuts:
             self.cuts -= 1
             raise StoreUnavailableError("server closed the connection unexpectedly")
@@ -41,11 +36,13 @@ def test_a_retried_completion_takes_a_message_stored_nowhere_as_completed(
     completions returns normally, and the messages are completed once."""
     fill(broker, queue, 4)
     got = broker.receiver(queue).receive(max_messages=4)
-    retrying = RetryingEngine(
-        CutAfterCommit(Engine(broker.store, clock)), OperationRetry(retry_backoff_factor=0)
+    retried = retrying(
+        CutAfterCommit(broker.store, clock),
+        OperationRetry(retry_backoff_factor=0),
+        Reachability(broker.url),
     )
     settlements = [Complete(m.sequence_number, m.lock_token) for m in got[:3]]
-    assert retrying.settle(queue, settlements) == []
+    assert retried.settle(queue, settlements) == []
     assert broker.counts(queue)["completed"] == 3
     assert broker.counts(queue)["locked"] == 1
     assert_balanced(broker)

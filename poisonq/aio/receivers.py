@@ -102,7 +102,7 @@ class AsyncReceiver:
             Release(m.sequence_number, m.lock_token) for m in messages if m.lock_token
         ]
         if releases and self.sync.receive_mode is ReceiveMode.PEEK_LOCK:
-            self.sync.broker.settle(self.address, releases)
+            self.broker.sync.settle(self.address, releases)
 
     async def complete_and_receive(
         self, messages: MessageOrList, max_messages: int = 1
