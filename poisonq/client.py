@@ -13,6 +13,7 @@ in the part.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
@@ -87,7 +88,16 @@ class _Forward(Generic[P, R]):
         if broker is None:
             return self
         method: Callable[P, R] = getattr(getattr(broker, self.part), self.name)
-        return method
+
+        # The call holds the broker, not only its part: ``connect(url).sender(q)`` makes a
+        # sender of a broker nothing else holds, and the part refers to it weakly.
+        @functools.wraps(method)
+        def call(*args: P.args, **kwargs: P.kwargs) -> R:
+            part = getattr(broker, self.part)
+            forwarded: Callable[P, R] = getattr(part, self.name)
+            return forwarded(*args, **kwargs)
+
+        return call
 
 
 class Broker:

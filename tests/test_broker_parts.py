@@ -35,7 +35,7 @@ def test_every_method_of_a_part_is_the_brokers_with_the_parts_docstring(
     assert isinstance(getattr(broker, part), cls)
     for name in public_methods(cls):
         method = getattr(broker, name)
-        assert method.__self__ is getattr(broker, part), name
+        assert method.__wrapped__.__self__ is getattr(broker, part), name
         assert getattr(Broker, name).__doc__ == getattr(cls, name).__doc__
 
 
@@ -62,3 +62,14 @@ def test_a_broker_nobody_holds_goes_at_once(tmp_path: Path, clock: ManualClock) 
         gone = weakref.ref(opened)
     del opened
     assert gone() is None
+
+
+def test_a_sender_of_a_broker_nothing_else_holds_keeps_it(url: str, clock: ManualClock) -> None:
+    """``connect(url).sender(queue)`` is a sender that works: the broker's method holds the
+    broker while it makes the sender, which then keeps it."""
+    with poisonq.connect(url, clock=clock) as setup:
+        setup.create_queue("orders")
+    sender = poisonq.connect(url, clock=clock).sender("orders")
+    sender.send(Message(body="x"))
+    with sender.broker as broker:
+        assert broker.counts("orders")["active"] == 1
