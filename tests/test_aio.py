@@ -424,3 +424,41 @@ def test_cancelling_a_waiting_session_accept_leaves_no_session_locked(
             await session.complete(message)
 
     run(url, clock, body)
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_a_cancelled_error_escaping_a_handler_is_its_failure_when_the_run_is_not_cancelled(
+    url: str, clock: ManualClock, batch: bool
+) -> None:
+    """Only a cancellation of the run itself ends the run: a ``CancelledError`` the handler
+    lets escape (a sub-task it cancelled) while the run is not being cancelled is the
+    handler's failure like any exception, so the message is abandoned with its failure
+    recorded until the retry policy dead-letters it, and the other messages are handled
+    (with a batch handler, bisection finds the one message)."""
+
+    async def body(broker: AsyncBroker) -> None:
+        await broker.sender("orders").send([Message(body=f"{n}") for n in range(6)])
+
+        async def leaks_a_cancel(message: poisonq.ReceivedMessage) -> None:
+            if message.body == b"2":
+                inner = asyncio.create_task(asyncio.sleep(5))
+                await asyncio.sleep(0)
+                inner.cancel()
+                await inner  # the handler's own sub-task was cancelled: the error escapes
+
+        async def batch_leaks_a_cancel(messages: list[poisonq.ReceivedMessage]) -> None:
+            for message in messages:
+                await leaks_a_cancel(message)
+
+        handler = batch_leaks_a_cancel if batch else leaks_a_cancel
+        processor = Processor(broker, "orders", handler, batch=batch, concurrency=2, max_wait=0)
+        stats = await processor.run(until_idle=True)
+        assert (stats.completed, stats.poisoned) == (5, 1)
+        (dead,) = await broker.dead_letters("orders")
+        assert dead.body == b"2"
+        assert dead.dead_letter_reason == DeadLetterReason.MAX_DELIVERY_COUNT_EXCEEDED
+        assert [f.error_type for f in dead.failures] == ["asyncio.exceptions.CancelledError"] * 3
+        counts = await broker.counts("orders")
+        assert (counts["active"], counts["locked"]) == (0, 0)
+
+    run(url, clock, body)

@@ -64,6 +64,13 @@ PoisonHook = Callable[[ReceivedMessage, BaseException], Any]
 Work = ReceivedMessage | list[ReceivedMessage]
 
 
+def _run_cancelled() -> bool:
+    """Whether the task running this (a pump task, or a batch search's handler call) is
+    being cancelled: only then does a ``CancelledError`` end the run."""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
+
+
 class Processor:
     """Receives from ``address``, awaits ``handler(message)`` (or calls it, if it is not a
     coroutine function; with ``batch=True``, ``handler(messages)``) and settles each message
@@ -474,6 +481,13 @@ class _Pump:
                 self._blocked(work, clock.now() - started)
             if inspect.isawaitable(result):
                 await result
+        except asyncio.CancelledError as exc:
+            if _run_cancelled():
+                raise
+            # The handler's own cancellation (a sub-task or a wait it cancelled) escaped it
+            # while the run goes on: its failure like any exception, not the run's end.
+            failure = failure_from_exception(exc, self.broker.clock.now())
+            return HandlerFailure(exc, failure, isinstance(exc, self.options.permanent_errors))
         except Exception as exc:  # where a coroutine handler's exception becomes data
             failure = failure_from_exception(exc, self.broker.clock.now())
             return HandlerFailure(exc, failure, isinstance(exc, self.options.permanent_errors))
