@@ -462,3 +462,51 @@ def test_a_cancelled_error_escaping_a_handler_is_its_failure_when_the_run_is_not
         assert (counts["active"], counts["locked"]) == (0, 0)
 
     run(url, clock, body)
+
+
+@pytest.mark.parametrize("sessions", [False, True])
+def test_a_cancelled_batch_run_calls_no_handler_after_the_cancellation(
+    url: str, clock: ManualClock, sessions: bool
+) -> None:
+    """Cancelling a ``batch=True`` run cancels the handler call in flight and stops the
+    batch's search (bisection, a session's first-failure search) before its next call: once
+    ``run()`` has ended, no handler call, search thread or task of it is left running, and
+    the batch is back in the queue uncounted for another consumer."""
+
+    async def body(broker: AsyncBroker) -> None:
+        await broker.create_queue("batches", requires_session=sessions, lock_duration=30)
+        session = "s" if sessions else None
+        await broker.sender("batches").send(
+            [Message(body=f"{n}", session_id=session) for n in range(4)]
+        )
+        calls: list[list[bytes]] = []
+        cancelled: list[list[bytes]] = []
+        started, release = asyncio.Event(), asyncio.Event()
+
+        async def fails_as_a_batch(messages: list[poisonq.ReceivedMessage]) -> None:
+            bodies = [m.body for m in messages]
+            calls.append(bodies)
+            started.set()
+            try:
+                await release.wait()
+            except asyncio.CancelledError:
+                cancelled.append(bodies)
+                raise
+            if len(messages) > 1:
+                raise RuntimeError("the batch fails: the search would bisect it")
+
+        processor = Processor(broker, "batches", fails_as_a_batch, batch=True, batch_size=4)
+        run_task = asyncio.create_task(processor.run())
+        await started.wait()
+        run_task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run_task
+        assert asyncio.all_tasks() == {asyncio.current_task()}  # nothing of the run left
+        release.set()
+        await asyncio.sleep(0)
+        assert calls == cancelled == [[b"0", b"1", b"2", b"3"]]
+        counts = await broker.counts("batches")
+        assert (counts["locked"], counts["active"]) == (0, 4)
+        assert {m.delivery_count for m in await broker.peek("batches", max_messages=4)} == {0}
+
+    run(url, clock, body)
