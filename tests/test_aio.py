@@ -11,6 +11,7 @@ import pytest
 
 import poisonq
 from poisonq import (
+    BrokerClosedError,
     DeadLetterReason,
     InvalidOptionError,
     ManualClock,
@@ -510,3 +511,29 @@ def test_a_cancelled_batch_run_calls_no_handler_after_the_cancellation(
         assert {m.delivery_count for m in await broker.peek("batches", max_messages=4)} == {0}
 
     run(url, clock, body)
+
+
+def test_a_closed_async_broker_raises_broker_closed_error_also_in_a_waiting_receive(
+    url: str, clock: ManualClock
+) -> None:
+    """A closed :class:`AsyncBroker` raises :class:`BrokerClosedError`, as the sync Broker
+    does (not asyncio's "cannot schedule new futures after shutdown"): for a call made after
+    the close, and for a receive that was waiting while its broker closed."""
+
+    async def main() -> None:
+        broker = await poisonq.aio.connect(url, clock=clock)
+        await broker.create_queue("orders")
+        waiting = asyncio.create_task(broker.receiver("orders").receive(max_wait=30))
+        await asyncio.sleep(0.2)  # it waits for a message (the rule holds either way)
+        assert_balanced(broker.sync)
+        await broker.close()
+        with pytest.raises(BrokerClosedError):
+            await waiting
+        with pytest.raises(BrokerClosedError):
+            await broker.counts("orders")
+        with pytest.raises(BrokerClosedError):
+            await broker.sender("orders").send(Message(body=b"late"))
+        with pytest.raises(BrokerClosedError):
+            await broker.receiver("orders").receive(max_wait=0)
+
+    asyncio.run(main())
