@@ -537,3 +537,30 @@ def test_a_closed_async_broker_raises_broker_closed_error_also_in_a_waiting_rece
             await broker.receiver("orders").receive(max_wait=0)
 
     asyncio.run(main())
+
+
+def test_an_on_poison_hook_that_raises_ends_the_run_with_its_error_after_the_dead_letter(
+    url: str, clock: ManualClock
+) -> None:
+    """As in the sync Processor, ``on_poison`` runs after the settlement that poisoned the
+    message: a hook that raises ends ``run()`` with the hook's exception, the message stays
+    dead-lettered, and nothing is left locked (what was in hand is settled or given back)."""
+
+    async def body(broker: AsyncBroker) -> None:
+        await broker.sender("orders").send([Message(body=f"{n}") for n in range(4)])
+
+        async def handler(message: poisonq.ReceivedMessage) -> None:
+            if message.body == b"1":
+                raise PermanentError("no such customer")
+
+        async def alerting_is_down(message: poisonq.ReceivedMessage, error: BaseException) -> None:
+            raise RuntimeError("alerting service down")
+
+        processor = Processor(broker, "orders", handler, on_poison=alerting_is_down, max_wait=0)
+        with pytest.raises(RuntimeError, match="alerting service down"):
+            await processor.run(until_idle=True)
+        (dead,) = await broker.dead_letters("orders")
+        assert dead.body == b"1" and dead.dead_letter_reason == "PermanentError"
+        assert (await broker.counts("orders"))["locked"] == 0
+
+    run(url, clock, body)
