@@ -5,6 +5,8 @@ adds: waits that hold no thread, and cancellation that leaves nothing locked."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -564,3 +566,38 @@ def test_an_on_poison_hook_that_raises_ends_the_run_with_its_error_after_the_dea
         assert (await broker.counts("orders"))["locked"] == 0
 
     run(url, clock, body)
+
+
+def test_a_cancelled_send_is_applied_all_or_nothing_and_nothing_while_it_waited_for_a_thread(
+    url: str, clock: ManualClock
+) -> None:
+    """A cancelled send is never applied in part: one cancelled while it waited for a store
+    thread sends nothing; one cancelled while its transaction ran sends every message of the
+    batch (the thread finishes it), though the caller got the cancellation, so a retry after
+    a timeout may send twice (what the docs say; duplicate detection is the remedy)."""
+
+    async def main() -> None:
+        async with await poisonq.aio.connect(url, clock=clock, pool_size=1) as broker:
+            await broker.create_queue("orders")
+            batch = [Message(body=f"{n}") for n in range(300)]
+            release = threading.Event()
+            busy = asyncio.ensure_future(broker.calls(release.wait))  # the one store thread
+            sending = asyncio.create_task(broker.sender("orders").send(batch))
+            await asyncio.sleep(0)  # its first step queues the send for the store's thread
+            sending.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await sending
+            release.set()
+            await busy
+            assert (await broker.counts("orders"))["active"] == 0
+            for _ in range(5):  # the store's thread free: the transaction may have begun
+                sending = asyncio.create_task(broker.sender("orders").send(batch))
+                await asyncio.sleep(0)
+                sending.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sending
+                await broker.calls(lambda: None)  # after the send's thread is done
+                assert (await broker.counts("orders"))["active"] % 300 == 0
+            assert_balanced(broker.sync)
+
+    asyncio.run(main())
