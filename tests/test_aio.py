@@ -5,12 +5,15 @@ adds: waits that hold no thread, and cancellation that leaves nothing locked."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 from collections.abc import Awaitable, Callable
 
 import pytest
 
 import poisonq
 from poisonq import (
+    BrokerClosedError,
     DeadLetterReason,
     InvalidOptionError,
     ManualClock,
@@ -424,3 +427,177 @@ def test_cancelling_a_waiting_session_accept_leaves_no_session_locked(
             await session.complete(message)
 
     run(url, clock, body)
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_a_cancelled_error_escaping_a_handler_is_its_failure_when_the_run_is_not_cancelled(
+    url: str, clock: ManualClock, batch: bool
+) -> None:
+    """Only a cancellation of the run itself ends the run: a ``CancelledError`` the handler
+    lets escape (a sub-task it cancelled) while the run is not being cancelled is the
+    handler's failure like any exception, so the message is abandoned with its failure
+    recorded until the retry policy dead-letters it, and the other messages are handled
+    (with a batch handler, bisection finds the one message)."""
+
+    async def body(broker: AsyncBroker) -> None:
+        await broker.sender("orders").send([Message(body=f"{n}") for n in range(6)])
+
+        async def leaks_a_cancel(message: poisonq.ReceivedMessage) -> None:
+            if message.body == b"2":
+                inner = asyncio.create_task(asyncio.sleep(5))
+                await asyncio.sleep(0)
+                inner.cancel()
+                await inner  # the handler's own sub-task was cancelled: the error escapes
+
+        async def batch_leaks_a_cancel(messages: list[poisonq.ReceivedMessage]) -> None:
+            for message in messages:
+                await leaks_a_cancel(message)
+
+        handler = batch_leaks_a_cancel if batch else leaks_a_cancel
+        processor = Processor(broker, "orders", handler, batch=batch, concurrency=2, max_wait=0)
+        stats = await processor.run(until_idle=True)
+        assert (stats.completed, stats.poisoned) == (5, 1)
+        (dead,) = await broker.dead_letters("orders")
+        assert dead.body == b"2"
+        assert dead.dead_letter_reason == DeadLetterReason.MAX_DELIVERY_COUNT_EXCEEDED
+        assert [f.error_type for f in dead.failures] == ["asyncio.exceptions.CancelledError"] * 3
+        counts = await broker.counts("orders")
+        assert (counts["active"], counts["locked"]) == (0, 0)
+
+    run(url, clock, body)
+
+
+@pytest.mark.parametrize("sessions", [False, True])
+def test_a_cancelled_batch_run_calls_no_handler_after_the_cancellation(
+    url: str, clock: ManualClock, sessions: bool
+) -> None:
+    """Cancelling a ``batch=True`` run cancels the handler call in flight and stops the
+    batch's search (bisection, a session's first-failure search) before its next call: once
+    ``run()`` has ended, no handler call, search thread or task of it is left running, and
+    the batch is back in the queue uncounted for another consumer."""
+
+    async def body(broker: AsyncBroker) -> None:
+        await broker.create_queue("batches", requires_session=sessions, lock_duration=30)
+        session = "s" if sessions else None
+        await broker.sender("batches").send(
+            [Message(body=f"{n}", session_id=session) for n in range(4)]
+        )
+        calls: list[list[bytes]] = []
+        cancelled: list[list[bytes]] = []
+        started, release = asyncio.Event(), asyncio.Event()
+
+        async def fails_as_a_batch(messages: list[poisonq.ReceivedMessage]) -> None:
+            bodies = [m.body for m in messages]
+            calls.append(bodies)
+            started.set()
+            try:
+                await release.wait()
+            except asyncio.CancelledError:
+                cancelled.append(bodies)
+                raise
+            if len(messages) > 1:
+                raise RuntimeError("the batch fails: the search would bisect it")
+
+        processor = Processor(broker, "batches", fails_as_a_batch, batch=True, batch_size=4)
+        run_task = asyncio.create_task(processor.run())
+        await started.wait()
+        run_task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run_task
+        assert asyncio.all_tasks() == {asyncio.current_task()}  # nothing of the run left
+        release.set()
+        await asyncio.sleep(0)
+        assert calls == cancelled == [[b"0", b"1", b"2", b"3"]]
+        counts = await broker.counts("batches")
+        assert (counts["locked"], counts["active"]) == (0, 4)
+        assert {m.delivery_count for m in await broker.peek("batches", max_messages=4)} == {0}
+
+    run(url, clock, body)
+
+
+def test_a_closed_async_broker_raises_broker_closed_error_also_in_a_waiting_receive(
+    url: str, clock: ManualClock
+) -> None:
+    """A closed :class:`AsyncBroker` raises :class:`BrokerClosedError`, as the sync Broker
+    does (not asyncio's "cannot schedule new futures after shutdown"): for a call made after
+    the close, and for a receive that was waiting while its broker closed."""
+
+    async def main() -> None:
+        broker = await poisonq.aio.connect(url, clock=clock)
+        await broker.create_queue("orders")
+        waiting = asyncio.create_task(broker.receiver("orders").receive(max_wait=30))
+        await asyncio.sleep(0.2)  # it waits for a message (the rule holds either way)
+        assert_balanced(broker.sync)
+        await broker.close()
+        with pytest.raises(BrokerClosedError):
+            await waiting
+        with pytest.raises(BrokerClosedError):
+            await broker.counts("orders")
+        with pytest.raises(BrokerClosedError):
+            await broker.sender("orders").send(Message(body=b"late"))
+        with pytest.raises(BrokerClosedError):
+            await broker.receiver("orders").receive(max_wait=0)
+
+    asyncio.run(main())
+
+
+def test_an_on_poison_hook_that_raises_ends_the_run_with_its_error_after_the_dead_letter(
+    url: str, clock: ManualClock
+) -> None:
+    """As in the sync Processor, ``on_poison`` runs after the settlement that poisoned the
+    message: a hook that raises ends ``run()`` with the hook's exception, the message stays
+    dead-lettered, and nothing is left locked (what was in hand is settled or given back)."""
+
+    async def body(broker: AsyncBroker) -> None:
+        await broker.sender("orders").send([Message(body=f"{n}") for n in range(4)])
+
+        async def handler(message: poisonq.ReceivedMessage) -> None:
+            if message.body == b"1":
+                raise PermanentError("no such customer")
+
+        async def alerting_is_down(message: poisonq.ReceivedMessage, error: BaseException) -> None:
+            raise RuntimeError("alerting service down")
+
+        processor = Processor(broker, "orders", handler, on_poison=alerting_is_down, max_wait=0)
+        with pytest.raises(RuntimeError, match="alerting service down"):
+            await processor.run(until_idle=True)
+        (dead,) = await broker.dead_letters("orders")
+        assert dead.body == b"1" and dead.dead_letter_reason == "PermanentError"
+        assert (await broker.counts("orders"))["locked"] == 0
+
+    run(url, clock, body)
+
+
+def test_a_cancelled_send_is_applied_all_or_nothing_and_nothing_while_it_waited_for_a_thread(
+    url: str, clock: ManualClock
+) -> None:
+    """A cancelled send is never applied in part: one cancelled while it waited for a store
+    thread sends nothing; one cancelled while its transaction ran sends every message of the
+    batch (the thread finishes it), though the caller got the cancellation, so a retry after
+    a timeout may send twice (what the docs say; duplicate detection is the remedy)."""
+
+    async def main() -> None:
+        async with await poisonq.aio.connect(url, clock=clock, pool_size=1) as broker:
+            await broker.create_queue("orders")
+            batch = [Message(body=f"{n}") for n in range(300)]
+            release = threading.Event()
+            busy = asyncio.ensure_future(broker.calls(release.wait))  # the one store thread
+            sending = asyncio.create_task(broker.sender("orders").send(batch))
+            await asyncio.sleep(0)  # its first step queues the send for the store's thread
+            sending.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await sending
+            release.set()
+            await busy
+            assert (await broker.counts("orders"))["active"] == 0
+            for _ in range(5):  # the store's thread free: the transaction may have begun
+                sending = asyncio.create_task(broker.sender("orders").send(batch))
+                await asyncio.sleep(0)
+                sending.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sending
+                await broker.calls(lambda: None)  # after the send's thread is done
+                assert (await broker.counts("orders"))["active"] % 300 == 0
+            assert_balanced(broker.sync)
+
+    asyncio.run(main())

@@ -73,7 +73,7 @@ class AsyncBroker:
 
     def __init__(self, broker: Broker, workers: int) -> None:
         self.sync = broker
-        self.calls = StoreCalls(workers)
+        self.calls = StoreCalls(workers, broker.store.url)
         self.changes = ChangeWatch(broker.store)
 
     @property

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from poisonq.errors import PoisonqError
+from poisonq.errors import BrokerClosedError, PoisonqError
 from poisonq.receivers import LOOK_INTERVAL
 from poisonq.store.base import Store
 
@@ -27,15 +27,23 @@ T = TypeVar("T")
 
 
 class StoreCalls:
-    """Runs sync calls on at most ``workers`` threads, off the event loop."""
+    """Runs sync calls on at most ``workers`` threads, off the event loop. Once closed, a
+    call raises :class:`BrokerClosedError` for the store at ``url`` (a broker's), as the sync
+    Broker does."""
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, url: str | None = None) -> None:
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="poisonq-aio")
+        self._url = url
+        self._closed = False
 
     def __call__(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Awaitable[T]:
         """``fn(*args, **kwargs)`` in a worker thread, as a future of the running loop. A
         cancelled caller does not stop the call: the thread finishes its transaction."""
         loop = asyncio.get_running_loop()
+        if (
+            self._closed and self._url is not None
+        ):  # also a receive that waited while its broker closed
+            raise BrokerClosedError(self._url)
         return loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
 
     async def taking(self, call: Callable[[], T], give_back: Callable[[T], None]) -> T:
@@ -52,6 +60,7 @@ class StoreCalls:
             raise
 
     def close(self) -> None:
+        self._closed = True
         self._executor.shutdown(wait=True)
 
 

@@ -64,6 +64,13 @@ PoisonHook = Callable[[ReceivedMessage, BaseException], Any]
 Work = ReceivedMessage | list[ReceivedMessage]
 
 
+def _run_cancelled() -> bool:
+    """Whether the task running this (a pump task, or a batch search's handler call) is
+    being cancelled: only then does a ``CancelledError`` end the run."""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
+
+
 class Processor:
     """Receives from ``address``, awaits ``handler(message)`` (or calls it, if it is not a
     coroutine function; with ``batch=True``, ``handler(messages)``) and settles each message
@@ -443,16 +450,27 @@ class _Pump:
     ) -> list[Outcome]:
         """A batch handler's ``search`` (bisection, or a session's first failure), whose
         algorithm is synchronous: it runs in a thread, and hands each run of the handler
-        back to the loop."""
+        back to the loop as a task. Cancelled, it calls no handler after the cancellation:
+        the call in flight is cancelled, the search stops before its next call, and the
+        thread has ended when the cancellation is raised."""
         loop = asyncio.get_running_loop()
+        stopped = False  # read and set on the loop only
+        calls: set[asyncio.Task[Any]] = set()
 
         async def guarded(part: list[ReceivedMessage]) -> HandlerFailure | BaseException | None:
-            # What stops the search (Ctrl-C, an exit) is carried to the searching thread,
-            # not raised in the loop.
+            # What stops the search (a cancellation, Ctrl-C, an exit) is carried to the
+            # searching thread, not raised in the loop.
+            if stopped:  # the run was cancelled before this call began: it never does
+                return asyncio.CancelledError()
+            task = asyncio.current_task()
+            assert task is not None
+            calls.add(task)
             try:
                 return await self._run(part)
             except BaseException as exc:
                 return exc
+            finally:
+                calls.discard(task)
 
         def run(part: list[ReceivedMessage]) -> HandlerFailure | None:
             result = asyncio.run_coroutine_threadsafe(guarded(part), loop).result()
@@ -460,7 +478,17 @@ class _Pump:
                 raise result
             return result
 
-        return await asyncio.to_thread(search, batch, run)
+        searching = loop.run_in_executor(None, search, batch, run)
+        try:
+            return await asyncio.shield(searching)
+        except asyncio.CancelledError:
+            stopped = True
+            for call in calls:
+                call.cancel()
+            # The thread ends at the cancelled call, or before its next one: wait for it.
+            await asyncio.wait([searching])
+            searching.exception()  # the search's own end (the cancellation) is retrieved
+            raise
 
     async def _run(self, work: Work) -> HandlerFailure | None:
         """The handler's failure on ``work``, or ``None`` if it returned."""
@@ -474,6 +502,13 @@ class _Pump:
                 self._blocked(work, clock.now() - started)
             if inspect.isawaitable(result):
                 await result
+        except asyncio.CancelledError as exc:
+            if _run_cancelled():
+                raise
+            # The handler's own cancellation (a sub-task or a wait it cancelled) escaped it
+            # while the run goes on: its failure like any exception, not the run's end.
+            failure = failure_from_exception(exc, self.broker.clock.now())
+            return HandlerFailure(exc, failure, isinstance(exc, self.options.permanent_errors))
         except Exception as exc:  # where a coroutine handler's exception becomes data
             failure = failure_from_exception(exc, self.broker.clock.now())
             return HandlerFailure(exc, failure, isinstance(exc, self.options.permanent_errors))
