@@ -115,10 +115,21 @@ class Sender:
         self.broker = broker
         self.link = broker.link
         self.address = address
+        self.shut = False
+
+    def _check_open(self) -> None:
+        if self.shut:
+            raise InvalidOperationError(f"the sender of {self.address!r} is closed")
+
+    def close(self) -> None:
+        """Refuse every later call (:class:`InvalidOperationError`). Closing again does
+        nothing."""
+        self.shut = True
 
     def send(self, messages: Message | Iterable[Message]) -> list[int]:
         """Send one message or a batch (one transaction: all or nothing, durable on return).
         Returns the sequence numbers; a duplicate ignored by duplicate detection gets none."""
+        self._check_open()
         return self.link.engine.send(self.address, _batch(messages))
 
     def schedule(self, messages: Message | Iterable[Message], at: Any) -> list[int]:
@@ -132,13 +143,14 @@ class Sender:
         """Cancel scheduled messages not yet due (they leave the queue, counted as dropped),
         all or none: a number naming no such message raises :class:`MessageNotFoundError`.
         On a topic, the copies :meth:`schedule` put in its subscriptions."""
+        self._check_open()
         return self.link.engine.cancel_scheduled(self.address, sequence_numbers)
 
     def __enter__(self) -> Sender:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        return None
+        self.close()
 
 
 class Receiver:
@@ -174,12 +186,25 @@ class Receiver:
         )
         self.auto_lock_renewer = auto_lock_renewer
         self._engine = self.link.engine
+        self.shut = False
+
+    def _check_open(self) -> None:
+        """A closed receiver refuses every call: a message it received after its ``with``
+        would stay locked until its lock ran out (the user trial's finding)."""
+        if self.shut:
+            raise InvalidOperationError(f"the receiver of {self.address!r} is closed")
+
+    def close(self) -> None:
+        """Refuse every later call (:class:`InvalidOperationError`); messages still locked
+        stay locked until settled elsewhere or their locks run out. Closing again does
+        nothing."""
+        self.shut = True
 
     def __enter__(self) -> Receiver:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        return None
+        self.close()
 
     def __iter__(self) -> Iterator[ReceivedMessage]:
         while True:
@@ -235,6 +260,7 @@ class Receiver:
     ) -> list[ReceivedMessage]:
         """Settle (``complete``, ``settle``; ``settled`` are the messages they are) with the
         first look, then wait up to ``max_wait`` for messages."""
+        self._check_open()
         wait = 0.0 if max_wait is None else to_seconds(max_wait, "max_wait")
         deadline = time.monotonic() + wait
         delete = self.receive_mode is ReceiveMode.RECEIVE_AND_DELETE
@@ -272,15 +298,18 @@ class Receiver:
 
     def receive_deferred(self, sequence_numbers: int | Sequence[int]) -> list[ReceivedMessage]:
         """Lock deferred messages by sequence number."""
+        self._check_open()
         got = self._engine.receive_deferred(self.address, sequence_numbers, self.lock_duration)
         if got and self.auto_lock_renewer is not None:
             self.auto_lock_renewer.register(self, got)
         return got
 
     def peek(self, max_messages: int = 1, from_sequence: int = 0) -> list[ReceivedMessage]:
+        self._check_open()
         return self._engine.peek(self.address, from_sequence, max_messages, MessageFilter())
 
     def _locks(self, messages: MessageOrList) -> list[tuple[int, str]]:
+        self._check_open()
         if self.receive_mode is ReceiveMode.RECEIVE_AND_DELETE:
             raise InvalidOperationError("messages received with receive_and_delete hold no lock")
         locks = []

@@ -110,6 +110,39 @@ def test_options_without_meaning_here_are_refused_by_name(
     assert list(admin.list_queues()) == []
 
 
+@pytest.mark.parametrize(
+    "flag",
+    [
+        "requires_session",
+        "dead_lettering_on_message_expiration",
+        "requires_duplicate_detection",
+        "enable_batched_operations",
+    ],
+)
+@pytest.mark.parametrize("value", ["false", "no", 0])
+def test_a_boolean_property_that_is_not_a_bool_is_refused_naming_it(
+    admin: ServiceBusAdministrationClient, flag: str, value: object
+) -> None:
+    """The user trial: ``create_queue(requires_session="false")`` made a session queue (a
+    string is truthy). A boolean entity property is a bool: anything else is a TypeError
+    naming it, on create and update, for queues, topics and subscriptions, sync and asyncio."""
+    with pytest.raises(TypeError, match=flag):
+        admin.create_queue("orders", **{flag: value})
+    assert list(admin.list_queues()) == []
+    created = admin.create_queue("orders")
+    with pytest.raises(TypeError, match=flag):
+        admin.update_queue(created, **{flag: value})
+    assert admin.get_queue("orders")["requires_session"] is False
+    if flag != "requires_session":
+        with pytest.raises(TypeError, match=flag):
+            admin.create_topic("events", **{flag: value})
+    admin.create_topic("news")
+    with pytest.raises(TypeError, match="dead_lettering_on_filter_evaluation_exceptions"):
+        admin.create_subscription(
+            "news", "all", dead_lettering_on_filter_evaluation_exceptions=value
+        )
+
+
 def test_runtime_properties_count_as_service_bus_does(
     admin: ServiceBusAdministrationClient, broker: Broker, clock: ManualClock
 ) -> None:

@@ -44,7 +44,7 @@ from poisonq.lock_renewer import AutoLockRenewer
 from poisonq.model import ReceivedMessage
 from poisonq.processor import handler_runs
 from poisonq.processor.lost_locks import LockLostHook, LostLocks
-from poisonq.processor.options import ProcessorOptions, check_handler
+from poisonq.processor.options import ProcessorOptions, check_flag, check_handler, check_hook
 from poisonq.processor.pump import (
     FLUSH_INTERVAL,
     Lookouts,
@@ -97,6 +97,8 @@ class Processor:
         **options: Any,
     ) -> None:
         check_handler(handler)
+        check_hook(on_poison, "on_poison")
+        check_hook(on_lock_lost, "on_lock_lost")
         self.options = ProcessorOptions.of(options)
         self.broker = broker
         self.address = address
@@ -116,6 +118,7 @@ class Processor:
         ``max_wait`` and finds nothing. Returns what was done. Raises
         :class:`ProcessorStoppedError` on a defect; any other error of a thread (a store
         still unavailable after the client's retries) stops every thread and is raised."""
+        check_flag(until_idle, "until_idle")
         options = self.options
         self.stopping.clear()
         self.defect_found.clear()

@@ -4,7 +4,7 @@ option means and refuses the same thing in each."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -19,6 +19,39 @@ def check_handler(handler: Callable[..., Any]) -> None:
     """A handler must be callable (a coroutine function, for the asyncio Processor, too)."""
     if not callable(handler):
         raise InvalidOptionError(f"handler must be callable, not {handler!r}")
+
+
+def check_hook(hook: object, name: str) -> None:
+    """A hook (``on_poison``, ``on_lock_lost``) is ``None`` or callable: refused as the
+    Processor is made, not at the first poisoned message, where ``5(...)`` would end the run."""
+    if hook is not None and not callable(hook):
+        raise InvalidOptionError(f"{name} must be callable or None, not {hook!r}")
+
+
+def check_flag(value: object, name: str) -> bool:
+    """A boolean option (``batch``, ``run(until_idle=...)``) is a bool: a string such as
+    ``"false"`` or ``"no"`` is truthy, so taking it would do the opposite of what was meant."""
+    if not isinstance(value, bool):
+        raise InvalidOptionError(f"{name} must be True or False, not {value!r}")
+    return value
+
+
+def check_permanent(permanent: object) -> tuple[type[BaseException], ...]:
+    """``permanent`` as a tuple of exception types: one type alone is taken as if listed
+    (``permanent=ValueError``); anything else, a string included, is refused whole."""
+    if isinstance(permanent, type):
+        permanent = (permanent,)
+    if isinstance(permanent, (str, bytes)) or not isinstance(permanent, Iterable):
+        raise InvalidOptionError(
+            f"permanent must be an exception type or list exception types, not {permanent!r}"
+        )
+    kinds = tuple(permanent)
+    for kind in kinds:
+        if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+            raise InvalidOptionError(
+                f"permanent must list exception types, not {kind!r} (in {permanent!r})"
+            )
+    return kinds
 
 
 @dataclass(frozen=True)
@@ -47,12 +80,14 @@ class ProcessorOptions:
         # in the one form the pumps read (``of`` is how a Processor makes these).
         check_count(self.batch_size, "batch_size")
         check_count(self.concurrency, "concurrency")
-        for kind in self.permanent:
-            if not (isinstance(kind, type) and issubclass(kind, BaseException)):
-                raise InvalidOptionError(f"permanent must list exception types, not {kind!r}")
+        ratio = self.max_failure_ratio
+        if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, (int, float))):
+            raise InvalidOptionError(
+                f"max_failure_ratio must be a number in (0, 1] or None, not {ratio!r}"
+            )
         checked = {
-            "batch": bool(self.batch),
-            "permanent": tuple(self.permanent),
+            "batch": check_flag(self.batch, "batch"),
+            "permanent": check_permanent(self.permanent),
             "max_lock_renewal_duration": to_seconds(
                 self.max_lock_renewal_duration, "max_lock_renewal_duration"
             ),

@@ -28,6 +28,7 @@ from poisonq.servicebus.management.models import (
     SubscriptionRuntimeProperties,
     TopicProperties,
     TopicRuntimeProperties,
+    check_flags,
     native_options,
     native_status,
     queue_properties,
@@ -218,6 +219,7 @@ class ServiceBusAdministrationClient:
     def create_subscription(
         self, topic_name: str, subscription_name: str, **options: Any
     ) -> SubscriptionProperties:
+        check_flags(options)
         flag = options.pop("dead_lettering_on_filter_evaluation_exceptions", None)
         extra = {} if flag is None else {"dead_letter_on_filter_evaluation_exceptions": flag}
         self._create(

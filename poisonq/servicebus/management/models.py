@@ -237,9 +237,33 @@ WITHOUT_MEANING: dict[str, Callable[[Any], bool]] = {
 }
 
 
+# The SDK's boolean entity properties: each a bool or None (not given), never text.
+FLAGS = frozenset(
+    {
+        "dead_lettering_on_message_expiration",
+        "dead_lettering_on_filter_evaluation_exceptions",
+        "requires_duplicate_detection",
+        "requires_session",
+        "enable_batched_operations",
+        "enable_partitioning",
+        "enable_express",
+        "support_ordering",
+    }
+)
+
+
+def check_flags(options: Mapping[str, Any]) -> None:
+    """A boolean property given as anything but a bool (``requires_session="false"``, which is
+    truthy) is a TypeError naming it, as the SDK's typed properties are bool; None: not given."""
+    for name, value in options.items():
+        if name in FLAGS and value is not None and not isinstance(value, bool):
+            raise TypeError(f"{name} must be a bool, not {value!r}")
+
+
 def native_options(options: Mapping[str, Any]) -> dict[str, Any]:
     """poisonq's entity options for the SDK's (``None`` values left out); ``status`` and a
     subscription's ``dead_lettering_on_filter_evaluation_exceptions`` are the caller's."""
+    check_flags(options)
     kept: dict[str, Any] = {}
     for name, value in options.items():
         if value is None or name in ("name", "status"):
