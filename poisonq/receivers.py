@@ -190,7 +190,7 @@ class Receiver:
 
     def _check_open(self) -> None:
         """A closed receiver refuses every call: a message it received after its ``with``
-        would stay locked until its lock ran out (the user trial's finding)."""
+        would stay locked until its lock ran out."""
         if self.shut:
             raise InvalidOperationError(f"the receiver of {self.address!r} is closed")
 

@@ -1,6 +1,5 @@
-"""A closed native sender or receiver refuses every call (the user trial found them still
-working after their ``with`` block: a message received then stayed locked until its lock ran
-out)."""
+"""A closed native sender or receiver refuses every call: a message a receiver took after
+its ``with`` block would stay locked until its lock ran out, held by nothing."""
 
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 import time
@@ -498,8 +499,8 @@ def test_both_processors_refuse_a_wrong_argument_with_the_same_typed_error(
 def test_a_boolean_option_that_is_not_a_bool_is_refused_naming_it(
     sqlite_url: str, value: object
 ) -> None:
-    """The user trial: ``batch="no"`` turned batch mode on (a string is truthy). A boolean
-    option is a bool; anything else is refused by both Processors, naming the option."""
+    """A boolean option is a bool: anything else (``"no"`` is truthy) is refused by both
+    Processors, naming the option."""
     with poisonq.connect(sqlite_url) as broker:
         for kind in (poisonq.Processor, poisonq.aio.Processor):
             with pytest.raises(poisonq.InvalidOptionError, match="batch"):
@@ -510,14 +511,22 @@ def test_a_boolean_option_that_is_not_a_bool_is_refused_naming_it(
 def test_run_until_idle_that_is_not_a_bool_is_refused_before_receiving(
     sqlite_url: str, value: object
 ) -> None:
-    """The user trial: ``run(until_idle="false")`` stopped at idle. ``until_idle`` is a bool;
-    anything else is refused, naming it, before a message is received."""
+    """``until_idle`` is a bool: anything else is refused by both Processors' ``run``, naming
+    it, before a message is received."""
+
+    async def run_async() -> None:
+        async with await poisonq.aio.connect(sqlite_url) as abroker:
+            runner = poisonq.aio.Processor(abroker, "orders", print, max_wait=0)
+            await runner.run(until_idle=value)  # type: ignore[arg-type]
+
     with poisonq.connect(sqlite_url) as broker:
         broker.create_queue("orders")
         broker.sender("orders").send([Message(body=b"x")])
         runner = Processor(broker, "orders", print, max_wait=0)
         with pytest.raises(poisonq.InvalidOptionError, match="until_idle"):
             runner.run(until_idle=value)  # type: ignore[arg-type]
+        with pytest.raises(poisonq.InvalidOptionError, match="until_idle"):
+            asyncio.run(run_async())
         assert broker.counts("orders")["active"] == 1
 
 
@@ -526,18 +535,17 @@ def test_run_until_idle_that_is_not_a_bool_is_refused_before_receiving(
 def test_a_hook_that_is_not_callable_is_refused_at_construction(
     sqlite_url: str, hook: str, value: object
 ) -> None:
-    """The user trial: ``on_poison=5`` was taken, and the run died with a raw TypeError at the
-    first poisoned message. A hook is None or callable, checked as the Processor is made."""
-    with (
-        poisonq.connect(sqlite_url) as broker,
-        pytest.raises(poisonq.InvalidOptionError, match=hook),
-    ):
-        Processor(broker, "orders", print, **{hook: value})
+    """A hook is None or callable, checked as either Processor is made (not at the first
+    poisoned message, where calling it would end the run)."""
+    with poisonq.connect(sqlite_url) as broker:
+        for kind in (poisonq.Processor, poisonq.aio.Processor):
+            with pytest.raises(poisonq.InvalidOptionError, match=hook):
+                kind(broker, "orders", print, **{hook: value})
 
 
 def test_a_single_permanent_exception_type_is_taken_as_if_listed(sqlite_url: str) -> None:
-    """The user trial: ``permanent=ValueError`` raised a bare TypeError. One exception type
-    means that type: both Processors take it as ``(ValueError,)``."""
+    """One exception type means that type: both Processors take ``permanent=ValueError`` as
+    ``(ValueError,)``."""
     with poisonq.connect(sqlite_url) as broker:
         for kind in (poisonq.Processor, poisonq.aio.Processor):
             made = kind(broker, "orders", print, permanent=ValueError)
@@ -558,9 +566,9 @@ def test_a_single_permanent_exception_type_is_taken_as_if_listed(sqlite_url: str
 def test_a_wrong_permanent_or_ratio_is_a_typed_error_naming_option_and_value(
     sqlite_url: str, arguments: dict[str, Any], named: str
 ) -> None:
-    """The user trial: ``max_failure_ratio="0.5"`` raised a bare TypeError and
-    ``permanent="ValueError"`` was named as 'V'. Each is an InvalidOptionError naming the
-    option and the value given, from both Processors."""
+    """A wrong ``permanent`` or ``max_failure_ratio`` is an InvalidOptionError naming the
+    option and the value given (the whole value, not its first character), from both
+    Processors."""
     (option,) = arguments
     with poisonq.connect(sqlite_url) as broker:
         for kind in (poisonq.Processor, poisonq.aio.Processor):

@@ -123,9 +123,8 @@ def test_options_without_meaning_here_are_refused_by_name(
 def test_a_boolean_property_that_is_not_a_bool_is_refused_naming_it(
     admin: ServiceBusAdministrationClient, flag: str, value: object
 ) -> None:
-    """The user trial: ``create_queue(requires_session="false")`` made a session queue (a
-    string is truthy). A boolean entity property is a bool: anything else is a TypeError
-    naming it, on create and update, for queues, topics and subscriptions, sync and asyncio."""
+    """A boolean entity property is a bool (``"false"`` is truthy): anything else is a
+    TypeError naming it, on create and update, sync and asyncio, and nothing is made."""
     with pytest.raises(TypeError, match=flag):
         admin.create_queue("orders", **{flag: value})
     assert list(admin.list_queues()) == []

@@ -31,7 +31,7 @@ from poisonq.errors import InvalidOptionError
 from poisonq.failures import failure_from_exception
 from poisonq.model import ReceivedMessage, ReceiveErrorHandling
 from poisonq.processor.lost_locks import LockLostHook, LostLocks
-from poisonq.processor.options import ProcessorOptions, check_handler
+from poisonq.processor.options import ProcessorOptions, check_flag, check_handler, check_hook
 from poisonq.processor.outcomes import (
     GivenBack,
     HandlerFailure,
@@ -91,6 +91,8 @@ class Processor:
         **options: Any,
     ) -> None:
         check_handler(handler)
+        check_hook(on_poison, "on_poison")
+        check_hook(on_lock_lost, "on_lock_lost")
         self.options = ProcessorOptions.of(options)
         if self.options.isolation is not None:
             raise InvalidOptionError(
@@ -113,6 +115,7 @@ class Processor:
         ``max_wait`` and finds nothing. Returns what was done. Raises
         :class:`ProcessorStoppedError` on a defect; an error of one task (a store still
         unavailable after the client's retries) cancels the others and is raised."""
+        check_flag(until_idle, "until_idle")
         self.stopping.clear()
         queue = (await self.broker.get_queue(self.address)).options
         stats = ProcessorStats()

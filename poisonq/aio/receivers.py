@@ -45,7 +45,7 @@ class AsyncSender:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        return None
+        self.sync.close()
 
 
 class AsyncReceiver:
@@ -70,7 +70,7 @@ class AsyncReceiver:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        return None
+        self.sync.close()
 
     async def __aiter__(self) -> AsyncIterator[ReceivedMessage]:
         wait = self.sync.max_wait_time
