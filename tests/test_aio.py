@@ -601,3 +601,25 @@ def test_a_cancelled_send_is_applied_all_or_nothing_and_nothing_while_it_waited_
             assert_balanced(broker.sync)
 
     asyncio.run(main())
+
+
+def test_an_async_sender_or_receiver_refuses_every_call_after_its_async_with(
+    url: str, clock: ManualClock
+) -> None:
+    """As the sync ones: after ``async with`` a sender sends nothing and a receiver locks
+    nothing (a message it took would stay locked, held by nothing)."""
+
+    async def body(broker: AsyncBroker) -> None:
+        async with broker.sender("orders") as sender:
+            await sender.send(Message(body=b"a"))
+        async with broker.receiver("orders") as receiver:
+            pass
+        with pytest.raises(poisonq.InvalidOperationError, match="closed"):
+            await sender.send(Message(body=b"b"))
+        with pytest.raises(poisonq.InvalidOperationError, match="closed"):
+            await receiver.receive(max_messages=1)
+        assert (await broker.counts("orders"))["active"] == 1
+        [message] = await broker.receiver("orders").receive(max_messages=1)
+        await broker.receiver("orders").complete(message)
+
+    run(url, clock, body)
