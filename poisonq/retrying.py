@@ -19,13 +19,7 @@ An outage is told in two log lines per client, not one per failed attempt: a war
 store first becomes unreachable and another when an operation succeeds on it again, with how
 long it was away (:class:`Reachability`). The retries between them log at debug level.
 
-How the engine gets its retries (:func:`retrying`): an engine whose operations are retried
-is still an engine, so the broker holds one, a shallow copy whose public methods are the
-original's wrapped by :func:`retried`. It is typed as what it is, with no cast, and an
-operation calling another inside calls the original's, so retries never nest. That is the
-simplest typed design: a ``__getattr__`` proxy is typed only by a cast, a class restating
-each operation writes the engine's methods twice, and a decorator on the engine's methods
-would put the client's retry policy in the engine.
+How the engine gets its retries, and why that way: :func:`retrying`.
 """
 
 from __future__ import annotations
