@@ -23,6 +23,7 @@ from poisonq import (
     PermanentError,
 )
 from poisonq.aio import AsyncBroker, AutoLockRenewer, Processor
+from poisonq.aio.calls import to_the_end
 from tests.helpers import assert_balanced
 
 Body = Callable[[AsyncBroker], Awaitable[None]]
@@ -227,6 +228,76 @@ def test_a_cancelled_processor_gives_back_at_once_what_its_hung_handlers_hold(
         await receiver.complete(await receiver.receive(max_messages=6))
 
     run(url, clock, body)
+
+
+def test_a_run_cancelled_while_it_holds_sessions_open_lets_every_one_go(
+    url: str, clock: ManualClock
+) -> None:
+    """A run cancelled (and cancelled again) while it holds sessions open lets every one
+    go with its messages: the failures held back for the defect window settled as
+    failures, the rest given back uncounted, nothing locked for nobody."""
+
+    async def body(broker: AsyncBroker) -> None:
+        await broker.create_queue("accounts", requires_session=True, lock_duration=30)
+        await broker.sender("accounts").send(
+            [Message(body=f"{n}", session_id=f"s{a}") for a in range(5) for n in range(3)]
+        )
+        seen: list[str] = []
+        hanging = asyncio.Event()
+
+        async def handle(message: poisonq.ReceivedMessage) -> None:
+            if message.session_id not in seen:
+                seen.append(message.session_id)
+            if len(seen) < 5:  # the first four sessions fail, held open while undecided
+                raise KeyError(message.session_id)
+            hanging.set()
+            await asyncio.Event().wait()  # the fifth hangs
+
+        processor = Processor(broker, "accounts", handle, batch_size=3, max_wait=0)
+        run_task = asyncio.create_task(processor.run())
+        await hanging.wait()
+        for _ in range(10_000):  # bounded: each turn of the loop, another cancellation
+            if run_task.done():
+                break
+            run_task.cancel()
+            await asyncio.sleep(0)
+        with pytest.raises(asyncio.CancelledError):
+            await run_task
+        counts = await broker.counts("accounts")
+        assert (counts["locked"], counts["active"]) == (0, 15)
+        counted = [m.delivery_count for m in await broker.peek("accounts", max_messages=15)]
+        assert sorted(counted) == [0] * 11 + [1] * 4  # the four first messages that failed
+        for _ in range(5):  # and every session free to accept again
+            session = await broker.accept_next_session("accounts", max_wait=0)
+            assert session is not None
+            await session.complete(await session.receive(max_messages=3))
+            await session.close()
+
+    run(url, clock, body)
+
+
+def test_what_is_run_to_the_end_ends_however_often_its_caller_is_cancelled() -> None:
+    """What must not stop half done (settling, giving back what a task holds) is awaited to
+    its end through every cancellation of its caller, not only the first (a task group
+    cancels a task that may be cleaning up after its own error already); the cancellation
+    goes on once it has ended."""
+    steps: list[int] = []
+
+    async def work() -> None:
+        for step in range(3):
+            await asyncio.sleep(0.01)
+            steps.append(step)
+
+    async def main() -> None:
+        caller = asyncio.create_task(to_the_end(work()))
+        for _ in range(3):
+            await asyncio.sleep(0.01)
+            caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+
+    asyncio.run(main())
+    assert steps == [0, 1, 2]
 
 
 def test_each_lock_a_processor_loses_is_reported_once_to_a_coroutine_hook(

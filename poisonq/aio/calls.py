@@ -53,15 +53,32 @@ class StoreCalls:
         goes on, so that nothing stays locked for nobody."""
         running = asyncio.ensure_future(self(call))
         try:
-            return await asyncio.shield(running)
+            return await to_the_end(running)
         except asyncio.CancelledError:
-            got = await running
-            await self(give_back, got)
+            if not running.cancelled() and running.exception() is None:
+                await to_the_end(self(give_back, running.result()))
             raise
 
     def close(self) -> None:
         self._closed = True
         self._executor.shutdown(wait=True)
+
+
+async def to_the_end(work: Awaitable[T]) -> T:
+    """``work``'s result, awaited to its end however many times the caller is cancelled
+    meanwhile; the cancellation goes on once it has ended. For what must not stop half done:
+    settling, giving back what is held. (``asyncio.shield`` alone covers one cancellation,
+    and a task group cancels a task that may already be cleaning up after its own error.)"""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    return task.result()
 
 
 async def wait_at_most(event: asyncio.Event, seconds: float) -> None:

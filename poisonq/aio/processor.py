@@ -18,11 +18,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from poisonq.aio.broker import AsyncBroker
-from poisonq.aio.calls import wait_at_most
+from poisonq.aio.calls import to_the_end, wait_at_most
 from poisonq.aio.lock_renewer import AutoLockRenewer
 from poisonq.aio.receivers import AsyncReceiver, AsyncSessionReceiver
 from poisonq.aio.suspects import AloneGate
@@ -216,8 +216,7 @@ class _Pump:
                 outcomes, early = await self._handle(receiver, messages, in_order=False)
                 held_back = await self._judge(receiver, outcomes, held_back, early)
         finally:
-            await self._let_go(receiver, held_back)
-            await self.gate.let_go()
+            await to_the_end(self._end([(receiver, held_back)], holding=True))
 
     async def sessions(self) -> None:
         """A session queue: one session at a time, its messages in order until it is empty
@@ -267,18 +266,14 @@ class _Pump:
                         holding = False
                         await self._alone(session, None)
                 except BaseException:
-                    await session.close()
+                    await to_the_end(session.close())
                     raise
                 if held_back:
                     parked.append((session, held_back))
                 else:
                     await session.close()
         finally:
-            for session, held_back in parked:
-                await self._let_go(session, held_back)
-                await session.close()
-            if holding:
-                await self.gate.let_go()
+            await to_the_end(self._end(parked, holding))
             self.lookouts.found_none()  # an ended task takes no more sessions
 
     async def _drain(self, session: AsyncSessionReceiver) -> tuple[list[Outcome], bool]:
@@ -380,12 +375,22 @@ class _Pump:
         await self._settle(receiver, judged.ready)
         return judged.held_back
 
-    async def _let_go(self, receiver: AsyncReceiver, held_back: list[Outcome]) -> None:
-        """Failures still held back when pumping ends: given back after a defect (found by
-        any task), else settled as the failures they are."""
-        if self.defect_found:
-            held_back = [GivenBack(o.message) for o in held_back]
-        await self._settle(receiver, held_back)
+    async def _end(
+        self, held: Sequence[tuple[AsyncReceiver, list[Outcome]]], holding: bool
+    ) -> None:
+        """A pump task's end: the failures each receiver still holds back are given back
+        after a defect (found by any task), else settled as the failures they are; sessions
+        are closed, and the gate let go if ``holding``. Callers run it :func:`to_the_end`:
+        a task ending by its own error is cancelled when another task's error ends the run
+        first, and a session left half released would keep its messages locked."""
+        for receiver, held_back in held:
+            if self.defect_found:
+                held_back = [GivenBack(o.message) for o in held_back]
+            await self._settle(receiver, held_back)
+            if isinstance(receiver, AsyncSessionReceiver):
+                await receiver.close()
+        if holding:
+            await self.gate.let_go()
 
     async def _give_back_held(
         self, receiver: AsyncReceiver, held_back: list[Outcome]
@@ -412,7 +417,7 @@ class _Pump:
             try:
                 return await self._search(search, messages), set()
             except BaseException:  # cancelled or interrupted: not a failed delivery
-                await asyncio.shield(self._settle(receiver, [GivenBack(m) for m in messages]))
+                await self._settle(receiver, [GivenBack(m) for m in messages])
                 raise
         loop = asyncio.get_running_loop()
         outcomes: list[Outcome] = []
@@ -433,7 +438,7 @@ class _Pump:
                 # exit: not a failed delivery. What was handled is settled by its outcome,
                 # the rest (the message in hand too) given back uncounted.
                 back = [GivenBack(later) for later in messages[position:]]
-                await asyncio.shield(self._settle(receiver, [*outcomes, *back]))
+                await self._settle(receiver, [*outcomes, *back])
                 raise
             outcome = outcome_of(message, failure)
             outcomes.append(outcome)
@@ -539,7 +544,11 @@ class _Pump:
 
     async def _settle(self, receiver: AsyncReceiver, outcomes: list[Outcome]) -> None:
         """Settle outcomes in one transaction (those whose lock was lost are left out and
-        delivered again), then call ``on_poison`` for what this poisoned."""
+        delivered again), then call ``on_poison`` for what this poisoned: to the end, if
+        the task is cancelled meanwhile (what was settled is counted and reported)."""
+        await to_the_end(self._settle_now(receiver, outcomes))
+
+    async def _settle_now(self, receiver: AsyncReceiver, outcomes: list[Outcome]) -> None:
         outcomes = [o for o in outcomes if not o.message.settled]
         if not outcomes:
             return
@@ -547,21 +556,10 @@ class _Pump:
         # Unregistered and marked first, as the sync pump does: a renewal on its way then
         # fails on a settled message, which is no loss.
         self.renewer.sync.unregister(messages)
-        cancelled = False
         with settling(messages):
-            running = asyncio.ensure_future(
-                self.broker.calls(
-                    self.broker.sync.settle_held,
-                    receiver.address,
-                    [settlement(o) for o in outcomes],
-                )
+            poisoned, lost = await self.broker.calls(
+                self.broker.sync.settle_held, receiver.address, [settlement(o) for o in outcomes]
             )
-            try:
-                poisoned, lost = await asyncio.shield(running)
-            except asyncio.CancelledError:
-                # Its thread finishes the transaction anyway: count what it did, then stop.
-                poisoned, lost = await running
-                cancelled = True
         for outcome in outcomes:
             if outcome.message.sequence_number in lost:
                 reported = self.processor.lost_locks.report(outcome.message)
@@ -574,5 +572,3 @@ class _Pump:
                 result = hook(message, error)
                 if inspect.isawaitable(result):
                     await result
-        if cancelled:
-            raise asyncio.CancelledError
