@@ -40,7 +40,7 @@ lint: $(STAMP)
 
 # The fast tier: lint, types and the tests that need neither Spark, PostgreSQL nor Chromium.
 check: lint
-	$(BIN)/pytest -q -m "not spark and not postgres and not browser and not slow"
+	$(BIN)/pytest -q -m "not spark and not postgres and not browser and not slow" --hypothesis-profile=check
 
 test: lint
 	scripts/ensure-postgres

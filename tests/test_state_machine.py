@@ -810,8 +810,8 @@ class QueueMachine(RuleBasedStateMachine):
         assert_balanced(self.broker)
 
 
+# As many examples as the profile says: 100 in `make test`, 25 in `make check`.
 QueueMachine.TestCase.settings = settings(
-    max_examples=100,
     stateful_step_count=40,
     deadline=None,
     report_multiple_bugs=False,

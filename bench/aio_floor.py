@@ -1,0 +1,157 @@
+"""The floor under the asyncio API's ratio on PostgreSQL: what reaching the server from an
+event loop costs a caller that waits for each transaction, with nothing of poisonq in it.
+
+A transaction like a send of ``--batch`` messages (insert the rows, add to a counter, read it
+back) runs ``--transactions`` times three ways, side by side in each round, who goes first
+turning: ``direct`` (a sync psycopg connection on the calling thread: the sync API),
+``thread`` (the same, handed to one worker thread and awaited: poisonq.aio's design) and
+``async`` (psycopg's ``AsyncConnection`` on the loop: the design issue 32's text names). Two
+shapes: ``pipeline`` (the statements in one pipeline, as poisonq's PostgreSQL store sends
+them) and ``statement`` (the same work as one statement). Prints, per shape, the medians of
+the rounds' ratios to ``direct``:
+
+    part=floor shape=pipeline batch=100 direct_tx_per_s=... ratio_thread=... ratio_async=...
+
+A ratio below the asyncio API's target (0.9) here is a floor no design of the asyncio API
+over the sync one can pass for a caller that waits for every call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import psycopg
+
+_SCHEMA = (
+    "DROP TABLE IF EXISTS floor_rows, floor_counts",
+    "CREATE TABLE floor_rows (id bigserial PRIMARY KEY, body bytea NOT NULL)",
+    "CREATE TABLE floor_counts (id int PRIMARY KEY, n bigint NOT NULL)",
+    "INSERT INTO floor_counts VALUES (1, 0)",
+)
+_INSERT = "INSERT INTO floor_rows (body) SELECT unnest(%s::bytea[])"
+_COUNT = "UPDATE floor_counts SET n = n + %s WHERE id = 1"
+_READ = "SELECT n FROM floor_counts WHERE id = 1"
+_ONE_STATEMENT = (
+    "WITH added AS (INSERT INTO floor_rows (body) SELECT unnest(%s::bytea[]) RETURNING 1),"
+    " counted AS (UPDATE floor_counts SET n = n + (SELECT count(*) FROM added) WHERE id = 1"
+    " RETURNING n) SELECT n FROM counted"
+)
+
+
+def _pipeline(conn: psycopg.Connection[Any], bodies: list[bytes]) -> None:
+    with conn.transaction(), conn.pipeline():
+        conn.execute(_INSERT, (bodies,))
+        conn.execute(_COUNT, (len(bodies),))
+        conn.execute(_READ).fetchone()
+
+
+def _statement(conn: psycopg.Connection[Any], bodies: list[bytes]) -> None:
+    conn.execute(_ONE_STATEMENT, (bodies,)).fetchone()
+
+
+async def _apipeline(conn: psycopg.AsyncConnection[Any], bodies: list[bytes]) -> None:
+    async with conn.transaction(), conn.pipeline():
+        await conn.execute(_INSERT, (bodies,))
+        await conn.execute(_COUNT, (len(bodies),))
+        await (await conn.execute(_READ)).fetchone()
+
+
+async def _astatement(conn: psycopg.AsyncConnection[Any], bodies: list[bytes]) -> None:
+    await (await conn.execute(_ONE_STATEMENT, (bodies,))).fetchone()
+
+
+SHAPES: dict[str, tuple[Callable[..., None], Callable[..., Awaitable[None]]]] = {
+    "pipeline": (_pipeline, _apipeline),
+    "statement": (_statement, _astatement),
+}
+
+
+async def _round(url: str, shape: str, args: argparse.Namespace, first: int) -> dict[str, float]:
+    """Seconds per transaction each way, the ways taking turns to go first."""
+    sync_tx, async_tx = SHAPES[shape]
+    bodies = [os.urandom(args.size) for _ in range(args.batch)]
+    n = args.transactions
+    loop = asyncio.get_running_loop()
+    with (
+        psycopg.connect(url, autocommit=True) as conn,
+        ThreadPoolExecutor(1) as worker,
+    ):
+        aconn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+        try:
+
+            async def direct() -> None:
+                for _ in range(n):
+                    sync_tx(conn, bodies)
+
+            async def thread() -> None:
+                for _ in range(n):
+                    await loop.run_in_executor(worker, sync_tx, conn, bodies)
+
+            async def native() -> None:
+                for _ in range(n):
+                    await async_tx(aconn, bodies)
+
+            ways = [("direct", direct), ("thread", thread), ("async", native)]
+            ways = ways[first:] + ways[:first]
+            seconds = {}
+            for name, way in ways:
+                started = time.perf_counter()
+                await way()
+                seconds[name] = (time.perf_counter() - started) / n
+        finally:
+            await aconn.close()
+    return seconds
+
+
+def floor_lines(url: str, args: argparse.Namespace) -> list[str]:
+    """One ``part=floor`` line per shape, on the database at ``url``."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        for statement in _SCHEMA:
+            conn.execute(statement)
+    lines = []
+    for shape in SHAPES:
+        rounds = [asyncio.run(_round(url, shape, args, r % 3)) for r in range(args.floor_rounds)]
+
+        def median_ratio(way: str, rounds: list[dict[str, float]] = rounds) -> float:
+            return statistics.median(r["direct"] / r[way] for r in rounds)
+
+        direct = statistics.median(1 / r["direct"] for r in rounds)
+        lines.append(
+            f"part=floor shape={shape} batch={args.batch} direct_tx_per_s={direct:.0f}"
+            f" ratio_thread={median_ratio('thread'):.2f} ratio_async={median_ratio('async'):.2f}"
+        )
+    return lines
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--transactions", type=int, default=2_000, help="per way and round")
+    parser.add_argument("--floor-rounds", type=int, default=5)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--url", help="a PostgreSQL URL (default: a temporary server)")
+    parser.add_argument("--size", type=int, default=512)
+    parser.add_argument("--batch", type=int, default=100)
+    add_arguments(parser)
+    args = parser.parse_args()
+    if args.url:
+        print("\n".join(floor_lines(args.url, args)), flush=True)
+        return
+    from poisonq.testing.pgserver import TemporaryServer
+
+    with TemporaryServer() as server:
+        print("\n".join(floor_lines(server.create_database("floor"), args)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
