@@ -66,6 +66,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/queue_throughput.py --postgres
 	$(BIN)/python bench/queue_floors.py
 	$(BIN)/python bench/queue_floors.py --sqlite
+	$(BIN)/python bench/aio_throughput.py --postgres
 	$(BIN)/python bench/pipeline_throughput.py
 	$(BIN)/python bench/sensor_events.py --batch 100000 --batch 1000000
 	$(BIN)/python bench/pipeline_floors.py

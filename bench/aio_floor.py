@@ -131,8 +131,8 @@ def floor_lines(url: str, args: argparse.Namespace) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--transactions", type=int, default=2_000, help="per way and round")
-    parser.add_argument("--floor-rounds", type=int, default=5)
+    parser.add_argument("--transactions", type=int, default=300, help="per way and round")
+    parser.add_argument("--floor-rounds", type=int, default=15)
 
 
 def main() -> None:
