@@ -263,6 +263,31 @@ def test_a_lock_lost_during_the_handler_means_redelivery_not_a_crash(
     assert_balanced(broker)
 
 
+def test_a_message_dead_lettered_because_its_lock_kept_running_out_counts_as_poisoned(
+    broker: Broker, clock: ManualClock
+) -> None:
+    """A handler that outlives the lock on every delivery spends them all: the expiry of
+    the last lock dead-letters the message (``MaxDeliveryCountExceeded``, counted by a
+    later receive or read), and the run counts it in ``poisoned`` and gives it to
+    ``on_poison`` with a ``MessageLockLostError``, as well as in ``lock_lost`` each time."""
+    broker.create_queue("hangs", max_delivery_count=2, lock_duration=30)
+    broker.sender("hangs").send(Message(body=b"x"))
+    poisoned: list[tuple[int, type[BaseException]]] = []
+
+    def handle(message: ReceivedMessage) -> None:
+        clock.advance(31)  # the 30 s lock runs out under the handler, renewal is off
+
+    stats = processor(
+        broker, "hangs", handle, max_wait=0, max_lock_renewal_duration=0,
+        on_poison=lambda m, e: poisoned.append((m.delivery_count, type(e))),
+    ).run(until_idle=True)  # fmt: skip
+    assert (stats.lock_lost, stats.poisoned, stats.completed) == (2, 1, 0)
+    assert poisoned == [(2, poisonq.MessageLockLostError)]
+    (letter,) = dead(broker, "hangs")
+    assert letter.dead_letter_reason == "MaxDeliveryCountExceeded"
+    assert_balanced(broker)
+
+
 def test_concurrent_pumps_complete_each_message_once(broker: Broker, queue: str) -> None:
     send(broker, queue, 300)
     seen: Counter[str] = Counter()
