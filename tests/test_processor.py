@@ -8,6 +8,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -518,6 +519,26 @@ def test_both_processors_refuse_a_wrong_argument_with_the_same_typed_error(
     handler = given.pop("handler")
     with poisonq.connect(sqlite_url) as broker, pytest.raises(poisonq.InvalidOptionError):
         kind(broker, "orders", handler, **given)
+
+
+def test_max_lock_renewal_duration_takes_every_duration_a_queue_option_takes(
+    sqlite_url: str,
+) -> None:
+    """Both Processors and both lock renewers read ``max_lock_renewal_duration`` as a queue
+    option's duration: seconds, a timedelta or ISO 8601 text; bad text is refused alike."""
+    with poisonq.connect(sqlite_url) as broker:
+        for given in (300, timedelta(minutes=5), "PT5M"):
+            for kind in (poisonq.Processor, poisonq.aio.Processor):
+                made = kind(broker, "orders", print, max_lock_renewal_duration=given)
+                assert made.options.max_lock_renewal_duration == 300.0
+            renewer = poisonq.AutoLockRenewer(given, thread=False)
+            assert renewer.max_lock_renewal_duration == 300.0
+            assert poisonq.aio.AutoLockRenewer(given).sync.max_lock_renewal_duration == 300.0
+        for kind in (poisonq.Processor, poisonq.aio.Processor):
+            with pytest.raises(poisonq.InvalidOptionError, match="max_lock_renewal_duration"):
+                kind(broker, "orders", print, max_lock_renewal_duration="5 minutes")
+        with pytest.raises(poisonq.InvalidOptionError, match="max_lock_renewal_duration"):
+            poisonq.AutoLockRenewer("PT5", thread=False)
 
 
 @pytest.mark.parametrize("value", ["no", "false", "yes", 1, 0, None])
