@@ -63,8 +63,9 @@ class ProcessorOptions:
     a time by each of ``concurrency`` pumps; ``permanent`` lists the exception types that
     dead-letter at once (:class:`~poisonq.PermanentError` always among them); locks are
     renewed for at most ``max_lock_renewal_duration`` (seconds, a ``timedelta`` or ISO 8601
-    text, as every duration); an idle receive waits ``max_wait`` seconds; ``max_failure_ratio`` is the defect window's ratio (``None``: never
-    stop); ``isolation`` says where the handler runs (``"process"``: in a child process)."""
+    text, as every duration); an idle receive waits ``max_wait``; ``max_failure_ratio`` is
+    the defect window's ratio (``None``: never stop); ``isolation`` says where the handler
+    runs (``"process"``: in a child process)."""
 
     batch_size: int = 1
     batch: bool = False
