@@ -26,7 +26,7 @@ from poisonq.model import (
     to_seconds,
 )
 from poisonq.names import parse_address
-from poisonq.options import lock_seconds as lock_seconds  # where the aio API finds it
+from poisonq.options import lock_seconds
 from poisonq.store.base import MessageFilter
 
 MessageOrList = ReceivedMessage | Sequence[ReceivedMessage]
