@@ -136,6 +136,24 @@ class MessageLockLostError(PoisonqError):
         self.sequence_numbers = list(sequence_numbers)
 
 
+class MessageAlreadySettledError(MessageLockLostError):
+    """These messages were settled (completed, abandoned, deferred, dead-lettered) through
+    this client already: refused before any call to the store, by the mark the settlement
+    left on each message object, as azure-servicebus' ``MessageAlreadySettled``; nothing was
+    changed. A :class:`MessageLockLostError`, since the receiver holds their locks no more
+    (code that caught a second settlement as a lost lock still catches it)."""
+
+    def __init__(self, sequence_numbers: Sequence[int]) -> None:
+        numbers = ", ".join(str(n) for n in sequence_numbers[:10])
+        more = f" and {len(sequence_numbers) - 10} more" if len(sequence_numbers) > 10 else ""
+        PoisonqError.__init__(
+            self,
+            f"message(s) {numbers}{more} settled already through this client: a settled"
+            " message cannot be settled again, nor its lock renewed",
+        )
+        self.sequence_numbers = list(sequence_numbers)
+
+
 class MessageNotFoundError(PoisonqError, LookupError):
     """No message with this sequence number is held by the entity in the expected state."""
 

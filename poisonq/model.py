@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -18,7 +19,8 @@ from poisonq.errors import InvalidOptionError
 PropertyValue: TypeAlias = str | int | float | bool | None
 FaultAction: TypeAlias = Literal["move", "drop", "resubmit"]
 """What an operator does with the message a queue faulted on (``Broker.resolve_poison``)."""
-Duration: TypeAlias = int | float | timedelta
+Duration: TypeAlias = int | float | timedelta | str
+"""Seconds, a ``timedelta`` or ISO 8601 text (``"PT30S"``): :func:`to_seconds` reads each."""
 
 
 class MessageState(StrEnum):
@@ -129,17 +131,41 @@ MAX_TIMESTAMP = datetime(9000, 1, 1, tzinfo=UTC).timestamp()
 still a date."""
 
 
+_ISO_DURATION = re.compile(
+    r"P(?:(?P<days>\d+)D)?(?:T(?:(?P<hours>\d+)H)?(?:(?P<minutes>\d+)M)?"
+    r"(?:(?P<seconds>\d+(?:\.\d+)?)S)?)?"
+)
+
+
+def iso_duration(text: str) -> timedelta | None:
+    """ISO 8601 duration text as Service Bus writes one (``"PT30S"``, ``"P1DT2H"``: days,
+    hours, minutes, seconds), or ``None`` if ``text`` is not one. A number of days past what
+    a ``timedelta`` holds raises ``OverflowError``."""
+    found = _ISO_DURATION.fullmatch(text)
+    if found is None or text in ("P", "PT"):
+        return None
+    return timedelta(**{name: float(n or 0) for name, n in found.groupdict().items()})
+
+
 def to_seconds(value: Duration, what: str) -> float:
-    """Convert a duration given as seconds or a ``timedelta`` to seconds, refusing bad values."""
+    """Convert a duration given as seconds, a ``timedelta`` or ISO 8601 text
+    (:func:`iso_duration`) to seconds, refusing bad values."""
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
-    elif isinstance(value, int | float) and not isinstance(value, bool):
+    elif isinstance(value, int | float | str) and not isinstance(value, bool):
         try:
-            seconds = float(value)
+            parsed = iso_duration(value) if isinstance(value, str) else float(value)
         except OverflowError:
-            seconds = math.inf
+            parsed = math.inf
+        if parsed is None:
+            raise InvalidOptionError(
+                f"{what} must be seconds, a timedelta or ISO 8601 text (PT30S), not {value!r}"
+            )
+        seconds = parsed.total_seconds() if isinstance(parsed, timedelta) else parsed
     else:
-        raise InvalidOptionError(f"{what} must be seconds or a timedelta, not {value!r}")
+        raise InvalidOptionError(
+            f"{what} must be seconds, a timedelta or ISO 8601 text (PT30S), not {value!r}"
+        )
     if not 0 <= seconds <= MAX_DURATION:  # NaN fails both
         raise InvalidOptionError(
             f"{what} must be a duration from 0 to 100 years (in seconds), not {value!r}"

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
-from poisonq.errors import InvalidOperationError, InvalidOptionError
+from poisonq.errors import InvalidOperationError, InvalidOptionError, MessageAlreadySettledError
 from poisonq.failures import failure_from_exception
 from poisonq.link import ChangeFeed, Linked
 from poisonq.model import (
@@ -26,7 +26,7 @@ from poisonq.model import (
     to_seconds,
 )
 from poisonq.names import parse_address
-from poisonq.options import lock_seconds as lock_seconds  # where the aio API finds it
+from poisonq.options import lock_seconds
 from poisonq.store.base import MessageFilter
 
 MessageOrList = ReceivedMessage | Sequence[ReceivedMessage]
@@ -309,11 +309,18 @@ class Receiver:
         return self._engine.peek(self.address, from_sequence, max_messages, MessageFilter())
 
     def _locks(self, messages: MessageOrList) -> list[tuple[int, str]]:
+        """The locks to settle or renew ``messages`` by, checked before any store call: a
+        message this client settled already (its ``settled`` mark) refuses the whole batch
+        with :class:`MessageAlreadySettledError`, as azure-servicebus refuses one, rather
+        than reaching the store and reading as a lost lock."""
         self._check_open()
         if self.receive_mode is ReceiveMode.RECEIVE_AND_DELETE:
             raise InvalidOperationError("messages received with receive_and_delete hold no lock")
+        batch = as_list(messages)
+        if settled := [message.sequence_number for message in batch if message.settled]:
+            raise MessageAlreadySettledError(settled)
         locks = []
-        for message in as_list(messages):
+        for message in batch:
             if message.lock_token is None:
                 raise InvalidOperationError(f"message {message.sequence_number} holds no lock")
             locks.append((message.sequence_number, message.lock_token))

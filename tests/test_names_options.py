@@ -80,12 +80,21 @@ def test_subqueue_argument_and_its_conflicts() -> None:
         parse_address("orders;retry", "deadletter")
 
 
-def test_durations_accept_seconds_and_timedeltas_only() -> None:
+def test_durations_accept_seconds_timedeltas_and_iso_8601_text_only() -> None:
+    """Every duration (queue options, lock renewal, waits) is read by one rule: seconds, a
+    timedelta, or ISO 8601 text as Service Bus writes it; anything else is refused."""
     assert to_seconds(timedelta(minutes=2), "x") == 120.0
     assert to_seconds(5, "x") == 5.0
-    for bad in (-1, float("nan"), float("inf"), 1e300, 2**2000, timedelta.max, "5", True, None):
+    assert to_seconds("PT5M", "x") == 300.0
+    assert to_seconds("P1DT2H0.5S", "x") == 93600.5
+    assert QueueOptions.build(lock_duration="PT45S").lock_duration == 45.0
+    bad_text = ("5", "", "P", "PT", "5 minutes", "PT-5S", "pt5m", "P999999999999D", "P36600D")
+    for bad in (-1, float("nan"), float("inf"), 1e300, 2**2000, timedelta.max, True, None):
         with pytest.raises(InvalidOptionError):
             to_seconds(bad, "x")  # type: ignore[arg-type]
+    for text in bad_text:
+        with pytest.raises(InvalidOptionError):
+            to_seconds(text, "x")
 
 
 def test_option_defaults_follow_the_reference_systems() -> None:

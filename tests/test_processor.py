@@ -8,6 +8,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -263,6 +264,31 @@ def test_a_lock_lost_during_the_handler_means_redelivery_not_a_crash(
     assert_balanced(broker)
 
 
+def test_a_message_dead_lettered_because_its_lock_kept_running_out_counts_as_poisoned(
+    broker: Broker, clock: ManualClock
+) -> None:
+    """A handler that outlives the lock on every delivery spends them all: the expiry of
+    the last lock dead-letters the message (``MaxDeliveryCountExceeded``, counted by a
+    later receive or read), and the run counts it in ``poisoned`` and gives it to
+    ``on_poison`` with a ``MessageLockLostError``, as well as in ``lock_lost`` each time."""
+    broker.create_queue("hangs", max_delivery_count=2, lock_duration=30)
+    broker.sender("hangs").send(Message(body=b"x"))
+    poisoned: list[tuple[int, type[BaseException]]] = []
+
+    def handle(message: ReceivedMessage) -> None:
+        clock.advance(31)  # the 30 s lock runs out under the handler, renewal is off
+
+    stats = processor(
+        broker, "hangs", handle, max_wait=0, max_lock_renewal_duration=0,
+        on_poison=lambda m, e: poisoned.append((m.delivery_count, type(e))),
+    ).run(until_idle=True)  # fmt: skip
+    assert (stats.lock_lost, stats.poisoned, stats.completed) == (2, 1, 0)
+    assert poisoned == [(2, poisonq.MessageLockLostError)]
+    (letter,) = dead(broker, "hangs")
+    assert letter.dead_letter_reason == "MaxDeliveryCountExceeded"
+    assert_balanced(broker)
+
+
 def test_concurrent_pumps_complete_each_message_once(broker: Broker, queue: str) -> None:
     send(broker, queue, 300)
     seen: Counter[str] = Counter()
@@ -493,6 +519,26 @@ def test_both_processors_refuse_a_wrong_argument_with_the_same_typed_error(
     handler = given.pop("handler")
     with poisonq.connect(sqlite_url) as broker, pytest.raises(poisonq.InvalidOptionError):
         kind(broker, "orders", handler, **given)
+
+
+def test_max_lock_renewal_duration_takes_every_duration_a_queue_option_takes(
+    sqlite_url: str,
+) -> None:
+    """Both Processors and both lock renewers read ``max_lock_renewal_duration`` as a queue
+    option's duration: seconds, a timedelta or ISO 8601 text; bad text is refused alike."""
+    with poisonq.connect(sqlite_url) as broker:
+        for given in (300, timedelta(minutes=5), "PT5M"):
+            for kind in (poisonq.Processor, poisonq.aio.Processor):
+                made = kind(broker, "orders", print, max_lock_renewal_duration=given)
+                assert made.options.max_lock_renewal_duration == 300.0
+            renewer = poisonq.AutoLockRenewer(given, thread=False)
+            assert renewer.max_lock_renewal_duration == 300.0
+            assert poisonq.aio.AutoLockRenewer(given).sync.max_lock_renewal_duration == 300.0
+        for kind in (poisonq.Processor, poisonq.aio.Processor):
+            with pytest.raises(poisonq.InvalidOptionError, match="max_lock_renewal_duration"):
+                kind(broker, "orders", print, max_lock_renewal_duration="5 minutes")
+        with pytest.raises(poisonq.InvalidOptionError, match="max_lock_renewal_duration"):
+            poisonq.AutoLockRenewer("PT5", thread=False)
 
 
 @pytest.mark.parametrize("value", ["no", "false", "yes", 1, 0, None])

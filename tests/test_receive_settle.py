@@ -18,6 +18,7 @@ from poisonq import (
     InvalidOptionError,
     ManualClock,
     Message,
+    MessageAlreadySettledError,
     MessageLockLostError,
     MessageNotFoundError,
     MessageState,
@@ -143,6 +144,56 @@ def test_a_lost_lock_raises_and_changes_nothing(
         with pytest.raises(MessageLockLostError):
             settle(forged[1])  # type: ignore[operator]
     assert broker.counts(queue)["locked"] == 2
+    assert_balanced(broker)
+
+
+@pytest.mark.parametrize("first", ["complete", "abandon", "defer", "dead_letter"])
+def test_settling_a_message_this_client_settled_is_refused_before_the_store(
+    broker: Broker, queue: str, first: str
+) -> None:
+    """A message settled through its receiver, settled again (any way) or renewed, raises
+    MessageAlreadySettledError, as azure-servicebus' MessageAlreadySettled, and not a lost
+    lock; a batch holding one such message settles none of the others."""
+    fill(broker, queue, 2)
+    receiver = broker.receiver(queue)
+    settled, fresh = receiver.receive(max_messages=2)
+    getattr(receiver, first)(settled)
+    counts = broker.counts(queue)
+    again = (
+        receiver.complete,
+        receiver.abandon,
+        receiver.defer,
+        receiver.dead_letter,
+        receiver.renew_lock,
+        receiver.complete_and_receive,
+    )
+    for settle in again:
+        for batch in (settled, [fresh, settled]):
+            with pytest.raises(MessageAlreadySettledError) as caught:
+                settle(batch)  # type: ignore[operator]
+            assert caught.value.sequence_numbers == [settled.sequence_number]
+            assert isinstance(caught.value, MessageLockLostError)  # what was caught before
+    assert broker.counts(queue) == counts  # ``fresh`` is still locked, as it was
+    receiver.complete(fresh)
+    assert_balanced(broker)
+
+
+def test_a_message_redelivered_after_its_lock_ran_out_is_a_lost_lock_not_a_settled_one(
+    broker: Broker, queue: str, clock: ManualClock
+) -> None:
+    """Only a settlement marks a message settled: one whose lock ran out is a lost lock,
+    however often it is tried, and settling its redelivery works."""
+    fill(broker, queue, 1)
+    receiver = broker.receiver(queue)
+    (first,) = receiver.receive()
+    clock.advance(31)
+    (again,) = receiver.receive()
+    for _ in range(2):
+        with pytest.raises(MessageLockLostError) as caught:
+            receiver.complete(first)
+        assert not isinstance(caught.value, MessageAlreadySettledError)
+    receiver.complete(again)
+    assert broker.counts(queue)["completed"] == 1
     assert_balanced(broker)
 
 

@@ -86,6 +86,30 @@ def test_a_message_is_settled_once_and_a_peeked_one_never(client: ServiceBusClie
             receiver.complete_message(other)
 
 
+def test_a_message_settled_through_either_api_is_refused_by_the_other(
+    client: ServiceBusClient, broker: Broker
+) -> None:
+    """One mark says a message is settled, the native message's: settled through the SDK's
+    API, the native one refuses it (MessageAlreadySettledError), and settled natively, the
+    SDK's refuses it (MessageAlreadySettled, which stands for poisonq's error where it is
+    translated); neither reaches the store."""
+    send(client, "orders", "a", "b")
+    native = broker.receiver("orders")
+    with client.get_queue_receiver("orders", max_wait_time=WAIT) as receiver:
+        first, second = receiver.receive_messages(max_message_count=2)
+        receiver.complete_message(first)
+        with pytest.raises(poisonq.MessageAlreadySettledError):
+            native.complete(first.raw)
+        native.abandon(second.raw)
+        with pytest.raises(sb.MessageAlreadySettled):
+            receiver.complete_message(second)
+    error = poisonq.MessageAlreadySettledError([second.sequence_number])
+    translated = sb.translate(error)
+    assert isinstance(translated, sb.MessageAlreadySettled) and translated.error is error
+    assert broker.counts("orders")["completed"] == 1
+    assert_balanced(broker)
+
+
 def test_a_lost_lock_raises_message_lock_lost_error_and_changes_nothing(
     client: ServiceBusClient, broker: Broker, clock: ManualClock
 ) -> None:

@@ -12,7 +12,7 @@ from poisonq import (
     InvalidOptionError,
     ManualClock,
     Message,
-    MessageLockLostError,
+    MessageAlreadySettledError,
     ProcessorStoppedError,
     ReceivedMessage,
     RetryPolicy,
@@ -139,8 +139,27 @@ def test_renewing_the_session_lock_renews_its_message_locks(
     clock.advance(31)
     with pytest.raises(SessionLockLostError):
         receiver.renew_session_lock()
-    with pytest.raises(MessageLockLostError):
-        receiver.complete(message)
+    with pytest.raises(MessageAlreadySettledError):
+        receiver.complete(message)  # completed above: refused before the store
+
+
+def test_a_session_receiver_refuses_a_message_it_settled_before_the_store(
+    broker: Broker, sessions: str
+) -> None:
+    """Settling again a message the session receiver settled raises
+    MessageAlreadySettledError and changes nothing: the session's other message stays
+    locked under it, and the session goes on."""
+    _send(broker, ("a", "a1"), ("a", "a2"))
+    with broker.accept_session(sessions, "a") as receiver:
+        first, second = receiver.receive(max_messages=2)
+        receiver.complete(first)
+        for settle in (receiver.complete, receiver.abandon, receiver.defer, receiver.renew_lock):
+            with pytest.raises(MessageAlreadySettledError):
+                settle([second, first])  # type: ignore[operator]
+        assert broker.counts(sessions)["locked"] == 1
+        receiver.complete(second)
+    assert broker.counts(sessions)["completed"] == 2
+    assert_balanced(broker)
 
 
 def test_a_poisoned_message_takes_its_whole_session_with_it(broker: Broker, sessions: str) -> None:

@@ -26,7 +26,7 @@ from poisonq.model import (
     SubQueue,
     to_seconds,
 )
-from poisonq.receivers import LOOK_INTERVAL, RECEIVE_WAIT, SessionReceiver, lock_seconds
+from poisonq.receivers import LOOK_INTERVAL, RECEIVE_WAIT, SessionReceiver
 from poisonq.reports import AuditReport, QueueInfo
 from poisonq.store.base import DeadLetterCause, DeadLetterGroup, TaskRecord
 from poisonq.tasks import BulkTask
@@ -73,8 +73,8 @@ class AsyncBroker:
 
     def __init__(self, broker: Broker, workers: int) -> None:
         self.sync = broker
-        self.calls = StoreCalls(workers, broker.store.url)
-        self.changes = ChangeWatch(broker.store)
+        self.calls = StoreCalls(workers, broker.url)
+        self.changes = ChangeWatch(broker.link.changes)
 
     @property
     def clock(self) -> Clock:
@@ -270,20 +270,17 @@ class AsyncBroker:
         renewer = sync_renewer(auto_lock_renewer)
         if auto_lock_renewer is not None:
             auto_lock_renewer.start(self.calls)
-        seconds = None if lock_duration is None else lock_seconds(lock_duration)
         wait = to_seconds(max_wait, "max_wait")
         deadline = asyncio.get_running_loop().time() + wait
-        engine = self.sync.engine
 
-        def accept() -> tuple[str, str, float] | None:
-            return engine.accept_session(address, None, seconds)
+        def accept() -> SessionReceiver | None:  # one look: the waits are the loop's
+            return self.sync.accept_next_session(
+                address, lock_duration=lock_duration, max_wait=0, auto_lock_renewer=renewer
+            )
 
-        def give_back(got: tuple[str, str, float] | None) -> None:
+        def give_back(got: SessionReceiver | None) -> None:
             if got is not None:
-                engine.close_session(address, got[0], got[1], None)
+                got.close()
 
         got = await self.look_until(deadline, lambda: self.calls.taking(accept, give_back))
-        if got is None:
-            return None
-        receiver = await self.calls(SessionReceiver, self.sync, address, seconds, *got, renewer)
-        return AsyncSessionReceiver(self, receiver)
+        return None if got is None else AsyncSessionReceiver(self, got)

@@ -20,8 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from poisonq.errors import BrokerClosedError, PoisonqError
+from poisonq.link import ChangeFeed
 from poisonq.receivers import LOOK_INTERVAL
-from poisonq.store.base import Store
 
 T = TypeVar("T")
 
@@ -104,8 +104,8 @@ class ChangeWatch:
     :data:`WATCH_IDLE` without one. A commit made while the thread starts wakes nobody; the
     waiters see it at their next look, within :data:`LOOK_INTERVAL`."""
 
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    def __init__(self, changes: ChangeFeed) -> None:
+        self._changes = changes
         self._event: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop = threading.Event()
@@ -138,9 +138,9 @@ class ChangeWatch:
         while not self._stop.is_set():
             try:
                 if marker is None:
-                    marker = self._store.change_marker()
-                self._store.wait_for_change(marker, LOOK_INTERVAL)
-                now = self._store.change_marker()
+                    marker = self._changes.change_marker()
+                self._changes.wait_for_change(marker, LOOK_INTERVAL)
+                now = self._changes.change_marker()
             except PoisonqError:  # an outage: the waiters still look every LOOK_INTERVAL
                 marker = None
                 self._stop.wait(LOOK_INTERVAL)

@@ -30,7 +30,7 @@ from poisonq.defects import FailureWindow
 from poisonq.errors import InvalidOptionError
 from poisonq.failures import failure_from_exception
 from poisonq.model import ReceivedMessage, ReceiveErrorHandling
-from poisonq.processor.lost_locks import LockLostHook, LostLocks
+from poisonq.processor.lost_locks import LockLostHook, LostLocks, poisoned_by_expiry
 from poisonq.processor.options import ProcessorOptions, check_flag, check_handler, check_hook
 from poisonq.processor.outcomes import (
     GivenBack,
@@ -560,13 +560,17 @@ class _Pump:
             poisoned, lost = await self.broker.calls(
                 self.broker.sync.settle_held, receiver.address, [settlement(o) for o in outcomes]
             )
-        for outcome in outcomes:
-            if outcome.message.sequence_number in lost:
-                reported = self.processor.lost_locks.report(outcome.message)
-                if inspect.isawaitable(reported):
-                    await reported
+        expired = [o.message for o in outcomes if o.message.sequence_number in lost]
+        for message in expired:
+            reported = self.processor.lost_locks.report(message)
+            if inspect.isawaitable(reported):
+                await reported
+        spent = []
+        if expired:  # a read, in a thread: rarely needed
+            sync, address = self.broker.sync, receiver.address
+            spent = await self.broker.calls(poisoned_by_expiry, sync, address, expired)
         hook = self.processor.on_poison
-        for message, error in tally(self.stats, outcomes, poisoned, lost):
+        for message, error in [*tally(self.stats, outcomes, poisoned, lost), *spent]:
             self.stats.poisoned += 1
             if hook is not None:
                 result = hook(message, error)

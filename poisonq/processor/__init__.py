@@ -70,8 +70,10 @@ class Processor:
     is called once per message (still received and completed ``batch_size`` at a time).
     ``concurrency`` threads pump at once. Locks are renewed while a handler runs, for at most
     ``max_lock_renewal_duration`` seconds. ``on_poison(message, error)`` is called after each
-    message that this processor dead-lettered or that its abandon poisoned; an exception from
-    the hook propagates (the message is already settled, so nothing is lost).
+    message that this processor dead-lettered or that its abandon poisoned, or that the
+    expiry of a lock it lost moved to the dead-letter queue (the error: that
+    ``MessageLockLostError``); an exception from the hook propagates (the message is already
+    settled, so nothing is lost).
     ``on_lock_lost(message)`` is called (and a warning logged) once for each message whose
     lock was lost before it was settled: its renewal failed or stopped at
     ``max_lock_renewal_duration`` while the handler still ran. Such a message is delivered

@@ -5,16 +5,23 @@ handler still runs; the renewer may see it first, or the settlement that finds i
 Processors report it the same way: a warning, and ``on_lock_lost(message)`` once per message
 and lock. The message is delivered again; a message handler does not run on one whose lock
 is known lost.
+
+Unless that delivery was its last: the expiry of the lock then poisons it, in whichever
+transaction counts the expiry first (a receive's or a read's housekeeping, in any process),
+so no settlement of the run hears of it. :func:`poisoned_by_expiry` finds such messages
+afterwards by reading the dead-letter queue (a read counts what is due first).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
-from poisonq.model import ReceivedMessage
+from poisonq.errors import MessageLockLostError, MessageNotFoundError
+from poisonq.model import DeadLetterReason, ReceivedMessage, SubQueue
+from poisonq.names import parse_address, subqueue_name
 
 log = logging.getLogger(__name__)
 
@@ -49,3 +56,40 @@ class LostLocks:
     def known(self, message: ReceivedMessage) -> bool:
         with self._guard:
             return (message.sequence_number, message.lock_token or "") in self._lost
+
+
+class MessageReader(Protocol):
+    """What :func:`poisoned_by_expiry` reads with (the :class:`~poisonq.Broker` is one)."""
+
+    def message(self, address: str, sequence_number: int) -> ReceivedMessage: ...
+
+
+def poisoned_by_expiry(
+    broker: MessageReader, address: str, lost: Sequence[ReceivedMessage]
+) -> list[tuple[ReceivedMessage, BaseException]]:
+    """The messages of ``lost`` (their locks ran out before the run settled them) that the
+    expiry of that very lock poisoned into ``address``'s dead-letter queue, each with the
+    error ``on_poison`` is given for it (its lock's loss): there with
+    ``MaxDeliveryCountExceeded``, no delivery since this one, and one failure more, the
+    lock's expiry. A poison action other than ``move`` (drop, reject, fault) leaves nothing
+    to find there, and a receiver of a subqueue has no dead-letter queue of its own."""
+    if not lost:
+        return []
+    where = parse_address(address)
+    if where.subqueue is not None:
+        return []
+    dead_letters = subqueue_name(where.entity, SubQueue.DEADLETTER)
+    found: list[tuple[ReceivedMessage, BaseException]] = []
+    for message in lost:
+        try:
+            letter = broker.message(dead_letters, message.sequence_number)
+        except MessageNotFoundError:
+            continue
+        if (
+            letter.dead_letter_reason == DeadLetterReason.MAX_DELIVERY_COUNT_EXCEEDED
+            and letter.delivery_count == message.delivery_count
+            and len(letter.failures) == len(message.failures) + 1
+            and letter.last_lock_expired
+        ):
+            found.append((message, MessageLockLostError([message.sequence_number])))
+    return found

@@ -62,9 +62,10 @@ class ProcessorOptions:
     ``batch_size`` messages are received (and, with ``batch=True``, handed to the handler) at
     a time by each of ``concurrency`` pumps; ``permanent`` lists the exception types that
     dead-letter at once (:class:`~poisonq.PermanentError` always among them); locks are
-    renewed for at most ``max_lock_renewal_duration`` seconds; an idle receive waits
-    ``max_wait`` seconds; ``max_failure_ratio`` is the defect window's ratio (``None``: never
-    stop); ``isolation`` says where the handler runs (``"process"``: in a child process)."""
+    renewed for at most ``max_lock_renewal_duration`` (seconds, a ``timedelta`` or ISO 8601
+    text, as every duration); an idle receive waits ``max_wait``; ``max_failure_ratio`` is
+    the defect window's ratio (``None``: never stop); ``isolation`` says where the handler
+    runs (``"process"``: in a child process)."""
 
     batch_size: int = 1
     batch: bool = False
@@ -76,7 +77,8 @@ class ProcessorOptions:
     isolation: Isolation = None
 
     def __post_init__(self) -> None:
-        # Durations may be given as a timedelta, and permanent as any sequence: each is kept
+        # Durations may be given as any Duration (a timedelta, ISO 8601 text like "PT5M"),
+        # and permanent as any sequence: each is kept
         # in the one form the pumps read (``of`` is how a Processor makes these).
         check_count(self.batch_size, "batch_size")
         check_count(self.concurrency, "concurrency")

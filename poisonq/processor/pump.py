@@ -23,6 +23,7 @@ from poisonq.errors import PoisonqError
 from poisonq.lock_renewer import AutoLockRenewer
 from poisonq.model import ReceivedMessage, ReceiveErrorHandling
 from poisonq.processor.handler_runs import HandlerRun, InChildProcess
+from poisonq.processor.lost_locks import poisoned_by_expiry
 from poisonq.processor.outcomes import (
     FailedPermanently,
     FailedTransiently,
@@ -48,10 +49,11 @@ FLUSH_INTERVAL = 0.5  # seconds a handled message may wait for the rest of its b
 class ProcessorStats:
     """What one :meth:`Processor.run` did. ``poisoned`` counts the messages that reached the
     dead-letter queue (or were dropped) because of this run, by either path, not the messages
-    of their sessions moved with them. ``released`` counts messages given back without a
-    delivery counted (a session's messages after a failure, a defect's failures, suspects
-    received beside other messages to be received again alone), and ``received`` counts a
-    message again each time it is received."""
+    of their sessions moved with them; and those the expiry of a lock this run lost moved
+    there (:func:`~poisonq.processor.lost_locks.poisoned_by_expiry`). ``released`` counts
+    messages given back without a delivery counted (a session's messages after a failure, a
+    defect's failures, suspects received beside other messages to be received again alone),
+    and ``received`` counts a message again each time it is received."""
 
     received: int = 0
     completed: int = 0
@@ -558,10 +560,11 @@ class Pump:
             poisoned, lost = self.broker.settle_held(
                 receiver.address, [settlement(o) for o in outcomes]
             )
-        for outcome in outcomes:
-            if outcome.message.sequence_number in lost:
-                self.processor.lost_locks.report(outcome.message)
-        for message, error in tally(stats, outcomes, poisoned, lost):
+        expired = [o.message for o in outcomes if o.message.sequence_number in lost]
+        for message in expired:
+            self.processor.lost_locks.report(message)
+        spent = poisoned_by_expiry(self.broker, receiver.address, expired)
+        for message, error in [*tally(stats, outcomes, poisoned, lost), *spent]:
             self._poisoned(message, error)
 
     def _give_back(self, receiver: Receiver, settled: list[Outcome], failed: list[Outcome]) -> None:

@@ -71,10 +71,14 @@ class MessageSizeExceededError(ServiceBusError, ValueError):
 
 
 class MessageAlreadySettled(ValueError):
-    """A message was settled (completed, abandoned, dead-lettered or deferred) already."""
+    """A message was settled (completed, abandoned, dead-lettered or deferred) already; a
+    ``ValueError``, not a ``ServiceBusError``, as the SDK's (a check on the client).
+    ``error`` is poisonq's :class:`~poisonq.errors.MessageAlreadySettledError`, when it
+    stands for one."""
 
     def __init__(self, **kwargs: Any) -> None:
         action = kwargs.get("action", "operate")
+        self.error: BaseException | None = kwargs.get("error")
         super().__init__(
             f"Unable to {action} message; The message has either been deleted or already settled."
         )
@@ -201,10 +205,12 @@ NO_STORE = (
 )
 
 
-def translate(error: errors.PoisonqError) -> ServiceBusError:
+def translate(error: errors.PoisonqError) -> ServiceBusError | MessageAlreadySettled:
     """The SDK exception for a poisonq error; an argument poisonq refused
     (:class:`~poisonq.errors.InvalidOptionError`, a ``ValueError`` as the SDK raises for
     bad arguments) is not translated."""
+    if isinstance(error, errors.MessageAlreadySettledError):
+        return MessageAlreadySettled(action="settle", error=error)
     text = str(error)
     if isinstance(error, errors.StoreNotFoundError):
         text += f" ({NO_STORE})"

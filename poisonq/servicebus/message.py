@@ -269,9 +269,10 @@ class ServiceBusReceivedMessage(ServiceBusMessage):
         settled: bool = False,
     ) -> None:
         self.raw = raw
+        if settled:  # received and deleted: settled as it was handed out
+            raw.settled = True
         self._source = source
         self._is_peeked_message = peeked
-        self._settled = settled
         self.auto_renew_error: BaseException | None = None
         self._body = raw.body
         self.message_id = raw.message_id
@@ -290,6 +291,13 @@ class ServiceBusReceivedMessage(ServiceBusMessage):
             key.encode(): value.encode() if isinstance(value, str) else value
             for key, value in raw.properties.items()
         } or None
+
+    @property
+    def _settled(self) -> bool:
+        """The SDK's mark of a settled message: the native message's, which poisonq's
+        receiver sets as it settles it (through this API or the native one), so that a
+        second settlement is refused the same way by both."""
+        return self.raw.settled
 
     @property
     def sequence_number(self) -> int:

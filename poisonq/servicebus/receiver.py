@@ -247,7 +247,6 @@ class ServiceBusReceiver(Handler):
         native, raw = self._checked(message, action)
         with translated():
             settle(native, raw)
-        message._settled = True
 
     def complete_message(self, message: ServiceBusReceivedMessage) -> None:
         self._settle(message, "complete", Receiver.complete)

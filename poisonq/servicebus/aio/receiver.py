@@ -244,7 +244,6 @@ class ServiceBusReceiver(Handler):
         native = self._checked(message, action)
         with translated():
             await settle(native, message.raw)
-        message._settled = True
 
     async def complete_message(self, message: ServiceBusReceivedMessage) -> None:
         await self._settle(message, "complete", AsyncReceiver.complete)

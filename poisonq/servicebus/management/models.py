@@ -11,7 +11,6 @@ no partitioning) and refused by name otherwise
 from __future__ import annotations
 
 import datetime
-import re
 from collections.abc import Callable, Iterator, Mapping
 from enum import StrEnum
 from typing import Any
@@ -22,16 +21,13 @@ from poisonq.filters import (
     filter_from_json,
 )
 from poisonq.model import EntityStatus as NativeStatus
+from poisonq.model import iso_duration
 from poisonq.reports import QueueInfo
 from poisonq.servicebus.exceptions import FeatureNotSupportedError
 
 MIB = 1024 * 1024
 NEVER = datetime.timedelta(days=10675199, seconds=10085, microseconds=477580)
 """Service Bus' ``TimeSpan.MaxValue``: a time to live (or idle time) that never ends."""
-_ISO = re.compile(
-    r"P(?:(?P<days>\d+)D)?(?:T(?:(?P<hours>\d+)H)?(?:(?P<minutes>\d+)M)?"
-    r"(?:(?P<seconds>\d+(?:\.\d+)?)S)?)?"
-)
 
 
 class EntityStatus(StrEnum):
@@ -63,9 +59,8 @@ def duration(value: datetime.timedelta | str | float, what: str) -> datetime.tim
         return value
     if isinstance(value, int | float) and not isinstance(value, bool):
         return datetime.timedelta(seconds=value)
-    if isinstance(value, str) and (found := _ISO.fullmatch(value)) and value not in ("P", "PT"):
-        parts = {name: float(number or 0) for name, number in found.groupdict().items()}
-        return datetime.timedelta(**parts)
+    if isinstance(value, str) and (parsed := iso_duration(value)) is not None:
+        return parsed
     raise ValueError(f"{what} is a timedelta or an ISO 8601 duration (PT30S), not {value!r}")
 
 
