@@ -169,6 +169,10 @@ class SqliteTransaction(
         an entry in the index of unleasable messages)."""
         return "0" if self.cover_top(entity_id) else "leasable"
 
+    def _made_receivable(self, count: int = 1) -> None:
+        """Nothing to note: every commit of a write wakes the waiting receivers
+        (:meth:`SqliteStore.wait_for_change`)."""
+
     def _add_to_ledger(self, entity_id: int, **deltas: int) -> None:
         """Add ``deltas`` to the entity's ledger columns (names are ours, never user input)."""
         deltas = {k: v for k, v in deltas.items() if v}
