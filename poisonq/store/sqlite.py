@@ -6,7 +6,9 @@ writer lock is taken up front and other writers wait on ``busy_timeout``. Within
 connection is shared behind a lock, because SQLite serializes writers anyway.
 
 Lists of sequence numbers are bound as one JSON array and expanded with ``json_each`` so every
-statement has a fixed text and stays in the statement cache.
+statement has a fixed text and stays in the statement cache. A statement assembled from parts
+(a clause only some calls need, the failure record's assignments) names its parameters
+(``:name``), so each part brings its own and no statement's text is rewritten to fit another's.
 """
 
 from __future__ import annotations
@@ -107,17 +109,14 @@ _GROUP_KEYS = (
 )
 
 
-def _record_failure(failure: str) -> str:
-    """The assignments that append a failure record (the JSON object bound as parameter
-    ``failure``, or NULL for none) to a message's history, and keep the columns dead-letter
-    analysis groups by."""
-    return (
-        f"failures = CASE WHEN {failure} IS NULL THEN failures"
-        f"   ELSE json_insert(coalesce(failures, '[]'), '$[#]', json({failure})) END,"
-        f" last_error_type = coalesce(json_extract({failure}, '$.error_type'), last_error_type),"
-        f" last_fingerprint = coalesce(json_extract({failure}, '$.fingerprint'),"
-        " last_fingerprint)"
-    )
+# Appends a failure record (the JSON object bound as ``:failure``, or NULL for none) to a
+# message's history, and keeps the columns dead-letter analysis groups by.
+_RECORD_FAILURE = (
+    " failures = CASE WHEN :failure IS NULL THEN failures"
+    "   ELSE json_insert(coalesce(failures, '[]'), '$[#]', json(:failure)) END,"
+    " last_error_type = coalesce(json_extract(:failure, '$.error_type'), last_error_type),"
+    " last_fingerprint = coalesce(json_extract(:failure, '$.fingerprint'), last_fingerprint)"
+)
 
 
 class SqliteTransaction(
@@ -540,16 +539,15 @@ class SqliteTransaction(
         covered = self._covered_clause(entity_id)
         # A covered message's delivery is counted in its row as it leaves its lease.
         changed = self._db.execute(
-            "UPDATE messages SET state = ?4, lock_token = NULL, locked_until = NULL,"
+            "UPDATE messages SET state = :ready, lock_token = NULL, locked_until = NULL,"
             f" delivery_count = delivery_count + {covered},"
             f" leasable = {self._returned(entity_id)},"
-            " abort_count = abort_count + 1,"
-            f" {_record_failure('?1')}"
+            f" abort_count = abort_count + 1,{_RECORD_FAILURE}"
             # +entity_id: found by sequence number, never by walking the entity's index
             # (the OR leaves the planner no state to seek).
-            f" WHERE +entity_id = ?2 AND (state = 'locked' OR {covered})"
-            f" AND seq IN {SEQS.replace('?', '?3')}",
-            (record, entity_id, seqs_json(seqs), ready),
+            f" WHERE +entity_id = :entity AND (state = 'locked' OR {covered})"
+            f" AND seq {self._in_list('seqs')}",
+            {"ready": ready, "failure": record, "entity": entity_id, "seqs": seqs_json(seqs)},
         ).rowcount
         self._count_returned(entity_id, changed, lock_expired)
         return changed
@@ -639,34 +637,35 @@ class SqliteTransaction(
         held: list[int] = []
         if lock_token is not None and seqs and covered != "0":
             held = self._covered(entity_id, lock_token, list(seqs), min(seqs), max(seqs), now)
-        held_by_cover = f" OR seq IN {SEQS.replace('?', '?10')}" if held else ""
+        held_by_cover = f" OR seq {self._in_list('held')}" if held else ""
         rows = self._db.execute(
-            "UPDATE messages SET entity_id = ?1, state = 'dead_lettered', lock_token = NULL,"
-            " locked_until = NULL, dead_letter_reason = ?2,"
+            "UPDATE messages SET entity_id = :destination, state = 'dead_lettered',"
+            " lock_token = NULL, locked_until = NULL, dead_letter_reason = :reason,"
             f" leasable = {self._returned(destination_id)},"
             f" delivery_count = delivery_count + {covered},"
             # Without a description, the last recorded failure describes the message.
-            " dead_letter_description = coalesce(?3, json_extract(failures, '$[#-1].error_type')"
+            " dead_letter_description = coalesce(:description,"
+            "   json_extract(failures, '$[#-1].error_type')"
             "   || ': ' || json_extract(failures, '$[#-1].message')),"
-            " dead_letter_source = ?4, dead_lettered_at = ?5,"
-            f" dead_lettered_deliveries = delivery_count + {covered},"
-            f" {_record_failure('?6')}"
-            f" WHERE entity_id = ?7 AND state IN {LIVE}"
-            " AND (?9 IS NULL OR (state = 'locked' AND lock_token = ?9 AND locked_until > ?5)"
+            " dead_letter_source = :source, dead_lettered_at = :now,"
+            f" dead_lettered_deliveries = delivery_count + {covered},{_RECORD_FAILURE}"
+            f" WHERE entity_id = :entity AND state IN {LIVE}"
+            " AND (:token IS NULL"
+            "   OR (state = 'locked' AND lock_token = :token AND locked_until > :now)"
             f"{held_by_cover})"
-            f" AND seq IN {SEQS.replace('?', '?8')} RETURNING seq, size, subject, last_fingerprint",
-            (
-                destination_id,
-                reason,
-                description,
-                source,
-                now,
-                record,
-                entity_id,
-                seqs_json(seqs),
-                lock_token,
-                *([seqs_json(held)] if held else []),
-            ),
+            f" AND seq {self._in_list('seqs')} RETURNING seq, size, subject, last_fingerprint",
+            {
+                "destination": destination_id,
+                "reason": reason,
+                "description": description,
+                "source": source,
+                "now": now,
+                "failure": record,
+                "entity": entity_id,
+                "token": lock_token,
+                "seqs": seqs_json(seqs),
+                "held": seqs_json(held),
+            },
         ).fetchall()
         moved, size = len(rows), sum(row[1] for row in rows)
         self.history.dead_lettered(destination_id, reason, (row[2:] for row in rows))
