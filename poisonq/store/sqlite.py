@@ -70,7 +70,7 @@ from poisonq.store.shared_sql import (
     Params,
 )
 from poisonq.store.sqlite_history import SqliteHistory
-from poisonq.store.sqlite_leases import SqliteLeases
+from poisonq.store.sqlite_leases import SqliteLeases, within
 from poisonq.store.sqlite_rows import (
     INSERT_CHUNK,
     LEDGER_COLUMNS,
@@ -362,7 +362,7 @@ class SqliteTransaction(
             )
         ]
         if len(held) < len(seqs):  # the others may be held by a lease's cover
-            covered = self._covered(entity_id, token, list(seqs), min(seqs), max(seqs), now)
+            covered = self._covered_of(entity_id, token, seqs, now)
             held += [
                 LockInfo(*row)
                 for row in self._db.execute(
@@ -433,22 +433,18 @@ class SqliteTransaction(
     def complete(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
         done = self._complete(entity_id, token, now, f"seq IN {SEQS}", seqs_json(seqs))
         if len(done) < len(seqs):  # the others may be held by a lease's cover
-            covered = self._covered(entity_id, token, list(seqs), min(seqs), max(seqs), now)
+            covered = self._covered_of(entity_id, token, seqs, now)
             done += self._delete_covered(entity_id, f"seq IN {SEQS}", seqs_json(covered))
         return done
 
     def complete_span(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> int:
         done = len(self._complete(entity_id, token, now, "seq BETWEEN ? AND ?", lo, hi))
         cover = self._cover(entity_id, token, now)
-        if cover is not None and max(lo, cover[0]) <= min(hi, cover[1]):
-            span = (max(lo, cover[0]), min(hi, cover[1]))
+        span = within(cover, lo, hi)
+        if span is not None:
             done += self._delete_covered_span(entity_id, *span)
-            if span == cover:  # the lease holds nothing more by its cover
-                self._db.execute(
-                    "UPDATE leases SET cover_lo = NULL, cover_hi = NULL WHERE entity_id = ?"
-                    " AND lock_token = ?",
-                    (entity_id, token),
-                )
+            if span == cover:
+                self._forget_cover(entity_id, token)
         return done
 
     def _complete(
@@ -571,35 +567,30 @@ class SqliteTransaction(
             f" AND seq BETWEEN ? AND ?{listed} RETURNING seq",
             (ready, entity_id, token, now, lo, hi, *extra),
         ).fetchall()
-        released = [row[0] for row in rows]
+        # What the lease holds by its cover goes back one of two ways. The whole top cover
+        # given back: its messages are the freshest in the queue, so forgetting the cover
+        # returns them as they were. Any other part leaves the cover as a message that came
+        # back does: unleasable, received and leased row by row.
         cover = self._cover(entity_id, token, now)
-        if cover is None or max(lo, cover[0]) > min(hi, cover[1]):
-            return sorted(released)
+        covered = self._in_cover(entity_id, cover, None if seqs is None else list(seqs), lo, hi)
         if (
-            seqs is None
+            cover is not None
+            and seqs is None
             and lo <= cover[0]
             and cover[1] <= hi
             and cover[1] == self.cover_top(entity_id)
         ):
-            # The whole top cover given back: its messages are the freshest in the queue,
-            # so forgetting the cover returns them as they were.
-            released += self._covered(entity_id, token, None, lo, hi, now)
+            self._forget_cover(entity_id, token)
+        elif covered:
             self._db.execute(
-                "UPDATE leases SET cover_lo = NULL, cover_hi = NULL WHERE entity_id = ?"
-                " AND lock_token = ?",
-                (entity_id, token),
+                f"UPDATE messages SET leasable = 0 WHERE seq IN {SEQS}", (seqs_json(covered),)
             )
-            return sorted(released)
-        covered = self._covered(entity_id, token, None if seqs is None else list(seqs), lo, hi, now)
-        self._db.execute(
-            f"UPDATE messages SET leasable = 0 WHERE seq IN {SEQS}", (seqs_json(covered),)
-        )
-        return sorted(released + covered)
+        return sorted([row[0] for row in rows] + covered)
 
     def defer(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> int:
         deferred = super().defer(entity_id, token, seqs, now)
         if deferred < len(seqs):
-            covered = self._covered(entity_id, token, list(seqs), min(seqs), max(seqs), now)
+            covered = self._covered_of(entity_id, token, seqs, now)
             deferred += self._db.execute(
                 "UPDATE messages SET state = 'deferred', delivery_count = delivery_count + 1,"
                 f" leasable = 0 WHERE seq IN {SEQS}",
@@ -612,7 +603,7 @@ class SqliteTransaction(
     ) -> int:
         renewed = super().renew(entity_id, token, seqs, now, locked_until)
         if renewed < len(seqs):  # a covered message leaves its lease's cover for a lock of its own
-            covered = self._covered(entity_id, token, list(seqs), min(seqs), max(seqs), now)
+            covered = self._covered_of(entity_id, token, seqs, now)
             renewed += self._db.execute(
                 "UPDATE messages SET state = 'locked', lock_token = ?, locked_until = ?,"
                 f" delivery_count = delivery_count + 1, leasable = 0 WHERE seq IN {SEQS}",
@@ -636,7 +627,7 @@ class SqliteTransaction(
         covered = self._covered_clause(entity_id)
         held: list[int] = []
         if lock_token is not None and seqs and covered != "0":
-            held = self._covered(entity_id, lock_token, list(seqs), min(seqs), max(seqs), now)
+            held = self._covered_of(entity_id, lock_token, seqs, now)
         held_by_cover = f" OR seq {self._in_list('held')}" if held else ""
         rows = self._db.execute(
             "UPDATE messages SET entity_id = :destination, state = 'dead_lettered',"
