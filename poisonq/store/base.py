@@ -811,7 +811,9 @@ class Store(ABC):
 
     @abstractmethod
     def change_marker(self) -> object:
-        """A value that changes whenever any transaction (any process) commits."""
+        """A value that changes whenever a transaction of any process that made a message
+        receivable commits (:meth:`poisonq.store.ledger.LedgerCounts._made_receivable`;
+        SQLite's changes at every commit of a write)."""
 
     @abstractmethod
     def wait_for_change(self, marker: object, timeout: float) -> None:

@@ -1,10 +1,18 @@
-"""What each transition adds to the ledger that ``audit`` checks: stated once, for both stores.
+"""What each transition adds to the ledger that ``audit`` checks, and whether it made
+messages receivable: stated once, for both stores.
 
 Every entity keeps lifetime counters (:class:`~poisonq.store.base.Ledger`) with
 ``sent + moved_in = completed + dropped + moved_out + held`` at every commit. A store's
 transaction calls the method here named for what it did, in the same transaction; how the
 counts reach the ``entities`` row (an ``UPDATE`` per call on SQLite, one per entity at commit
 on PostgreSQL) is the store's own :meth:`LedgerCounts._add_to_ledger`.
+
+A message counted into an entity (sent, moved in) or back into its queue (abandoned, its lock
+run out) is one a receiver may now take, so the same calls tell the store so
+(:meth:`LedgerCounts._made_receivable`): a new transition that adds messages cannot balance the
+ledger and forget to wake the waiting receivers. The few that make messages receivable without
+a ledger change (a lock given back uncounted, a scheduled message come due, an entity enabled,
+a session given up) call it themselves.
 """
 
 from __future__ import annotations
@@ -20,8 +28,14 @@ class LedgerCounts(ABC):
     def _add_to_ledger(self, entity_id: int, **deltas: int) -> None:
         """Add ``deltas`` to the entity's counters (and to its history)."""
 
+    @abstractmethod
+    def _made_receivable(self, count: int = 1) -> None:
+        """``count`` messages became receivable in this transaction (see the module
+        docstring): its commit must wake the receivers waiting on the store."""
+
     def _count_sent(self, entity_id: int, count: int, size: int) -> None:
         self._add_to_ledger(entity_id, sent=count, size_bytes=size)
+        self._made_receivable(count)
 
     def _count_completed(self, entity_id: int, count: int, size: int) -> None:
         self._add_to_ledger(entity_id, completed=count, size_bytes=-size)
@@ -38,6 +52,7 @@ class LedgerCounts(ABC):
         reason = {why: count} if why else {}
         self._add_to_ledger(source, moved_out=count, size_bytes=-size, **reason)
         self._add_to_ledger(destination, moved_in=count, size_bytes=size)
+        self._made_receivable(count)
 
     def count_poisoned(self, entity_id: int, count: int) -> None:
         """Messages the retry policy dead-lettered or dropped (counted besides the move or
@@ -50,3 +65,4 @@ class LedgerCounts(ABC):
             self._add_to_ledger(entity_id, lock_expiries=count)
         else:
             self._add_to_ledger(entity_id, abandoned=count)
+        self._made_receivable(count)

@@ -6,7 +6,9 @@ writer lock is taken up front and other writers wait on ``busy_timeout``. Within
 connection is shared behind a lock, because SQLite serializes writers anyway.
 
 Lists of sequence numbers are bound as one JSON array and expanded with ``json_each`` so every
-statement has a fixed text and stays in the statement cache.
+statement has a fixed text and stays in the statement cache. A statement assembled from parts
+(a clause only some calls need, the failure record's assignments) names its parameters
+(``:name``), so each part brings its own and no statement's text is rewritten to fit another's.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ from poisonq.store.shared_sql import (
     Params,
 )
 from poisonq.store.sqlite_history import SqliteHistory
-from poisonq.store.sqlite_leases import SqliteLeases
+from poisonq.store.sqlite_leases import SqliteLeases, within
 from poisonq.store.sqlite_rows import (
     INSERT_CHUNK,
     LEDGER_COLUMNS,
@@ -107,17 +109,14 @@ _GROUP_KEYS = (
 )
 
 
-def _record_failure(failure: str) -> str:
-    """The assignments that append a failure record (the JSON object bound as parameter
-    ``failure``, or NULL for none) to a message's history, and keep the columns dead-letter
-    analysis groups by."""
-    return (
-        f"failures = CASE WHEN {failure} IS NULL THEN failures"
-        f"   ELSE json_insert(coalesce(failures, '[]'), '$[#]', json({failure})) END,"
-        f" last_error_type = coalesce(json_extract({failure}, '$.error_type'), last_error_type),"
-        f" last_fingerprint = coalesce(json_extract({failure}, '$.fingerprint'),"
-        " last_fingerprint)"
-    )
+# Appends a failure record (the JSON object bound as ``:failure``, or NULL for none) to a
+# message's history, and keeps the columns dead-letter analysis groups by.
+_RECORD_FAILURE = (
+    " failures = CASE WHEN :failure IS NULL THEN failures"
+    "   ELSE json_insert(coalesce(failures, '[]'), '$[#]', json(:failure)) END,"
+    " last_error_type = coalesce(json_extract(:failure, '$.error_type'), last_error_type),"
+    " last_fingerprint = coalesce(json_extract(:failure, '$.fingerprint'), last_fingerprint)"
+)
 
 
 class SqliteTransaction(
@@ -168,6 +167,10 @@ class SqliteTransaction(
         (with no cover it is as receivable as a message just sent, and keeping it so spares
         an entry in the index of unleasable messages)."""
         return "0" if self.cover_top(entity_id) else "leasable"
+
+    def _made_receivable(self, count: int = 1) -> None:
+        """Nothing to note: every commit of a write wakes the waiting receivers
+        (:meth:`SqliteStore.wait_for_change`)."""
 
     def _add_to_ledger(self, entity_id: int, **deltas: int) -> None:
         """Add ``deltas`` to the entity's ledger columns (names are ours, never user input)."""
@@ -359,7 +362,7 @@ class SqliteTransaction(
             )
         ]
         if len(held) < len(seqs):  # the others may be held by a lease's cover
-            covered = self._covered(entity_id, token, list(seqs), min(seqs), max(seqs), now)
+            covered = self._covered_of(entity_id, token, seqs, now)
             held += [
                 LockInfo(*row)
                 for row in self._db.execute(
@@ -430,22 +433,18 @@ class SqliteTransaction(
     def complete(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
         done = self._complete(entity_id, token, now, f"seq IN {SEQS}", seqs_json(seqs))
         if len(done) < len(seqs):  # the others may be held by a lease's cover
-            covered = self._covered(entity_id, token, list(seqs), min(seqs), max(seqs), now)
+            covered = self._covered_of(entity_id, token, seqs, now)
             done += self._delete_covered(entity_id, f"seq IN {SEQS}", seqs_json(covered))
         return done
 
     def complete_span(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> int:
         done = len(self._complete(entity_id, token, now, "seq BETWEEN ? AND ?", lo, hi))
         cover = self._cover(entity_id, token, now)
-        if cover is not None and max(lo, cover[0]) <= min(hi, cover[1]):
-            span = (max(lo, cover[0]), min(hi, cover[1]))
+        span = within(cover, lo, hi)
+        if span is not None:
             done += self._delete_covered_span(entity_id, *span)
-            if span == cover:  # the lease holds nothing more by its cover
-                self._db.execute(
-                    "UPDATE leases SET cover_lo = NULL, cover_hi = NULL WHERE entity_id = ?"
-                    " AND lock_token = ?",
-                    (entity_id, token),
-                )
+            if span == cover:
+                self._forget_cover(entity_id, token)
         return done
 
     def _complete(
@@ -536,16 +535,15 @@ class SqliteTransaction(
         covered = self._covered_clause(entity_id)
         # A covered message's delivery is counted in its row as it leaves its lease.
         changed = self._db.execute(
-            "UPDATE messages SET state = ?4, lock_token = NULL, locked_until = NULL,"
+            "UPDATE messages SET state = :ready, lock_token = NULL, locked_until = NULL,"
             f" delivery_count = delivery_count + {covered},"
             f" leasable = {self._returned(entity_id)},"
-            " abort_count = abort_count + 1,"
-            f" {_record_failure('?1')}"
+            f" abort_count = abort_count + 1,{_RECORD_FAILURE}"
             # +entity_id: found by sequence number, never by walking the entity's index
             # (the OR leaves the planner no state to seek).
-            f" WHERE +entity_id = ?2 AND (state = 'locked' OR {covered})"
-            f" AND seq IN {SEQS.replace('?', '?3')}",
-            (record, entity_id, seqs_json(seqs), ready),
+            f" WHERE +entity_id = :entity AND (state = 'locked' OR {covered})"
+            f" AND seq {self._in_list('seqs')}",
+            {"ready": ready, "failure": record, "entity": entity_id, "seqs": seqs_json(seqs)},
         ).rowcount
         self._count_returned(entity_id, changed, lock_expired)
         return changed
@@ -569,35 +567,30 @@ class SqliteTransaction(
             f" AND seq BETWEEN ? AND ?{listed} RETURNING seq",
             (ready, entity_id, token, now, lo, hi, *extra),
         ).fetchall()
-        released = [row[0] for row in rows]
+        # What the lease holds by its cover goes back one of two ways. The whole top cover
+        # given back: its messages are the freshest in the queue, so forgetting the cover
+        # returns them as they were. Any other part leaves the cover as a message that came
+        # back does: unleasable, received and leased row by row.
         cover = self._cover(entity_id, token, now)
-        if cover is None or max(lo, cover[0]) > min(hi, cover[1]):
-            return sorted(released)
+        covered = self._in_cover(entity_id, cover, None if seqs is None else list(seqs), lo, hi)
         if (
-            seqs is None
+            cover is not None
+            and seqs is None
             and lo <= cover[0]
             and cover[1] <= hi
             and cover[1] == self.cover_top(entity_id)
         ):
-            # The whole top cover given back: its messages are the freshest in the queue,
-            # so forgetting the cover returns them as they were.
-            released += self._covered(entity_id, token, None, lo, hi, now)
+            self._forget_cover(entity_id, token)
+        elif covered:
             self._db.execute(
-                "UPDATE leases SET cover_lo = NULL, cover_hi = NULL WHERE entity_id = ?"
-                " AND lock_token = ?",
-                (entity_id, token),
+                f"UPDATE messages SET leasable = 0 WHERE seq IN {SEQS}", (seqs_json(covered),)
             )
-            return sorted(released)
-        covered = self._covered(entity_id, token, None if seqs is None else list(seqs), lo, hi, now)
-        self._db.execute(
-            f"UPDATE messages SET leasable = 0 WHERE seq IN {SEQS}", (seqs_json(covered),)
-        )
-        return sorted(released + covered)
+        return sorted([row[0] for row in rows] + covered)
 
     def defer(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> int:
         deferred = super().defer(entity_id, token, seqs, now)
         if deferred < len(seqs):
-            covered = self._covered(entity_id, token, list(seqs), min(seqs), max(seqs), now)
+            covered = self._covered_of(entity_id, token, seqs, now)
             deferred += self._db.execute(
                 "UPDATE messages SET state = 'deferred', delivery_count = delivery_count + 1,"
                 f" leasable = 0 WHERE seq IN {SEQS}",
@@ -610,7 +603,7 @@ class SqliteTransaction(
     ) -> int:
         renewed = super().renew(entity_id, token, seqs, now, locked_until)
         if renewed < len(seqs):  # a covered message leaves its lease's cover for a lock of its own
-            covered = self._covered(entity_id, token, list(seqs), min(seqs), max(seqs), now)
+            covered = self._covered_of(entity_id, token, seqs, now)
             renewed += self._db.execute(
                 "UPDATE messages SET state = 'locked', lock_token = ?, locked_until = ?,"
                 f" delivery_count = delivery_count + 1, leasable = 0 WHERE seq IN {SEQS}",
@@ -634,35 +627,36 @@ class SqliteTransaction(
         covered = self._covered_clause(entity_id)
         held: list[int] = []
         if lock_token is not None and seqs and covered != "0":
-            held = self._covered(entity_id, lock_token, list(seqs), min(seqs), max(seqs), now)
-        held_by_cover = f" OR seq IN {SEQS.replace('?', '?10')}" if held else ""
+            held = self._covered_of(entity_id, lock_token, seqs, now)
+        held_by_cover = f" OR seq {self._in_list('held')}" if held else ""
         rows = self._db.execute(
-            "UPDATE messages SET entity_id = ?1, state = 'dead_lettered', lock_token = NULL,"
-            " locked_until = NULL, dead_letter_reason = ?2,"
+            "UPDATE messages SET entity_id = :destination, state = 'dead_lettered',"
+            " lock_token = NULL, locked_until = NULL, dead_letter_reason = :reason,"
             f" leasable = {self._returned(destination_id)},"
             f" delivery_count = delivery_count + {covered},"
             # Without a description, the last recorded failure describes the message.
-            " dead_letter_description = coalesce(?3, json_extract(failures, '$[#-1].error_type')"
+            " dead_letter_description = coalesce(:description,"
+            "   json_extract(failures, '$[#-1].error_type')"
             "   || ': ' || json_extract(failures, '$[#-1].message')),"
-            " dead_letter_source = ?4, dead_lettered_at = ?5,"
-            f" dead_lettered_deliveries = delivery_count + {covered},"
-            f" {_record_failure('?6')}"
-            f" WHERE entity_id = ?7 AND state IN {LIVE}"
-            " AND (?9 IS NULL OR (state = 'locked' AND lock_token = ?9 AND locked_until > ?5)"
+            " dead_letter_source = :source, dead_lettered_at = :now,"
+            f" dead_lettered_deliveries = delivery_count + {covered},{_RECORD_FAILURE}"
+            f" WHERE entity_id = :entity AND state IN {LIVE}"
+            " AND (:token IS NULL"
+            "   OR (state = 'locked' AND lock_token = :token AND locked_until > :now)"
             f"{held_by_cover})"
-            f" AND seq IN {SEQS.replace('?', '?8')} RETURNING seq, size, subject, last_fingerprint",
-            (
-                destination_id,
-                reason,
-                description,
-                source,
-                now,
-                record,
-                entity_id,
-                seqs_json(seqs),
-                lock_token,
-                *([seqs_json(held)] if held else []),
-            ),
+            f" AND seq {self._in_list('seqs')} RETURNING seq, size, subject, last_fingerprint",
+            {
+                "destination": destination_id,
+                "reason": reason,
+                "description": description,
+                "source": source,
+                "now": now,
+                "failure": record,
+                "entity": entity_id,
+                "token": lock_token,
+                "seqs": seqs_json(seqs),
+                "held": seqs_json(held),
+            },
         ).fetchall()
         moved, size = len(rows), sum(row[1] for row in rows)
         self.history.dead_lettered(destination_id, reason, (row[2:] for row in rows))

@@ -17,6 +17,7 @@ change rows tell a covered one by :data:`COVERED`.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
 from poisonq.model import Lease, MessageState
@@ -155,13 +156,37 @@ class SqliteLeases(LeaseStatements):
         ).fetchone()
         return None if row is None else (row[0], row[1])
 
+    def _forget_cover(self, entity_id: int, token: str) -> None:
+        """The lease with ``token`` holds nothing more by its cover."""
+        self._db.execute(
+            "UPDATE leases SET cover_lo = NULL, cover_hi = NULL WHERE entity_id = ?"
+            " AND lock_token = ?",
+            (entity_id, token),
+        )
+
     def _covered(
         self, entity_id: int, token: str, seqs: list[int] | None, lo: int, hi: int, now: float
     ) -> list[int]:
         """The messages in ``[lo, hi]`` (and in ``seqs``, if given) that the lease with
         ``token`` validly holds by its cover, ascending."""
-        cover = self._cover(entity_id, token, now)
-        if cover is None or max(lo, cover[0]) > min(hi, cover[1]):
+        return self._in_cover(entity_id, self._cover(entity_id, token, now), seqs, lo, hi)
+
+    def _covered_of(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
+        """Those of ``seqs`` (some) that the lease with ``token`` validly holds by its cover:
+        a settlement's messages that no lock of their own held."""
+        return self._covered(entity_id, token, list(seqs), min(seqs), max(seqs), now)
+
+    def _in_cover(
+        self,
+        entity_id: int,
+        cover: tuple[int, int] | None,
+        seqs: list[int] | None,
+        lo: int,
+        hi: int,
+    ) -> list[int]:
+        """The messages in ``[lo, hi]`` (and in ``seqs``, if given) that ``cover`` holds."""
+        span = within(cover, lo, hi)
+        if span is None:
             return []
         # Listed, they are found by sequence number (+entity_id keeps the planner off the
         # entity's index, which would walk the whole range); else the range is walked.
@@ -169,7 +194,7 @@ class SqliteLeases(LeaseStatements):
         rows = self._db.execute(
             f"SELECT seq FROM messages WHERE {which} = ? AND leasable = 1"
             " AND state IN ('active', 'dead_lettered') AND seq BETWEEN ? AND ? ORDER BY seq",
-            (*_listed(seqs), entity_id, max(lo, cover[0]), min(hi, cover[1])),
+            (*_listed(seqs), entity_id, *span),
         )
         return [row[0] for row in rows]
 
@@ -211,16 +236,23 @@ class SqliteLeases(LeaseStatements):
             " AND locked_until > ?",
             (entity_id, lo, hi, token, now),
         ).fetchall()
-        cover = self._cover(entity_id, token, now)
-        if cover is not None and max(lo, cover[0]) <= min(hi, cover[1]):
+        span = within(self._cover(entity_id, token, now), lo, hi)
+        if span is not None:
             rows += self._db.execute(
                 f"SELECT {_LEASE_COLUMNS}, delivery_count + 1 FROM messages WHERE entity_id = ?"
                 " AND leasable = 1 AND state IN ('active', 'dead_lettered')"
                 " AND seq BETWEEN ? AND ?",
-                (entity_id, max(lo, cover[0]), min(hi, cover[1])),
+                (entity_id, *span),
             ).fetchall()
             rows.sort(key=_first)
         return rows
+
+
+def within(cover: tuple[int, int] | None, lo: int, hi: int) -> tuple[int, int] | None:
+    """The part of ``[lo, hi]`` that ``cover`` spans, if any."""
+    if cover is None or max(lo, cover[0]) > min(hi, cover[1]):
+        return None
+    return max(lo, cover[0]), min(hi, cover[1])
 
 
 def _first(row: tuple[Any, ...]) -> Any:

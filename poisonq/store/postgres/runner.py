@@ -78,7 +78,7 @@ class StatementRunner(HistoryTables):
         self._ledger: dict[int, dict[str, int]] = defaultdict(lambda: dict.fromkeys(_LEDGER, 0))
         self._keeper = keeper
         self.history = HistoryBuffer()  # written with the commit, after the ledger
-        self.notify = False  # whether this transaction made a message receivable
+        self._wakes = False  # whether this transaction made a message receivable
         self._receiving: int | None = None  # the entity a receive follows a settlement of
         self._statements = 0
         # Answers fetched ahead of the call that needs them, in a round trip that was made
@@ -113,7 +113,7 @@ class StatementRunner(HistoryTables):
         self.flush_ledger()
         if self.history:
             self._write_history()
-        if self.notify:
+        if self._wakes:
             self._db.execute("SELECT pg_notify(%s, '')", (NOTIFY_CHANNEL,))
         self._db.execute("COMMIT")
         self._end()
@@ -153,6 +153,11 @@ class StatementRunner(HistoryTables):
         if self._ahead_at != self._statements:
             return None
         return self._ahead.pop(key, None)
+
+    def _made_receivable(self, count: int = 1) -> None:
+        """The commit notifies the listeners (see :class:`~poisonq.store.ledger.LedgerCounts`):
+        a waiting receiver wakes at once instead of at its next poll."""
+        self._wakes = self._wakes or count > 0
 
     def _add_to_ledger(self, entity_id: int, **deltas: int) -> None:
         """Add ``deltas`` to the entity's ledger at commit (see the module docstring)."""

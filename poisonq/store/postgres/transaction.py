@@ -167,7 +167,7 @@ class PostgresTransaction(
         self, entity_id: int, status: EntityStatus, cause: str | None, now: float
     ) -> None:
         super().set_status(entity_id, status, cause, now)
-        self.notify = True  # an enabled queue may have messages to receive
+        self._made_receivable()  # an enabled queue may have messages to receive
 
     def delete_entity(self, entity_id: int) -> None:
         # The entity rows first: this waits for every transaction that holds them to add
@@ -216,7 +216,6 @@ class PostgresTransaction(
         # Counted before it runs (the sizes are known), so that with ``last`` the ledger can
         # travel with the statement and COMMIT.
         self._count_sent(entity_id, len(rows), sum(m.size for m in rows))
-        self.notify = True
         seqs = self._fetch_all(
             "INSERT INTO messages (entity_id, enqueued_at, state, message_id, body, size,"
             " content_type, subject, properties, session_id, correlation_id, reply_to,"
@@ -414,7 +413,7 @@ class PostgresTransaction(
             " AND visible_at <= %b",
             (entity_id, now),
         )
-        self.notify = self.notify or promoted > 0
+        self._made_receivable(promoted)
         return promoted
 
     def due_scheduled(self, entity_id: int, now: float) -> list[int]:
@@ -457,7 +456,6 @@ class PostgresTransaction(
         self._check_destination(destination_id, len(seqs), len(rows))
         moved, size = len(rows), sum(row[1] for row in rows)
         self._count_moved(entity_id, destination_id, moved, size)
-        self.notify = self.notify or moved > 0
         return sorted(row[0] for row in rows)
 
     # Settling -----------------------------------------------------------------------------
@@ -523,7 +521,6 @@ class PostgresTransaction(
             },
         )
         self._count_returned(entity_id, changed, lock_expired)
-        self.notify = True
         return changed
 
     def release(
@@ -553,9 +550,13 @@ class PostgresTransaction(
                 "seqs": None if seqs is None else list(seqs),
             },
         )
-        if rows:
-            self.notify = True
+        self._made_receivable(len(rows))
         return sorted(row[0] for row in rows)
+
+    def release_session(self, entity_id: int, session_id: str, token: str) -> int:
+        given_up = super().release_session(entity_id, session_id, token)
+        self._made_receivable(given_up)  # another receiver may accept the session's messages
+        return given_up
 
     def dead_letter(
         self,
@@ -599,7 +600,6 @@ class PostgresTransaction(
         moved, size = len(rows), sum(row[1] for row in rows)
         self.history.dead_lettered(destination_id, reason, (row[2:] for row in rows))
         self._count_moved(entity_id, destination_id, moved, size, "dead_lettered")
-        self.notify = self.notify or moved > 0
         return sorted(row[0] for row in rows)
 
     def drop(self, entity_id: int, seqs: Sequence[int]) -> int:
@@ -645,5 +645,4 @@ class PostgresTransaction(
         self._check_destination(destination_id, len(seqs), len(rows))
         moved, size = len(rows), sum(row[0] for row in rows)
         self._count_moved(entity_id, destination_id, moved, size, "resubmitted")
-        self.notify = self.notify or moved > 0
         return moved
