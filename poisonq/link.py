@@ -21,7 +21,8 @@ class ChangeFeed(Protocol):
     is one)."""
 
     def change_marker(self) -> object:
-        """A value that changes whenever any transaction (any process) commits."""
+        """A value that changes whenever a transaction (of any process) that made a message
+        receivable commits (:meth:`poisonq.store.base.Store.change_marker`)."""
 
     def wait_for_change(self, marker: object, timeout: float) -> None:
         """Block until the change marker differs from ``marker``, or ``timeout`` passes."""
