@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
@@ -274,6 +275,149 @@ def test_a_run_cancelled_while_it_holds_sessions_open_lets_every_one_go(
             await session.close()
 
     run(url, clock, body)
+
+
+async def _suspects_with_a_run_alone_waiting(
+    broker: AsyncBroker, clock: ManualClock
+) -> tuple[Processor, asyncio.Task[Any], asyncio.Event]:
+    """A queue whose two oldest messages are suspects (their locks ran out, as under a
+    crashed consumer) and two fresh ones; a run of two tasks where one holds the fresh ones
+    in a handler that waits for the returned event, and the other has claimed the gate to
+    run a suspect alone once the first lets go."""
+    await broker.create_queue("suspects", lock_duration=30, max_delivery_count=5)
+    await broker.sender("suspects").send([Message(body=f"m{n}") for n in range(4)])
+    assert len(await broker.receiver("suspects").receive(max_messages=2)) == 2
+    clock.advance(31)  # the crashed consumer's locks run out: m0 and m1 are suspects
+    handling = asyncio.Event()
+    release = asyncio.Event()
+
+    async def handle(message: poisonq.ReceivedMessage) -> None:
+        handling.set()
+        await release.wait()
+
+    processor = Processor(broker, "suspects", handle, concurrency=2, batch_size=2, max_wait=0)
+    run_task = asyncio.create_task(processor.run())
+    await handling.wait()
+    for _ in range(100):  # bounded: the other task reaches the gate and waits there
+        await asyncio.sleep(0)
+    return processor, run_task, release
+
+
+@pytest.mark.parametrize("how", ["stop", "cancel"])
+def test_a_run_stopped_or_cancelled_while_a_suspect_waits_to_run_alone_gives_it_back(
+    url: str, clock: ManualClock, how: str
+) -> None:
+    """A suspect waiting for the other tasks to let go, when the run is stopped or
+    cancelled, goes back uncounted (its delivery count as the crash left it) and the run
+    ends: a crash costs a suspect a delivery, a shutdown does not."""
+
+    async def body(broker: AsyncBroker) -> None:
+        processor, run_task, release = await _suspects_with_a_run_alone_waiting(broker, clock)
+        if how == "stop":
+            processor.stop()
+            release.set()
+            await run_task
+        else:
+            run_task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await run_task
+        counts = await broker.counts("suspects")
+        assert counts["locked"] == 0
+        counted = {m.text: m.delivery_count for m in await broker.peek("suspects", max_messages=10)}
+        assert counted["m0"] == counted["m1"] == 1  # the crash's delivery, and no other
+        receiver = broker.receiver("suspects")
+        await receiver.complete(await receiver.receive(max_messages=10))
+
+    run(url, clock, body)
+
+
+def test_a_handler_that_swallows_the_cancellation_does_not_keep_the_run_going(
+    url: str, clock: ManualClock
+) -> None:
+    """A run cancelled while its handler catches the ``CancelledError`` and returns ends
+    when that handler returns: the message it handled is settled by its outcome, the rest
+    of the batch goes back uncounted, and no handler is called after."""
+
+    async def body(broker: AsyncBroker) -> None:
+        await broker.sender("orders").send([Message(body=f"{n}") for n in range(6)])
+        calls = 0
+        handling = asyncio.Event()
+
+        async def swallow(message: poisonq.ReceivedMessage) -> None:
+            nonlocal calls
+            calls += 1
+            handling.set()
+            with contextlib.suppress(asyncio.CancelledError):  # "clean up", not re-raised
+                await asyncio.Event().wait()
+
+        run_task = asyncio.create_task(Processor(broker, "orders", swallow, batch_size=3).run())
+        await handling.wait()
+        run_task.cancel()
+        done, _ = await asyncio.wait([run_task], timeout=10)  # bounded: it must end
+        assert run_task in done and run_task.cancelled()
+        assert calls == 1
+        counts = await broker.counts("orders")
+        assert (counts["completed"], counts["locked"], counts["active"]) == (1, 0, 5)
+        assert {m.delivery_count for m in await broker.peek("orders", max_messages=6)} == {0}
+        receiver = broker.receiver("orders")
+        await receiver.complete(await receiver.receive(max_messages=6))
+
+    run(url, clock, body)
+
+
+@pytest.mark.parametrize("sessions", [False, True], ids=["queue", "session queue"])
+def test_stop_ends_a_run_waiting_for_messages_without_waiting_out_max_wait(
+    url: str, clock: ManualClock, sessions: bool
+) -> None:
+    """stop() ends a run that waits on an idle queue at once, not after its ``max_wait``
+    (a shutdown's grace period is shorter than a long poll)."""
+
+    async def body(broker: AsyncBroker) -> None:
+        await broker.create_queue("idle", requires_session=sessions)
+        processor = Processor(broker, "idle", lambda message: None, concurrency=2, max_wait=300)
+        run_task = asyncio.create_task(processor.run())
+        await asyncio.sleep(0.1)  # it waits for a message (or a session)
+        processor.stop()
+        done, _ = await asyncio.wait([run_task], timeout=10)  # bounded: well under 300 s
+        assert run_task in done
+        assert run_task.result().received == 0
+
+    run(url, clock, body)
+
+
+def test_stop_before_run_is_kept_and_a_later_run_runs(url: str, clock: ManualClock) -> None:
+    """A stop() asked for before run() (a shutdown during start-up) makes that run return
+    at once with nothing received; the run after it runs as usual."""
+
+    async def body(broker: AsyncBroker) -> None:
+        await broker.sender("orders").send([Message(body=f"{n}") for n in range(3)])
+        processor = Processor(broker, "orders", lambda message: None, max_wait=0)
+        processor.stop()
+        assert (await processor.run(until_idle=True)).received == 0
+        assert (await processor.run(until_idle=True)).completed == 3
+
+    run(url, clock, body)
+
+
+def test_an_async_broker_and_its_processor_work_under_one_asyncio_run_after_another(
+    url: str, clock: ManualClock
+) -> None:
+    """An AsyncBroker (and a Processor) used again under a later ``asyncio.run`` waits and
+    wakes in that loop: nothing keeps the first loop's events."""
+    broker = asyncio.run(poisonq.aio.connect(url, clock=clock))
+    asyncio.run(broker.create_queue("orders"))
+    processor = Processor(broker, "orders", lambda message: None, max_wait=0.2)
+
+    async def use() -> poisonq.processor.ProcessorStats:
+        await broker.sender("orders").send([Message(body=b"x") for _ in range(2)])
+        return await processor.run(until_idle=True)
+
+    try:
+        for _ in range(3):
+            assert asyncio.run(use()).completed == 2
+        assert_balanced(broker.sync)
+    finally:
+        asyncio.run(broker.close())
 
 
 def test_what_is_run_to_the_end_ends_however_often_its_caller_is_cancelled() -> None:

@@ -116,9 +116,9 @@ class ChangeWatch:
     def marker(self) -> asyncio.Event:
         """The event the next change sets: take it before looking, so that a change made
         after the look is never missed."""
-        if self._event is None:
-            self._loop = asyncio.get_running_loop()
-            self._event = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        if self._event is None or self._loop is not loop:  # the first look, or a later loop's
+            self._loop, self._event = loop, asyncio.Event()
         with self._state:
             self._last_taken = time.monotonic()
             if self._thread is None and not self._stop.is_set():

@@ -107,7 +107,10 @@ class Processor:
         self.stopping = asyncio.Event()
 
     def stop(self) -> None:
-        """Ask :meth:`run` to return once the messages in hand are settled."""
+        """Ask :meth:`run` to return once the messages in hand are settled: a wait for
+        messages ends at once. Called before :meth:`run`, the next run returns at once (a
+        shutdown asked for during start-up is kept). Call it on the run's event loop
+        (``loop.call_soon_threadsafe(processor.stop)`` from another thread)."""
         self.stopping.set()
 
     async def run(self, until_idle: bool = False) -> ProcessorStats:
@@ -116,7 +119,17 @@ class Processor:
         :class:`ProcessorStoppedError` on a defect; an error of one task (a store still
         unavailable after the client's retries) cancels the others and is raised."""
         check_flag(until_idle, "until_idle")
-        self.stopping.clear()
+        # An event of this run's loop (the Processor may run again under another
+        # asyncio.run), carrying a stop asked for before the run.
+        asked, self.stopping = self.stopping.is_set(), asyncio.Event()
+        if asked:
+            self.stopping.set()
+        try:
+            return await self._run_until_stopped(until_idle)
+        finally:
+            self.stopping.clear()
+
+    async def _run_until_stopped(self, until_idle: bool) -> ProcessorStats:
         queue = (await self.broker.get_queue(self.address)).options
         stats = ProcessorStats()
         window = FailureWindow(self.options.max_failure_ratio)
@@ -176,16 +189,20 @@ class _Pump:
         delivery held back while the defect window is undecided; a suspect run alone."""
         receiver = self.broker.receiver(self.processor.address)
         held_back: list[Outcome] = []
-        await self.gate.hold()
+        in_hand: list[ReceivedMessage] = []  # the last batch received
+        holding = False
         try:
             while not self.stopping.is_set():
-                if self.gate.wanted():  # another task runs a suspect: hold nothing
+                if holding and self.gate.wanted():  # another task runs a suspect: hold nothing
                     held_back = await self._give_back_held(receiver, held_back)
-                    await self.gate.let_go()
+                    self.gate.let_go()
+                    holding = False
+                if not holding:
                     await self.gate.hold()
+                    holding = True
                 wait = self.options.max_wait
-                messages = await receiver.receive(
-                    self.options.batch_size, min(wait, FLUSH_INTERVAL) if held_back else wait
+                in_hand = messages = await self._receive(
+                    receiver, min(wait, FLUSH_INTERVAL) if held_back else wait
                 )
                 if not messages:
                     if held_back:  # nothing else to judge them by: settle them as failures
@@ -207,16 +224,14 @@ class _Pump:
                     rest: list[Outcome] = [GivenBack(m) for m in messages if m is not suspects[0]]
                     await self._settle(receiver, rest)
                     held_back = await self._give_back_held(receiver, held_back)
-                    await self.gate.let_go()
-                    try:
-                        await self._alone(receiver, suspects[0])
-                    finally:
-                        await self.gate.hold()
+                    self.gate.let_go()
+                    holding = False
+                    await self._alone(receiver, suspects[0])
                     continue
                 outcomes, early = await self._handle(receiver, messages, in_order=False)
                 held_back = await self._judge(receiver, outcomes, held_back, early)
         finally:
-            await to_the_end(self._end([(receiver, held_back)], holding=True))
+            await to_the_end(self._end([(receiver, held_back)], holding, in_hand))
 
     async def sessions(self) -> None:
         """A session queue: one session at a time, its messages in order until it is empty
@@ -236,7 +251,7 @@ class _Pump:
                         await self._unpark(parked)
                     missed_once = False
                 if not parked and holding:  # holding nothing: wait here while another
-                    await self.gate.let_go()  # runs suspects
+                    self.gate.let_go()  # runs suspects
                     holding = False
                 if not holding:
                     await self.gate.hold()
@@ -262,7 +277,7 @@ class _Pump:
                     held_back, suspect = await self._drain(session)
                     if suspect:
                         await self._give_back_parked(parked)
-                        await self.gate.let_go()
+                        self.gate.let_go()
                         holding = False
                         await self._alone(session, None)
                 except BaseException:
@@ -295,6 +310,22 @@ class _Pump:
             if suspects and not held_back:
                 return [], True
         return held_back, False
+
+    async def _receive(self, receiver: AsyncReceiver, wait: float) -> list[ReceivedMessage]:
+        """A batch, waiting up to ``wait`` for it unless :meth:`Processor.stop` comes first
+        (the receive is then cancelled: what it locked goes back uncounted)."""
+        if wait <= 0 or self.stopping.is_set():
+            return await receiver.receive(self.options.batch_size)
+        receiving = asyncio.ensure_future(receiver.receive(self.options.batch_size, wait))
+        stopped = asyncio.ensure_future(self.stopping.wait())
+        try:
+            await asyncio.wait([receiving, stopped], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            if not receiving.done():
+                receiving.cancel()
+                await asyncio.wait([receiving])
+        return [] if receiving.cancelled() else receiving.result()
 
     async def _give_back_parked(
         self, parked: list[tuple[AsyncSessionReceiver, list[Outcome]]]
@@ -334,10 +365,14 @@ class _Pump:
         """The crash rule: once no other task holds a message, the suspect ``first`` (or,
         without it, the next message received) and then those received one at a time after
         it are each handled and settled before the next is received; the first that is not
-        a suspect is given back, for the next batch."""
-        await self.gate.alone()
+        a suspect is given back, for the next batch. Stopped or cancelled first, the
+        message in hand goes back uncounted: a crash costs a suspect a delivery, a shutdown
+        does not."""
+        message = first
+        claimed = False
         try:
-            message = first
+            await self.gate.alone()
+            claimed = True
             while not self.stopping.is_set():
                 if message is None:
                     got = await receiver.receive(1)
@@ -347,13 +382,15 @@ class _Pump:
                     self.renewer.register(receiver, got)
                     message = got[0]
                     if not is_suspect(message):
-                        await self._settle(receiver, [GivenBack(message)])
-                        return
+                        break
                 in_order = isinstance(receiver, AsyncSessionReceiver)
                 await self._settle(receiver, (await self._handle(receiver, [message], in_order))[0])
                 message = None
         finally:
-            await self.gate.unclaim()
+            if message is not None:  # (one already settled is left out)
+                await self._settle(receiver, [GivenBack(message)])
+            if claimed:
+                self.gate.unclaim()
 
     async def _judge(
         self,
@@ -376,21 +413,27 @@ class _Pump:
         return judged.held_back
 
     async def _end(
-        self, held: Sequence[tuple[AsyncReceiver, list[Outcome]]], holding: bool
+        self,
+        held: Sequence[tuple[AsyncReceiver, list[Outcome]]],
+        holding: bool,
+        in_hand: Sequence[ReceivedMessage] = (),
     ) -> None:
         """A pump task's end: the failures each receiver still holds back are given back
-        after a defect (found by any task), else settled as the failures they are; sessions
-        are closed, and the gate let go if ``holding``. Callers run it :func:`to_the_end`:
-        a task ending by its own error is cancelled when another task's error ends the run
+        after a defect (found by any task), else settled as the failures they are; what
+        else of the batch ``in_hand`` is unsettled (the task ended between the receive and
+        the handler) goes back uncounted; sessions are closed (which gives back the rest of
+        theirs), and the gate let go if ``holding``. Callers run it :func:`to_the_end`: a
+        task ending by its own error is cancelled when another task's error ends the run
         first, and a session left half released would keep its messages locked."""
         for receiver, held_back in held:
             if self.defect_found:
                 held_back = [GivenBack(o.message) for o in held_back]
             await self._settle(receiver, held_back)
+            await self._settle(receiver, [GivenBack(m) for m in in_hand])
             if isinstance(receiver, AsyncSessionReceiver):
                 await receiver.close()
         if holding:
-            await self.gate.let_go()
+            self.gate.let_go()
 
     async def _give_back_held(
         self, receiver: AsyncReceiver, held_back: list[Outcome]
@@ -442,6 +485,10 @@ class _Pump:
                 raise
             outcome = outcome_of(message, failure)
             outcomes.append(outcome)
+            if _run_cancelled():  # the handler swallowed the run's cancellation: it ends here
+                back = [GivenBack(later) for later in messages[position + 1 :]]
+                await self._settle(receiver, [*outcomes, *back])
+                raise asyncio.CancelledError
             if isinstance(outcome, Succeeded):
                 finished.append(outcome)
                 if loop.time() >= flush_at and position < len(messages) - 1:
