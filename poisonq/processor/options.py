@@ -4,6 +4,8 @@ option means and refuses the same thing in each."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import Any
@@ -19,6 +21,29 @@ def check_handler(handler: Callable[..., Any]) -> None:
     """A handler must be callable (a coroutine function, for the asyncio Processor, too)."""
     if not callable(handler):
         raise InvalidOptionError(f"handler must be callable, not {handler!r}")
+
+
+def is_coroutine_function(handler: object) -> bool:
+    """Whether calling ``handler`` gives a coroutine by its definition: an ``async def``
+    function, an object whose ``__call__`` is one, or a ``functools.partial`` of either."""
+    while isinstance(handler, functools.partial):
+        handler = handler.func
+    if inspect.iscoroutinefunction(handler):
+        return True
+    call = inspect.getattr_static(type(handler), "__call__", None)
+    return not inspect.isroutine(handler) and inspect.iscoroutinefunction(call)
+
+
+def check_sync_handler(handler: Callable[..., Any]) -> None:
+    """The sync Processor's handler: callable, and not a coroutine function, which it would
+    only call, never await (a handler that returns an awaitable anyway fails its run:
+    :mod:`poisonq.processor.handler_runs`)."""
+    check_handler(handler)
+    if is_coroutine_function(handler):
+        raise InvalidOptionError(
+            f"handler {handler!r} is a coroutine function, which poisonq.Processor cannot"
+            " await: use poisonq.aio.Processor with an AsyncBroker"
+        )
 
 
 def check_hook(hook: object, name: str) -> None:
