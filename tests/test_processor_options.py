@@ -48,6 +48,15 @@ def test_the_aio_processor_takes_a_coroutine_function_of_each_kind(url: str) -> 
     asyncio.run(make())
 
 
+def test_the_sync_processor_refuses_an_async_broker_naming_the_aio_processor(url: str) -> None:
+    async def make() -> None:
+        async with await poisonq.aio.connect(url) as broker:
+            with pytest.raises(InvalidOptionError, match=r"poisonq\.aio\.Processor"):
+                poisonq.Processor(broker, "orders", print)  # type: ignore[arg-type]
+
+    asyncio.run(make())
+
+
 @pytest.mark.parametrize(
     ("batch", "isolation"),
     [(False, None), (True, None), (False, "process")],

@@ -46,6 +46,7 @@ from poisonq.processor import handler_runs
 from poisonq.processor.lost_locks import LockLostHook, LostLocks
 from poisonq.processor.options import (
     ProcessorOptions,
+    check_broker,
     check_flag,
     check_hook,
     check_sync_handler,
@@ -106,6 +107,7 @@ class Processor:
         on_lock_lost: LockLostHook | None = None,
         **options: Any,
     ) -> None:
+        check_broker(broker, Broker, "poisonq.Processor", "poisonq.aio.Processor")
         check_sync_handler(handler)
         check_hook(on_poison, "on_poison")
         check_hook(on_lock_lost, "on_lock_lost")

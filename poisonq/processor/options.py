@@ -46,6 +46,17 @@ def check_sync_handler(handler: Callable[..., Any]) -> None:
         )
 
 
+def check_broker(broker: object, expected: type, processor: str, instead: str) -> None:
+    """A Processor's broker is of its own flavour: a :class:`~poisonq.Broker` for
+    ``poisonq.Processor``, an :class:`~poisonq.aio.AsyncBroker` for ``poisonq.aio.Processor``;
+    the other's would fail only in ``run()``, at the first call it makes differently.
+    ``instead`` names the Processor for such a broker."""
+    if not isinstance(broker, expected):
+        raise InvalidOptionError(
+            f"{processor} needs a {expected.__name__}, not {broker!r}: for it, use {instead}"
+        )
+
+
 def check_hook(hook: object, name: str) -> None:
     """A hook (``on_poison``, ``on_lock_lost``) is ``None`` or callable: refused as the
     Processor is made, not at the first poisoned message, where ``5(...)`` would end the run."""
