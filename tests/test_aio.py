@@ -694,3 +694,31 @@ def test_an_async_sender_or_receiver_refuses_every_call_after_its_async_with(
         await broker.receiver("orders").complete(message)
 
     run(url, clock, body)
+
+
+def test_an_async_sender_or_receiver_closed_by_close_refuses_every_call_and_keeps_locks(
+    url: str, clock: ManualClock
+) -> None:
+    """``close()`` closes as leaving ``async with`` does; closing twice does nothing; a
+    message the receiver held stays locked until its lock runs out, then comes again."""
+
+    async def body(broker: AsyncBroker) -> None:
+        sender = broker.sender("orders")
+        await sender.send(Message(body=b"a"))
+        await sender.close()
+        await sender.close()
+        receiver = broker.receiver("orders")
+        [held] = await receiver.receive(max_messages=1)
+        await receiver.close()
+        await receiver.close()
+        with pytest.raises(poisonq.InvalidOperationError, match="closed"):
+            await sender.send(Message(body=b"b"))
+        with pytest.raises(poisonq.InvalidOperationError, match="closed"):
+            await receiver.receive(max_messages=1)
+        assert (await broker.counts("orders"))["locked"] == 1
+        clock.advance(31)  # past the 30 s lock
+        [again] = await broker.receiver("orders").receive(max_messages=1)
+        assert (again.sequence_number, again.delivery_count) == (held.sequence_number, 2)
+        await broker.receiver("orders").complete(again)
+
+    run(url, clock, body)
