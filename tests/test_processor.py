@@ -482,7 +482,24 @@ def test_a_defect_that_starts_after_healthy_traffic_spends_nothing(
     assert_balanced(broker)
 
 
-@pytest.mark.parametrize("kind", [Processor, poisonq.aio.Processor], ids=["sync", "aio"])
+KINDS = (poisonq.Processor, poisonq.aio.Processor)
+
+
+def made(kind: type[Any], url: str, handler: Any, **options: Any) -> Any:
+    """A Processor of ``kind`` for queue ``orders`` on a broker of its own flavour on
+    ``url`` (closed on return: the Processor is only made)."""
+    if kind is poisonq.aio.Processor:
+
+        async def make() -> Any:
+            async with await poisonq.aio.connect(url) as broker:
+                return poisonq.aio.Processor(broker, "orders", handler, **options)
+
+        return asyncio.run(make())
+    with poisonq.connect(url) as broker:
+        return poisonq.Processor(broker, "orders", handler, **options)
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=["sync", "aio"])
 @pytest.mark.parametrize(
     "arguments",
     [
@@ -517,8 +534,8 @@ def test_both_processors_refuse_a_wrong_argument_with_the_same_typed_error(
     once, and refused by both alike, before anything is received."""
     given: dict[str, Any] = {"handler": lambda message: None, **arguments}
     handler = given.pop("handler")
-    with poisonq.connect(sqlite_url) as broker, pytest.raises(poisonq.InvalidOptionError):
-        kind(broker, "orders", handler, **given)
+    with pytest.raises(poisonq.InvalidOptionError):
+        made(kind, sqlite_url, handler, **given)
 
 
 def test_max_lock_renewal_duration_takes_every_duration_a_queue_option_takes(
@@ -526,17 +543,16 @@ def test_max_lock_renewal_duration_takes_every_duration_a_queue_option_takes(
 ) -> None:
     """Both Processors and both lock renewers read ``max_lock_renewal_duration`` as a queue
     option's duration: seconds, a timedelta or ISO 8601 text; bad text is refused alike."""
-    with poisonq.connect(sqlite_url) as broker:
-        for given in (300, timedelta(minutes=5), "PT5M"):
-            for kind in (poisonq.Processor, poisonq.aio.Processor):
-                made = kind(broker, "orders", print, max_lock_renewal_duration=given)
-                assert made.options.max_lock_renewal_duration == 300.0
-            renewer = poisonq.AutoLockRenewer(given, thread=False)
-            assert renewer.max_lock_renewal_duration == 300.0
-            assert poisonq.aio.AutoLockRenewer(given).sync.max_lock_renewal_duration == 300.0
-        for kind in (poisonq.Processor, poisonq.aio.Processor):
-            with pytest.raises(poisonq.InvalidOptionError, match="max_lock_renewal_duration"):
-                kind(broker, "orders", print, max_lock_renewal_duration="5 minutes")
+    for given in (300, timedelta(minutes=5), "PT5M"):
+        for kind in KINDS:
+            processor = made(kind, sqlite_url, print, max_lock_renewal_duration=given)
+            assert processor.options.max_lock_renewal_duration == 300.0
+        renewer = poisonq.AutoLockRenewer(given, thread=False)
+        assert renewer.max_lock_renewal_duration == 300.0
+        assert poisonq.aio.AutoLockRenewer(given).sync.max_lock_renewal_duration == 300.0
+    for kind in KINDS:
+        with pytest.raises(poisonq.InvalidOptionError, match="max_lock_renewal_duration"):
+            made(kind, sqlite_url, print, max_lock_renewal_duration="5 minutes")
         with pytest.raises(poisonq.InvalidOptionError, match="max_lock_renewal_duration"):
             poisonq.AutoLockRenewer("PT5", thread=False)
 
@@ -547,10 +563,9 @@ def test_a_boolean_option_that_is_not_a_bool_is_refused_naming_it(
 ) -> None:
     """A boolean option is a bool: anything else (``"no"`` is truthy) is refused by both
     Processors, naming the option."""
-    with poisonq.connect(sqlite_url) as broker:
-        for kind in (poisonq.Processor, poisonq.aio.Processor):
-            with pytest.raises(poisonq.InvalidOptionError, match="batch"):
-                kind(broker, "orders", print, batch=value)  # type: ignore[arg-type]
+    for kind in KINDS:
+        with pytest.raises(poisonq.InvalidOptionError, match="batch"):
+            made(kind, sqlite_url, print, batch=value)
 
 
 @pytest.mark.parametrize("value", ["false", "no", 1])
@@ -583,20 +598,18 @@ def test_a_hook_that_is_not_callable_is_refused_at_construction(
 ) -> None:
     """A hook is None or callable, checked as either Processor is made (not at the first
     poisoned message, where calling it would end the run)."""
-    with poisonq.connect(sqlite_url) as broker:
-        for kind in (poisonq.Processor, poisonq.aio.Processor):
-            with pytest.raises(poisonq.InvalidOptionError, match=hook):
-                kind(broker, "orders", print, **{hook: value})
+    for kind in KINDS:
+        with pytest.raises(poisonq.InvalidOptionError, match=hook):
+            made(kind, sqlite_url, print, **{hook: value})
 
 
 def test_a_single_permanent_exception_type_is_taken_as_if_listed(sqlite_url: str) -> None:
     """One exception type means that type: both Processors take ``permanent=ValueError`` as
     ``(ValueError,)``."""
-    with poisonq.connect(sqlite_url) as broker:
-        for kind in (poisonq.Processor, poisonq.aio.Processor):
-            made = kind(broker, "orders", print, permanent=ValueError)
-            assert made.options.permanent == (ValueError,)
-            assert ValueError in made.options.permanent_errors
+    for kind in KINDS:
+        processor = made(kind, sqlite_url, print, permanent=ValueError)
+        assert processor.options.permanent == (ValueError,)
+        assert ValueError in processor.options.permanent_errors
 
 
 @pytest.mark.parametrize(
@@ -616,11 +629,10 @@ def test_a_wrong_permanent_or_ratio_is_a_typed_error_naming_option_and_value(
     option and the value given (the whole value, not its first character), from both
     Processors."""
     (option,) = arguments
-    with poisonq.connect(sqlite_url) as broker:
-        for kind in (poisonq.Processor, poisonq.aio.Processor):
-            with pytest.raises(poisonq.InvalidOptionError) as refused:
-                kind(broker, "orders", print, **arguments)
-            assert option in str(refused.value) and named in str(refused.value)
+    for kind in KINDS:
+        with pytest.raises(poisonq.InvalidOptionError) as refused:
+            made(kind, sqlite_url, print, **arguments)
+        assert option in str(refused.value) and named in str(refused.value)
 
 
 def test_a_wrong_auto_lock_renewer_is_refused_before_anything_is_locked(

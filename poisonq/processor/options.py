@@ -34,14 +34,14 @@ def is_coroutine_function(handler: object) -> bool:
     return not inspect.isroutine(handler) and inspect.iscoroutinefunction(call)
 
 
-def check_sync_handler(handler: Callable[..., Any]) -> None:
-    """The sync Processor's handler: callable, and not a coroutine function, which it would
-    only call, never await (a handler that returns an awaitable anyway fails its run:
-    :mod:`poisonq.processor.handler_runs`)."""
+def check_sync_handler(handler: Callable[..., Any], name: str = "handler") -> None:
+    """The sync Processor's handler (or hook, ``name``): callable, and not a coroutine
+    function, which it would only call, never await (a handler that returns an awaitable
+    anyway fails its run: :mod:`poisonq.processor.handler_runs`)."""
     check_handler(handler)
     if is_coroutine_function(handler):
         raise InvalidOptionError(
-            f"handler {handler!r} is a coroutine function, which poisonq.Processor cannot"
+            f"{name} {handler!r} is a coroutine function, which poisonq.Processor cannot"
             " await: use poisonq.aio.Processor with an AsyncBroker"
         )
 
@@ -53,7 +53,8 @@ def check_broker(broker: object, expected: type, processor: str, instead: str) -
     ``instead`` names the Processor for such a broker."""
     if not isinstance(broker, expected):
         raise InvalidOptionError(
-            f"{processor} needs a {expected.__name__}, not {broker!r}: for it, use {instead}"
+            f"{processor} takes a broker of type {expected.__name__}, not {broker!r}:"
+            f" for that broker, use {instead}"
         )
 
 
