@@ -722,3 +722,30 @@ def test_an_async_sender_or_receiver_closed_by_close_refuses_every_call_and_keep
         await broker.receiver("orders").complete(again)
 
     run(url, clock, body)
+
+
+def test_a_coroutine_on_lock_lost_hook_that_raises_is_logged_and_the_run_goes_on(
+    url: str, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its error is logged with its traceback, naming the hook and the message; the
+    message comes again and is completed."""
+
+    async def body(broker: AsyncBroker) -> None:
+        (seq,) = await broker.sender("orders").send(Message(body=b"slow"))
+
+        async def handle(message: poisonq.ReceivedMessage) -> None:
+            if message.delivery_count == 1:
+                clock.advance(31)  # past its 30 s lock, with no renewal pass between
+
+        async def report_lost(message: poisonq.ReceivedMessage) -> None:
+            raise RuntimeError("the pager is down")
+
+        processor = Processor(broker, "orders", handle, on_lock_lost=report_lost, max_wait=0)
+        stats = await processor.run(until_idle=True)
+        assert (stats.lock_lost, stats.completed) == (1, 1)
+        [logged] = [r for r in caplog.records if r.levelname == "ERROR"]
+        assert "report_lost" in logged.getMessage()
+        assert f"message {seq} of orders" in logged.getMessage()
+        assert logged.exc_info is not None and "the pager is down" in str(logged.exc_info[1])
+
+    run(url, clock, body)

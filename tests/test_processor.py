@@ -264,6 +264,30 @@ def test_a_lock_lost_during_the_handler_means_redelivery_not_a_crash(
     assert_balanced(broker)
 
 
+def test_an_on_lock_lost_hook_that_raises_is_logged_naming_hook_and_message_and_the_run_goes_on(
+    broker: Broker, queue: str, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    send(broker, queue, 1)
+    [sent] = broker.peek(queue)
+
+    def handle(message: ReceivedMessage) -> None:
+        if message.delivery_count == 1:
+            clock.advance(31)  # the 30 s lock runs out, renewal is off
+
+    def report_lost(message: ReceivedMessage) -> None:
+        raise RuntimeError("the pager is down")
+
+    stats = processor(
+        broker, queue, handle, max_wait=0, max_lock_renewal_duration=0, on_lock_lost=report_lost
+    ).run(until_idle=True)
+    assert (stats.lock_lost, stats.completed) == (1, 1)
+    [logged] = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert "report_lost" in logged.getMessage()
+    assert f"message {sent.sequence_number} of {queue}" in logged.getMessage()
+    assert logged.exc_info is not None and "the pager is down" in str(logged.exc_info[1])
+    assert_balanced(broker)
+
+
 def test_a_message_dead_lettered_because_its_lock_kept_running_out_counts_as_poisoned(
     broker: Broker, clock: ManualClock
 ) -> None:
@@ -675,3 +699,29 @@ def test_an_interrupted_run_counts_no_delivery_for_what_it_did_not_finish(
     assert (counts["completed"], counts["active"], counts["locked"]) == (finished, 10 - finished, 0)
     assert {m.delivery_count for m in broker.peek(queue, max_messages=10)} == {0}
     assert_balanced(broker)
+
+
+def test_a_lock_renew_failure_callback_that_raises_is_logged_and_the_pass_goes_on(
+    url: str, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The renewer's pass reports every lost lock, though a callback raises for the first;
+    each error is logged naming the callback."""
+    with poisonq.connect(url, clock=clock) as broker:
+        broker.create_queue("orders", lock_duration=30)
+        send(broker, "orders", 2)
+        reported: list[int] = []
+
+        def on_failure(message: ReceivedMessage, error: BaseException) -> None:
+            reported.append(message.sequence_number)
+            raise RuntimeError("the pager is down")
+
+        renewer = poisonq.AutoLockRenewer(0, on_failure, thread=False)
+        receiver = broker.receiver("orders")
+        held = receiver.receive(max_messages=2)
+        renewer.register(receiver, held)
+        clock.advance(31)  # both locks run out; renewing stopped at once (0 s)
+        renewer.renew_due()
+        assert sorted(reported) == sorted(m.sequence_number for m in held)
+        logged = [r for r in caplog.records if r.levelname == "ERROR"]
+        assert len(logged) == 2 and all("on_failure" in r.getMessage() for r in logged)
+        renewer.close()

@@ -88,3 +88,11 @@ def test_a_sync_handler_that_returns_a_coroutine_fails_its_run_and_completes_not
         assert broker.counts("orders")["completed"] == 0
         assert broker.counts("orders")["active"] == 30
         assert_balanced(broker)
+
+
+@pytest.mark.parametrize("name", ["on_poison", "on_lock_lost"])
+def test_the_sync_processor_refuses_a_coroutine_function_hook_naming_the_aio_processor(
+    broker: Broker, name: str
+) -> None:
+    with pytest.raises(InvalidOptionError, match=rf"{name} .*poisonq\.aio\.Processor"):
+        poisonq.Processor(broker, "orders", print, **{name: AsyncCallable()})
