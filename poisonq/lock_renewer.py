@@ -205,7 +205,11 @@ class AutoLockRenewer:
     def _lost(self, watch: _Watch, error: PoisonqError) -> None:
         on_failure = watch.on_failure or self.on_lock_renew_failure
         if on_failure is not None:
-            on_failure(watch.renewable, error)
+            try:
+                on_failure(watch.renewable, error)
+            except Exception:  # a callback's error must not end the pass, or the renewing
+                # thread, for every other lock
+                log.exception("on_lock_renew_failure %r raised for %r", on_failure, watch.renewable)
         elif isinstance(watch.renewable, SessionReceiver):
             log.warning("lost the lock on session %s: %s", watch.renewable.session_id, error)
         else:

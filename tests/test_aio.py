@@ -838,3 +838,58 @@ def test_an_async_sender_or_receiver_refuses_every_call_after_its_async_with(
         await broker.receiver("orders").complete(message)
 
     run(url, clock, body)
+
+
+def test_an_async_sender_or_receiver_closed_by_close_refuses_every_call_and_keeps_locks(
+    url: str, clock: ManualClock
+) -> None:
+    """``close()`` closes as leaving ``async with`` does; closing twice does nothing; a
+    message the receiver held stays locked until its lock runs out, then comes again."""
+
+    async def body(broker: AsyncBroker) -> None:
+        sender = broker.sender("orders")
+        await sender.send(Message(body=b"a"))
+        await sender.close()
+        await sender.close()
+        receiver = broker.receiver("orders")
+        [held] = await receiver.receive(max_messages=1)
+        await receiver.close()
+        await receiver.close()
+        with pytest.raises(poisonq.InvalidOperationError, match="closed"):
+            await sender.send(Message(body=b"b"))
+        with pytest.raises(poisonq.InvalidOperationError, match="closed"):
+            await receiver.receive(max_messages=1)
+        assert (await broker.counts("orders"))["locked"] == 1
+        clock.advance(31)  # past the 30 s lock
+        [again] = await broker.receiver("orders").receive(max_messages=1)
+        assert (again.sequence_number, again.delivery_count) == (held.sequence_number, 2)
+        await broker.receiver("orders").complete(again)
+
+    run(url, clock, body)
+
+
+def test_a_coroutine_on_lock_lost_hook_that_raises_is_logged_and_the_run_goes_on(
+    url: str, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its error is logged with its traceback, naming the hook and the message; the
+    message comes again and is completed."""
+
+    async def body(broker: AsyncBroker) -> None:
+        (seq,) = await broker.sender("orders").send(Message(body=b"slow"))
+
+        async def handle(message: poisonq.ReceivedMessage) -> None:
+            if message.delivery_count == 1:
+                clock.advance(31)  # past its 30 s lock, with no renewal pass between
+
+        async def report_lost(message: poisonq.ReceivedMessage) -> None:
+            raise RuntimeError("the pager is down")
+
+        processor = Processor(broker, "orders", handle, on_lock_lost=report_lost, max_wait=0)
+        stats = await processor.run(until_idle=True)
+        assert (stats.lock_lost, stats.completed) == (1, 1)
+        [logged] = [r for r in caplog.records if r.levelname == "ERROR"]
+        assert "report_lost" in logged.getMessage()
+        assert f"message {seq} of orders" in logged.getMessage()
+        assert logged.exc_info is not None and "the pager is down" in str(logged.exc_info[1])
+
+    run(url, clock, body)

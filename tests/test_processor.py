@@ -264,6 +264,30 @@ def test_a_lock_lost_during_the_handler_means_redelivery_not_a_crash(
     assert_balanced(broker)
 
 
+def test_an_on_lock_lost_hook_that_raises_is_logged_naming_hook_and_message_and_the_run_goes_on(
+    broker: Broker, queue: str, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    send(broker, queue, 1)
+    [sent] = broker.peek(queue)
+
+    def handle(message: ReceivedMessage) -> None:
+        if message.delivery_count == 1:
+            clock.advance(31)  # the 30 s lock runs out, renewal is off
+
+    def report_lost(message: ReceivedMessage) -> None:
+        raise RuntimeError("the pager is down")
+
+    stats = processor(
+        broker, queue, handle, max_wait=0, max_lock_renewal_duration=0, on_lock_lost=report_lost
+    ).run(until_idle=True)
+    assert (stats.lock_lost, stats.completed) == (1, 1)
+    [logged] = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert "report_lost" in logged.getMessage()
+    assert f"message {sent.sequence_number} of {queue}" in logged.getMessage()
+    assert logged.exc_info is not None and "the pager is down" in str(logged.exc_info[1])
+    assert_balanced(broker)
+
+
 def test_a_message_dead_lettered_because_its_lock_kept_running_out_counts_as_poisoned(
     broker: Broker, clock: ManualClock
 ) -> None:
@@ -482,7 +506,24 @@ def test_a_defect_that_starts_after_healthy_traffic_spends_nothing(
     assert_balanced(broker)
 
 
-@pytest.mark.parametrize("kind", [Processor, poisonq.aio.Processor], ids=["sync", "aio"])
+KINDS = (poisonq.Processor, poisonq.aio.Processor)
+
+
+def made(kind: type[Any], url: str, handler: Any, **options: Any) -> Any:
+    """A Processor of ``kind`` for queue ``orders`` on a broker of its own flavour on
+    ``url`` (closed on return: the Processor is only made)."""
+    if kind is poisonq.aio.Processor:
+
+        async def make() -> Any:
+            async with await poisonq.aio.connect(url) as broker:
+                return poisonq.aio.Processor(broker, "orders", handler, **options)
+
+        return asyncio.run(make())
+    with poisonq.connect(url) as broker:
+        return poisonq.Processor(broker, "orders", handler, **options)
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=["sync", "aio"])
 @pytest.mark.parametrize(
     "arguments",
     [
@@ -517,8 +558,8 @@ def test_both_processors_refuse_a_wrong_argument_with_the_same_typed_error(
     once, and refused by both alike, before anything is received."""
     given: dict[str, Any] = {"handler": lambda message: None, **arguments}
     handler = given.pop("handler")
-    with poisonq.connect(sqlite_url) as broker, pytest.raises(poisonq.InvalidOptionError):
-        kind(broker, "orders", handler, **given)
+    with pytest.raises(poisonq.InvalidOptionError):
+        made(kind, sqlite_url, handler, **given)
 
 
 def test_max_lock_renewal_duration_takes_every_duration_a_queue_option_takes(
@@ -526,17 +567,16 @@ def test_max_lock_renewal_duration_takes_every_duration_a_queue_option_takes(
 ) -> None:
     """Both Processors and both lock renewers read ``max_lock_renewal_duration`` as a queue
     option's duration: seconds, a timedelta or ISO 8601 text; bad text is refused alike."""
-    with poisonq.connect(sqlite_url) as broker:
-        for given in (300, timedelta(minutes=5), "PT5M"):
-            for kind in (poisonq.Processor, poisonq.aio.Processor):
-                made = kind(broker, "orders", print, max_lock_renewal_duration=given)
-                assert made.options.max_lock_renewal_duration == 300.0
-            renewer = poisonq.AutoLockRenewer(given, thread=False)
-            assert renewer.max_lock_renewal_duration == 300.0
-            assert poisonq.aio.AutoLockRenewer(given).sync.max_lock_renewal_duration == 300.0
-        for kind in (poisonq.Processor, poisonq.aio.Processor):
-            with pytest.raises(poisonq.InvalidOptionError, match="max_lock_renewal_duration"):
-                kind(broker, "orders", print, max_lock_renewal_duration="5 minutes")
+    for given in (300, timedelta(minutes=5), "PT5M"):
+        for kind in KINDS:
+            processor = made(kind, sqlite_url, print, max_lock_renewal_duration=given)
+            assert processor.options.max_lock_renewal_duration == 300.0
+        renewer = poisonq.AutoLockRenewer(given, thread=False)
+        assert renewer.max_lock_renewal_duration == 300.0
+        assert poisonq.aio.AutoLockRenewer(given).sync.max_lock_renewal_duration == 300.0
+    for kind in KINDS:
+        with pytest.raises(poisonq.InvalidOptionError, match="max_lock_renewal_duration"):
+            made(kind, sqlite_url, print, max_lock_renewal_duration="5 minutes")
         with pytest.raises(poisonq.InvalidOptionError, match="max_lock_renewal_duration"):
             poisonq.AutoLockRenewer("PT5", thread=False)
 
@@ -547,10 +587,9 @@ def test_a_boolean_option_that_is_not_a_bool_is_refused_naming_it(
 ) -> None:
     """A boolean option is a bool: anything else (``"no"`` is truthy) is refused by both
     Processors, naming the option."""
-    with poisonq.connect(sqlite_url) as broker:
-        for kind in (poisonq.Processor, poisonq.aio.Processor):
-            with pytest.raises(poisonq.InvalidOptionError, match="batch"):
-                kind(broker, "orders", print, batch=value)  # type: ignore[arg-type]
+    for kind in KINDS:
+        with pytest.raises(poisonq.InvalidOptionError, match="batch"):
+            made(kind, sqlite_url, print, batch=value)
 
 
 @pytest.mark.parametrize("value", ["false", "no", 1])
@@ -583,20 +622,18 @@ def test_a_hook_that_is_not_callable_is_refused_at_construction(
 ) -> None:
     """A hook is None or callable, checked as either Processor is made (not at the first
     poisoned message, where calling it would end the run)."""
-    with poisonq.connect(sqlite_url) as broker:
-        for kind in (poisonq.Processor, poisonq.aio.Processor):
-            with pytest.raises(poisonq.InvalidOptionError, match=hook):
-                kind(broker, "orders", print, **{hook: value})
+    for kind in KINDS:
+        with pytest.raises(poisonq.InvalidOptionError, match=hook):
+            made(kind, sqlite_url, print, **{hook: value})
 
 
 def test_a_single_permanent_exception_type_is_taken_as_if_listed(sqlite_url: str) -> None:
     """One exception type means that type: both Processors take ``permanent=ValueError`` as
     ``(ValueError,)``."""
-    with poisonq.connect(sqlite_url) as broker:
-        for kind in (poisonq.Processor, poisonq.aio.Processor):
-            made = kind(broker, "orders", print, permanent=ValueError)
-            assert made.options.permanent == (ValueError,)
-            assert ValueError in made.options.permanent_errors
+    for kind in KINDS:
+        processor = made(kind, sqlite_url, print, permanent=ValueError)
+        assert processor.options.permanent == (ValueError,)
+        assert ValueError in processor.options.permanent_errors
 
 
 @pytest.mark.parametrize(
@@ -616,11 +653,10 @@ def test_a_wrong_permanent_or_ratio_is_a_typed_error_naming_option_and_value(
     option and the value given (the whole value, not its first character), from both
     Processors."""
     (option,) = arguments
-    with poisonq.connect(sqlite_url) as broker:
-        for kind in (poisonq.Processor, poisonq.aio.Processor):
-            with pytest.raises(poisonq.InvalidOptionError) as refused:
-                kind(broker, "orders", print, **arguments)
-            assert option in str(refused.value) and named in str(refused.value)
+    for kind in KINDS:
+        with pytest.raises(poisonq.InvalidOptionError) as refused:
+            made(kind, sqlite_url, print, **arguments)
+        assert option in str(refused.value) and named in str(refused.value)
 
 
 def test_a_wrong_auto_lock_renewer_is_refused_before_anything_is_locked(
@@ -663,3 +699,29 @@ def test_an_interrupted_run_counts_no_delivery_for_what_it_did_not_finish(
     assert (counts["completed"], counts["active"], counts["locked"]) == (finished, 10 - finished, 0)
     assert {m.delivery_count for m in broker.peek(queue, max_messages=10)} == {0}
     assert_balanced(broker)
+
+
+def test_a_lock_renew_failure_callback_that_raises_is_logged_and_the_pass_goes_on(
+    url: str, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The renewer's pass reports every lost lock, though a callback raises for the first;
+    each error is logged naming the callback."""
+    with poisonq.connect(url, clock=clock) as broker:
+        broker.create_queue("orders", lock_duration=30)
+        send(broker, "orders", 2)
+        reported: list[int] = []
+
+        def on_failure(message: ReceivedMessage, error: BaseException) -> None:
+            reported.append(message.sequence_number)
+            raise RuntimeError("the pager is down")
+
+        renewer = poisonq.AutoLockRenewer(0, on_failure, thread=False)
+        receiver = broker.receiver("orders")
+        held = receiver.receive(max_messages=2)
+        renewer.register(receiver, held)
+        clock.advance(31)  # both locks run out; renewing stopped at once (0 s)
+        renewer.renew_due()
+        assert sorted(reported) == sorted(m.sequence_number for m in held)
+        logged = [r for r in caplog.records if r.levelname == "ERROR"]
+        assert len(logged) == 2 and all("on_failure" in r.getMessage() for r in logged)
+        renewer.close()

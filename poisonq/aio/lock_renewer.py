@@ -5,8 +5,11 @@ loop between them instead of holding a thread."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import functools
 import inspect
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +21,8 @@ from poisonq.receivers import MessageOrList
 if TYPE_CHECKING:
     from poisonq.aio.calls import StoreCalls
     from poisonq.aio.receivers import AsyncReceiver
+
+log = logging.getLogger(__name__)
 
 # Called with the sync message, or session receiver, whose lock was lost; may be a coroutine.
 LockRenewFailure = Callable[[Any, PoisonqError], Any]
@@ -84,7 +89,11 @@ class AutoLockRenewer:
         assert self._on_failure is not None
         result = self._on_failure(renewable, error)
         if inspect.isawaitable(result) and self._loop is not None:
-            asyncio.run_coroutine_threadsafe(result, self._loop)  # type: ignore[arg-type]
+            done: concurrent.futures.Future[Any] = asyncio.run_coroutine_threadsafe(
+                result,  # type: ignore[arg-type]
+                self._loop,
+            )
+            done.add_done_callback(functools.partial(_log_raised, self._on_failure, renewable))
 
     async def close(self) -> None:
         self.sync.close()
@@ -98,3 +107,9 @@ class AutoLockRenewer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _log_raised(hook: object, renewable: object, done: concurrent.futures.Future[Any]) -> None:
+    """A coroutine callback's error, which nothing awaits: logged, not lost."""
+    if not done.cancelled() and (error := done.exception()) is not None:
+        log.error("on_lock_renew_failure %r raised for %r", hook, renewable, exc_info=error)

@@ -41,11 +41,16 @@ class AsyncSender:
     async def cancel_scheduled(self, sequence_numbers: int | Sequence[int]) -> int:
         return await self._calls(self.sync.cancel_scheduled, sequence_numbers)
 
+    async def close(self) -> None:
+        """As :meth:`poisonq.Sender.close`: every later call is refused
+        (:class:`~poisonq.InvalidOperationError`); closing again does nothing."""
+        self.sync.close()  # a flag: no store call to wait for
+
     async def __aenter__(self) -> AsyncSender:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        self.sync.close()
+        await self.close()
 
 
 class AsyncReceiver:
@@ -66,11 +71,18 @@ class AsyncReceiver:
     def address(self) -> str:
         return self.sync.address
 
+    async def close(self) -> None:
+        """As :meth:`poisonq.Receiver.close`: every later call is refused
+        (:class:`~poisonq.InvalidOperationError`), and the messages it holds stay locked
+        until they are settled or their locks run out (each then comes again, counted).
+        Closing again does nothing."""
+        self.sync.close()  # a flag: no store call to wait for
+
     async def __aenter__(self) -> AsyncReceiver:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        self.sync.close()
+        await self.close()
 
     async def __aiter__(self) -> AsyncIterator[ReceivedMessage]:
         wait = self.sync.max_wait_time

@@ -44,7 +44,13 @@ from poisonq.lock_renewer import AutoLockRenewer
 from poisonq.model import ReceivedMessage
 from poisonq.processor import handler_runs
 from poisonq.processor.lost_locks import LockLostHook, LostLocks
-from poisonq.processor.options import ProcessorOptions, check_flag, check_handler, check_hook
+from poisonq.processor.options import (
+    ProcessorOptions,
+    check_broker,
+    check_flag,
+    check_hook,
+    check_sync_handler,
+)
 from poisonq.processor.pump import (
     FLUSH_INTERVAL,
     Lookouts,
@@ -77,7 +83,11 @@ class Processor:
     ``on_lock_lost(message)`` is called (and a warning logged) once for each message whose
     lock was lost before it was settled: its renewal failed or stopped at
     ``max_lock_renewal_duration`` while the handler still ran. Such a message is delivered
-    again; its outcome here is counted as ``lock_lost``.
+    again; its outcome here is counted as ``lock_lost``. A hook's error is logged and the
+    run goes on (:mod:`poisonq.processor.lost_locks`).
+    ``handler`` is a plain function: a coroutine function is refused
+    (:class:`~poisonq.errors.InvalidOptionError`; ``poisonq.aio.Processor`` awaits one), and a
+    handler that returns an awaitable fails that run unawaited.
     ``max_failure_ratio`` (``None``: never) is the share of the messages handled since a run
     of failures began (first deliveries only) that may fail the same way before the run
     stops with :class:`ProcessorStoppedError` instead of spending their deliveries.
@@ -98,16 +108,19 @@ class Processor:
         on_lock_lost: LockLostHook | None = None,
         **options: Any,
     ) -> None:
-        check_handler(handler)
-        check_hook(on_poison, "on_poison")
-        check_hook(on_lock_lost, "on_lock_lost")
+        check_broker(broker, Broker, "poisonq.Processor", "poisonq.aio.Processor")
+        check_sync_handler(handler)
+        for hook, name in ((on_poison, "on_poison"), (on_lock_lost, "on_lock_lost")):
+            check_hook(hook, name)
+            if hook is not None:
+                check_sync_handler(hook, name)
         self.options = ProcessorOptions.of(options)
         self.broker = broker
         self.address = address
         self.handler = handler
         self.on_poison = on_poison
         self.on_lock_lost = on_lock_lost
-        self.lost_locks = LostLocks(address, on_lock_lost)
+        self.lost_locks = LostLocks(address, on_lock_lost, awaits=False)
         self.stopping = threading.Event()
         self.defect_found = threading.Event()  # by any thread: the others give failures back
 

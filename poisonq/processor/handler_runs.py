@@ -19,6 +19,7 @@ changes in memory stays in the child.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -65,6 +66,29 @@ class HandlerCrashedError(HandlerError):
     message): a crash, not an exception."""
 
 
+class AwaitableReturnedError(PoisonqError, TypeError):
+    """The sync Processor's handler returned an awaitable (a coroutine), which it cannot
+    await: the run fails, so its message is not completed unhandled. ``result`` is the type
+    of what was returned."""
+
+    def __init__(self, result: object) -> None:
+        super().__init__(
+            f"the handler returned {type(result).__name__} {result!r}, which poisonq.Processor"
+            " does not await: use poisonq.aio.Processor with an AsyncBroker"
+        )
+
+
+def called(handler: Handler, work: Work) -> None:
+    """Call a sync Processor's handler; :class:`AwaitableReturnedError` if it returned an
+    awaitable, which is closed first when it is a coroutine (so it never runs, and Python
+    does not warn that it was never awaited)."""
+    result = handler(work)
+    if inspect.isawaitable(result):
+        if inspect.iscoroutine(result):
+            result.close()
+        raise AwaitableReturnedError(result)
+
+
 class HandlerRun(Protocol):
     def run(self, work: Work) -> HandlerFailure | None:
         """Run the handler on ``work``: its failure, or ``None`` if it returned."""
@@ -84,7 +108,7 @@ class InProcess:
 
     def run(self, work: Work) -> HandlerFailure | None:
         try:
-            self._handler(work)
+            called(self._handler, work)
         except Exception as exc:  # the one place where a handler's exception is caught
             failure = failure_from_exception(exc, self._clock.now())
             return HandlerFailure(exc, failure, isinstance(exc, self._permanent))
@@ -102,7 +126,7 @@ class _ResultDropped:
     transform: Handler
 
     def __call__(self, work: Work) -> None:
-        self.transform(work)
+        called(self.transform, work)
 
 
 class InChildProcess:

@@ -10,13 +10,19 @@ Unless that delivery was its last: the expiry of the lock then poisons it, in wh
 transaction counts the expiry first (a receive's or a read's housekeeping, in any process),
 so no settlement of the run hears of it. :func:`poisoned_by_expiry` finds such messages
 afterwards by reading the dead-letter queue (a read counts what is due first).
+
+A hook that raises (or whose coroutine does) is logged with its traceback, naming the hook
+and the message, and the run goes on: a lost lock is news, and the message comes again
+whatever the hook does (unlike ``on_poison``, whose error ends the run: a poisoned message
+is reported there only).
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from poisonq.errors import MessageLockLostError, MessageNotFoundError
@@ -32,15 +38,18 @@ class LostLocks:
     """What one Processor run knows lost; ``report`` and ``known`` may be called from any
     thread (the renewer's passes run in one of their own)."""
 
-    def __init__(self, address: str, hook: LockLostHook | None) -> None:
+    def __init__(self, address: str, hook: LockLostHook | None, awaits: bool = True) -> None:
         self._address = address
         self._hook = hook
+        self._awaits = awaits  # whether the caller awaits what report returns (asyncio)
         self._lost: set[tuple[int, str]] = set()
         self._guard = threading.Lock()
 
     def report(self, message: ReceivedMessage) -> Any:
         """Log a lost lock and call the hook, the first time for this message and lock;
-        what the hook returned (the asyncio Processor awaits a coroutine's), else ``None``."""
+        ``None``, or a coroutine to await when the hook returned an awaitable (the asyncio
+        Processor awaits it). Neither this nor that coroutine raises what the hook raised:
+        it is logged."""
         key = (message.sequence_number, message.lock_token or "")
         with self._guard:
             if key in self._lost:
@@ -51,7 +60,42 @@ class LostLocks:
             message.sequence_number,
             self._address,
         )
-        return None if self._hook is None else self._hook(message)
+        if self._hook is None:
+            return None
+        try:
+            result = self._hook(message)
+        except Exception:  # advisory: logged, and the run goes on
+            self._log_raised(message)
+            return None
+        if not inspect.isawaitable(result):
+            return None
+        if self._awaits:
+            return self._awaited(result, message)
+        if inspect.iscoroutine(result):
+            result.close()  # never to run: closed, so Python does not warn it was not awaited
+        log.error(
+            "the on_lock_lost hook %r returned %r for message %d of %s, which poisonq.Processor"
+            " does not await: use poisonq.aio.Processor",
+            self._hook,
+            result,
+            message.sequence_number,
+            self._address,
+        )
+        return None
+
+    async def _awaited(self, result: Awaitable[Any], message: ReceivedMessage) -> None:
+        try:
+            await result
+        except Exception:  # advisory: logged, and the run goes on
+            self._log_raised(message)
+
+    def _log_raised(self, message: ReceivedMessage) -> None:
+        log.exception(
+            "the on_lock_lost hook %r raised for message %d of %s (the run goes on)",
+            self._hook,
+            message.sequence_number,
+            self._address,
+        )
 
     def known(self, message: ReceivedMessage) -> bool:
         with self._guard:

@@ -4,6 +4,8 @@ option means and refuses the same thing in each."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import Any
@@ -19,6 +21,41 @@ def check_handler(handler: Callable[..., Any]) -> None:
     """A handler must be callable (a coroutine function, for the asyncio Processor, too)."""
     if not callable(handler):
         raise InvalidOptionError(f"handler must be callable, not {handler!r}")
+
+
+def is_coroutine_function(handler: object) -> bool:
+    """Whether calling ``handler`` gives a coroutine by its definition: an ``async def``
+    function, an object whose ``__call__`` is one, or a ``functools.partial`` of either."""
+    while isinstance(handler, functools.partial):
+        handler = handler.func
+    if inspect.iscoroutinefunction(handler):
+        return True
+    call = inspect.getattr_static(type(handler), "__call__", None)
+    return not inspect.isroutine(handler) and inspect.iscoroutinefunction(call)
+
+
+def check_sync_handler(handler: Callable[..., Any], name: str = "handler") -> None:
+    """The sync Processor's handler (or hook, ``name``): callable, and not a coroutine
+    function, which it would only call, never await (a handler that returns an awaitable
+    anyway fails its run: :mod:`poisonq.processor.handler_runs`)."""
+    check_handler(handler)
+    if is_coroutine_function(handler):
+        raise InvalidOptionError(
+            f"{name} {handler!r} is a coroutine function, which poisonq.Processor cannot"
+            " await: use poisonq.aio.Processor with an AsyncBroker"
+        )
+
+
+def check_broker(broker: object, expected: type, processor: str, instead: str) -> None:
+    """A Processor's broker is of its own flavour: a :class:`~poisonq.Broker` for
+    ``poisonq.Processor``, an :class:`~poisonq.aio.AsyncBroker` for ``poisonq.aio.Processor``;
+    the other's would fail only in ``run()``, at the first call it makes differently.
+    ``instead`` names the Processor for such a broker."""
+    if not isinstance(broker, expected):
+        raise InvalidOptionError(
+            f"{processor} takes a broker of type {expected.__name__}, not {broker!r}:"
+            f" for that broker, use {instead}"
+        )
 
 
 def check_hook(hook: object, name: str) -> None:
