@@ -368,6 +368,17 @@ def test_a_defect_stops_the_processor_without_spending_good_messages(
     assert_balanced(broker)
 
 
+def test_a_stop_asked_before_run_is_kept_and_the_next_run_runs(broker: Broker, queue: str) -> None:
+    """stop() before run() (a shutdown during start-up) makes that run return at once with
+    nothing received; the run after it runs as usual."""
+    send(broker, queue, 3)
+    pump = processor(broker, queue, lambda message: None, max_wait=0)
+    pump.stop()
+    assert pump.run(until_idle=True).received == 0
+    assert pump.run(until_idle=True).completed == 3
+    assert_balanced(broker)
+
+
 def test_poison_among_good_messages_does_not_stop_the_processor(broker: Broker, queue: str) -> None:
     """Below the ratio, failures are settled as usual: 20 bad in 100, same fingerprint."""
     send(broker, queue, 100)

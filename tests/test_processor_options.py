@@ -48,6 +48,11 @@ def test_the_aio_processor_takes_a_coroutine_function_of_each_kind(url: str) -> 
     asyncio.run(make())
 
 
+def test_the_aio_processor_refuses_a_sync_broker_naming_the_sync_processor(broker: Broker) -> None:
+    with pytest.raises(InvalidOptionError, match=r"poisonq\.Processor"):
+        poisonq.aio.Processor(broker, "orders", handle_async)  # type: ignore[arg-type]
+
+
 def test_the_sync_processor_refuses_an_async_broker_naming_the_aio_processor(url: str) -> None:
     async def make() -> None:
         async with await poisonq.aio.connect(url) as broker:

@@ -31,7 +31,13 @@ from poisonq.errors import InvalidOptionError
 from poisonq.failures import failure_from_exception
 from poisonq.model import ReceivedMessage, ReceiveErrorHandling
 from poisonq.processor.lost_locks import LockLostHook, LostLocks, poisoned_by_expiry
-from poisonq.processor.options import ProcessorOptions, check_flag, check_handler, check_hook
+from poisonq.processor.options import (
+    ProcessorOptions,
+    check_broker,
+    check_flag,
+    check_handler,
+    check_hook,
+)
 from poisonq.processor.outcomes import (
     GivenBack,
     HandlerFailure,
@@ -90,6 +96,7 @@ class Processor:
         on_lock_lost: LockLostHook | None = None,
         **options: Any,
     ) -> None:
+        check_broker(broker, AsyncBroker, "poisonq.aio.Processor", "poisonq.Processor")
         check_handler(handler)
         check_hook(on_poison, "on_poison")
         check_hook(on_lock_lost, "on_lock_lost")

@@ -125,7 +125,9 @@ class Processor:
         self.defect_found = threading.Event()  # by any thread: the others give failures back
 
     def stop(self) -> None:
-        """Ask :meth:`run` to return once the messages in hand are settled."""
+        """Ask :meth:`run` to return once the messages in hand are settled (from another
+        thread, or a signal handler). Called before :meth:`run`, the next run returns at
+        once: a shutdown asked for during start-up is kept."""
         self.stopping.set()
 
     def run(self, until_idle: bool = False) -> ProcessorStats:
@@ -134,8 +136,13 @@ class Processor:
         :class:`ProcessorStoppedError` on a defect; any other error of a thread (a store
         still unavailable after the client's retries) stops every thread and is raised."""
         check_flag(until_idle, "until_idle")
+        try:
+            return self._run_until_stopped(until_idle)
+        finally:
+            self.stopping.clear()  # the next run runs
+
+    def _run_until_stopped(self, until_idle: bool) -> ProcessorStats:
         options = self.options
-        self.stopping.clear()
         self.defect_found.clear()
         per_thread: list[ProcessorStats] = []
         failed: list[BaseException] = []
