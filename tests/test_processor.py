@@ -22,6 +22,8 @@ from tests.helpers import assert_balanced
 
 BOTH_APIS = True  # each test with `broker` runs through the sync API and poisonq.aio (conftest)
 SYNC_ONLY = {
+    "test_stop_from_another_thread_ends_a_run_waiting_for_messages": "stop() from a thread;"
+    " the asyncio Processor's stop() is called on its loop (tests/test_aio.py has its own)",
     "test_concurrent_pumps_complete_each_message_once": "threads; the asyncio Processor's"
     " concurrency is tasks",
     "test_locks_are_renewed_while_the_handler_runs": "a plain handler that blocks waits for"
@@ -376,6 +378,22 @@ def test_a_stop_asked_before_run_is_kept_and_the_next_run_runs(broker: Broker, q
     pump.stop()
     assert pump.run(until_idle=True).received == 0
     assert pump.run(until_idle=True).completed == 3
+    assert_balanced(broker)
+
+
+def test_stop_from_another_thread_ends_a_run_waiting_for_messages(
+    broker: Broker, queue: str
+) -> None:
+    """stop() ends a run that waits on an idle queue within a flush interval, not after its
+    ``max_wait`` (a shutdown's grace period is shorter than a long poll)."""
+    pump = processor(broker, queue, lambda message: None, concurrency=2, max_wait=300)
+    stopper = threading.Timer(0.2, pump.stop)
+    stopper.start()
+    ran = threading.Thread(target=pump.run)
+    ran.start()
+    ran.join(timeout=30)  # bounded: well under max_wait
+    stopper.cancel()
+    assert not ran.is_alive()
     assert_balanced(broker)
 
 

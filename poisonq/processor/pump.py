@@ -376,9 +376,7 @@ class Pump:
         try:
             while not (self.stopping.is_set() or (in_order and held_back) or self.gate.wanted()):
                 # Held-back failures wait for the next messages to judge them by, not longer.
-                messages = receiver.receive(
-                    options.batch_size, min(wait, FLUSH_INTERVAL) if held_back else wait
-                )
+                messages = self._receive(receiver, min(wait, FLUSH_INTERVAL) if held_back else wait)
                 if not messages:
                     if held_back:  # nothing else to judge them by: settle them as failures
                         self._settle(receiver, held_back)
@@ -394,6 +392,18 @@ class Pump:
             self._let_go(receiver, held_back)
             raise
         return held_back, None
+
+    def _receive(self, receiver: Receiver, wait: float) -> list[ReceivedMessage]:
+        """A batch, waiting up to ``wait`` for it but not past :meth:`Processor.stop`
+        (looked at every :data:`FLUSH_INTERVAL`: a shutdown's grace period is shorter than
+        a long poll)."""
+        deadline = time.monotonic() + wait
+        while True:
+            left = deadline - time.monotonic()
+            slice_ = max(0.0, min(left, FLUSH_INTERVAL))
+            messages = receiver.receive(self.processor.options.batch_size, slice_)
+            if messages or left <= FLUSH_INTERVAL or self.stopping.is_set():
+                return messages
 
     def _round(
         self, receiver: Receiver, messages: list[ReceivedMessage], held_back: list[Outcome]
