@@ -38,9 +38,10 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check poisonq pyspark_poisonq.py tests bench scripts
 	$(BIN)/mypy
 
-# The fast tier: lint, types and the tests that need neither Spark, PostgreSQL nor Chromium.
+# The fast tier: lint, types and the tests that need neither Spark, PostgreSQL nor Chromium,
+# the conformance suites through the sync API (their asyncio runs are make test's).
 check: lint
-	$(BIN)/pytest -q -m "not spark and not postgres and not browser and not slow" --hypothesis-profile=check
+	$(BIN)/pytest -q -m "not spark and not postgres and not browser and not slow and not asyncio_variant" --hypothesis-profile=check
 
 test: lint
 	scripts/ensure-postgres

@@ -135,12 +135,15 @@ def url(request: pytest.FixtureRequest) -> str:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """The conformance modules (``BOTH_APIS = True``) run each test that uses ``broker``
     through both APIs: ``[sync]`` and ``[aio]`` (the asyncio API, driven by
-    ``tests/aio_driver.py``), but those their ``SYNC_ONLY`` names, each with the reason."""
+    ``tests/aio_driver.py``), but those their ``SYNC_ONLY`` names, each with the reason.
+    The ``[aio]`` runs are marked ``asyncio_variant``: `make test` runs them, the fast tier
+    the sync ones (``tests/test_aio.py``'s own tests it runs)."""
     module = metafunc.module
     if not getattr(module, "BOTH_APIS", False) or "broker" not in metafunc.fixturenames:
         return
     if metafunc.function.__name__ not in getattr(module, "SYNC_ONLY", {}):
-        metafunc.parametrize("api", ["sync", "aio"])
+        variant = pytest.param("aio", marks=pytest.mark.asyncio_variant)
+        metafunc.parametrize("api", ["sync", variant])
 
 
 @pytest.fixture

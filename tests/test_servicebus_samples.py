@@ -19,6 +19,10 @@ import pytest
 import poisonq
 from tests.helpers import assert_balanced
 
+# Whole programs that wait as the published samples do (a second for a session that does
+# not come, and the like): `make test` runs them, the fast tier does not.
+pytestmark = pytest.mark.slow
+
 SAMPLES = Path(__file__).parent / "servicebus_samples"
 
 Run = Callable[..., None]
