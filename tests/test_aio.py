@@ -43,6 +43,19 @@ def run(url: str, clock: ManualClock, body: Body) -> None:
     asyncio.run(main())
 
 
+async def cancel_run(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` and see it end cancelled."""
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def complete_the_rest(broker: AsyncBroker, queue: str, count: int) -> None:
+    """Complete the ``count`` messages a test left in ``queue`` (the ledger is checked after)."""
+    receiver = broker.receiver(queue)
+    await receiver.complete(await receiver.receive(max_messages=count))
+
+
 def test_peek_lock_then_complete_moves_messages_through_the_state_machine(
     url: str, clock: ManualClock
 ) -> None:
@@ -191,9 +204,7 @@ def test_cancelling_an_idle_processor_ends_its_run(
         processor = Processor(broker, "idle", lambda message: None, concurrency=2, max_wait=3)
         run_task = asyncio.create_task(processor.run())
         await asyncio.sleep(0.2)  # it waits for a message (or a session)
-        run_task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await run_task
+        await cancel_run(run_task)
 
     run(url, clock, body)
 
@@ -219,14 +230,11 @@ def test_a_cancelled_processor_gives_back_at_once_what_its_hung_handlers_hold(
         run_task = asyncio.create_task(processor.run())
         while running < concurrency:
             await asyncio.sleep(0.01)
-        run_task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await run_task
+        await cancel_run(run_task)
         counts = await broker.counts("orders")
         assert (counts["locked"], counts["active"]) == (0, 6)
         assert {m.delivery_count for m in await broker.peek("orders", max_messages=6)} == {0}
-        receiver = broker.receiver("orders")
-        await receiver.complete(await receiver.receive(max_messages=6))
+        await complete_the_rest(broker, "orders", 6)
 
     run(url, clock, body)
 
@@ -318,15 +326,12 @@ def test_a_run_stopped_or_cancelled_while_a_suspect_waits_to_run_alone_gives_it_
             release.set()
             await run_task
         else:
-            run_task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await run_task
+            await cancel_run(run_task)
         counts = await broker.counts("suspects")
         assert counts["locked"] == 0
         counted = {m.text: m.delivery_count for m in await broker.peek("suspects", max_messages=10)}
         assert counted["m0"] == counted["m1"] == 1  # the crash's delivery, and no other
-        receiver = broker.receiver("suspects")
-        await receiver.complete(await receiver.receive(max_messages=10))
+        await complete_the_rest(broker, "suspects", 10)
 
     run(url, clock, body)
 
@@ -359,8 +364,7 @@ def test_a_handler_that_swallows_the_cancellation_does_not_keep_the_run_going(
         counts = await broker.counts("orders")
         assert (counts["completed"], counts["locked"], counts["active"]) == (1, 0, 5)
         assert {m.delivery_count for m in await broker.peek("orders", max_messages=6)} == {0}
-        receiver = broker.receiver("orders")
-        await receiver.complete(await receiver.receive(max_messages=6))
+        await complete_the_rest(broker, "orders", 6)
 
     run(url, clock, body)
 
@@ -716,9 +720,7 @@ def test_a_cancelled_batch_run_calls_no_handler_after_the_cancellation(
         processor = Processor(broker, "batches", fails_as_a_batch, batch=True, batch_size=4)
         run_task = asyncio.create_task(processor.run())
         await started.wait()
-        run_task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await run_task
+        await cancel_run(run_task)
         assert asyncio.all_tasks() == {asyncio.current_task()}  # nothing of the run left
         release.set()
         await asyncio.sleep(0)

@@ -321,7 +321,7 @@ class _Pump:
     async def _receive(self, receiver: AsyncReceiver, wait: float) -> list[ReceivedMessage]:
         """A batch, waiting up to ``wait`` for it unless :meth:`Processor.stop` comes first
         (the receive is then cancelled: what it locked goes back uncounted)."""
-        if wait <= 0 or self.stopping.is_set():
+        if wait <= 0:
             return await receiver.receive(self.options.batch_size)
         receiving = asyncio.ensure_future(receiver.receive(self.options.batch_size, wait))
         stopped = asyncio.ensure_future(self.stopping.wait())
