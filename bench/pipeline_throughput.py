@@ -110,12 +110,16 @@ def transform(message: dict[str, Any]) -> dict[str, Any]:
 
 
 OUT = pa.schema([("order_id", pa.int64()), ("customer", pa.string()), ("amount", pa.float64())])
+TIED = pa.schema([("sequence_number", pa.int64()), *OUT])
 
 
 def batch_transform(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, list[Exception | None]]:
-    """The same parse as ``map_batches``: an error per message, none for a good one."""
+    """The same parse as ``map``: an error per message, none for a good one; each row keeps
+    the ``sequence_number`` of its message, which ties it to the message (a failed message
+    has no row)."""
     rows, errors = [], []
-    for body in batch.column("body").to_pylist():
+    seqs = batch.column("sequence_number").to_pylist()
+    for seq, body in zip(seqs, batch.column("body").to_pylist(), strict=True):
         data = json.loads(body)
         if data["kind"] == "invalid":
             errors.append(poisonq.PermanentError(f"order {data['order_id']}: unknown customer"))
@@ -124,9 +128,14 @@ def batch_transform(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, list[Excepti
             os._exit(1)
         errors.append(None)
         rows.append(
-            {"order_id": data["order_id"], "customer": data["customer"], "amount": data["amount"]}
+            {
+                "sequence_number": seq,
+                "order_id": data["order_id"],
+                "customer": data["customer"],
+                "amount": data["amount"],
+            }
         )
-    return pa.RecordBatch.from_pylist(rows, schema=OUT), errors
+    return pa.RecordBatch.from_pylist(rows, schema=TIED), errors
 
 
 def plain_transform(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
