@@ -13,6 +13,7 @@ import pytest
 import poisonq
 import poisonq.aio
 from poisonq import Broker, InvalidOptionError, ManualClock, Message, ReceivedMessage
+from poisonq.processor.handler_runs import AwaitableReturnedError
 from tests.helpers import assert_balanced
 
 
@@ -101,3 +102,31 @@ def test_the_sync_processor_refuses_a_coroutine_function_hook_naming_the_aio_pro
 ) -> None:
     with pytest.raises(InvalidOptionError, match=rf"{name} .*poisonq\.aio\.Processor"):
         poisonq.Processor(broker, "orders", print, **{name: AsyncCallable()})
+
+
+def test_an_on_poison_hook_that_returns_a_coroutine_ends_the_sync_run_as_a_raising_hook_does(
+    url: str, clock: ManualClock
+) -> None:
+    """A sync ``on_poison`` that returns a coroutine (``lambda m, e: alert(m, e)``) would
+    lose its alert unseen: the coroutine is closed unrun and the run ends with
+    AwaitableReturnedError naming the hook, the message staying dead-lettered."""
+    with poisonq.connect(url, clock=clock) as broker:
+        broker.create_queue("orders")
+        broker.sender("orders").send([Message(body=b"bad")])
+
+        def handler(message: ReceivedMessage) -> None:
+            raise poisonq.PermanentError("unknown customer")
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with pytest.raises(AwaitableReturnedError, match=r"the on_poison hook .*aio"):
+                poisonq.Processor(
+                    broker,
+                    "orders",
+                    handler,
+                    max_wait=0,
+                    on_poison=lambda message, error: handle_async(message),
+                ).run(until_idle=True)
+        assert [w for w in caught if issubclass(w.category, RuntimeWarning)] == []
+        assert broker.counts("orders")["dead_lettered"] == 1
+        assert_balanced(broker)

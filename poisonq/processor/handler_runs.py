@@ -67,26 +67,32 @@ class HandlerCrashedError(HandlerError):
 
 
 class AwaitableReturnedError(PoisonqError, TypeError):
-    """The sync Processor's handler returned an awaitable (a coroutine), which it cannot
-    await: the run fails, so its message is not completed unhandled. ``result`` is the type
-    of what was returned."""
+    """The sync Processor's handler (or its ``on_poison`` hook) returned an awaitable (a
+    coroutine), which it cannot await: the run fails, so a handler's message is not
+    completed unhandled and a hook's alert is not lost unseen. ``result`` is what was
+    returned."""
 
-    def __init__(self, result: object) -> None:
+    def __init__(self, result: object, returned_by: str = "the handler") -> None:
         super().__init__(
-            f"the handler returned {type(result).__name__} {result!r}, which poisonq.Processor"
-            " does not await: use poisonq.aio.Processor with an AsyncBroker"
+            f"{returned_by} returned {type(result).__name__} {result!r}, which"
+            " poisonq.Processor does not await: use poisonq.aio.Processor with an AsyncBroker"
         )
+
+
+def refuse_awaitable(result: object, returned_by: str) -> None:
+    """:class:`AwaitableReturnedError` if ``result`` is an awaitable, which is closed first
+    when it is a coroutine (so it never runs, and Python does not warn that it was never
+    awaited)."""
+    if inspect.isawaitable(result):
+        if inspect.iscoroutine(result):
+            result.close()
+        raise AwaitableReturnedError(result, returned_by)
 
 
 def called(handler: Handler, work: Work) -> None:
     """Call a sync Processor's handler; :class:`AwaitableReturnedError` if it returned an
-    awaitable, which is closed first when it is a coroutine (so it never runs, and Python
-    does not warn that it was never awaited)."""
-    result = handler(work)
-    if inspect.isawaitable(result):
-        if inspect.iscoroutine(result):
-            result.close()
-        raise AwaitableReturnedError(result)
+    awaitable."""
+    refuse_awaitable(handler(work), "the handler")
 
 
 class HandlerRun(Protocol):

@@ -22,7 +22,7 @@ from poisonq.defects import Defect, FailureWindow
 from poisonq.errors import PoisonqError
 from poisonq.lock_renewer import AutoLockRenewer
 from poisonq.model import ReceivedMessage, ReceiveErrorHandling
-from poisonq.processor.handler_runs import HandlerRun, InChildProcess
+from poisonq.processor.handler_runs import HandlerRun, InChildProcess, refuse_awaitable
 from poisonq.processor.lost_locks import poisoned_by_expiry
 from poisonq.processor.outcomes import (
     FailedPermanently,
@@ -601,4 +601,4 @@ class Pump:
     def _poisoned(self, message: ReceivedMessage, error: BaseException) -> None:
         self.stats.poisoned += 1
         if self.processor.on_poison is not None:
-            self.processor.on_poison(message, error)
+            refuse_awaitable(self.processor.on_poison(message, error), "the on_poison hook")
