@@ -17,6 +17,12 @@ from typing import Any
 from poisonq.errors import PoisonqError
 from poisonq.lock_renewer import AutoLockRenewer
 from poisonq.model import ReceivedMessage
+from poisonq.servicebus.connection import receiver_options
+from poisonq.servicebus.constants import (
+    ServiceBusReceiveMode,
+    ServiceBusSessionFilter,
+    sdk_receive_mode,
+)
 from poisonq.servicebus.exceptions import AutoLockRenewFailed, ServiceBusError, translate
 
 SHUTDOWN = (
@@ -55,6 +61,46 @@ class Handler:
         for renewer, message in self._renewals:
             renewer.unregister(message)
         self._renewals.clear()
+
+
+class ReceiverHandler(Handler):
+    """A receiver and its options, checked as the SDK checks them: what both flavours'
+    ``ServiceBusReceiver`` are given by their client. ``_native`` is the poisonq receiver
+    (or session receiver) once opened; ``_session`` what :meth:`_unopened_session` gives
+    until then."""
+
+    def __init__(
+        self,
+        client: Any,
+        entity_path: str,
+        *,
+        session_id: str | ServiceBusSessionFilter | None,
+        sub_queue: str | None,
+        receive_mode: ServiceBusReceiveMode | str,
+        max_wait_time: float | None,
+        auto_lock_renewer: Any,
+        prefetch_count: int,
+    ) -> None:
+        super().__init__()
+        self._client = client
+        self.entity_path = entity_path
+        self._session_id = session_id
+        self._sub_queue, self._receive_mode = receiver_options(
+            session_id, sub_queue, receive_mode, max_wait_time, prefetch_count
+        )
+        self._max_wait_time = max_wait_time
+        self._auto_lock_renewer = auto_lock_renewer
+        self._native: Any = None
+        self._session = self._unopened_session()
+
+    def _unopened_session(self) -> Any:
+        """The session object before the receiver opens (none: the sync one makes it as it
+        accepts the session)."""
+        return None
+
+    @property
+    def receive_mode(self) -> ServiceBusReceiveMode:
+        return sdk_receive_mode(self._receive_mode)
 
 
 def check_renewer_open(renewer: AutoLockRenewer) -> None:

@@ -16,17 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 from poisonq.model import ReceivedMessage, ReceiveMode
 from poisonq.receivers import RECEIVE_WAIT, Receiver, SessionReceiver
-from poisonq.servicebus.connection import receive_count, receiver_options
+from poisonq.servicebus.connection import receive_count
 from poisonq.servicebus.constants import (
-    ServiceBusReceiveMode,
     ServiceBusSessionFilter,
-    sdk_receive_mode,
 )
 from poisonq.servicebus.exceptions import (
     OperationTimeoutError,
     translated,
 )
-from poisonq.servicebus.handler import Handler
+from poisonq.servicebus.handler import Handler, ReceiverHandler
 from poisonq.servicebus.message import ServiceBusReceivedMessage, check_settleable
 
 if TYPE_CHECKING:
@@ -70,36 +68,13 @@ class ServiceBusSession:
         return self._native.session_locked_until
 
 
-class ServiceBusReceiver(Handler):
+class ServiceBusReceiver(ReceiverHandler):
     """Receives from a queue, a subscription or one of their subqueues, and settles."""
 
-    def __init__(
-        self,
-        client: ServiceBusClient,
-        entity_path: str,
-        *,
-        session_id: str | ServiceBusSessionFilter | None,
-        sub_queue: str | None,
-        receive_mode: ServiceBusReceiveMode | str,
-        max_wait_time: float | None,
-        auto_lock_renewer: AutoLockRenewer | None,
-        prefetch_count: int,
-    ) -> None:
-        super().__init__()
-        self._client = client
-        self.entity_path = entity_path
-        self._session_id = session_id
-        self._sub_queue, self._receive_mode = receiver_options(
-            session_id, sub_queue, receive_mode, max_wait_time, prefetch_count
-        )
-        self._max_wait_time = max_wait_time
-        self._auto_lock_renewer = auto_lock_renewer
-        self._native: Receiver | None = None
-        self._session: ServiceBusSession | None = None
-
-    @property
-    def receive_mode(self) -> ServiceBusReceiveMode:
-        return sdk_receive_mode(self._receive_mode)
+    _client: ServiceBusClient
+    _auto_lock_renewer: AutoLockRenewer | None
+    _native: Receiver | None
+    _session: ServiceBusSession | None
 
     @property
     def session(self) -> ServiceBusSession:

@@ -9,47 +9,32 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import weakref
 from collections.abc import AsyncIterator
-from typing import Any, TypeVar
+from typing import Any
 
 import poisonq.aio
 from poisonq.servicebus.aio.lock_renewer import AutoLockRenewer
 from poisonq.servicebus.aio.receiver import ServiceBusReceiver
 from poisonq.servicebus.aio.sender import ServiceBusSender
-from poisonq.servicebus.connection import check_client_options, store_url
-from poisonq.servicebus.constants import ServiceBusReceiveMode, ServiceBusSessionFilter
-from poisonq.servicebus.exceptions import FeatureNotSupportedError, translated
+from poisonq.servicebus.clients import HandlerFactory
+from poisonq.servicebus.connection import check_client_options
+from poisonq.servicebus.exceptions import translated
 from poisonq.servicebus.message import utc
 
-Handed = TypeVar("Handed", ServiceBusSender, ServiceBusReceiver)
 
-
-class ServiceBusClient:
+class ServiceBusClient(HandlerFactory[ServiceBusSender, ServiceBusReceiver, AutoLockRenewer]):
     """Senders and receivers of one store's queues, topics and subscriptions, for asyncio."""
+
+    sender_type = ServiceBusSender
+    receiver_type = ServiceBusReceiver
+    renewer_type = AutoLockRenewer
 
     def __init__(
         self, fully_qualified_namespace: str, credential: object = None, **kwargs: Any
     ) -> None:
-        if credential is not None:
-            raise FeatureNotSupportedError(
-                "credentials",
-                "poisonq has no namespace to authenticate to: use"
-                " ServiceBusClient.from_connection_string(STORE_URL)",
-            )
-        self._url = store_url(fully_qualified_namespace)
-        self._retry = check_client_options(kwargs)
+        super().__init__(fully_qualified_namespace, credential, **kwargs)
         self._broker: poisonq.aio.AsyncBroker | None = None
-        self._owns_broker = True
         self._opening = asyncio.Lock()
-        # Closed with the client, as the SDK closes its handlers: a session receiver gives
-        # its session back then, and none of them reopens the store after.
-        self._handlers: weakref.WeakSet[ServiceBusSender | ServiceBusReceiver] = weakref.WeakSet()
-
-    @classmethod
-    def from_connection_string(cls, conn_str: str, **kwargs: Any) -> ServiceBusClient:
-        """A client on the store ``conn_str`` names (poisonq's store URL)."""
-        return cls(conn_str, **kwargs)
 
     @classmethod
     def from_broker(cls, broker: poisonq.aio.AsyncBroker) -> ServiceBusClient:
@@ -58,10 +43,6 @@ class ServiceBusClient:
         client = cls(broker.sync.url)
         client._broker, client._owns_broker = broker, False
         return client
-
-    @property
-    def fully_qualified_namespace(self) -> str:
-        return self._url
 
     async def broker(self) -> poisonq.aio.AsyncBroker:
         """The poisonq broker under this client, opened on first use; a store that does not
@@ -87,52 +68,6 @@ class ServiceBusClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-    def get_queue_sender(self, queue_name: str, **kwargs: Any) -> ServiceBusSender:
-        check_client_options(kwargs, handler=True)
-        return self._handed_out(ServiceBusSender(self, queue_name))
-
-    def get_topic_sender(self, topic_name: str, **kwargs: Any) -> ServiceBusSender:
-        check_client_options(kwargs, handler=True)
-        return self._handed_out(ServiceBusSender(self, topic_name))
-
-    def _handed_out(self, handler: Handed) -> Handed:
-        self._handlers.add(handler)
-        return handler
-
-    def get_queue_receiver(
-        self,
-        queue_name: str,
-        *,
-        session_id: str | ServiceBusSessionFilter | None = None,
-        sub_queue: str | None = None,
-        receive_mode: ServiceBusReceiveMode | str = ServiceBusReceiveMode.PEEK_LOCK,
-        max_wait_time: float | None = None,
-        auto_lock_renewer: AutoLockRenewer | None = None,
-        prefetch_count: int = 0,
-        **kwargs: Any,
-    ) -> ServiceBusReceiver:
-        """A receiver of the queue (``sub_queue``: its dead-letter queue); ``session_id``
-        names a session to accept, or is :data:`NEXT_AVAILABLE_SESSION`."""
-        check_client_options(kwargs, handler=True)
-        if auto_lock_renewer is not None and not isinstance(auto_lock_renewer, AutoLockRenewer):
-            raise TypeError(f"auto_lock_renewer is an AutoLockRenewer, not {auto_lock_renewer!r}")
-        receiver = ServiceBusReceiver(
-            self,
-            queue_name,
-            session_id=session_id,
-            sub_queue=sub_queue,
-            receive_mode=receive_mode,
-            max_wait_time=max_wait_time,
-            auto_lock_renewer=auto_lock_renewer,
-            prefetch_count=prefetch_count,
-        )
-        return self._handed_out(receiver)
-
-    def get_subscription_receiver(
-        self, topic_name: str, subscription_name: str, **kwargs: Any
-    ) -> ServiceBusReceiver:
-        return self.get_queue_receiver(f"{topic_name}/subscriptions/{subscription_name}", **kwargs)
 
     def list_queue_sessions(
         self,

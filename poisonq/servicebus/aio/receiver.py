@@ -12,14 +12,12 @@ from typing import TYPE_CHECKING, Any
 from poisonq.aio import AsyncBroker, AsyncReceiver, AsyncSessionReceiver
 from poisonq.model import ReceiveMode
 from poisonq.receivers import RECEIVE_WAIT
-from poisonq.servicebus.connection import receive_count, receiver_options
+from poisonq.servicebus.connection import receive_count
 from poisonq.servicebus.constants import (
-    ServiceBusReceiveMode,
     ServiceBusSessionFilter,
-    sdk_receive_mode,
 )
 from poisonq.servicebus.exceptions import OperationTimeoutError, translated
-from poisonq.servicebus.handler import Handler
+from poisonq.servicebus.handler import ReceiverHandler
 from poisonq.servicebus.message import ServiceBusReceivedMessage, check_settleable
 
 if TYPE_CHECKING:
@@ -72,36 +70,17 @@ class ServiceBusSession:
         return self.locked_until_utc
 
 
-class ServiceBusReceiver(Handler):
+class ServiceBusReceiver(ReceiverHandler):
     """Receives from a queue, a subscription or one of their subqueues, and settles."""
 
-    def __init__(
-        self,
-        client: ServiceBusClient,
-        entity_path: str,
-        *,
-        session_id: str | ServiceBusSessionFilter | None,
-        sub_queue: str | None,
-        receive_mode: ServiceBusReceiveMode | str,
-        max_wait_time: float | None,
-        auto_lock_renewer: AutoLockRenewer | None,
-        prefetch_count: int,
-    ) -> None:
-        super().__init__()
-        self._client = client
-        self.entity_path = entity_path
-        self._session_id = session_id
-        self._sub_queue, self._receive_mode = receiver_options(
-            session_id, sub_queue, receive_mode, max_wait_time, prefetch_count
-        )
-        self._max_wait_time = max_wait_time
-        self._auto_lock_renewer = auto_lock_renewer
-        self._native: AsyncReceiver | None = None
-        self._session = None if session_id is None else ServiceBusSession(self)
+    _client: ServiceBusClient
+    _auto_lock_renewer: AutoLockRenewer | None
+    _native: AsyncReceiver | None
+    _session: ServiceBusSession | None
 
-    @property
-    def receive_mode(self) -> ServiceBusReceiveMode:
-        return sdk_receive_mode(self._receive_mode)
+    def _unopened_session(self) -> ServiceBusSession | None:
+        """A session receiver's session object from the start: its calls open the receiver."""
+        return None if self._session_id is None else ServiceBusSession(self)
 
     @property
     def session(self) -> ServiceBusSession:
