@@ -16,7 +16,7 @@ from typing import Any
 
 from poisonq.errors import PoisonqError
 from poisonq.lock_renewer import AutoLockRenewer
-from poisonq.model import ReceivedMessage
+from poisonq.model import ReceivedMessage, ReceiveMode
 from poisonq.servicebus.connection import receiver_options
 from poisonq.servicebus.constants import (
     ServiceBusReceiveMode,
@@ -24,6 +24,7 @@ from poisonq.servicebus.constants import (
     sdk_receive_mode,
 )
 from poisonq.servicebus.exceptions import AutoLockRenewFailed, ServiceBusError, translate
+from poisonq.servicebus.message import ServiceBusReceivedMessage, check_settleable
 
 SHUTDOWN = (
     "The handler has already been shutdown. Please use ServiceBusClient to create a new instance."
@@ -101,6 +102,28 @@ class ReceiverHandler(Handler):
     @property
     def receive_mode(self) -> ServiceBusReceiveMode:
         return sdk_receive_mode(self._receive_mode)
+
+    def _check_settlement(self, message: object, action: str) -> None:
+        """The SDK's checks before a settlement: an open receiver, and a message it
+        received (not peeked, not received and deleted, not settled already)."""
+        self._check_live()
+        deleted = self._receive_mode is ReceiveMode.RECEIVE_AND_DELETE
+        check_settleable(
+            message, action, deleted, None if self._native is None else self._native.address
+        )
+
+    def _wrap(self, got: list[ReceivedMessage]) -> list[ServiceBusReceivedMessage]:
+        """What the receiver received, as the SDK's messages (a received-and-deleted one
+        settled already), each registered with the receiver's renewer if it has one (a
+        session's lock is renewed as the session's)."""
+        deleted = self._receive_mode is ReceiveMode.RECEIVE_AND_DELETE
+        assert self._native is not None  # open: it received them
+        source = self._native.address
+        messages = [ServiceBusReceivedMessage(raw, source, settled=deleted) for raw in got]
+        if self._auto_lock_renewer is not None and self._session is None and not deleted:
+            for message in messages:
+                self._auto_lock_renewer.register(self, message)
+        return messages
 
 
 def check_renewer_open(renewer: AutoLockRenewer) -> None:

@@ -14,7 +14,7 @@ import datetime
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from poisonq.model import ReceivedMessage, ReceiveMode
+from poisonq.model import ReceivedMessage
 from poisonq.receivers import RECEIVE_WAIT, Receiver, SessionReceiver
 from poisonq.servicebus.connection import receive_count
 from poisonq.servicebus.constants import (
@@ -25,7 +25,7 @@ from poisonq.servicebus.exceptions import (
     translated,
 )
 from poisonq.servicebus.handler import Handler, ReceiverHandler
-from poisonq.servicebus.message import ServiceBusReceivedMessage, check_settleable
+from poisonq.servicebus.message import ServiceBusReceivedMessage
 
 if TYPE_CHECKING:
     from poisonq.client import Broker
@@ -149,16 +149,6 @@ class ServiceBusReceiver(ReceiverHandler):
                 got = native.receive(max_messages=count, max_wait=RECEIVE_WAIT)
         return self._wrap(got)
 
-    def _wrap(self, got: list[Any]) -> list[ServiceBusReceivedMessage]:
-        deleted = self._receive_mode is ReceiveMode.RECEIVE_AND_DELETE
-        assert self._native is not None  # open: it received them
-        source = self._native.address
-        messages = [ServiceBusReceivedMessage(raw, source, settled=deleted) for raw in got]
-        if self._auto_lock_renewer is not None and self._session is None and not deleted:
-            for message in messages:
-                self._auto_lock_renewer.register(self, message)
-        return messages
-
     def __iter__(self) -> Iterator[ServiceBusReceivedMessage]:
         return self
 
@@ -205,11 +195,7 @@ class ServiceBusReceiver(ReceiverHandler):
     # Settling -----------------------------------------------------------------------------
     def _checked(self, message: object, action: str) -> tuple[Receiver, ReceivedMessage]:
         """The native receiver and message of a settlement, after the SDK's checks."""
-        self._check_live()
-        deleted = self._receive_mode is ReceiveMode.RECEIVE_AND_DELETE
-        check_settleable(
-            message, action, deleted, None if self._native is None else self._native.address
-        )
+        self._check_settlement(message, action)
         assert isinstance(message, ServiceBusReceivedMessage) and self._native is not None
         return self._native, message.raw
 

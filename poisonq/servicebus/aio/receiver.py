@@ -10,7 +10,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from poisonq.aio import AsyncBroker, AsyncReceiver, AsyncSessionReceiver
-from poisonq.model import ReceiveMode
 from poisonq.receivers import RECEIVE_WAIT
 from poisonq.servicebus.connection import receive_count
 from poisonq.servicebus.constants import (
@@ -18,7 +17,7 @@ from poisonq.servicebus.constants import (
 )
 from poisonq.servicebus.exceptions import OperationTimeoutError, translated
 from poisonq.servicebus.handler import ReceiverHandler
-from poisonq.servicebus.message import ServiceBusReceivedMessage, check_settleable
+from poisonq.servicebus.message import ServiceBusReceivedMessage
 
 if TYPE_CHECKING:
     from poisonq.servicebus.aio.client import ServiceBusClient
@@ -152,16 +151,6 @@ class ServiceBusReceiver(ReceiverHandler):
                 got = await native.receive(max_messages=count, max_wait=RECEIVE_WAIT)
         return self._wrap(got)
 
-    def _wrap(self, got: list[Any]) -> list[ServiceBusReceivedMessage]:
-        deleted = self._receive_mode is ReceiveMode.RECEIVE_AND_DELETE
-        assert self._native is not None  # open: it received them
-        source = self._native.address
-        messages = [ServiceBusReceivedMessage(raw, source, settled=deleted) for raw in got]
-        if self._auto_lock_renewer is not None and self._session is None and not deleted:
-            for message in messages:
-                self._auto_lock_renewer.register(self, message)
-        return messages
-
     def __aiter__(self) -> ServiceBusReceiver:
         return self
 
@@ -206,11 +195,7 @@ class ServiceBusReceiver(ReceiverHandler):
     # Settling -----------------------------------------------------------------------------
     def _checked(self, message: ServiceBusReceivedMessage, action: str) -> AsyncReceiver:
         """The native receiver of a settlement, after the SDK's checks."""
-        self._check_live()
-        deleted = self._receive_mode is ReceiveMode.RECEIVE_AND_DELETE
-        check_settleable(
-            message, action, deleted, None if self._native is None else self._native.address
-        )
+        self._check_settlement(message, action)
         assert self._native is not None
         return self._native
 
