@@ -11,7 +11,9 @@ user's data would be (one file per core, so each core reads its part), to Parque
   the warm run is what a user who runs jobs in a live session compares with).
 - ``pipeline``: ``poisonq.spark.Pipeline(transform=…, expectations=…)`` from the queue into
   Parquet, for each ``--batch`` size given, each on a queue of its own filled before the clock
-  starts, after a warm-up run of one small batch.
+  starts, after a warm-up run of one batch of up to :data:`WARM_UP` events on a queue of its
+  own: warm as the plain job is (a pipeline that runs on is warm after its first batch; the
+  first large batch of a session costs seconds more, the JVM compiling its hot code).
 
 Prints ``plain_cold_s=… plain_warm_s=… rows_per_s=…`` and then, per batch size,
 ``batch=… pipeline_s=… msgs_per_s=… ratio_warm=… ratio_cold=… batches=…``: the ratios are the
@@ -36,6 +38,7 @@ from poisonq.spark.pipeline import Pipeline
 from poisonq.spark.session import local_session
 
 SEND_BATCH = 20_000
+WARM_UP = 100_000
 EVENT = "sensor string, at string, total double, count long"
 EXPECTATIONS = {"average_not_negative": "average >= 0"}
 
@@ -109,7 +112,7 @@ def main() -> None:
         with poisonq.connect(url) as broker:
             for size in sizes:
                 fill(broker, f"events-{size}", args.events)
-            fill(broker, "warm-up", 10)
+            fill(broker, "warm-up", min(WARM_UP, args.events))
         bodies(spark, args.events, work / "bodies")
         cold = plain(spark, work / "bodies", work / "plain")
         warm = plain(spark, work / "bodies", work / "plain")
@@ -123,7 +126,7 @@ def main() -> None:
                 output=str(work / queue), batch_size=size,
             )  # fmt: skip
 
-        pipeline("warm-up", 10).run()
+        pipeline("warm-up", WARM_UP).run()
         for size in sizes:
             started = time.perf_counter()
             report = pipeline(f"events-{size}", size).run()
