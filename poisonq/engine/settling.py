@@ -238,7 +238,9 @@ class _ByKind:
         self.letters: dict[Letter, list[int]] = {}
         seen: set[Lock] = set()
         for settlement in settlements:
-            kind = _kind(settlement)
+            kind = type(settlement)
+            if kind not in _KINDS:
+                kind = _kind(settlement)
             seq, token = lock = settlement.sequence_number, settlement.lock_token
             if type(seq) is not int or not 0 <= seq <= MAX_INT or type(token) is not str:
                 check_lock(seq, token)
@@ -258,7 +260,9 @@ class _ByKind:
                 reason, description = settlement.reason, settlement.description
                 if type(reason) is not str or "\x00" in reason:
                     check_text(reason, "a dead-letter reason")
-                if description is not None:
+                if description is not None and (
+                    type(description) is not str or "\x00" in description
+                ):
                     check_text(description, "a dead-letter description")
                 reason = reason or DeadLetterReason.DEAD_LETTERED_BY_RECEIVER
                 letter = (token, reason, description, _failure(settlement.failure))
@@ -266,10 +270,8 @@ class _ByKind:
 
 
 def _kind(settlement: object) -> type[Settlement]:
-    """Which of the settlements ``settlement`` is, else :class:`InvalidOptionError`."""
-    kind = type(settlement)
-    if kind in _KINDS:
-        return kind
+    """Which of the settlements ``settlement`` is (an instance of a subclass), else
+    :class:`InvalidOptionError`."""
     for each in _KINDS:
         if isinstance(settlement, each):
             return each
