@@ -639,7 +639,9 @@ class SqliteTransaction(
             "   json_extract(failures, '$[#-1].error_type')"
             "   || ': ' || json_extract(failures, '$[#-1].message')),"
             " dead_letter_source = :source, dead_lettered_at = :now,"
-            f" dead_lettered_deliveries = delivery_count + {covered},{_RECORD_FAILURE}"
+            f" dead_lettered_deliveries = delivery_count + {covered}"
+            # (no failure to record: the history's columns are left as they are)
+            f"{',' + _RECORD_FAILURE if record else ''}"
             f" WHERE entity_id = :entity AND state IN {LIVE}"
             " AND (:token IS NULL"
             "   OR (state = 'locked' AND lock_token = :token AND locked_until > :now)"
