@@ -201,11 +201,12 @@ class _RandomHex:
     PAGE = 4096  # bytes: 128 ids
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self._forget()
         os.register_at_fork(after_in_child=self._forget)
 
     def _forget(self) -> None:
+        # A new lock too: another thread of the parent may have held it as it forked.
+        self._lock = threading.Lock()
         self._digits = ""
         self._at = 0
 
