@@ -46,7 +46,7 @@ import psycopg
 import sqlite_pattern
 
 import poisonq
-from poisonq.model import SubQueue
+from poisonq.model import SubQueue, new_uuid
 from poisonq.names import subqueue_name
 from poisonq.store.postgres.transaction import _MESSAGE_COLUMNS
 from poisonq.store.sqlite_rows import MESSAGE_COLUMNS, SEQS
@@ -94,7 +94,7 @@ class Floor:
         started = time.perf_counter()
         for start in range(0, count, batch):
             n = min(batch, count - start)
-            ids = [uuid.uuid4().hex for _ in range(n)]
+            ids = [new_uuid() for _ in range(n)]
             self._transaction((INSERT, (entity, time.time(), ids, [body] * n, len(body))))
         return count / (time.perf_counter() - started)
 
@@ -157,7 +157,7 @@ class SqliteFloor:
                 self.db.execute("BEGIN IMMEDIATE")
                 params: list[Any] = []
                 for _ in range(n):
-                    params += (entity, now, uuid.uuid4().hex, body, len(body))
+                    params += (entity, now, new_uuid(), body, len(body))
                 self.db.execute(
                     "INSERT INTO messages (entity_id, enqueued_at, state, message_id, body,"
                     " size) VALUES " + ", ".join(["(?, ?, 'active', ?, ?, ?)"] * n),

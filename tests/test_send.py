@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -282,3 +284,24 @@ def test_nul_in_text_is_refused_on_both_stores(
     with pytest.raises(InvalidOptionError):
         broker.sender(queue).send(Message(body=b"\x00 is fine in a body", **fields))  # type: ignore[arg-type]
     assert broker.counts(queue)["active"] == 0
+
+
+def test_a_message_without_an_id_gets_a_random_uuid_never_given_before() -> None:
+    """Ids come from a page of random bytes read at a time: each id is a version 4 UUID,
+    none repeats within a process, and a forked child does not hand out its parent's."""
+    ids = [Message().message_id for _ in range(1000)]
+    assert len(set(ids)) == len(ids)
+    assert {uuid.UUID(i).version for i in ids} == {4}
+    assert {uuid.UUID(i).variant for i in ids} == {uuid.RFC_4122}
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: its next ids, to the parent
+        os.write(write, " ".join(Message().message_id for _ in range(10)).encode())
+        os._exit(0)
+    os.waitpid(child, 0)
+    os.close(write)
+    theirs = set(os.read(read, 4096).decode().split())
+    os.close(read)
+    mine = {Message().message_id for _ in range(10)}
+    assert len(theirs) == 10
+    assert not theirs & mine

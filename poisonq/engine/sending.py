@@ -119,9 +119,17 @@ class Sending(EngineBase):
     ) -> list[Arrival]:
         """Validate and size messages, each with why it is dead-lettered on arrival."""
         rows: list[Arrival] = []
+        # A message of a body and an id (the usual one) takes the short way, unless the
+        # queue requires sessions: then it is refused on arrival, as the long way tells.
+        ttl = options.default_message_ttl
+        plain = _PlainRows(None if ttl is None else now + ttl, options.max_message_size)
+        short = not options.requires_session
         for message in messages:
             if not isinstance(message, Message):
                 raise InvalidOptionError(f"send takes poisonq.Message objects, not {message!r}")
+            if short and (plain_row := plain.row(message)) is not None:
+                rows.append((plain_row, None))
+                continue
             row, props_size = _new_row(message, options, now)
             if row.size > options.max_message_size:
                 raise MessageTooLargeError(row.message_id, row.size, options.max_message_size)
@@ -206,6 +214,45 @@ def _arrival_description(reason: str, options: QueueOptions) -> str:
             return "the queue requires sessions and the message has no session_id"
         case _:
             return "the subscription's filter could not be evaluated on the message"
+
+
+class _PlainRows:
+    """The rows of messages that set nothing but a body (bytes) and a message id: what
+    :func:`_new_row` would make of them, with the checks such a message needs. Sending runs
+    this for every message, so it reads each field once and stops at the first set."""
+
+    def __init__(self, expires_at: float | None, max_size: int) -> None:
+        self.expires_at = expires_at
+        self.max_size = max_size
+
+    def row(self, message: Message) -> NewMessage | None:
+        """The row of ``message``, or ``None`` if it is not plain (or not valid, or too
+        large: :func:`_new_row` says why)."""
+        body, message_id, properties = message.body, message.message_id, message.properties
+        if (
+            type(body) is not bytes
+            or len(body) > self.max_size
+            or type(message_id) is not str
+            or not 0 < len(message_id) <= MAX_ID_LENGTH
+            or "\x00" in message_id
+            or type(properties) is not dict
+            or properties
+            or message.content_type is not None
+            or message.subject is not None
+            or message.correlation_id is not None
+            or message.reply_to is not None
+            or message.session_id is not None
+            or message.scheduled_enqueue_time is not None
+            or message.time_to_live is not None
+            or message.to is not None
+            or message.reply_to_session_id is not None
+            or message.partition_key is not None
+        ):
+            return None
+        return NewMessage(
+            message_id, body, len(body), None, None, None, None, None, None,
+            MessageState.ACTIVE, None, self.expires_at,
+        )  # fmt: skip
 
 
 def _new_row(message: Message, options: QueueOptions, now: float) -> tuple[NewMessage, int]:

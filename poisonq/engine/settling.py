@@ -16,6 +16,7 @@ from poisonq.engine.targets import (
     check_text,
 )
 from poisonq.errors import InvalidOperationError, InvalidOptionError, MessageLockLostError
+from poisonq.limits import MAX_INT
 from poisonq.model import (
     Abandon,
     Complete,
@@ -172,40 +173,25 @@ class Settling(EngineBase):
         are the check: one statement less per batch, and the lost locks are named all the
         same before anything commits."""
         entity = target.entity
-        locks = [(s.sequence_number, s.lock_token) for s in _checked(settlements)]
+        kinds = _ByKind(settlements)
         held: dict[int, LockInfo] = {}
-        if any(isinstance(s, Abandon) for s in settlements):
-            held = {lock.seq: lock for lock in self._held_locks(tx, target, locks, now)}
-        done = [(s.sequence_number, s.lock_token) for s in settlements if isinstance(s, Complete)]
+        if kinds.abandoned:
+            held = {lock.seq: lock for lock in self._held_locks(tx, target, kinds.locks, now)}
+        done = kinds.completed
         lost = self._complete_held(tx, entity, done, now, in_doubt) if done else []
         # Released first: a message poisoned below takes its session's unlocked messages
         # with it, and a message given back in the same batch is one of them.
-        released: dict[str, list[int]] = {}
-        for settlement in settlements:
-            if isinstance(settlement, Release):
-                released.setdefault(settlement.lock_token, []).append(settlement.sequence_number)
-        for token, seqs in released.items():
+        for token, seqs in kinds.released.items():
             back = tx.release(entity.id, token, min(seqs), max(seqs), seqs, target.ready, now)
             lost += set(seqs) - set(back)
         poisoned: list[int] = []
-        # Dead-letters alike (same lock, reason, description and failure) move in one call.
-        letters: dict[tuple[str, str, str | None, FailureRecord | None], list[int]] = {}
-        for settlement in settlements:
-            match settlement:
-                case Complete():
-                    continue
-                case Abandon(seq, _, failure):
-                    poisoned += self.poisoner.after_failure(tx, target, [held[seq]], failure, False)
-                case DeadLetter(seq, token, reason, description, failure):
-                    reason = reason or DeadLetterReason.DEAD_LETTERED_BY_RECEIVER
-                    letters.setdefault((token, reason, description, failure), []).append(seq)
-                case Release():
-                    continue
-        if letters and target.subqueue is not None:
+        for seq, failure in kinds.abandoned:
+            poisoned += self.poisoner.after_failure(tx, target, [held[seq]], failure, False)
+        if kinds.letters and target.subqueue is not None:
             raise InvalidOperationError(
                 f"messages in {entity.name!r} cannot be dead-lettered again"
             )
-        for (token, reason, description, failure), seqs in letters.items():
+        for (token, reason, description, failure), seqs in kinds.letters.items():
             record = failure.to_json() if failure else None
             moved = self.router.dead_letter(
                 tx, target, seqs, reason, description, record, now, lock_token=token
@@ -226,28 +212,75 @@ class Settling(EngineBase):
         return held
 
 
-def _checked(settlements: object) -> Sequence[Settlement]:
-    """``settlements`` if it is a list of settlements, each of one message with its failure
-    (if any) a :class:`FailureRecord`; else :class:`InvalidOptionError`, before anything is
-    settled. A message settled twice under one lock would be settled both ways (an old lock
-    beside the new one is only lost)."""
-    if not isinstance(settlements, Sequence):
-        raise InvalidOptionError(f"settle takes a list of settlements, not {settlements!r}")
-    seen: set[object] = set()
-    for settlement in settlements:
-        if not isinstance(settlement, Complete | Abandon | DeadLetter | Release):
-            raise InvalidOptionError(
-                f"a settlement is Complete, Abandon, DeadLetter or Release, not {settlement!r}"
-            )
-        if isinstance(settlement, DeadLetter):
-            check_text(settlement.reason, "a dead-letter reason")
-            check_text(settlement.description, "a dead-letter description")
-        failure = getattr(settlement, "failure", None)
-        if failure is not None and not isinstance(failure, FailureRecord):
-            raise InvalidOptionError(f"a failure is a FailureRecord, not {failure!r}")
-        check_lock(settlement.sequence_number, settlement.lock_token)
-        lock = (settlement.sequence_number, settlement.lock_token)
-        if lock in seen:
-            raise InvalidOptionError(f"message {lock[0]} is settled twice under one lock")
-        seen.add(lock)
-    return settlements
+# What dead-letters alike share (lock, reason, description, failure): they move in one call.
+Letter = tuple[str, str, str | None, FailureRecord | None]
+_KINDS = (Complete, Abandon, DeadLetter, Release)
+
+
+class _ByKind:
+    """Settlements checked, and sorted by kind, in one pass before anything is settled.
+    ``settlements`` must be a list of settlements, each of one message, with its failure
+    (if any) a :class:`FailureRecord`: else :class:`InvalidOptionError`. A message settled
+    twice under one lock would be settled both ways (an old lock beside the new one is only
+    lost), so that is refused too.
+
+    This runs for every message settled, so the usual case (an ``int`` sequence number, a
+    ``str`` token and reason) is told by its types, and the checks that name what is wrong
+    run only when it is not."""
+
+    def __init__(self, settlements: object) -> None:
+        if not isinstance(settlements, Sequence):
+            raise InvalidOptionError(f"settle takes a list of settlements, not {settlements!r}")
+        self.locks: list[Lock] = []
+        self.completed: list[Lock] = []
+        self.released: dict[str, list[int]] = {}
+        self.abandoned: list[tuple[int, FailureRecord | None]] = []
+        self.letters: dict[Letter, list[int]] = {}
+        seen: set[Lock] = set()
+        for settlement in settlements:
+            kind = type(settlement)
+            if kind not in _KINDS:
+                kind = _kind(settlement)
+            seq, token = lock = settlement.sequence_number, settlement.lock_token
+            if type(seq) is not int or not 0 <= seq <= MAX_INT or type(token) is not str:
+                check_lock(seq, token)
+            if lock in seen:
+                raise InvalidOptionError(f"message {seq} is settled twice under one lock")
+            seen.add(lock)
+            self.locks.append(lock)
+            if kind is Complete:
+                self.completed.append(lock)
+            elif kind is Release:
+                self.released.setdefault(token, []).append(seq)
+            elif kind is Abandon:
+                assert isinstance(settlement, Abandon)
+                self.abandoned.append((seq, _failure(settlement.failure)))
+            else:
+                assert isinstance(settlement, DeadLetter)
+                reason, description = settlement.reason, settlement.description
+                if type(reason) is not str or "\x00" in reason:
+                    check_text(reason, "a dead-letter reason")
+                if description is not None and (
+                    type(description) is not str or "\x00" in description
+                ):
+                    check_text(description, "a dead-letter description")
+                reason = reason or DeadLetterReason.DEAD_LETTERED_BY_RECEIVER
+                letter = (token, reason, description, _failure(settlement.failure))
+                self.letters.setdefault(letter, []).append(seq)
+
+
+def _kind(settlement: object) -> type[Settlement]:
+    """Which of the settlements ``settlement`` is (an instance of a subclass), else
+    :class:`InvalidOptionError`."""
+    for each in _KINDS:
+        if isinstance(settlement, each):
+            return each
+    raise InvalidOptionError(
+        f"a settlement is Complete, Abandon, DeadLetter or Release, not {settlement!r}"
+    )
+
+
+def _failure(failure: object) -> FailureRecord | None:
+    if failure is not None and not isinstance(failure, FailureRecord):
+        raise InvalidOptionError(f"a failure is a FailureRecord, not {failure!r}")
+    return failure
