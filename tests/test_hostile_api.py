@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from poisonq import (
@@ -20,11 +20,13 @@ from poisonq import (
     DeadLetter,
     InvalidNameError,
     Message,
+    MessageNotFoundError,
     PoisonqError,
     QueueOptions,
     Release,
     RetryPolicy,
 )
+from poisonq.model import to_seconds
 from tests.helpers import assert_balanced
 from tests.hostile import (
     HOSTILE,
@@ -89,15 +91,23 @@ message_fields = st.fixed_dictionaries(
 
 @HOSTILE
 @given(batch=st.lists(message_fields, min_size=1, max_size=3))
+@example(batch=[{"body": b"", "time_to_live": 5e-324}])
 def test_hostile_messages(broker: Broker, batch: list[dict[str, Any]]) -> None:
-    """A batch with one bad message sends none of it; what is sent reads back as sent."""
+    """A batch with one bad message sends none of it; what is sent reads back as sent, unless
+    its time to live ran out as it was sent (a TTL too small to move the clock's time)."""
     _orders(broker)
     messages = [Message(**fields) for fields in batch]
     sent = attempt(broker, lambda: broker.sender(Q).send(messages))
     if isinstance(sent, PoisonqError):
         return
     assert isinstance(sent, list)
+    now = broker.clock.now()
     for seq, message in zip(sent, messages, strict=True):
+        ttl = message.time_to_live
+        if ttl is not None and now + to_seconds(ttl, "time_to_live") <= now:
+            with pytest.raises(MessageNotFoundError):  # expired, and gone
+                broker.message(Q, seq)
+            continue
         got = broker.message(Q, seq)
         assert got.properties == message.properties
         body = message.body.encode() if isinstance(message.body, str) else bytes(message.body)
