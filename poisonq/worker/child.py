@@ -102,17 +102,18 @@ class _Child:
             os.close(go)
             code = 0
             try:
+                # Mapped while the child before works: off the path of a crash.
+                shared = tuple(SharedFile(fd) for fd in self.shared)
                 if os.read(wait, 2) == b"go":  # else the helper ended: not needed
-                    self._run()
+                    self._run(*shared)
             except BaseException:
                 code = 70
             os._exit(code)
         os.close(wait)
         return pid, go
 
-    def _run(self) -> None:
+    def _run(self, rows: SharedFile, results: SharedFile) -> None:
         """Run the spans the caller sends until its end of the pipe closes."""
-        rows, results = (SharedFile(fd) for fd in self.shared)
         at = memoryview(self.progress).cast("q")  # one store a row, not a pack_into call
         transform, permanent = self.transform, self.permanent
         while (span := _read_exact(0, SPAN.size)) is not None:
