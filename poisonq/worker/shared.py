@@ -43,13 +43,13 @@ class SharedFile:
 
     @classmethod
     def create(cls, name: str) -> SharedFile:
-        """A new file, its descriptor inheritable by the processes the caller starts."""
+        """A new file; its descriptor is not inherited by a program the caller starts
+        unless passed to it (``pass_fds``), but a fork keeps it."""
         if hasattr(os, "memfd_create"):
-            fd = os.memfd_create(name, 0)
+            fd = os.memfd_create(name)
         else:  # no memfd (macOS): an unlinked temporary file does the same
             fd, path = tempfile.mkstemp(prefix=name)
             os.unlink(path)
-        os.set_inheritable(fd, True)
         os.ftruncate(fd, _START_SIZE)
         return cls(fd)
 
@@ -91,7 +91,9 @@ def read_segments(file: SharedFile, start: int, stop: int) -> Iterator[tuple[int
     """The segments that hold rows ``start`` to ``stop`` (exclusive), each with the index
     of its first row, read one at a time."""
     count, per_segment = _SEGMENTS.unpack_from(file.map, 0)
-    offsets = struct.unpack_from(f"={count + 1}Q", file.map, _SEGMENTS.size)
+    table = struct.Struct(f"={count + 1}Q")
+    file.follow(_SEGMENTS.size + table.size)
+    offsets = table.unpack_from(file.map, _SEGMENTS.size)
     file.follow(offsets[-1])
     for segment in range(start // per_segment, (stop - 1) // per_segment + 1):
         rows = _loads(file.map[offsets[segment] : offsets[segment + 1]])
