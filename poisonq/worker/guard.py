@@ -215,13 +215,14 @@ class Helper:
         results: list[Result] = [None] * len(rows)
         write_rows(self._rows_in, rows)
         clear_results(self._results)
-        self._read_at = results_start()
+        read_at = results_start()
         todo = deque([range(len(rows))] if rows else [])  # spans of rows still to run, in order
         while todo:
             span = todo.popleft()
             self._send(SPAN.pack(span.start, span.stop, self._flush_every()))
             kind, status, at = self._receive()
-            done = self._collect(results, span.start)
+            read_at, records = read_results(self._results, read_at)
+            done = _taken(records, results, span.start)
             if kind == DONE:
                 self._rows += len(span)
                 continue
@@ -234,20 +235,11 @@ class Helper:
             todo.extendleft(part for part in (range(at + 1, span.stop), range(done, at)) if part)
         return results
 
-    def _collect(self, results: list[Result], done: int) -> int:
-        """Take the results written since the last reply; the row after the last of them
-        (``done`` if there are none)."""
-        self._read_at, records = read_results(self._results, self._read_at)
-        for first, outputs in records:
-            done = first + len(outputs)
-            results[first:done] = outputs
-        return done
-
     def _flush_every(self) -> int:
-        """Rows per record of results: the most work a crash can lose. A record costs about
-        a row of work, and a crash loses half a record on average, so with ``d`` crashes
-        per row the cheapest record is sqrt(2 / d) rows: 45 at one crash in 1,000 rows,
-        all of :data:`WINDOW` without crashes."""
+        """Rows per record of results: the most work a crash can lose. A record costs at
+        most about a row of work, and a crash loses half a record on average, so with ``d``
+        crashes per row the cheapest record is sqrt(2 / d) rows: 45 at one crash in 1,000
+        rows, all of :data:`WINDOW` without crashes."""
         if not self._crashes:
             return WINDOW
         return max(MIN_WINDOW, min(WINDOW, math.isqrt(2 * self._rows // self._crashes)))
@@ -265,6 +257,15 @@ class Helper:
             raise RuntimeError(f"the transform helper process ended ({self._process.wait()})")
         kind, status, at = REPLY.unpack(reply)
         return kind, status, at
+
+
+def _taken(records: list[tuple[int, list[Result]]], results: list[Result], done: int) -> int:
+    """Put the records' results in their rows' places; the row after the last of them
+    (``done`` if there are none)."""
+    for first, outputs in records:
+        done = first + len(outputs)
+        results[first:done] = outputs
+    return done
 
 
 def _crash_record(status: int) -> FailureRecord:
