@@ -3,16 +3,17 @@
 - SQLite: lock and then complete 100,000 messages durably (WAL, ``synchronous=FULL``) with bare
   SQL on poisonq's own schema: the least a store of per-message locks can cost per message.
 - fork: one cycle of fork, exit and wait of a Python process, bare and after ``import
-  poisonq.worker.guard`` (what the crash guard's helper holds; a transform that refers to
+  poisonq.worker.child`` (what the crash guard's helper holds; a transform that refers to
   ``poisonq.PermanentError`` adds ``poisonq.errors``, which the guard has already): the least a
   crash that kills its process can cost.
 
-And what the crash guard makes of that floor: ``guard_ms_per_crash``, the wall time a crash
-adds to 100,000 rows through :func:`poisonq.worker.guard.run_isolated` with one crashing row in
-1,000, against the same rows without a crash, in one run.
+And what the crash guard makes of that floor, on 100,000 rows shaped as lease rows, in calls
+of 10,000 through :func:`poisonq.worker.guard.run_isolated`: ``guard_us_per_row``, what the
+guard adds to a row without a crash (against :func:`~poisonq.worker.guard.run_inline`), and
+``guard_ms_per_crash``, the wall time a crash adds with one crashing row in 1,000, in one run.
 
 Prints one line: ``sqlite_lock_complete_us_per_msg=… fork_cycle_ms_bare=…
-fork_cycle_ms_poisonq=… guard_ms_per_crash=…``.
+fork_cycle_ms_poisonq=… guard_us_per_row=… guard_ms_per_crash=…``.
 """
 
 from __future__ import annotations
@@ -27,12 +28,13 @@ import tempfile
 import time
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 FORK_CYCLES = 300
 _FORK_LOOP = f"""
 import gc, os, sys, time
 if sys.argv[1:]:
-    import poisonq.worker.guard  # what the crash guard's helper loads
+    import poisonq.worker.child  # what the crash guard's helper loads
 gc.freeze()
 started = time.perf_counter()
 for _ in range({FORK_CYCLES}):
@@ -97,43 +99,61 @@ def fork_cycle(*modules: str) -> float:
     return float(out.stdout)
 
 
-def _crashes_on_7(row: int) -> dict[str, int]:
-    if row % 1000 == 7:
+def _lease_row(n: int) -> tuple[Any, ...]:
+    """A row shaped as the store's lease rows are (see ``LEASE_COLUMNS``)."""
+    body = b'{"order_id": %d, "customer": "C01234", "amount": 12.3, "kind": "ok"}' % n
+    return (n, str(n), body, None, None, "{}", None, None, 1.7e9, 1)
+
+
+def _crashes_on_7(row: tuple[Any, ...]) -> dict[str, Any]:
+    if row[0] % 1000 == 7:
         os._exit(1)
-    return {"n": row}
+    return {"n": row[0]}
 
 
-def _clean(row: int) -> dict[str, int]:
-    return {"n": row}
+def _clean(row: tuple[Any, ...]) -> dict[str, Any]:
+    return {"n": row[0]}
 
 
-def guard_crash_cost(rows: int = 100_000) -> float:
-    """Milliseconds a crashing row adds, the guard alone (median of three runs each way)."""
-    from poisonq.worker.guard import Crashed, run_isolated
+def guard_costs(rows: int = 100_000) -> tuple[float, float]:
+    """Microseconds the guard adds to a row on the clean path (against the same rows run in
+    the caller), and milliseconds a crashing row adds (one in 1,000): the guard alone, in
+    calls of 10,000 rows as the pipeline makes them (median of three runs each way)."""
+    from poisonq.worker.guard import Crashed, run_inline, run_isolated
 
-    data = list(range(rows))
+    data = [_lease_row(n) for n in range(rows)]
+    calls = [data[start : start + 10_000] for start in range(0, rows, 10_000)]
     run_isolated(_clean, data[:10], ())  # start the helpers
     run_isolated(_crashes_on_7, data[:10], ())
-    costs = []
+    per_row, per_crash = [], []
     for _ in range(3):
         started = time.perf_counter()
-        run_isolated(_clean, data, ())
+        for call in calls:
+            run_inline(_clean, call, ())
+        inline = time.perf_counter() - started
+        started = time.perf_counter()
+        for call in calls:
+            run_isolated(_clean, call, ())
         clean = time.perf_counter() - started
         started = time.perf_counter()
-        crashed = sum(isinstance(r, Crashed) for r in run_isolated(_crashes_on_7, data, ()))
-        costs.append((time.perf_counter() - started - clean) / crashed * 1e3)
-    return statistics.median(costs)
+        crashed = sum(
+            isinstance(r, Crashed) for call in calls for r in run_isolated(_crashes_on_7, call, ())
+        )
+        per_crash.append((time.perf_counter() - started - clean) / crashed * 1e3)
+        per_row.append((clean - inline) / rows * 1e6)
+    return statistics.median(per_row), statistics.median(per_crash)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=100_000)
     args = parser.parse_args()
+    us_per_row, ms_per_crash = guard_costs()
     print(
         f"sqlite_lock_complete_us_per_msg={sqlite_floor(args.messages):.1f}"
         f" fork_cycle_ms_bare={fork_cycle():.2f}"
         f" fork_cycle_ms_poisonq={fork_cycle('poisonq'):.2f}"
-        f" guard_ms_per_crash={guard_crash_cost():.2f}"
+        f" guard_us_per_row={us_per_row:.2f} guard_ms_per_crash={ms_per_crash:.2f}"
     )
 
 

@@ -4,9 +4,10 @@
 ``Processor`` (batches of 100, one thread) whose handler parses the body as JSON and does
 nothing else: the cheapest handler, on which the isolation's own cost shows most. The two
 modes take turns, ``--rounds`` times each on a fresh store, and the median of each is taken.
-A child process runs the handler on one message per round trip through a pipe (the message
-pickled there, its outcome back), so the cost is per handler run; a handler that does real
-work (a call to another service, a database write) hides it.
+A child process runs the handler on a receive's messages, pickled into memory it shares with
+the Processor, in one round trip of a few words through a pipe, and writes their outcomes back
+the same way, so the cost is per handler run; a handler that does real work (a call to another
+service, a database write) hides it.
 
 Prints one line per mode, ``isolation=none msgs_per_s=… us_per_msg=…``, then
 ``isolation=process msgs_per_s=… us_per_msg=… extra_us_per_msg=… ratio=…``, where ``ratio``

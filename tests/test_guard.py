@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import types
+from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -127,3 +130,56 @@ def test_a_transform_only_pyspark_can_ship_still_runs_in_the_helper() -> None:
         spark_cloudpickle.unregister_pickle_by_value(module)  # type: ignore[no-untyped-call]
         del sys.modules[module.__name__]
     assert results == [{"n": 0}, {"n": 2}, {"n": 4}]
+
+
+def counted(row: dict[str, Any]) -> dict[str, Any] | None:
+    """``transform``, after appending the row's number to the file the row names: a record
+    of every run of every row, which outlives the child that ran it."""
+    with open(row["runs"], "a") as runs:
+        runs.write(f"{row['n']}\n")
+    return transform(row)
+
+
+def test_a_crash_runs_again_only_the_rows_since_the_childs_last_record_of_results(
+    tmp_path: Path,
+) -> None:
+    runs = tmp_path / "runs"
+    crash = WINDOW + 10  # the first record (rows 0 to WINDOW - 1) is written before it
+    data = [{**row, "runs": str(runs)} for row in rows(3 * WINDOW, crash={crash})]
+    results = run_isolated(counted, data, ())
+    assert kinds(results)["crashed"] == [crash]
+    times = Counter(int(n) for n in runs.read_text().split())
+    assert sorted(n for n, count in times.items() if count == 2) == list(range(WINDOW, crash))
+    assert set(times.values()) <= {1, 2}
+    assert set(times) == set(range(3 * WINDOW))
+
+
+def echo(row: bytes) -> dict[str, Any]:
+    return {"body": row[::-1], "size": len(row)}
+
+
+def test_rows_and_results_larger_than_the_shared_memory_at_start_go_through() -> None:
+    bodies = [os.urandom(64 * 1024) for _ in range(100)]  # 6.4 MB each way
+    assert run_isolated(echo, bodies, ()) == [echo(body) for body in bodies]
+
+
+def helper_pids() -> set[int]:
+    """The crash guard's helper processes started by this process."""
+    children = Path(f"/proc/self/task/{os.getpid()}/children").read_text().split()
+    return {
+        int(pid) for pid in children if b"helper_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    }
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
+def test_a_lost_helper_is_started_again_at_the_next_call() -> None:
+    def triple(row: dict[str, Any]) -> dict[str, Any]:
+        return {"n": row["n"] * 3}
+
+    before = helper_pids()
+    assert run_isolated(triple, rows(3), ()) == [{"n": 0}, {"n": 3}, {"n": 6}]
+    [helper] = helper_pids() - before
+    os.kill(helper, signal.SIGKILL)
+    os.waitpid(helper, 0)
+    assert run_isolated(triple, rows(3), ()) == [{"n": 0}, {"n": 3}, {"n": 6}]
+    assert len(helper_pids() - before) == 1

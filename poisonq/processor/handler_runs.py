@@ -10,10 +10,10 @@ With ``isolation="process"`` the handler runs in a child forked by the crash gua
 (:mod:`poisonq.worker.guard`, as the pipeline runs a transform): a crash ends that child
 only, the message is abandoned with a ``WorkerCrashed`` failure that names the exit code or
 signal, and the Processor goes on with the next message in a new child. The price is a
-pickle of each message and a round trip through a pipe (a receive's messages in one, for a
-message handler outside sessions: about 30 µs a message, docs/speed.md), and a handler that
-cannot share state with the Processor's process: what it returns is dropped, and what it
-changes in memory stays in the child.
+pickle of each message into memory shared with the child and a round trip of a few words
+through a pipe (a receive's messages in one, for a message handler outside sessions: figures
+in docs/speed.md), and a handler that cannot share state with the Processor's process: what
+it returns is dropped, and what it changes in memory stays in the child.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from poisonq.spark.schema import MESSAGE_SCHEMA_DDL
 from poisonq.spark.session import quiet_query_errors
 from poisonq.spark.settling import LeaseContext
 from poisonq.spark.source import SEQUENCE, register, untagged
-from poisonq.spark.transform import Work, pipeline_source
+from poisonq.spark.transform import LeaseTransform, Work, pipeline_source
 from poisonq.spark.udf import settling
 
 Span = tuple[int, int] | None
@@ -61,24 +61,32 @@ class LeaseReader:
 
 
 class MapJob:
-    """``map=``: each pipeline registers its own data sources, which carry the function
-    (options can only carry strings): one that runs it in the Python worker, and, with
-    ``work.isolate``, one that runs it under the crash guard (:mod:`poisonq.worker.guard`).
+    """``map=`` and ``map_batches=``: each pipeline registers its own data sources, which
+    carry the function (options can only carry strings): one that runs it in the Python
+    worker, and, with ``work.isolate``, one that runs it under the crash guard
+    (:mod:`poisonq.worker.guard`).
 
-    The guard costs about as much as a simple transform on every row, so a run starts
-    without it and switches it on for the rest of the run when a Python worker dies: the
-    batch that crashed is written again under the guard, which then finds each crashing
-    message within its task."""
+    A function of one message (``map=``) runs under the guard from the first batch: the
+    guard costs a fraction of a simple transform per row (docs/speed.md), less than a
+    crash's failed job and its batch written again. A function of a batch runs in the
+    worker, since the guard calls it on one message at a time, and the guard is switched on
+    for the rest of the run when a Python worker dies: the batch that crashed is written
+    again under the guard, which then finds each crashing message within its task."""
 
     def __init__(self, reader: LeaseReader, work: Work) -> None:
         self.reader = reader
         self.struct = work.output.struct
         spark = reader.spark
-        self._source = f"poisonq_pipeline_{id(self):x}"
-        spark.dataSource.register(pipeline_source(self._source, replace(work, isolate=False)))
-        self._guarded: str | None = None
+        name = f"poisonq_pipeline_{id(self):x}"
+        self._guarded: str | None = None  # the guarded source to switch to, if not on yet
+        if work.isolate and isinstance(work, LeaseTransform):
+            self._source = f"{name}_guarded"
+            spark.dataSource.register(pipeline_source(self._source, work))
+            return
+        self._source = name
+        spark.dataSource.register(pipeline_source(name, replace(work, isolate=False)))
         if work.isolate:
-            self._guarded = f"{self._source}_guarded"
+            self._guarded = f"{name}_guarded"
             spark.dataSource.register(pipeline_source(self._guarded, work))
 
     def frame(self, lease: Lease, span: Span, source: DataFrame | None = None) -> Batch:
@@ -93,9 +101,9 @@ class MapJob:
     def guard_after(self, error: BaseException) -> bool:
         """Switch the crash guard on if ``error`` is a Python worker's death and it is not
         on yet; whether it was switched on (the batch is then to be written again)."""
-        if self._guarded is None or self._source == self._guarded or not worker_crashed(error):
+        if self._guarded is None or not worker_crashed(error):
             return False
-        self._source = self._guarded
+        self._source, self._guarded = self._guarded, None
         return True
 
 

@@ -3,11 +3,14 @@
 Python exceptions are easy: they are caught per row and become data (:class:`Failed`). A
 crash is not: ``os._exit``, a segfault in a native library or the out-of-memory killer end the
 Python worker, Spark fails the task and with it the whole micro-batch. So the transform runs
-in a child process that takes rows in windows of :data:`WINDOW` through a pipe, sends each
-window's results back, and writes the position of the row it is on into a word of shared
-memory before each row. When the child dies, that word names the row that killed it
-(:class:`Crashed`); the rows of that window before it are sent again, and a new child goes on.
-No extra Spark job is needed, and a crash costs one fork and at most a window of lost work.
+in a child process (:mod:`poisonq.worker.child`). The rows go to it through shared memory
+and its results come back the same way (:mod:`poisonq.worker.shared`), so that a call costs
+one round trip of a few words through a pipe; before each row the child writes the row's
+index into a word of memory it shares with its helper. When the child dies, that word names
+the row that killed it (:class:`Crashed`), the results the child wrote before are kept, and a
+new child goes on after that row, running again only the rows since the child's last record
+of results (at most :data:`WINDOW`, fewer as crashes come more often). No extra Spark job is
+needed, and a crash costs the death of a child and a fork.
 
 The children are forked from a lean helper process, not from the Spark worker: a fork costs
 in proportion to the memory of the process forked (a Python worker with pyarrow and pandas
@@ -21,64 +24,51 @@ transform (a cache, not state: a lost helper is started again).
 from __future__ import annotations
 
 import atexit
-import gc
 import math
-import mmap
 import os
 import pickle
-import signal
-import struct
 import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
-from poisonq.errors import PermanentError
-from poisonq.failures import failure_from_exception
 from poisonq.model import FailureRecord
+from poisonq.worker.child import DONE, REPLY, SPAN, frame, read_frame
+from poisonq.worker.results import (
+    Crashed,
+    Failed,
+    Result,
+    RowTransform,
+    Transform,
+    apply,
+    failed,
+)
+from poisonq.worker.shared import (
+    SharedFile,
+    clear_results,
+    read_results,
+    results_start,
+    write_rows,
+)
 
-Transform = Callable[[dict[str, Any]], dict[str, Any] | None]
-RowTransform = Callable[[Any], dict[str, Any] | None]  # what the guard runs: any row type
-WINDOW = 256  # rows per round trip to the child: the most work a crash can lose
+__all__ = [
+    "Crashed",
+    "Failed",
+    "Helper",
+    "Result",
+    "RowTransform",
+    "Transform",
+    "apply",
+    "failed",
+    "run_inline",
+    "run_isolated",
+    "start_helper",
+]
+
+WINDOW = 256  # rows per record of results: the most work a crash can lose
 MIN_WINDOW = 16
-_BETWEEN_WINDOWS = -1
-_HEADER = struct.Struct("!I")
-_PROGRESS = struct.Struct("q")
-
-
-@dataclass(frozen=True, slots=True)
-class Failed:
-    failure: FailureRecord
-    permanent: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Crashed:
-    failure: FailureRecord
-
-
-# A row's result is what the transform returned (``None``: it filtered the message out), or
-# one of these two. A bare output, not a wrapper: one object per row would cost as much as a
-# typical transform, in the child and again in the pickles between the processes.
-Result = Any
-
-
-def apply(transform: RowTransform, row: Any, permanent: tuple[type[BaseException], ...]) -> Any:
-    """One row through the transform: its output, or its exception as :class:`Failed`."""
-    try:
-        return transform(row)
-    except Exception as exc:  # the one place where a transform's failure is caught
-        return failed(exc, permanent)
-
-
-def failed(exc: Exception, permanent: tuple[type[BaseException], ...]) -> Failed:
-    """A transform's exception as data: a :class:`PermanentError`, or one of the
-    ``permanent`` types, is permanent."""
-    is_permanent = isinstance(exc, (PermanentError, *permanent))
-    return Failed(failure_from_exception(exc, time.time()), is_permanent)
 
 
 def run_inline(
@@ -173,20 +163,31 @@ class _Unloadable(Exception):
 
 class Helper:
     """The lean process that keeps one child running the transform, and forks a new one when
-    a child dies."""
+    a child dies; the rows and the results go through memory shared with its children."""
 
     def __init__(self, pickled_transform: bytes) -> None:
+        self._rows_in = SharedFile.create("poisonq-guard-rows")
+        self._results = SharedFile.create("poisonq-guard-results")
+        shared = (self._rows_in.fd, self._results.fd)
         self._process = subprocess.Popen(
-            # Not ``-m poisonq.worker.guard``: results must pickle as that module's classes.
-            [sys.executable, "-c", "from poisonq.worker.guard import helper_main; helper_main()"],
+            # Not ``-m``: results must pickle as the classes of poisonq.worker.results.
+            [
+                sys.executable,
+                "-c",
+                "from poisonq.worker.child import helper_main; helper_main()",
+                *map(str, shared),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            pass_fds=shared,
         )
-        self._send(pickled_transform)
-        match self._receive():
-            case ("unloadable", why):
-                self.close()
-                raise _Unloadable(why)
+        self._send(frame(pickled_transform))
+        assert self._process.stdout is not None
+        ready = read_frame(self._process.stdout.fileno())
+        if ready is None or pickle.loads(ready)[0] != "ready":
+            self.close()
+            why = "it ended" if ready is None else pickle.loads(ready)[1]
+            raise _Unloadable(why)
         self._rows = 0  # run by the children so far, and how many of them crashed
         self._crashes = 0
 
@@ -204,51 +205,67 @@ class Helper:
             self._process.kill()
             self._process.wait()
         self._process.stdout.close()
+        self._rows_in.close()
+        self._results.close()
 
     def run(self, rows: Sequence[Any]) -> list[Result]:
+        """Every row's result, in order. A span of rows goes to the running child; when it
+        dies in a row, that row is :class:`Crashed`, and the next child runs the rest of
+        the span and the rows since the last results its predecessor wrote."""
         results: list[Result] = [None] * len(rows)
-        todo = deque([range(len(rows))])  # spans of rows still to run, in order
+        write_rows(self._rows_in, rows)
+        clear_results(self._results)
+        read_at = results_start()
+        todo = deque([range(len(rows))] if rows else [])  # spans of rows still to run, in order
         while todo:
             span = todo.popleft()
-            size = self._window()
-            window = span[:size]
-            if len(span) > size:
-                todo.appendleft(span[size:])
-            self._send(pickle.dumps(rows[window.start : window.stop], pickle.HIGHEST_PROTOCOL))
-            match self._receive():
-                case ("done", outputs):
-                    self._rows += len(window)
-                    results[window.start : window.stop] = outputs
-                case ("crashed", status, at) if at >= 0:
-                    self._rows += at + 1
-                    self._crashes += 1
-                    results[window[at]] = Crashed(_crash_record(status))
-                    todo.extendleft(part for part in (window[at + 1 :], window[:at]) if part)
-                case ("crashed", status, _):
-                    self._process.kill()
-                    raise RuntimeError(f"the transform process died outside a row ({status})")
+            self._send(SPAN.pack(span.start, span.stop, self._flush_every()))
+            kind, status, at = self._receive()
+            read_at, records = read_results(self._results, read_at)
+            done = _taken(records, results, span.start)
+            if kind == DONE:
+                self._rows += len(span)
+                continue
+            if at < 0:
+                self._process.kill()
+                raise RuntimeError(f"the transform process died outside a row ({status})")
+            self._rows += at + 1 - span.start
+            self._crashes += 1
+            results[at] = Crashed(_crash_record(status))
+            todo.extendleft(part for part in (range(at + 1, span.stop), range(done, at)) if part)
         return results
 
-    def _window(self) -> int:
-        """Rows per round trip. A round trip costs about two rows of work, and a crash loses
-        half a window on average, so with ``d`` crashes per row the cheapest window is
-        sqrt(4 / d) rows: 28 at one crash in 200 rows, all of :data:`WINDOW` without crashes."""
+    def _flush_every(self) -> int:
+        """Rows per record of results: the most work a crash can lose. A record costs at
+        most about a row of work, and a crash loses half a record on average, so with ``d``
+        crashes per row the cheapest record is sqrt(2 / d) rows: 45 at one crash in 1,000
+        rows, all of :data:`WINDOW` without crashes."""
         if not self._crashes:
             return WINDOW
-        return max(MIN_WINDOW, min(WINDOW, math.isqrt(4 * self._rows // self._crashes)))
+        return max(MIN_WINDOW, min(WINDOW, math.isqrt(2 * self._rows // self._crashes)))
 
     def _send(self, data: bytes) -> None:
         pipe = self._process.stdin
         assert pipe is not None
-        pipe.write(_HEADER.pack(len(data)) + data)
+        pipe.write(data)
         pipe.flush()
 
-    def _receive(self) -> Any:
+    def _receive(self) -> tuple[int, int, int]:
         assert self._process.stdout is not None
-        frame = _read_frame(self._process.stdout.fileno())
-        if frame is None:
+        reply = self._process.stdout.read(REPLY.size)
+        if len(reply) < REPLY.size:
             raise RuntimeError(f"the transform helper process ended ({self._process.wait()})")
-        return pickle.loads(frame)
+        kind, status, at = REPLY.unpack(reply)
+        return kind, status, at
+
+
+def _taken(records: list[tuple[int, list[Result]]], results: list[Result], done: int) -> int:
+    """Put the records' results in their rows' places; the row after the last of them
+    (``done`` if there are none)."""
+    for first, outputs in records:
+        done = first + len(outputs)
+        results[first:done] = outputs
+    return done
 
 
 def _crash_record(status: int) -> FailureRecord:
@@ -262,104 +279,3 @@ def _crash_record(status: int) -> FailureRecord:
         message=f"the Python process handling this message died ({how})",
         fingerprint=f"crash-{how.replace(' ', '-')}",
     )
-
-
-def helper_main() -> None:
-    """The helper: load the transform, then keep a child running it until the rows end."""
-    # Ctrl-C at a terminal reaches the whole process group: the caller decides what an
-    # interrupt does to the row in hand, so the helper and its children do not die of it
-    # (a child killed by it would read as the row's crash). The caller's end of the pipe
-    # closing still ends them.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    replies = os.dup(1)
-    os.dup2(2, 1)  # a transform that prints must not write into the replies
-    first = _read_frame(0)
-    if first is None:
-        return
-    try:
-        transform, permanent = pickle.loads(first)
-    except Exception as exc:  # a module it refers to is missing here: the caller retries
-        _write_frame(replies, pickle.dumps(("unloadable", f"{type(exc).__name__}: {exc}")))
-        return
-    _write_frame(replies, pickle.dumps(("ready",)))
-    gc.freeze()  # a child's collections must not write to (and so copy) the helper's pages
-    with mmap.mmap(-1, _PROGRESS.size) as progress:  # shared with the children
-        standby = _standby(transform, permanent, progress, replies)
-        while True:
-            _PROGRESS.pack_into(progress, 0, _BETWEEN_WINDOWS)
-            pid, go = standby
-            os.write(go, b"go")  # the standby takes over; a new one is forked beside it
-            os.close(go)
-            standby = _standby(transform, permanent, progress, replies)
-            _, status = os.waitpid(pid, 0)
-            (at,) = _PROGRESS.unpack_from(progress, 0)
-            if at == _BETWEEN_WINDOWS and status == 0:  # the rows ended
-                os.close(standby[1])  # the standby reads the end and exits
-                os.waitpid(standby[0], 0)
-                return
-            _write_frame(replies, pickle.dumps(("crashed", status, at)))
-
-
-def _standby(
-    transform: RowTransform,
-    permanent: tuple[type[BaseException], ...],
-    progress: mmap.mmap,
-    replies: int,
-) -> tuple[int, int]:
-    """A child forked ahead, waiting to be told to run (its pid, and the pipe that tells
-    it): after a crash the next child is ready, and its fork is off the rows' path."""
-    wait, go = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns, never runs the helper's cleanup
-        os.close(go)
-        code = 0
-        try:
-            if os.read(wait, 2) == b"go":  # else the helper ended: not needed
-                _child(transform, permanent, progress, replies)
-        except BaseException:
-            code = 70
-        os._exit(code)
-    os.close(wait)
-    return pid, go
-
-
-def _child(
-    transform: RowTransform,
-    permanent: tuple[type[BaseException], ...],
-    progress: mmap.mmap,
-    replies: int,
-) -> None:
-    while (frame := _read_frame(0)) is not None:
-        outputs: list[Result] = []
-        for position, row in enumerate(pickle.loads(frame)):
-            _PROGRESS.pack_into(progress, 0, position)
-            outputs.append(apply(transform, row, permanent))
-        _PROGRESS.pack_into(progress, 0, _BETWEEN_WINDOWS)
-        _write_frame(replies, pickle.dumps(("done", outputs), pickle.HIGHEST_PROTOCOL))
-
-
-def _write_frame(fd: int, data: bytes) -> None:
-    view = memoryview(_HEADER.pack(len(data)) + data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _read_frame(fd: int) -> bytes | None:
-    """One length-prefixed frame, read with exact-size reads: a child must never take bytes
-    of the next window into a buffer that dies with it."""
-    header = _read_exact(fd, _HEADER.size)
-    if header is None:
-        return None
-    (size,) = _HEADER.unpack(header)
-    return _read_exact(fd, size)
-
-
-def _read_exact(fd: int, size: int) -> bytes | None:
-    parts = []
-    while size:
-        part = os.read(fd, min(size, 1 << 20))
-        if not part:
-            return None
-        parts.append(part)
-        size -= len(part)
-    return b"".join(parts)

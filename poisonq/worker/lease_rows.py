@@ -3,8 +3,8 @@
 Kept apart from :mod:`poisonq.spark` because it runs in the crash guard's helper process
 (:mod:`poisonq.worker.guard`), which must stay lean: a fork costs in proportion to the memory of the
 process forked, and importing pyspark, pyarrow or the store there would multiply it. Rows
-travel to the helper as the store's tuples, which pickle at half the cost of the dicts built
-from them.
+travel to the child as the store's tuples of builtin values, which the guard writes into its
+shared memory with ``marshal``, at a fraction of the cost of the dicts built from them.
 """
 
 from __future__ import annotations

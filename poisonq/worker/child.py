@@ -1,0 +1,168 @@
+"""The crash guard's helper process and the children it forks: the side that runs the rows.
+
+The helper loads the transform, then keeps one child running it and another forked ahead.
+The caller (:class:`poisonq.worker.guard.Helper`) tells the running child, through the
+helper's input, which span of the shared rows to run (:mod:`poisonq.worker.shared`). The
+child writes the index of the row it is on into a word of memory it shares with the helper
+before each row, and appends the results to the shared results every ``flush`` rows. When
+the child dies in a row, the helper tells the caller which row, and the caller tells the
+next child where to go on: the results written before the death are kept, and the rows run
+since the last flush are run again.
+
+Only fixed-size words go through the pipes. This module imports what a child needs and no
+more (no ``subprocess``): every page the helper holds is copied into each child's page
+tables, and a crash costs a fork.
+"""
+
+from __future__ import annotations
+
+import gc
+import mmap
+import os
+import pickle
+import signal
+import struct
+import sys
+
+from poisonq.worker.results import RowTransform, apply
+from poisonq.worker.shared import SharedFile, append_results, read_segments
+
+BETWEEN_SPANS = -1  # the progress word outside a row
+SPAN = struct.Struct("=qqq")  # the caller to a child: run rows start to stop, flush every n
+REPLY = struct.Struct("=qqq")  # to the caller: DONE or CRASHED, the wait status, the row
+DONE = 0
+CRASHED = 1
+_HEADER = struct.Struct("!I")
+_PROGRESS = struct.Struct("q")
+
+
+def helper_main() -> None:
+    """The helper: load the transform, then keep a child running it until the rows end.
+    Its arguments are the descriptors of the shared rows and results."""
+    # Ctrl-C at a terminal reaches the whole process group: the caller decides what an
+    # interrupt does to the row in hand, so the helper and its children do not die of it
+    # (a child killed by it would read as the row's crash). The caller's end of the pipe
+    # closing still ends them.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    shared = (int(sys.argv[1]), int(sys.argv[2]))
+    replies = os.dup(1)
+    os.dup2(2, 1)  # a transform that prints must not write into the replies
+    first = read_frame(0)
+    if first is None:
+        return
+    try:
+        transform, permanent = pickle.loads(first)
+    except Exception as exc:  # a module it refers to is missing here: the caller retries
+        write_frame(replies, pickle.dumps(("unloadable", f"{type(exc).__name__}: {exc}")))
+        return
+    write_frame(replies, pickle.dumps(("ready",)))
+    gc.freeze()  # a child's collections must not write to (and so copy) the helper's pages
+    with mmap.mmap(-1, _PROGRESS.size) as progress:  # shared with the children
+        child = _Child(transform, permanent, progress, replies, shared)
+        standby = child.fork()
+        while True:
+            _PROGRESS.pack_into(progress, 0, BETWEEN_SPANS)
+            pid, go = standby
+            os.write(go, b"go")  # the standby takes over; a new one is forked beside it
+            os.close(go)
+            standby = child.fork()
+            _, status = os.waitpid(pid, 0)
+            (at,) = _PROGRESS.unpack_from(progress, 0)
+            if at == BETWEEN_SPANS and status == 0:  # the rows ended
+                os.close(standby[1])  # the standby reads the end and exits
+                os.waitpid(standby[0], 0)
+                return
+            _write_all(replies, REPLY.pack(CRASHED, status, at))
+
+
+class _Child:
+    """What a child runs, and the forking of one ahead."""
+
+    def __init__(
+        self,
+        transform: RowTransform,
+        permanent: tuple[type[BaseException], ...],
+        progress: mmap.mmap,
+        replies: int,
+        shared: tuple[int, int],
+    ) -> None:
+        self.transform = transform
+        self.permanent = permanent
+        self.progress = progress
+        self.replies = replies
+        self.shared = shared
+
+    def fork(self) -> tuple[int, int]:
+        """A child forked ahead, waiting to be told to run (its pid, and the pipe that
+        tells it): after a crash the next child is ready, and its fork is off the rows'
+        path."""
+        wait, go = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns, never runs the helper's cleanup
+            os.close(go)
+            code = 0
+            try:
+                # Mapped while the child before works: off the path of a crash.
+                shared = tuple(SharedFile(fd) for fd in self.shared)
+                if os.read(wait, 2) == b"go":  # else the helper ended: not needed
+                    self._run(*shared)
+            except BaseException:
+                code = 70
+            os._exit(code)
+        os.close(wait)
+        return pid, go
+
+    def _run(self, rows: SharedFile, results: SharedFile) -> None:
+        """Run the spans the caller sends until its end of the pipe closes."""
+        at = memoryview(self.progress).cast("q")  # one store a row, not a pack_into call
+        transform, permanent = self.transform, self.permanent
+        while (span := _read_exact(0, SPAN.size)) is not None:
+            start, stop, flush = SPAN.unpack(span)
+            first, outputs = start, []
+            for base, segment in read_segments(rows, start, stop):
+                for position in range(max(start, base), min(stop, base + len(segment))):
+                    at[0] = position
+                    outputs.append(apply(transform, segment[position - base], permanent))
+                    if len(outputs) == flush:
+                        append_results(results, first, outputs)
+                        first, outputs = position + 1, []
+            if outputs:
+                append_results(results, first, outputs)
+            at[0] = BETWEEN_SPANS
+            _write_all(self.replies, REPLY.pack(DONE, 0, 0))
+
+
+def frame(data: bytes) -> bytes:
+    """``data`` as a length-prefixed frame (the transform, and the helper's first reply)."""
+    return _HEADER.pack(len(data)) + data
+
+
+def write_frame(fd: int, data: bytes) -> None:
+    _write_all(fd, frame(data))
+
+
+def read_frame(fd: int) -> bytes | None:
+    """One length-prefixed frame, read with exact-size reads: a child must never take bytes
+    meant for the next child into a buffer that dies with it."""
+    header = _read_exact(fd, _HEADER.size)
+    if header is None:
+        return None
+    (size,) = _HEADER.unpack(header)
+    return _read_exact(fd, size)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _read_exact(fd: int, size: int) -> bytes | None:
+    parts = []
+    while size:
+        part = os.read(fd, min(size, 1 << 20))
+        if not part:
+            return None
+        parts.append(part)
+        size -= len(part)
+    return b"".join(parts)
