@@ -222,19 +222,19 @@ class _Pump:
                 self.stats.received += len(messages)
                 self.renewer.register(receiver, messages)
                 suspects = [m for m in messages if is_suspect(m)]
-                if suspects and self.gate.wanted():
-                    # Another task runs its suspects alone: these go back for it to take one
-                    # by one, and the rest is handled.
-                    await self._settle(receiver, [GivenBack(m) for m in suspects])
-                    messages = [m for m in messages if not is_suspect(m)]
-                elif suspects:
+                if suspects and self.gate.claim():
                     rest: list[Outcome] = [GivenBack(m) for m in messages if m is not suspects[0]]
                     await self._settle(receiver, rest)
                     held_back = await self._give_back_held(receiver, held_back)
                     self.gate.let_go()
                     holding = False
-                    await self._alone(receiver, suspects[0])
+                    await self._alone(receiver, suspects[0], claimed=True)
                     continue
+                if suspects:
+                    # Another task runs its suspects alone: these go back for it to take one
+                    # by one, and the rest is handled.
+                    await self._settle(receiver, [GivenBack(m) for m in suspects])
+                    messages = [m for m in messages if not is_suspect(m)]
                 outcomes, early = await self._handle(receiver, messages, in_order=False)
                 held_back = await self._judge(receiver, outcomes, held_back, early)
         finally:
@@ -368,7 +368,9 @@ class _Pump:
         parked.clear()
         raise ProcessorStoppedError(defect, self.stats)
 
-    async def _alone(self, receiver: AsyncReceiver, first: ReceivedMessage | None) -> None:
+    async def _alone(
+        self, receiver: AsyncReceiver, first: ReceivedMessage | None, claimed: bool = False
+    ) -> None:
         """The crash rule: once no other task holds a message, the suspect ``first`` (or,
         without it, the next message received) and then those received one at a time after
         it are each handled and settled before the next is received; the first that is not
@@ -376,10 +378,12 @@ class _Pump:
         message in hand goes back uncounted: a crash costs a suspect a delivery, a shutdown
         does not."""
         message = first
-        claimed = False
         try:
-            await self.gate.alone()
-            claimed = True
+            if claimed:  # by the caller, which holds ``first`` under its lock
+                await self.gate.wait_alone()
+            else:  # (a session's suspect, received again once the gate is claimed)
+                await self.gate.alone()
+                claimed = True
             while not self.stopping.is_set():
                 if message is None:
                     got = await receiver.receive(1)

@@ -11,7 +11,8 @@ from collections.abc import Callable
 class AloneGate:
     """The crash rule's gate for pump tasks on one loop: a task holds it while it holds
     messages under a lock; a task with a suspect claims it, and runs the suspect once no
-    other task holds it; tasks that see it wanted give back what they hold and let go.
+    other task holds it; tasks that see it wanted give back what they hold and let go. One
+    claim at a time: a task that cannot claim gives its suspects back for the claimant.
 
     Letting go and unclaiming are plain calls, and a cancelled wait changes nothing (a
     cancelled claim is withdrawn): a pump task cancelled anywhere leaves the gate as it
@@ -33,15 +34,29 @@ class AloneGate:
         self._holders -= 1
         self._change()
 
+    def claim(self) -> bool:
+        """Claim the gate, unless another task has: then the caller gives its suspects back
+        for that task to take one by one, rather than wait holding them locked."""
+        if self._claimed:
+            return False
+        self._claimed = True
+        return True
+
     async def alone(self) -> None:
-        """Claim the gate (once no other task has) and wait until no task holds it."""
+        """Claim the gate once no other task has (for a caller that holds no message under
+        a lock meanwhile), and wait until no task holds it."""
         await self._until(lambda: not self._claimed)
         self._claimed = True
         try:
-            await self._until(lambda: self._holders == 0)
+            await self.wait_alone()
         except BaseException:
             self.unclaim()
             raise
+
+    async def wait_alone(self) -> None:
+        """Wait until no task holds the gate, which the caller has claimed (and unclaims,
+        whatever ends the wait)."""
+        await self._until(lambda: self._holders == 0)
 
     def unclaim(self) -> None:
         self._claimed = False
