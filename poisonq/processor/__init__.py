@@ -178,23 +178,23 @@ class Processor:
 
         lost = self.lost_locks.report
         with AutoLockRenewer(options.max_lock_renewal_duration, lambda m, _: lost(m)) as renewer:
-            if options.concurrency == 1:
-                pump(renewer)
-            else:
-                threads = [
-                    threading.Thread(target=pump, args=(renewer,), name=f"poisonq-processor-{n}")
-                    for n in range(options.concurrency)
-                ]
-                for thread in threads:
-                    thread.start()
-                try:
-                    _wait_for(threads, ended)
-                except BaseException:
-                    # Ctrl-C lands in this thread, not in a pump: stop the pumps, which
-                    # settle what they finished and give back the rest, then raise it.
-                    self.stopping.set()
-                    _wait_for(threads, ended)
-                    raise
+            # Pumps run in threads of their own even alone: Ctrl-C lands in the calling
+            # thread, and one landing in a pump between a receive's commit and its return
+            # would leave the batch locked, known to nobody, until its locks ran out.
+            threads = [
+                threading.Thread(target=pump, args=(renewer,), name=f"poisonq-processor-{n}")
+                for n in range(options.concurrency)
+            ]
+            for thread in threads:
+                thread.start()
+            try:
+                _wait_for(threads, ended)
+            except BaseException:
+                # Ctrl-C lands here, not in a pump: stop the pumps, which settle what they
+                # finished and give back the rest, then raise it.
+                self.stopping.set()
+                _wait_for(threads, ended)
+                raise
         total = ProcessorStats()
         for stats in per_thread:
             total.add(stats)
