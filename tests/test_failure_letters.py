@@ -12,6 +12,7 @@ from poisonq import (
     Complete,
     DeadLetter,
     FailureRecord,
+    InvalidOptionError,
     Message,
     MessageLockLostError,
 )
@@ -176,4 +177,19 @@ def test_abandons_that_use_the_last_delivery_are_poisoned_each_described_by_its_
         assert message.dead_letter_reason == "MaxDeliveryCountExceeded"
         assert message.dead_letter_error_description == f"Error{n % 2}: row {n} is bad"
     assert broker.get_queue("orders").ledger.poisoned == 4
+    assert_balanced(broker)
+
+
+def test_a_reason_that_is_not_unicode_among_the_letters_is_refused_and_nothing_moves(
+    broker: Broker, queue: str
+) -> None:
+    """A lone surrogate in one letter's reason cannot be stored: the settle raises
+    InvalidOptionError, as for a letter alone, and every message stays locked."""
+    broker.sender(queue).send([Message(body=b"a"), Message(body=b"b")])
+    a, b = broker.receiver(queue).receive(max_messages=2)
+    letters = [_letter(a.sequence_number, a.lock_token or "", 0)]
+    letters.append(DeadLetter(b.sequence_number, b.lock_token or "", "bad\ud800", "x"))
+    with pytest.raises(InvalidOptionError):
+        broker.settle(queue, letters)
+    assert broker.counts(queue)["locked"] == 2
     assert_balanced(broker)

@@ -17,7 +17,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from itertools import chain
 from operator import attrgetter
@@ -147,16 +147,27 @@ def _record_failure(failure: str) -> str:
 
 
 # The letters of a dead-lettering, bound as ``:letters``: a JSON array of [seq, reason,
-# description, failure] (see Letter), one row each.
+# description, failure] (see Letter and _rows_json), one row each.
 _LETTERS = (
     "(SELECT value ->> 0 AS sequence_number, value ->> 1 AS reason, value ->> 2 AS description,"
-    " json_extract(value, '$[3]') AS failure FROM json_each(:letters)) AS letter"
+    " value ->> 3 AS failure FROM json_each(:letters)) AS letter"
 )
 # The failures of an abandon, bound as ``:failed``: a JSON array of [seq, failure].
 _FAILED = (
-    "(SELECT value ->> 0 AS sequence_number, json_extract(value, '$[1]') AS failure"
+    "(SELECT value ->> 0 AS sequence_number, value ->> 1 AS failure"
     " FROM json_each(:failed)) AS failed"
 )
+
+
+def _rows_json(rows: Iterable[Sequence[Any]]) -> str:
+    """Rows of a statement as one JSON array to bind, a failure record (each row's last
+    item) as its own JSON text, as a single failure is bound. Text is kept as it is, not
+    escaped: a lone surrogate in a reason must fail to bind as it does bound alone
+    (:data:`~poisonq.store.base.UNSTORABLE`), not be stored as text no one can read back."""
+    return json.dumps(
+        [[*row[:-1], json.dumps(row[-1]) if row[-1] else None] for row in rows],
+        ensure_ascii=False,
+    )
 
 
 class SqliteTransaction(
@@ -611,7 +622,7 @@ class SqliteTransaction(
             {
                 "ready": ready,
                 "entity": entity_id,
-                "failed": json.dumps([[seq, f] for seq, f in zip(seqs, failures, strict=True)]),
+                "failed": _rows_json(zip(seqs, failures, strict=True)),
             },
         ).rowcount
         self._count_returned(entity_id, changed, lock_expired)
@@ -724,7 +735,7 @@ class SqliteTransaction(
                 "now": now,
                 "entity": entity_id,
                 "token": lock_token,
-                "letters": json.dumps([list(letter) for letter in letters]),
+                "letters": _rows_json(letters),
                 "held": seqs_json(held),
             },
         ).fetchall()
