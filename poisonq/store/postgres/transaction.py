@@ -107,6 +107,22 @@ _LETTERS = (
 # statement, so that a deleted entity gets no rows: see _check_destination.
 _DESTINATION = "(SELECT id FROM entities WHERE id = %(destination)b FOR KEY SHARE) AS destination"
 
+# A settlement's rows joined with the messages they name, by sequence number.
+_NAMED = "messages.seq = {alias}.sequence_number AND entity_id = %(entity)b"
+DEAD_LETTER_EACH = (
+    "UPDATE messages SET entity_id = destination.id, state = 'dead_lettered',"
+    " lock_token = NULL, locked_until = NULL, dead_letter_reason = letter.reason,"
+    # Without a description, the last recorded failure describes the message.
+    " dead_letter_description = coalesce(letter.description,"
+    "   (failures -> -1 ->> 'error_type') || ': ' || (failures -> -1 ->> 'message')),"
+    " dead_letter_source = %(source)b, dead_lettered_at = %(now)b,"
+    f" dead_lettered_deliveries = delivery_count, {_record_failure('letter.failure')}"
+    f" FROM {_DESTINATION}, {_LETTERS} WHERE {_NAMED.format(alias='letter')}"
+    f" AND state IN {_LIVE} AND (%(token)b::text IS NULL"
+    "   OR (state = 'locked' AND lock_token = %(token)b AND locked_until > %(now)b))"
+    " RETURNING seq, size, dead_letter_reason, subject, last_fingerprint"
+)
+
 
 # The entity's locked messages past their lock, oldest first (see in_index_order).
 _LOCKED_IN_ORDER = in_index_order(
@@ -530,8 +546,8 @@ class PostgresTransaction(
             "UPDATE messages SET state = %(ready)b, lock_token = NULL, locked_until = NULL,"
             f" abort_count = abort_count + 1, {_record_failure('failed.failure')}"
             " FROM unnest(%(seqs)b::bigint[], %(failures)b::jsonb[])"
-            " AS failed(sequence_number, failure) WHERE messages.seq = failed.sequence_number"
-            " AND entity_id = %(entity)b AND state = 'locked'",
+            f" AS failed(sequence_number, failure) WHERE {_NAMED.format(alias='failed')}"
+            " AND state = 'locked'",
             {
                 "ready": ready.value,
                 "failures": [_failure_json(failure) for failure in failures],
@@ -587,18 +603,7 @@ class PostgresTransaction(
         lock_token: str | None = None,
     ) -> list[int]:
         moving = self._run(
-            "UPDATE messages SET entity_id = destination.id, state = 'dead_lettered',"
-            " lock_token = NULL, locked_until = NULL, dead_letter_reason = letter.reason,"
-            # Without a description, the last recorded failure describes the message.
-            " dead_letter_description = coalesce(letter.description,"
-            "   (failures -> -1 ->> 'error_type') || ': ' || (failures -> -1 ->> 'message')),"
-            " dead_letter_source = %(source)b, dead_lettered_at = %(now)b,"
-            f" dead_lettered_deliveries = delivery_count, {_record_failure('letter.failure')}"
-            f" FROM {_DESTINATION}, {_LETTERS}"
-            " WHERE messages.seq = letter.sequence_number AND entity_id = %(entity)b AND state IN"
-            f" {_LIVE} AND (%(token)b::text IS NULL"
-            "   OR (state = 'locked' AND lock_token = %(token)b AND locked_until > %(now)b))"
-            " RETURNING seq, size, dead_letter_reason, subject, last_fingerprint",
+            DEAD_LETTER_EACH,
             {
                 "destination": destination_id,
                 "source": source,
