@@ -152,6 +152,12 @@ _LETTERS = (
     "(SELECT value ->> 0 AS sequence_number, value ->> 1 AS reason, value ->> 2 AS description,"
     " value ->> 3 AS failure FROM json_each(:letters)) AS letter"
 )
+# Letters that share their reason, description and failure, bound once as parameters: only
+# the sequence numbers go through JSON (``:letters``: an array of them).
+_ALIKE = (
+    "(SELECT value AS sequence_number, :reason AS reason, :description AS description,"
+    " :failure AS failure FROM json_each(:letters)) AS letter"
+)
 # The failures of an abandon, bound as ``:failed``: a JSON array of [seq, failure].
 _FAILED = (
     "(SELECT value ->> 0 AS sequence_number, value ->> 1 AS failure"
@@ -702,6 +708,13 @@ class SqliteTransaction(
     ) -> list[int]:
         seqs = [letter.seq for letter in letters]
         failing = any(letter.failure for letter in letters)
+        first = letters[0] if letters else Letter(0, "", None, None)
+        alike = all(
+            letter.reason == first.reason
+            and letter.description == first.description
+            and letter.failure is first.failure
+            for letter in letters
+        )
         covered = self._covered_clause(entity_id)
         held: list[int] = []
         if lock_token is not None and seqs and covered != "0":
@@ -722,7 +735,7 @@ class SqliteTransaction(
             f"{',' + _record_failure('letter.failure') if failing else ''}"
             # The letters are the outer loop, each finding its message by sequence number
             # (+entity_id: never by walking the entity's index, once for every letter).
-            f" FROM {_LETTERS}"
+            f" FROM {_ALIKE if alike else _LETTERS}"
             " WHERE messages.seq = letter.sequence_number AND +entity_id = :entity"
             f" AND state IN {LIVE}"
             " AND (:token IS NULL"
@@ -735,7 +748,10 @@ class SqliteTransaction(
                 "now": now,
                 "entity": entity_id,
                 "token": lock_token,
-                "letters": _rows_json(letters),
+                "letters": seqs_json(seqs) if alike else _rows_json(letters),
+                "reason": first.reason,
+                "description": first.description,
+                "failure": json.dumps(first.failure) if first.failure else None,
                 "held": seqs_json(held),
             },
         ).fetchall()
