@@ -100,6 +100,12 @@ _LETTERS = (
     "unnest(%(seqs)b::bigint[], %(reasons)b::text[], %(descriptions)b::text[],"
     " %(failures)b::jsonb[]) AS letter(sequence_number, reason, description, failure)"
 )
+# Letters that share their reason, description and failure: those bound once.
+_ALIKE = (
+    "(SELECT sequence_number, %(reason)b::text AS reason,"
+    " %(description)b::text AS description, %(failure)b::jsonb AS failure"
+    " FROM unnest(%(seqs)b::bigint[]) AS sequence_number) AS letter"
+)
 
 
 # The entity a statement adds messages to, held against deletion until the transaction ends
@@ -109,7 +115,7 @@ _DESTINATION = "(SELECT id FROM entities WHERE id = %(destination)b FOR KEY SHAR
 
 # A settlement's rows joined with the messages they name, by sequence number.
 _NAMED = "messages.seq = {alias}.sequence_number AND entity_id = %(entity)b"
-DEAD_LETTER_EACH = (
+_DEAD_LETTER = (
     "UPDATE messages SET entity_id = destination.id, state = 'dead_lettered',"
     " lock_token = NULL, locked_until = NULL, dead_letter_reason = letter.reason,"
     # Without a description, the last recorded failure describes the message.
@@ -117,11 +123,13 @@ DEAD_LETTER_EACH = (
     "   (failures -> -1 ->> 'error_type') || ': ' || (failures -> -1 ->> 'message')),"
     " dead_letter_source = %(source)b, dead_lettered_at = %(now)b,"
     f" dead_lettered_deliveries = delivery_count, {_record_failure('letter.failure')}"
-    f" FROM {_DESTINATION}, {_LETTERS} WHERE {_NAMED.format(alias='letter')}"
+    f" FROM {_DESTINATION}, {{letters}} WHERE {_NAMED.format(alias='letter')}"
     f" AND state IN {_LIVE} AND (%(token)b::text IS NULL"
     "   OR (state = 'locked' AND lock_token = %(token)b AND locked_until > %(now)b))"
     " RETURNING seq, size, dead_letter_reason, subject, last_fingerprint"
 )
+_DEAD_LETTER_EACH = _DEAD_LETTER.format(letters=_LETTERS)
+_DEAD_LETTER_ALIKE = _DEAD_LETTER.format(letters=_ALIKE)
 
 
 # The entity's locked messages past their lock, oldest first (see in_index_order).
@@ -602,20 +610,34 @@ class PostgresTransaction(
         now: float,
         lock_token: str | None = None,
     ) -> list[int]:
-        moving = self._run(
-            DEAD_LETTER_EACH,
-            {
-                "destination": destination_id,
-                "source": source,
-                "now": now,
-                "entity": entity_id,
-                "token": lock_token,
-                "seqs": [letter.seq for letter in letters],
-                "reasons": [letter.reason for letter in letters],
-                "descriptions": [letter.description for letter in letters],
-                "failures": [_failure_json(letter.failure) for letter in letters],
-            },
+        first = letters[0] if letters else Letter(0, "", None, None)
+        alike = all(
+            letter.reason == first.reason
+            and letter.description == first.description
+            and letter.failure is first.failure
+            for letter in letters
         )
+        params: dict[str, Any] = {
+            "destination": destination_id,
+            "source": source,
+            "now": now,
+            "entity": entity_id,
+            "token": lock_token,
+            "seqs": [letter.seq for letter in letters],
+        }
+        if alike:
+            params.update(
+                reason=first.reason,
+                description=first.description,
+                failure=_failure_json(first.failure),
+            )
+        else:
+            params.update(
+                reasons=[letter.reason for letter in letters],
+                descriptions=[letter.description for letter in letters],
+                failures=[_failure_json(letter.failure) for letter in letters],
+            )
+        moving = self._run(_DEAD_LETTER_ALIKE if alike else _DEAD_LETTER_EACH, params)
         self._sweep_after(entity_id, now)
         rows = moving.fetchall()
         self._check_destination(destination_id, len(letters), len(rows))
