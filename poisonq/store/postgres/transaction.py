@@ -113,8 +113,15 @@ _ALIKE = (
 # statement, so that a deleted entity gets no rows: see _check_destination.
 _DESTINATION = "(SELECT id FROM entities WHERE id = %(destination)b FOR KEY SHARE) AS destination"
 
-# A settlement's rows joined with the messages they name, by sequence number.
-_NAMED = "messages.seq = {alias}.sequence_number AND entity_id = %(entity)b"
+# A settlement's rows joined with the messages they name, by sequence number. The array
+# of sequence numbers too: once the plan of the statement is generic (after five runs of a
+# prepared statement), the join alone was planned as a walk of the entity's messages for
+# every row, 0.3-0.7 s for 1,000 letters; the array makes the messages a look-up of the
+# primary key.
+_NAMED = (
+    "messages.seq = {alias}.sequence_number AND messages.seq = ANY(%(seqs)b)"
+    " AND entity_id = %(entity)b"
+)
 _DEAD_LETTER = (
     "UPDATE messages SET entity_id = destination.id, state = 'dead_lettered',"
     " lock_token = NULL, locked_until = NULL, dead_letter_reason = letter.reason,"
