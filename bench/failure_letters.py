@@ -26,11 +26,12 @@ SQLite is a fresh file (WAL, ``synchronous=FULL``), PostgreSQL a temporary serve
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+
+from queue_throughput import store_url
 
 import poisonq
 from poisonq import Abandon, DeadLetter, FailureRecord, Message, Settlement
@@ -102,17 +103,6 @@ def receiver_dead_letter(broker: poisonq.Broker, queue: str, count: int, batch: 
     assert broker.audit().ok, "the ledger does not balance"
     broker.delete_queue(queue)
     return elapsed
-
-
-@contextlib.contextmanager
-def store_url(args: argparse.Namespace, tmp: str) -> Iterator[str]:
-    if not args.postgres:
-        yield args.url or f"sqlite:///{tmp}/bench.db"
-        return
-    from poisonq.testing.pgserver import TemporaryServer
-
-    with TemporaryServer() as server:
-        yield server.create_database("bench")
 
 
 def main() -> None:

@@ -130,6 +130,23 @@ class Letter(NamedTuple):
     failure: dict[str, Any] | None
 
 
+def all_alike(letters: Sequence[Letter]) -> Letter | None:
+    """The first of ``letters`` if every one shares its reason, description and failure (the
+    same record), else ``None``: a store binds what such letters share once. (Also ``None``
+    for no letters.)"""
+    if not letters:
+        return None
+    first = letters[0]
+    for letter in letters:
+        if (
+            letter.failure is not first.failure
+            or letter.reason != first.reason
+            or letter.description != first.description
+        ):
+            return None
+    return first
+
+
 @dataclass(frozen=True, slots=True)
 class DeadLetterGroup:
     """Dead-lettered messages sharing one key (reason, subject or fingerprint)."""

@@ -47,6 +47,7 @@ from poisonq.store.base import (
     NewMessage,
     Store,
     Transaction,
+    all_alike,
     pending_migrations,
     unstorable,
 )
@@ -708,13 +709,9 @@ class SqliteTransaction(
     ) -> list[int]:
         seqs = [letter.seq for letter in letters]
         failing = any(letter.failure for letter in letters)
-        first = letters[0] if letters else Letter(0, "", None, None)
-        alike = all(
-            letter.reason == first.reason
-            and letter.description == first.description
-            and letter.failure is first.failure
-            for letter in letters
-        )
+        first = all_alike(letters)
+        alike = first is not None
+        first = first or Letter(0, "", None, None)
         covered = self._covered_clause(entity_id)
         held: list[int] = []
         if lock_token is not None and seqs and covered != "0":

@@ -42,6 +42,7 @@ from poisonq.store.base import (
     MessageFilter,
     NewMessage,
     Transaction,
+    all_alike,
 )
 from poisonq.store.entities_sql import EntityStatements
 from poisonq.store.history import HistoryBuffer
@@ -617,13 +618,9 @@ class PostgresTransaction(
         now: float,
         lock_token: str | None = None,
     ) -> list[int]:
-        first = letters[0] if letters else Letter(0, "", None, None)
-        alike = all(
-            letter.reason == first.reason
-            and letter.description == first.description
-            and letter.failure is first.failure
-            for letter in letters
-        )
+        first = all_alike(letters)
+        alike = first is not None
+        first = first or Letter(0, "", None, None)
         params: dict[str, Any] = {
             "destination": destination_id,
             "source": source,
