@@ -72,6 +72,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/sensor_events.py --batch 100000 --batch 1000000
 	$(BIN)/python bench/pipeline_floors.py
 	$(BIN)/python bench/lease_cycle.py
+	$(BIN)/python bench/failure_letters.py
+	$(BIN)/python bench/failure_letters.py --postgres
 	$(BIN)/python bench/held_costs.py
 	$(BIN)/python bench/store_growth.py
 	$(BIN)/python bench/defect_ratio.py

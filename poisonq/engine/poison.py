@@ -30,7 +30,7 @@ from poisonq.model import (
 )
 from poisonq.options import MoveToRetry, Poison, Redeliver
 from poisonq.reports import StatusEvent
-from poisonq.store.base import LockInfo, Transaction
+from poisonq.store.base import Letter, LockInfo, Transaction
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +53,24 @@ class Poisoner:
         lock_expired: bool,
         delay: float | None = None,
     ) -> list[int]:
-        """An abandon or a lock expiry: back to ready (``abort_count += 1``), counted as a
-        rollback, then the retry policy decides per message: at once, after its redelivery
-        delay (or ``delay``, when the caller names one), in the retry subqueue, or poisoned.
-        Returns the sequence numbers poisoned (whatever the action did with them)."""
+        """:meth:`after_failures` of messages that failed alike (one failure, or none)."""
+        return self.after_failures(tx, target, locks, [failure] * len(locks), lock_expired, delay)
+
+    def after_failures(
+        self,
+        tx: Transaction,
+        target: Target,
+        locks: Sequence[LockInfo],
+        failures: Sequence[FailureRecord | None],
+        lock_expired: bool,
+        delay: float | None = None,
+    ) -> list[int]:
+        """An abandon or a lock expiry: back to ready (``abort_count += 1``, each message's
+        own failure, ``failures[i]`` for ``locks[i]``, appended), counted as a rollback, then
+        the retry policy decides per message: at once, after its redelivery delay (or
+        ``delay``, when the caller names one), in the retry subqueue, or poisoned, described
+        by its own failure. Returns the sequence numbers poisoned (whatever the action did
+        with them)."""
         entity = target.entity
         if delay and target.sessions:
             raise InvalidOperationError(
@@ -65,8 +79,8 @@ class Poisoner:
                 " (abandon without a delay, or defer it)"
             )
         seqs = [lock.seq for lock in locks]
-        record = failure.to_json() if failure else None
-        tx.abandon(entity.id, seqs, target.ready, record, lock_expired)
+        records = [failure.to_json() if failure else None for failure in failures]
+        tx.abandon(entity.id, seqs, target.ready, records, lock_expired)
         now = self.clock.now()
         self._count_rollbacks(tx, target, len(seqs), now)
         policy = target.policy
@@ -101,22 +115,32 @@ class Poisoner:
                 visible_at = now + cycle_delay
                 tx.move(entity.id, chosen, retry.id, MessageState.SCHEDULED, visible_at, 1)
         if poisoned:
-            self.poison(tx, target, poisoned, describe(failure) if failure else None)
+            failed = {lock.seq: failure for lock, failure in zip(locks, failures, strict=True)}
+            described = {seq: _described(failed[seq]) for seq in poisoned}
+            self.poison_each(tx, target, described)
         return sorted(poisoned)
 
     def poison(
         self, tx: Transaction, target: Target, seqs: list[int], description: str | None
     ) -> None:
-        """Unlocked messages that used every attempt: the queue's poison action, for them
-        and (unless poisoned per message) their sessions' other messages."""
+        """:meth:`poison_each` of messages with one description."""
+        self.poison_each(tx, target, dict.fromkeys(seqs, description))
+
+    def poison_each(
+        self, tx: Transaction, target: Target, described: dict[int, str | None]
+    ) -> None:
+        """Unlocked messages that used every attempt (each with its description): the queue's
+        poison action, for them and (unless poisoned per message) their sessions' other
+        messages."""
         policy = target.policy
         assert policy is not None  # only a policy poisons
         action = policy.receive_error_handling
+        seqs = list(described)
         followers = sorted(set(self._with_sessions(tx, target, seqs)) - set(seqs))
-        self._poison(tx, target, seqs, action, description)
+        self._poison(tx, target, described, action)
         if followers:  # never delivered, never failed: they go with their session
             why = f"moved with poison message {seqs[0]} of its session"
-            self._poison(tx, target, followers, action, why)
+            self._poison(tx, target, dict.fromkeys(followers, why), action)
         tx.count_poisoned(target.entity.id, len(seqs))
 
     def _with_sessions(self, tx: Transaction, target: Target, seqs: list[int]) -> list[int]:
@@ -137,23 +161,24 @@ class Poisoner:
         self,
         tx: Transaction,
         target: Target,
-        seqs: list[int],
+        described: dict[int, str | None],
         action: ReceiveErrorHandling,
-        description: str | None,
     ) -> None:
         entity = target.entity
         now = self.clock.now()
+        seqs = list(described)
         match action:
             case ReceiveErrorHandling.MOVE:
                 reason = DeadLetterReason.MAX_DELIVERY_COUNT_EXCEEDED
-                self.router.dead_letter(tx, target, seqs, reason, description, None, now)
+                letters = [Letter(seq, reason, why, None) for seq, why in described.items()]
+                self.router.dead_letter_each(tx, target, letters, now)
             case ReceiveErrorHandling.DROP:
                 tx.drop(entity.id, seqs)
                 log.warning("dropped poison message(s) %s from %s", seqs, entity.name)
             case ReceiveErrorHandling.REJECT:
-                self._reject(tx, target, seqs, description, now)
+                self._reject(tx, target, described, now)
             case ReceiveErrorHandling.FAULT:
-                self._fault(tx, target, seqs, description, now)
+                self._fault(tx, target, seqs, described[seqs[0]], now)
 
     def _fault(
         self, tx: Transaction, target: Target, seqs: list[int], description: str | None, now: float
@@ -177,13 +202,13 @@ class Poisoner:
         log.error("%s faulted on %s", entity.name, why)
 
     def _reject(
-        self, tx: Transaction, target: Target, seqs: list[int], description: str | None, now: float
+        self, tx: Transaction, target: Target, described: dict[int, str | None], now: float
     ) -> None:
         """To the sender's dead-letter queue: that of the queue named by ``reply_to``, else
         the namespace dead-letter queue (MSMQ's negative acknowledgement)."""
         entity = target.entity
         by_destination: dict[int, list[int]] = defaultdict(list)
-        for message in tx.messages(entity.id, entity.name, seqs):
+        for message in tx.messages(entity.id, entity.name, list(described)):
             seq = message.sequence_number
             sender = tx.entity(message.reply_to) if message.reply_to else None
             if sender is not None and sender.parent_id is None and sender.subqueue is None:
@@ -197,7 +222,8 @@ class Poisoner:
                 tx.move(entity.id, chosen, dlq_id, None, None)
                 continue
             reason = DeadLetterReason.REJECTED
-            tx.dead_letter(entity.id, chosen, dlq_id, reason, description, entity.name, None, now)
+            letters = [Letter(seq, reason, described[seq], None) for seq in chosen]
+            tx.dead_letter_each(entity.id, letters, dlq_id, entity.name, now)
 
     def _count_rollbacks(self, tx: Transaction, target: Target, count: int, now: float) -> None:
         """Service Broker's safety net: ``auto_disable_after_rollbacks`` rollbacks in a row
@@ -251,3 +277,7 @@ class Poisoner:
         else:
             tx.drop(entity.id, stale)
             log.info("dropped expired message(s) %s from %s", stale, entity.name)
+
+
+def _described(failure: FailureRecord | None) -> str | None:
+    return describe(failure) if failure else None

@@ -17,7 +17,7 @@ from poisonq.errors import EntityNotFoundError
 from poisonq.model import DeadLetterReason, EntityKind, MessageState, SubQueue
 from poisonq.names import NAMESPACE_DEADLETTER
 from poisonq.options import QueueOptions
-from poisonq.store.base import EntityRecord, Transaction
+from poisonq.store.base import EntityRecord, Letter, Transaction
 
 log = logging.getLogger(__name__)
 
@@ -39,20 +39,26 @@ class Router:
         now: float,
         lock_token: str | None = None,
     ) -> list[int]:
-        """Held messages of the target → its queue's dead-letter queue; then on to
-        ``forward_dead_lettered_messages_to`` if the queue names one."""
+        """:meth:`dead_letter_each` of messages that share one reason, description and
+        failure."""
+        letters = [Letter(seq, reason, description, failure) for seq in seqs]
+        return self.dead_letter_each(tx, target, letters, now, lock_token)
+
+    def dead_letter_each(
+        self,
+        tx: Transaction,
+        target: Target,
+        letters: Sequence[Letter],
+        now: float,
+        lock_token: str | None = None,
+    ) -> list[int]:
+        """Held messages of the target → its queue's dead-letter queue, each with its own
+        reason, description and failure, in one move; then on to
+        ``forward_dead_lettered_messages_to`` if the queue names one. Returns the sequence
+        numbers moved (with ``lock_token``, those validly locked under it)."""
         dlq = self.resolver.child(tx, target, SubQueue.DEADLETTER)
-        moved = tx.dead_letter(
-            target.entity.id,
-            seqs,
-            dlq.id,
-            reason,
-            description,
-            target.entity.name,
-            failure,
-            now,
-            lock_token=lock_token,
-        )
+        entity = target.entity
+        moved = tx.dead_letter_each(entity.id, letters, dlq.id, entity.name, now, lock_token)
         destination = target.options.forward_dead_lettered_messages_to
         if moved and destination:
             hops = {m.sequence_number: m.hop_count for m in tx.messages(dlq.id, dlq.name, moved)}

@@ -26,7 +26,7 @@ from poisonq.model import (
     Release,
     Settlement,
 )
-from poisonq.store.base import EntityRecord, LockInfo, Transaction
+from poisonq.store.base import EntityRecord, Letter, LockInfo, Transaction
 
 
 class Settling(EngineBase):
@@ -185,18 +185,19 @@ class Settling(EngineBase):
             back = tx.release(entity.id, token, min(seqs), max(seqs), seqs, target.ready, now)
             lost += set(seqs) - set(back)
         poisoned: list[int] = []
-        for seq, failure in kinds.abandoned:
-            poisoned += self.poisoner.after_failure(tx, target, [held[seq]], failure, False)
+        if kinds.abandoned:  # together, each with its own failure
+            locks = [held[seq] for seq, _ in kinds.abandoned]
+            failures = [failure for _, failure in kinds.abandoned]
+            poisoned = self.poisoner.after_failures(tx, target, locks, failures, False)
         if kinds.letters and target.subqueue is not None:
             raise InvalidOperationError(
                 f"messages in {entity.name!r} cannot be dead-lettered again"
             )
-        for (token, reason, description, failure), seqs in kinds.letters.items():
-            record = failure.to_json() if failure else None
-            moved = self.router.dead_letter(
-                tx, target, seqs, reason, description, record, now, lock_token=token
-            )
-            lost += set(seqs) - set(moved)
+        # A lock's letters move together, whatever each carries (every failed message's
+        # description and failure record differ).
+        for token, letters in kinds.letters.items():
+            moved = self.router.dead_letter_each(tx, target, letters, now, lock_token=token)
+            lost += {letter.seq for letter in letters} - set(moved)
         if lost:
             raise MessageLockLostError(sorted(lost))
         return sorted(poisoned)
@@ -212,8 +213,6 @@ class Settling(EngineBase):
         return held
 
 
-# What dead-letters alike share (lock, reason, description, failure): they move in one call.
-Letter = tuple[str, str, str | None, FailureRecord | None]
 _KINDS = (Complete, Abandon, DeadLetter, Release)
 
 
@@ -235,7 +234,7 @@ class _ByKind:
         self.completed: list[Lock] = []
         self.released: dict[str, list[int]] = {}
         self.abandoned: list[tuple[int, FailureRecord | None]] = []
-        self.letters: dict[Letter, list[int]] = {}
+        self.letters: dict[str, list[Letter]] = {}  # by lock token
         seen: set[Lock] = set()
         for settlement in settlements:
             kind = type(settlement)
@@ -265,8 +264,10 @@ class _ByKind:
                 ):
                     check_text(description, "a dead-letter description")
                 reason = reason or DeadLetterReason.DEAD_LETTERED_BY_RECEIVER
-                letter = (token, reason, description, _failure(settlement.failure))
-                self.letters.setdefault(letter, []).append(seq)
+                failure = _failure(settlement.failure)
+                record = failure.to_json() if failure else None
+                letter = Letter(seq, reason, description, record)
+                self.letters.setdefault(token, []).append(letter)
 
 
 def _kind(settlement: object) -> type[Settlement]:

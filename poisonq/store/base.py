@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from enum import Enum
 from importlib import resources
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, NamedTuple
 
 from poisonq.errors import (
     BrokerClosedError,
@@ -115,6 +115,36 @@ class LockInfo:
     delivery_count: int
     move_count: int
     dead_lettered_deliveries: int = 0
+
+
+class Letter(NamedTuple):
+    """A message to dead-letter with what it carries: its reason, its description (``None``:
+    its last recorded failure describes it) and the failure to append to its history (a
+    :meth:`FailureRecord.to_json <poisonq.model.FailureRecord.to_json>` object, or ``None``).
+    Every failed message's record differs, so a batch's letters move in one statement
+    (:meth:`Transaction.dead_letter_each`) rather than one per reason and failure."""
+
+    seq: int
+    reason: str
+    description: str | None
+    failure: dict[str, Any] | None
+
+
+def all_alike(letters: Sequence[Letter]) -> Letter | None:
+    """The first of ``letters`` if every one shares its reason, description and failure (the
+    same record), else ``None``: a store binds what such letters share once. (Also ``None``
+    for no letters.)"""
+    if not letters:
+        return None
+    first = letters[0]
+    for letter in letters:
+        if (
+            letter.failure is not first.failure
+            or letter.reason != first.reason
+            or letter.description != first.description
+        ):
+            return None
+    return first
 
 
 @dataclass(frozen=True, slots=True)
@@ -557,10 +587,11 @@ class Transaction(ABC):
         entity_id: int,
         seqs: Sequence[int],
         ready: MessageState,
-        failure: dict[str, Any] | None,
+        failures: Sequence[dict[str, Any] | None],
         lock_expired: bool,
     ) -> int:
-        """Locked → ``ready`` (an abandon): ``abort_count += 1``, failure appended."""
+        """Locked → ``ready`` (an abandon): ``abort_count += 1``, and each message's own
+        failure (``failures[i]`` for ``seqs[i]``; ``None``: none) appended, in one statement."""
 
     @abstractmethod
     def reschedule(self, entity_id: int, seqs: Sequence[int], visible_at: float) -> int:
@@ -590,7 +621,6 @@ class Transaction(ABC):
         self, entity_id: int, token: str, seqs: Sequence[int], now: float, locked_until: float
     ) -> int: ...
 
-    @abstractmethod
     def dead_letter(
         self,
         entity_id: int,
@@ -603,9 +633,25 @@ class Transaction(ABC):
         now: float,
         lock_token: str | None = None,
     ) -> list[int]:
-        """Move held messages into the dead-letter queue ``destination_id``; with ``lock_token``,
-        only those validly locked under it. Each keeps its ``delivery_count`` as
-        ``dead_lettered_deliveries``. Returns the sequence numbers moved."""
+        """:meth:`dead_letter_each` of messages that share one reason, description and
+        failure (the broker's own reasons: expiry, poisoning, transfers)."""
+        letters = [Letter(seq, reason, description, failure) for seq in seqs]
+        return self.dead_letter_each(entity_id, letters, destination_id, source, now, lock_token)
+
+    @abstractmethod
+    def dead_letter_each(
+        self,
+        entity_id: int,
+        letters: Sequence[Letter],
+        destination_id: int,
+        source: str,
+        now: float,
+        lock_token: str | None = None,
+    ) -> list[int]:
+        """Move held messages into the dead-letter queue ``destination_id``, each with its own
+        reason, description and failure, in one statement; with ``lock_token``, only those
+        validly locked under it. Each keeps its ``delivery_count`` as
+        ``dead_lettered_deliveries``. Returns the sequence numbers moved, ascending."""
 
     @abstractmethod
     def count_poisoned(self, entity_id: int, count: int) -> None:

@@ -75,11 +75,12 @@ class HistoryBuffer:
             self.held[entity_id] += change
 
     def dead_lettered(
-        self, entity_id: int, reason: str, keys: Iterable[tuple[str | None, str | None]]
+        self, entity_id: int, keys: Iterable[tuple[str, str | None, str | None]]
     ) -> None:
-        """Count messages dead-lettered into ``entity_id``; ``keys`` are their (subject,
-        fingerprint). (Counted as they are, encoded once per distinct key when written.)"""
-        self.dead.update((entity_id, reason, subject, fingerprint) for subject, fingerprint in keys)
+        """Count messages dead-lettered into ``entity_id``; ``keys`` are their (reason,
+        subject, fingerprint). (Counted as they are, encoded once per distinct key when
+        written.)"""
+        self.dead.update((entity_id, *key) for key in keys)
 
     def depth_rows(self) -> list[tuple[int, int]]:
         """(entity, change of depth), entities in id order, unchanged ones left out."""

@@ -17,7 +17,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from itertools import chain
 from operator import attrgetter
@@ -41,11 +41,13 @@ from poisonq.model import (
 from poisonq.store.base import (
     UNSTORABLE,
     EntityRecord,
+    Letter,
     LockInfo,
     MessageFilter,
     NewMessage,
     Store,
     Transaction,
+    all_alike,
     pending_migrations,
     unstorable,
 )
@@ -132,14 +134,47 @@ _NAME_FINGERPRINTS = (
 )
 
 
-# Appends a failure record (the JSON object bound as ``:failure``, or NULL for none) to a
-# message's history, and keeps the columns dead-letter analysis groups by.
-_RECORD_FAILURE = (
-    " failures = CASE WHEN :failure IS NULL THEN failures"
-    "   ELSE json_insert(coalesce(failures, '[]'), '$[#]', json(:failure)) END,"
-    " last_error_type = coalesce(json_extract(:failure, '$.error_type'), last_error_type),"
-    " last_fingerprint = coalesce(json_extract(:failure, '$.fingerprint'), last_fingerprint)"
+def _record_failure(failure: str) -> str:
+    """SET clauses that append a failure record (``failure``: an expression giving a JSON
+    object's text, or NULL for none) to a message's history, and keep the columns dead-letter
+    analysis groups by."""
+    return (
+        f" failures = CASE WHEN {failure} IS NULL THEN failures"
+        f"   ELSE json_insert(coalesce(failures, '[]'), '$[#]', json({failure})) END,"
+        f" last_error_type = coalesce(json_extract({failure}, '$.error_type'), last_error_type),"
+        f" last_fingerprint = coalesce(json_extract({failure}, '$.fingerprint'),"
+        "   last_fingerprint)"
+    )
+
+
+# The letters of a dead-lettering, bound as ``:letters``: a JSON array of [seq, reason,
+# description, failure] (see Letter and _rows_json), one row each.
+_LETTERS = (
+    "(SELECT value ->> 0 AS sequence_number, value ->> 1 AS reason, value ->> 2 AS description,"
+    " value ->> 3 AS failure FROM json_each(:letters)) AS letter"
 )
+# Letters that share their reason, description and failure, bound once as parameters: only
+# the sequence numbers go through JSON (``:letters``: an array of them).
+_ALIKE = (
+    "(SELECT value AS sequence_number, :reason AS reason, :description AS description,"
+    " :failure AS failure FROM json_each(:letters)) AS letter"
+)
+# The failures of an abandon, bound as ``:failed``: a JSON array of [seq, failure].
+_FAILED = (
+    "(SELECT value ->> 0 AS sequence_number, value ->> 1 AS failure"
+    " FROM json_each(:failed)) AS failed"
+)
+
+
+def _rows_json(rows: Iterable[Sequence[Any]]) -> str:
+    """Rows of a statement as one JSON array to bind, a failure record (each row's last
+    item) as its own JSON text, as a single failure is bound. Text is kept as it is, not
+    escaped: a lone surrogate in a reason must fail to bind as it does bound alone
+    (:data:`~poisonq.store.base.UNSTORABLE`), not be stored as text no one can read back."""
+    return json.dumps(
+        [[*row[:-1], json.dumps(row[-1]) if row[-1] else None] for row in rows],
+        ensure_ascii=False,
+    )
 
 
 class SqliteTransaction(
@@ -575,22 +610,27 @@ class SqliteTransaction(
         entity_id: int,
         seqs: Sequence[int],
         ready: MessageState,
-        failure: dict[str, Any] | None,
+        failures: Sequence[dict[str, Any] | None],
         lock_expired: bool,
     ) -> int:
-        record = json.dumps(failure) if failure else None
+        failing = any(failures)
         covered = self._covered_clause(entity_id)
         # A covered message's delivery is counted in its row as it leaves its lease.
         changed = self._db.execute(
             "UPDATE messages SET state = :ready, lock_token = NULL, locked_until = NULL,"
             f" delivery_count = delivery_count + {covered},"
             f" leasable = {self._returned(entity_id)},"
-            f" abort_count = abort_count + 1,{_RECORD_FAILURE}"
-            # +entity_id: found by sequence number, never by walking the entity's index
+            " abort_count = abort_count + 1"
+            f"{',' + _record_failure('failed.failure') if failing else ''}"
+            # +entity_id: each found by sequence number, never by walking the entity's index
             # (the OR leaves the planner no state to seek).
-            f" WHERE +entity_id = :entity AND (state = 'locked' OR {covered})"
-            f" AND seq {self._in_list('seqs')}",
-            {"ready": ready, "failure": record, "entity": entity_id, "seqs": seqs_json(seqs)},
+            f" FROM {_FAILED} WHERE messages.seq = failed.sequence_number"
+            f" AND +entity_id = :entity AND (state = 'locked' OR {covered})",
+            {
+                "ready": ready,
+                "entity": entity_id,
+                "failed": _rows_json(zip(seqs, failures, strict=True)),
+            },
         ).rowcount
         self._count_returned(entity_id, changed, lock_expired)
         return changed
@@ -658,59 +698,64 @@ class SqliteTransaction(
             ).rowcount
         return renewed
 
-    def dead_letter(
+    def dead_letter_each(
         self,
         entity_id: int,
-        seqs: Sequence[int],
+        letters: Sequence[Letter],
         destination_id: int,
-        reason: str,
-        description: str | None,
         source: str,
-        failure: dict[str, Any] | None,
         now: float,
         lock_token: str | None = None,
     ) -> list[int]:
-        record = json.dumps(failure) if failure else None
+        seqs = [letter.seq for letter in letters]
+        failing = any(letter.failure for letter in letters)
+        first = all_alike(letters)
+        alike = first is not None
+        first = first or Letter(0, "", None, None)
         covered = self._covered_clause(entity_id)
         held: list[int] = []
         if lock_token is not None and seqs and covered != "0":
             held = self._covered_of(entity_id, lock_token, seqs, now)
-        held_by_cover = f" OR seq {self._in_list('held')}" if held else ""
+        held_by_cover = f" OR messages.seq {self._in_list('held')}" if held else ""
         rows = self._db.execute(
             "UPDATE messages SET entity_id = :destination, state = 'dead_lettered',"
-            " lock_token = NULL, locked_until = NULL, dead_letter_reason = :reason,"
+            " lock_token = NULL, locked_until = NULL, dead_letter_reason = letter.reason,"
             f" leasable = {self._returned(destination_id)},"
             f" delivery_count = delivery_count + {covered},"
             # Without a description, the last recorded failure describes the message.
-            " dead_letter_description = coalesce(:description,"
+            " dead_letter_description = coalesce(letter.description,"
             "   json_extract(failures, '$[#-1].error_type')"
             "   || ': ' || json_extract(failures, '$[#-1].message')),"
             " dead_letter_source = :source, dead_lettered_at = :now,"
             f" dead_lettered_deliveries = delivery_count + {covered}"
             # (no failure to record: the history's columns are left as they are)
-            f"{',' + _RECORD_FAILURE if record else ''}"
-            f" WHERE entity_id = :entity AND state IN {LIVE}"
+            f"{',' + _record_failure('letter.failure') if failing else ''}"
+            # The letters are the outer loop, each finding its message by sequence number
+            # (+entity_id: never by walking the entity's index, once for every letter).
+            f" FROM {_ALIKE if alike else _LETTERS}"
+            " WHERE messages.seq = letter.sequence_number AND +entity_id = :entity"
+            f" AND state IN {LIVE}"
             " AND (:token IS NULL"
             "   OR (state = 'locked' AND lock_token = :token AND locked_until > :now)"
             f"{held_by_cover})"
-            f" AND seq {self._in_list('seqs')} RETURNING seq, size, subject, last_fingerprint",
+            " RETURNING seq, size, dead_letter_reason, subject, last_fingerprint",
             {
                 "destination": destination_id,
-                "reason": reason,
-                "description": description,
                 "source": source,
                 "now": now,
-                "failure": record,
                 "entity": entity_id,
                 "token": lock_token,
-                "seqs": seqs_json(seqs),
+                "letters": seqs_json(seqs) if alike else _rows_json(letters),
+                "reason": first.reason,
+                "description": first.description,
+                "failure": json.dumps(first.failure) if first.failure else None,
                 "held": seqs_json(held),
             },
         ).fetchall()
         moved, size = len(rows), sum(row[1] for row in rows)
-        self.history.dead_lettered(destination_id, reason, (row[2:] for row in rows))
+        self.history.dead_lettered(destination_id, (row[2:] for row in rows))
         self._count_moved(entity_id, destination_id, moved, size, "dead_lettered")
-        return [row[0] for row in rows]
+        return sorted(row[0] for row in rows)
 
     def drop(self, entity_id: int, seqs: Sequence[int]) -> int:
         rows = self._delete(
