@@ -31,7 +31,7 @@ from poisonq.spark.schema import MESSAGE_SCHEMA_DDL
 from poisonq.spark.session import quiet_query_errors
 from poisonq.spark.settling import LeaseContext
 from poisonq.spark.source import SEQUENCE, register, untagged
-from poisonq.spark.transform import LeaseTransform, Work, pipeline_source
+from poisonq.spark.transform import Work, pipeline_source
 from poisonq.spark.udf import settling
 
 Span = tuple[int, int] | None
@@ -66,12 +66,12 @@ class MapJob:
     worker, and, with ``work.isolate``, one that runs it under the crash guard
     (:mod:`poisonq.worker.guard`).
 
-    A function of one message (``map=``) runs under the guard from the first batch: the
-    guard costs a fraction of a simple transform per row (docs/speed.md), less than a
-    crash's failed job and its batch written again. A function of a batch runs in the
-    worker, since the guard calls it on one message at a time, and the guard is switched on
-    for the rest of the run when a Python worker dies: the batch that crashed is written
-    again under the guard, which then finds each crashing message within its task."""
+    A run starts with the function in the worker and switches the guard on for the rest of
+    the run when a Python worker dies: the batch that crashed is written again under the
+    guard, which then finds each crashing message within its task. (Not under the guard
+    from the start, though it now costs under a microsecond a row: the helper loads the
+    function's module by value, and the code cloudpickle rebuilds has lost its file, so a
+    failure's traceback would lose its lines and its fingerprint would change with it.)"""
 
     def __init__(self, reader: LeaseReader, work: Work) -> None:
         self.reader = reader
@@ -79,10 +79,6 @@ class MapJob:
         spark = reader.spark
         name = f"poisonq_pipeline_{id(self):x}"
         self._guarded: str | None = None  # the guarded source to switch to, if not on yet
-        if work.isolate and isinstance(work, LeaseTransform):
-            self._source = f"{name}_guarded"
-            spark.dataSource.register(pipeline_source(self._source, work))
-            return
         self._source = name
         spark.dataSource.register(pipeline_source(name, replace(work, isolate=False)))
         if work.isolate:
