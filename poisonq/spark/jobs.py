@@ -77,12 +77,11 @@ class MapJob:
         self.reader = reader
         self.struct = work.output.struct
         spark = reader.spark
-        name = f"poisonq_pipeline_{id(self):x}"
+        self._source = f"poisonq_pipeline_{id(self):x}"
+        spark.dataSource.register(pipeline_source(self._source, replace(work, isolate=False)))
         self._guarded: str | None = None  # the guarded source to switch to, if not on yet
-        self._source = name
-        spark.dataSource.register(pipeline_source(name, replace(work, isolate=False)))
         if work.isolate:
-            self._guarded = f"{name}_guarded"
+            self._guarded = f"{self._source}_guarded"
             spark.dataSource.register(pipeline_source(self._guarded, work))
 
     def frame(self, lease: Lease, span: Span, source: DataFrame | None = None) -> Batch:
