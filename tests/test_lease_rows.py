@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC
 
 import poisonq
+from poisonq.spark.schema import lease_batch
 from poisonq.store.base import LEASE_COLUMNS
 from poisonq.worker.lease_rows import lease_message
 
@@ -40,3 +41,23 @@ def test_a_lease_row_becomes_the_message_dict_with_every_column(broker: poisonq.
     assert lease_message(broker.lease_rows(lease)[0])["properties"]["tenant"] == "acme"
     second["properties"]["x"] = 1
     assert lease_message(broker.lease_rows(lease)[1])["properties"] == {}
+
+
+def test_a_message_without_properties_has_an_empty_map_in_the_lease_batch(
+    broker: poisonq.Broker,
+) -> None:
+    """In the Arrow batch a lease is read as (the ``poisonq`` source, ``map_batches=``), a
+    message without properties has an empty map, as a peek reads it, never a null: whether
+    no message of the batch has any or only some do."""
+    broker.create_queue("orders")
+    sender = broker.sender("orders")
+    sender.send([poisonq.Message(body=b"a"), poisonq.Message(body=b"b")])
+    sender.send([poisonq.Message(body=b"c", properties={"n": 1}), poisonq.Message(body=b"d")])
+    lease = broker.acquire_lease("orders", "job", 1, 10)
+    assert lease is not None
+    rows = broker.lease_rows(lease)
+    none_have_any = lease_batch(rows[:2]).column("properties")
+    some_have = lease_batch(rows[2:]).column("properties")
+    assert none_have_any.null_count == some_have.null_count == 0
+    assert none_have_any.to_pylist() == [[], []]
+    assert some_have.to_pylist() == [[("n", "1")], []]
