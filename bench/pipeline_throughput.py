@@ -25,11 +25,19 @@ half malformed JSON, half a negative amount), and:
 cast, a division) against the same plain SQL, at several batch sizes.
 
 The columnar ``map_batches``: the same parse as a function of an Arrow batch that returns an
-error per message, over as many orders again, against the same plain ``mapInArrow`` job.
+error per message, over as many orders again, against the same plain ``mapInArrow`` job, and
+beside them two floors of a queue under that job (``bench/bare_pipeline.py``: the same
+function over the messages read with bare SQL, completed once written): ``bare_rows_ratio``
+keeps a row a message, as poisonq does, and is what no pipeline over such a store can beat;
+``bare_segments_ratio`` keeps each send of 10,000 as one Arrow row.
+
+Each pipeline is timed warm, as the plain jobs are: a run of one full batch on a queue of its
+own comes first (the first large batch of a session costs seconds more, the JVM compiling).
 
 Prints five lines: ``pipeline_msgs_per_s=… plain_spark_rows_per_s=… ratio=…
 isolation_jobs=… batch_fixed_cost_s=…`` (``map``; the fixed cost is the wall time of a batch
-of one message), ``map_batches_msgs_per_s=… batches_ratio=…``,
+of one message), ``map_batches_msgs_per_s=… batches_ratio=… bare_rows_ratio=…
+bare_segments_ratio=…``,
 ``crashing_pipeline_msgs_per_s=… crashes=… ms_per_crash=…``,
 ``dataframe_pipeline_msgs_per_s=… plain_spark_sql_rows_per_s=… dataframe_ratio=…`` and the
 peak memory over the whole run: ``driver_python_peak_rss_mb=… driver_jvm_peak_rss_mb=…
@@ -53,6 +61,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from bare_pipeline import bare_run, make_segments
 from process_memory import PeakMemory
 from pyspark.sql import DataFrame, SparkSession
 
@@ -163,12 +172,13 @@ def enqueue(
     count: int,
     poison_every: int,
     parquet: Path,
-) -> None:
+) -> tuple[int, int]:
     """Send ``count`` orders to ``queue`` and write the same bodies to ``parquet``, with
-    the sequence numbers the queue gives them."""
+    the sequence numbers the queue gives them; returns the first and last of those."""
     schema = pa.schema([("sequence_number", pa.int64()), ("body", pa.binary())])
     writer = pq.ParquetWriter(parquet, schema)
     sender = broker.sender(queue)
+    sent: list[int] = []
     for start in range(0, count, SEND_BATCH):
         bodies = [make(n, poison_every) for n in range(start, min(count, start + SEND_BATCH))]
         seqs = sender.send(
@@ -176,7 +186,9 @@ def enqueue(
         )
         columns = {"sequence_number": pa.array(seqs, pa.int64()), "body": pa.array(bodies)}
         writer.write_table(pa.table(columns, schema=schema))
+        sent += seqs[:1] + seqs[-1:]
     writer.close()
+    return sent[0], sent[-1]
 
 
 def user_copy(spark: SparkSession, parquet: Path) -> Path:
@@ -219,7 +231,7 @@ def main() -> None:
             with poisonq.connect(url) as broker:
                 for queue in ("orders", "batches", "crashing", "frames"):
                     broker.create_queue(queue, max_delivery_count=DELIVERIES, lock_duration=120)
-                for queue in ("tiny", "tiny-frames"):
+                for queue in ("tiny", "tiny-frames", "warm", "warm-batches", "warm-frames"):
                     broker.create_queue(queue, lock_duration=120)
                 enqueue(
                     broker, "orders", order, args.messages, poison_every, work / "orders.parquet"
@@ -231,6 +243,13 @@ def main() -> None:
                 )
                 frames = work / "frames.parquet"
                 enqueue(broker, "frames", sql_order, args.messages, poison_every, frames)
+                with poisonq.connect(f"sqlite:///{work / 'bare.db'}") as apart:  # no audit
+                    apart.create_queue("bare")
+                    bare = enqueue(apart, "bare", order, args.messages, poison_every, work / "d.pq")
+                warm = min(args.batch, args.messages)
+                for queue, make in (("warm", order), ("warm-batches", order)):
+                    enqueue(broker, queue, make, warm, poison_every, work / f"{queue}.parquet")
+                enqueue(broker, "warm-frames", sql_order, warm, poison_every, work / "wf.parquet")
 
                 def pipeline(queue: str, output: str, **kind: Any) -> Pipeline:
                     return Pipeline(
@@ -243,6 +262,7 @@ def main() -> None:
                     )
 
                 per_row = {"map": transform, "schema": SCHEMA}
+                per_batch = {"map_batches": batch_transform, "schema": SCHEMA}
                 frames_kind = {"transform": order_rows, "expectations": EXPECTATIONS}
 
                 # Warm-up (JVM, Python workers), then the fixed cost of a one-message batch.
@@ -254,6 +274,9 @@ def main() -> None:
                     started = time.perf_counter()
                     pipeline("tiny", "tiny", **per_row).run()
                     fixed.append(time.perf_counter() - started)
+                pipeline("warm", "warm", **per_row).run()
+                pipeline("warm-batches", "warm-batches", **per_batch).run()
+                pipeline("warm-frames", "warm-frames", **frames_kind).run()
 
                 def plain_job() -> None:
                     plain = spark.read.parquet(str(user_copy(spark, work / "orders.parquet")))
@@ -268,10 +291,17 @@ def main() -> None:
                 pipeline_seconds = time.perf_counter() - started
 
                 started = time.perf_counter()
-                batches_report = pipeline(
-                    "batches", "out-batches", map_batches=batch_transform, schema=SCHEMA
-                ).run()
+                batches_report = pipeline("batches", "out-batches", **per_batch).run()
                 batches_seconds = time.perf_counter() - started
+
+                path = str(work / "bare.db")
+                make_segments(path, *bare)
+                floors = {
+                    layout: bare_run(
+                        spark, layout, path, bare, args.batch, batch_transform, SCHEMA, str(work)
+                    )
+                    for layout in ("rows", "segments")
+                }
 
                 started = time.perf_counter()
                 crash_report = pipeline("crashing", "out-crashing", **per_row).run()
@@ -309,6 +339,8 @@ def main() -> None:
         print(
             f"map_batches_msgs_per_s={batches_rate:.0f} plain_spark_rows_per_s={plain_rate:.0f}"
             f" batches_ratio={batches_rate / plain_rate:.2f}"
+            f" bare_rows_ratio={plain_seconds / floors['rows']:.2f}"
+            f" bare_segments_ratio={plain_seconds / floors['segments']:.2f}"
             f" completed={batches_report.completed}"
             f" dead_lettered={sum(batches_report.dead_lettered.values())}"
         )
