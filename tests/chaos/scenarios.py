@@ -363,9 +363,9 @@ def output_ids(path: Path) -> list[str]:
 def pipeline(store: Store, work: Path, rng: Random) -> Verdict:
     """``poisonq pipeline run`` (a per-row function with the crash guard) killed with its JVM
     and Python workers at any moment of its batches, then run again to the end. The kill
-    lands after the start of one of the first four leases of six, and at the latest when
-    the lease two after it starts, so that it comes before the end however fast the
-    machine runs the batches."""
+    lands after the start of one of the first four leases (the orders take six, the
+    crashers' later deliveries a few more), and at the latest when the lease two after it
+    starts, so that it comes before the end however fast the machine runs the batches."""
     output = work / "out"
     url = store.url
     with poisonq.connect(url) as broker:
