@@ -183,3 +183,30 @@ def test_a_lost_helper_is_started_again_at_the_next_call() -> None:
     os.waitpid(helper, 0)
     assert run_isolated(triple, rows(3), ()) == [{"n": 0}, {"n": 3}, {"n": 6}]
     assert len(helper_pids() - before) == 1
+
+
+def test_a_failure_under_the_guard_has_its_source_lines_and_its_fingerprint_outside_it() -> None:
+    """This module is pickled by value for the helper (it is not poisonq's), and its code
+    keeps its file: the traceback shows the line that raised, and the fingerprint (which
+    names the file) is the one the same failure has without the guard."""
+    [guarded] = run_isolated(transform, rows(1, transient={0}), ())
+    [inline] = run_inline(transform, rows(1, transient={0}), ())
+    assert isinstance(guarded, Failed) and isinstance(inline, Failed)
+    assert f'File "{__file__}"' in guarded.failure.traceback
+    assert 'raise TimeoutError(f"row {n} timed out")' in guarded.failure.traceback
+    assert guarded.failure.fingerprint == inline.failure.fingerprint
+
+
+def stamped(row: dict[str, Any]) -> dict[str, Any]:
+    return {"n": row["n"], "by": "the stamp of the test"}  # a constant Python does not intern
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
+def test_a_transform_keeps_its_helper_while_the_caller_holds_its_constants() -> None:
+    """The same transform pickles to the same bytes however many references its constants
+    have (the caller holds rows it returned), so it keeps its one helper."""
+    before = helper_pids()
+    assert run_isolated(stamped, rows(2), ()) == [stamped(row) for row in rows(2)]
+    held = run_inline(stamped, rows(2), ())
+    assert run_isolated(stamped, rows(2), ()) == held
+    assert len(helper_pids() - before) == 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import math
 import os
 import sys
@@ -396,6 +397,29 @@ def _name_error(message: dict[str, Any]) -> dict[str, Any]:
 
 def _wrong_type(message: dict[str, Any]) -> dict[str, Any]:
     return {"n": "1", "customer": "C"}
+
+
+def test_a_function_of_one_message_runs_under_the_crash_guard_from_the_first_batch(
+    spark: SparkSession,
+    live: Broker,
+    url: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The first crash of a run fails no Spark job: the guard is on from the start, so the
+    batch is written once and only its crasher is abandoned."""
+    send(live, {0: "crash"}, 10, max_delivery_count=1)
+    pipeline = Pipeline(
+        spark, url=url, queue="orders", map=transform, schema=SCHEMA,
+        output=str(tmp_path / "out"),
+    )  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="poisonq.spark.batch_writer"):
+        report = pipeline.run()
+    assert not [r for r in caplog.records if "worker died" in r.getMessage()]
+    assert output(spark, tmp_path / "out") == Counter(range(1, 10))
+    assert report.dead_lettered == Counter({"MaxDeliveryCountExceeded": 1})
+    assert report.isolation_jobs == 0
+    assert_balanced(live)
 
 
 def _always_crashes(message: dict[str, Any]) -> dict[str, Any]:

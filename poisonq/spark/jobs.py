@@ -31,7 +31,7 @@ from poisonq.spark.schema import MESSAGE_SCHEMA_DDL
 from poisonq.spark.session import quiet_query_errors
 from poisonq.spark.settling import LeaseContext
 from poisonq.spark.source import SEQUENCE, register, untagged
-from poisonq.spark.transform import Work, pipeline_source
+from poisonq.spark.transform import LeaseTransform, Work, pipeline_source
 from poisonq.spark.udf import settling
 
 Span = tuple[int, int] | None
@@ -66,22 +66,29 @@ class MapJob:
     worker, and, with ``work.isolate``, one that runs it under the crash guard
     (:mod:`poisonq.worker.guard`).
 
-    A run starts with the function in the worker and switches the guard on for the rest of
-    the run when a Python worker dies: the batch that crashed is written again under the
-    guard, which then finds each crashing message within its task. (Not under the guard
-    from the start, though it now costs under a microsecond a row: the helper loads the
-    function's module by value, and the code cloudpickle rebuilds has lost its file, so a
-    failure's traceback would lose its lines and its fingerprint would change with it.)"""
+    A function of one message (``map=``) runs under the guard from the first batch: the
+    guard costs under a microsecond a row (docs/speed.md), far less than a crash's failed
+    Spark job and its batch written again, and a failure under it has the traceback and
+    fingerprint it has in the worker. A function of a batch runs in the worker, since the
+    guard calls it on one message at a time (a batch function's vectorised work would be
+    lost on every batch, crash or not); the guard is switched on for the rest of the run
+    when a Python worker dies: the batch that crashed is written again under the guard,
+    which then finds each crashing message within its task."""
 
     def __init__(self, reader: LeaseReader, work: Work) -> None:
         self.reader = reader
         self.struct = work.output.struct
         spark = reader.spark
-        self._source = f"poisonq_pipeline_{id(self):x}"
-        spark.dataSource.register(pipeline_source(self._source, replace(work, isolate=False)))
+        name = f"poisonq_pipeline_{id(self):x}"
         self._guarded: str | None = None  # the guarded source to switch to, if not on yet
+        if work.isolate and isinstance(work, LeaseTransform):
+            self._source = f"{name}_guarded"
+            spark.dataSource.register(pipeline_source(self._source, work))
+            return
+        self._source = name
+        spark.dataSource.register(pipeline_source(name, replace(work, isolate=False)))
         if work.isolate:
-            self._guarded = f"{self._source}_guarded"
+            self._guarded = f"{name}_guarded"
             spark.dataSource.register(pipeline_source(self._guarded, work))
 
     def frame(self, lease: Lease, span: Span, source: DataFrame | None = None) -> Batch:

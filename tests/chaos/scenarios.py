@@ -82,12 +82,23 @@ def _wait_until(process: subprocess.Popen[bytes], reached: Callable[[], bool]) -
         time.sleep(0.05)
 
 
-def _kill_when(process: subprocess.Popen[bytes], reached: Callable[[], bool], delay: float) -> int:
+def _kill_when(
+    process: subprocess.Popen[bytes],
+    reached: Callable[[], bool],
+    delay: float,
+    at_latest: Callable[[], bool] | None = None,
+) -> int:
     """SIGKILL the process group ``delay`` seconds after ``reached()`` first holds, so that
-    kills land in every part of the program's work, not mostly in a JVM's start; 1 if the
-    kill landed on a running program."""
+    kills land in every part of the program's work, not mostly in a JVM's start, or as soon
+    as ``at_latest()`` holds if that comes first (a point of the work still well before its
+    end, so that a program that got faster is still killed mid-work); 1 if the kill landed
+    on a running program."""
     _wait_until(process, reached)
-    return _kill_after(process, delay)
+    if at_latest is None:
+        return _kill_after(process, delay)
+    deadline = time.monotonic() + delay
+    _wait_until(process, lambda: at_latest() or time.monotonic() >= deadline)
+    return _kill_after(process, 0)
 
 
 def _lease_reached(broker: poisonq.Broker, consumer: str, number: int) -> Callable[[], bool]:
@@ -351,15 +362,23 @@ def output_ids(path: Path) -> list[str]:
 
 def pipeline(store: Store, work: Path, rng: Random) -> Verdict:
     """``poisonq pipeline run`` (a per-row function with the crash guard) killed with its JVM
-    and Python workers at any moment of its batches, then run again to the end."""
+    and Python workers at any moment of its batches, then run again to the end. The kill
+    lands after the start of one of the first four leases (the orders take six, the
+    crashers' later deliveries a few more), and at the latest when the lease two after it
+    starts, so that it comes before the end however fast the machine runs the batches."""
     output = work / "out"
     url = store.url
     with poisonq.connect(url) as broker:
         broker.create_queue("orders", max_delivery_count=3)
         good, bad = send_orders(broker, "orders", 3000, crash=2)
         argv = _pipeline_argv(url, "pipeline", output)
-        reached = _lease_reached(broker, "pipeline", rng.randrange(1, 7))
-        faults = _kill_when(_start(argv, work, "pipeline"), reached, rng.uniform(0, 2.0))
+        lease = rng.randrange(1, 5)
+        faults = _kill_when(
+            _start(argv, work, "pipeline"),
+            _lease_reached(broker, "pipeline", lease),
+            rng.uniform(0, 2.0),
+            at_latest=_lease_reached(broker, "pipeline", lease + 2),
+        )
         _finish(argv, work, "rerun")
         verdict = check(broker, "orders", good, bad, output_ids(output))
         verdict.faults = faults
