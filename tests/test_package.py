@@ -63,3 +63,16 @@ def test_the_makefile_runs_the_virtualenvs_tools() -> None:
     ).stdout
     tools = [line.split()[0] for line in planned.splitlines() if "ruff" in line or "mypy" in line]
     assert tools and all(tool.startswith(".venv/bin/") for tool in tools), planned
+
+
+def test_the_processor_imports_without_the_spark_extras_cloudpickle() -> None:
+    """cloudpickle comes with the ``spark`` extra: the crash guard imports it when it starts
+    a helper, so ``import poisonq`` and the Processor work without it."""
+    probe = (
+        "import sys; sys.modules['cloudpickle'] = None\n"
+        "import poisonq; from poisonq import Processor; import poisonq.worker.guard\n"
+        "print(Processor.__name__)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "Processor"

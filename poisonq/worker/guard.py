@@ -24,20 +24,15 @@ transform (a cache, not state: a lost helper is started again).
 from __future__ import annotations
 
 import atexit
-import io
-import marshal
 import math
 import os
 import pickle
 import subprocess
 import sys
 import time
-import types
-from collections import ChainMap, deque
+from collections import deque
 from collections.abc import Sequence
-from typing import Any, ClassVar
-
-import cloudpickle
+from typing import Any
 
 from poisonq.model import FailureRecord
 from poisonq.worker.child import DONE, REPLY, SPAN, frame, read_frame
@@ -121,6 +116,10 @@ def _pickled(transform: RowTransform, permanent: tuple[type[BaseException], ...]
     its module (a job file that imports pyspark and pyarrow makes every fork cost five
     times more). The module is that of the transform, or of the function it wraps
     (``transform.transform``, as :class:`poisonq.worker.lease_rows.OnLeaseRows` does)."""
+    import cloudpickle  # the spark extra's; imported when a helper is started
+
+    from poisonq.worker.pickling import dumps
+
     inner = getattr(transform, "transform", transform)
     module = sys.modules.get(getattr(inner, "__module__", None) or "")
     if (
@@ -128,38 +127,15 @@ def _pickled(transform: RowTransform, permanent: tuple[type[BaseException], ...]
         or module.__name__ in ("__main__", "builtins")
         or module.__name__.startswith("poisonq")
     ):
-        return _dumps((transform, permanent))
+        return dumps((transform, permanent))
     cloudpickle.register_pickle_by_value(module)
     try:
-        return _dumps((transform, permanent))
+        return dumps((transform, permanent))
     except Exception:  # something in the module does not pickle: by reference, then
         pass
     finally:
         cloudpickle.unregister_pickle_by_value(module)
-    return _dumps((transform, permanent))
-
-
-def _dumps(value: Any) -> bytes:
-    out = io.BytesIO()
-    _CodeWithItsFile(out).dump(value)
-    return out.getvalue()
-
-
-class _CodeWithItsFile(cloudpickle.Pickler):  # type: ignore[misc]
-    """cloudpickle's pickler, but a code object keeps its file. cloudpickle rebuilds a
-    function's code with ``<dynamic-code>`` as its file, so a failure's traceback would
-    show no source line, and its fingerprint (which names the file:
-    :func:`poisonq.failures.fingerprint`) would differ from the same failure outside the
-    guard. The helper runs the caller's own interpreter, so code goes through ``marshal``
-    instead, which keeps the file, the line table and the nested code; in format 2, which
-    writes no back-references: later formats choose them by reference counts, so the same
-    transform would pickle to other bytes (and start another helper) once a call had kept
-    one of its constants."""
-
-    dispatch_table: ClassVar[ChainMap[type, Any]] = ChainMap(
-        {types.CodeType: lambda code: (marshal.loads, (marshal.dumps(code, 2),))},
-        cloudpickle.Pickler.dispatch_table,
-    )
+    return dumps((transform, permanent))
 
 
 def _start(
