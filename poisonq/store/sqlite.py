@@ -54,6 +54,7 @@ from poisonq.store.base import (
 from poisonq.store.entities_sql import EntityStatements
 from poisonq.store.history import HistoryBuffer, HistoryKeeper
 from poisonq.store.housekeeping_sql import HousekeepingStatements
+from poisonq.store.leases_sql import within
 from poisonq.store.ledger import LedgerCounts
 from poisonq.store.rows import (
     ENTITY_COLUMNS,
@@ -73,7 +74,7 @@ from poisonq.store.shared_sql import (
     Params,
 )
 from poisonq.store.sqlite_history import SqliteHistory
-from poisonq.store.sqlite_leases import SqliteLeases, within
+from poisonq.store.sqlite_leases import SqliteLeases
 from poisonq.store.sqlite_rows import (
     INSERT_CHUNK,
     LEDGER_COLUMNS,

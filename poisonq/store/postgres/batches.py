@@ -110,23 +110,6 @@ class BatchQueries(LeaseStatements, DeadLetterAnalysis, StatementRunner):
             last=last,
         )
 
-    def delete_leases(self, entity_id: int, consumer: str, before: int) -> None:
-        self._run(
-            "DELETE FROM leases WHERE entity_id = %b AND consumer = %b AND number < %b",
-            (entity_id, consumer, before),
-        )
-
-    def lease_rows(
-        self, entity_id: int, token: str, lo: int, hi: int, now: float
-    ) -> list[tuple[Any, ...]]:
-        return self._fetch_all(
-            "SELECT seq, message_id, body, content_type, subject, properties, session_id,"
-            " correlation_id, enqueued_at, delivery_count FROM messages"
-            " WHERE entity_id = %b AND state = 'locked' AND seq BETWEEN %b AND %b"
-            " AND lock_token = %b AND locked_until > %b ORDER BY seq",
-            (entity_id, lo, hi, token, now),
-        )
-
     # Tasks --------------------------------------------------------------------------------
     def select(
         self,
