@@ -62,6 +62,34 @@ class LeaseStatements(SharedStatements):
     # they are until it does (PostgreSQL's FOR UPDATE; SQLite runs one writer at a time).
     _PIN = ""
 
+    def _changing_covers(self, entity_id: int) -> None:
+        """Called before a change of the entity's covers that decides what others may
+        claim (a store whose transactions run side by side keeps them out meanwhile)."""
+
+    def _give_back_covered(
+        self, entity_id: int, token: str, lo: int, hi: int, seqs: Sequence[int] | None, now: float
+    ) -> list[int]:
+        """Release what the lease with ``token`` holds by its cover in ``[lo, hi]`` (and in
+        ``seqs``, if given), no delivery counted; returns those messages. The whole top
+        cover given back: its messages are the freshest in the queue, so forgetting the
+        cover returns them as they were. Any other part leaves the cover as a message that
+        came back does: unleasable, received and leased row by row."""
+        cover = self._cover(entity_id, token, now)
+        if cover is None:
+            return []
+        whole = seqs is None and lo <= cover[0] and cover[1] <= hi
+        if whole:
+            self._changing_covers(entity_id)
+        covered = self._in_cover(entity_id, cover, seqs, lo, hi)
+        if whole and cover[1] == self.cover_top(entity_id):
+            self._forget_cover(entity_id, token)
+        elif covered:
+            self._execute(
+                f"UPDATE messages SET leasable = 0 WHERE seq {self._in_list('seqs')}",
+                {"seqs": self._list(covered)},
+            )
+        return covered
+
     def _insert_lease(self, entity_id: int, lease: Lease, **columns: Any) -> None:
         """Record ``lease``, with the store's own ``columns`` (names are ours, never user
         input)."""
