@@ -581,7 +581,8 @@ class PostgresTransaction(
                 completed += self._completed(
                     entity_id,
                     self._run(
-                        "DELETE FROM messages WHERE seq = ANY(%b) RETURNING seq, size",
+                        "DELETE FROM messages WHERE seq = ANY(%b) AND leasable = 1"
+                        " AND state IN ('active', 'dead_lettered') RETURNING seq, size",
                         (covered,),
                     ),
                 )
