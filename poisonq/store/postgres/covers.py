@@ -68,17 +68,17 @@ def receivable(columns: str, lock: str = "") -> str:
     )
 
 
-# A lease's batch taken in one statement: the messages that came back locked row by row, the
-# fresh ones left as they are (the cover); the batch's count, range and cover range.
-_TAKE = (
-    f"WITH batch AS MATERIALIZED ({receivable('seq, leasable')}),"
-    " locked AS (UPDATE messages SET state = 'locked', lock_token = %(token)b,"
-    " locked_until = %(until)b, delivery_count = delivery_count + 1"
-    " WHERE seq IN (SELECT seq FROM batch WHERE leasable = 0) AND entity_id = %(entity)b"
-    " AND state = %(ready)b RETURNING seq),"
-    " held AS (SELECT seq FROM batch WHERE leasable = 1 UNION ALL SELECT seq FROM locked)"
-    " SELECT count(*), min(seq), max(seq), (SELECT min(seq) FROM batch WHERE leasable = 1),"
-    " (SELECT max(seq) FROM batch WHERE leasable = 1) FROM held"
+# A lease's batch: how many fresh messages (the cover) and their range, and the sequence
+# numbers of those that came back, which the lease locks row by row.
+_BATCH = (
+    "SELECT count(*) FILTER (WHERE leasable = 1), min(seq) FILTER (WHERE leasable = 1),"
+    " max(seq) FILTER (WHERE leasable = 1), array_agg(seq) FILTER (WHERE leasable = 0)"
+    f" FROM ({receivable('seq, leasable')}) AS batch"
+)
+_LOCK_CAME_BACK = (
+    "UPDATE messages SET state = 'locked', lock_token = %(token)b, locked_until = %(until)b,"
+    " delivery_count = delivery_count + 1 WHERE seq = ANY(%(seqs)b) AND entity_id = %(entity)b"
+    " AND state = %(ready)b RETURNING seq"
 )
 
 
@@ -117,18 +117,19 @@ class PostgresCovers(LeaseStatements, StatementRunner):
         now: float,
     ) -> Lease | None:
         self._changing_covers(entity_id)
-        ((count, first, last, cover_lo, cover_hi),) = self._fetch_all(
-            _TAKE,
-            {
-                "entity": entity_id,
-                "ready": ready.value,
-                "limit": limit,
-                "token": token,
-                "until": locked_until,
-            },
-        )
-        if not count:
+        params = {"entity": entity_id, "ready": ready.value, "limit": limit}
+        ((fresh, cover_lo, cover_hi, came_back),) = self._fetch_all(_BATCH, params)
+        locked: list[int] = []
+        if came_back:  # (the fresh ones nobody else can claim now: they need no lock)
+            rows = self._fetch_all(
+                _LOCK_CAME_BACK,
+                {**params, "seqs": came_back, "token": token, "until": locked_until},
+            )
+            locked = [row[0] for row in rows]
+        held = locked + ([cover_lo, cover_hi] if fresh else [])
+        if not held:
             return None
+        count, first, last = fresh + len(locked), min(held), max(held)
         lease = Lease(name, consumer, number, token, count, first, last, now)
         self._insert_lease(
             entity_id, lease, locked_until=locked_until, cover_lo=cover_lo, cover_hi=cover_hi
