@@ -9,7 +9,7 @@ from typing import Any
 from poisonq.model import MessageState
 from poisonq.store.base import MessageFilter
 from poisonq.store.dead_letters_sql import DeadLetterAnalysis
-from poisonq.store.postgres.covers import COVERED, PostgresCovers, receivable
+from poisonq.store.postgres.covers import COVERED, TOP, PostgresCovers, receivable
 from poisonq.store.rows import filter_sql
 
 
@@ -119,10 +119,12 @@ class BatchQueries(PostgresCovers, DeadLetterAnalysis):
         clauses, params = named_filter(where)
         kept = self._kept_count(entity_id, where) if aggregated else None
         named = {"entity": entity_id, **params}
-        if kept is not None:  # less the locked ones, found by the state index, and covered
+        if kept is not None:  # less the locked ones and the covered, each by the state index
             ((locked,),) = self._fetch_all(
-                "SELECT count(*) FROM messages WHERE entity_id = %(entity)b"
-                f" AND (state = 'locked' OR {COVERED}){clauses}",
+                "SELECT (SELECT count(*) FROM messages WHERE entity_id = %(entity)b"
+                f" AND state = 'locked'{clauses}) + (SELECT count(*) FROM messages"
+                " WHERE entity_id = %(entity)b AND state IN ('active', 'dead_lettered')"
+                f" AND leasable = 1 AND seq <= {TOP}{clauses})",
                 named,
             )
             return kept - int(locked)

@@ -116,13 +116,6 @@ _ALIKE = (
 # statement, so that a deleted entity gets no rows: see _check_destination.
 _DESTINATION = "(SELECT id FROM entities WHERE id = %(destination)b FOR KEY SHARE) AS destination"
 
-# Whether a message is held by the valid cover of the lease with ``token``.
-_HELD_BY_COVER = (
-    "(leasable = 1 AND state IN ('active', 'dead_lettered') AND EXISTS (SELECT FROM leases l"
-    " WHERE l.entity_id = %(entity)b AND l.lock_token = %(token)b AND l.cover_lo IS NOT NULL"
-    " AND l.locked_until > %(now)b AND messages.seq BETWEEN l.cover_lo AND l.cover_hi))"
-)
-
 # A settlement's rows joined with the messages they name, by sequence number. The array
 # of sequence numbers too: once the plan of the statement is generic (after five runs of a
 # prepared statement), the join alone was planned as a walk of the entity's messages for
@@ -134,7 +127,9 @@ _NAMED = (
 )
 # A message a lease's cover holds counts its delivery in its row as it leaves (COVERED asks the
 # source's covers); a dead letter is never leasable (a cover of its queue taken meanwhile
-# must not count it).
+# must not count it). Covered messages go by a statement of their own, without a token (see
+# dead_letter_each): a test of the covers beside the lock's would keep the planner from
+# finding the locked messages by the state index.
 _DEAD_LETTER = (
     "UPDATE messages SET entity_id = destination.id, state = 'dead_lettered',"
     " lock_token = NULL, locked_until = NULL, dead_letter_reason = letter.reason,"
@@ -147,11 +142,22 @@ _DEAD_LETTER = (
     f" {_record_failure('letter.failure')}"
     f" FROM {_DESTINATION}, {{letters}} WHERE {_NAMED.format(alias='letter')}"
     f" AND state IN {_LIVE} AND (%(token)b::text IS NULL"
-    "   OR (state = 'locked' AND lock_token = %(token)b AND locked_until > %(now)b)"
-    f"   OR {_HELD_BY_COVER})"
+    "   OR (state = 'locked' AND lock_token = %(token)b AND locked_until > %(now)b))"
     " RETURNING seq, size, dead_letter_reason, subject, last_fingerprint"
 )
 _DEAD_LETTER_EACH = _DEAD_LETTER.format(letters=_LETTERS)
+# An abandon of messages ``held`` (a condition: locked, or held by a lease's cover), each with
+# its failure. Two statements rather than one test of both, for the reason _DEAD_LETTER's
+# covered messages go apart; a covered message's delivery is counted in its row as it leaves
+# its lease.
+_ABANDON = (
+    "UPDATE messages SET state = %(ready)b, lock_token = NULL, locked_until = NULL,"
+    f" delivery_count = delivery_count + {COVER_DELIVERY}, leasable = 0,"
+    f" abort_count = abort_count + 1, {_record_failure('failed.failure')}"
+    " FROM unnest(%(seqs)b::bigint[], %(failures)b::jsonb[])"
+    f" AS failed(sequence_number, failure) WHERE {_NAMED.format(alias='failed')}"
+    " AND {held}"
+)
 _DEAD_LETTER_ALIKE = _DEAD_LETTER.format(letters=_ALIKE)
 
 
@@ -648,21 +654,15 @@ class PostgresTransaction(
         failures: Sequence[dict[str, Any] | None],
         lock_expired: bool,
     ) -> int:
-        # A covered message's delivery is counted in its row as it leaves its lease.
-        changed = self._changed(
-            "UPDATE messages SET state = %(ready)b, lock_token = NULL, locked_until = NULL,"
-            f" delivery_count = delivery_count + {COVER_DELIVERY}, leasable = 0,"
-            f" abort_count = abort_count + 1, {_record_failure('failed.failure')}"
-            " FROM unnest(%(seqs)b::bigint[], %(failures)b::jsonb[])"
-            f" AS failed(sequence_number, failure) WHERE {_NAMED.format(alias='failed')}"
-            f" AND (state = 'locked' OR {COVERED})",
-            {
-                "ready": ready.value,
-                "failures": [_failure_json(failure) for failure in failures],
-                "entity": entity_id,
-                "seqs": list(seqs),
-            },
-        )
+        params = {
+            "ready": ready.value,
+            "failures": [_failure_json(failure) for failure in failures],
+            "entity": entity_id,
+            "seqs": list(seqs),
+        }
+        changed = self._changed(_ABANDON.format(held="state = 'locked'"), params)
+        if changed < len(seqs):  # the others are held by a lease's cover (the engine checked)
+            changed += self._changed(_ABANDON.format(held=COVERED), params)
         self._count_returned(entity_id, changed, lock_expired)
         return changed
 
@@ -711,37 +711,40 @@ class PostgresTransaction(
         now: float,
         lock_token: str | None = None,
     ) -> list[int]:
-        first = all_alike(letters)
-        alike = first is not None
-        first = first or Letter(0, "", None, None)
-        params: dict[str, Any] = {
-            "destination": destination_id,
-            "source": source,
-            "now": now,
-            "entity": entity_id,
-            "token": lock_token,
-            "seqs": [letter.seq for letter in letters],
-        }
-        if alike:
-            params.update(
-                reason=first.reason,
-                description=first.description,
-                failure=_failure_json(first.failure),
-            )
-        else:
-            params.update(
-                reasons=[letter.reason for letter in letters],
-                descriptions=[letter.description for letter in letters],
-                failures=[_failure_json(letter.failure) for letter in letters],
-            )
-        moving = self._run(_DEAD_LETTER_ALIKE if alike else _DEAD_LETTER_EACH, params)
+        where = {"destination": destination_id, "source": source, "now": now, "entity": entity_id}
+        moving = self._dead_letter(letters, {**where, "token": lock_token})
         self._sweep_after(entity_id, now)
         rows = moving.fetchall()
+        if lock_token is not None and len(rows) < len(letters):  # held by a lease's cover?
+            done = {row[0] for row in rows}
+            rest = [letter.seq for letter in letters if letter.seq not in done]
+            covered = set(self._covered_of(entity_id, lock_token, rest, now))
+            if covered:  # checked and pinned: moved as a sweep moves them, by no token
+                held = [letter for letter in letters if letter.seq in covered]
+                rows += self._dead_letter(held, {**where, "token": None}).fetchall()
         self._check_destination(destination_id, len(letters), len(rows))
         moved, size = len(rows), sum(row[1] for row in rows)
         self.history.dead_lettered(destination_id, (row[2:] for row in rows))
         self._count_moved(entity_id, destination_id, moved, size, "dead_lettered")
         return sorted(row[0] for row in rows)
+
+    def _dead_letter(self, letters: Sequence[Letter], params: dict[str, Any]) -> Cursor[Any]:
+        """Queue the move of ``letters`` (see :data:`_DEAD_LETTER`), with ``params``."""
+        first = all_alike(letters)
+        params = {**params, "seqs": [letter.seq for letter in letters]}
+        if first is not None:
+            params.update(
+                reason=first.reason,
+                description=first.description,
+                failure=_failure_json(first.failure),
+            )
+            return self._run(_DEAD_LETTER_ALIKE, params)
+        params.update(
+            reasons=[letter.reason for letter in letters],
+            descriptions=[letter.description for letter in letters],
+            failures=[_failure_json(letter.failure) for letter in letters],
+        )
+        return self._run(_DEAD_LETTER_EACH, params)
 
     def drop(self, entity_id: int, seqs: Sequence[int]) -> int:
         rows = self._fetch_all(
