@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import poisonq
-from poisonq import Abandon, Broker, Complete, DeadLetter, ManualClock, Release
+from poisonq import Abandon, Broker, Complete, DeadLetter, ManualClock, Message, Release
 from poisonq.failures import failure_from_exception
 from poisonq.store.base import LEASE_COLUMNS, MessageFilter
 from tests.helpers import assert_balanced, execute_behind_the_back, fill
@@ -410,4 +410,27 @@ def test_leases_receivers_and_senders_at_once_never_share_a_message(
     assert len(sent) == 500
     assert taken == Counter(sent)  # each once, none left out
     assert broker.counts(queue)["completed"] == 500
+    assert_balanced(broker)
+
+
+def test_a_leased_message_does_not_expire_until_its_lease_gives_it_back(
+    broker: Broker, clock: ManualClock
+) -> None:
+    """A message a lease holds is locked, and time to live applies to what waits in the
+    queue: past its TTL it stays with its lease. When the lease's lock runs out it comes
+    back with the delivery counted, and then expires (dead-lettered)."""
+    broker.create_queue("ttl", lock_duration=30, dead_lettering_on_message_expiration=True)
+    broker.sender("ttl").send([Message(body=b"x", time_to_live=10) for _ in range(3)])
+    lease = broker.acquire_lease("ttl", "pipeline", 1, max_messages=3)
+    assert lease is not None
+    clock.advance(20)  # past the TTL, within the lease's lock
+    assert broker.counts("ttl")["locked"] == 3
+    assert broker.peek("ttl/$deadletterqueue", max_messages=10) == []
+    assert len(broker.lease_rows(lease)) == 3
+    clock.advance(20)  # the lease's lock ran out
+    dead = broker.peek("ttl/$deadletterqueue", max_messages=10)
+    assert [(m.dead_letter_reason, m.delivery_count) for m in dead] == [
+        ("TTLExpiredException", 1)
+    ] * 3
+    assert broker.complete_lease(lease) == 0
     assert_balanced(broker)
