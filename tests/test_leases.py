@@ -336,18 +336,19 @@ def test_a_lease_range_bound_is_a_sequence_number(broker: Broker, queue: str) ->
 
 
 def test_a_postgresql_lease_writes_no_message_row(pg_url: str, clock: ManualClock) -> None:
-    """Taking and renewing a lease of fresh messages on PostgreSQL writes none of their rows
-    (each keeps its version, xmin and place, ctid): the lease holds them as one range, as on
-    SQLite. Completing it deletes them."""
+    """Taking, renewing and reading a lease of fresh messages on PostgreSQL writes none of
+    their rows (each keeps its version, xmin, its place, ctid, and is not even locked, xmax):
+    the lease holds them as one range, as on SQLite. Completing it deletes them."""
     with poisonq.connect(pg_url, clock=clock) as broker:
         broker.create_queue("fresh")
         fill(broker, "fresh", 200)
-        versions = "SELECT seq, xmin::text, ctid::text FROM messages ORDER BY seq"
+        versions = "SELECT seq, xmin::text, xmax::text, ctid::text FROM messages ORDER BY seq"
         before = execute_behind_the_back(pg_url, versions)
         lease = broker.acquire_lease("fresh", "pipeline", 1, max_messages=200)
         assert lease is not None and lease.count == 200
         assert broker.renew_lease(lease) == 200
         assert len(broker.lease_rows(lease)) == 200
+        assert len(broker.lease_sequence_numbers(lease)) == 200
         assert execute_behind_the_back(pg_url, versions) == before
         assert broker.counts("fresh")["locked"] == 200
         assert broker.complete_lease(lease) == 200

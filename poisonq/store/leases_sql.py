@@ -58,8 +58,9 @@ def within(cover: tuple[int, int] | None, lo: int, hi: int) -> tuple[int, int] |
 class LeaseStatements(SharedStatements):
     """The lease methods of both stores' transactions."""
 
-    # What a read of covered messages that a settlement then acts on adds, to keep them as
-    # they are until it does (PostgreSQL's FOR UPDATE; SQLite runs one writer at a time).
+    # What a read of named covered messages that a settlement then acts on adds, to keep them
+    # as they are until it does (PostgreSQL's FOR UPDATE; SQLite runs one writer at a time).
+    # A read of a lease's range never pins: that would write every row it holds.
     _PIN = ""
 
     def _changing_covers(self, entity_id: int) -> None:
@@ -80,12 +81,13 @@ class LeaseStatements(SharedStatements):
         whole = seqs is None and lo <= cover[0] and cover[1] <= hi
         if whole:
             self._changing_covers(entity_id)
-        covered = self._in_cover(entity_id, cover, seqs, lo, hi)
+        covered = self._in_cover(entity_id, cover, seqs, lo, hi, pin=seqs is not None)
         if whole and cover[1] == self.cover_top(entity_id):
             self._forget_cover(entity_id, token)
         elif covered:
             self._execute(
-                f"UPDATE messages SET leasable = 0 WHERE seq {self._in_list('seqs')}",
+                f"UPDATE messages SET leasable = 0 WHERE seq {self._in_list('seqs')}"
+                f" AND {_IN_COVERS}",
                 {"seqs": self._list(covered)},
             )
         return covered
@@ -237,17 +239,12 @@ class LeaseStatements(SharedStatements):
             {"entity": entity_id, "token": token},
         )
 
-    def _covered(
-        self, entity_id: int, token: str, seqs: Sequence[int] | None, lo: int, hi: int, now: float
-    ) -> list[int]:
-        """The messages in ``[lo, hi]`` (and in ``seqs``, if given) that the lease with
-        ``token`` validly holds by its cover, ascending."""
-        return self._in_cover(entity_id, self._cover(entity_id, token, now), seqs, lo, hi)
-
     def _covered_of(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
-        """Those of ``seqs`` (some) that the lease with ``token`` validly holds by its cover:
-        a settlement's messages that no lock of their own held, kept as they are for it."""
-        return self._covered(entity_id, token, seqs, min(seqs), max(seqs), now)
+        """Those of ``seqs`` (some) that the lease with ``token`` validly holds by its cover,
+        ascending: a settlement's messages that no lock of their own held, kept as they are
+        for it."""
+        cover = self._cover(entity_id, token, now)
+        return self._in_cover(entity_id, cover, seqs, min(seqs), max(seqs), pin=True)
 
     def _in_cover(
         self,
@@ -256,8 +253,11 @@ class LeaseStatements(SharedStatements):
         seqs: Sequence[int] | None,
         lo: int,
         hi: int,
+        *,
+        pin: bool = False,
     ) -> list[int]:
-        """The messages in ``[lo, hi]`` (and in ``seqs``, if given) that ``cover`` holds."""
+        """The messages in ``[lo, hi]`` (and in ``seqs``, if given) that ``cover`` holds
+        (with ``pin``, kept as they are for this transaction: see :attr:`_PIN`)."""
         span = within(cover, lo, hi)
         if span is None:
             return []
@@ -266,7 +266,7 @@ class LeaseStatements(SharedStatements):
         which = "entity_id" if seqs is None else f"seq {self._in_list('seqs')} AND +entity_id"
         rows = self._query(
             f"SELECT seq FROM messages WHERE {which} = :entity AND {_IN_COVERS}"
-            f" AND seq BETWEEN :lo AND :hi ORDER BY seq{self._PIN}",
+            f" AND seq BETWEEN :lo AND :hi ORDER BY seq{self._PIN if pin else ''}",
             {
                 "seqs": None if seqs is None else self._list(seqs),
                 "entity": entity_id,
@@ -306,7 +306,7 @@ class LeaseStatements(SharedStatements):
             span = within(self._cover(entity_id, token, now), lo, hi)
             covered = [] if span is None else self._first_covered(entity_id, *span)
         else:
-            covered = self._covered(entity_id, token, None, lo, hi, now)
+            covered = self._in_cover(entity_id, self._cover(entity_id, token, now), None, lo, hi)
         return sorted(locked + covered)
 
     def _first_covered(self, entity_id: int, lo: int, hi: int) -> list[int]:

@@ -8,6 +8,9 @@ SQLite runs one writer at a time; here transactions run side by side under READ 
 
 - receiving locks rows with ``FOR UPDATE SKIP LOCKED``: competing receivers take disjoint
   batches without waiting for each other;
+- a lease's cover locks no row (``covers.py``): what keeps its messages from other claims is
+  the entity's cover lock, held shared by every receive, TTL sweep, bulk task and send of the
+  entity and exclusive by a lease while it takes its batch;
 - every read that a later statement of the same transaction acts on (expired locks and TTLs,
   the locks a settlement names, the messages a bulk task selects) locks its rows
   (``FOR UPDATE``), so no other transaction can change them in between;
