@@ -12,7 +12,7 @@ rows as the executors do, and complete it, against two bare-SQL floors in the sa
 Both floors use one table of messages, each body in its row, as the store does (schema 15),
 and the same bodies. Prints one line: ``lease_cycle_us_per_msg=… row_locks_floor_us_per_msg=…
 range_floor_us_per_msg=… ratio_to_range_floor=…`` (the floor's time over ours: 1.0 would be
-the floor itself). The floors are SQLite's: on PostgreSQL the line is ``store=postgresql
+the floor itself). The floors are SQLite's: on another store the line is ``store=postgresql
 lease_cycle_us_per_msg=…`` alone.
 """
 
@@ -46,6 +46,10 @@ def poisonq_cycle(url: str, queue: str, count: int) -> float:
         assert len(broker.lease_rows(lease)) == count
         assert broker.complete_lease(lease) == count
         return time.perf_counter() - started
+
+
+def sqlite_cycle(work: Path, count: int) -> float:
+    return poisonq_cycle(f"sqlite:///{work / 'poisonq.db'}", "orders", count)
 
 
 def _bare(work: Path, count: int, name: str) -> sqlite3.Connection:
@@ -129,12 +133,14 @@ def main() -> None:
         "--postgres", action="store_true", help="start a temporary PostgreSQL server and use it"
     )
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp, store_url(args, tmp) as url:
-        # A queue of its own for each run: the store is one for all of them.
-        times = [poisonq_cycle(url, f"orders{n}", args.messages) for n in range(args.repeats)]
-    ours = statistics.median(times) / args.messages * 1e6
-    if not url.startswith("sqlite"):
-        print(f"store=postgresql lease_cycle_us_per_msg={ours:.2f}")
+    if not (args.url or args.postgres):  # a fresh SQLite file for each run, as the floors
+        ours = median_us(sqlite_cycle, args.messages, args.repeats)
+    else:
+        with tempfile.TemporaryDirectory() as tmp, store_url(args, tmp) as url:
+            # A queue of its own for each run: the store is one for all of them.
+            times = [poisonq_cycle(url, f"orders{n}", args.messages) for n in range(args.repeats)]
+        ours = statistics.median(times) / args.messages * 1e6
+        print(f"store={url.split(':', 1)[0]} lease_cycle_us_per_msg={ours:.2f}")
         return
     row_locks = median_us(row_locks_floor, args.messages, args.repeats)
     ranged = median_us(range_floor, args.messages, args.repeats)

@@ -329,13 +329,14 @@ class LeaseStatements(SharedStatements):
         span = within(self._cover(entity_id, token, now), lo, hi)
         if span is None:
             return rows
+        # Sorted here: ORDER BY made SQLite sort the rows, bodies and all, in a temporary
+        # B-tree (they come in order, or nearly, and sorting them here costs little).
         covered = self._query(
             f"SELECT {_LEASE_COLUMNS}, delivery_count + 1 FROM messages"
-            f" WHERE entity_id = :entity AND {_IN_COVERS} AND seq BETWEEN :lo AND :hi"
-            " ORDER BY seq",
+            f" WHERE entity_id = :entity AND {_IN_COVERS} AND seq BETWEEN :lo AND :hi",
             {"entity": entity_id, "lo": span[0], "hi": span[1]},
         )
-        return sorted(rows + covered, key=_first) if rows else covered
+        return sorted(rows + covered, key=_first)
 
 
 def _first(row: tuple[Any, ...]) -> Any:
