@@ -35,6 +35,11 @@ BENCHES = [
     ("sensor_events", ["--events", "2000", "--batch", "1000"], "batch="),
     ("pipeline_floors", ["--messages", "2000"], "="),
     ("lease_cycle", ["--messages", "1000", "--repeats", "1"], "lease_cycle_us_per_msg"),
+    (
+        "lease_cycle",
+        ["--messages", "1000", "--repeats", "1", "--url", "{pg}"],
+        "store=postgresql",
+    ),
     ("failure_letters", ["--messages", "200", "--repeats", "1"], "lease_dead_letter_us"),
     (
         "failure_letters",

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 import poisonq
-from poisonq import Abandon, Broker, Complete, DeadLetter, ManualClock, Release
+from poisonq import Abandon, Broker, Complete, DeadLetter, ManualClock, Message, Release
 from poisonq.failures import failure_from_exception
 from poisonq.store.base import LEASE_COLUMNS, MessageFilter
-from tests.helpers import assert_balanced, fill
+from tests.helpers import assert_balanced, execute_behind_the_back, fill
 
 
 def test_a_lease_locks_a_batch_under_one_token(broker: Broker, queue: str) -> None:
@@ -329,3 +333,105 @@ def test_a_lease_range_bound_is_a_sequence_number(broker: Broker, queue: str) ->
         with pytest.raises(poisonq.InvalidOptionError):
             broker.release_lease(lease, None, bad)  # type: ignore[arg-type]
     assert len(broker.lease_rows(lease)) == 2
+
+
+def test_a_postgresql_lease_writes_no_message_row(pg_url: str, clock: ManualClock) -> None:
+    """Taking, renewing and reading a lease of fresh messages on PostgreSQL writes none of
+    their rows (each keeps its version, xmin, its place, ctid, and is not even locked, xmax):
+    the lease holds them as one range, as on SQLite. Completing it deletes them."""
+    with poisonq.connect(pg_url, clock=clock) as broker:
+        broker.create_queue("fresh")
+        fill(broker, "fresh", 200)
+        versions = "SELECT seq, xmin::text, xmax::text, ctid::text FROM messages ORDER BY seq"
+        before = execute_behind_the_back(pg_url, versions)
+        lease = broker.acquire_lease("fresh", "pipeline", 1, max_messages=200)
+        assert lease is not None and lease.count == 200
+        assert broker.renew_lease(lease) == 200
+        assert len(broker.lease_rows(lease)) == 200
+        assert len(broker.lease_sequence_numbers(lease)) == 200
+        assert execute_behind_the_back(pg_url, versions) == before
+        assert broker.counts("fresh")["locked"] == 200
+        assert broker.complete_lease(lease) == 200
+        assert execute_behind_the_back(pg_url, versions) == []
+        assert_balanced(broker)
+
+
+def test_leases_receivers_and_senders_at_once_never_share_a_message(
+    broker: Broker, queue: str
+) -> None:
+    """Leases and receivers taking from one queue while a sender adds to it, each in threads
+    of its own: every message sent is taken by exactly one of them and completed once (a
+    message sent while a lease is taken is never inside its range unread)."""
+    sent: list[int] = []
+    taken: Counter[int] = Counter()
+    sending = threading.Event()
+    sending.set()
+    guard = threading.Lock()
+
+    def send() -> None:
+        try:
+            for _ in range(100):  # small batches: many sends while leases are taken
+                sent.extend(fill(broker, queue, 5))
+        finally:
+            sending.clear()
+
+    def lease(consumer: str) -> None:
+        number = 0
+        while True:
+            number += 1
+            held = broker.acquire_lease(queue, consumer, number, max_messages=7)
+            if held is None:
+                number -= 1
+                if not sending.is_set():
+                    return
+                continue
+            seqs = [row[0] for row in broker.lease_rows(held)]
+            with guard:
+                taken.update(seqs)
+            assert broker.complete_lease(held) == len(seqs)
+
+    def receive() -> None:
+        receiver = broker.receiver(queue)
+        while True:
+            got = receiver.receive(max_messages=10)
+            if not got:
+                if not sending.is_set():
+                    return
+                continue
+            with guard:
+                taken.update(m.sequence_number for m in got)
+            receiver.complete(got)
+
+    with ThreadPoolExecutor(7) as pool:
+        work = [pool.submit(send)]
+        work += [pool.submit(lease, f"c{n}") for n in range(3)]
+        work += [pool.submit(receive) for _ in range(3)]
+        for done in work:
+            done.result(timeout=100)  # a worker's failure fails the test
+    assert len(sent) == 500
+    assert taken == Counter(sent)  # each once, none left out
+    assert broker.counts(queue)["completed"] == 500
+    assert_balanced(broker)
+
+
+def test_a_leased_message_does_not_expire_until_its_lease_gives_it_back(
+    broker: Broker, clock: ManualClock
+) -> None:
+    """A message a lease holds is locked, and time to live applies to what waits in the
+    queue: past its TTL it stays with its lease. When the lease's lock runs out it comes
+    back with the delivery counted, and then expires (dead-lettered)."""
+    broker.create_queue("ttl", lock_duration=30, dead_lettering_on_message_expiration=True)
+    broker.sender("ttl").send([Message(body=b"x", time_to_live=10) for _ in range(3)])
+    lease = broker.acquire_lease("ttl", "pipeline", 1, max_messages=3)
+    assert lease is not None
+    clock.advance(20)  # past the TTL, within the lease's lock
+    assert broker.counts("ttl")["locked"] == 3
+    assert broker.peek("ttl/$deadletterqueue", max_messages=10) == []
+    assert len(broker.lease_rows(lease)) == 3
+    clock.advance(20)  # the lease's lock ran out
+    dead = broker.peek("ttl/$deadletterqueue", max_messages=10)
+    assert [(m.dead_letter_reason, m.delivery_count) for m in dead] == [
+        ("TTLExpiredException", 1)
+    ] * 3
+    assert broker.complete_lease(lease) == 0
+    assert_balanced(broker)

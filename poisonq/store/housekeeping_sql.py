@@ -7,7 +7,8 @@ One statement, three probes, each a seek on an index: ``messages_by_state`` for 
 that ran out, the partial ``messages_scheduled`` for the scheduled messages whose time has
 come (the entity's own, and its retry subqueue's whose cycle delay has passed), the partial
 ``messages_expiring`` for the messages past their time to live. A deferred message is not
-among them: it never expires (Service Bus). SQLite adds the lease covers that ran out.
+among them: it never expires (Service Bus). A fourth probe looks for the lease covers that ran
+out, among the few leases that have one.
 
 The locks that ran out are found among the entity's locked messages (the index holds no
 ``locked_until``): a read pays as much as a receive's own sweep does, nothing when nothing is
@@ -25,9 +26,8 @@ class HousekeepingStatements(SharedStatements):
     # What a store adds to the probes: PostgreSQL fences each subquery off (OFFSET 0), or
     # its planner merges the state condition of the probe by expires_at in and walks every
     # active message of the entity by the state index instead, and turns the probes of
-    # every entity into one hashed scan of the whole table; SQLite probes its lease covers.
+    # every entity into one hashed scan of the whole table.
     _FENCE = ""
-    _MORE = ""
 
     def _probes(self, entity: str, scheduled_in: str) -> str:
         """Whether anything of ``entity`` (an expression) is due, with its scheduled
@@ -40,7 +40,11 @@ class HousekeepingStatements(SharedStatements):
             f"   AND state = 'scheduled' AND visible_at <= :now{fence})"
             " OR EXISTS (SELECT 1 FROM (SELECT state FROM messages"
             f"   WHERE entity_id = {entity} AND expires_at <= :now{fence}) AS m"
-            "   WHERE state IN ('scheduled', 'active'))" + self._MORE.format(entity=entity)
+            "   WHERE state IN ('scheduled', 'active'))"
+            # A lease's cover that ran out is a run of locks that ran out (no message row
+            # says so).
+            f" OR EXISTS (SELECT 1 FROM leases WHERE entity_id = {entity}"
+            f"   AND cover_lo IS NOT NULL AND locked_until <= :now{fence})"
         )
 
     def housekeeping_due(self, entity_id: int, cycle_id: int, now: float) -> bool:

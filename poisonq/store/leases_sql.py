@@ -1,22 +1,96 @@
 """Leases in both stores: the row each lease keeps (its number, token, range and plans), and
-the locks it holds message by message.
+what it holds, by its cover and message by message.
 
-How a lease locks its batch differs (SQLite holds the fresh part as one range, its cover;
-PostgreSQL locks every row, which competing consumers skip): each store locks in its own
-``lock_lease``, and SQLite adds what its covers hold to ``renew_lease``, ``revive_lease``
-and ``lease_seqs``, which here cover the messages locked row by row.
+A lease locks the fresh part of its batch as one range (its *cover*): the ready messages in
+it that are still leasable (never back in the queue since they were sent) are held by the
+lease, under its token and its lock time, with one delivery more than their rows say, and
+nothing is written per message. The rest of the batch (messages that came back after an
+abandon, a lock expiry, a move) is locked row by row under the same token, as a receiver
+locks. So taking and renewing a lease is one row's write; settling a message apart from its
+batch writes that message (and counts its delivery in its row); completing the batch deletes
+the rows it holds.
+
+Every ready, leasable message at or below the top of its entity's covers lies in exactly one
+cover (a lease's cover begins above the covers before it, and a message that comes back to
+ready stops being leasable), so the top is all a statement that changes rows needs to ask
+(:func:`covered`). Readers see a covered message as locked through the ``held_messages`` view.
+
+How a lease takes its batch is each store's own ``lock_lease``: SQLite runs one writer at a
+time; PostgreSQL keeps whatever could claim a message out while a cover is taken
+(``postgres/covers.py``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from poisonq.model import Lease
 from poisonq.store.shared_sql import SharedStatements
 
+# The ready states: a queue's messages are active, a dead-letter queue's dead-lettered.
+_READY = "state IN ('active', 'dead_lettered')"
+# The messages a cover holds, among those a statement names.
+_IN_COVERS = f"leasable = 1 AND {_READY}"
+_LEASE_COLUMNS = (
+    "seq, message_id, body, content_type, subject, properties, session_id, correlation_id,"
+    " enqueued_at"
+)
+
+
+def covered(entity: str) -> str:
+    """Whether a row of ``messages`` is held by a lease's cover range (a boolean expression):
+    it is ready, leasable, and at or below the top of the cover ranges of ``entity`` (its
+    entity: an expression)."""
+    return (
+        f"({_IN_COVERS} AND seq <= coalesce((SELECT max(cover_hi) FROM leases"
+        f" WHERE leases.entity_id = {entity}), 0))"
+    )
+
+
+def within(cover: tuple[int, int] | None, lo: int, hi: int) -> tuple[int, int] | None:
+    """The part of ``[lo, hi]`` that ``cover`` spans, if any."""
+    if cover is None or max(lo, cover[0]) > min(hi, cover[1]):
+        return None
+    return max(lo, cover[0]), min(hi, cover[1])
+
 
 class LeaseStatements(SharedStatements):
     """The lease methods of both stores' transactions."""
+
+    # What a read of named covered messages that a settlement then acts on adds, to keep them
+    # as they are until it does (PostgreSQL's FOR UPDATE; SQLite runs one writer at a time).
+    # A read of a lease's range never pins: that would write every row it holds.
+    _PIN = ""
+
+    def _changing_covers(self, entity_id: int) -> None:
+        """Called before a change of the entity's covers that decides what others may
+        claim (a store whose transactions run side by side keeps them out meanwhile)."""
+
+    def _give_back_covered(
+        self, entity_id: int, token: str, lo: int, hi: int, seqs: Sequence[int] | None, now: float
+    ) -> list[int]:
+        """Release what the lease with ``token`` holds by its cover in ``[lo, hi]`` (and in
+        ``seqs``, if given), no delivery counted; returns those messages. The whole top
+        cover given back: its messages are the freshest in the queue, so forgetting the
+        cover returns them as they were. Any other part leaves the cover as a message that
+        came back does: unleasable, received and leased row by row."""
+        cover = self._cover(entity_id, token, now)
+        if cover is None:
+            return []
+        whole = seqs is None and lo <= cover[0] and cover[1] <= hi
+        if whole:
+            self._changing_covers(entity_id)
+        covered = self._in_cover(entity_id, cover, seqs, lo, hi, pin=seqs is not None)
+        if whole and cover[1] == self.cover_top(entity_id):
+            self._forget_cover(entity_id, token)
+        elif covered:
+            self._execute(
+                f"UPDATE messages SET leasable = 0 WHERE seq {self._in_list('seqs')}"
+                f" AND {_IN_COVERS}",
+                {"seqs": self._list(covered)},
+            )
+        return covered
 
     def _insert_lease(self, entity_id: int, lease: Lease, **columns: Any) -> None:
         """Record ``lease``, with the store's own ``columns`` (names are ours, never user
@@ -82,7 +156,7 @@ class LeaseStatements(SharedStatements):
     def renew_lease(
         self, entity_id: int, token: str, lo: int, hi: int, now: float, locked_until: float
     ) -> int:
-        return self._update(
+        renewed = self._update(
             "UPDATE messages SET locked_until = :until WHERE entity_id = :entity"
             " AND state = 'locked' AND lock_token = :token AND locked_until > :now"
             " AND seq BETWEEN :lo AND :hi",
@@ -95,15 +169,120 @@ class LeaseStatements(SharedStatements):
                 "hi": hi,
             },
         )
+        cover = self._cover(entity_id, token, now)
+        if cover is None:
+            return renewed
+        self._execute(
+            "UPDATE leases SET locked_until = :until WHERE entity_id = :entity"
+            " AND lock_token = :token",
+            {"until": locked_until, "entity": entity_id, "token": token},
+        )
+        return renewed + self._count_covered(entity_id, *cover)
 
     def revive_lease(
         self, entity_id: int, token: str, lo: int, hi: int, locked_until: float
     ) -> int:
         # As renew_lease, whether or not the locks ran out.
-        return self._update(
+        revived = self._update(
             "UPDATE messages SET locked_until = :until WHERE entity_id = :entity"
             " AND state = 'locked' AND lock_token = :token AND seq BETWEEN :lo AND :hi",
             {"until": locked_until, "entity": entity_id, "token": token, "lo": lo, "hi": hi},
+        )
+        rows = self._query(
+            "UPDATE leases SET locked_until = :until WHERE entity_id = :entity"
+            " AND lock_token = :token AND cover_lo IS NOT NULL RETURNING cover_lo, cover_hi",
+            {"until": locked_until, "entity": entity_id, "token": token},
+        )
+        if not rows:
+            return revived
+        return revived + self._count_covered(entity_id, max(lo, rows[0][0]), min(hi, rows[0][1]))
+
+    def _count_covered(self, entity_id: int, lo: int, hi: int) -> int:
+        """How many messages in ``[lo, hi]``, a part of one cover, it holds."""
+        ((count,),) = self._query(
+            f"SELECT count(*) FROM messages WHERE entity_id = :entity AND {_IN_COVERS}"
+            " AND seq BETWEEN :lo AND :hi",
+            {"entity": entity_id, "lo": lo, "hi": hi},
+        )
+        return int(count)
+
+    def close_expired_leases(self, entity_id: int, now: float) -> None:
+        self._execute(
+            "UPDATE leases SET cover_lo = NULL, cover_hi = NULL WHERE entity_id = :entity"
+            " AND cover_lo IS NOT NULL AND locked_until <= :now",
+            {"entity": entity_id, "now": now},
+        )
+
+    def cover_top(self, entity_id: int) -> int:
+        """The highest sequence number any lease of the entity covers (0: none)."""
+        ((top,),) = self._query(
+            "SELECT coalesce(max(cover_hi), 0) FROM leases WHERE entity_id = :entity"
+            " AND cover_lo IS NOT NULL",
+            {"entity": entity_id},
+        )
+        return int(top)
+
+    def _cover(self, entity_id: int, token: str, now: float) -> tuple[int, int] | None:
+        """The cover range of the lease with ``token``, if it has one and its lock holds."""
+        rows = self._query(
+            "SELECT cover_lo, cover_hi FROM leases WHERE entity_id = :entity"
+            " AND lock_token = :token AND cover_lo IS NOT NULL AND locked_until > :now",
+            {"entity": entity_id, "token": token, "now": now},
+        )
+        return (rows[0][0], rows[0][1]) if rows else None
+
+    def _forget_cover(self, entity_id: int, token: str) -> None:
+        """The lease with ``token`` holds nothing more by its cover."""
+        self._execute(
+            "UPDATE leases SET cover_lo = NULL, cover_hi = NULL WHERE entity_id = :entity"
+            " AND lock_token = :token",
+            {"entity": entity_id, "token": token},
+        )
+
+    def _covered_of(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
+        """Those of ``seqs`` (some) that the lease with ``token`` validly holds by its cover,
+        ascending: a settlement's messages that no lock of their own held, kept as they are
+        for it."""
+        cover = self._cover(entity_id, token, now)
+        return self._in_cover(entity_id, cover, seqs, min(seqs), max(seqs), pin=True)
+
+    def _in_cover(
+        self,
+        entity_id: int,
+        cover: tuple[int, int] | None,
+        seqs: Sequence[int] | None,
+        lo: int,
+        hi: int,
+        *,
+        pin: bool = False,
+    ) -> list[int]:
+        """The messages in ``[lo, hi]`` (and in ``seqs``, if given) that ``cover`` holds
+        (with ``pin``, kept as they are for this transaction: see :attr:`_PIN`)."""
+        span = within(cover, lo, hi)
+        if span is None:
+            return []
+        # Listed, they are found by sequence number (+entity_id keeps the planner off the
+        # entity's index, which would walk the whole range); else the range is walked.
+        which = "entity_id" if seqs is None else f"seq {self._in_list('seqs')} AND +entity_id"
+        rows = self._query(
+            f"SELECT seq FROM messages WHERE {which} = :entity AND {_IN_COVERS}"
+            f" AND seq BETWEEN :lo AND :hi ORDER BY seq{self._PIN if pin else ''}",
+            {
+                "seqs": None if seqs is None else self._list(seqs),
+                "entity": entity_id,
+                "lo": span[0],
+                "hi": span[1],
+            },
+        )
+        return [row[0] for row in rows]
+
+    def delete_leases(self, entity_id: int, consumer: str, before: int) -> None:
+        # A lease that still covers messages stays until it is completed or its lock runs
+        # out and is closed: without it they would be held by nothing.
+        self._execute(
+            "DELETE FROM leases WHERE entity_id = :entity AND consumer = :consumer"
+            " AND number < :before AND cover_lo IS NULL",
+            {"entity": entity_id, "consumer": consumer, "before": before},
         )
 
     def lease_seqs(
@@ -112,7 +291,7 @@ class LeaseStatements(SharedStatements):
         rows = self._query(
             "SELECT seq FROM messages WHERE entity_id = :entity AND state = 'locked'"
             " AND seq BETWEEN :lo AND :hi AND lock_token = :token AND locked_until > :now"
-            " AND (NOT :first OR delivery_count = 1) ORDER BY seq",
+            " AND (NOT :first OR delivery_count = 1)",
             {
                 "entity": entity_id,
                 "lo": lo,
@@ -122,4 +301,43 @@ class LeaseStatements(SharedStatements):
                 "first": first_delivery,
             },
         )
+        locked = [row[0] for row in rows]
+        if first_delivery:  # a covered message is on its first delivery if its row has none
+            span = within(self._cover(entity_id, token, now), lo, hi)
+            covered = [] if span is None else self._first_covered(entity_id, *span)
+        else:
+            covered = self._in_cover(entity_id, self._cover(entity_id, token, now), None, lo, hi)
+        return sorted(locked + covered)
+
+    def _first_covered(self, entity_id: int, lo: int, hi: int) -> list[int]:
+        rows = self._query(
+            f"SELECT seq FROM messages WHERE entity_id = :entity AND {_IN_COVERS}"
+            " AND seq BETWEEN :lo AND :hi AND delivery_count = 0",
+            {"entity": entity_id, "lo": lo, "hi": hi},
+        )
         return [row[0] for row in rows]
+
+    def lease_rows(
+        self, entity_id: int, token: str, lo: int, hi: int, now: float
+    ) -> list[tuple[Any, ...]]:
+        rows = self._query(
+            f"SELECT {_LEASE_COLUMNS}, delivery_count FROM messages WHERE entity_id = :entity"
+            " AND state = 'locked' AND seq BETWEEN :lo AND :hi AND lock_token = :token"
+            " AND locked_until > :now ORDER BY seq",
+            {"entity": entity_id, "lo": lo, "hi": hi, "token": token, "now": now},
+        )
+        span = within(self._cover(entity_id, token, now), lo, hi)
+        if span is None:
+            return rows
+        # Sorted here: ORDER BY made SQLite sort the rows, bodies and all, in a temporary
+        # B-tree (they come in order, or nearly, and sorting them here costs little).
+        covered = self._query(
+            f"SELECT {_LEASE_COLUMNS}, delivery_count + 1 FROM messages"
+            f" WHERE entity_id = :entity AND {_IN_COVERS} AND seq BETWEEN :lo AND :hi",
+            {"entity": entity_id, "lo": span[0], "hi": span[1]},
+        )
+        return sorted(rows + covered, key=_first)
+
+
+def _first(row: tuple[Any, ...]) -> Any:
+    return row[0]

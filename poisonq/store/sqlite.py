@@ -54,6 +54,7 @@ from poisonq.store.base import (
 from poisonq.store.entities_sql import EntityStatements
 from poisonq.store.history import HistoryBuffer, HistoryKeeper
 from poisonq.store.housekeeping_sql import HousekeepingStatements
+from poisonq.store.leases_sql import within
 from poisonq.store.ledger import LedgerCounts
 from poisonq.store.rows import (
     ENTITY_COLUMNS,
@@ -73,7 +74,7 @@ from poisonq.store.shared_sql import (
     Params,
 )
 from poisonq.store.sqlite_history import SqliteHistory
-from poisonq.store.sqlite_leases import SqliteLeases, within
+from poisonq.store.sqlite_leases import SqliteLeases
 from poisonq.store.sqlite_rows import (
     INSERT_CHUNK,
     LEDGER_COLUMNS,
@@ -193,11 +194,6 @@ class SqliteTransaction(
     # The aggregates' keys and hours as the triggers of schema 12 write them.
     _KEY = "json_quote({column})"
     _HOUR = "CAST({time} / 3600 AS INTEGER) * 3600"
-    # A lease's cover that ran out is a run of locks that ran out (no message row says so).
-    _MORE = (
-        " OR EXISTS (SELECT 1 FROM leases WHERE entity_id = {entity} AND cover_lo IS NOT NULL"
-        "   AND locked_until <= :now)"
-    )
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._db = conn
@@ -654,49 +650,8 @@ class SqliteTransaction(
             f" AND seq BETWEEN ? AND ?{listed} RETURNING seq",
             (ready, entity_id, token, now, lo, hi, *extra),
         ).fetchall()
-        # What the lease holds by its cover goes back one of two ways. The whole top cover
-        # given back: its messages are the freshest in the queue, so forgetting the cover
-        # returns them as they were. Any other part leaves the cover as a message that came
-        # back does: unleasable, received and leased row by row.
-        cover = self._cover(entity_id, token, now)
-        covered = self._in_cover(entity_id, cover, None if seqs is None else list(seqs), lo, hi)
-        if (
-            cover is not None
-            and seqs is None
-            and lo <= cover[0]
-            and cover[1] <= hi
-            and cover[1] == self.cover_top(entity_id)
-        ):
-            self._forget_cover(entity_id, token)
-        elif covered:
-            self._db.execute(
-                f"UPDATE messages SET leasable = 0 WHERE seq IN {SEQS}", (seqs_json(covered),)
-            )
+        covered = self._give_back_covered(entity_id, token, lo, hi, seqs, now)
         return sorted([row[0] for row in rows] + covered)
-
-    def defer(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> int:
-        deferred = super().defer(entity_id, token, seqs, now)
-        if deferred < len(seqs):
-            covered = self._covered_of(entity_id, token, seqs, now)
-            deferred += self._db.execute(
-                "UPDATE messages SET state = 'deferred', delivery_count = delivery_count + 1,"
-                f" leasable = 0 WHERE seq IN {SEQS}",
-                (seqs_json(covered),),
-            ).rowcount
-        return deferred
-
-    def renew(
-        self, entity_id: int, token: str, seqs: Sequence[int], now: float, locked_until: float
-    ) -> int:
-        renewed = super().renew(entity_id, token, seqs, now, locked_until)
-        if renewed < len(seqs):  # a covered message leaves its lease's cover for a lock of its own
-            covered = self._covered_of(entity_id, token, seqs, now)
-            renewed += self._db.execute(
-                "UPDATE messages SET state = 'locked', lock_token = ?, locked_until = ?,"
-                f" delivery_count = delivery_count + 1, leasable = 0 WHERE seq IN {SEQS}",
-                (token, locked_until, seqs_json(covered)),
-            ).rowcount
-        return renewed
 
     def dead_letter_each(
         self,

@@ -1,6 +1,6 @@
-"""What the SQLite store's statements share that is its own: the message columns, the lease
-covers, lists of sequence numbers as JSON, and its dialect of the message filters. The rest of
-the rows is shared with PostgreSQL (:mod:`poisonq.store.rows`)."""
+"""What the SQLite store's statements share that is its own: the message columns, the test
+of the lease covers, lists of sequence numbers as JSON, and its dialect of the message
+filters. The rest of the rows is shared with PostgreSQL (:mod:`poisonq.store.rows`)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from poisonq.store.base import Ledger, MessageFilter
+from poisonq.store.leases_sql import covered
 from poisonq.store.rows import filter_sql
 
 # The columns of a received message, selected from ``messages`` (the rows themselves, for
@@ -21,15 +22,8 @@ MESSAGE_COLUMNS = (
     " dead_letter_description, dead_letter_source, failures, to_address, reply_to_session_id,"
     " partition_key"
 )
-# Whether a row of ``messages`` is held by a lease's cover range: it is ready (a queue's
-# messages are active, a dead-letter queue's dead-lettered), leasable, and at or below the top
-# of its entity's cover ranges. Every such message lies in exactly one cover (a lease's cover
-# begins above the covers before it, and a message that comes back to ready stops being
-# leasable), so the top is all a statement that changes rows needs to ask.
-COVERED = (
-    "(leasable = 1 AND state IN ('active', 'dead_lettered') AND seq <= coalesce("
-    "(SELECT max(cover_hi) FROM leases WHERE leases.entity_id = messages.entity_id), 0))"
-)
+# Whether a row of ``messages`` is held by a lease's cover range (see leases_sql.covered).
+COVERED = covered("messages.entity_id")
 SEQS = "(SELECT value FROM json_each(?))"
 LEDGER_COLUMNS = frozenset(Ledger.__slots__)
 

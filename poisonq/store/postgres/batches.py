@@ -1,22 +1,30 @@
-"""Statements over whole batches: how a lease locks its messages, and what a bulk task
-selects (locked, for the task's next step). The rest of leases and tasks is shared
-(:mod:`poisonq.store.leases_sql`, :mod:`poisonq.store.tasks_sql`)."""
+"""Statements over whole batches: what a receiver locks, and what a bulk task selects
+(locked, for the task's next step), both beside the leases' covers (``covers.py``). The rest
+of leases and tasks is shared (:mod:`poisonq.store.leases_sql`, :mod:`poisonq.store.tasks_sql`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from poisonq.model import Lease, MessageState
+from poisonq.model import MessageState
 from poisonq.store.base import MessageFilter
 from poisonq.store.dead_letters_sql import DeadLetterAnalysis
-from poisonq.store.leases_sql import LeaseStatements
-from poisonq.store.postgres.runner import StatementRunner
+from poisonq.store.postgres.covers import COVERED, TOP, PostgresCovers, receivable
 from poisonq.store.rows import filter_sql
 
 
 def filter_clauses(where: MessageFilter) -> tuple[str, list[Any]]:
     """The clauses of :func:`poisonq.store.rows.filter_sql` in PostgreSQL's dialect."""
     return filter_sql(where, "%b", "position(%b IN body) > 0")
+
+
+def named_filter(where: MessageFilter) -> tuple[str, dict[str, Any]]:
+    """:func:`filter_clauses` with named parameters (``f0``, ``f1``, ...), for statements
+    that name theirs."""
+    clauses, params = filter_clauses(where)
+    parts = clauses.split("%b")
+    named = parts[0] + "".join(f"%(f{n})b{part}" for n, part in enumerate(parts[1:]))
+    return named, {f"f{n}": value for n, value in enumerate(params)}
 
 
 def in_index_order(columns: str, key: str, also: str = "") -> str:
@@ -38,48 +46,22 @@ def in_index_order(columns: str, key: str, also: str = "") -> str:
 
 
 def ready_seqs(*, session: bool = False) -> str:
-    """The sequence numbers of the ``limit`` oldest messages of ``entity`` in state ``ready``
-    (of one ``session``), locked for the statement they are part of, as an array.
-    ``ARRAY(...)`` runs the subquery once: as ``seq IN (subquery)`` a plan may run it again
-    per row and lock more than ``limit``."""
-    if session:  # messages_by_session, which holds only messages with a session id
-        order = in_index_order(
-            "entity_id, session_id, state, seq",
-            "%(entity)b, %(session)b, %(ready)b",
-            also="session_id IS NOT NULL",
-        )
-    else:  # messages_by_state
-        order = in_index_order("entity_id, state, seq", "%(entity)b, %(ready)b")
+    """The sequence numbers of the ``limit`` oldest receivable messages of ``entity`` in
+    state ``ready`` (of one ``session``), locked for the statement they are part of, as an
+    array. ``ARRAY(...)`` runs the subquery once: as ``seq IN (subquery)`` a plan may run it
+    again per row and lock more than ``limit``."""
+    if not session:  # beside the leases' covers (sessions are never leased)
+        return f"ARRAY({receivable('seq', ' FOR UPDATE SKIP LOCKED')})"
+    # messages_by_session, which holds only messages with a session id
+    order = in_index_order(
+        "entity_id, session_id, state, seq",
+        "%(entity)b, %(session)b, %(ready)b",
+        also="session_id IS NOT NULL",
+    )
     return f"ARRAY(SELECT seq FROM messages {order} LIMIT %(limit)b FOR UPDATE SKIP LOCKED)"
 
 
-class BatchQueries(LeaseStatements, DeadLetterAnalysis, StatementRunner):
-    # Leases -------------------------------------------------------------------------------
-    # A lease's messages are locked row by row, so that competing consumers skip them as
-    # they skip any lock (SKIP LOCKED).
-    def lock_lease(
-        self,
-        entity_id: int,
-        name: str,
-        consumer: str,
-        number: int,
-        ready: MessageState,
-        limit: int,
-        token: str,
-        locked_until: float,
-        now: float,
-    ) -> Lease | None:
-        rows = self._lock_ready("seq", entity_id, ready, limit, token, locked_until)
-        if not rows:
-            return None
-        seqs = sorted(row[0] for row in rows)
-        lease = Lease(name, consumer, number, token, len(seqs), seqs[0], seqs[-1], now)
-        self._insert_lease(entity_id, lease)
-        return lease
-
-    def close_expired_leases(self, entity_id: int, now: float) -> None:
-        pass  # the expired locks were each a message's
-
+class BatchQueries(PostgresCovers, DeadLetterAnalysis):
     def _lock_ready(
         self,
         returning: str,
@@ -92,8 +74,10 @@ class BatchQueries(LeaseStatements, DeadLetterAnalysis, StatementRunner):
         *,
         last: bool = False,
     ) -> list[tuple[Any, ...]]:
-        """Lock the ``limit`` oldest ready messages (of one session) under ``token`` until
+        """Lock the ``limit`` oldest receivable messages (of one session) under ``token`` until
         ``locked_until``, counting a delivery; returns the ``returning`` columns of each."""
+        if session_id is None:
+            self._claiming(entity_id)
         return self._fetch_all(
             "UPDATE messages SET state = 'locked', lock_token = %(token)b,"
             " locked_until = %(until)b, delivery_count = delivery_count + 1"
@@ -110,23 +94,6 @@ class BatchQueries(LeaseStatements, DeadLetterAnalysis, StatementRunner):
             last=last,
         )
 
-    def delete_leases(self, entity_id: int, consumer: str, before: int) -> None:
-        self._run(
-            "DELETE FROM leases WHERE entity_id = %b AND consumer = %b AND number < %b",
-            (entity_id, consumer, before),
-        )
-
-    def lease_rows(
-        self, entity_id: int, token: str, lo: int, hi: int, now: float
-    ) -> list[tuple[Any, ...]]:
-        return self._fetch_all(
-            "SELECT seq, message_id, body, content_type, subject, properties, session_id,"
-            " correlation_id, enqueued_at, delivery_count FROM messages"
-            " WHERE entity_id = %b AND state = 'locked' AND seq BETWEEN %b AND %b"
-            " AND lock_token = %b AND locked_until > %b ORDER BY seq",
-            (entity_id, lo, hi, token, now),
-        )
-
     # Tasks --------------------------------------------------------------------------------
     def select(
         self,
@@ -136,27 +103,34 @@ class BatchQueries(LeaseStatements, DeadLetterAnalysis, StatementRunner):
         limit: int,
         newest_first: bool = False,
     ) -> list[int]:
-        clauses, params = filter_clauses(where)
+        clauses, params = named_filter(where)
         order = "DESC" if newest_first else "ASC"
+        self._claiming(entity_id)
         # Locked here, so a receiver cannot take them before the task moves or drops them.
         rows = self._fetch_all(
-            "SELECT seq FROM messages WHERE entity_id = %b AND state != 'locked' AND seq > %b"
-            f"{clauses} ORDER BY seq {order} LIMIT %b FOR UPDATE SKIP LOCKED",
-            (entity_id, after_seq, *params, limit),
+            "SELECT seq FROM messages WHERE entity_id = %(entity)b AND state != 'locked'"
+            f" AND seq > %(after)b{clauses} AND NOT {COVERED} ORDER BY seq {order}"
+            " LIMIT %(limit)b FOR UPDATE SKIP LOCKED",
+            {"entity": entity_id, "after": after_seq, "limit": limit, **params},
         )
         return [row[0] for row in rows]
 
     def count_matching(self, entity_id: int, where: MessageFilter, aggregated: bool = False) -> int:
-        clauses, params = filter_clauses(where)
+        clauses, params = named_filter(where)
         kept = self._kept_count(entity_id, where) if aggregated else None
-        if kept is not None:  # less the locked ones, found by the state index
+        named = {"entity": entity_id, **params}
+        if kept is not None:  # less the locked ones and the covered, each by the state index
             ((locked,),) = self._fetch_all(
-                f"SELECT count(*) FROM messages WHERE entity_id = %b AND state = 'locked'{clauses}",
-                (entity_id, *params),
+                "SELECT (SELECT count(*) FROM messages WHERE entity_id = %(entity)b"
+                f" AND state = 'locked'{clauses}) + (SELECT count(*) FROM messages"
+                " WHERE entity_id = %(entity)b AND state IN ('active', 'dead_lettered')"
+                f" AND leasable = 1 AND seq <= {TOP}{clauses})",
+                named,
             )
             return kept - int(locked)
         ((n,),) = self._fetch_all(
-            f"SELECT count(*) FROM messages WHERE entity_id = %b AND state != 'locked'{clauses}",
-            (entity_id, *params),
+            "SELECT count(*) FROM messages WHERE entity_id = %(entity)b AND state != 'locked'"
+            f" AND NOT {COVERED}{clauses}",
+            named,
         )
         return int(n)

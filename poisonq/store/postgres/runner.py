@@ -81,6 +81,8 @@ class StatementRunner(HistoryTables):
         self._wakes = False  # whether this transaction made a message receivable
         self._receiving: int | None = None  # the entity a receive follows a settlement of
         self._statements = 0
+        self._cover_locks: set[int] = set()  # the entities whose cover lock this one holds
+        self._expired_covers: set[int] = set()  # the entities a sweep found expired covers of
         # Answers fetched ahead of the call that needs them, in a round trip that was made
         # anyway; valid only while no other statement has run (see _recall).
         self._ahead: dict[tuple[Any, ...], Any] = {}

@@ -8,6 +8,9 @@ SQLite runs one writer at a time; here transactions run side by side under READ 
 
 - receiving locks rows with ``FOR UPDATE SKIP LOCKED``: competing receivers take disjoint
   batches without waiting for each other;
+- a lease's cover locks no row (``covers.py``): what keeps its messages from other claims is
+  the entity's cover lock, held shared by every receive, TTL sweep, bulk task and send of the
+  entity and exclusive by a lease while it takes its batch;
 - every read that a later statement of the same transaction acts on (expired locks and TTLs,
   the locks a settlement names, the messages a bulk task selects) locks its rows
   (``FOR UPDATE``), so no other transaction can change them in between;
@@ -47,6 +50,7 @@ from poisonq.store.base import (
 from poisonq.store.entities_sql import EntityStatements
 from poisonq.store.history import HistoryBuffer
 from poisonq.store.housekeeping_sql import HousekeepingStatements
+from poisonq.store.leases_sql import within
 from poisonq.store.ledger import LedgerCounts
 from poisonq.store.postgres.batches import (
     BatchQueries,
@@ -54,6 +58,7 @@ from poisonq.store.postgres.batches import (
     in_index_order,
     ready_seqs,
 )
+from poisonq.store.postgres.covers import COVER_DELIVERY, COVERED, TOP
 
 # The message columns below return the values the shared row mappers take, in their order
 # (``failures::text`` is the JSON text SQLite keeps).
@@ -123,20 +128,39 @@ _NAMED = (
     "messages.seq = {alias}.sequence_number AND messages.seq = ANY(%(seqs)b)"
     " AND entity_id = %(entity)b"
 )
+# A message a lease's cover holds counts its delivery in its row as it leaves (COVERED asks the
+# source's covers); a dead letter is never leasable (a cover of its queue taken meanwhile
+# must not count it). Covered messages go by a statement of their own, without a token (see
+# dead_letter_each): a test of the covers beside the lock's would keep the planner from
+# finding the locked messages by the state index.
 _DEAD_LETTER = (
     "UPDATE messages SET entity_id = destination.id, state = 'dead_lettered',"
     " lock_token = NULL, locked_until = NULL, dead_letter_reason = letter.reason,"
+    f" leasable = 0, delivery_count = delivery_count + {COVER_DELIVERY},"
     # Without a description, the last recorded failure describes the message.
     " dead_letter_description = coalesce(letter.description,"
     "   (failures -> -1 ->> 'error_type') || ': ' || (failures -> -1 ->> 'message')),"
     " dead_letter_source = %(source)b, dead_lettered_at = %(now)b,"
-    f" dead_lettered_deliveries = delivery_count, {_record_failure('letter.failure')}"
+    f" dead_lettered_deliveries = delivery_count + {COVER_DELIVERY},"
+    f" {_record_failure('letter.failure')}"
     f" FROM {_DESTINATION}, {{letters}} WHERE {_NAMED.format(alias='letter')}"
     f" AND state IN {_LIVE} AND (%(token)b::text IS NULL"
     "   OR (state = 'locked' AND lock_token = %(token)b AND locked_until > %(now)b))"
     " RETURNING seq, size, dead_letter_reason, subject, last_fingerprint"
 )
 _DEAD_LETTER_EACH = _DEAD_LETTER.format(letters=_LETTERS)
+# An abandon of messages ``held`` (a condition: locked, or held by a lease's cover), each with
+# its failure. Two statements rather than one test of both, for the reason _DEAD_LETTER's
+# covered messages go apart; a covered message's delivery is counted in its row as it leaves
+# its lease.
+_ABANDON = (
+    "UPDATE messages SET state = %(ready)b, lock_token = NULL, locked_until = NULL,"
+    f" delivery_count = delivery_count + {COVER_DELIVERY}, leasable = 0,"
+    f" abort_count = abort_count + 1, {_record_failure('failed.failure')}"
+    " FROM unnest(%(seqs)b::bigint[], %(failures)b::jsonb[])"
+    f" AS failed(sequence_number, failure) WHERE {_NAMED.format(alias='failed')}"
+    " AND {held}"
+)
 _DEAD_LETTER_ALIKE = _DEAD_LETTER.format(letters=_ALIKE)
 
 
@@ -235,12 +259,17 @@ class PostgresTransaction(
         self, entity_id: int, ready: MessageState, held: int
     ) -> dict[MessageState, int]:
         others = [s.value for s in HELD_STATES if s is not ready]
+        # The covered messages are locked, not ready.
         rows = self._fetch_all(
-            "SELECT state, count(*) FROM messages WHERE entity_id = %b AND state = ANY(%b)"
-            " GROUP BY state",
-            (entity_id, others),
+            "SELECT state, count(*) FROM messages WHERE entity_id = %(entity)b"
+            " AND state = ANY(%(others)b) GROUP BY state UNION ALL SELECT 'locked', count(*)"
+            " FROM messages WHERE entity_id = %(entity)b AND state = %(ready)b AND leasable = 1"
+            f" AND seq <= {TOP}",
+            {"entity": entity_id, "others": others, "ready": ready.value},
         )
-        counts = {_STATES[state]: n for state, n in rows}
+        counts: dict[MessageState, int] = {}
+        for state, n in rows:
+            counts[_STATES[state]] = counts.get(_STATES[state], 0) + n
         counts[ready] = held - sum(counts.values())
         return {state: n for state, n in counts.items() if n}
 
@@ -265,6 +294,7 @@ class PostgresTransaction(
         # Counted before it runs (the sizes are known), so that with ``last`` the ledger can
         # travel with the statement and COMMIT.
         self._count_sent(entity_id, len(rows), sum(m.size for m in rows))
+        self._claiming(entity_id)  # their sequence numbers above any cover (covers.py)
         seqs = self._fetch_all(
             "INSERT INTO messages (entity_id, enqueued_at, state, message_id, body, size,"
             " content_type, subject, properties, session_id, correlation_id, reply_to,"
@@ -341,6 +371,7 @@ class PostgresTransaction(
     def take_ready(
         self, entity_id: int, name: str, ready: MessageState, limit: int
     ) -> list[ReceivedMessage]:
+        self._claiming(entity_id)
         rows = self._fetch_all(
             f"DELETE FROM messages WHERE seq = ANY({ready_seqs()})"
             f" RETURNING {_MESSAGE_COLUMNS}, size",
@@ -372,7 +403,7 @@ class PostgresTransaction(
     ) -> list[ReceivedMessage]:
         clauses, params = filter_clauses(where)
         rows = self._fetch_all(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE entity_id = %b AND seq >= %b"
+            f"SELECT {_MESSAGE_COLUMNS} FROM held_messages WHERE entity_id = %b AND seq >= %b"
             f"{clauses} ORDER BY seq LIMIT %b",
             (entity_id, from_seq, *params, limit),
         )
@@ -380,14 +411,15 @@ class PostgresTransaction(
 
     def message(self, entity_id: int, name: str, seq: int) -> ReceivedMessage | None:
         rows = self._fetch_all(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE entity_id = %b AND seq = %b",
+            f"SELECT {_MESSAGE_COLUMNS} FROM held_messages WHERE entity_id = %b AND seq = %b",
             (entity_id, seq),
         )
         return message_from_row(rows[0], name) if rows else None
 
     def messages(self, entity_id: int, name: str, seqs: Sequence[int]) -> list[ReceivedMessage]:
         rows = self._fetch_all(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE entity_id = %b AND seq = ANY(%b)"
+            f"SELECT {_MESSAGE_COLUMNS} FROM held_messages WHERE entity_id = %b"
+            " AND seq = ANY(%b)"
             " ORDER BY seq",
             (entity_id, list(seqs)),
         )
@@ -406,7 +438,19 @@ class PostgresTransaction(
             " ORDER BY seq FOR UPDATE",
             (entity_id, token, now, list(seqs)),
         )
-        return [LockInfo(*row) for row in rows]
+        held = [LockInfo(*row) for row in rows]
+        if len(held) < len(seqs):  # the others may be held by a lease's cover
+            covered = self._covered_of(entity_id, token, seqs, now)
+            if covered:
+                held += [
+                    LockInfo(*row)
+                    for row in self._fetch_all(
+                        "SELECT seq, delivery_count + 1, move_count, dead_lettered_deliveries"
+                        " FROM messages WHERE seq = ANY(%b) ORDER BY seq",
+                        (covered,),
+                    )
+                ]
+        return held
 
     def _sweep(self, entity_id: int, now: float) -> list[LockInfo]:
         """A receive's housekeeping reads, in one statement: the expired locks (returned),
@@ -416,17 +460,42 @@ class PostgresTransaction(
         # owner is settling, and will find lost) is that transaction's to handle.
         rows = self._fetch_all(
             "SELECT l.seq, l.delivery_count, l.move_count, l.dead_lettered_deliveries,"
-            " f.nothing_due, f.nothing_expired FROM (SELECT NOT EXISTS (SELECT FROM messages"
-            "   WHERE entity_id = %(e)b AND state = 'scheduled' AND visible_at <= %(now)b)"
-            f"   AS nothing_due, NOT EXISTS (SELECT FROM {_EXPIRING} m"
-            "   WHERE state IN ('scheduled', 'active')) AS nothing_expired) AS f"
+            " f.nothing_due, f.nothing_expired, f.covers_expired FROM (SELECT NOT EXISTS"
+            "   (SELECT FROM messages WHERE entity_id = %(e)b AND state = 'scheduled'"
+            f"   AND visible_at <= %(now)b) AS nothing_due, NOT EXISTS (SELECT FROM {_EXPIRING} m"
+            "   WHERE state IN ('scheduled', 'active')) AS nothing_expired, EXISTS (SELECT FROM"
+            "   leases WHERE entity_id = %(e)b AND cover_lo IS NOT NULL"
+            "   AND locked_until <= %(now)b) AS covers_expired) AS f"
             f" LEFT JOIN LATERAL (SELECT {_LOCK_COLUMNS} FROM messages {_LOCKED_IN_ORDER}"
             "   FOR UPDATE SKIP LOCKED) AS l ON true ORDER BY l.seq",
             {"e": entity_id, "now": now},
         )
         self._remember(("nothing due", entity_id, now), rows[0][4])
         self._remember(("nothing expired", entity_id, now), rows[0][5])
-        return [LockInfo(*row[:4]) for row in rows if row[0] is not None]
+        expired = [LockInfo(*row[:4]) for row in rows if row[0] is not None]
+        if rows[0][6]:
+            self._expired_covers.add(entity_id)
+            expired = sorted(expired + self._expired_covered(entity_id, now), key=_seq)
+        return expired
+
+    def _expired_covered(self, entity_id: int, now: float) -> list[LockInfo]:
+        """The messages of the entity's covers whose lock ran out, each a lock that ran out
+        (with the delivery its lease made). A cover another sweep has is its to handle; a
+        message whose settlement is under way is waited for, and left out if it changed."""
+        rows = self._fetch_all(
+            "SELECT m.seq, m.delivery_count + 1, m.move_count, m.dead_lettered_deliveries"
+            " FROM (SELECT cover_lo, cover_hi FROM leases WHERE entity_id = %(entity)b"
+            "   AND cover_lo IS NOT NULL AND locked_until <= %(now)b FOR UPDATE SKIP LOCKED)"
+            " AS c JOIN messages m ON m.entity_id = %(entity)b AND m.leasable = 1"
+            " AND m.state IN ('active', 'dead_lettered')"
+            " AND m.seq BETWEEN c.cover_lo AND c.cover_hi ORDER BY m.seq FOR UPDATE OF m",
+            {"entity": entity_id, "now": now},
+        )
+        return [LockInfo(*row) for row in rows]
+
+    def close_expired_leases(self, entity_id: int, now: float) -> None:
+        if entity_id in self._expired_covers:  # (the sweep found none: nothing to close)
+            super().close_expired_leases(entity_id, now)
 
     def receive_follows(self, entity_id: int) -> None:
         self._receiving = entity_id
@@ -446,11 +515,13 @@ class PostgresTransaction(
     def expired_messages(self, entity_id: int, now: float) -> list[int]:
         if self._recall(("nothing expired", entity_id, now)):
             return []
+        self._claiming(entity_id)
+        # A message a lease's cover holds is locked: it does not expire.
         rows = self._fetch_all(
             f"SELECT seq FROM messages WHERE seq IN (SELECT seq FROM {_EXPIRING} m)"
-            " AND state IN ('scheduled', 'active') ORDER BY seq"
+            f" AND state IN ('scheduled', 'active') AND NOT {COVERED} ORDER BY seq"
             " FOR UPDATE SKIP LOCKED",
-            {"e": entity_id, "now": now},
+            {"e": entity_id, "entity": entity_id, "now": now},
         )
         return [row[0] for row in rows]
 
@@ -458,8 +529,8 @@ class PostgresTransaction(
         if self._recall(("nothing due", entity_id, now)):
             return 0
         promoted = self._changed(
-            "UPDATE messages SET state = 'active' WHERE entity_id = %b AND state = 'scheduled'"
-            " AND visible_at <= %b",
+            "UPDATE messages SET state = 'active', leasable = 0 WHERE entity_id = %b"
+            " AND state = 'scheduled' AND visible_at <= %b",
             (entity_id, now),
         )
         self._made_receivable(promoted)
@@ -489,9 +560,10 @@ class PostgresTransaction(
             "UPDATE messages SET entity_id = destination.id,"
             " state = coalesce(%(state)b::text, state),"
             " visible_at = coalesce(%(visible)b::float8, visible_at),"
-            " move_count = move_count + %(moves)b, hop_count = hop_count + %(hops)b"
-            f" FROM {_DESTINATION} WHERE entity_id = %(entity)b AND state IN {HELD_IN}"
-            " AND state != 'locked' AND seq = ANY(%(seqs)b) RETURNING seq, size",
+            " move_count = move_count + %(moves)b, hop_count = hop_count + %(hops)b,"
+            f" leasable = 0 FROM {_DESTINATION} WHERE entity_id = %(entity)b"
+            f" AND state IN {HELD_IN} AND state != 'locked' AND NOT {COVERED}"
+            " AND seq = ANY(%(seqs)b) RETURNING seq, size",
             {
                 "destination": destination_id,
                 "state": None if state is None else state.value,
@@ -511,15 +583,42 @@ class PostgresTransaction(
     def complete(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
         done = self._delete_locked(entity_id, token, now, "seq = ANY(%b)", list(seqs))
         self._sweep_after(entity_id, now)
-        return self._completed(entity_id, done)
+        completed = self._completed(entity_id, done)
+        if len(completed) < len(seqs):  # the others may be held by a lease's cover
+            covered = self._covered_of(entity_id, token, seqs, now)
+            if covered:
+                completed += self._completed(
+                    entity_id,
+                    self._run(
+                        "DELETE FROM messages WHERE seq = ANY(%b) AND leasable = 1"
+                        " AND state IN ('active', 'dead_lettered') RETURNING seq, size",
+                        (covered,),
+                    ),
+                )
+        return completed
 
     def complete_span(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> int:
-        return len(
+        done = len(
             self._completed(
                 entity_id,
                 self._delete_locked(entity_id, token, now, "seq BETWEEN %b AND %b", lo, hi),
             )
         )
+        cover = self._cover(entity_id, token, now)
+        span = within(cover, lo, hi)
+        if span is not None:
+            # Counted in the statement: RETURNING would send every row back.
+            ((count, size),) = self._fetch_all(
+                "WITH gone AS (DELETE FROM messages WHERE entity_id = %b AND leasable = 1"
+                " AND state IN ('active', 'dead_lettered') AND seq BETWEEN %b AND %b"
+                " RETURNING size) SELECT count(*), coalesce(sum(size), 0) FROM gone",
+                (entity_id, *span),
+            )
+            self._count_completed(entity_id, count, size)
+            done += count
+            if span == cover:
+                self._forget_cover(entity_id, token)
+        return done
 
     def _delete_locked(
         self, entity_id: int, token: str, now: float, which: str, *params: object
@@ -558,19 +657,15 @@ class PostgresTransaction(
         failures: Sequence[dict[str, Any] | None],
         lock_expired: bool,
     ) -> int:
-        changed = self._changed(
-            "UPDATE messages SET state = %(ready)b, lock_token = NULL, locked_until = NULL,"
-            f" abort_count = abort_count + 1, {_record_failure('failed.failure')}"
-            " FROM unnest(%(seqs)b::bigint[], %(failures)b::jsonb[])"
-            f" AS failed(sequence_number, failure) WHERE {_NAMED.format(alias='failed')}"
-            " AND state = 'locked'",
-            {
-                "ready": ready.value,
-                "failures": [_failure_json(failure) for failure in failures],
-                "entity": entity_id,
-                "seqs": list(seqs),
-            },
-        )
+        params = {
+            "ready": ready.value,
+            "failures": [_failure_json(failure) for failure in failures],
+            "entity": entity_id,
+            "seqs": list(seqs),
+        }
+        changed = self._changed(_ABANDON.format(held="state = 'locked'"), params)
+        if changed < len(seqs):  # the others are held by a lease's cover (the engine checked)
+            changed += self._changed(_ABANDON.format(held=COVERED), params)
         self._count_returned(entity_id, changed, lock_expired)
         return changed
 
@@ -587,7 +682,7 @@ class PostgresTransaction(
         listed = "" if seqs is None else " AND seq = ANY(%(seqs)b)"
         rows = self._fetch_all(
             "UPDATE messages SET state = %(ready)b, lock_token = NULL, locked_until = NULL,"
-            " delivery_count = delivery_count - 1"
+            " delivery_count = delivery_count - 1, leasable = 0"
             " WHERE entity_id = %(entity)b AND state = 'locked' AND lock_token = %(token)b"
             " AND locked_until > %(now)b AND seq BETWEEN %(lo)b AND %(hi)b"
             f"{listed} RETURNING seq",
@@ -601,8 +696,9 @@ class PostgresTransaction(
                 "seqs": None if seqs is None else list(seqs),
             },
         )
-        self._made_receivable(len(rows))
-        return sorted(row[0] for row in rows)
+        covered = self._give_back_covered(entity_id, token, lo, hi, seqs, now)
+        self._made_receivable(len(rows) + len(covered))
+        return sorted([row[0] for row in rows] + covered)
 
     def release_session(self, entity_id: int, session_id: str, token: str) -> int:
         given_up = super().release_session(entity_id, session_id, token)
@@ -618,37 +714,40 @@ class PostgresTransaction(
         now: float,
         lock_token: str | None = None,
     ) -> list[int]:
-        first = all_alike(letters)
-        alike = first is not None
-        first = first or Letter(0, "", None, None)
-        params: dict[str, Any] = {
-            "destination": destination_id,
-            "source": source,
-            "now": now,
-            "entity": entity_id,
-            "token": lock_token,
-            "seqs": [letter.seq for letter in letters],
-        }
-        if alike:
-            params.update(
-                reason=first.reason,
-                description=first.description,
-                failure=_failure_json(first.failure),
-            )
-        else:
-            params.update(
-                reasons=[letter.reason for letter in letters],
-                descriptions=[letter.description for letter in letters],
-                failures=[_failure_json(letter.failure) for letter in letters],
-            )
-        moving = self._run(_DEAD_LETTER_ALIKE if alike else _DEAD_LETTER_EACH, params)
+        where = {"destination": destination_id, "source": source, "now": now, "entity": entity_id}
+        moving = self._dead_letter(letters, {**where, "token": lock_token})
         self._sweep_after(entity_id, now)
         rows = moving.fetchall()
+        if lock_token is not None and len(rows) < len(letters):  # held by a lease's cover?
+            done = {row[0] for row in rows}
+            rest = [letter.seq for letter in letters if letter.seq not in done]
+            covered = set(self._covered_of(entity_id, lock_token, rest, now))
+            if covered:  # checked and pinned: moved as a sweep moves them, by no token
+                held = [letter for letter in letters if letter.seq in covered]
+                rows += self._dead_letter(held, {**where, "token": None}).fetchall()
         self._check_destination(destination_id, len(letters), len(rows))
         moved, size = len(rows), sum(row[1] for row in rows)
         self.history.dead_lettered(destination_id, (row[2:] for row in rows))
         self._count_moved(entity_id, destination_id, moved, size, "dead_lettered")
         return sorted(row[0] for row in rows)
+
+    def _dead_letter(self, letters: Sequence[Letter], params: dict[str, Any]) -> Cursor[Any]:
+        """Queue the move of ``letters`` (see :data:`_DEAD_LETTER`), with ``params``."""
+        first = all_alike(letters)
+        params = {**params, "seqs": [letter.seq for letter in letters]}
+        if first is not None:
+            params.update(
+                reason=first.reason,
+                description=first.description,
+                failure=_failure_json(first.failure),
+            )
+            return self._run(_DEAD_LETTER_ALIKE, params)
+        params.update(
+            reasons=[letter.reason for letter in letters],
+            descriptions=[letter.description for letter in letters],
+            failures=[_failure_json(letter.failure) for letter in letters],
+        )
+        return self._run(_DEAD_LETTER_EACH, params)
 
     def drop(self, entity_id: int, seqs: Sequence[int]) -> int:
         rows = self._fetch_all(
@@ -669,10 +768,11 @@ class PostgresTransaction(
     ) -> int:
         # One statement moves the rows: the copies get new, ascending sequence numbers (in
         # the old order), so a resubmitted message joins the back of the queue as a new send.
+        self._claiming(destination_id)
         rows = self._fetch_all(
             f"WITH gone AS (DELETE FROM messages USING {_DESTINATION} WHERE entity_id = %(entity)b"
             " AND state IN ('active', 'deferred', 'dead_lettered') AND seq = ANY(%(seqs)b)"
-            " RETURNING messages.*, destination.id AS destination_id)"
+            f" AND NOT {COVERED} RETURNING messages.*, destination.id AS destination_id)"
             " INSERT INTO messages (entity_id, state, message_id, body, size, content_type,"
             " subject, properties, session_id, correlation_id, reply_to, enqueued_at, expires_at,"
             " abort_count, resubmit_count, hop_count, last_error_type, last_fingerprint, failures,"
@@ -694,3 +794,7 @@ class PostgresTransaction(
         moved, size = len(rows), sum(row[0] for row in rows)
         self._count_moved(entity_id, destination_id, moved, size, "resubmitted")
         return moved
+
+
+def _seq(lock: LockInfo) -> int:
+    return lock.seq
