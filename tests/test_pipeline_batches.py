@@ -61,12 +61,20 @@ def orders(batch: pa.RecordBatch) -> tuple[pa.Table, list[Any]]:
 
 
 def one_row_each(batch: pa.RecordBatch) -> tuple[pa.Table, pa.Array]:
-    """Vectorized, with no sequence_number: one row per order, in order, and an error where
-    the order's kind is not ``ok`` (a text for ``refused``, which is rejected)."""
+    """Vectorized: one row per order, each with its message's sequence_number, and an error
+    where the order's kind is ``refused`` (a text, which is rejected)."""
     orders = pa.Table.from_pylist([json.loads(body) for body in batch.column("body").to_pylist()])
     refused = pc.equal(orders.column("kind"), "refused")
     rows = orders.select(["n"]).append_column("customer", orders.column("kind"))
+    rows = rows.append_column("sequence_number", batch.column("sequence_number"))
     return rows, pc.if_else(refused, "refused by the shop", None)
+
+
+def sorted_untied(batch: pa.RecordBatch) -> tuple[pa.Table, pa.Array]:
+    """A row per order with no sequence_number, sorted (as a sort or a join reorders
+    rows), and an error where the order's kind is ``refused``."""
+    rows, errors = one_row_each(batch)
+    return rows.drop_columns(["sequence_number"]).sort_by([("n", "descending")]), errors
 
 
 def errors_of_length(count: int) -> Any:
@@ -259,11 +267,11 @@ def test_an_errors_list_of_the_wrong_length_stops_the_run_as_the_functions_defec
     assert_balanced(live)
 
 
-def test_the_rows_of_a_message_failed_by_its_error_are_not_written_when_tied_by_place(
+def test_the_rows_of_a_message_failed_by_its_error_are_left_out_and_the_others_written(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
-    """Rows with no ``sequence_number``, as many as the messages, are tied to them by their
-    place: the row of a message given an error is left out, the others are written."""
+    """Rows returned with errors are tied to their messages by ``sequence_number``: the row
+    of a message given an error is left out, the others are written."""
     refused = {2, 13, 21}
     send(live, {n: {"kind": "refused"} for n in refused}, 25)
     report = Pipeline(
@@ -280,7 +288,18 @@ def test_the_rows_of_a_message_failed_by_its_error_are_not_written_when_tied_by_
     [
         (
             filtered_untied,
-            r"filtered_untied returned 8 row\(s\) and an error per message for a batch of 10",
+            r"filtered_untied returned 8 row\(s\) and an error per message with no sequence_",
+        ),
+        (
+            sorted_untied,
+            r"sorted_untied returned 10 row\(s\) and an error per message with no sequence_",
+        ),
+        (
+            lambda batch: (
+                pa.table({"sequence_number": pc.cast(batch.column(0), pa.string())}),
+                [None] * batch.num_rows,
+            ),
+            r"returned a sequence_number column of type string",
         ),
         (
             lambda batch: (
@@ -295,9 +314,10 @@ def test_the_rows_of_a_message_failed_by_its_error_are_not_written_when_tied_by_
 def test_rows_that_cannot_be_tied_to_their_messages_stop_the_run(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path, function: Any, problem: str
 ) -> None:
-    """Rows returned with errors must say whose they are (a ``sequence_number`` of the
-    batch, or one row per message): rows that cannot be tied back, or rows of another type,
-    stop the run as the function's defect with the lease given back and nothing settled."""
+    """Rows returned with errors must say whose they are, by a ``sequence_number`` of the
+    batch (not by their place, which a sort or a join changes): rows that cannot be tied
+    back, or rows of another type, stop the run as the function's defect with the lease
+    given back and nothing settled."""
     send(live, {3: {"kind": "refused"}, 7: {"kind": "refused"}}, 10)
     run = Pipeline(
         spark, url=url, queue="orders", map_batches=function, schema="n long",

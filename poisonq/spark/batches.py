@@ -16,12 +16,13 @@ A message's failure is told in one of two ways:
   the batch, in the same worker, no Spark job: a few calls per bad message.
 
 A row is tied to the message it comes from by its ``sequence_number`` column (the batch's,
-selected into the rows: the way to return several rows a message, or none), or else by its
-place when there are as many rows as messages (row *i* is message *i*'s). Rows returned with
-errors must be tied one way or the other, since the rows of a failed message are left out
-(a retried message's row would be written again on its retry, a rejected one's written at
-all); rows returned alone need not be, their failures being raised. ``sequence_number`` is
-written only if the schema has it.
+selected into the rows: the way to return several rows a message, or none). Rows returned
+with errors must be tied so, since the rows of a failed message are left out (a retried
+message's row would be written again on its retry, a rejected one's written at all); a row's
+place would not do: a sort or a join in the function reorders rows, and the rows of good
+messages would be dropped for the failed ones', with nothing to show it. Rows returned alone
+need not be tied, their failures being raised. ``sequence_number`` is written only if the
+schema has it.
 
 Whatever breaks that contract (errors of another count than the messages, rows that cannot
 be tied, another type) is the function's defect, not its messages': it raises
@@ -205,14 +206,19 @@ class BatchTransform(FunctionWork):
 
     def _owners(self, table: pa.Table, batch: pa.RecordBatch, tied: bool) -> Any:
         """The sequence number of each row's message: its ``sequence_number`` column, which
-        must name messages of the batch, else its place when the rows are one per message.
-        Rows returned with errors must be ``tied`` so (the rows of a failed message are
-        left out); rows returned alone need not be (None: not known)."""
-        seqs = batch.column(0)
+        must name messages of the batch. Rows returned with errors must be ``tied`` so (the
+        rows of a failed message are left out); rows returned alone need not be (None: not
+        known)."""
         if SEQUENCE in table.column_names:
             owners = table.column(SEQUENCE)
+            if not pa.types.is_integer(owners.type):
+                raise self._defect(
+                    f"returned a sequence_number column of type {owners.type}: select the"
+                    " batch's own (int64) into the rows"
+                )
             try:
-                untied = pc.sum(pc.invert(pc.is_in(owners, value_set=seqs))).as_py()
+                known = pc.is_in(owners, value_set=batch.column(0))
+                untied = pc.sum(pc.invert(known)).as_py()
             except pa.ArrowException:
                 untied = table.num_rows
             if untied:
@@ -223,14 +229,13 @@ class BatchTransform(FunctionWork):
             return owners
         if not tied:
             return None
-        if table.num_rows != batch.num_rows:
-            raise self._defect(
-                f"returned {table.num_rows} row(s) and an error per message for a batch of"
-                f" {batch.num_rows} message(s), with no sequence_number: return one row per"
-                " message in the batch's order (those of the failed ones are left out), or"
-                " give each row the sequence_number of the message it comes from"
-            )
-        return seqs
+        raise self._defect(
+            f"returned {table.num_rows} row(s) and an error per message with no"
+            " sequence_number column: give each row the sequence_number of the message it"
+            ' comes from (rows.append_column("sequence_number", batch.column("sequence_number"))'
+            " for a row per message, in order), so that a failed message's rows are the ones"
+            " left out"
+        )
 
     def _table(self, rows: Any) -> pa.Table:
         table = rows_table(rows)
