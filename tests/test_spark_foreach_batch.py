@@ -119,6 +119,48 @@ def test_a_permanent_error_dead_letters_its_message_at_once(
     assert_balanced(live)
 
 
+class NoSuchCustomer(poisonq.PermanentError):
+    """A permanent error of the job's own."""
+
+
+def raising_in_the_worker(bad: dict[int, type[Exception]]) -> Callable[[Any], Any]:
+    """A ``mapInArrow`` function that raises ``bad[seq]`` on the row of message ``seq``."""
+
+    def each(batches: Any) -> Any:
+        for batch in batches:
+            for seq in batch.column("sequence_number").to_pylist():
+                if seq in bad:
+                    raise bad[seq](f"message {seq} cannot be written")
+            yield batch.select(["sequence_number"])
+
+    return each
+
+
+def test_a_permanent_error_raised_in_a_python_worker_dead_letters_its_message_at_once(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """A PermanentError (a subclass of it here) or a ``permanent=`` type raised in the job's
+    Python workers, not on the driver, is told by its class as on the driver: its message is
+    dead-lettered at its first delivery with the class as its reason, not retried."""
+    sent = fill_orders(live, 6)
+    bad = {sent[1]: NoSuchCustomer, sent[4]: ValueError}
+    written: list[int] = []
+
+    def handle(df: DataFrame, batch_id: int) -> None:
+        rows = df.mapInArrow(raising_in_the_worker(bad), "sequence_number long").collect()
+        written.extend(row.sequence_number for row in rows)
+
+    run(spark, url, tmp_path / "ck", foreach_batch(handle, permanent=(ValueError,)))
+    assert sorted(written) == [s for s in sent if s not in bad]
+    dead = {m.sequence_number: m for m in live.peek("orders/$deadletterqueue")}
+    assert {seq: (m.dead_letter_reason, m.delivery_count) for seq, m in dead.items()} == {
+        sent[1]: ("NoSuchCustomer", 1),
+        sent[4]: ("ValueError", 1),
+    }
+    assert "cannot be written" in dead[sent[4]].dead_letter_error_description
+    assert_balanced(live)
+
+
 def test_rows_failing_an_expectation_are_dead_lettered_and_kept_from_the_handler(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:

@@ -231,6 +231,9 @@ class BatchWriter:
         if not found:
             return
         token = lease.lock_token
-        settlements = [isolated_settlement(s, token, e, job_failure(e)) for s, e in found.items()]
+        permanent = self._job.permanent
+        settlements = [
+            isolated_settlement(s, token, e, job_failure(e), permanent) for s, e in found.items()
+        ]
         broker.settle_held(self.queue, settlements)
         report_isolated(f"batch {lease.number}", settlements)

@@ -21,8 +21,10 @@ abandoned to the queue's retry policy.
 
 from __future__ import annotations
 
+import builtins
 import logging
 import re
+import sys
 import time
 from collections.abc import Callable, Sequence
 
@@ -31,7 +33,8 @@ from pyspark.errors import PySparkException
 
 from poisonq.bisection import failing_alone
 from poisonq.defects import Defect
-from poisonq.failures import describe
+from poisonq.errors import PermanentError
+from poisonq.failures import dead_lettering, describe
 from poisonq.limits import MAX_MESSAGE, MAX_TRACEBACK, tail
 from poisonq.model import Abandon, DeadLetter, FailureRecord
 
@@ -163,16 +166,54 @@ def data_error_class(error: BaseException) -> str | None:
 
 
 def isolated_settlement(
-    seq: int, lock_token: str, error: BaseException, failure: FailureRecord
+    seq: int,
+    lock_token: str,
+    error: BaseException,
+    failure: FailureRecord,
+    permanent: tuple[type[BaseException], ...] = (),
 ) -> Abandon | DeadLetter:
-    """How a message found failing a job alone is settled: dead-lettered with the error
-    class as its reason and Spark's message (with the value) as its description when the
-    error depends only on the data (:func:`data_error_class`), else abandoned with
-    ``failure``, so the queue's retry policy applies."""
+    """How a message found failing a job alone is settled: dead-lettered at once when the
+    error is permanent (a :class:`~poisonq.PermanentError` or one of ``permanent``, raised on
+    the driver or in a Python worker of the job: :func:`raised_type`), with its class as the
+    reason; or when the error depends only on the data (:func:`data_error_class`), with the
+    error class as its reason and Spark's message (with the value) as its description;
+    else abandoned with ``failure``, so the queue's retry policy applies."""
+    kinds: tuple[type[BaseException], ...] = (PermanentError, *permanent)
+    if isinstance(error, kinds):
+        return dead_lettering(seq, lock_token, failure)
+    raised = raised_type(error)
+    if raised is not None and issubclass(raised, kinds):
+        return DeadLetter(seq, lock_token, raised.__name__, describe(failure), failure)
     kind = data_error_class(error)
     if kind is None:
         return Abandon(seq, lock_token, failure)
     return DeadLetter(seq, lock_token, kind, failure.message, failure)
+
+
+def raised_type(error: BaseException) -> type[BaseException] | None:
+    """The class of the Python exception a Python worker raised in a failed Spark job,
+    looked up by the name its traceback gives among the driver's loaded modules (a job's
+    functions come from the driver's code), so that ``permanent=`` types and
+    :class:`~poisonq.PermanentError` subclasses raised in a UDF or ``mapInArrow`` are told as
+    they are on the driver. None if there is no such traceback or no such class here."""
+    if not isinstance(error, JobError):
+        return None
+    found = _PYTHON_TRACEBACK.search(str(error))
+    if found is None:
+        return None
+    name = found.group("error").split(":", 1)[0].strip()
+    module, _, qualname = name.rpartition(".")
+    while module and module not in sys.modules:  # a nested class: Outer.Inner
+        module, _, outer = module.rpartition(".")
+        qualname = f"{outer}.{qualname}"
+    homes = [sys.modules[module]] if module else [builtins, sys.modules.get("__main__")]
+    for home in homes:
+        found_class: object = home
+        for part in qualname.split("."):
+            found_class = getattr(found_class, part, None)
+        if isinstance(found_class, type) and issubclass(found_class, BaseException):
+            return found_class
+    return None
 
 
 def report_isolated(batch: str, settlements: Sequence[Abandon | DeadLetter]) -> None:

@@ -78,6 +78,7 @@ class MapJob:
     def __init__(self, reader: LeaseReader, work: Work) -> None:
         self.reader = reader
         self.struct = work.output.struct
+        self.permanent = work.permanent
         spark = reader.spark
         name = f"poisonq_pipeline_{id(self):x}"
         self._guarded: str | None = None  # the guarded source to switch to, if not on yet

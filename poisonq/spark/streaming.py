@@ -36,7 +36,7 @@ from pyspark.sql import functions as F
 
 import poisonq
 from poisonq.defects import DEFAULT_MAX_FAILURE_RATIO, Defect, check_ratio
-from poisonq.errors import InvalidOptionError, PermanentError
+from poisonq.errors import InvalidOptionError
 from poisonq.failures import failure_from_exception
 from poisonq.model import Complete, DeadLetter, FailureRecord, Lease
 from poisonq.spark.expectations import FAILED, check_expectations, with_failed
@@ -205,12 +205,9 @@ class ForeachBatch:
         if isinstance(found, Defect):
             self._stop(broker, lease, batch_id, found, written)
             return
-        permanent: tuple[type[BaseException], ...] = (PermanentError, *self.permanent)
         records = {seq: _failure(exc) for seq, exc in found.items()}
         failures = [
-            context.failure(seq, records[seq], True)
-            if isinstance(exc, permanent)
-            else isolated_settlement(seq, lease.lock_token, exc, records[seq])
+            isolated_settlement(seq, lease.lock_token, exc, records[seq], self.permanent)
             for seq, exc in found.items()
         ]
         # What the parts wrote is completed in the transaction that settles the failures: a
