@@ -462,6 +462,30 @@ def test_a_bug_that_fails_every_message_stops_the_runner_and_spends_nothing(
     assert_balanced(live)
 
 
+def _needs_a_missing_module(message: dict[str, Any]) -> dict[str, Any]:
+    __import__("poisonq_no_such_module")
+    return {}
+
+
+def test_a_module_the_workers_cannot_import_stops_the_runner_with_the_interpreter_hint(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """A function that fails every message importing a module the Python workers lack (the
+    interpreter PYSPARK_PYTHON names is not the driver's) stops the runner as a defect whose
+    message says which interpreter the workers run and how to change it."""
+    send(live, {}, 20)
+    pipeline = Pipeline(
+        spark, url=url, queue="orders", map=_needs_a_missing_module, schema=SCHEMA,
+        output=str(tmp_path / "out"),
+    )  # fmt: skip
+    with pytest.raises(PipelineStoppedError) as stopped:
+        pipeline.run()
+    assert "cannot import 'poisonq_no_such_module'" in str(stopped.value)
+    assert "PYSPARK_PYTHON" in str(stopped.value) and sys.executable in str(stopped.value)
+    assert live.counts("orders")["active"] == 20
+    assert_balanced(live)
+
+
 def test_a_transform_that_always_crashes_the_worker_is_a_defect(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:

@@ -77,3 +77,22 @@ def test_a_spark_read_without_url_creates_no_file(
     with pytest.raises(Exception, match=r'option\("url", URL\)'):
         spark.read.format("poisonq").load("orders").collect()
     assert not (tmp_path / "poisonq.db").exists()
+
+
+def test_a_mistyped_sqlite_path_is_named_and_nothing_is_made(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A SQLite path with no store behind it (a typo) is named as such, by a read and by the
+    pipeline runner, and neither makes the file or its directory: Spark never makes a store
+    (a new one would have none of the queues it was asked for)."""
+    from poisonq.spark import Pipeline
+
+    typo = tmp_path / "typo" / "q.db"
+    url = f"sqlite:///{typo}"
+    with pytest.raises(Exception, match=f"no poisonq store at {typo}"):
+        spark.read.format("poisonq").option("url", url).load("orders").collect()
+    with pytest.raises(poisonq.errors.StoreNotFoundError, match="no poisonq store"):
+        Pipeline(
+            spark, url=url, queue="orders", map=dict, schema="n long", output=str(tmp_path / "o")
+        ).run()
+    assert not typo.parent.exists()

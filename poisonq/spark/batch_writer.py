@@ -15,6 +15,8 @@ before its next batch.
 from __future__ import annotations
 
 import logging
+import re
+import sys
 import time
 from collections.abc import Mapping
 
@@ -45,6 +47,7 @@ from poisonq.spark.sink import Sink, SinkFailed
 
 log = logging.getLogger(__name__)
 MAX_REWRITES = 5
+_MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named (\S+)")
 
 
 class BatchWriter:
@@ -108,6 +111,13 @@ class BatchWriter:
             f"stopped at lease {lease.number}: {defect}; {released} message(s) given back"
             " to the queue without a delivery counted, nothing written for the batch"
         )
+        missing = _MISSING_MODULE.search(f"{defect.failure.error_type}: {defect.failure.message}")
+        if missing is not None:
+            message += (
+                f". The job's Python workers cannot import {missing.group(1)}: they run the"
+                " interpreter PYSPARK_PYTHON names (python3 from PATH by default); set it to"
+                f" one that has it (this driver's is {sys.executable}) before the session starts"
+            )
         raise PipelineStoppedError(report, message, defect=defect) from None
 
     def _write_nothing(self, lease: Lease) -> None:

@@ -22,11 +22,11 @@ from pyspark.accumulators import Accumulator, AccumulatorParam
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructField, StructType
 
-import poisonq
 from poisonq.model import DeadLetter
 from poisonq.spark.expectations import FAILED, expectation_dead_letter, with_failed
 from poisonq.spark.settling import LeaseContext
 from poisonq.spark.source import SEQUENCE
+from poisonq.spark.stores import open_existing
 
 Runs = list[tuple[int, int]]
 
@@ -90,7 +90,7 @@ class Gate:
                 " sequence_number of the message each row comes from"
             )
         failed = self._failed(table, seen)
-        with poisonq.connect(self.context.url) as broker:
+        with open_existing(self.context.url) as broker:
             self.context.settle(broker, list(failed.values()), set(seen))
             held = set(broker.lease_sequence_numbers(lease, lo, hi))
         keep = [seq in held and seq not in failed for seq in seen]

@@ -57,6 +57,7 @@ from poisonq.spark.rows import OutputSchema
 from poisonq.spark.session import quiet_query_errors
 from poisonq.spark.sink import SinkFunction, sink_for
 from poisonq.spark.source import absolute_url
+from poisonq.spark.stores import open_existing
 from poisonq.spark.transform import LeaseTransform, Work
 from poisonq.timeline import DEFAULT_KEEP, BatchRun
 from poisonq.worker.guard import Transform
@@ -205,7 +206,7 @@ class Pipeline:
         is given back with no delivery counted."""
         report = PipelineReport()
         started = time.monotonic()
-        with poisonq.connect(self.url, retry_total=self.retry_total) as broker:
+        with open_existing(self.url, retry_total=self.retry_total) as broker:
             dead_before = _dead_letters(broker, self.queue)
             work = ThreadPoolExecutor(1, thread_name_prefix="poisonq-pipeline-store")
             ahead: Future[Lease | None] | None = None

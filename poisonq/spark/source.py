@@ -55,6 +55,7 @@ from poisonq.options import MAX_LOCK_DURATION
 from poisonq.spark.connect import is_connect
 from poisonq.spark.narrowing import Chunks, after_replay, isolate_suspect, narrow
 from poisonq.spark.schema import ARROW_SCHEMA, lease_batch, message_batch
+from poisonq.spark.stores import open_existing
 
 T = TypeVar("T", int, float)
 ARROW_BATCH_ROWS = 10_000
@@ -143,7 +144,7 @@ class SourceOptions:
         )
 
     def connect(self) -> poisonq.Broker:
-        return poisonq.connect(self.url)
+        return open_existing(self.url)
 
 
 def _queue(*names: str | None) -> str:

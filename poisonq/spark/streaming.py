@@ -53,6 +53,7 @@ from poisonq.spark.reports import PipelineReport, PipelineStoppedError
 from poisonq.spark.session import quiet_query_errors
 from poisonq.spark.settling import LeaseContext, defect_in
 from poisonq.spark.source import SEQUENCE, store_tag, untagged
+from poisonq.spark.stores import open_existing
 from poisonq.spark.udf import current, settling
 
 Handler = Callable[[DataFrame, int], None]
@@ -125,7 +126,7 @@ class ForeachBatch:
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         tag = store_tag(df)
         frame = untagged(df)
-        with poisonq.connect(tag.url) as broker:
+        with open_existing(tag.url) as broker:
             lease = broker.lease(tag.address, tag.consumer)
             if lease is None:  # an empty batch before the consumer's first lease
                 self.handler(frame, batch_id)
@@ -280,7 +281,7 @@ def dead_letter(df: DataFrame, reason: str, description: str | Column | None = N
 
 def _latest(df: DataFrame) -> LeaseContext:
     tag = store_tag(df)
-    with poisonq.connect(tag.url) as broker:
+    with open_existing(tag.url) as broker:
         lease = broker.lease(tag.address, tag.consumer)
     if lease is None:
         raise InvalidOptionError(f"consumer {tag.consumer!r} has no lease on {tag.address!r}")
@@ -303,6 +304,6 @@ class _DeadLetterRows:
                 found.setdefault(seq, DeadLetter(seq, token, self.reason, text))
         lost: list[int] = []
         if found:
-            with poisonq.connect(self.context.url) as broker:
+            with open_existing(self.context.url) as broker:
                 _, lost = broker.settle_held(self.context.address, list(found.values()))
         yield pa.RecordBatch.from_pydict({"dead_lettered": [len(found) - len(lost)]})

@@ -26,12 +26,12 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, InputPartition
 from pyspark.sql.types import StructType
 
-import poisonq
 from poisonq.defects import find_defect
 from poisonq.failures import dead_lettering
 from poisonq.spark.batches import BatchTransform
 from poisonq.spark.settling import DefectFound, Failure
 from poisonq.spark.source import ARROW_BATCH_ROWS, BatchReader, SequenceRange, SourceOptions
+from poisonq.spark.stores import open_existing
 from poisonq.spark.work import FunctionWork, settlement
 from poisonq.store.base import LEASE_COLUMNS
 from poisonq.worker.guard import Crashed, Failed, Transform, run_inline, run_isolated
@@ -103,7 +103,7 @@ class PipelineReader(BatchReader):
         assert isinstance(partition, SequenceRange) and partition.lease is not None
         lease = partition.lease
         failed: list[Failure] = []
-        with poisonq.connect(self.options.url) as broker, collector_paused():
+        with open_existing(self.options.url) as broker, collector_paused():
             rows = broker.lease_rows(lease, partition.lo, partition.hi)
         # Only first deliveries tell a defect (see poisonq.defects).
         fresh = {row[0] for row in rows if row[_DELIVERY_COUNT] == 1}
@@ -119,7 +119,7 @@ class PipelineReader(BatchReader):
                 raise DefectFound(defect)
             yield batch
         if failed:
-            with poisonq.connect(self.options.url) as broker:
+            with open_existing(self.options.url) as broker:
                 broker.settle_held(self.options.address, failed)
 
 

@@ -30,11 +30,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.functions import arrow_udf
 from pyspark.sql.types import DataType, StructField, StructType, _parse_datatype_string
 
-import poisonq
 from poisonq.failures import dead_lettering
 from poisonq.spark.rows import OutputSchema
 from poisonq.spark.settling import Failure, LeaseContext
 from poisonq.spark.source import SEQUENCE
+from poisonq.spark.stores import open_existing
 from poisonq.worker.guard import Failed, apply
 
 _CURRENT: ContextVar[LeaseContext | None] = ContextVar("poisonq_lease", default=None)
@@ -144,7 +144,7 @@ class _Rows:
         batch, unfit = self.output.batch(values)
         failures += [dead_lettering(seqs[fitted[i]], token, failure) for i, failure in unfit]
         if failures:
-            with poisonq.connect(self.context.url) as broker:
+            with open_existing(self.context.url) as broker:
                 self.context.settle(broker, failures, seqs)
         # The values that fitted, in place; NULL where a row failed.
         bad = {i for i, _ in unfit}
