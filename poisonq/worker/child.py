@@ -17,12 +17,15 @@ tables, and a crash costs a fork.
 from __future__ import annotations
 
 import gc
+import linecache
 import mmap
 import os
 import pickle
 import signal
 import struct
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from poisonq.worker.results import RowTransform, apply
 from poisonq.worker.shared import SharedFile, append_results, read_segments
@@ -56,23 +59,25 @@ def helper_main() -> None:
         write_frame(replies, pickle.dumps(("unloadable", f"{type(exc).__name__}: {exc}")))
         return
     write_frame(replies, pickle.dumps(("ready",)))
+    warm_up = _WarmUp(transform, permanent)
+    warm_up()  # what a first failure loads and caches, loaded once here, before any fork
     gc.freeze()  # a child's collections must not write to (and so copy) the helper's pages
     with mmap.mmap(-1, _PROGRESS.size) as progress:  # shared with the children
-        child = _Child(transform, permanent, progress, replies, shared)
+        child = _Child(transform, permanent, progress, replies, shared, warm_up)
+        pid = child.start(child.fork())
         standby = child.fork()
         while True:
-            _PROGRESS.pack_into(progress, 0, BETWEEN_SPANS)
-            pid, go = standby
-            os.write(go, b"go")  # the standby takes over; a new one is forked beside it
-            os.close(go)
-            standby = child.fork()
             _, status = os.waitpid(pid, 0)
             (at,) = _PROGRESS.unpack_from(progress, 0)
             if at == BETWEEN_SPANS and status == 0:  # the rows ended
                 os.close(standby[1])  # the standby reads the end and exits
                 os.waitpid(standby[0], 0)
                 return
+            # The standby takes over before the caller hears of the crash, so it is awake
+            # when the caller's next span arrives; a new one is forked beside it after.
+            pid = child.start(standby)
             _write_all(replies, REPLY.pack(CRASHED, status, at))
+            standby = child.fork()
 
 
 class _Child:
@@ -85,12 +90,14 @@ class _Child:
         progress: mmap.mmap,
         replies: int,
         shared: tuple[int, int],
+        warm_up: Callable[[], None],
     ) -> None:
         self.transform = transform
         self.permanent = permanent
         self.progress = progress
         self.replies = replies
         self.shared = shared
+        self.warm_up = warm_up
 
     def fork(self) -> tuple[int, int]:
         """A child forked ahead, waiting to be told to run (its pid, and the pipe that
@@ -102,8 +109,9 @@ class _Child:
             os.close(go)
             code = 0
             try:
-                # Mapped while the child before works: off the path of a crash.
+                # Done while the child before works: off the path of a crash.
                 shared = tuple(SharedFile(fd) for fd in self.shared)
+                self.warm_up()
                 if os.read(wait, 2) == b"go":  # else the helper ended: not needed
                     self._run(*shared)
             except BaseException:
@@ -111,6 +119,14 @@ class _Child:
             os._exit(code)
         os.close(wait)
         return pid, go
+
+    def start(self, forked: tuple[int, int]) -> int:
+        """Wake a child forked ahead to run the caller's spans; its pid."""
+        pid, go = forked
+        _PROGRESS.pack_into(self.progress, 0, BETWEEN_SPANS)
+        os.write(go, b"go")
+        os.close(go)
+        return pid
 
     def _run(self, rows: SharedFile, results: SharedFile) -> None:
         """Run the spans the caller sends until its end of the pipe closes."""
@@ -130,6 +146,45 @@ class _Child:
                 append_results(results, first, outputs)
             at[0] = BETWEEN_SPANS
             _write_all(self.replies, REPLY.pack(DONE, 0, 0))
+
+
+class _WarmUp:
+    """A row's failure recorded on the way to no row, and the source lines of the
+    transform's files read: run once in the helper, so that what a failure loads and caches
+    (the transform's lines, poisonq's own, those of the traceback module) is loaded before
+    any fork, then in each child while it waits to take over. A forked child shares the
+    helper's memory until it writes to it, and in Python reading an object writes its
+    reference count: without this, the first failure a new child records copies the pages
+    of all that (1 to 2 ms) after the crash before it, on the way of the rows."""
+
+    def __init__(self, transform: RowTransform, permanent: tuple[type[BaseException], ...]):
+        self.permanent = permanent
+        self.files = _source_files(transform)
+
+    def __call__(self) -> None:
+        pickle.dumps([apply(_fail, None, self.permanent)], pickle.HIGHEST_PROTOCOL)
+        for file in self.files:
+            for _line in linecache.getlines(file):
+                pass
+
+
+class _NoRow(Exception):
+    """The failure :class:`_WarmUp` records."""
+
+
+def _fail(row: Any) -> None:
+    raise _NoRow(row)
+
+
+def _source_files(transform: Any) -> list[str]:
+    """The files of the transform's code: of the function, or of the function a callable
+    object wraps (``transform.transform``, as the pipeline's lease rows do) or calls."""
+    files = []
+    for part in (transform, getattr(transform, "transform", None), type(transform).__call__):
+        code = getattr(part, "__code__", None)
+        if code is not None and code.co_filename not in files:
+            files.append(code.co_filename)
+    return files
 
 
 def frame(data: bytes) -> bytes:
