@@ -31,7 +31,8 @@ from poisonq.worker.results import RowTransform, apply
 from poisonq.worker.shared import SharedFile, append_results, read_segments
 
 BETWEEN_SPANS = -1  # the progress word outside a row
-SPAN = struct.Struct("=qqq")  # the caller to a child: run rows start to stop, flush every n
+# The caller to a child: run rows start to stop but the row skip (-1: none), flush every n.
+SPAN = struct.Struct("=qqqq")
 REPLY = struct.Struct("=qqq")  # to the caller: DONE or CRASHED, the wait status, the row
 DONE = 0
 CRASHED = 1
@@ -133,17 +134,20 @@ class _Child:
         at = memoryview(self.progress).cast("q")  # one store a row, not a pack_into call
         transform, permanent = self.transform, self.permanent
         while (span := _read_exact(0, SPAN.size)) is not None:
-            start, stop, flush = SPAN.unpack(span)
-            first, outputs = start, []
-            for base, segment in read_segments(rows, start, stop):
-                for position in range(max(start, base), min(stop, base + len(segment))):
-                    at[0] = position
-                    outputs.append(apply(transform, segment[position - base], permanent))
-                    if len(outputs) == flush:
-                        append_results(results, first, outputs)
-                        first, outputs = position + 1, []
-            if outputs:
-                append_results(results, first, outputs)
+            start, stop, flush, skip = SPAN.unpack(span)
+            for part in around(range(start, stop), skip):
+                first, outputs = part.start, []
+                for base, segment in read_segments(rows, part.start, part.stop):
+                    for position in range(
+                        max(part.start, base), min(part.stop, base + len(segment))
+                    ):
+                        at[0] = position
+                        outputs.append(apply(transform, segment[position - base], permanent))
+                        if len(outputs) == flush:
+                            append_results(results, first, outputs)
+                            first, outputs = position + 1, []
+                if outputs:
+                    append_results(results, first, outputs)
             at[0] = BETWEEN_SPANS
             _write_all(self.replies, REPLY.pack(DONE, 0, 0))
 
@@ -185,6 +189,13 @@ def _source_files(transform: Any) -> list[str]:
         if code is not None and code.co_filename not in files:
             files.append(code.co_filename)
     return files
+
+
+def around(rows: range, skip: int) -> list[range]:
+    """The rows but ``skip``, in the spans before and after it that are not empty."""
+    if skip not in rows:
+        return [rows]
+    return [part for part in (range(rows.start, skip), range(skip + 1, rows.stop)) if part]
 
 
 def frame(data: bytes) -> bytes:

@@ -40,7 +40,7 @@ from typing import Any, ClassVar
 import cloudpickle
 
 from poisonq.model import FailureRecord
-from poisonq.worker.child import DONE, REPLY, SPAN, frame, read_frame
+from poisonq.worker.child import DONE, REPLY, SPAN, around, frame, read_frame
 from poisonq.worker.results import (
     Crashed,
     Failed,
@@ -244,8 +244,10 @@ class Helper:
         read_at = results_start()
         todo = deque([range(len(rows))] if rows else [])  # spans of rows still to run, in order
         while todo:
-            span = todo.popleft()
-            self._send(SPAN.pack(span.start, span.stop, self._flush_every()))
+            span, skip = todo.popleft(), -1
+            if todo and todo[0].start == span.stop + 1:  # one span around the crashed row
+                span, skip = range(span.start, todo.popleft().stop), span.stop
+            self._send(SPAN.pack(span.start, span.stop, self._flush_every(), skip))
             kind, status, at = self._receive()
             read_at, records = read_results(self._results, read_at)
             done = _taken(records, results, span.start)
@@ -258,7 +260,8 @@ class Helper:
             self._rows += at + 1 - span.start
             self._crashes += 1
             results[at] = Crashed(_crash_record(status))
-            todo.extendleft(part for part in (range(at + 1, span.stop), range(done, at)) if part)
+            rest = (range(done, at), range(at + 1, span.stop))
+            todo.extendleft(reversed([part for rows in rest for part in around(rows, skip)]))
         return results
 
     def _flush_every(self) -> int:
