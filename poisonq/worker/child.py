@@ -24,7 +24,6 @@ import pickle
 import signal
 import struct
 import sys
-from collections.abc import Callable
 from typing import Any
 
 from poisonq.worker.results import RowTransform, apply
@@ -60,11 +59,10 @@ def helper_main() -> None:
         write_frame(replies, pickle.dumps(("unloadable", f"{type(exc).__name__}: {exc}")))
         return
     write_frame(replies, pickle.dumps(("ready",)))
-    warm_up = _WarmUp(transform, permanent)
-    warm_up()  # what a first failure loads and caches, loaded once here, before any fork
+    _warm_up(transform, permanent)
     gc.freeze()  # a child's collections must not write to (and so copy) the helper's pages
     with mmap.mmap(-1, _PROGRESS.size) as progress:  # shared with the children
-        child = _Child(transform, permanent, progress, replies, shared, warm_up)
+        child = _Child(transform, permanent, progress, replies, shared)
         pid = child.start(child.fork())
         standby = child.fork()
         while True:
@@ -91,14 +89,12 @@ class _Child:
         progress: mmap.mmap,
         replies: int,
         shared: tuple[int, int],
-        warm_up: Callable[[], None],
     ) -> None:
         self.transform = transform
         self.permanent = permanent
         self.progress = progress
         self.replies = replies
         self.shared = shared
-        self.warm_up = warm_up
 
     def fork(self) -> tuple[int, int]:
         """A child forked ahead, waiting to be told to run (its pid, and the pipe that
@@ -110,9 +106,8 @@ class _Child:
             os.close(go)
             code = 0
             try:
-                # Done while the child before works: off the path of a crash.
+                # Mapped while the child before works: off the path of a crash.
                 shared = tuple(SharedFile(fd) for fd in self.shared)
-                self.warm_up()
                 if os.read(wait, 2) == b"go":  # else the helper ended: not needed
                     self._run(*shared)
             except BaseException:
@@ -152,28 +147,21 @@ class _Child:
             _write_all(self.replies, REPLY.pack(DONE, 0, 0))
 
 
-class _WarmUp:
+def _warm_up(transform: RowTransform, permanent: tuple[type[BaseException], ...]) -> None:
     """A row's failure recorded on the way to no row, and the source lines of the
-    transform's files read: run once in the helper, so that what a failure loads and caches
-    (the transform's lines, poisonq's own, those of the traceback module) is loaded before
-    any fork, then in each child while it waits to take over. A forked child shares the
-    helper's memory until it writes to it, and in Python reading an object writes its
-    reference count: without this, the first failure a new child records copies the pages
-    of all that (1 to 2 ms) after the crash before it, on the way of the rows."""
-
-    def __init__(self, transform: RowTransform, permanent: tuple[type[BaseException], ...]):
-        self.permanent = permanent
-        self.files = _source_files(transform)
-
-    def __call__(self) -> None:
-        pickle.dumps([apply(_fail, None, self.permanent)], pickle.HIGHEST_PROTOCOL)
-        for file in self.files:
-            for _line in linecache.getlines(file):
-                pass
+    transform's files read, in the helper before it forks: what the first failure a child
+    records loads and caches (the transform's lines, poisonq's own, what the traceback
+    module builds on first use) is then loaded once, not in each child after a crash.
+    (Each child touching those pages still copies them; done again in each child forked
+    ahead, it cost more than it saved: a child that takes over soon after its birth waits
+    for it, and it copies pages the child's exit then frees.)"""
+    pickle.dumps([apply(_fail, None, permanent)], pickle.HIGHEST_PROTOCOL)
+    for file in _source_files(transform):
+        linecache.getlines(file)
 
 
 class _NoRow(Exception):
-    """The failure :class:`_WarmUp` records."""
+    """The failure :func:`_warm_up` records."""
 
 
 def _fail(row: Any) -> None:
