@@ -130,19 +130,21 @@ class _Child:
         transform, permanent = self.transform, self.permanent
         while (span := _read_exact(0, SPAN.size)) is not None:
             start, stop, flush, skip = SPAN.unpack(span)
-            for part in around(range(start, stop), skip):
-                first, outputs = part.start, []
-                for base, segment in read_segments(rows, part.start, part.stop):
-                    for position in range(
-                        max(part.start, base), min(part.stop, base + len(segment))
-                    ):
+            first, outputs = start, list[Any]()
+            for base, segment in read_segments(rows, start, stop):
+                for part in around(range(max(start, base), min(stop, base + len(segment))), skip):
+                    if first + len(outputs) != part.start:  # past the skipped row: a new record
+                        if outputs:
+                            append_results(results, first, outputs)
+                        first, outputs = part.start, []
+                    for position in part:
                         at[0] = position
                         outputs.append(apply(transform, segment[position - base], permanent))
                         if len(outputs) == flush:
                             append_results(results, first, outputs)
                             first, outputs = position + 1, []
-                if outputs:
-                    append_results(results, first, outputs)
+            if outputs:
+                append_results(results, first, outputs)
             at[0] = BETWEEN_SPANS
             _write_all(self.replies, REPLY.pack(DONE, 0, 0))
 
