@@ -5,9 +5,10 @@ The caller (:class:`poisonq.worker.guard.Helper`) tells the running child, throu
 helper's input, which span of the shared rows to run (:mod:`poisonq.worker.shared`). The
 child writes the index of the row it is on into a word of memory it shares with the helper
 before each row, and appends the results to the shared results every ``flush`` rows. When
-the child dies in a row, the helper tells the caller which row, and the caller tells the
-next child where to go on: the results written before the death are kept, and the rows run
-since the last flush are run again.
+the child dies in a row, the helper wakes the next child and tells the caller which row,
+and the caller tells that child where to go on: the results written before the death are
+kept, and the rows run since the last flush are run again, with the rows after the crashed
+one, in one span that leaves that row out.
 
 Only fixed-size words go through the pipes. This module imports what a child needs and no
 more (no ``subprocess``): every page the helper holds is copied into each child's page
