@@ -31,7 +31,7 @@ from poisonq.worker.results import RowTransform, apply
 from poisonq.worker.shared import SharedFile, append_results, read_segments
 
 BETWEEN_SPANS = -1  # the progress word outside a row
-# The caller to a child: run rows start to stop but the row skip (-1: none), flush every n.
+# The caller to a child: run rows start to stop, flush every n, leave row skip out (-1: none).
 SPAN = struct.Struct("=qqqq")
 REPLY = struct.Struct("=qqq")  # to the caller: DONE or CRASHED, the wait status, the row
 DONE = 0

@@ -252,7 +252,7 @@ class Helper:
             read_at, records = read_results(self._results, read_at)
             done = _taken(records, results, span.start)
             if kind == DONE:
-                self._rows += len(span)
+                self._rows += len(span) - (skip >= 0)
                 continue
             if at < 0:
                 self._process.kill()
