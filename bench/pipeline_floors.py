@@ -9,11 +9,14 @@
 
 And what the crash guard makes of that floor, on 100,000 rows shaped as lease rows, in calls
 of 10,000 through :func:`poisonq.worker.guard.run_isolated`: ``guard_us_per_row``, what the
-guard adds to a row without a crash (against :func:`~poisonq.worker.guard.run_inline`), and
-``guard_ms_per_crash``, the wall time a crash adds with one crashing row in 1,000, in one run.
+guard adds to a row without a crash (against :func:`~poisonq.worker.guard.run_inline`),
+``guard_ms_per_crash``, the wall time a crash adds with one crashing row in 1,000, in one run,
+and ``guard_ms_per_crash_failing``, the same with one row in 100 raising as well (as in
+``bench/pipeline_throughput.py``), so that the child after each crash records a failure.
 
 Prints one line: ``sqlite_lock_complete_us_per_msg=… fork_cycle_ms_bare=…
-fork_cycle_ms_poisonq=… guard_us_per_row=… guard_ms_per_crash=…``.
+fork_cycle_ms_poisonq=… guard_us_per_row=… guard_ms_per_crash=…
+guard_ms_per_crash_failing=…``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -115,45 +119,64 @@ def _clean(row: tuple[Any, ...]) -> dict[str, Any]:
     return {"n": row[0]}
 
 
-def guard_costs(rows: int = 100_000) -> tuple[float, float]:
+def _fails_on_0(row: tuple[Any, ...]) -> dict[str, Any]:
+    if row[0] % 100 == 0:
+        raise ValueError(f"order {row[0]}: unknown customer")
+    return {"n": row[0]}
+
+
+def _fails_on_0_crashes_on_7(row: tuple[Any, ...]) -> dict[str, Any]:
+    if row[0] % 1000 == 7:
+        os._exit(1)
+    return _fails_on_0(row)
+
+
+def guard_costs(rows: int = 100_000) -> tuple[float, float, float]:
     """Microseconds the guard adds to a row on the clean path (against the same rows run in
-    the caller), and milliseconds a crashing row adds (one in 1,000): the guard alone, in
-    calls of 10,000 rows as the pipeline makes them (median of three runs each way)."""
+    the caller), and milliseconds a crashing row adds (one in 1,000), without and with one
+    row in 100 raising: the guard alone, in calls of 10,000 rows as the pipeline makes them
+    (median of three runs each way)."""
     from poisonq.worker.guard import Crashed, run_inline, run_isolated
 
     data = [_lease_row(n) for n in range(rows)]
     calls = [data[start : start + 10_000] for start in range(0, rows, 10_000)]
-    run_isolated(_clean, data[:10], ())  # start the helpers
-    run_isolated(_crashes_on_7, data[:10], ())
-    per_row, per_crash = [], []
+    for transform in (_clean, _crashes_on_7, _fails_on_0, _fails_on_0_crashes_on_7):
+        run_isolated(transform, data[:10], ())  # start the helpers
+
+    def seconds(transform: Callable[[tuple[Any, ...]], dict[str, Any]]) -> tuple[float, int]:
+        started = time.perf_counter()
+        results = [run_isolated(transform, call, ()) for call in calls]
+        crashed = sum(isinstance(r, Crashed) for call in results for r in call)
+        return time.perf_counter() - started, crashed
+
+    per_row, per_crash, per_crash_failing = [], [], []
     for _ in range(3):
         started = time.perf_counter()
         for call in calls:
             run_inline(_clean, call, ())
         inline = time.perf_counter() - started
-        started = time.perf_counter()
-        for call in calls:
-            run_isolated(_clean, call, ())
-        clean = time.perf_counter() - started
-        started = time.perf_counter()
-        crashed = sum(
-            isinstance(r, Crashed) for call in calls for r in run_isolated(_crashes_on_7, call, ())
-        )
-        per_crash.append((time.perf_counter() - started - clean) / crashed * 1e3)
+        clean, _ = seconds(_clean)
+        crashing, crashed = seconds(_crashes_on_7)
+        failing, _ = seconds(_fails_on_0)
+        failing_crashing, _ = seconds(_fails_on_0_crashes_on_7)
         per_row.append((clean - inline) / rows * 1e6)
-    return statistics.median(per_row), statistics.median(per_crash)
+        per_crash.append((crashing - clean) / crashed * 1e3)
+        per_crash_failing.append((failing_crashing - failing) / crashed * 1e3)
+    median = statistics.median
+    return median(per_row), median(per_crash), median(per_crash_failing)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=100_000)
     args = parser.parse_args()
-    us_per_row, ms_per_crash = guard_costs()
+    us_per_row, ms_per_crash, ms_per_crash_failing = guard_costs()
     print(
         f"sqlite_lock_complete_us_per_msg={sqlite_floor(args.messages):.1f}"
         f" fork_cycle_ms_bare={fork_cycle():.2f}"
         f" fork_cycle_ms_poisonq={fork_cycle('poisonq'):.2f}"
         f" guard_us_per_row={us_per_row:.2f} guard_ms_per_crash={ms_per_crash:.2f}"
+        f" guard_ms_per_crash_failing={ms_per_crash_failing:.2f}"
     )
 
 

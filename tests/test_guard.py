@@ -154,6 +154,36 @@ def test_a_crash_runs_again_only_the_rows_since_the_childs_last_record_of_result
     assert set(times) == set(range(3 * WINDOW))
 
 
+def crashes_when_run_again(row: dict[str, Any]) -> dict[str, Any] | None:
+    """``counted``, but a row in ``again`` crashes the second time it runs (a crash that
+    depends on more than the row: the state of a service, the time)."""
+    n = row["n"]
+    with open(row["runs"], "a+") as runs:
+        runs.write(f"{n}\n")
+        runs.seek(0)
+        if n in row["again"] and runs.read().split().count(str(n)) == 2:
+            os._exit(4)
+    return transform(row)
+
+
+def test_a_row_run_again_after_a_crash_that_crashes_then_is_crashed_and_the_rest_go_on(
+    tmp_path: Path,
+) -> None:
+    """After a crash the next child runs the rows since the last record and those after the
+    crashed row in one span that leaves that row out; when a row it runs again crashes this
+    time, that row is crashed too, neither crashed row runs again, and every other row
+    gets its result."""
+    runs = tmp_path / "runs"
+    data = [{**row, "runs": str(runs), "again": {4}} for row in rows(40, crash={10})]
+    results = run_isolated(crashes_when_run_again, data, ())
+    found = kinds(results)
+    assert found["crashed"] == [4, 10]
+    assert set(found["ok"]) == set(range(40)) - {4, 10}
+    times = Counter(int(n) for n in runs.read_text().split())
+    assert (times[4], times[10]) == (2, 1)
+    assert set(times) == set(range(40))
+
+
 def echo(row: bytes) -> dict[str, Any]:
     return {"body": row[::-1], "size": len(row)}
 

@@ -5,9 +5,10 @@ The caller (:class:`poisonq.worker.guard.Helper`) tells the running child, throu
 helper's input, which span of the shared rows to run (:mod:`poisonq.worker.shared`). The
 child writes the index of the row it is on into a word of memory it shares with the helper
 before each row, and appends the results to the shared results every ``flush`` rows. When
-the child dies in a row, the helper tells the caller which row, and the caller tells the
-next child where to go on: the results written before the death are kept, and the rows run
-since the last flush are run again.
+the child dies in a row, the helper wakes the next child and tells the caller which row,
+and the caller tells that child where to go on: the results written before the death are
+kept, and the rows run since the last flush are run again, with the rows after the crashed
+one, in one span that leaves that row out.
 
 Only fixed-size words go through the pipes. This module imports what a child needs and no
 more (no ``subprocess``): every page the helper holds is copied into each child's page
@@ -17,18 +18,21 @@ tables, and a crash costs a fork.
 from __future__ import annotations
 
 import gc
+import linecache
 import mmap
 import os
 import pickle
 import signal
 import struct
 import sys
+from typing import Any
 
 from poisonq.worker.results import RowTransform, apply
 from poisonq.worker.shared import SharedFile, append_results, read_segments
 
 BETWEEN_SPANS = -1  # the progress word outside a row
-SPAN = struct.Struct("=qqq")  # the caller to a child: run rows start to stop, flush every n
+# The caller to a child: run rows start to stop, flush every n, leave row skip out (-1: none).
+SPAN = struct.Struct("=qqqq")
 REPLY = struct.Struct("=qqq")  # to the caller: DONE or CRASHED, the wait status, the row
 DONE = 0
 CRASHED = 1
@@ -56,23 +60,24 @@ def helper_main() -> None:
         write_frame(replies, pickle.dumps(("unloadable", f"{type(exc).__name__}: {exc}")))
         return
     write_frame(replies, pickle.dumps(("ready",)))
+    _warm_up(transform, permanent)
     gc.freeze()  # a child's collections must not write to (and so copy) the helper's pages
     with mmap.mmap(-1, _PROGRESS.size) as progress:  # shared with the children
         child = _Child(transform, permanent, progress, replies, shared)
+        pid = child.start(child.fork())
         standby = child.fork()
         while True:
-            _PROGRESS.pack_into(progress, 0, BETWEEN_SPANS)
-            pid, go = standby
-            os.write(go, b"go")  # the standby takes over; a new one is forked beside it
-            os.close(go)
-            standby = child.fork()
             _, status = os.waitpid(pid, 0)
             (at,) = _PROGRESS.unpack_from(progress, 0)
             if at == BETWEEN_SPANS and status == 0:  # the rows ended
                 os.close(standby[1])  # the standby reads the end and exits
                 os.waitpid(standby[0], 0)
                 return
+            # The standby takes over before the caller hears of the crash, so it is awake
+            # when the caller's next span arrives; a new one is forked beside it after.
+            pid = child.start(standby)
             _write_all(replies, REPLY.pack(CRASHED, status, at))
+            standby = child.fork()
 
 
 class _Child:
@@ -112,24 +117,76 @@ class _Child:
         os.close(wait)
         return pid, go
 
+    def start(self, forked: tuple[int, int]) -> int:
+        """Wake a child forked ahead to run the caller's spans; its pid."""
+        pid, go = forked
+        _PROGRESS.pack_into(self.progress, 0, BETWEEN_SPANS)
+        os.write(go, b"go")
+        os.close(go)
+        return pid
+
     def _run(self, rows: SharedFile, results: SharedFile) -> None:
         """Run the spans the caller sends until its end of the pipe closes."""
         at = memoryview(self.progress).cast("q")  # one store a row, not a pack_into call
         transform, permanent = self.transform, self.permanent
         while (span := _read_exact(0, SPAN.size)) is not None:
-            start, stop, flush = SPAN.unpack(span)
-            first, outputs = start, []
+            start, stop, flush, skip = SPAN.unpack(span)
+            first, outputs = start, list[Any]()
             for base, segment in read_segments(rows, start, stop):
-                for position in range(max(start, base), min(stop, base + len(segment))):
-                    at[0] = position
-                    outputs.append(apply(transform, segment[position - base], permanent))
-                    if len(outputs) == flush:
-                        append_results(results, first, outputs)
-                        first, outputs = position + 1, []
+                for part in around(range(max(start, base), min(stop, base + len(segment))), skip):
+                    if first + len(outputs) != part.start:  # past the skipped row: a new record
+                        if outputs:
+                            append_results(results, first, outputs)
+                        first, outputs = part.start, []
+                    for position in part:
+                        at[0] = position
+                        outputs.append(apply(transform, segment[position - base], permanent))
+                        if len(outputs) == flush:
+                            append_results(results, first, outputs)
+                            first, outputs = position + 1, []
             if outputs:
                 append_results(results, first, outputs)
             at[0] = BETWEEN_SPANS
             _write_all(self.replies, REPLY.pack(DONE, 0, 0))
+
+
+def _warm_up(transform: RowTransform, permanent: tuple[type[BaseException], ...]) -> None:
+    """A row's failure recorded on the way to no row, and the source lines of the
+    transform's files read, in the helper before it forks: what the first failure a child
+    records loads and caches (the transform's lines, poisonq's own, what the traceback
+    module builds on first use) is then loaded once, not in each child after a crash.
+    (Each child touching those pages still copies them; done again in each child forked
+    ahead, it cost more than it saved: a child that takes over soon after its birth waits
+    for it, and it copies pages the child's exit then frees.)"""
+    pickle.dumps([apply(_fail, None, permanent)], pickle.HIGHEST_PROTOCOL)
+    for file in _source_files(transform):
+        linecache.getlines(file)
+
+
+class _NoRow(Exception):
+    """The failure :func:`_warm_up` records."""
+
+
+def _fail(row: Any) -> None:
+    raise _NoRow(row)
+
+
+def _source_files(transform: Any) -> list[str]:
+    """The files of the transform's code: of the function, or of the function a callable
+    object wraps (``transform.transform``, as the pipeline's lease rows do) or calls."""
+    files = []
+    for part in (transform, getattr(transform, "transform", None), type(transform).__call__):
+        code = getattr(part, "__code__", None)
+        if code is not None and code.co_filename not in files:
+            files.append(code.co_filename)
+    return files
+
+
+def around(rows: range, skip: int) -> list[range]:
+    """The rows but ``skip``, in the spans before and after it that are not empty."""
+    if skip not in rows:
+        return [rows]
+    return [part for part in (range(rows.start, skip), range(skip + 1, rows.stop)) if part]
 
 
 def frame(data: bytes) -> bytes:

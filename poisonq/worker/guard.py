@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from poisonq.model import FailureRecord
-from poisonq.worker.child import DONE, REPLY, SPAN, frame, read_frame
+from poisonq.worker.child import DONE, REPLY, SPAN, around, frame, read_frame
 from poisonq.worker.results import (
     Crashed,
     Failed,
@@ -220,13 +220,15 @@ class Helper:
         read_at = results_start()
         todo = deque([range(len(rows))] if rows else [])  # spans of rows still to run, in order
         while todo:
-            span = todo.popleft()
-            self._send(SPAN.pack(span.start, span.stop, self._flush_every()))
+            span, skip = todo.popleft(), -1
+            if todo and todo[0].start == span.stop + 1:  # one span around the crashed row
+                span, skip = range(span.start, todo.popleft().stop), span.stop
+            self._send(SPAN.pack(span.start, span.stop, self._flush_every(), skip))
             kind, status, at = self._receive()
             read_at, records = read_results(self._results, read_at)
             done = _taken(records, results, span.start)
             if kind == DONE:
-                self._rows += len(span)
+                self._rows += len(span) - (skip >= 0)
                 continue
             if at < 0:
                 self._process.kill()
@@ -234,7 +236,8 @@ class Helper:
             self._rows += at + 1 - span.start
             self._crashes += 1
             results[at] = Crashed(_crash_record(status))
-            todo.extendleft(part for part in (range(at + 1, span.stop), range(done, at)) if part)
+            rest = (range(done, at), range(at + 1, span.stop))
+            todo.extendleft(reversed([part for rows in rest for part in around(rows, skip)]))
         return results
 
     def _flush_every(self) -> int:
