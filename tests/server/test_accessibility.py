@@ -158,6 +158,7 @@ def test_every_page_passes_axe_and_reflows(
                     the_headers_focus_ring_shows(page)
             page.goto(f"{live.url}/ui/deadletters?queue=orders")
             page.click("#purge")  # all of them: the count must be typed
+            expect(page.locator("#count")).to_be_visible()  # the confirm page, loaded
             check(page, "confirm", folder, screen, times, hidden)
             page.fill("#count", "99")
             page.click("#confirm")
