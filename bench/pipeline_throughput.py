@@ -178,7 +178,7 @@ def enqueue(
     schema = pa.schema([("sequence_number", pa.int64()), ("body", pa.binary())])
     writer = pq.ParquetWriter(parquet, schema)
     sender = broker.sender(queue)
-    sent: list[int] = []
+    first = last = 0
     for start in range(0, count, SEND_BATCH):
         bodies = [make(n, poison_every) for n in range(start, min(count, start + SEND_BATCH))]
         seqs = sender.send(
@@ -186,9 +186,9 @@ def enqueue(
         )
         columns = {"sequence_number": pa.array(seqs, pa.int64()), "body": pa.array(bodies)}
         writer.write_table(pa.table(columns, schema=schema))
-        sent += seqs[:1] + seqs[-1:]
+        first, last = first or seqs[0], seqs[-1]
     writer.close()
-    return sent[0], sent[-1]
+    return first, last
 
 
 def user_copy(spark: SparkSession, parquet: Path) -> Path:
