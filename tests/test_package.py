@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import graphlib
 import json
 import subprocess
 import sys
@@ -76,3 +78,38 @@ def test_the_processor_imports_without_the_spark_extras_cloudpickle() -> None:
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "Processor"
+
+
+def _module_imports() -> dict[str, set[str]]:
+    """Each module of the package, with the package's modules it imports at its top level,
+    also under ``if TYPE_CHECKING:`` (a cycle of types is still a cycle for its reader), but
+    not the packages it belongs to (a submodule may name its package's public objects)."""
+    root = Path(poisonq.__file__).parent
+    files = {}
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        tree = ast.parse(path.read_text())
+        blocks = [n.body if isinstance(n, ast.If) else [n] for n in tree.body]
+        imported: set[str] = set()
+        for node in (n for block in blocks for n in block):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                wanted = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+            elif isinstance(node, ast.Import):
+                wanted = [a.name for a in node.names]
+            else:
+                continue
+            imported.update(w for w in wanted if w in files)
+        graph[name] = {m for m in imported if m != name and not name.startswith(f"{m}.")}
+    return graph
+
+
+def test_no_module_imports_a_module_that_imports_it_back() -> None:
+    """Each layer and each object reads on its own: a receiver does not import the client
+    that makes it, nor a sender its broker (they are handed what they use)."""
+    try:
+        graphlib.TopologicalSorter(_module_imports()).prepare()
+    except graphlib.CycleError as cycle:
+        pytest.fail(f"an import cycle: {' -> '.join(cycle.args[1])}")

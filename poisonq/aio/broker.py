@@ -5,12 +5,12 @@ leave the event loop), and the waits of receiving a session done in the loop."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import poisonq
-from poisonq.aio.calls import ChangeWatch, StoreCalls
+from poisonq.aio.calls import AsyncLink, ChangeWatch, StoreCalls
 from poisonq.aio.lock_renewer import AutoLockRenewer, sync_renewer
 from poisonq.aio.receivers import AsyncReceiver, AsyncSender, AsyncSessionReceiver
 from poisonq.client import Broker
@@ -75,6 +75,7 @@ class AsyncBroker:
         self.sync = broker
         self.calls = StoreCalls(workers, broker.url)
         self.changes = ChangeWatch(broker.link.changes)
+        self.link = AsyncLink(broker, self.calls, self.changes)
 
     @property
     def clock(self) -> Clock:
@@ -90,19 +91,6 @@ class AsyncBroker:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-    async def look_until(self, deadline: float, look: Callable[[], Awaitable[T]]) -> T:
-        """What ``look`` finds, looking again after every change in the store
-        until it finds something or ``deadline`` (on the loop's clock) passes."""
-        loop = asyncio.get_running_loop()
-        while True:
-            # Only a look that may wait needs the marker (taking it starts the watch thread).
-            marker = self.changes.marker() if deadline > loop.time() else None
-            found = await look()
-            left = deadline - loop.time()
-            if found or left <= 0 or marker is None:
-                return found
-            await self.changes.wait(marker, min(left, LOOK_INTERVAL))
 
     # Admin ------------------------------------------------------------------------------
     async def create_queue(self, name: str, **options: Any) -> QueueInfo:
@@ -212,7 +200,7 @@ class AsyncBroker:
 
     # Senders and receivers ------------------------------------------------------------
     def sender(self, address: str) -> AsyncSender:
-        return AsyncSender(self, self.sync.sender(address))
+        return AsyncSender(self.link, self.sync.sender(address))
 
     def receiver(
         self,
@@ -235,7 +223,7 @@ class AsyncBroker:
         )
         if auto_lock_renewer is not None:
             auto_lock_renewer.start(self.calls)
-        return AsyncReceiver(self, receiver)
+        return AsyncReceiver(self.link, receiver)
 
     async def accept_session(
         self,
@@ -256,7 +244,7 @@ class AsyncBroker:
             )
 
         receiver = await self.calls.taking(accept, SessionReceiver.close)
-        return AsyncSessionReceiver(self, receiver)
+        return AsyncSessionReceiver(self.link, receiver)
 
     async def accept_next_session(
         self,
@@ -282,5 +270,5 @@ class AsyncBroker:
             if got is not None:
                 got.close()
 
-        got = await self.look_until(deadline, lambda: self.calls.taking(accept, give_back))
-        return None if got is None else AsyncSessionReceiver(self, got)
+        got = await self.changes.look_until(deadline, lambda: self.calls.taking(accept, give_back))
+        return None if got is None else AsyncSessionReceiver(self.link, got)

@@ -3,7 +3,12 @@
 :class:`StoreCalls` runs the sync API's calls (each a short store transaction) on a bounded
 pool of threads; :class:`ChangeWatch` is the one thread per broker that blocks in
 ``Store.wait_for_change`` and wakes every coroutine waiting for a change, so a waiting receive
-holds no thread and no connection. The waits follow :func:`poisonq.receivers.wait_for`'s rule:
+holds no thread and no connection. An :class:`AsyncLink` holds the two with the sync broker
+whose calls they run: the
+:class:`~poisonq.aio.AsyncBroker` hands it to the senders and receivers it makes (as the
+sync broker hands them its :class:`~poisonq.link.Link`), so that none depends on the broker.
+
+The waits follow :func:`poisonq.receivers.wait_for`'s rule:
 take the marker (here: the current :class:`asyncio.Event`) before looking, look again after
 every change and at least every :data:`~poisonq.receivers.LOOK_INTERVAL`.
 """
@@ -17,8 +22,10 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from poisonq.client import Broker
 from poisonq.errors import BrokerClosedError, PoisonqError
 from poisonq.link import ChangeFeed
 from poisonq.receivers import LOOK_INTERVAL
@@ -133,6 +140,19 @@ class ChangeWatch:
         :data:`LOOK_INTERVAL`: what comes due comes without a commit)."""
         await wait_at_most(marker, min(timeout, LOOK_INTERVAL))
 
+    async def look_until(self, deadline: float, look: Callable[[], Awaitable[T]]) -> T:
+        """What ``look`` finds, looking again after every change in the store
+        until it finds something or ``deadline`` (on the loop's clock) passes."""
+        loop = asyncio.get_running_loop()
+        while True:
+            # Only a look that may wait needs the marker (taking it starts the watch thread).
+            marker = self.marker() if deadline > loop.time() else None
+            found = await look()
+            left = deadline - loop.time()
+            if found or left <= 0 or marker is None:
+                return found
+            await self.wait(marker, min(left, LOOK_INTERVAL))
+
     def _watch(self) -> None:
         marker: object = None
         while not self._stop.is_set():
@@ -166,3 +186,14 @@ class ChangeWatch:
             thread = self._thread
         if thread is not None:
             thread.join()
+
+
+@dataclass(frozen=True)
+class AsyncLink:
+    """What the asyncio senders and receivers use of their broker: the sync broker whose
+    calls they make, the threads those calls run on, and the change watch their waits wake
+    on."""
+
+    sync: Broker
+    calls: StoreCalls
+    changes: ChangeWatch

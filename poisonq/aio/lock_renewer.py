@@ -71,7 +71,7 @@ class AutoLockRenewer:
         renewing task on the running loop)."""
         limit, on_failure = max_lock_renewal_duration, on_lock_renew_failure
         self.sync.register(receiver.sync, messages, limit, on_failure)
-        self.start(receiver.broker.calls)
+        self.start(receiver.link.calls)
 
     def start(self, calls: StoreCalls) -> None:
         """Start the renewing task, once: a receiver given this renewer calls it too."""

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from poisonq.aio.calls import AsyncLink
 from poisonq.model import (
     Duration,
     FailureRecord,
@@ -20,16 +21,13 @@ from poisonq.model import (
 )
 from poisonq.receivers import RECEIVE_WAIT, MessageOrList, Receiver, Sender, SessionReceiver
 
-if TYPE_CHECKING:
-    from poisonq.aio.broker import AsyncBroker
-
 
 class AsyncSender:
     """Sends to one queue: :class:`poisonq.Sender`'s calls as coroutines."""
 
-    def __init__(self, broker: AsyncBroker, sender: Sender) -> None:
+    def __init__(self, link: AsyncLink, sender: Sender) -> None:
         self.sync = sender
-        self._calls = broker.calls
+        self._calls = link.calls
 
     async def send(self, messages: Message | Iterable[Message]) -> list[int]:
         """One message or a batch, in one transaction; the sequence numbers."""
@@ -62,10 +60,10 @@ class AsyncReceiver:
     waits for the look and gives back, uncounted, what it locked (a receive-and-delete
     receive cannot give back what it deleted)."""
 
-    def __init__(self, broker: AsyncBroker, receiver: Receiver) -> None:
+    def __init__(self, link: AsyncLink, receiver: Receiver) -> None:
         self.sync = receiver
-        self.broker = broker
-        self._calls = broker.calls
+        self.link = link
+        self._calls = link.calls
 
     @property
     def address(self) -> str:
@@ -100,7 +98,7 @@ class AsyncReceiver:
         loop up to that long for the first to arrive (as :meth:`poisonq.Receiver.receive`)."""
         wait = 0.0 if max_wait is None else to_seconds(max_wait, "max_wait")
         deadline = asyncio.get_running_loop().time() + wait
-        return await self.broker.look_until(deadline, self._look(max_messages))
+        return await self.link.changes.look_until(deadline, self._look(max_messages))
 
     def _look(self, max_messages: int) -> Callable[[], Awaitable[list[ReceivedMessage]]]:
         def receive() -> list[ReceivedMessage]:
@@ -114,7 +112,7 @@ class AsyncReceiver:
             Release(m.sequence_number, m.lock_token) for m in messages if m.lock_token
         ]
         if releases and self.sync.receive_mode is ReceiveMode.PEEK_LOCK:
-            self.broker.sync.settle(self.address, releases)
+            self.link.sync.settle(self.address, releases)
 
     async def complete_and_receive(
         self, messages: MessageOrList, max_messages: int = 1

@@ -12,7 +12,7 @@ how a registration is refused and how a lost lock is reported (:func:`check_rene
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from poisonq.errors import PoisonqError
 from poisonq.lock_renewer import AutoLockRenewer
@@ -33,6 +33,23 @@ RENEWER_SHUTDOWN = (
     "The AutoLockRenewer has already been shutdown. Please create a new instance for auto lock"
     " renewing."
 )
+
+B_co = TypeVar("B_co", covariant=True)
+
+
+class BrokerSource(Protocol[B_co]):
+    """What a sender or a receiver uses of the client that made it: the poisonq broker
+    under it, opened on first use (a ``poisonq.Broker``, or in the ``aio`` flavour an
+    awaitable of a ``poisonq.aio.AsyncBroker``)."""
+
+    def broker(self) -> B_co: ...
+
+
+class Renewing(Protocol):
+    """What a receiver uses of its ``auto_lock_renewer``: registering what it receives (a
+    message, or the session it accepted) with it."""
+
+    def register(self, receiver: Any, renewable: Any) -> None: ...
 
 
 class Handler:

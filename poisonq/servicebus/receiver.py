@@ -24,13 +24,11 @@ from poisonq.servicebus.exceptions import (
     OperationTimeoutError,
     translated,
 )
-from poisonq.servicebus.handler import Handler, ReceiverHandler
+from poisonq.servicebus.handler import BrokerSource, Handler, ReceiverHandler, Renewing
 from poisonq.servicebus.message import ServiceBusReceivedMessage
 
 if TYPE_CHECKING:
     from poisonq.client import Broker
-    from poisonq.servicebus.client import ServiceBusClient
-    from poisonq.servicebus.lock_renewer import AutoLockRenewer
 
 
 class ServiceBusSession:
@@ -71,8 +69,8 @@ class ServiceBusSession:
 class ServiceBusReceiver(ReceiverHandler):
     """Receives from a queue, a subscription or one of their subqueues, and settles."""
 
-    _client: ServiceBusClient
-    _auto_lock_renewer: AutoLockRenewer | None
+    _client: BrokerSource[Broker]
+    _auto_lock_renewer: Renewing | None
     _native: Receiver | None
     _session: ServiceBusSession | None
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from poisonq.servicebus.exceptions import translated
-from poisonq.servicebus.handler import Handler
+from poisonq.servicebus.handler import BrokerSource, Handler
 from poisonq.servicebus.message import (
     ServiceBusMessage,
     ServiceBusMessageBatch,
@@ -18,10 +18,10 @@ from poisonq.servicebus.message import (
 )
 
 if TYPE_CHECKING:
+    from poisonq.client import Broker
     from poisonq.model import Message
     from poisonq.receivers import Sender
     from poisonq.reports import QueueInfo
-    from poisonq.servicebus.client import ServiceBusClient
 
 Messages = ServiceBusMessage | ServiceBusMessageBatch | Iterable[ServiceBusMessage]
 
@@ -42,7 +42,7 @@ class ServiceBusSender(Handler):
     whole or not at all, and is durable when the call returns. Once closed (or its client
     closed), every call raises the SDK's ``ValueError``."""
 
-    def __init__(self, client: ServiceBusClient, entity_name: str) -> None:
+    def __init__(self, client: BrokerSource[Broker], entity_name: str) -> None:
         super().__init__()
         self._client = client
         self.entity_name = entity_name

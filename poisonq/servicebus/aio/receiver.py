@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from poisonq.aio import AsyncBroker, AsyncReceiver, AsyncSessionReceiver
 from poisonq.receivers import RECEIVE_WAIT
@@ -16,12 +16,8 @@ from poisonq.servicebus.constants import (
     ServiceBusSessionFilter,
 )
 from poisonq.servicebus.exceptions import OperationTimeoutError, translated
-from poisonq.servicebus.handler import ReceiverHandler
+from poisonq.servicebus.handler import BrokerSource, ReceiverHandler, Renewing
 from poisonq.servicebus.message import ServiceBusReceivedMessage
-
-if TYPE_CHECKING:
-    from poisonq.servicebus.aio.client import ServiceBusClient
-    from poisonq.servicebus.aio.lock_renewer import AutoLockRenewer
 
 
 class ServiceBusSession:
@@ -72,8 +68,8 @@ class ServiceBusSession:
 class ServiceBusReceiver(ReceiverHandler):
     """Receives from a queue, a subscription or one of their subqueues, and settles."""
 
-    _client: ServiceBusClient
-    _auto_lock_renewer: AutoLockRenewer | None
+    _client: BrokerSource[Awaitable[AsyncBroker]]
+    _auto_lock_renewer: Renewing | None
     _native: AsyncReceiver | None
     _session: ServiceBusSession | None
 

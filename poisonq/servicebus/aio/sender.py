@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from poisonq.servicebus.exceptions import translated
-from poisonq.servicebus.handler import Handler
+from poisonq.servicebus.handler import BrokerSource, Handler
 from poisonq.servicebus.message import (
     ServiceBusMessageBatch,
     check_session_ids,
@@ -18,17 +18,16 @@ from poisonq.servicebus.message import (
 from poisonq.servicebus.sender import Messages, batch_limit
 
 if TYPE_CHECKING:
-    from poisonq.aio import AsyncSender
+    from poisonq.aio import AsyncBroker, AsyncSender
     from poisonq.model import Message
     from poisonq.reports import QueueInfo
-    from poisonq.servicebus.aio.client import ServiceBusClient
 
 
 class ServiceBusSender(Handler):
     """Sends to a queue or a topic; each call is one transaction, durable when it returns.
     Once closed (or its client closed), every call raises the SDK's ``ValueError``."""
 
-    def __init__(self, client: ServiceBusClient, entity_name: str) -> None:
+    def __init__(self, client: BrokerSource[Awaitable[AsyncBroker]], entity_name: str) -> None:
         super().__init__()
         self._client = client
         self.entity_name = entity_name
