@@ -300,6 +300,24 @@ def same_job_failure(before: str, now: str) -> bool:
     return now == before or ("@" not in before and now.partition("@")[0] == before)
 
 
+# A streaming query's error: Spark's wrapper line, the cause, then the query's state.
+_STREAM_FAILED = re.compile(r"^\[STREAM_FAILED\] Query \[[^\]]*\] terminated with exception: ")
+_QUERY_STATE = "\n=== Streaming Query ==="
+
+
+class _QueryCause(Exception):
+    """The error a streaming query died of, as the text Spark gives of it."""
+
+
+def query_failure(error: BaseException) -> FailureRecord:
+    """The failure a plain streaming query's error (a ``StreamingQueryException``) leaves on
+    a message: :func:`job_failure` of the cause Spark wraps it around (``[STREAM_FAILED]
+    Query [...] terminated with exception: ...``, then the query's state and plan), so that
+    it is told, traced and fingerprinted as the same error in the pipeline's job is."""
+    cause = _STREAM_FAILED.sub("", str(error).split(_QUERY_STATE, 1)[0]).strip()
+    return job_failure(_QueryCause(cause))
+
+
 _CRASHED = re.compile(
     r"worker exited unexpectedly \(crashed\):(?P<log>.*?)(?:\n\s*\n|$)", re.I | re.S
 )
