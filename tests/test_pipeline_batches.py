@@ -108,7 +108,10 @@ def kept_orders(log_file: Path, tie: bool) -> Any:
     any that an earlier test left in a reused Python worker)."""
 
     def kept(batch: pa.RecordBatch) -> pa.Table:
-        logging.getLogger("poisonq.spark.batches").handlers[:] = [logging.FileHandler(log_file)]
+        logger = logging.getLogger("poisonq.spark.batches")
+        for old in logger.handlers:
+            old.close()
+        logger.handlers[:] = [logging.FileHandler(log_file)]
         orders = pa.Table.from_pylist([json.loads(b) for b in batch.column("body").to_pylist()])
         orders = orders.append_column("sequence_number", batch.column("sequence_number"))
         ok = orders.filter(pc.equal(orders.column("kind"), "ok"))
