@@ -4,6 +4,7 @@ real local SparkSession and real SQLite files (PostgreSQL where marked)."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from collections import Counter
@@ -92,6 +93,31 @@ def filtered_untied(batch: pa.RecordBatch) -> tuple[pa.Table, list[Any]]:
     orders = [json.loads(body) for body in batch.column("body").to_pylist()]
     errors = [None if o["kind"] == "ok" else "refused" for o in orders]
     return pa.Table.from_pylist([{"n": o["n"]} for o in orders if o["kind"] == "ok"]), errors
+
+
+def blank_for_good(batch: pa.RecordBatch) -> tuple[pa.Table, pa.Array]:
+    """A row per order, tied, and pandas' habit for "no error": ``""`` for a good order."""
+    rows, errors = one_row_each(batch)
+    return rows, pc.fill_null(errors, "")
+
+
+def kept_orders(log_file: Path, tie: bool) -> Any:
+    """A batch function returning rows for the ``ok`` orders only and no errors, tied by
+    ``sequence_number`` if ``tie``. It sends the warnings of the module that runs it in the
+    executor to ``log_file`` (an executor's logs are not the test's; the handler replaces
+    any that an earlier test left in a reused Python worker)."""
+
+    def kept(batch: pa.RecordBatch) -> pa.Table:
+        logger = logging.getLogger("poisonq.spark.batches")
+        for old in logger.handlers:
+            old.close()
+        logger.handlers[:] = [logging.FileHandler(log_file)]
+        orders = pa.Table.from_pylist([json.loads(b) for b in batch.column("body").to_pylist()])
+        orders = orders.append_column("sequence_number", batch.column("sequence_number"))
+        ok = orders.filter(pc.equal(orders.column("kind"), "ok"))
+        return ok.select(["n", "sequence_number"] if tie else ["n"])
+
+    return kept
 
 
 def quantities(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -363,4 +389,50 @@ def test_a_cast_error_a_batch_function_raises_is_retried_unless_permanent_names_
     [dead] = dead_letters_by_id(live).values()
     assert [f.error_type for f in dead.failures] == ["pyarrow.lib.ArrowInvalid"] * 2
     assert written(spark, tmp_path / "out") == Counter(set(range(20)) - {5})
+    assert_balanced(live)
+
+
+def test_an_empty_text_for_an_error_stops_the_run_naming_the_message_and_its_row(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """An error entry is ``None`` for a good message and a text is the reason of a
+    rejection: an empty text is neither, so a function returning ``""`` for its good
+    messages (pandas' habit) is stopped as its defect at its first batch, naming the message
+    and its row, before anything is dead-lettered or a delivery counted."""
+    send(live, {}, 8)
+    [first] = [m.sequence_number for m in live.peek("orders", max_messages=1)]
+    run = Pipeline(
+        spark, url=url, queue="orders", map_batches=blank_for_good, schema=SCHEMA,
+        output=str(tmp_path / "out"),
+    )  # fmt: skip
+    with pytest.raises(PipelineStoppedError) as stopped:
+        run.run()
+    assert f"returned an empty text as the error of message {first} (row 0 of" in str(stopped.value)
+    assert stopped.value.report.dead_lettered == {} and dead_letters_by_id(live) == {}
+    assert {m.delivery_count for m in live.peek("orders", max_messages=8)} == {0}
+    assert_balanced(live)
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_untied_rows_fewer_than_messages_complete_the_rest_as_filtered_with_a_warning(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path, tie: bool
+) -> None:
+    """Rows returned alone that are fewer than the messages leave the rest completed as
+    filtered; the executor warns once per batch how many had no row, unless the rows are
+    tied by ``sequence_number`` (filtering on purpose: no warning)."""
+    send(live, {n: {"kind": "dropped"} for n in (2, 5, 11)}, 16)
+    log_file = tmp_path / "executor.log"
+    report = Pipeline(
+        spark, url=url, queue="orders", map_batches=kept_orders(log_file, tie),
+        schema="n long", output=str(tmp_path / "out"),
+    ).run()  # fmt: skip
+    assert report.completed == 16 and report.dead_lettered == {}
+    assert written(spark, tmp_path / "out") == Counter(set(range(16)) - {2, 5, 11})
+    warnings = log_file.read_text().splitlines() if log_file.exists() else []
+    if tie:
+        assert warnings == []
+    else:
+        [warning] = warnings
+        assert warning.startswith("map_batches function kept_orders.<locals>.kept returned")
+        assert "3 of this batch's 16 message(s) (at least) had no row" in warning
     assert_balanced(live)

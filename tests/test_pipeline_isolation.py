@@ -15,7 +15,7 @@ from pyspark import cloudpickle
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from poisonq import Broker, Message
+from poisonq import Broker, FailureRecord, Message
 from poisonq.spark import Pipeline, foreach_batch
 from tests.helpers import (
     assert_balanced,
@@ -58,6 +58,33 @@ def events(frame: DataFrame) -> DataFrame:
         F.col("e.n").alias("n"),
         F.col("e.at").cast("timestamp").alias("at"),
         crashes(F.col("e.crash")).alias("crashed"),
+    )
+
+
+def _amount(text: str | None) -> str | None:
+    if text == "many":
+        raise ValueError(f"amount {text!r} is no number")
+    return text
+
+
+def _stamp(text: str | None) -> str | None:
+    if text == "noon":
+        raise ValueError(f"time {text!r} is no time")
+    return text
+
+
+def checked(frame: DataFrame) -> DataFrame:
+    """Two plain UDFs that raise the same type, ``ValueError``, each in a place of its own:
+    ``_amount`` for an ``amount`` of "many", ``_stamp`` for an ``at`` of "noon"."""
+    parsed = frame.select(
+        "sequence_number",
+        F.from_json(F.col("body").cast("string"), "n long, at string, amount string").alias("e"),
+    )
+    return parsed.select(
+        "sequence_number",
+        F.col("e.n").alias("n"),
+        F.udf(_amount, "string", useArrow=False)(F.col("e.amount")).alias("amount"),
+        F.udf(_stamp, "string", useArrow=False)(F.col("e.at")).alias("at"),
     )
 
 
@@ -161,4 +188,48 @@ def test_a_message_that_failed_a_job_alone_runs_alone_before_its_next_batch(
     assert (batches[3].size, batches[3].isolation_jobs, batches[3].completed) == (6, 1, 5)
     [dead] = dead_letters_by_id(live).values()
     assert (dead.message_id, dead.dead_letter_reason) == ("o3", "MaxDeliveryCountExceeded")
+    assert_balanced(live)
+
+
+def test_job_failures_group_by_the_python_type_and_the_frame_that_raised_it(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """A job failure with a Python worker's traceback is fingerprinted by the exception's
+    type and the frame that raised it, as ``map=`` failures are: two messages failing in one
+    UDF share a group, the same type raised in another UDF is a group of its own."""
+    bad = {2: {"amount": "many"}, 9: {"amount": "many"}, 5: {"at": "noon"}}
+    send(live, 12, bad, max_delivery_count=1)
+    Pipeline(spark, url=url, queue="orders", transform=checked, output=str(tmp_path / "out")).run()
+
+    letters = dead_letters_by_id(live)
+    prints = {key: letters[key].failures[-1].fingerprint for key in ("o2", "o9", "o5")}
+    assert (
+        prints["o2"]
+        == prints["o9"]
+        == "batch-job-failed:ValueError@test_pipeline_isolation.py:_amount"
+    )
+    assert prints["o5"] == "batch-job-failed:ValueError@test_pipeline_isolation.py:_stamp"
+    assert "raise ValueError" in letters["o5"].failures[-1].traceback
+    assert_balanced(live)
+
+
+def test_a_job_failure_recorded_by_type_alone_still_runs_its_message_alone_first(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """A message whose last failure was fingerprinted before fingerprints named the frame
+    (``batch-job-failed:ValueError``) is read as that type: failing with it again, alone, it
+    is settled before its batch, which then runs without failing (one isolation job)."""
+    send(live, 12, {0: {"amount": "many"}}, max_delivery_count=3)
+    record = FailureRecord(0.0, "BatchJobFailed", "ValueError: amount 'many' is no number",
+                           fingerprint="batch-job-failed:ValueError")  # fmt: skip
+    receiver = live.receiver("orders")
+    receiver.abandon(receiver.receive(1), record)
+    Pipeline(
+        spark, url=url, queue="orders", transform=checked, output=str(tmp_path / "out"),
+        batch_size=6,
+    ).run()  # fmt: skip
+
+    batches = {batch.lease: batch for batch in live.pipeline_batches("pipeline")}
+    assert (batches[1].size, batches[1].isolation_jobs, batches[1].completed) == (6, 1, 5)
+    assert written(spark, tmp_path / "out") == Counter(range(1, 12))
     assert_balanced(live)

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from pyspark import cloudpickle
 from pyspark.sql import functions as F
 
 import poisonq
@@ -28,6 +30,8 @@ from tests.helpers import assert_balanced, on_both_stores, spark_store_url
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 url = spark_store_url
 
@@ -98,8 +102,60 @@ def test_a_plain_query_restarted_in_the_same_process_dead_letters_the_poison_in_
     assert sorted(written) == [seq for seq in seqs if seq != poison]  # each exactly once
     [dead] = live.peek("events/$deadletterqueue")
     assert (dead.sequence_number, dead.dead_letter_reason) == (poison, "MaxDeliveryCountExceeded")
-    assert [f.error_type for f in dead.failures] == ["QueryFailed"] * 2  # one per delivery
+    # One per delivery, each with the query's error: the cast, not "the query failed".
+    assert [f.error_type for f in dead.failures] == ["BatchJobFailed"] * 2
+    assert {f.fingerprint for f in dead.failures} == {"batch-job-failed:CAST_INVALID_INPUT"}
+    assert "'26/11/2026 10h'" in dead.failures[-1].message
     assert live.counts("events")["completed"] == 599
+    assert_balanced(live)
+
+
+def _stamp(body: bytes) -> str:
+    event = json.loads(body)
+    if event["ts"] == "26/11/2026 10h":
+        raise ValueError(f"event {event['n']}: no time in {event['ts']!r}")
+    return str(event["ts"])
+
+
+@pytest.mark.slow
+def test_a_poison_row_restarted_past_carries_the_error_the_query_died_of(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """Each failure a restart loop leaves on a poison row that failed its batch alone is the
+    error the query died of (type and text, the Python worker's traceback, a fingerprint of
+    the type and the frame that raised it), not a bare ``QueryFailed``: two rows raising in
+    the same place share a group, and it is not the group of every failed query."""
+    stamps = ["2026-11-26 10:00:00"] * 30
+    stamps[4] = stamps[17] = "26/11/2026 10h"
+    bodies = [json.dumps({"n": n, "ts": ts}) for n, ts in enumerate(stamps)]
+    seqs = live.sender("events").send([Message(body=body) for body in bodies])
+
+    def start() -> StreamingQuery:
+        events = (
+            spark.readStream.format("poisonq").option("url", url)
+            .option("maxMessagesPerBatch", "10").load("events")
+        )  # fmt: skip
+        stamped = events.select(
+            "sequence_number", F.udf(_stamp, "string", useArrow=False)("body").alias("ts")
+        )
+        return (
+            stamped.writeStream.format("parquet").option("path", str(tmp_path / "out"))
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True).start()
+        )  # fmt: skip
+
+    run_restarting(start)
+    written = [row.sequence_number for row in spark.read.parquet(str(tmp_path / "out")).collect()]
+    assert sorted(written) == [seq for n, seq in enumerate(seqs) if n not in (4, 17)]
+    dead = {m.sequence_number: m for m in live.peek("events/$deadletterqueue")}
+    assert sorted(dead) == [seqs[4], seqs[17]]
+    for n in (4, 17):
+        failures = dead[seqs[n]].failures
+        assert [f.error_type for f in failures] == ["BatchJobFailed"] * 2
+        assert failures[-1].message == f"ValueError: event {n}: no time in '26/11/2026 10h'"
+        assert "raise ValueError" in failures[-1].traceback
+        fingerprints = {f.fingerprint for f in failures}
+        assert fingerprints == {"batch-job-failed:ValueError@test_source_restarts.py:_stamp"}
     assert_balanced(live)
 
 

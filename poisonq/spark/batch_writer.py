@@ -38,6 +38,7 @@ from poisonq.spark.isolation import (
     job_defect,
     job_failure,
     report_isolated,
+    same_job_failure,
 )
 from poisonq.spark.jobs import FrameJob, MapJob
 from poisonq.spark.reports import PipelineReport, PipelineStoppedError
@@ -215,7 +216,8 @@ class BatchWriter:
         found = {
             seq: error
             for seq, fingerprint in before.items()
-            if (error := fails([seq])) is not None and job_failure(error).fingerprint == fingerprint
+            if (error := fails([seq])) is not None
+            and same_job_failure(fingerprint, job_failure(error).fingerprint)
         }
         self._settle_isolated(broker, lease, found)
 

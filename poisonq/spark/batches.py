@@ -9,8 +9,11 @@ A message's failure is told in one of two ways:
 - **returned**: ``(rows, errors)``, ``errors`` with one entry per input row, in order (a list
   or an Arrow array): ``None`` for a good message, else an exception (a
   :class:`~poisonq.PermanentError` or a ``permanent=`` type dead-letters, any other is
-  retried) or a text (a rejection: dead-lettered, ``Rejected``). This is the cheap way: a
-  vectorized check costs nothing per good row.
+  retried) or a non-empty text (a rejection: dead-lettered, ``Rejected``, the text its
+  reason). An empty text is no reason: it breaks the contract (below), since a pandas habit
+  of ``""`` for "no error" would otherwise dead-letter every good message, and a ``str(exc)``
+  of an exception with no text would pass for success. This is the cheap way: a vectorized
+  check costs nothing per good row.
 - **raised**: an exception for the whole batch (``pyarrow.compute`` raising on one bad value)
   is traced to the messages that raise it alone, by calling the function again on halves of
   the batch, in the same worker, no Spark job: a few calls per bad message.
@@ -21,11 +24,13 @@ with errors must be tied so, since the rows of a failed message are left out (a 
 message's row would be written again on its retry, a rejected one's written at all); a row's
 place would not do: a sort or a join in the function reorders rows, and the rows of good
 messages would be dropped for the failed ones', with nothing to show it. Rows returned alone
-need not be tied, their failures being raised. ``sequence_number`` is written only if the
-schema has it.
+need not be tied, their failures being raised; when they are fewer than the messages, the
+messages without a row are completed as filtered, and a warning (once per batch) says how
+many, since a function that drops rows by mistake looks the same (tied rows filter on
+purpose, and are not warned about). ``sequence_number`` is written only if the schema has it.
 
 Whatever breaks that contract (errors of another count than the messages, rows that cannot
-be tied, another type) is the function's defect, not its messages': it raises
+be tied, another type, an empty text) is the function's defect, not its messages': it raises
 :class:`~poisonq.errors.BatchFunctionError`, never traced to a message, and the task fails
 with it as a :class:`~poisonq.spark.settling.DefectFound`, so the run stops and the lease is
 given back with nothing of that task settled. Output rows must have the schema's columns (extra
@@ -39,6 +44,7 @@ the crash guard, which calls the function on one message at a time in a child pr
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -58,6 +64,7 @@ from poisonq.spark.work import FunctionWork, settlement
 from poisonq.worker.guard import Crashed, Failed, run_isolated
 from poisonq.worker.guard import failed as as_failed
 
+log = logging.getLogger(__name__)
 BatchFunction = Callable[[pa.RecordBatch], Any]
 
 
@@ -102,6 +109,16 @@ class BatchTransform(FunctionWork):
         except BatchFunctionError as exc:
             failure = FailureRecord(time.time(), type(exc).__name__, str(exc))
             raise DefectFound(Defect(failure, len(rows), len(rows))) from exc
+        if settle.rowless:
+            log.warning(
+                "map_batches function %s returned fewer rows than messages, with no errors"
+                " and no sequence_number column: %s of this batch's %s message(s) (at least)"
+                " had no row and are completed as filtered; return (rows, errors) to fail"
+                " a message, or tie the rows by sequence_number to filter on purpose",
+                self._name,
+                settle.rowless,
+                len(rows),
+            )
         return self._concat(pieces)
 
     def _run_isolated(
@@ -156,6 +173,8 @@ class BatchTransform(FunctionWork):
         table = self._table(rows)
         failures = {} if errors is None else self._failures(batch, errors)
         owners = self._owners(table, batch, tied=errors is not None)
+        if owners is None:  # untied rows: fewer than messages means some had none
+            settle.rowless += max(0, batch.num_rows - table.num_rows)
         if failures:
             assert owners is not None  # rows returned with errors are tied to their messages
             dropped = pc.is_in(owners, value_set=pa.array(list(failures), pa.int64()))
@@ -191,10 +210,16 @@ class BatchTransform(FunctionWork):
     def _failures(self, batch: pa.RecordBatch, errors: Sequence[Any]) -> dict[int, Failed]:
         """The failure of each message given an error (a text is a :class:`Rejected`)."""
         found: dict[int, Failed] = {}
-        for seq, error in zip(batch.column(0).to_pylist(), errors, strict=True):
+        for row, (seq, error) in enumerate(zip(batch.column(0).to_pylist(), errors, strict=True)):
             if error is None:
                 continue
             if isinstance(error, str):
+                if not error.strip():
+                    raise self._defect(
+                        f"returned an empty text as the error of message {seq} (row {row} of"
+                        " the batch): a text is the reason a message is rejected for; give"
+                        " None for a good message"
+                    )
                 error = Rejected(error)
             elif not isinstance(error, Exception):
                 raise self._defect(
@@ -247,8 +272,11 @@ class BatchTransform(FunctionWork):
         return table
 
     def _defect(self, problem: str) -> BatchFunctionError:
-        name = getattr(self.transform, "__qualname__", None) or repr(self.transform)
-        return BatchFunctionError(name, problem)
+        return BatchFunctionError(self._name, problem)
+
+    @property
+    def _name(self) -> str:
+        return getattr(self.transform, "__qualname__", None) or repr(self.transform)
 
     def _fitted(self, table: pa.Table) -> pa.RecordBatch:
         """``table`` as one batch of the output schema, or :class:`OutputSchemaMismatch`."""
@@ -283,10 +311,12 @@ class BatchTransform(FunctionWork):
 
 @dataclass
 class _Settler:
-    """Collects the failures of one chunk."""
+    """Collects the failures of one chunk, and counts its messages left without a row by
+    rows not tied to them (``rowless``)."""
 
     lock_token: str
     failed: list[Failure]
+    rowless: int = 0
 
     def one(self, seq: int, result: Failed | Crashed) -> None:
         self.failed.append(settlement(seq, self.lock_token, result))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import builtins
 import logging
+import os
 import re
 import sys
 import time
@@ -46,6 +47,7 @@ _JVM_FRAME = re.compile(r"\s+(at |\.\.\. \d+ more)")
 _PYTHON_TRACEBACK = re.compile(
     r"Traceback \(most recent call last\):\n(?:[ \t].*\n)+(?P<error>\S.*)"
 )
+_PYTHON_FRAME = re.compile(r'^\s+File "([^"]+)", line \d+, in (\S+)', re.M)
 
 # Spark's error classes that depend only on the values of the row that raised them: a job
 # failing alone on one message with one of them fails the same way on every delivery, so the
@@ -267,16 +269,53 @@ def job_failure(error: BaseException) -> FailureRecord:
     python = _PYTHON_TRACEBACK.search(text)
     if python is not None:
         first, chain = python.group("error"), python.group(0)
-    # Spark's error class ([CAST_INVALID_INPUT]) or the Python exception's type tells a
-    # cast error from a crash when the dead-letter queue is grouped by fingerprint.
-    kind = _ERROR_CLASS.search(first) or _EXCEPTION_TYPE.match(first)
     return FailureRecord(
         time.time(),
         "BatchJobFailed",
         first[:MAX_MESSAGE],
         traceback=tail(chain, MAX_TRACEBACK),
-        fingerprint=JOB_FAILURE_FINGERPRINTS[0] + (f":{kind.group(1)}" if kind else ""),
+        fingerprint=_job_fingerprint(first, python),
     )
+
+
+def _job_fingerprint(first: str, python: re.Match[str] | None) -> str:
+    """How a job failure is grouped: by the Python exception's type and the frame that
+    raised it (file and function, as :func:`poisonq.failures.fingerprint` groups the
+    failures of ``map=``) when a Python traceback is there; else by Spark's error class
+    (``[CAST_INVALID_INPUT]``, the same wherever the expression is) or the exception's type."""
+    if python is not None:
+        frames = _PYTHON_FRAME.findall(python.group(0))
+        kind = first.split(":", 1)[0].strip()
+        if frames and kind:
+            path, function = frames[-1]
+            return f"{JOB_FAILURE_FINGERPRINTS[0]}:{kind}@{os.path.basename(path)}:{function}"
+    found = _ERROR_CLASS.search(first) or _EXCEPTION_TYPE.match(first)
+    return JOB_FAILURE_FINGERPRINTS[0] + (f":{found.group(1)}" if found else "")
+
+
+def same_job_failure(before: str, now: str) -> bool:
+    """Whether a job failure fingerprinted ``now`` fails as the one ``before`` did. A record
+    from before fingerprints named the frame (``batch-job-failed:ValueError``) is read as
+    its type: a message that failed so then is judged by the type it fails with now."""
+    return now == before or ("@" not in before and now.partition("@")[0] == before)
+
+
+# A streaming query's error: Spark's wrapper line, the cause, then the query's state.
+_STREAM_FAILED = re.compile(r"^\[STREAM_FAILED\] Query \[[^\]]*\] terminated with exception: ")
+_QUERY_STATE = "\n=== Streaming Query ==="
+
+
+class _QueryCause(Exception):
+    """The error a streaming query died of, as the text Spark gives of it."""
+
+
+def query_failure(error: BaseException) -> FailureRecord:
+    """The failure a plain streaming query's error (a ``StreamingQueryException``) leaves on
+    a message: :func:`job_failure` of the cause Spark wraps it around (``[STREAM_FAILED]
+    Query [...] terminated with exception: ...``, then the query's state and plan), so that
+    it is told, traced and fingerprinted as the same error in the pipeline's job is."""
+    cause = _STREAM_FAILED.sub("", str(error).split(_QUERY_STATE, 1)[0]).strip()
+    return job_failure(_QueryCause(cause))
 
 
 _CRASHED = re.compile(

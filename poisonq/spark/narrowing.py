@@ -78,16 +78,26 @@ def narrow(broker: poisonq.Broker, lease: Lease, address: str) -> None:
     held = broker.lease_sequence_numbers(lease)
     if not held:  # given back or settled before the query died (a stopped defect)
         return
-    if len(held) == 1:
+    if len(held) == 1:  # its query's error was not recorded (no run_restarting)
         failure = FailureRecord(
             time.time(),
             "QueryFailed",
             "the streaming query failed while this message was its whole batch",
             fingerprint="query-failed",
         )
-        broker.settle_held(address, [Abandon(held[0], lease.lock_token, failure)])
+        abandon_alone(broker, lease, address, failure)
         return
     broker.release_lease(lease, lo=held[math.ceil(len(held) / NARROWING)])
+
+
+def abandon_alone(
+    broker: poisonq.Broker, lease: Lease, address: str, failure: FailureRecord
+) -> None:
+    """Abandon the message of a lease that holds one, with ``failure``: its batch failed
+    with it alone. A lease holding more says nothing of which of them failed."""
+    held = broker.lease_sequence_numbers(lease)
+    if len(held) == 1:
+        broker.settle_held(address, [Abandon(held[0], lease.lock_token, failure)])
 
 
 def after_replay(broker: poisonq.Broker, lease: Lease) -> Chunks | None:

@@ -334,6 +334,11 @@ def store_tag(frame: DataFrame) -> StoreTag:
             ' column of spark.readStream.format("poisonq") (selected or filtered, not'
             " recomputed), whose metadata names the queue and the store"
         )
+    return tag_of(tag)
+
+
+def tag_of(tag: Mapping[str, Any]) -> StoreTag:
+    """The :class:`StoreTag` that ``sequence_number``'s metadata holds under :data:`TAG`."""
     seconds = tag.get("lock_duration")
     lock_duration = None if seconds is None else float(seconds)
     return StoreTag(str(tag["url"]), str(tag["address"]), str(tag["consumer"]), lock_duration)
