@@ -17,7 +17,7 @@ instead:
 - **Who takes it exclusive, and when.** A lease waits for it, from its transaction's first
   claim on (its TTL sweep) rather than shared first: two transactions holding it shared
   and each then asking for it exclusive would wait for each other. A receive only tries
-  for it, in the statement before its last (:meth:`PostgresCovers._range_receive`): got, it
+  for it, in the statement before its last (:meth:`PostgresCovers._receive_batch`): got, it
   takes its batch as a cover recorded in a row of ``leases`` of no consumer; not got, it
   holds the lock shared and locks its batch row by row. Nothing of a transaction holding
   the lock exclusive may wait for a row lock, which one waiting for the lock shared could
@@ -86,23 +86,28 @@ _BATCH = (
     " max(seq) FILTER (WHERE leasable = 1), array_agg(seq) FILTER (WHERE leasable = 0)"
     f" FROM ({receivable('seq, leasable')}) AS batch"
 )
-# A receive's batch taken as a lease takes its batch, in one statement (``{columns}``: the
-# message columns a receive returns; ``{fresh}``: the same, as the cover holds them). It
-# names the batch's messages by sequence number (+entity_id keeps the planner off the
-# entity's index, which it would walk and AND with the primary key's look-up when its
-# statistics are stale: a queue drained since the last ANALYZE). It forgets first the
+# Whether the receive's try of the cover lock (see PostgresCovers._receive_batch) got it.
+_RANGED = "(SELECT current_setting('poisonq.cover', true) = %(entity)b::text)"
+# A receive's batch, in one statement that takes the path its try of the cover lock decided
+# (``{columns}``: the message columns a receive returns; ``{fresh}``: the same, as a cover
+# holds them). With the lock, as a lease takes its batch: the fresh messages as a cover, one
+# row of ``leases`` of no consumer, the others locked row by row; first it forgets the
 # receives' covers of the entity that hold nothing any more (settled, or closed by a lock
-# sweep): a cover row lives as long as a message in its range is held by it. One that a lock
-# sweep has is left for later (SKIP LOCKED): that sweep may wait for the cover lock this
-# transaction holds.
-_RECEIVE_RANGE = (
+# sweep): a cover row lives as long as a message in its range is held by it. One that a
+# lock sweep has is left for later (SKIP LOCKED): that sweep may wait for the cover lock.
+# Without the lock, every message locked row by row, SKIP LOCKED. The branch not taken
+# runs nothing: its subqueries are gated by the try's answer (a one-time filter, an array
+# under CASE). The batch's messages are named by sequence number (+entity_id keeps the
+# planner off the entity's index, which it would walk and AND with the primary key's
+# look-up when its statistics are stale: a queue drained since the last ANALYZE).
+_RECEIVE_BATCH = (
     f"WITH batch AS MATERIALIZED (SELECT seq, leasable FROM ({receivable('seq, leasable')})"
-    " AS b), forgotten AS (DELETE FROM leases WHERE (entity_id, consumer, number) IN"
-    " (SELECT entity_id, consumer, number FROM leases l WHERE entity_id = %(entity)b"
-    " AND consumer = '' AND (cover_lo IS NULL OR NOT EXISTS (SELECT FROM messages m"
-    " WHERE m.entity_id = %(entity)b AND m.state IN ('active', 'dead_lettered')"
-    " AND m.leasable = 1 AND m.seq BETWEEN l.cover_lo AND l.cover_hi))"
-    " FOR UPDATE SKIP LOCKED)),"
+    f" AS b WHERE {_RANGED}), forgotten AS (DELETE FROM leases"
+    " WHERE (entity_id, consumer, number) IN (SELECT entity_id, consumer, number FROM leases l"
+    f" WHERE {_RANGED} AND entity_id = %(entity)b AND consumer = '' AND (cover_lo IS NULL"
+    " OR NOT EXISTS (SELECT FROM messages m WHERE m.entity_id = %(entity)b"
+    " AND m.state IN ('active', 'dead_lettered') AND m.leasable = 1"
+    " AND m.seq BETWEEN l.cover_lo AND l.cover_hi)) FOR UPDATE SKIP LOCKED)),"
     " cover AS (INSERT INTO leases (entity_id, consumer, number, lock_token, count, min_seq,"
     " max_seq, created_at, locked_until, cover_lo, cover_hi) SELECT %(entity)b, '', min(seq),"
     " %(token)b, count(*), min(seq), max(seq), %(until)b, %(until)b, min(seq), max(seq)"
@@ -110,8 +115,13 @@ _RECEIVE_RANGE = (
     " came_back AS (UPDATE messages SET state = 'locked', lock_token = %(token)b,"
     " locked_until = %(until)b, delivery_count = delivery_count + 1"
     " WHERE seq = ANY(ARRAY(SELECT seq FROM batch WHERE leasable = 0))"
-    " AND +entity_id = %(entity)b AND state = %(ready)b RETURNING {columns})"
-    " SELECT {columns} FROM came_back UNION ALL SELECT {fresh} FROM messages"
+    " AND +entity_id = %(entity)b AND state = %(ready)b RETURNING {columns}),"
+    " locked AS (UPDATE messages SET state = 'locked', lock_token = %(token)b,"
+    " locked_until = %(until)b, delivery_count = delivery_count + 1"
+    f" WHERE seq = ANY(CASE WHEN NOT {_RANGED} THEN"
+    f" ARRAY({receivable('seq', ' FOR UPDATE SKIP LOCKED')}) END) RETURNING {{columns}})"
+    " SELECT {columns} FROM came_back UNION ALL SELECT {columns} FROM locked"
+    " UNION ALL SELECT {fresh} FROM messages"
     " WHERE seq = ANY(ARRAY(SELECT seq FROM batch WHERE leasable = 1))"
     " AND +entity_id = %(entity)b"
 )
@@ -146,23 +156,7 @@ class PostgresCovers(LeaseStatements, StatementRunner):
     def lease_follows(self, entity_id: int) -> None:
         self._leasing.add(entity_id)
 
-    def _range_receive(self, entity_id: int) -> bool:
-        """Try the entity's cover lock exclusive, for a receive that would take its batch
-        as a cover; whether it holds it now. Only tried, and only by the receive's last
-        statement: a transaction holding it exclusive must wait for no row lock that a
-        receive waiting for it shared could hold (its settlement's, its lock sweep's)."""
-        if entity_id not in self._exclusive:
-            (got,) = self._fetch_all(
-                "SELECT pg_try_advisory_xact_lock(%b, %b)",
-                (COVER_LOCKS, entity_id & 0x7FFFFFFF),
-            )[0]
-            if not got:
-                return False
-            self._cover_locks.add(entity_id)
-            self._exclusive.add(entity_id)
-        return True
-
-    def _lock_range(
+    def _receive_batch(
         self,
         columns: str,
         fresh: str,
@@ -174,13 +168,26 @@ class PostgresCovers(LeaseStatements, StatementRunner):
         *,
         last: bool,
     ) -> list[tuple[Any, ...]]:
-        """Lock the ``limit`` oldest receivable messages under ``token`` until
-        ``locked_until`` as a lease does: the fresh ones as a cover, recorded in one row
-        of ``leases`` (of no consumer), the others row by row; returns the ``columns`` of
-        each (``fresh``: those columns as the cover holds them). The caller holds the
-        cover lock exclusive (:meth:`_range_receive`)."""
+        """Lock the ``limit`` oldest receivable messages of the entity under ``token`` until
+        ``locked_until``, counting a delivery; returns the ``columns`` of each (``fresh``:
+        those columns as a cover holds them).
+
+        The receive tries the cover lock exclusive, and keeps the answer in the transaction
+        for its last statement (no round trip): got, it takes its batch as a lease does
+        (:data:`_RECEIVE_BATCH`); else it holds the lock shared (waiting for a lease or
+        receive that holds it) and locks row by row. Only tried, and only just before the
+        receive's last statement: a transaction holding the lock exclusive must wait for
+        no row lock that one waiting for it shared could hold (its settlement's, its lock
+        sweep's)."""
+        key = (COVER_LOCKS, entity_id & 0x7FFFFFFF)
+        self._run(
+            "SELECT set_config('poisonq.cover', CASE WHEN pg_try_advisory_xact_lock(%b, %b)"
+            " THEN %b::text ELSE '' END, true)",
+            (*key, entity_id),
+        )
+        self._claiming(entity_id)  # (held already if the try got it exclusive)
         return self._fetch_all(
-            _RECEIVE_RANGE.format(columns=columns, fresh=fresh),
+            _RECEIVE_BATCH.format(columns=columns, fresh=fresh),
             {
                 "entity": entity_id,
                 "ready": ready.value,

@@ -368,8 +368,8 @@ class PostgresTransaction(
         *,
         last: bool = False,
     ) -> list[ReceivedMessage]:
-        if session_id is None and self._range_receive(entity_id):
-            rows = self._lock_range(
+        if session_id is None:
+            rows = self._receive_batch(
                 _MESSAGE_COLUMNS, _COVERED_COLUMNS, entity_id, ready, limit, token,
                 locked_until, last=last,
             )  # fmt: skip
