@@ -14,7 +14,7 @@ from poisonq import (
     MessageLockLostError,
     MessageState,
 )
-from tests.helpers import assert_balanced, fill
+from tests.helpers import assert_balanced, execute_behind_the_back, fill
 
 
 def test_two_receivers_never_hold_one_message(broker: Broker, queue: str) -> None:
@@ -105,4 +105,19 @@ def test_the_last_delivery_of_a_batch_message_abandoned_is_dead_lettered(broker:
     held = broker.peek("once", max_messages=5)
     assert [m.state for m in held] == [MessageState.LOCKED] * 2
     receiver.complete(rest)
+    assert_balanced(broker)
+
+
+def test_a_settled_batch_leaves_no_row_behind(broker: Broker, queue: str, url: str) -> None:
+    """Receives keep no record once what they took is settled: a batch completed whole at
+    once, or settled in parts and then passed by the next receive."""
+    fill(broker, queue, 10)
+    receiver = broker.receiver(queue)
+    receiver.complete(receiver.receive(max_messages=4))
+    assert execute_behind_the_back(url, "SELECT count(*) FROM leases") == [(0,)]
+    first, *rest = receiver.receive(max_messages=4)
+    receiver.abandon(first)
+    receiver.complete(rest)
+    receiver.complete(receiver.receive(max_messages=10))
+    assert execute_behind_the_back(url, "SELECT count(*) FROM leases") == [(0,)]
     assert_balanced(broker)

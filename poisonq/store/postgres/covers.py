@@ -125,6 +125,25 @@ _RECEIVE_BATCH = (
     " WHERE seq = ANY(ARRAY(SELECT seq FROM batch WHERE leasable = 1))"
     " AND +entity_id = %(entity)b"
 )
+
+
+def emptied(settled: str) -> str:
+    """A ``WITH`` item that forgets the receive's cover of the token bound as ``token`` when
+    the messages ``settled`` (a ``WITH`` item of the statement returning ``seq``) are all it
+    held: the cover counted them as it was taken (``count``), and inside its range every
+    message the token holds is a covered one (those it locked row by row came back from
+    below the range). Settled in parts, it is forgotten by a later receive
+    (:data:`_RECEIVE_BATCH`). One a lock sweep has is left (SKIP LOCKED): waiting for it, a
+    settlement would hold its messages, which the sweep waits for."""
+    return (
+        "emptied AS (DELETE FROM leases WHERE (entity_id, consumer, number) IN"
+        " (SELECT entity_id, consumer, number FROM leases WHERE entity_id = %(entity)b"
+        " AND consumer = '' AND lock_token = %(token)b AND cover_lo IS NOT NULL"
+        f" AND count = (SELECT count(*) FROM {settled} WHERE seq BETWEEN cover_lo AND cover_hi)"
+        " FOR UPDATE SKIP LOCKED))"
+    )
+
+
 _LOCK_CAME_BACK = (
     "UPDATE messages SET state = 'locked', lock_token = %(token)b, locked_until = %(until)b,"
     " delivery_count = delivery_count + 1 WHERE seq = ANY(%(seqs)b) AND entity_id = %(entity)b"

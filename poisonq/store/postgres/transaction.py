@@ -59,7 +59,7 @@ from poisonq.store.postgres.batches import (
     in_index_order,
     ready_seqs,
 )
-from poisonq.store.postgres.covers import COVER_DELIVERY, COVERED, TOP
+from poisonq.store.postgres.covers import COVER_DELIVERY, COVERED, TOP, emptied
 
 # The message columns below return the values the shared row mappers take, in their order
 # (``failures::text`` is the JSON text SQLite keeps).
@@ -133,7 +133,7 @@ _DESTINATION = "(SELECT id FROM entities WHERE id = %(destination)b FOR KEY SHAR
 # of sequence numbers too: once the plan of the statement is generic (after five runs of a
 # prepared statement), the join alone was planned as a walk of the entity's messages for
 # every row, 0.3-0.7 s for 1,000 letters; the array makes the messages a look-up of the
-# primary key (+entity_id: see _RECEIVE_RANGE in covers.py).
+# primary key (+entity_id: see _RECEIVE_BATCH in covers.py).
 _NAMED = "messages.seq = ANY(%(seqs)b) AND +entity_id = %(entity)b"
 _JOINED = "messages.seq = {alias}.sequence_number AND " + _NAMED
 # A message held under the lock token bound as ``token``, valid at ``now``: locked, or covered.
@@ -143,7 +143,7 @@ _HELD_BY_TOKEN = held_by("%(entity)b", "%(token)b", "%(now)b")
 # must not count it). The messages are named by sequence number, so that the test of a cover
 # beside the lock's (_HELD_BY_TOKEN) costs one look-up of the lease row.
 _DEAD_LETTER = (
-    "UPDATE messages SET entity_id = destination.id, state = 'dead_lettered',"
+    "WITH moved AS (UPDATE messages SET entity_id = destination.id, state = 'dead_lettered',"
     " lock_token = NULL, locked_until = NULL, dead_letter_reason = letter.reason,"
     f" leasable = 0, delivery_count = delivery_count + {COVER_DELIVERY},"
     # Without a description, the last recorded failure describes the message.
@@ -154,7 +154,8 @@ _DEAD_LETTER = (
     f" {_record_failure('letter.failure')}"
     f" FROM {_DESTINATION}, {{letters}} WHERE {{named}}"
     f" AND state IN {_LIVE} AND (%(token)b::text IS NULL OR {_HELD_BY_TOKEN})"
-    " RETURNING seq, size, dead_letter_reason, subject, last_fingerprint"
+    " RETURNING seq, size, dead_letter_reason, subject, last_fingerprint),"
+    f" {emptied('moved')} SELECT * FROM moved"
 )
 _DEAD_LETTER_EACH = _DEAD_LETTER.format(letters=_LETTERS, named=_JOINED.format(alias="letter"))
 # An abandon of messages ``held`` (a condition: locked, or held by a lease's cover), each with
@@ -615,11 +616,12 @@ class PostgresTransaction(
     # Settling -----------------------------------------------------------------------------
     def complete(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
         # Locked or covered in one statement: the messages are named by sequence number (see
-        # _RECEIVE_RANGE in covers.py for +entity_id), so the test of the cover beside the
+        # _RECEIVE_BATCH in covers.py for +entity_id), so the test of the cover beside the
         # lock's costs a look-up of the lease row, once.
         done = self._run(
-            "DELETE FROM messages WHERE seq = ANY(%(seqs)b) AND +entity_id = %(entity)b"
-            f" AND {_HELD_BY_TOKEN} RETURNING seq, size",
+            "WITH gone AS (DELETE FROM messages WHERE seq = ANY(%(seqs)b)"
+            f" AND +entity_id = %(entity)b AND {_HELD_BY_TOKEN} RETURNING seq, size),"
+            f" {emptied('gone')} SELECT seq, size FROM gone",
             {"seqs": list(seqs), "entity": entity_id, "token": token, "now": now},
         )
         self._sweep_after(entity_id, now)
