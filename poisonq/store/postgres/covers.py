@@ -204,7 +204,7 @@ class PostgresCovers(LeaseStatements, StatementRunner):
             " THEN %b::text ELSE '' END, true)",
             (*key, entity_id),
         )
-        self._claiming(entity_id)  # (held already if the try got it exclusive)
+        self._claiming(entity_id)  # (granted at once if the try got it exclusive)
         return self._fetch_all(
             _RECEIVE_BATCH.format(columns=columns, fresh=fresh),
             {
