@@ -12,12 +12,14 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+import psycopg
 import pytest
 
 import poisonq
 from poisonq import Broker, ManualClock, Message, MessageState
 from poisonq.store import open_store
 from poisonq.store.base import NewMessage, Store
+from poisonq.store.postgres.covers import COVER_LOCKS
 from tests.helpers import assert_balanced, execute_behind_the_back, fill
 
 QUEUE = "orders"
@@ -87,4 +89,75 @@ def test_a_message_sent_while_a_lease_is_taken_is_never_inside_its_range_unread(
     assert [row[0] for row in broker.lease_rows(lease)] == [first, second]
     assert broker.complete_lease(lease) == 2
     assert broker.receiver(QUEUE).receive(10) == []
+    assert_balanced(broker)
+
+
+def _cover_lock_key(store: Store) -> tuple[int, int]:
+    """The advisory lock of the queue's covers (keys as covers.py takes them)."""
+    with store.transaction() as tx:
+        entity = tx.entity(QUEUE)
+        assert entity is not None
+        return COVER_LOCKS, entity.id & 0x7FFFFFFF
+
+
+def _waiters(pg_url: str) -> int:
+    rows = execute_behind_the_back(
+        pg_url, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+    )
+    return int(rows[0][0])  # type: ignore[call-overload]
+
+
+def test_two_leases_after_ttl_sweeps_take_the_queue_in_turn_without_a_deadlock(
+    both: tuple[Broker, Store], pg_url: str, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two leases taken at once on a queue with messages past their TTL: each one's sweep
+    claims the queue before its lease takes a cover, and the second waits for the first
+    instead of both holding the cover lock shared and then both waiting for it exclusive
+    (which PostgreSQL ends as a deadlock, rolling one back)."""
+    broker, store = both
+    fill(broker, QUEUE, 4, time_to_live=10)
+    clock.advance(11)  # expired: each lease's housekeeping sweeps them
+    fill(broker, QUEUE, 10)
+    key = _cover_lock_key(store)
+    with psycopg.connect(pg_url.split("?")[0], autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s, %s)", key)  # both leases queue behind it
+        with ThreadPoolExecutor(2) as pool:
+            leases = [
+                pool.submit(broker.acquire_lease, QUEUE, consumer, 1, 5)
+                for consumer in ("one", "two")
+            ]
+            deadline = time.monotonic() + WAIT
+            while _waiters(pg_url) < 2:
+                assert not any(lease.done() for lease in leases), "went ahead without waiting"
+                assert time.monotonic() < deadline
+                time.sleep(0.01)  # polling another connection's state, not timing anything
+            holder.execute("SELECT pg_advisory_unlock(%s, %s)", key)
+            taken = [lease.result(timeout=WAIT) for lease in leases]
+    assert not [r for r in caplog.records if "deadlock" in r.getMessage()]
+    held = [set(broker.lease_sequence_numbers(lease)) for lease in taken if lease is not None]
+    assert [len(seqs) for seqs in held] == [5, 5] and not held[0] & held[1]
+    assert_balanced(broker)
+
+
+def test_a_receive_that_cannot_have_the_cover_lock_locks_its_batch_row_by_row(
+    both: tuple[Broker, Store], pg_url: str
+) -> None:
+    """A receive tries the cover lock and, while another transaction holds it shared,
+    locks its batch message by message instead of waiting; a lease taken afterwards
+    leaves those messages alone, and the rest go to it as a range."""
+    broker, store = both
+    fill(broker, QUEUE, 10)
+    key = _cover_lock_key(store)
+    with psycopg.connect(pg_url.split("?")[0], autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock_shared(%s, %s)", key)
+        batch = broker.receiver(QUEUE).receive(max_messages=4)
+        holder.execute("SELECT pg_advisory_unlock_shared(%s, %s)", key)
+    assert [m.delivery_count for m in batch] == [1] * 4
+    locked = execute_behind_the_back(pg_url, "SELECT count(*) FROM messages WHERE state = 'locked'")
+    assert locked == [(4,)]
+    lease = broker.acquire_lease(QUEUE, "pipeline", 1, 10)
+    assert lease is not None and lease.count == 6
+    assert not set(broker.lease_sequence_numbers(lease)) & {m.sequence_number for m in batch}
+    broker.receiver(QUEUE).complete(batch)
+    assert broker.complete_lease(lease) == 6
     assert_balanced(broker)

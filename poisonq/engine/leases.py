@@ -48,6 +48,7 @@ class Leasing(Receiving, Timelines):
                     f"{entity.name!r} requires sessions; leases do not lock by session"
                 )
             self.resolver.check_receivable(target)
+            tx.lease_follows(entity.id)
             if not self.poisoner.housekeep(tx, target, now):
                 return None
             token = str(uuid.uuid4())

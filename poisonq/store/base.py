@@ -266,6 +266,14 @@ class Transaction(ABC):
         statements cost a round trip each may send the receive's housekeeping reads with the
         settlement."""
 
+    @abstractmethod
+    def lease_follows(self, entity_id: int) -> None:
+        """The caller says this transaction will lock a lease's batch of the entity
+        (:meth:`lock_lease`) after its housekeeping: a store whose lease excludes other
+        claims for a while may exclude them from the first claim of the transaction on
+        (PostgreSQL: a lock held shared and then asked for exclusive could wait for
+        another transaction doing the same)."""
+
     # Entities -----------------------------------------------------------------------------
     @abstractmethod
     def insert_entity(

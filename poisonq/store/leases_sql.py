@@ -48,6 +48,21 @@ def covered(entity: str) -> str:
     )
 
 
+def held_by(entity: str, token: str, now: str) -> str:
+    """Whether a row of ``messages`` of ``entity`` is held under the lock token ``token``
+    with its lock valid at ``now`` (all three expressions): locked by it, or held by the
+    cover of the lease or receive that has that token (a boolean expression)."""
+    cover = (
+        f"(SELECT cover_{{end}} FROM leases WHERE entity_id = {entity} AND lock_token = {token}"
+        f" AND cover_lo IS NOT NULL AND locked_until > {now})"
+    )
+    return (
+        f"((state = 'locked' AND lock_token = {token} AND locked_until > {now})"
+        f" OR ({_IN_COVERS} AND seq BETWEEN {cover.format(end='lo')}"
+        f" AND {cover.format(end='hi')}))"
+    )
+
+
 def within(cover: tuple[int, int] | None, lo: int, hi: int) -> tuple[int, int] | None:
     """The part of ``[lo, hi]`` that ``cover`` spans, if any."""
     if cover is None or max(lo, cover[0]) > min(hi, cover[1]):

@@ -511,6 +511,9 @@ class SqliteTransaction(
     def receive_follows(self, entity_id: int) -> None:
         """Nothing to send ahead: a statement here costs no round trip."""
 
+    def lease_follows(self, entity_id: int) -> None:
+        """Nothing to exclude first: one transaction writes at a time."""
+
     def complete(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
         done = self._complete(entity_id, token, now, f"seq IN {SEQS}", seqs_json(seqs))
         if len(done) < len(seqs):  # the others may be held by a lease's cover

@@ -70,18 +70,17 @@ class BatchQueries(PostgresCovers, DeadLetterAnalysis):
         limit: int,
         token: str,
         locked_until: float,
-        session_id: str | None = None,
+        session_id: str,
         *,
         last: bool = False,
     ) -> list[tuple[Any, ...]]:
-        """Lock the ``limit`` oldest receivable messages (of one session) under ``token`` until
-        ``locked_until``, counting a delivery; returns the ``returning`` columns of each."""
-        if session_id is None:
-            self._claiming(entity_id)
+        """Lock the ``limit`` oldest receivable messages of one session under ``token`` until
+        ``locked_until``, counting a delivery; returns the ``returning`` columns of each
+        (without a session: ``_receive_batch`` in ``covers.py``)."""
         return self._fetch_all(
             "UPDATE messages SET state = 'locked', lock_token = %(token)b,"
             " locked_until = %(until)b, delivery_count = delivery_count + 1"
-            f" WHERE seq = ANY({ready_seqs(session=session_id is not None)})"
+            f" WHERE seq = ANY({ready_seqs(session=True)})"
             f" RETURNING {returning}",
             {
                 "token": token,

@@ -82,18 +82,25 @@ class StatementRunner(HistoryTables):
         self._receiving: int | None = None  # the entity a receive follows a settlement of
         self._statements = 0
         self._cover_locks: set[int] = set()  # the entities whose cover lock this one holds
-        self._expired_covers: set[int] = set()  # the entities a sweep found expired covers of
+        self._exclusive: set[int] = set()  # the entities whose cover lock it holds exclusive
+        self._leasing: set[int] = set()  # the entities it will take a lease of
+        # The covers (consumer, number) whose lock ran out that this one swept, by entity.
+        self._expired_covers: dict[int, list[tuple[str, int]]] = {}
         # Answers fetched ahead of the call that needs them, in a round trip that was made
         # anyway; valid only while no other statement has run (see _recall).
         self._ahead: dict[tuple[Any, ...], Any] = {}
         self._ahead_at = 0
         self.committed = False
 
-    def _run(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Cursor[Any]:
-        """Queue a statement in the pipeline (nothing waits for it until a result is read)."""
+    def _run(
+        self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *, reads: bool = False
+    ) -> Cursor[Any]:
+        """Queue a statement in the pipeline (nothing waits for it until a result is read).
+        ``reads``: it changes nothing an answer fetched ahead could depend on (a lock)."""
         if self.committed:
             raise RuntimeError("a statement after the one the caller said was the last")
-        self._statements += 1
+        if not reads:
+            self._statements += 1
         return self._db.execute(sql, params, binary=True)
 
     def _fetch_all(

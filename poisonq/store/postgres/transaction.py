@@ -6,8 +6,9 @@ dialects are written once, in the ``*_sql`` modules of :mod:`poisonq.store` this
 inherits. What differs is concurrency.
 SQLite runs one writer at a time; here transactions run side by side under READ COMMITTED, so:
 
-- receiving locks rows with ``FOR UPDATE SKIP LOCKED``: competing receivers take disjoint
-  batches without waiting for each other;
+- a receive takes its batch as a cover (``covers.py``) when it gets the entity's cover lock at
+  once, and otherwise locks rows with ``FOR UPDATE SKIP LOCKED``: competing receivers take
+  disjoint batches without waiting for each other;
 - a lease's cover locks no row (``covers.py``): what keeps its messages from other claims is
   the entity's cover lock, held shared by every receive, TTL sweep, bulk task and send of the
   entity and exclusive by a lease while it takes its batch;
@@ -50,7 +51,7 @@ from poisonq.store.base import (
 from poisonq.store.entities_sql import EntityStatements
 from poisonq.store.history import HistoryBuffer
 from poisonq.store.housekeeping_sql import HousekeepingStatements
-from poisonq.store.leases_sql import within
+from poisonq.store.leases_sql import held_by, within
 from poisonq.store.ledger import LedgerCounts
 from poisonq.store.postgres.batches import (
     BatchQueries,
@@ -58,7 +59,7 @@ from poisonq.store.postgres.batches import (
     in_index_order,
     ready_seqs,
 )
-from poisonq.store.postgres.covers import COVER_DELIVERY, COVERED, TOP
+from poisonq.store.postgres.covers import COVER_DELIVERY, COVERED, TOP, emptied
 
 # The message columns below return the values the shared row mappers take, in their order
 # (``failures::text`` is the JSON text SQLite keeps).
@@ -78,6 +79,13 @@ _MESSAGE_COLUMNS = (
     " move_count, resubmit_count, hop_count, lock_token, locked_until, dead_letter_reason,"
     " dead_letter_description, dead_letter_source, failures::text, to_address,"
     " reply_to_session_id, partition_key"
+)
+# The same, of a message a receive's cover holds: locked under the receive's token, with the
+# delivery the cover counts (see covers.py).
+_COVERED_COLUMNS = (
+    _MESSAGE_COLUMNS.replace(" state,", " 'locked'::text,")
+    .replace(" delivery_count,", " delivery_count + 1,")
+    .replace(" lock_token, locked_until,", " %(token)b::text, %(until)b::float8,")
 )
 # The counters the retry policy decides on (LockInfo), for a settlement or a lock sweep.
 _LOCK_COLUMNS = "seq, delivery_count, move_count, dead_lettered_deliveries"
@@ -106,11 +114,13 @@ _LETTERS = (
     "unnest(%(seqs)b::bigint[], %(reasons)b::text[], %(descriptions)b::text[],"
     " %(failures)b::jsonb[]) AS letter(sequence_number, reason, description, failure)"
 )
-# Letters that share their reason, description and failure: those bound once.
+# Letters that share their reason, description and failure: those bound once, as one row
+# that joins every message (joined by sequence number, the row per message was planned as a
+# nested loop over the array for every message when the statistics were stale: 2 ms of a
+# batch of 100).
 _ALIKE = (
-    "(SELECT sequence_number, %(reason)b::text AS reason,"
-    " %(description)b::text AS description, %(failure)b::jsonb AS failure"
-    " FROM unnest(%(seqs)b::bigint[]) AS sequence_number) AS letter"
+    "(SELECT %(reason)b::text AS reason, %(description)b::text AS description,"
+    " %(failure)b::jsonb AS failure) AS letter"
 )
 
 
@@ -123,18 +133,17 @@ _DESTINATION = "(SELECT id FROM entities WHERE id = %(destination)b FOR KEY SHAR
 # of sequence numbers too: once the plan of the statement is generic (after five runs of a
 # prepared statement), the join alone was planned as a walk of the entity's messages for
 # every row, 0.3-0.7 s for 1,000 letters; the array makes the messages a look-up of the
-# primary key.
-_NAMED = (
-    "messages.seq = {alias}.sequence_number AND messages.seq = ANY(%(seqs)b)"
-    " AND entity_id = %(entity)b"
-)
+# primary key (+entity_id: see _RECEIVE_BATCH in covers.py).
+_NAMED = "messages.seq = ANY(%(seqs)b) AND +entity_id = %(entity)b"
+_JOINED = "messages.seq = {alias}.sequence_number AND " + _NAMED
+# A message held under the lock token bound as ``token``, valid at ``now``: locked, or covered.
+_HELD_BY_TOKEN = held_by("%(entity)b", "%(token)b", "%(now)b")
 # A message a lease's cover holds counts its delivery in its row as it leaves (COVERED asks the
 # source's covers); a dead letter is never leasable (a cover of its queue taken meanwhile
-# must not count it). Covered messages go by a statement of their own, without a token (see
-# dead_letter_each): a test of the covers beside the lock's would keep the planner from
-# finding the locked messages by the state index.
+# must not count it). The messages are named by sequence number, so that the test of a cover
+# beside the lock's (_HELD_BY_TOKEN) costs one look-up of the lease row.
 _DEAD_LETTER = (
-    "UPDATE messages SET entity_id = destination.id, state = 'dead_lettered',"
+    "WITH moved AS (UPDATE messages SET entity_id = destination.id, state = 'dead_lettered',"
     " lock_token = NULL, locked_until = NULL, dead_letter_reason = letter.reason,"
     f" leasable = 0, delivery_count = delivery_count + {COVER_DELIVERY},"
     # Without a description, the last recorded failure describes the message.
@@ -143,25 +152,23 @@ _DEAD_LETTER = (
     " dead_letter_source = %(source)b, dead_lettered_at = %(now)b,"
     f" dead_lettered_deliveries = delivery_count + {COVER_DELIVERY},"
     f" {_record_failure('letter.failure')}"
-    f" FROM {_DESTINATION}, {{letters}} WHERE {_NAMED.format(alias='letter')}"
-    f" AND state IN {_LIVE} AND (%(token)b::text IS NULL"
-    "   OR (state = 'locked' AND lock_token = %(token)b AND locked_until > %(now)b))"
-    " RETURNING seq, size, dead_letter_reason, subject, last_fingerprint"
+    f" FROM {_DESTINATION}, {{letters}} WHERE {{named}}"
+    f" AND state IN {_LIVE} AND (%(token)b::text IS NULL OR {_HELD_BY_TOKEN})"
+    " RETURNING seq, size, dead_letter_reason, subject, last_fingerprint),"
+    f" {emptied('moved')} SELECT * FROM moved"
 )
-_DEAD_LETTER_EACH = _DEAD_LETTER.format(letters=_LETTERS)
+_DEAD_LETTER_EACH = _DEAD_LETTER.format(letters=_LETTERS, named=_JOINED.format(alias="letter"))
 # An abandon of messages ``held`` (a condition: locked, or held by a lease's cover), each with
-# its failure. Two statements rather than one test of both, for the reason _DEAD_LETTER's
-# covered messages go apart; a covered message's delivery is counted in its row as it leaves
-# its lease.
+# its failure; a covered message's delivery is counted in its row as it leaves its lease.
 _ABANDON = (
     "UPDATE messages SET state = %(ready)b, lock_token = NULL, locked_until = NULL,"
     f" delivery_count = delivery_count + {COVER_DELIVERY}, leasable = 0,"
     f" abort_count = abort_count + 1, {_record_failure('failed.failure')}"
     " FROM unnest(%(seqs)b::bigint[], %(failures)b::jsonb[])"
-    f" AS failed(sequence_number, failure) WHERE {_NAMED.format(alias='failed')}"
+    f" AS failed(sequence_number, failure) WHERE {_JOINED.format(alias='failed')}"
     " AND {held}"
 )
-_DEAD_LETTER_ALIKE = _DEAD_LETTER.format(letters=_ALIKE)
+_DEAD_LETTER_ALIKE = _DEAD_LETTER.format(letters=_ALIKE, named=_NAMED)
 
 
 # The entity's locked messages past their lock, oldest first (see in_index_order).
@@ -362,9 +369,16 @@ class PostgresTransaction(
         *,
         last: bool = False,
     ) -> list[ReceivedMessage]:
-        rows = self._lock_ready(
-            _MESSAGE_COLUMNS, entity_id, ready, limit, token, locked_until, session_id, last=last
-        )
+        if session_id is None:
+            rows = self._receive_batch(
+                _MESSAGE_COLUMNS, _COVERED_COLUMNS, entity_id, ready, limit, token,
+                locked_until, last=last,
+            )  # fmt: skip
+        else:
+            rows = self._lock_ready(
+                _MESSAGE_COLUMNS, entity_id, ready, limit, token, locked_until, session_id,
+                last=last,
+            )  # fmt: skip
         rows.sort(key=lambda row: row[0])
         return message_rows(rows, name)
 
@@ -474,28 +488,48 @@ class PostgresTransaction(
         self._remember(("nothing expired", entity_id, now), rows[0][5])
         expired = [LockInfo(*row[:4]) for row in rows if row[0] is not None]
         if rows[0][6]:
-            self._expired_covers.add(entity_id)
             expired = sorted(expired + self._expired_covered(entity_id, now), key=_seq)
         return expired
 
     def _expired_covered(self, entity_id: int, now: float) -> list[LockInfo]:
         """The messages of the entity's covers whose lock ran out, each a lock that ran out
-        (with the delivery its lease made). A cover another sweep has is its to handle; a
-        message whose settlement is under way is waited for, and left out if it changed."""
+        (with the delivery its lease made). A cover another sweep has is its to handle (and
+        to close: see :meth:`close_expired_leases`); a message whose settlement is under way
+        is waited for, and left out if it changed."""
+        covers = self._fetch_all(
+            "SELECT consumer, number, cover_lo, cover_hi FROM leases"
+            " WHERE entity_id = %b AND cover_lo IS NOT NULL AND locked_until <= %b"
+            " FOR UPDATE SKIP LOCKED",
+            (entity_id, now),
+        )
+        if not covers:
+            return []
+        self._expired_covers[entity_id] = [(row[0], row[1]) for row in covers]
         rows = self._fetch_all(
             "SELECT m.seq, m.delivery_count + 1, m.move_count, m.dead_lettered_deliveries"
-            " FROM (SELECT cover_lo, cover_hi FROM leases WHERE entity_id = %(entity)b"
-            "   AND cover_lo IS NOT NULL AND locked_until <= %(now)b FOR UPDATE SKIP LOCKED)"
-            " AS c JOIN messages m ON m.entity_id = %(entity)b AND m.leasable = 1"
-            " AND m.state IN ('active', 'dead_lettered')"
-            " AND m.seq BETWEEN c.cover_lo AND c.cover_hi ORDER BY m.seq FOR UPDATE OF m",
-            {"entity": entity_id, "now": now},
+            " FROM unnest(%(los)b::bigint[], %(his)b::bigint[]) AS c(lo, hi)"
+            " JOIN messages m ON m.entity_id = %(entity)b AND m.leasable = 1"
+            " AND m.state IN ('active', 'dead_lettered') AND m.seq BETWEEN c.lo AND c.hi"
+            " ORDER BY m.seq FOR UPDATE OF m",
+            {
+                "entity": entity_id,
+                "los": [row[2] for row in covers],
+                "his": [row[3] for row in covers],
+            },
         )
         return [LockInfo(*row) for row in rows]
 
     def close_expired_leases(self, entity_id: int, now: float) -> None:
-        if entity_id in self._expired_covers:  # (the sweep found none: nothing to close)
-            super().close_expired_leases(entity_id, now)
+        # Only the covers this transaction swept: one another sweep has may be its to close
+        # (waiting for it here, two sweeps would wait for each other).
+        swept = self._expired_covers.pop(entity_id, None)
+        if swept:
+            consumers, numbers = zip(*swept, strict=True)
+            self._run(
+                "UPDATE leases SET cover_lo = NULL, cover_hi = NULL WHERE entity_id = %b"
+                " AND (consumer, number) IN (SELECT * FROM unnest(%b::text[], %b::bigint[]))",
+                (entity_id, list(consumers), list(numbers)),
+            )
 
     def receive_follows(self, entity_id: int) -> None:
         self._receiving = entity_id
@@ -581,21 +615,17 @@ class PostgresTransaction(
 
     # Settling -----------------------------------------------------------------------------
     def complete(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
-        done = self._delete_locked(entity_id, token, now, "seq = ANY(%b)", list(seqs))
+        # Locked or covered in one statement: the messages are named by sequence number (see
+        # _RECEIVE_BATCH in covers.py for +entity_id), so the test of the cover beside the
+        # lock's costs a look-up of the lease row, once.
+        done = self._run(
+            "WITH gone AS (DELETE FROM messages WHERE seq = ANY(%(seqs)b)"
+            f" AND +entity_id = %(entity)b AND {_HELD_BY_TOKEN} RETURNING seq, size),"
+            f" {emptied('gone')} SELECT seq, size FROM gone",
+            {"seqs": list(seqs), "entity": entity_id, "token": token, "now": now},
+        )
         self._sweep_after(entity_id, now)
-        completed = self._completed(entity_id, done)
-        if len(completed) < len(seqs):  # the others may be held by a lease's cover
-            covered = self._covered_of(entity_id, token, seqs, now)
-            if covered:
-                completed += self._completed(
-                    entity_id,
-                    self._run(
-                        "DELETE FROM messages WHERE seq = ANY(%b) AND leasable = 1"
-                        " AND state IN ('active', 'dead_lettered') RETURNING seq, size",
-                        (covered,),
-                    ),
-                )
-        return completed
+        return self._completed(entity_id, done)
 
     def complete_span(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> int:
         done = len(
@@ -718,13 +748,6 @@ class PostgresTransaction(
         moving = self._dead_letter(letters, {**where, "token": lock_token})
         self._sweep_after(entity_id, now)
         rows = moving.fetchall()
-        if lock_token is not None and len(rows) < len(letters):  # held by a lease's cover?
-            done = {row[0] for row in rows}
-            rest = [letter.seq for letter in letters if letter.seq not in done]
-            covered = set(self._covered_of(entity_id, lock_token, rest, now))
-            if covered:  # checked and pinned: moved as a sweep moves them, by no token
-                held = [letter for letter in letters if letter.seq in covered]
-                rows += self._dead_letter(held, {**where, "token": None}).fetchall()
         self._check_destination(destination_id, len(letters), len(rows))
         moved, size = len(rows), sum(row[1] for row in rows)
         self.history.dead_lettered(destination_id, (row[2:] for row in rows))
