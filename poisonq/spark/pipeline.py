@@ -44,7 +44,7 @@ from poisonq.errors import (
 )
 from poisonq.failures import first_line
 from poisonq.limits import check_count
-from poisonq.model import FailureRecord, Lease, MessageState
+from poisonq.model import DEAD_LETTER_QUEUES, FailureRecord, Lease, MessageState
 from poisonq.names import validate_name
 from poisonq.spark.batch_writer import BatchWriter
 from poisonq.spark.batches import BatchFunction, BatchTransform
@@ -203,7 +203,9 @@ class Pipeline:
         the batch before it and leases the next one, so a batch costs its job and not the
         store's writes too. That is why a run may leave two leases unfinished when it dies,
         and why a restart replays both. A lease taken ahead that is not run (the run stops)
-        is given back with no delivery counted."""
+        is given back with no delivery counted. Only a full batch is leased ahead: when the
+        queue holds less, the next lease waits for the job, so that it also carries what
+        the job gives back to be retried (see :meth:`_acquire_ahead`)."""
         report = PipelineReport()
         started = time.monotonic()
         with open_existing(self.url, retry_total=self.retry_total) as broker:
@@ -228,7 +230,7 @@ class Pipeline:
                         continue
                     number = lease.number
                     if max_batches is None or report.batches + 1 < max_batches:
-                        ahead = work.submit(self._acquire, broker, number + 1)
+                        ahead = work.submit(self._acquire_ahead, broker, number + 1)
                     running = lease
                     run = self._batch(broker, lease, report, window, ahead)
                     if completing is not None:
@@ -344,6 +346,21 @@ class Pipeline:
             self.writer.look_ahead(broker, lease)
         return lease
 
+    def _acquire_ahead(self, broker: poisonq.Broker, number: int) -> Lease | None:
+        """Lease ``number`` while the batch before it runs, if the queue holds a full batch
+        for it; else ``None``, and :meth:`_next` takes it once that batch's job is done.
+
+        A message the job gives back (a crash, an error retried) is ready again only when
+        its partition is settled, after a lease taken at the job's start: taken ahead, a
+        lease that is not full anyway would leave those messages to a batch of their own,
+        each such batch a Spark job's fixed cost for a handful of messages. Waiting folds
+        them in: at the end of a run the redeliveries of the last batches come in one
+        batch per delivery left, not one per batch they came from. A full batch is still
+        taken ahead (what the job gives back then goes in the batch after it)."""
+        info = broker.get_queue(self.queue)
+        ready = info.counts["dead_lettered" if info.subqueue in DEAD_LETTER_QUEUES else "active"]
+        return self._acquire(broker, number) if ready >= self.batch_size else None
+
     def _next(
         self,
         broker: poisonq.Broker,
@@ -356,8 +373,8 @@ class Pipeline:
         try:
             lease = ahead.result()
             if lease is None and report.batches:
-                # Taken while a batch ran: what that batch gave back to retry was not
-                # there yet.
+                # Not taken while the batch before ran (:meth:`_acquire_ahead`), or taken
+                # before what that batch gave back to retry was there.
                 lease = self._acquire(broker, number)
             return lease
         except EntityDisabledError as exc:
