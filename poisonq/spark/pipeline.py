@@ -49,10 +49,11 @@ from poisonq.names import validate_name
 from poisonq.spark.batch_writer import BatchWriter
 from poisonq.spark.batches import BatchFunction, BatchTransform
 from poisonq.spark.expectations import check_expectations
+from poisonq.spark.interrupts import interrupted_cleanly
 from poisonq.spark.jobs import FrameJob, LeaseReader, MapJob, struct_of
 from poisonq.spark.kinds import PYTHON, OfMessages, check_options
 from poisonq.spark.lease_renewer import LeaseRenewer, taken_ahead
-from poisonq.spark.reports import PipelineReport, PipelineStoppedError
+from poisonq.spark.reports import PipelineInterrupted, PipelineReport, PipelineStoppedError
 from poisonq.spark.rows import OutputSchema
 from poisonq.spark.session import quiet_query_errors
 from poisonq.spark.sink import SinkFunction, sink_for
@@ -205,8 +206,26 @@ class Pipeline:
         and why a restart replays both. A lease taken ahead that is not run (the run stops)
         is given back with no delivery counted. Only a full batch is leased ahead: when the
         queue holds less, the next lease waits for the job, so that it also carries what
-        the job gives back to be retried (see :meth:`_acquire_ahead`)."""
+        the job gives back to be retried (see :meth:`_acquire_ahead`).
+
+        Ctrl-C raises :class:`PipelineInterrupted` (a :class:`KeyboardInterrupt`) with the
+        report so far, once the run's jobs are cancelled (:mod:`poisonq.spark.interrupts`):
+        the batch in hand is replayed by the next run."""
         report = PipelineReport()
+        try:
+            with interrupted_cleanly(self.spark):
+                self._run(report, until_idle, max_batches, progress)
+        except KeyboardInterrupt:
+            raise PipelineInterrupted(report) from None
+        return report
+
+    def _run(
+        self,
+        report: PipelineReport,
+        until_idle: bool,
+        max_batches: int | None,
+        progress: Callable[[PipelineReport], None] | None,
+    ) -> None:
         started = time.monotonic()
         with open_existing(self.url, retry_total=self.retry_total) as broker:
             dead_before = _dead_letters(broker, self.queue)
@@ -250,7 +269,6 @@ class Pipeline:
                 if running is not None:
                     report.unfinished = len(broker.lease_sequence_numbers(running))
                 self._tally(broker, report, dead_before, started)
-        return report
 
     def _tally(
         self,
