@@ -364,3 +364,28 @@ def test_a_cast_error_a_batch_function_raises_is_retried_unless_permanent_names_
     assert [f.error_type for f in dead.failures] == ["pyarrow.lib.ArrowInvalid"] * 2
     assert written(spark, tmp_path / "out") == Counter(set(range(20)) - {5})
     assert_balanced(live)
+
+
+def unchanged(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A batch function that returns the messages it was given: no row fits the schema."""
+    return batch
+
+
+def test_a_batch_function_whose_rows_never_fit_stops_its_task_after_the_first_hundred_messages(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """A defect is judged after a partition's first 100 messages, not after a chunk of
+    10,000 of them, each run under the crash guard and each failure recorded: a function
+    returning its input batch unchanged stops the run at once, nothing settled."""
+    send(live, {}, 1000)
+    run = Pipeline(
+        spark, url=url, queue="orders", map_batches=unchanged, schema="n long",
+        output=str(tmp_path / "out"),
+    )  # fmt: skip
+    with pytest.raises(PipelineStoppedError, match="100 of 100 messages failed") as stopped:
+        run.run()
+    assert stopped.value.defect is not None
+    assert "the rows have no column(s) n" in stopped.value.defect.failure.message
+    assert live.counts("orders")["active"] == 1000
+    assert {m.delivery_count for m in live.peek("orders", max_messages=1000)} == {0}
+    assert_balanced(live)
