@@ -38,7 +38,8 @@ Prints five lines: ``pipeline_msgs_per_s=… plain_spark_rows_per_s=… ratio=�
 isolation_jobs=… batch_fixed_cost_s=…`` (``map``; the fixed cost is the wall time of a batch
 of one message), ``map_batches_msgs_per_s=… batches_ratio=… bare_rows_ratio=…
 bare_segments_ratio=…``,
-``crashing_pipeline_msgs_per_s=… crashes=… ms_per_crash=…``,
+``crashing_pipeline_msgs_per_s=… crashes=… ms_per_crash=… batches=…`` (the batches include
+those that retried the crashed messages),
 ``dataframe_pipeline_msgs_per_s=… plain_spark_sql_rows_per_s=… dataframe_ratio=…`` and the
 peak memory over the whole run: ``driver_python_peak_rss_mb=… driver_jvm_peak_rss_mb=…
 process_tree_peak_rss_mb=…`` (the driver's Python process, its JVM, and every process under
@@ -350,7 +351,7 @@ def main() -> None:
         print(
             f"crashing_pipeline_msgs_per_s={args.messages / crashing_seconds:.0f}"
             f" crashes={crashes} ms_per_crash={extra / crashes * 1e3 if crashes else 0:.2f}"
-            f" isolation_jobs={crash_report.isolation_jobs}"
+            f" isolation_jobs={crash_report.isolation_jobs} batches={crash_report.batches}"
         )
         frame_rate = args.messages / frame_seconds
         plain_sql_rate = args.messages / plain_sql_seconds

@@ -422,6 +422,34 @@ def test_a_function_of_one_message_runs_under_the_crash_guard_from_the_first_bat
     assert_balanced(live)
 
 
+@on_both_stores
+def test_redeliveries_fold_into_the_next_lease_once_the_queue_holds_less_than_a_batch(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """A lease that would not be full is not taken while the batch before it runs, but
+    after, so it carries what that batch gave back: two crashers from the two full batches
+    come back together, one batch per delivery left (4 batches, not one more for each
+    crasher's every redelivery), and each is still dead-lettered after its third crash."""
+    send(live, {3: "crash", 13: "crash"}, 25, max_delivery_count=3)
+    pipeline = Pipeline(
+        spark, url=url, queue="orders", map=transform, schema=SCHEMA,
+        output=str(tmp_path / "out"), batch_size=10,
+    )  # fmt: skip
+    report = pipeline.run()
+
+    batches = live.pipeline_batches("pipeline")
+    assert [b.size for b in batches][:2] == [10, 10]  # then the rest, and the crashers
+    assert report.batches == len(batches) == 4
+    letters = dead_letters_by_id(live)
+    assert sorted(letters) == ["o13", "o3"]
+    for crashed in letters.values():
+        message = live.message("orders/$deadletterqueue", crashed.sequence_number)
+        assert message.dead_letter_reason == "MaxDeliveryCountExceeded"
+        assert [f.error_type for f in message.failures] == ["WorkerCrashed"] * 3
+    assert output(spark, tmp_path / "out") == Counter(set(range(25)) - {3, 13})
+    assert_balanced(live)
+
+
 def _always_crashes(message: dict[str, Any]) -> dict[str, Any]:
     os._exit(3)
 

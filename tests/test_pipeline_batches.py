@@ -436,3 +436,28 @@ def test_untied_rows_fewer_than_messages_complete_the_rest_as_filtered_with_a_wa
         assert warning.startswith("map_batches function kept_orders.<locals>.kept returned")
         assert "3 of this batch's 16 message(s) (at least) had no row" in warning
     assert_balanced(live)
+
+
+def unchanged(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A batch function that returns the messages it was given: no row fits the schema."""
+    return batch
+
+
+def test_a_batch_function_whose_rows_never_fit_stops_its_task_after_the_first_hundred_messages(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """A defect is judged after a partition's first 100 messages, not after a chunk of
+    10,000 of them, each run under the crash guard and each failure recorded: a function
+    returning its input batch unchanged stops the run at once, nothing settled."""
+    send(live, {}, 1000)
+    run = Pipeline(
+        spark, url=url, queue="orders", map_batches=unchanged, schema="n long",
+        output=str(tmp_path / "out"),
+    )  # fmt: skip
+    with pytest.raises(PipelineStoppedError, match="100 of 100 messages failed") as stopped:
+        run.run()
+    assert stopped.value.defect is not None
+    assert "the rows have no column(s) n" in stopped.value.defect.failure.message
+    assert live.counts("orders")["active"] == 1000
+    assert {m.delivery_count for m in live.peek("orders", max_messages=1000)} == {0}
+    assert_balanced(live)

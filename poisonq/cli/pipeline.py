@@ -305,6 +305,16 @@ def _quiet_py4j_interrupt(record: logging.LogRecord) -> bool:
 
 
 # The report -------------------------------------------------------------------------------
+def _interrupted_line(report: PipelineReport, consumer: str) -> str:
+    """What Ctrl-C left, in one line: the batch in hand is replayed by the next run."""
+    if not report.unfinished:
+        return "interrupted: nothing left unfinished"
+    return (
+        f"interrupted: the batch in hand ({report.unfinished} message(s)) stays locked and is"
+        f" replayed by the next run of consumer {consumer!r}"
+    )
+
+
 def _report_json(report: PipelineReport, interrupted: bool) -> dict[str, Any]:
     data = {f.name: getattr(report, f.name) for f in dataclasses.fields(report)}
     data["dead_lettered"] = dict(report.dead_lettered)
@@ -561,7 +571,7 @@ def pipeline_run(
     permanent = tuple(load_exception(name) for name in permanent_types)
     app.broker.get_queue(queue_name)  # an unknown queue fails here, before Spark starts
     from poisonq.spark.pipeline import Pipeline
-    from poisonq.spark.reports import PipelineStoppedError
+    from poisonq.spark.reports import PipelineInterrupted, PipelineStoppedError
     from poisonq.spark.session import local_session, show_job_errors
 
     spark = local_session()
@@ -594,12 +604,10 @@ def pipeline_run(
     else:
         check_dataframe_transform(spark, target, function)
         runner = Pipeline(spark, transform=function, expectations=expectations, **common)
-    seen: list[PipelineReport] = []
     logging.getLogger().addFilter(_quiet_py4j_interrupt)
     with progress(app, f"pipeline {queue_name}", quiet=quiet) as update:
 
         def on_batch(report: PipelineReport) -> None:
-            seen[:] = [report]
             update(report.leased, None, _summary(report))
 
         try:
@@ -608,10 +616,10 @@ def pipeline_run(
             if exc.traceback:  # once, before the one red line the root prints
                 app.err.print(Text(exc.traceback.rstrip(), style="dim"), soft_wrap=True)
             raise
-        except KeyboardInterrupt:
-            if not seen:
-                raise
-            report, interrupted = seen[0], True
+        except PipelineInterrupted as exc:
+            report, interrupted = exc.report, True
+    if interrupted:
+        app.err.print(_interrupted_line(report, consumer), soft_wrap=True)
     title = f"pipeline {queue_name} → {output}" + (" (interrupted)" if interrupted else "")
     emit(app, as_json, _report_json(report, interrupted), lambda: _report_table(title, report))
     if interrupted and not forever:  # (with --forever, Ctrl-C is how a run ends)

@@ -11,7 +11,7 @@ from poisonq.spark import versions  # noqa: F401
 
 # isort: split
 from poisonq.spark.pipeline import Pipeline
-from poisonq.spark.reports import PipelineReport, PipelineStoppedError
+from poisonq.spark.reports import PipelineInterrupted, PipelineReport, PipelineStoppedError
 from poisonq.spark.restarting import run_restarting
 from poisonq.spark.schema import MESSAGE_SCHEMA_DDL
 from poisonq.spark.session import local_session
@@ -23,6 +23,7 @@ __all__ = [
     "MESSAGE_SCHEMA_DDL",
     "ForeachBatch",
     "Pipeline",
+    "PipelineInterrupted",
     "PipelineReport",
     "PipelineStoppedError",
     "PoisonqDataSource",

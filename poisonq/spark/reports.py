@@ -35,6 +35,17 @@ class PipelineStoppedError(PoisonqError):
         return self.defect.failure.traceback if self.defect else ""
 
 
+class PipelineInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped the run (a :class:`KeyboardInterrupt`, caught as one): ``report``
+    says what was done until then. The batch in hand stays locked, and the next run of
+    the consumer replays it (``report.unfinished`` messages); the lease taken ahead for
+    the batch after it is given back with no delivery counted."""
+
+    def __init__(self, report: PipelineReport) -> None:
+        super().__init__(f"interrupted after {report.batches} batch(es)")
+        self.report = report
+
+
 @dataclass
 class PipelineReport:
     """What a run did; ``dead_lettered`` counts by reason."""

@@ -38,6 +38,7 @@ from poisonq.worker.guard import Crashed, Failed, Transform, run_inline, run_iso
 from poisonq.worker.lease_rows import OnLeaseRows
 
 _DELIVERY_COUNT = LEASE_COLUMNS.index("delivery_count")
+FIRST_CHUNK = 100  # rows of a partition's first chunk: enough to tell a defect (_chunks)
 
 
 @dataclass(frozen=True)
@@ -108,8 +109,8 @@ class PipelineReader(BatchReader):
         # Only first deliveries tell a defect (see poisonq.defects).
         fresh = {row[0] for row in rows if row[_DELIVERY_COUNT] == 1}
         seen = 0
-        for start in range(0, len(rows), ARROW_BATCH_ROWS):
-            chunk = rows[start : start + ARROW_BATCH_ROWS]
+        for start, stop in _chunks(len(rows)):
+            chunk = rows[start:stop]
             with collector_paused():
                 batch = self.work.apply(chunk, lease.lock_token, failed)
             seen += sum(1 for row in chunk if row[0] in fresh)
@@ -121,6 +122,18 @@ class PipelineReader(BatchReader):
         if failed:
             with open_existing(self.options.url) as broker:
                 broker.settle_held(self.options.address, failed)
+
+
+def _chunks(count: int) -> Iterator[tuple[int, int]]:
+    """The bounds of a partition's chunks of rows: a first one of :data:`FIRST_CHUNK`, then
+    :data:`~poisonq.spark.source.ARROW_BATCH_ROWS` each. A defect is judged after each
+    chunk, so a function that fails every message (rows that never fit the schema, a
+    ``NameError``) stops its task after the first few, not after a chunk of 10,000 each run
+    under the crash guard and each failure recorded with its traceback."""
+    start, size = 0, FIRST_CHUNK
+    while start < count:
+        yield start, min(count, start + size)
+        start, size = start + size, ARROW_BATCH_ROWS
 
 
 @contextmanager
