@@ -77,6 +77,28 @@ def test_lock_expiries_alone_poison_a_message(
     assert_balanced(broker)
 
 
+def test_a_lock_expiry_that_poisons_a_message_describes_it_by_its_last_recorded_failure(
+    broker: Broker, queue: str, clock: ManualClock
+) -> None:
+    """A holder killed during the last delivery records nothing: the expiry that poisons
+    the message names the failure recorded before it (its history keeps every entry)."""
+    broker.sender(queue).send(Message(body=b"crashes the worker on its second try"))
+    receiver = broker.receiver(queue)
+    (first,) = receiver.receive()
+    receiver.abandon(first, ValueError("no such customer"))
+    for _ in range(2):
+        assert len(receiver.receive()) == 1
+        clock.advance(31)
+    assert receiver.receive() == []
+    (dead,) = broker.peek(DLQ)
+    assert dead.dead_letter_reason == DeadLetterReason.MAX_DELIVERY_COUNT_EXCEEDED
+    assert dead.dead_letter_error_description == (
+        "the lock expired; its last recorded failure: ValueError: no such customer"
+    )
+    assert [f.error_type for f in dead.failures] == ["ValueError", "LockExpired", "LockExpired"]
+    assert_balanced(broker)
+
+
 def test_expired_messages_are_dead_lettered_never_delivered(
     broker: Broker, clock: ManualClock
 ) -> None:

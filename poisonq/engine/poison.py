@@ -20,7 +20,9 @@ from poisonq.engine.routing import Router
 from poisonq.engine.targets import Target, lock_expired, whole_session
 from poisonq.errors import InvalidOperationError
 from poisonq.failures import describe
+from poisonq.limits import MAX_MESSAGE
 from poisonq.model import (
+    LOCK_EXPIRED,
     DeadLetterReason,
     FailureRecord,
     MessageState,
@@ -117,6 +119,8 @@ class Poisoner:
         if poisoned:
             failed = {lock.seq: failure for lock, failure in zip(locks, failures, strict=True)}
             described = {seq: _described(failed[seq]) for seq in poisoned}
+            if lock_expired:
+                described.update(_before_the_expiries(tx, target, poisoned))
             self.poison_each(tx, target, described)
         return sorted(poisoned)
 
@@ -281,3 +285,20 @@ class Poisoner:
 
 def _described(failure: FailureRecord | None) -> str | None:
     return describe(failure) if failure else None
+
+
+def _before_the_expiries(tx: Transaction, target: Target, seqs: list[int]) -> dict[int, str]:
+    """The descriptions of messages a lock expiry poisons that recorded a failure before
+    their locks ran out: that failure, after the expiry. An expiry says only that nobody
+    settled the message; a holder killed during the last delivery (a crash it could not
+    record) left the story in the failures before it. Read only on this rare path."""
+    entity = target.entity
+    described = {}
+    for message in tx.messages(entity.id, entity.name, seqs):
+        recorded = [f for f in message.failures if f.fingerprint != LOCK_EXPIRED]
+        if recorded:
+            last = describe(recorded[-1])
+            described[message.sequence_number] = (
+                f"the lock expired; its last recorded failure: {last}"[:MAX_MESSAGE]
+            )
+    return described
