@@ -7,7 +7,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from poisonq.model import EntityKind, EntityStatus, StatusEventKind, SubQueue, from_timestamp
+from poisonq.model import (
+    DEAD_LETTER_QUEUES,
+    EntityKind,
+    EntityStatus,
+    StatusEventKind,
+    SubQueue,
+    from_timestamp,
+)
 from poisonq.options import QueueOptions
 from poisonq.store.base import Ledger
 
@@ -85,6 +92,12 @@ class QueueInfo:
     event: StatusEvent | None = None
     filter: dict[str, Any] | None = None
     dead_letter_on_filter_exceptions: bool = False  # a subscription's, as created
+
+    @property
+    def receivable(self) -> int:
+        """The messages a receive or a lease could take here now: the active ones, or in a
+        dead-letter queue the dead-lettered ones."""
+        return self.counts["dead_lettered" if self.subqueue in DEAD_LETTER_QUEUES else "active"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,7 +44,7 @@ from poisonq.errors import (
 )
 from poisonq.failures import first_line
 from poisonq.limits import check_count
-from poisonq.model import DEAD_LETTER_QUEUES, FailureRecord, Lease, MessageState
+from poisonq.model import FailureRecord, Lease, MessageState
 from poisonq.names import validate_name
 from poisonq.spark.batch_writer import BatchWriter
 from poisonq.spark.batches import BatchFunction, BatchTransform
@@ -378,9 +378,8 @@ class Pipeline:
         them in: at the end of a run the redeliveries of the last batches come in one
         batch per delivery left, not one per batch they came from. A full batch is still
         taken ahead (what the job gives back then goes in the batch after it)."""
-        info = broker.get_queue(self.queue)
-        ready = info.counts["dead_lettered" if info.subqueue in DEAD_LETTER_QUEUES else "active"]
-        return self._acquire(broker, number) if ready >= self.batch_size else None
+        full = broker.get_queue(self.queue).receivable >= self.batch_size
+        return self._acquire(broker, number) if full else None
 
     def _next(
         self,
