@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from poisonq.engine import Engine
+from poisonq.engine.driving import drive
 from poisonq.engine.targets import check_text
 from poisonq.errors import InvalidOptionError
 from poisonq.filters import Filter, Rule, RuleSet, make_filter
@@ -44,7 +45,7 @@ class Administration:
     ) -> QueueInfo:
         """Create a queue (and its subqueues). Options: see :class:`QueueOptions`."""
         built = QueueOptions.build(None, max_delivery_count=max_delivery_count, **options)
-        return self.engine.create_queue(name, built)
+        return drive(self.engine.create_queue(name, built))
 
     def update_queue(
         self, /, name: str, *, max_delivery_count: int | None = None, **options: Any
@@ -53,13 +54,13 @@ class Administration:
         the rest of the retry policy (see :meth:`QueueOptions.build`)."""
         if max_delivery_count is not None:
             options["max_delivery_count"] = max_delivery_count
-        return self.engine.update_queue(name, **options)
+        return drive(self.engine.update_queue(name, **options))
 
     def create_topic(self, /, name: str, **options: Any) -> QueueInfo:
         """Create a topic: what is sent to it goes to each subscription whose filter matches.
         Options as for a queue (size limits apply to what is sent to the topic)."""
         built = QueueOptions.build(None, **options)
-        return self.engine.create_queue(name, built, EntityKind.TOPIC)
+        return drive(self.engine.create_queue(name, built, EntityKind.TOPIC))
 
     def create_subscription(
         self,
@@ -82,13 +83,13 @@ class Administration:
         flag = dead_letter_on_filter_evaluation_exceptions
         if not isinstance(flag, bool):
             raise InvalidOptionError("dead_letter_on_filter_evaluation_exceptions must be a bool")
-        return self.engine.create_subscription(topic, name, built, rule, flag)
+        return drive(self.engine.create_subscription(topic, name, built, rule, flag))
 
     def rules(self, topic: str, subscription: str) -> dict[str, Rule]:
         """Subscription ``topic/subscriptions/subscription``'s rules by name: a message
         sent to the topic reaches it when any of them matches. The filter it was created
         with is its rule ``$Default``."""
-        return dict(self.engine.rules(topic, subscription))
+        return dict(drive(self.engine.rules(topic, subscription)))
 
     def create_rule(
         self,
@@ -99,7 +100,7 @@ class Administration:
     ) -> None:
         """Add rule ``name`` to a subscription (``filter`` as for :meth:`create_subscription`;
         ``None`` matches every message); a name it has raises :class:`EntityExistsError`."""
-        self.engine.change_rule(topic, subscription, _rule_name(name), _rule(filter), True)
+        drive(self.engine.change_rule(topic, subscription, _rule_name(name), _rule(filter), True))
 
     def update_rule(
         self,
@@ -110,12 +111,12 @@ class Administration:
     ) -> None:
         """Replace rule ``name``'s filter; a rule the subscription does not have raises
         :class:`EntityNotFoundError`."""
-        self.engine.change_rule(topic, subscription, _rule_name(name), _rule(filter), False)
+        drive(self.engine.change_rule(topic, subscription, _rule_name(name), _rule(filter), False))
 
     def delete_rule(self, topic: str, subscription: str, name: str) -> None:
         """Remove rule ``name`` (:class:`EntityNotFoundError` if there is none); a
         subscription without rules receives nothing, as in Service Bus."""
-        self.engine.change_rule(topic, subscription, _rule_name(name), None, False)
+        drive(self.engine.change_rule(topic, subscription, _rule_name(name), None, False))
 
     def resolve_poison(
         self,
@@ -128,21 +129,21 @@ class Administration:
         """The operator's way out of a fault: ``move`` message ``sequence_number`` to the
         dead-letter queue, ``drop`` it or ``resubmit`` it (fresh delivery count, back of the
         queue), and with ``enable`` make the queue active again, all in one transaction."""
-        return self.engine.resolve_poison(address, sequence_number, action, enable)
+        return drive(self.engine.resolve_poison(address, sequence_number, action, enable))
 
     def get_queue(self, address: str) -> QueueInfo:
-        return self.engine.get_queue(address)
+        return drive(self.engine.get_queue(address))
 
     def list_queues(self) -> list[QueueInfo]:
-        return self.engine.list_queues()
+        return drive(self.engine.list_queues())
 
     def delete_queue(self, name: str) -> None:
-        self.engine.delete_queue(name)
+        drive(self.engine.delete_queue(name))
 
     def entities(self) -> list[QueueInfo]:
         """Every queue and each of its subqueues (dead-letter, retry, transfer dead-letter)
         with counts and ledger, by name: what an operator's overview and metrics show."""
-        return self.engine.list_entities()
+        return drive(self.engine.list_entities())
 
     def set_status(
         self, address: str, status: EntityStatus | str, cause: str | None = None
@@ -152,7 +153,7 @@ class Administration:
         except ValueError:
             choices = ", ".join(s.value for s in EntityStatus)
             raise InvalidOptionError(f"status must be one of {choices}, not {status!r}") from None
-        self.engine.set_status(address, status, cause)
+        drive(self.engine.set_status(address, status, cause))
 
     def enable(self, address: str) -> None:
         self.set_status(address, EntityStatus.ACTIVE)
@@ -162,11 +163,11 @@ class Administration:
 
     def counts(self, address: str) -> dict[str, int]:
         """Messages held by state, plus the dead-letter depth and lifetime completions/drops."""
-        return self.engine.counts(address)
+        return drive(self.engine.counts(address))
 
     def audit(self) -> AuditReport:
         """Check that every message sent is completed, dropped or still held somewhere."""
-        return self.engine.audit()
+        return drive(self.engine.audit())
 
     def housekeep(self) -> list[str]:
         """Apply what is due on the store's clock (locks that ran out, time-to-lives that
@@ -174,8 +175,8 @@ class Administration:
         may cause) to every entity, one transaction each; the names of those where
         something was. Every read applies as much for what it reads: this is for time to
         pass where nobody reads (``poisonq housekeep``, the server's loop)."""
-        return self.engine.housekeep()
+        return drive(self.engine.housekeep())
 
     def queue_trends(self) -> dict[str, Trend]:
         """Every queue's depth and dead-letterings over the last day, by the hour."""
-        return self.engine.queue_trends()
+        return drive(self.engine.queue_trends())

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from poisonq.engine import Engine
+from poisonq.engine.driving import drive
 from poisonq.errors import InvalidOptionError
 from poisonq.history import Timeline
 from poisonq.history import window as history_window
@@ -28,21 +29,21 @@ class DeadLettering:
     def dead_letter_groups(self, queue: str, by: str = "reason") -> list[DeadLetterGroup]:
         """Dead-lettered messages of ``queue`` grouped by reason, subject or fingerprint."""
         check_grouping(by)
-        return self.engine.dead_letter_groups(self._dlq(queue), by)
+        return drive(self.engine.dead_letter_groups(self._dlq(queue), by))
 
     def dead_letter_causes(self, queue: str) -> list[DeadLetterCause]:
         """The dead-lettered messages of ``queue`` by reason and by the type of their last
         failure (``None``: never failed), each with a sample's sequence number: what a
         reason such as ``MaxDeliveryCountExceeded`` hides (``WorkerCrashed``,
         ``RuntimeError``, ...)."""
-        return self.engine.dead_letter_causes(self._dlq(queue))
+        return drive(self.engine.dead_letter_causes(self._dlq(queue)))
 
     def dead_letter_fingerprints(self, queue: str) -> dict[str, tuple[str | None, str | None]]:
         """Every failure fingerprint ``queue``'s dead-letter queue has held, each with the
         error type and the description of its first dead letter: kept after the messages
         were resubmitted or purged, so that a chart of the past names each fingerprint by
         its error type."""
-        return self.engine.fingerprint_labels(self._dlq(queue))
+        return drive(self.engine.fingerprint_labels(self._dlq(queue)))
 
     def dead_letter_timeline(self, queue: str, by: str = "reason", window: str = "day") -> Timeline:
         """Messages dead-lettered into ``queue``'s dead-letter queue over the last
@@ -51,7 +52,7 @@ class DeadLettering:
         store keeps (so every process's work is in it); what was purged or resubmitted
         since still counts."""
         check_grouping(by)
-        return self.engine.dead_letter_timeline(self._dlq(queue), by, history_window(window))
+        return drive(self.engine.dead_letter_timeline(self._dlq(queue), by, history_window(window)))
 
     def dead_letters(
         self,
@@ -67,11 +68,13 @@ class DeadLettering:
         filters of :meth:`resubmit` (at most ``limit``, oldest first; with ``newest_first``
         the newest, page down with ``max_sequence``): the messages a resubmit or purge with
         the same filters would take."""
-        return self.engine.find(self._dlq(queue), message_filter(where), after, limit, newest_first)
+        return drive(
+            self.engine.find(self._dlq(queue), message_filter(where), after, limit, newest_first)
+        )
 
     def count_dead_letters(self, /, queue: str, **where: Any) -> int:
         """How many dead-lettered messages of ``queue`` match the filters of :meth:`resubmit`."""
-        return self.engine.count_matching(self._dlq(queue), message_filter(where))
+        return drive(self.engine.count_matching(self._dlq(queue), message_filter(where)))
 
     def resubmit(
         self,
@@ -98,7 +101,9 @@ class DeadLettering:
                 "the namespace dead-letter queue has no queue of its own: resubmit with to=QUEUE"
             )
         if to is not None:
-            self.engine.get_queue(to)  # an unknown target fails here, not in the task's first chunk
+            drive(
+                self.engine.get_queue(to)
+            )  # an unknown target fails here, not in the task's first chunk
         dlq, chosen = self._dlq(queue), message_filter(where)
         task = resubmit_task(self.engine, dlq, chosen, to, rate, started_by)
         return task.run(wait=wait, progress=progress)
@@ -121,7 +126,7 @@ class DeadLettering:
 
     def task(self, task_id: int) -> TaskRecord:
         """A resubmit or purge task's progress, whichever process runs it."""
-        return self.engine.task(task_id)
+        return drive(self.engine.task(task_id))
 
     def tasks(
         self, queue: str | None = None, *, before: int | None = None, limit: int = 50
@@ -129,18 +134,18 @@ class DeadLettering:
         """The resubmit and purge tasks, newest first, whoever ran them: who started and
         who cancelled each, what it selected, at what rate, how far it got. ``queue``
         keeps those of its dead-letter queue; ``before`` a task id, for the next page."""
-        return self.engine.tasks(None if queue is None else self._dlq(queue), before, limit)
+        return drive(self.engine.tasks(None if queue is None else self._dlq(queue), before, limit))
 
     def running_task(self, queue: str) -> TaskRecord | None:
         """The task at work on ``queue``'s dead letters, if any: while it runs, another
         resubmit or purge there raises :class:`TaskRunningError`."""
-        return self.engine.running_task(self._dlq(queue))
+        return drive(self.engine.running_task(self._dlq(queue)))
 
     def cancel_task(self, task_id: int, by: str | None = None) -> TaskRecord:
         """Cancel a running task; the process running it stops after its current chunk, and
         what was moved stays moved. A finished task stays as it finished. ``by`` names who
         cancelled it in the task list."""
-        return self.engine.finish_task(task_id, "cancelled", by=by)
+        return drive(self.engine.finish_task(task_id, "cancelled", by=by))
 
     def _dlq(self, queue: str) -> str:
         """``orders`` means its dead-letter queue here; a subqueue address (or the namespace

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from poisonq.engine import Engine
+from poisonq.engine.driving import drive
 from poisonq.model import Duration, Lease
 from poisonq.options import lock_seconds
 from poisonq.timeline import BatchRun, PipelineBatch, PipelineSummary
@@ -29,11 +30,11 @@ class Leasing:
         """Lock up to ``max_messages`` messages as lease ``number`` of ``consumer``, or get
         that lease again (renewed) if it exists. ``None`` when nothing is receivable."""
         seconds = None if lock_duration is None else lock_seconds(lock_duration)
-        return self.engine.acquire_lease(address, consumer, number, max_messages, seconds)
+        return drive(self.engine.acquire_lease(address, consumer, number, max_messages, seconds))
 
     def lease(self, address: str, consumer: str, number: int | None = None) -> Lease | None:
         """The consumer's lease ``number`` (its latest by default), if it still exists."""
-        return self.engine.lease(address, consumer, number)
+        return drive(self.engine.lease(address, consumer, number))
 
     def lease_sequence_numbers(
         self,
@@ -45,53 +46,53 @@ class Leasing:
     ) -> list[int]:
         """The sequence numbers in ``[lo, hi]`` the lease still holds under a valid lock;
         with ``first_delivery``, only the messages delivered for the first time."""
-        return self.engine.lease_sequence_numbers(lease, lo, hi, first_delivery)
+        return drive(self.engine.lease_sequence_numbers(lease, lo, hi, first_delivery))
 
     def lease_rows(
         self, lease: Lease, lo: int | None = None, hi: int | None = None
     ) -> list[tuple[Any, ...]]:
         """The messages the lease still holds, as tuples of
         :data:`poisonq.store.base.LEASE_COLUMNS` (what Spark executors read)."""
-        return self.engine.lease_rows(lease, lo, hi)
+        return drive(self.engine.lease_rows(lease, lo, hi))
 
     def renew_lease(self, lease: Lease, lock_duration: Duration | None = None) -> int:
         seconds = None if lock_duration is None else lock_seconds(lock_duration)
-        return self.engine.renew_lease(lease, seconds)
+        return drive(self.engine.renew_lease(lease, seconds))
 
     def resume_lease(self, lease: Lease, lock_duration: Duration | None = None) -> int:
         """Renew the lease's locks, reviving those that ran out if nothing reclaimed their
         messages since (a replay after a restart); returns how many messages it holds."""
         seconds = None if lock_duration is None else lock_seconds(lock_duration)
-        return self.engine.resume_lease(lease, seconds)
+        return drive(self.engine.resume_lease(lease, seconds))
 
     def complete_lease(self, lease: Lease, run: BatchRun | None = None) -> int:
         """Complete what the lease still holds; returns how many were completed. With
         ``run`` (its job's start, duration and isolation jobs), the batch is recorded in the
         consumer's timeline in the same transaction (see :meth:`pipeline_batches`)."""
-        return self.engine.complete_lease(lease, run)
+        return drive(self.engine.complete_lease(lease, run))
 
     def plan_lease(self, lease: Lease) -> int:
         """Count a planning of the lease's batch; returns how many times it was planned
         (more than once: a replay)."""
-        return self.engine.plan_lease(lease)
+        return drive(self.engine.plan_lease(lease))
 
     def lease_plans(self, lease: Lease) -> int:
         """How many times the lease's batch was planned (without counting one more)."""
-        return self.engine.lease_plans(lease)
+        return drive(self.engine.lease_plans(lease))
 
     def reset_lease_plans(self, lease: Lease) -> None:
         """Count the lease's batch as not planned yet (a handler that isolates its own
         failures took it up: a later planning is a restart's replay, not narrowed)."""
-        self.engine.reset_lease_plans(lease)
+        drive(self.engine.reset_lease_plans(lease))
 
     def release_lease(self, lease: Lease, lo: int | None = None, hi: int | None = None) -> int:
         """Give back what the lease still holds in ``[lo, hi]`` (all of it by default) as if
         never delivered: no delivery counted, no failure recorded. Returns how many."""
-        return self.engine.release_lease(lease, lo, hi)
+        return drive(self.engine.release_lease(lease, lo, hi))
 
     def pipelines(self) -> list[PipelineSummary]:
         """Every consumer with recorded pipeline batches, with its last batch."""
-        return self.engine.pipelines()
+        return drive(self.engine.pipelines())
 
     def forget_pipeline(
         self, consumer: str, queue: str | None = None, *, force: bool = False
@@ -101,10 +102,10 @@ class Leasing:
         :class:`~poisonq.errors.PipelineLeaseHeldError` while its latest lease holds
         messages under a live lock, unless ``force`` (they go back to the queue, no delivery
         counted). Returns the consumer's summary as it was."""
-        return self.engine.forget_pipeline(consumer, queue, force)
+        return drive(self.engine.forget_pipeline(consumer, queue, force))
 
     def pipeline_batches(self, consumer: str, queue: str | None = None) -> list[PipelineBatch]:
         """The batches recorded for ``consumer``, oldest first (its last ``keep``: see
         :class:`~poisonq.spark.Pipeline`). ``queue`` is needed only when the consumer runs
         on several queues; :class:`PipelineNotFoundError` when nothing is recorded."""
-        return self.engine.pipeline_batches(consumer, queue)
+        return drive(self.engine.pipeline_batches(consumer, queue))

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from poisonq.engine.driving import drive
 from poisonq.errors import InvalidOperationError, InvalidOptionError, MessageLockLostError
 from poisonq.link import Linked
 from poisonq.lock_renewer import AutoLockRenewer, check_renewer
@@ -103,7 +104,7 @@ class Messaging:
             raise InvalidOptionError("name the session to accept, not None")
         check_renewer(auto_lock_renewer)
         seconds = None if lock_duration is None else lock_seconds(lock_duration)
-        got = self.engine.accept_session(address, session_id, seconds)
+        got = drive(self.engine.accept_session(address, session_id, seconds))
         assert got is not None, "a named session is locked or refused"
         return SessionReceiver(self.owner, address, seconds, *got, auto_lock_renewer)
 
@@ -126,7 +127,7 @@ class Messaging:
         marker = self.link.changes.change_marker() if wait > 0 else None
 
         def look() -> tuple[str, str, float] | None:
-            return self.engine.accept_session(address, None, seconds)
+            return drive(self.engine.accept_session(address, None, seconds))
 
         got = wait_for(self.link.changes, deadline, marker, look(), look)
         if got is None:
@@ -140,30 +141,30 @@ class Messaging:
         deferred or scheduled) or a state, by id; with ``state_updated_after``, those whose
         state was set after that time (azure-servicebus' ``list_queue_sessions``)."""
         after = None if state_updated_after is None else to_timestamp(state_updated_after)
-        return self.engine.session_ids(address, after)
+        return drive(self.engine.session_ids(address, after))
 
     def peek(
         self, /, address: str, *, from_sequence: int = 0, max_messages: int = 100, **where: Any
     ) -> list[ReceivedMessage]:
         """Messages without locking them or counting a delivery; the filters of
         :meth:`resubmit` (``subject="order"``, ``fingerprint=NO_VALUE``, ...) narrow them."""
-        return self.engine.peek(address, from_sequence, max_messages, message_filter(where))
+        return drive(self.engine.peek(address, from_sequence, max_messages, message_filter(where)))
 
     def sequence_span(self, address: str) -> tuple[int, int, int]:
         """(count, lowest, highest) sequence number held by ``address``; (0, 0, -1) if empty.
         Spark splits a read into partitions by this range."""
-        return self.engine.sequence_span(address)
+        return drive(self.engine.sequence_span(address))
 
     def message(self, address: str, sequence_number: int) -> ReceivedMessage:
         """One message by sequence number, with its failure history."""
-        return self.engine.message(address, sequence_number)
+        return drive(self.engine.message(address, sequence_number))
 
     def settle(self, address: str, settlements: Sequence[Settlement]) -> list[int]:
         """Settle many locked messages, each its own way (:class:`Complete`,
         :class:`Abandon`, :class:`DeadLetter`, :class:`Release`), in one transaction. A
         lost lock raises :class:`MessageLockLostError` and changes nothing. Returns the
         sequence numbers the retry policy poisoned."""
-        return self.engine.settle(address, settlements)
+        return drive(self.engine.settle(address, settlements))
 
     def settle_held(
         self, address: str, settlements: Sequence[Settlement]
@@ -175,7 +176,7 @@ class Messaging:
         lost: list[int] = []
         while pending:
             try:
-                return self.engine.settle(address, list(pending.values())), lost
+                return drive(self.engine.settle(address, list(pending.values()))), lost
             except MessageLockLostError as exc:
                 log.warning("lost the lock on message(s) %s", exc.sequence_numbers)
                 lost += exc.sequence_numbers

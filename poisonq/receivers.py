@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
+from poisonq.engine.driving import drive
 from poisonq.errors import InvalidOperationError, InvalidOptionError, MessageAlreadySettledError
 from poisonq.failures import failure_from_exception
 from poisonq.link import ChangeFeed, Linked
@@ -130,7 +131,7 @@ class Sender:
         """Send one message or a batch (one transaction: all or nothing, durable on return).
         Returns the sequence numbers; a duplicate ignored by duplicate detection gets none."""
         self._check_open()
-        return self.link.engine.send(self.address, _batch(messages))
+        return drive(self.link.engine.send(self.address, _batch(messages)))
 
     def schedule(self, messages: Message | Iterable[Message], at: Any) -> list[int]:
         """Send messages that become visible at ``at`` (a timezone-aware datetime)."""
@@ -144,7 +145,7 @@ class Sender:
         all or none: a number naming no such message raises :class:`MessageNotFoundError`.
         On a topic, the copies :meth:`schedule` put in its subscriptions."""
         self._check_open()
-        return self.link.engine.cancel_scheduled(self.address, sequence_numbers)
+        return drive(self.link.engine.cancel_scheduled(self.address, sequence_numbers))
 
     def __enter__(self) -> Sender:
         return self
@@ -292,21 +293,25 @@ class Receiver:
         complete: list[tuple[int, str]],
         settle: list[Settlement],
     ) -> list[ReceivedMessage]:
-        return self._engine.receive(
-            self.address, max_messages, delete, self.lock_duration, complete, settle
+        return drive(
+            self._engine.receive(
+                self.address, max_messages, delete, self.lock_duration, complete, settle
+            )
         )
 
     def receive_deferred(self, sequence_numbers: int | Sequence[int]) -> list[ReceivedMessage]:
         """Lock deferred messages by sequence number."""
         self._check_open()
-        got = self._engine.receive_deferred(self.address, sequence_numbers, self.lock_duration)
+        got = drive(
+            self._engine.receive_deferred(self.address, sequence_numbers, self.lock_duration)
+        )
         if got and self.auto_lock_renewer is not None:
             self.auto_lock_renewer.register(self, got)
         return got
 
     def peek(self, max_messages: int = 1, from_sequence: int = 0) -> list[ReceivedMessage]:
         self._check_open()
-        return self._engine.peek(self.address, from_sequence, max_messages, MessageFilter())
+        return drive(self._engine.peek(self.address, from_sequence, max_messages, MessageFilter()))
 
     def _locks(self, messages: MessageOrList) -> list[tuple[int, str]]:
         """The locks to settle or renew ``messages`` by, checked before any store call: a
@@ -330,7 +335,7 @@ class Receiver:
         """locked → completed."""
         locks = self._locks(messages)
         with settling(as_list(messages)):
-            self._engine.complete(self.address, locks)
+            drive(self._engine.complete(self.address, locks))
 
     def abandon(
         self,
@@ -348,13 +353,13 @@ class Receiver:
         seconds = None if delay is None else to_seconds(delay, "delay")
         locks = self._locks(messages)
         with settling(as_list(messages)):
-            return self._engine.abandon(self.address, locks, failure, seconds)
+            return drive(self._engine.abandon(self.address, locks, failure, seconds))
 
     def defer(self, messages: MessageOrList) -> None:
         """locked → deferred; get it back with :meth:`receive_deferred`."""
         locks = self._locks(messages)
         with settling(as_list(messages)):
-            self._engine.defer(self.address, locks)
+            drive(self._engine.defer(self.address, locks))
 
     def dead_letter(
         self,
@@ -367,18 +372,18 @@ class Receiver:
         failure = _failure(error, self.link.clock.now())
         locks = self._locks(messages)
         with settling(as_list(messages)):
-            self._engine.dead_letter(self.address, locks, reason, description, failure)
+            drive(self._engine.dead_letter(self.address, locks, reason, description, failure))
 
     def effective_lock_duration(self) -> float:
         """The lock duration this receiver's locks get (its own, else the queue's)."""
         if self.lock_duration is None:
-            self.lock_duration = self._engine.get_queue(self.address).options.lock_duration
+            self.lock_duration = drive(self._engine.get_queue(self.address)).options.lock_duration
         return self.lock_duration
 
     def renew_lock(self, messages: MessageOrList) -> None:
         """Extend the locks by the lock duration; updates ``locked_until`` on the objects."""
         batch = as_list(messages)
-        until = self._engine.renew_lock(self.address, self._locks(batch), self.lock_duration)
+        until = drive(self._engine.renew_lock(self.address, self._locks(batch), self.lock_duration))
         for message in batch:
             message.locked_until = from_timestamp(until)
 
@@ -449,13 +454,15 @@ class SessionReceiver(Receiver):
         settle: list[Settlement],
     ) -> list[ReceivedMessage]:
         self._open()
-        return self._engine.receive_session(
-            self.address, self.session_id, self._token, max_messages, complete, settle
+        return drive(
+            self._engine.receive_session(
+                self.address, self.session_id, self._token, max_messages, complete, settle
+            )
         )
 
     def get_session_state(self) -> bytes | None:
         self._open()
-        return self._engine.session_state(self.address, self.session_id, self._token)
+        return drive(self._engine.session_state(self.address, self.session_id, self._token))
 
     def set_session_state(self, state: bytes | str | None) -> None:
         """Store the session's state (kept after the session is closed)."""
@@ -464,13 +471,15 @@ class SessionReceiver(Receiver):
             data = state.encode() if isinstance(state, str) else state
         except UnicodeEncodeError as exc:
             raise InvalidOptionError(f"session state text must be valid Unicode: {exc}") from None
-        self._engine.set_session_state(self.address, self.session_id, self._token, data)
+        drive(self._engine.set_session_state(self.address, self.session_id, self._token, data))
 
     def renew_session_lock(self) -> None:
         """Extend the session lock and the locks of the messages received under it."""
         self._open()
-        until = self._engine.renew_session_lock(
-            self.address, self.session_id, self._token, self.lock_duration
+        until = drive(
+            self._engine.renew_session_lock(
+                self.address, self.session_id, self._token, self.lock_duration
+            )
         )
         self.session_locked_until = from_timestamp(until)
 
@@ -495,8 +504,10 @@ class SessionReceiver(Receiver):
         self._open()
         failure = _failure(error, self.link.clock.now())
         with self._closing():
-            return self._engine.dead_letter_session(
-                self.address, self.session_id, self._token, reason, description, failure
+            return drive(
+                self._engine.dead_letter_session(
+                    self.address, self.session_id, self._token, reason, description, failure
+                )
             )
 
     def close(self) -> None:
@@ -509,7 +520,7 @@ class SessionReceiver(Receiver):
         if self.closed:
             return
         with self._closing():
-            self._engine.close_session(self.address, self.session_id, self._token, failure)
+            drive(self._engine.close_session(self.address, self.session_id, self._token, failure))
 
     @contextmanager
     def _closing(self) -> Iterator[None]:

@@ -30,9 +30,9 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from poisonq.errors import InvalidOptionError, StoreUnavailableError
 from poisonq.limits import check_count
@@ -103,7 +103,7 @@ def retrying(engine: E, retry: OperationRetry, reachability: Reachability) -> E:
     An engine whose operations are retried is still an engine, so this returns one: a
     shallow copy of ``engine`` (the same store, clock and collaborators) on which each
     public method of its class is the original's, bound to ``engine`` and wrapped by
-    :func:`retried`. Type checkers see the engine's own signatures, with no cast. An
+    :func:`retried_operation`. Type checkers see the engine's own signatures, with no cast. An
     operation that calls another inside calls it on ``engine``, unwrapped, so retries
     never nest: only the outermost operation, which is one store transaction, is repeated.
 
@@ -116,8 +116,36 @@ def retrying(engine: E, retry: OperationRetry, reachability: Reachability) -> E:
         if name.startswith("_") or not callable(getattr(type(engine), name)):
             continue
         operation = getattr(engine, name)
-        setattr(copied, name, retried(operation, retry, reachability, name in _IN_DOUBT_AWARE))
+        wrapped = retried_operation(operation, retry, reachability, name in _IN_DOUBT_AWARE)
+        setattr(copied, name, wrapped)
     return copied
+
+
+class _Attempts:
+    """The retry policy of one call: how long to wait after each failure, and what the
+    next attempt is told; shared by the plain and the coroutine wrappers below."""
+
+    def __init__(
+        self, name: str, retry: OperationRetry, reachability: Reachability, in_doubt_aware: bool
+    ) -> None:
+        self._name = name
+        self._delays = retry.delays()
+        self._reachability = reachability
+        self._in_doubt_aware = in_doubt_aware
+
+    def failed(self, exc: StoreUnavailableError, kwargs: dict[str, Any]) -> float:
+        """The wait before the next attempt; re-raises ``exc`` when none is left."""
+        delay = next(self._delays, None)
+        if delay is None:
+            raise exc
+        self._reachability.failed(exc)
+        if self._in_doubt_aware:
+            kwargs["in_doubt"] = True
+        log.debug("%s failed (%s); retrying in %.1f s", self._name, exc, delay)
+        return delay
+
+    def answered(self) -> None:
+        self._reachability.answered()
 
 
 def retried(
@@ -129,25 +157,44 @@ def retried(
     """``operation`` retried under ``retry`` when the store is briefly unavailable; the
     outage is logged through ``reachability``. An ``in_doubt_aware`` operation's retries
     are called with ``in_doubt=True``."""
+    name = getattr(operation, "__name__", "an operation")
 
     @functools.wraps(operation)
     def call(*args: P.args, **kwargs: P.kwargs) -> R:
-        delays = retry.delays()
+        attempts = _Attempts(name, retry, reachability, in_doubt_aware)
         while True:
             try:
                 result = operation(*args, **kwargs)
             except StoreUnavailableError as exc:
-                delay = next(delays, None)
-                if delay is None:
-                    raise
-                reachability.failed(exc)
-                if in_doubt_aware:
-                    kwargs["in_doubt"] = True
-                name = getattr(operation, "__name__", "an operation")
-                log.debug("%s failed (%s); retrying in %.1f s", name, exc, delay)
-                time.sleep(delay)
+                time.sleep(attempts.failed(exc, kwargs))
             else:
-                reachability.answered()
+                attempts.answered()
+                return result
+
+    return call
+
+
+def retried_operation(
+    operation: Callable[P, Awaitable[R]],
+    retry: OperationRetry,
+    reachability: Reachability,
+    in_doubt_aware: bool = False,
+) -> Callable[P, Coroutine[Any, Any, R]]:
+    """:func:`retried` for an engine operation (a coroutine function). The wait between
+    attempts blocks the thread, as the operations run on blocking stores (see
+    :mod:`poisonq.engine.driving`)."""
+    name = getattr(operation, "__name__", "an operation")
+
+    @functools.wraps(operation)
+    async def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        attempts = _Attempts(name, retry, reachability, in_doubt_aware)
+        while True:
+            try:
+                result = await operation(*args, **kwargs)
+            except StoreUnavailableError as exc:
+                time.sleep(attempts.failed(exc, kwargs))
+            else:
+                attempts.answered()
                 return result
 
     return call

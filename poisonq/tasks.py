@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 
 from poisonq.engine import Engine
+from poisonq.engine.driving import drive
 from poisonq.errors import InvalidOptionError, PoisonqError
 from poisonq.store.base import MessageFilter, TaskRecord
 
@@ -56,13 +57,13 @@ class BulkTask:
         return self.record.status
 
     def refresh(self) -> TaskRecord:
-        self.record = self.engine.task(self.id)
+        self.record = drive(self.engine.task(self.id))
         return self.record
 
     def cancel(self, by: str | None = None) -> None:
         """Stop the task after the chunk in progress; what was moved stays moved. ``by``
         names who cancelled it, for the task list."""
-        self.record = self.engine.finish_task(self.id, "cancelled", by=by)
+        self.record = drive(self.engine.finish_task(self.id, "cancelled", by=by))
 
     def run(
         self, wait: bool = True, progress: Callable[[BulkTask], None] | None = None
@@ -94,7 +95,7 @@ class BulkTask:
         moved = 0
         try:
             while True:
-                seqs = self.engine.task_step(self.id, self.address, self.where, after, chunk)
+                seqs = drive(self.engine.task_step(self.id, self.address, self.where, after, chunk))
                 self.refresh()
                 if progress is not None:
                     progress(self)
@@ -106,10 +107,10 @@ class BulkTask:
                     ahead = started + moved / self.rate - clock.now()
                     if ahead > 0:
                         clock.sleep(ahead)
-            self.record = self.engine.finish_task(self.id, "completed")
+            self.record = drive(self.engine.finish_task(self.id, "completed"))
         except PoisonqError as exc:
             self.error = exc
-            self.record = self.engine.finish_task(self.id, "failed", str(exc))
+            self.record = drive(self.engine.finish_task(self.id, "failed", str(exc)))
 
 
 def _check_rate(rate: float | None) -> float | None:
@@ -131,12 +132,14 @@ def resubmit_task(
 ) -> BulkTask:
     rate = _check_rate(rate)
     spec = {"to": to, "rate": rate, "where": where.to_json()}
-    record = engine.start_task("resubmit", address, where, spec, started_by)
+    record = drive(engine.start_task("resubmit", address, where, spec, started_by))
     return BulkTask(engine, address, where, record, rate)
 
 
 def purge_task(
     engine: Engine, address: str, where: MessageFilter, started_by: str | None
 ) -> BulkTask:
-    record = engine.start_task("purge", address, where, {"where": where.to_json()}, started_by)
+    record = drive(
+        engine.start_task("purge", address, where, {"where": where.to_json()}, started_by)
+    )
     return BulkTask(engine, address, where, record, None)

@@ -14,6 +14,7 @@ import pytest
 import poisonq
 from poisonq import NO_VALUE, Broker, Message
 from poisonq.clock import ManualClock
+from poisonq.engine.driving import drive
 from poisonq.model import DEAD_LETTER_QUEUES, FailureRecord, MessageState, SubQueue
 from poisonq.names import subqueue_name
 from poisonq.store.base import NewMessage
@@ -123,14 +124,19 @@ def test_what_the_store_inserts_into_a_dead_letter_queue_is_counted_in_its_group
     failure = FailureRecord(clock.now(), "ValueError", "bad", fingerprint="f1")
     receiver.dead_letter(receiver.receive(), "Invalid", error=failure)
     (dead,) = broker.receiver("orders/$deadletterqueue").peek()
-    with broker.store.transaction() as tx:
-        orders = tx.entity(subqueue_name("orders", SubQueue.DEADLETTER))
-        returns = tx.entity(subqueue_name("returns", SubQueue.DEADLETTER))
-        assert orders is not None and returns is not None
-        row = NewMessage("m", b"x", 1, None, "order", None, None, None, None,
-                         MessageState.DEAD_LETTERED, None, None)  # fmt: skip
-        tx.insert_messages(returns.id, [row, row], clock.now())
-        assert tx.resubmit(orders.id, [dead.sequence_number], returns.id, clock.now(), None)
+
+    async def insert_and_resubmit() -> None:
+        async with broker.store.transaction() as tx:
+            orders = await tx.entity(subqueue_name("orders", SubQueue.DEADLETTER))
+            returns = await tx.entity(subqueue_name("returns", SubQueue.DEADLETTER))
+            assert orders is not None and returns is not None
+            row = NewMessage("m", b"x", 1, None, "order", None, None, None, None,
+                             MessageState.DEAD_LETTERED, None, None)  # fmt: skip
+            await tx.insert_messages(returns.id, [row, row], clock.now())
+            seqs = [dead.sequence_number]
+            assert await tx.resubmit(orders.id, seqs, returns.id, clock.now(), None)
+
+    drive(insert_and_resubmit())
     assert _groups(broker, "returns", "subject") == {"order": 2, None: 1}
     assert _groups(broker, "returns", "fingerprint") == {None: 2, "f1": 1}
     assert broker.dead_letter_fingerprints("returns") == {"f1": ("ValueError", "bad")}

@@ -15,6 +15,7 @@ from poisonq import (
     MessageState,
     TaskRunningError,
 )
+from poisonq.engine.driving import drive
 from poisonq.store.base import MessageFilter
 from poisonq.tasks import BulkTask
 from tests.helpers import assert_balanced
@@ -402,7 +403,9 @@ def test_a_second_task_on_a_queue_is_refused_until_the_first_ends_or_goes_quiet(
     the first makes progress. A task with no progress for a minute has lost its process: it
     ends ``failed`` saying so (it would show running for ever), and a new task may start."""
     _dead_letter(broker, queue, ["a", "b"])
-    first = broker.engine.start_task("purge", f"{queue}/$deadletterqueue", MessageFilter(), {}, "x")
+    first = drive(
+        broker.engine.start_task("purge", f"{queue}/$deadletterqueue", MessageFilter(), {}, "x")
+    )
     with pytest.raises(TaskRunningError, match=rf"task {first.id} .*started by x"):
         broker.resubmit(queue, started_by="y")
     assert broker.running_task(queue) == first

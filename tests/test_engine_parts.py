@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from poisonq import Broker, EntityNotFoundError, ManualClock, Message
+from poisonq.engine.driving import drive
 from poisonq.engine.poison import Poisoner
 from poisonq.engine.resolving import Resolver
 from poisonq.engine.routing import Router
@@ -16,14 +17,18 @@ def test_the_resolver_names_a_subqueue_and_the_queue_whose_options_govern_it(
     broker: Broker, queue: str, clock: ManualClock
 ) -> None:
     resolver = Resolver(clock)
-    with broker.store.transaction() as tx:
-        target = resolver.resolve(tx, f"{queue}/$deadletterqueue")
-        assert (target.entity.subqueue, target.queue.name) == (SubQueue.DEADLETTER, queue)
-        assert target.ready is MessageState.DEAD_LETTERED
-        assert target.options.max_delivery_count == 3
-        with pytest.raises(EntityNotFoundError, match="ordres") as missing:
-            resolver.resolve(tx, "ordres")
-        assert "orders" in str(missing.value)
+
+    async def resolve() -> None:
+        async with broker.store.transaction() as tx:
+            target = await resolver.resolve(tx, f"{queue}/$deadletterqueue")
+            assert (target.entity.subqueue, target.queue.name) == (SubQueue.DEADLETTER, queue)
+            assert target.ready is MessageState.DEAD_LETTERED
+            assert target.options.max_delivery_count == 3
+            with pytest.raises(EntityNotFoundError, match="ordres") as missing:
+                await resolver.resolve(tx, "ordres")
+            assert "orders" in str(missing.value)
+
+    drive(resolve())
 
 
 def test_the_poisoner_dead_letters_a_message_out_of_deliveries(
@@ -36,14 +41,15 @@ def test_the_poisoner_dead_letters_a_message_out_of_deliveries(
             broker.receiver(queue).abandon(message)
     resolver = Resolver(clock)
     poisoner = Poisoner(resolver, Router(resolver), clock)
-    with broker.store.transaction() as tx:
-        target = resolver.resolve(tx, queue)
-        locks = tx.locked(
-            target.entity.id, message.lock_token or "", [message.sequence_number], clock.now()
-        )
-        assert poisoner.after_failure(tx, target, locks, None, lock_expired=False) == [
-            message.sequence_number
-        ]
+
+    async def fail() -> list[int]:
+        async with broker.store.transaction() as tx:
+            target = await resolver.resolve(tx, queue)
+            token, seqs = message.lock_token or "", [message.sequence_number]
+            locks = await tx.locked(target.entity.id, token, seqs, clock.now())
+            return await poisoner.after_failure(tx, target, locks, None, lock_expired=False)
+
+    assert drive(fail()) == [message.sequence_number]
     [dead] = broker.peek(f"{queue}/$deadletterqueue")
     assert dead.dead_letter_reason == "MaxDeliveryCountExceeded"
 

@@ -13,6 +13,7 @@ import pytest
 
 import poisonq
 from poisonq import Broker, Message
+from poisonq.engine.driving import drive
 from poisonq.errors import StoreError
 from poisonq.model import MessageState
 from poisonq.store.base import NewMessage
@@ -57,13 +58,17 @@ def test_a_deletion_waits_for_a_send_in_flight_and_takes_its_messages(pg_url: st
             deleted.set()
 
         deleter = threading.Thread(target=delete)
-        with store.transaction() as tx:
-            entity = tx.entity("orders")
-            assert entity is not None
-            tx.insert_messages(entity.id, _rows(5), 0.0)
-            deleter.start()
-            # The deletion cannot end while this transaction holds the queue's row.
-            assert not deleted.wait(0.5)
+
+        async def send_while_deleting() -> None:
+            async with store.transaction() as tx:
+                entity = await tx.entity("orders")
+                assert entity is not None
+                await tx.insert_messages(entity.id, _rows(5), 0.0)
+                deleter.start()
+                # The deletion cannot end while this transaction holds the queue's row.
+                assert not deleted.wait(0.5)
+
+        drive(send_while_deleting())
         deleter.join(timeout=30)
         assert deleted.is_set()
         assert _message_rows(pg_url) == 0
@@ -73,12 +78,16 @@ def test_a_deletion_waits_for_a_send_in_flight_and_takes_its_messages(pg_url: st
 def test_a_send_to_a_queue_deleted_meanwhile_adds_nothing(pg_url: str) -> None:
     with poisonq.connect(pg_url) as broker, poisonq.connect(pg_url) as operator:
         broker.create_queue("orders")
-        gone = pytest.raises(StoreError, match="deleted while this transaction ran")
-        with gone, broker.engine.store.transaction() as tx:
-            entity = tx.entity("orders")
-            assert entity is not None
-            operator.delete_queue("orders")
-            tx.insert_messages(entity.id, _rows(3), 0.0, last=True)
+
+        async def send_to_a_deleted_queue() -> None:
+            async with broker.engine.store.transaction() as tx:
+                entity = await tx.entity("orders")
+                assert entity is not None
+                operator.delete_queue("orders")
+                await tx.insert_messages(entity.id, _rows(3), 0.0, last=True)
+
+        with pytest.raises(StoreError, match="deleted while this transaction ran"):
+            drive(send_to_a_deleted_queue())
         assert _message_rows(pg_url) == 0
 
 
@@ -87,11 +96,15 @@ def test_a_move_to_a_queue_deleted_meanwhile_moves_nothing(pg_url: str) -> None:
         broker.create_queue("orders")
         broker.create_queue("archive")
         seqs = broker.sender("orders").send([Message(body=b"x")] * 2)
-        gone = pytest.raises(StoreError, match="deleted while this transaction ran")
-        with gone, broker.engine.store.transaction() as tx:
-            source, target = tx.entity("orders"), tx.entity("archive")
-            assert source is not None and target is not None
-            operator.delete_queue("archive")
-            tx.move(source.id, seqs, target.id, None, None)
+
+        async def move_to_a_deleted_queue() -> None:
+            async with broker.engine.store.transaction() as tx:
+                source, target = await tx.entity("orders"), await tx.entity("archive")
+                assert source is not None and target is not None
+                operator.delete_queue("archive")
+                await tx.move(source.id, seqs, target.id, None, None)
+
+        with pytest.raises(StoreError, match="deleted while this transaction ran"):
+            drive(move_to_a_deleted_queue())
         assert broker.counts("orders")["active"] == 2
         assert_balanced(broker)

@@ -10,6 +10,7 @@ import pytest
 
 from poisonq import Abandon, Broker, Complete, ManualClock, MessageLockLostError
 from poisonq.engine import Engine
+from poisonq.engine.driving import drive
 from poisonq.errors import StoreUnavailableError
 from poisonq.retrying import OperationRetry, Reachability, retrying
 from tests.helpers import assert_balanced, fill
@@ -21,8 +22,8 @@ class CutAfterCommit(Engine):
 
     cuts = 1
 
-    def settle(self, *args: Any, **kwargs: Any) -> list[int]:
-        poisoned = super().settle(*args, **kwargs)
+    async def settle(self, *args: Any, **kwargs: Any) -> list[int]:
+        poisoned = await super().settle(*args, **kwargs)
         if self.cuts:
             self.cuts -= 1
             raise StoreUnavailableError("server closed the connection unexpectedly")
@@ -42,7 +43,7 @@ def test_a_retried_completion_takes_a_message_stored_nowhere_as_completed(
         Reachability(broker.url),
     )
     settlements = [Complete(m.sequence_number, m.lock_token) for m in got[:3]]
-    assert retried.settle(queue, settlements) == []
+    assert drive(retried.settle(queue, settlements)) == []
     assert broker.counts(queue)["completed"] == 3
     assert broker.counts(queue)["locked"] == 1
     assert_balanced(broker)
@@ -71,7 +72,7 @@ def test_an_in_doubt_completion_of_a_message_still_stored_is_a_lost_lock(
     clock.advance(31)
     settlements = [Complete(m.sequence_number, m.lock_token) for m in (first, second)]
     with pytest.raises(MessageLockLostError) as raised:
-        broker.engine.settle(queue, settlements, in_doubt=True)
+        drive(broker.engine.settle(queue, settlements, in_doubt=True))
     assert raised.value.sequence_numbers == [first.sequence_number, second.sequence_number]
     assert broker.counts(queue)["completed"] == 0
     assert broker.counts(queue)["active"] == 2
@@ -88,4 +89,4 @@ def test_an_in_doubt_abandon_of_a_settled_message_is_still_a_lost_lock(
     abandon = Abandon(message.sequence_number, message.lock_token, None)
     broker.settle(queue, [abandon])
     with pytest.raises(MessageLockLostError):
-        broker.engine.settle(queue, [abandon], in_doubt=True)
+        drive(broker.engine.settle(queue, [abandon], in_doubt=True))

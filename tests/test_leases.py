@@ -10,6 +10,7 @@ import pytest
 
 import poisonq
 from poisonq import Abandon, Broker, Complete, DeadLetter, ManualClock, Message, Release
+from poisonq.engine.driving import drive
 from poisonq.failures import failure_from_exception
 from poisonq.store.base import LEASE_COLUMNS, MessageFilter
 from tests.helpers import assert_balanced, execute_behind_the_back, fill
@@ -263,7 +264,7 @@ def test_receivers_bulk_tasks_and_readers_see_a_leased_message_as_locked(
     peeked = {m.sequence_number: m for m in broker.peek(queue, max_messages=10)}
     assert [peeked[s].state for s in seqs[:4]] == [poisonq.MessageState.LOCKED] * 4
     assert [peeked[s].delivery_count for s in seqs[:4]] == [1] * 4
-    assert broker.engine.count_matching(queue, MessageFilter()) == 1  # what a task could take
+    assert drive(broker.engine.count_matching(queue, MessageFilter())) == 1  # a task's take
     second = broker.acquire_lease(queue, "pipeline", 2, max_messages=10)
     assert second is not None and second.count == 1  # the abandoned one, nothing leased
     assert broker.lease_rows(second)[0][-1] == 2  # its second delivery

@@ -15,6 +15,7 @@ from typing import Any, cast
 import pytest
 
 from poisonq import AutoLockRenewer, Broker, Complete, ManualClock, Message, ReceiveMode
+from poisonq.engine.driving import drive
 from poisonq.receivers import MessageOrList, Receiver, SessionReceiver
 from tests.helpers import assert_balanced, recording_renewer
 
@@ -47,12 +48,12 @@ class PassAfterCommit:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._engine, name)
 
-    def complete(self, *args: Any) -> None:
-        self._engine.complete(*args)
+    async def complete(self, *args: Any) -> None:
+        await self._engine.complete(*args)
         self._renewer.renew_due()
 
-    def receive(self, *args: Any) -> Any:
-        got = self._engine.receive(*args)
+    async def receive(self, *args: Any) -> Any:
+        got = await self._engine.receive(*args)
         self._renewer.renew_due()
         return got
 
@@ -107,7 +108,7 @@ def test_a_renewal_between_a_completes_commit_and_its_return_is_no_loss(
 def test_a_session_closed_during_its_renewal_is_no_loss(broker: Broker, clock: ManualClock) -> None:
     broker.create_queue("orders", requires_session=True, lock_duration=30)
     broker.sender("orders").send(Message(body="a1", session_id="a"))
-    accepted = broker.engine.accept_session("orders", "a")
+    accepted = drive(broker.engine.accept_session("orders", "a"))
     assert accepted is not None
     session = ClosesDuringRenewal(broker, "orders", None, *accepted)
     lost, renewer = recording_renewer()

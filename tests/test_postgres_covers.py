@@ -16,9 +16,11 @@ import psycopg
 import pytest
 
 import poisonq
-from poisonq import Broker, ManualClock, Message, MessageState
+from poisonq import Broker, ManualClock, Message, MessageState, ReceivedMessage
+from poisonq.engine.driving import drive
+from poisonq.model import Lease
 from poisonq.store import open_store
-from poisonq.store.base import NewMessage, Store
+from poisonq.store.base import EntityRecord, NewMessage, Store
 from poisonq.store.postgres.covers import COVER_LOCKS
 from tests.helpers import assert_balanced, execute_behind_the_back, fill
 
@@ -52,18 +54,22 @@ def test_a_receive_while_a_lease_is_taken_waits_and_takes_none_of_it(
     and then sees them held: never the same message as the lease."""
     broker, store = both
     fill(broker, QUEUE, 10)
-    with ThreadPoolExecutor(1) as pool:
-        with store.transaction() as tx:
-            entity = tx.entity(QUEUE)
+
+    async def lease_while_receiving() -> list[ReceivedMessage]:
+        async with store.transaction() as tx:
+            entity = await tx.entity(QUEUE)
             assert entity is not None
             now = clock.now()
-            lease = tx.lock_lease(
+            lease = await tx.lock_lease(
                 entity.id, QUEUE, "pipeline", 1, MessageState.ACTIVE, 10, "t", now + 60, now
             )
             assert lease is not None and lease.count == 10
             receiving = pool.submit(broker.receiver(QUEUE).receive, 10)
             _queued_behind_a_lock(pg_url, receiving)
-        assert receiving.result(timeout=WAIT) == []
+        return receiving.result(timeout=WAIT)
+
+    with ThreadPoolExecutor(1) as pool:
+        assert drive(lease_while_receiving()) == []
     held = broker.lease(QUEUE, "pipeline", 1)
     assert held is not None and broker.complete_lease(held) == 10
     assert_balanced(broker)
@@ -75,16 +81,20 @@ def test_a_message_sent_while_a_lease_is_taken_is_never_inside_its_range_unread(
     """A lease taken while a send is under way waits for it: the message that send commits
     is in the lease, not left inside its range where nothing would deliver it."""
     broker, store = both
-    with ThreadPoolExecutor(1) as pool:
-        with store.transaction() as tx:
-            entity = tx.entity(QUEUE)
+
+    async def send_while_leasing() -> tuple[int, int, Lease | None]:
+        async with store.transaction() as tx:
+            entity = await tx.entity(QUEUE)
             assert entity is not None
             message = NewMessage("first", b"1", 1, *[None] * 6, MessageState.ACTIVE, None, None)
-            (first,) = tx.insert_messages(entity.id, [message], clock.now())
+            (first,) = await tx.insert_messages(entity.id, [message], clock.now())
             (second,) = broker.sender(QUEUE).send(Message(b"2"))  # committed, above it
             leasing = pool.submit(broker.acquire_lease, QUEUE, "pipeline", 1, 10)
             _queued_behind_a_lock(pg_url, leasing)
-        lease = leasing.result(timeout=WAIT)
+        return first, second, leasing.result(timeout=WAIT)
+
+    with ThreadPoolExecutor(1) as pool:
+        first, second, lease = drive(send_while_leasing())
     assert lease is not None
     assert [row[0] for row in broker.lease_rows(lease)] == [first, second]
     assert broker.complete_lease(lease) == 2
@@ -94,10 +104,15 @@ def test_a_message_sent_while_a_lease_is_taken_is_never_inside_its_range_unread(
 
 def _cover_lock_key(store: Store) -> tuple[int, int]:
     """The advisory lock of the queue's covers (keys as covers.py takes them)."""
-    with store.transaction() as tx:
-        entity = tx.entity(QUEUE)
+    entity = drive(_entity(store))
+    return COVER_LOCKS, entity.id & 0x7FFFFFFF
+
+
+async def _entity(store: Store) -> EntityRecord:
+    async with store.transaction() as tx:
+        entity = await tx.entity(QUEUE)
         assert entity is not None
-        return COVER_LOCKS, entity.id & 0x7FFFFFFF
+        return entity
 
 
 def _waiters(pg_url: str) -> int:

@@ -7,6 +7,7 @@ import pytest
 
 from poisonq import Broker
 from poisonq.engine import Engine
+from poisonq.engine.driving import drive
 from poisonq.errors import StoreUnavailableError
 from poisonq.retrying import OperationRetry, Reachability, retrying
 
@@ -21,20 +22,20 @@ class Flaky:
         self.outer_calls = 0
         self.in_doubt: list[bool] = []
 
-    def inner(self) -> str:
+    async def inner(self) -> str:
         self.inner_calls += 1
         if self.failures:
             self.failures -= 1
             raise StoreUnavailableError("connection refused")
         return "done"
 
-    def outer(self) -> str:
+    async def outer(self) -> str:
         self.outer_calls += 1
-        return self.inner()
+        return await self.inner()
 
-    def settle(self, *, in_doubt: bool = False) -> str:
+    async def settle(self, *, in_doubt: bool = False) -> str:
         self.in_doubt.append(in_doubt)
-        return self.inner()
+        return await self.inner()
 
 
 def retried_flaky(failures: int, retry_total: int = 2) -> tuple[Flaky, Flaky]:
@@ -46,19 +47,19 @@ def retried_flaky(failures: int, retry_total: int = 2) -> tuple[Flaky, Flaky]:
 def test_an_operation_calling_another_is_retried_once_not_at_each_level() -> None:
     flaky, engine = retried_flaky(failures=10)
     with pytest.raises(StoreUnavailableError):
-        engine.outer()
+        drive(engine.outer())
     assert (flaky.outer_calls, flaky.inner_calls) == (3, 3)  # 1 + retry_total, not 3 * 3
 
 
 def test_an_operation_succeeds_on_a_retry_after_the_store_comes_back() -> None:
     flaky, engine = retried_flaky(failures=2)
-    assert engine.outer() == "done"
+    assert drive(engine.outer()) == "done"
     assert flaky.outer_calls == 3
 
 
 def test_a_retried_settlement_is_told_it_is_in_doubt() -> None:
     flaky, engine = retried_flaky(failures=1)
-    assert engine.settle() == "done"
+    assert drive(engine.settle()) == "done"
     assert flaky.in_doubt == [False, True]
 
 

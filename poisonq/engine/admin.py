@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 
 class Admin(EngineBase):
-    def create_queue(
+    async def create_queue(
         self, name: str, options: QueueOptions, kind: EntityKind = EntityKind.QUEUE
     ) -> QueueInfo:
         """Create a queue (or a topic) with its dead-letter, retry and transfer dead-letter
@@ -48,9 +48,9 @@ class Admin(EngineBase):
             raise InvalidOptionError(
                 f"{name!r}: '{SUBSCRIPTIONS}' is reserved for subscription paths"
             )
-        return self._create(name, Spec(kind, options, TrueFilter(), False))
+        return await self._create(name, Spec(kind, options, TrueFilter(), False))
 
-    def create_subscription(
+    async def create_subscription(
         self,
         topic: str,
         name: str,
@@ -64,71 +64,74 @@ class Admin(EngineBase):
         if "/" in name:
             raise InvalidOptionError(f"a subscription name has no '/': {name!r}")
         spec = Spec(EntityKind.SUBSCRIPTION, options, rule, dead_letter_on_filter_exceptions)
-        return self._create(f"{topic}/{SUBSCRIPTIONS}/{name}", spec, topic)
+        return await self._create(f"{topic}/{SUBSCRIPTIONS}/{name}", spec, topic)
 
-    def _create(self, name: str, spec: Spec, topic: str | None = None) -> QueueInfo:
+    async def _create(self, name: str, spec: Spec, topic: str | None = None) -> QueueInfo:
         """The entity and its subqueues, in one transaction with the checks (a subscription's
         ``topic`` is a topic, in the same transaction, so none is made for a topic that was
         deleted meanwhile)."""
         self._check_forwarding(spec.options, name)
         now = self.clock.now()
-        with self.store.transaction() as tx:
-            if topic is not None and self.resolver.main(tx, topic).kind is not EntityKind.TOPIC:
+        async with self.store.transaction() as tx:
+            if (
+                topic is not None
+                and (await self.resolver.main(tx, topic)).kind is not EntityKind.TOPIC
+            ):
                 raise InvalidOperationError(f"{topic!r} is not a topic")
-            self._check_destinations(tx, spec.options)
-            queue_id = tx.insert_entity(name, None, None, spec.to_text(), now)
+            await self._check_destinations(tx, spec.options)
+            queue_id = await tx.insert_entity(name, None, None, spec.to_text(), now)
             for sub in SubQueue:
-                tx.insert_entity(subqueue_name(name, sub), queue_id, sub, "{}", now)
-            return self.resolver.info(tx, self.resolver.resolve(tx, name))
+                await tx.insert_entity(subqueue_name(name, sub), queue_id, sub, "{}", now)
+            return await self.resolver.info(tx, await self.resolver.resolve(tx, name))
 
     @staticmethod
     def _check_forwarding(options: QueueOptions, name: str) -> None:
         if name in (options.forward_to, options.forward_dead_lettered_messages_to):
             raise InvalidOptionError(f"{name!r} cannot forward to itself")
 
-    def _check_destinations(self, tx: Transaction, options: QueueOptions) -> None:
+    async def _check_destinations(self, tx: Transaction, options: QueueOptions) -> None:
         """A forwarding destination must exist when it is configured (Service Bus), and be
         a queue or a subscription: a message moves, it is not copied to a topic's
         subscriptions."""
         for destination in (options.forward_to, options.forward_dead_lettered_messages_to):
             if destination is None:
                 continue
-            found = tx.entity(destination)
+            found = await tx.entity(destination)
             if found is None:
-                raise self.resolver.missing(tx, parse_address(destination))
+                raise await self.resolver.missing(tx, parse_address(destination))
             if found.parent_id is not None or self.resolver.spec(found).kind is EntityKind.TOPIC:
                 raise InvalidOptionError(
                     f"forward to a queue or a subscription, not {destination!r}"
                 )
 
-    def update_queue(self, name: str, **changes: Any) -> QueueInfo:
+    async def update_queue(self, name: str, **changes: Any) -> QueueInfo:
         """Change options of a queue, topic or subscription; the rest keep their values."""
-        with self.store.transaction() as tx:
-            target = self.resolver.main(tx, name)
+        async with self.store.transaction() as tx:
+            target = await self.resolver.main(tx, name)
             options = QueueOptions.build(target.options, **changes)
             if options.requires_session != target.options.requires_session:
                 # As in Service Bus: messages already held were sent for the other mode.
                 raise InvalidOptionError("requires_session is fixed when the queue is created")
             self._check_forwarding(options, name)
-            self._check_destinations(tx, options)
+            await self._check_destinations(tx, options)
             spec = dataclasses.replace(target.spec, options=options)
-            tx.set_options(target.entity.id, spec.to_text(), self.clock.now())
-            return self.resolver.info(tx, self.resolver.resolve(tx, name))
+            await tx.set_options(target.entity.id, spec.to_text(), self.clock.now())
+            return await self.resolver.info(tx, await self.resolver.resolve(tx, name))
 
-    def rules(self, topic: str, name: str) -> list[tuple[str, Rule]]:
+    async def rules(self, topic: str, name: str) -> list[tuple[str, Rule]]:
         """A subscription's rules by name (its filter is its one rule ``$Default``)."""
-        with self.store.transaction() as tx:
-            return list(RuleSet.of(self._subscription(tx, topic, name).spec.filter).rules)
+        async with self.store.transaction() as tx:
+            return list(RuleSet.of((await self._subscription(tx, topic, name)).spec.filter).rules)
 
-    def change_rule(
+    async def change_rule(
         self, topic: str, name: str, rule_name: str, rule: Rule | None, new: bool
     ) -> None:
         """Add rule ``rule_name`` to a subscription (``new``), replace it, or remove it
         (``rule`` None), in one transaction. A new rule with a name the subscription has
         raises :class:`EntityExistsError`; replacing or removing a rule it does not have,
         :class:`EntityNotFoundError`. A subscription left without rules receives nothing."""
-        with self.store.transaction() as tx:
-            target = self._subscription(tx, topic, name)
+        async with self.store.transaction() as tx:
+            target = await self._subscription(tx, topic, name)
             rules = dict(RuleSet.of(target.spec.filter).rules)
             path = f"{target.entity.name}/rules/{rule_name}"
             if new and rule_name in rules:
@@ -140,69 +143,72 @@ class Admin(EngineBase):
             else:
                 rules[rule_name] = rule
             spec = dataclasses.replace(target.spec, filter=RuleSet(tuple(rules.items())))
-            tx.set_options(target.entity.id, spec.to_text(), self.clock.now())
+            await tx.set_options(target.entity.id, spec.to_text(), self.clock.now())
 
-    def _subscription(self, tx: Transaction, topic: str, name: str) -> Target:
-        target = self.resolver.main(tx, f"{topic}/{SUBSCRIPTIONS}/{name}")
+    async def _subscription(self, tx: Transaction, topic: str, name: str) -> Target:
+        target = await self.resolver.main(tx, f"{topic}/{SUBSCRIPTIONS}/{name}")
         if target.kind is not EntityKind.SUBSCRIPTION:
             raise InvalidOperationError(f"{target.entity.name!r} is not a subscription")
         return target
 
-    def set_status(self, address: str, status: EntityStatus, cause: str | None = None) -> None:
+    async def set_status(
+        self, address: str, status: EntityStatus, cause: str | None = None
+    ) -> None:
         """Set the status; making an entity active also clears its run of rollbacks (an
         operator enabling it after an auto-disable starts the count again)."""
-        with self.store.transaction() as tx:
-            target = self.resolver.resolve(tx, address)
-            tx.set_status(target.entity.id, EntityStatus(status), cause, self.clock.now())
+        async with self.store.transaction() as tx:
+            target = await self.resolver.resolve(tx, address)
+            await tx.set_status(target.entity.id, EntityStatus(status), cause, self.clock.now())
             if status is EntityStatus.ACTIVE:
-                tx.reset_rollbacks(target.entity.id)
+                await tx.reset_rollbacks(target.entity.id)
 
-    def delete_queue(self, name: str) -> None:
+    async def delete_queue(self, name: str) -> None:
         """Delete a queue (or topic, with its subscriptions), its subqueues and messages."""
-        with self.store.transaction() as tx:
-            target = self.resolver.main(tx, name)
+        async with self.store.transaction() as tx:
+            target = await self.resolver.main(tx, name)
             if target.kind is EntityKind.TOPIC:
-                for sub in self.resolver.subscriptions(tx, name):
-                    tx.delete_entity(sub.entity.id)
-            tx.delete_entity(target.entity.id)
+                for sub in await self.resolver.subscriptions(tx, name):
+                    await tx.delete_entity(sub.entity.id)
+            await tx.delete_entity(target.entity.id)
 
     # The reads: each sees what is due on the store's clock applied first (Housekeeper).
-    def get_queue(self, address: str) -> QueueInfo:
-        return self.housekeeper.read(address, self.resolver.info)
+    async def get_queue(self, address: str) -> QueueInfo:
+        return await self.housekeeper.read(address, self.resolver.info)
 
-    def list_queues(self) -> list[QueueInfo]:
+    async def list_queues(self) -> list[QueueInfo]:
         """Queues, topics and subscriptions (not their subqueues)."""
 
-        def read(tx: Transaction) -> list[QueueInfo]:
+        async def read(tx: Transaction) -> list[QueueInfo]:
             return [
-                self.resolver.info(tx, self.resolver.resolve(tx, e.name))
-                for e in tx.entities()
+                await self.resolver.info(tx, await self.resolver.resolve(tx, e.name))
+                for e in await tx.entities()
                 if e.parent_id is None and e.subqueue is None
             ]
 
-        return self.housekeeper.read_all(read)
+        return await self.housekeeper.read_all(read)
 
-    def list_entities(self) -> list[QueueInfo]:
+    async def list_entities(self) -> list[QueueInfo]:
         """Every queue, topic, subscription and subqueue, by name, read in one transaction."""
 
-        def read(tx: Transaction) -> list[QueueInfo]:
+        async def read(tx: Transaction) -> list[QueueInfo]:
             return [
-                self.resolver.info(tx, self.resolver.resolve(tx, e.name)) for e in tx.entities()
+                await self.resolver.info(tx, await self.resolver.resolve(tx, e.name))
+                for e in await tx.entities()
             ]
 
-        return self.housekeeper.read_all(read)
+        return await self.housekeeper.read_all(read)
 
-    def counts(self, address: str) -> dict[str, int]:
-        return self.housekeeper.read(address, self.resolver.counts)
+    async def counts(self, address: str) -> dict[str, int]:
+        return await self.housekeeper.read(address, self.resolver.counts)
 
-    def audit(self) -> AuditReport:
+    async def audit(self) -> AuditReport:
         """Check every entity's ledger against the messages it holds, and every dead-letter
         queue's kept aggregates against a recount."""
 
-        def read(tx: Transaction) -> AuditReport:
+        async def read(tx: Transaction) -> AuditReport:
             entries = []
-            drifted = tx.dead_letter_drift()
-            for entity, held in tx.audit_rows():
+            drifted = await tx.dead_letter_drift()
+            for entity, held in await tx.audit_rows():
                 ledger = entity.ledger
                 entries.append(
                     AuditEntry(
@@ -218,16 +224,16 @@ class Admin(EngineBase):
                 )
             return AuditReport(entries)
 
-        return self.housekeeper.read_all(read)
+        return await self.housekeeper.read_all(read)
 
-    def housekeep(self) -> list[str]:
+    async def housekeep(self) -> list[str]:
         """Apply what is due on the store's clock everywhere, one transaction per entity
         (``poisonq housekeep``, the server's loop); the names of the entities where
         something was. Every read does as much for what it reads."""
-        return self.housekeeper.run()
+        return await self.housekeeper.run()
 
     # The operator's way out of a fault ----------------------------------------------------
-    def resolve_poison(
+    async def resolve_poison(
         self, address: str, sequence_number: int, action: FaultAction, enable: bool = True
     ) -> QueueInfo:
         """Act on message ``sequence_number`` of a faulted entity, in one transaction:
@@ -238,10 +244,10 @@ class Admin(EngineBase):
             raise InvalidOptionError(f"action must be move, drop or resubmit, not {action!r}")
         check_count(sequence_number, "a sequence number", minimum=0)
         now = self.clock.now()
-        with self.store.transaction() as tx:
-            target = self.resolver.resolve(tx, address)
+        async with self.store.transaction() as tx:
+            target = await self.resolver.resolve(tx, address)
             entity = target.entity
-            found = tx.message(entity.id, entity.name, sequence_number)
+            found = await tx.message(entity.id, entity.name, sequence_number)
             if found is None or found.state is MessageState.LOCKED:
                 raise MessageNotFoundError(entity.name, sequence_number)
             match action:
@@ -252,28 +258,30 @@ class Admin(EngineBase):
                         )
                     reason = DeadLetterReason.MAX_DELIVERY_COUNT_EXCEEDED
                     why = "moved by an operator after a fault"
-                    self.router.dead_letter(tx, target, [sequence_number], reason, why, None, now)
+                    await self.router.dead_letter(
+                        tx, target, [sequence_number], reason, why, None, now
+                    )
                 case "drop":
-                    tx.drop(entity.id, [sequence_number])
+                    await tx.drop(entity.id, [sequence_number])
                 case "resubmit":
                     home = target.queue if target.subqueue is not None else entity
                     ttl = target.options.default_message_ttl
                     expires = None if ttl is None else now + ttl
-                    tx.resubmit(entity.id, [sequence_number], home.id, now, expires)
-            left = self._still_poisoned(tx, entity, sequence_number, now)
+                    await tx.resubmit(entity.id, [sequence_number], home.id, now, expires)
+            left = await self._still_poisoned(tx, entity, sequence_number, now)
             if left:
                 why = f"poison message {left[0]} (message {sequence_number} was {action}d)"
                 event = StatusEvent(
                     StatusEventKind.FAULT, now, why, sequence_number=left[0], pending=left[1:]
                 )
-                tx.set_status(entity.id, EntityStatus.RECEIVE_DISABLED, event.to_text(), now)
+                await tx.set_status(entity.id, EntityStatus.RECEIVE_DISABLED, event.to_text(), now)
             elif enable:
-                tx.set_status(entity.id, EntityStatus.ACTIVE, None, now)
-                tx.reset_rollbacks(entity.id)
+                await tx.set_status(entity.id, EntityStatus.ACTIVE, None, now)
+                await tx.reset_rollbacks(entity.id)
             log.warning("%s message %d of %s by an operator", action, sequence_number, entity.name)
-            return self.resolver.info(tx, self.resolver.resolve(tx, address))
+            return await self.resolver.info(tx, await self.resolver.resolve(tx, address))
 
-    def _still_poisoned(
+    async def _still_poisoned(
         self, tx: Transaction, entity: EntityRecord, resolved: int, now: float
     ) -> tuple[int, ...]:
         """The poison messages of the entity's fault that wait for the operator after
@@ -282,6 +290,6 @@ class Admin(EngineBase):
         if event is None or event.kind is not StatusEventKind.FAULT:
             return ()
         named = [s for s in (event.sequence_number, *event.pending) if s not in (None, resolved)]
-        held = tx.messages(entity.id, entity.name, named)
+        held = await tx.messages(entity.id, entity.name, named)
         waiting = {m.sequence_number for m in held if m.state is not MessageState.LOCKED}
         return tuple(seq for seq in named if seq in waiting)

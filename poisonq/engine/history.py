@@ -19,10 +19,10 @@ from poisonq.store.base import (
 
 
 class History(EngineBase):
-    def dead_letter_timeline(self, address: str, by: str, frame: Window) -> Timeline:
+    async def dead_letter_timeline(self, address: str, by: str, frame: Window) -> Timeline:
         """Messages dead-lettered into ``address`` over the window, by ``by``."""
         now = self.clock.now()
-        counts = self.housekeeper.read(
+        counts = await self.housekeeper.read(
             address,
             lambda tx, target: tx.dead_letter_history(
                 frame.span, frame.start(now), by, target.entity.id
@@ -30,22 +30,22 @@ class History(EngineBase):
         )
         return timeline(counts, frame, now)
 
-    def queue_trends(self) -> dict[str, Trend]:
+    async def queue_trends(self) -> dict[str, Trend]:
         """Every queue's depth (the highest in each hour) and dead-letterings over the last
         day, by the hour."""
         now = self.clock.now()
         since = TREND.start(now)
 
-        def read(
+        async def read(
             tx: Transaction,
         ) -> tuple[list[EntityRecord], list[DepthChange], list[DeadLetterCount]]:
             return (
-                tx.entities(),
-                tx.depth_history(TREND.span, since, None),
-                tx.dead_letter_history(TREND.span, since, None, None),
+                await tx.entities(),
+                await tx.depth_history(TREND.span, since, None),
+                await tx.dead_letter_history(TREND.span, since, None, None),
             )
 
-        entities, changes, counts = self.housekeeper.read_all(read)
+        entities, changes, counts = await self.housekeeper.read_all(read)
         dlq_of = {e.parent_id: e.id for e in entities if e.subqueue is SubQueue.DEADLETTER}
         changes_of: defaultdict[int, list[DepthChange]] = defaultdict(list)
         for change in changes:
@@ -60,18 +60,20 @@ class History(EngineBase):
             trends[queue.name] = Trend(dead.start, TREND.step, held, dead.totals)
         return trends
 
-    def dead_letter_causes(self, address: str) -> list[DeadLetterCause]:
+    async def dead_letter_causes(self, address: str) -> list[DeadLetterCause]:
         """The held messages of ``address`` by reason and their last failure's type."""
-        return self.housekeeper.read(
+        return await self.housekeeper.read(
             address,
             lambda tx, target: tx.dead_letter_causes(target.entity.id, holds_dead_letters(target)),
         )
 
-    def fingerprint_labels(self, address: str) -> dict[str, tuple[str | None, str | None]]:
+    async def fingerprint_labels(self, address: str) -> dict[str, tuple[str | None, str | None]]:
         """Every fingerprint the dead-letter queue ``address`` has held, with the error type
         and description of its first dead letter (none for another entity)."""
 
-        def read(tx: Transaction, target: Target) -> dict[str, tuple[str | None, str | None]]:
-            return tx.fingerprint_labels(target.entity.id) if holds_dead_letters(target) else {}
+        async def read(tx: Transaction, target: Target) -> dict[str, tuple[str | None, str | None]]:
+            return (
+                await tx.fingerprint_labels(target.entity.id) if holds_dead_letters(target) else {}
+            )
 
-        return self.housekeeper.read(address, read)
+        return await self.housekeeper.read(address, read)

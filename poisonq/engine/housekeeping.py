@@ -16,7 +16,7 @@ holds), so what one applied the next finds done, and nothing is applied twice.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from poisonq.clock import Clock
@@ -41,65 +41,68 @@ class Housekeeper:
         self.poisoner = poisoner
         self.clock = clock
 
-    def read(
+    async def read(
         self,
         address: str,
-        read: Callable[[Transaction, Target], T],
+        read: Callable[[Transaction, Target], Awaitable[T]],
         subqueue: SubQueue | str | None = None,
     ) -> T:
         """``read`` of the entity ``address`` names, once what is due of it is applied. An
         address that names nothing raises as it always did, before anything is applied."""
         now = self.clock.now()
-        with self.store.reading() as tx:
-            target = self.resolver.resolve(tx, address, subqueue)
-            if not self._due(tx, target, now):
-                return read(tx, target)
-        with self.store.transaction() as tx:
-            self._apply(tx, self.resolver.resolve(tx, address, subqueue), now)
-            return read(tx, self.resolver.resolve(tx, address, subqueue))
+        async with self.store.reading() as tx:
+            target = await self.resolver.resolve(tx, address, subqueue)
+            if not await self._due(tx, target, now):
+                return await read(tx, target)
+        async with self.store.transaction() as tx:
+            await self._apply(tx, await self.resolver.resolve(tx, address, subqueue), now)
+            return await read(tx, await self.resolver.resolve(tx, address, subqueue))
 
-    def read_all(self, read: Callable[[Transaction], T]) -> T:
+    async def read_all(self, read: Callable[[Transaction], Awaitable[T]]) -> T:
         """``read`` of the whole store, once what is due of every entity is applied (one
         write transaction per entity that has something due)."""
         now = self.clock.now()
-        with self.store.reading() as tx:
-            due = tx.entities_due(now)
+        async with self.store.reading() as tx:
+            due = await tx.entities_due(now)
             if not due:
-                return read(tx)
-        self._apply_each(due, now)
-        with self.store.reading() as tx:
-            return read(tx)
+                return await read(tx)
+        await self._apply_each(due, now)
+        async with self.store.reading() as tx:
+            return await read(tx)
 
-    def run(self) -> list[str]:
+    async def run(self) -> list[str]:
         """Apply what is due of every entity, one write transaction each; the names of the
         entities where something was."""
         now = self.clock.now()
-        with self.store.reading() as tx:
-            due = tx.entities_due(now)
-        self._apply_each(due, now)
+        async with self.store.reading() as tx:
+            due = await tx.entities_due(now)
+        await self._apply_each(due, now)
         return due
 
-    def _apply_each(self, names: list[str], now: float) -> None:
+    async def _apply_each(self, names: list[str], now: float) -> None:
         for name in names:
             try:
-                with self.store.transaction() as tx:
-                    self._apply(tx, self.resolver.resolve(tx, name), now)
+                async with self.store.transaction() as tx:
+                    await self._apply(tx, await self.resolver.resolve(tx, name), now)
             except EntityNotFoundError:
                 continue  # deleted meanwhile: nothing of it is due any more
 
-    def _due(self, tx: Transaction, target: Target, now: float) -> bool:
-        return any(self._due_here(tx, each, now) for each in self._family(target))
+    async def _due(self, tx: Transaction, target: Target, now: float) -> bool:
+        for each in self._family(target):
+            if await self._due_here(tx, each, now):
+                return True
+        return False
 
-    def _due_here(self, tx: Transaction, target: Target, now: float) -> bool:
+    async def _due_here(self, tx: Transaction, target: Target, now: float) -> bool:
         entity = target.entity
         cycle_id = entity.id
         if target.subqueue is None and target.options.retry.max_retry_cycles:
-            cycle_id = self.resolver.child(tx, target, SubQueue.RETRY).id
-        return tx.housekeeping_due(entity.id, cycle_id, now)
+            cycle_id = (await self.resolver.child(tx, target, SubQueue.RETRY)).id
+        return await tx.housekeeping_due(entity.id, cycle_id, now)
 
-    def _apply(self, tx: Transaction, target: Target, now: float) -> None:
+    async def _apply(self, tx: Transaction, target: Target, now: float) -> None:
         for each in self._family(target):
-            self.poisoner.housekeep(tx, each, now)
+            await self.poisoner.housekeep(tx, each, now)
 
     def _family(self, target: Target) -> list[Target]:
         """Whose housekeeping a read of ``target`` must see: its own, and a subqueue's

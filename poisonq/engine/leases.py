@@ -16,7 +16,7 @@ from poisonq.timeline import BatchRun
 
 
 class Leasing(Receiving, Timelines):
-    def acquire_lease(
+    async def acquire_lease(
         self,
         address: str,
         consumer: str,
@@ -35,40 +35,40 @@ class Leasing(Receiving, Timelines):
         check_count(number, "a lease number")
         check_count(max_messages, "max_messages")
         now = self.clock.now()
-        with self.store.transaction() as tx:
-            target = self.resolver.resolve(tx, address)
+        async with self.store.transaction() as tx:
+            target = await self.resolver.resolve(tx, address)
             entity = target.entity
             until = target.lock_until(now, lock_duration)
-            lease = tx.lease(entity.id, entity.name, consumer, number)
+            lease = await tx.lease(entity.id, entity.name, consumer, number)
             if lease is not None:
-                tx.revive_lease(entity.id, lease.lock_token, *_span(lease), until)
+                await tx.revive_lease(entity.id, lease.lock_token, *_span(lease), until)
                 return lease
             if target.sessions:
                 raise InvalidOperationError(
                     f"{entity.name!r} requires sessions; leases do not lock by session"
                 )
             self.resolver.check_receivable(target)
-            tx.lease_follows(entity.id)
-            if not self.poisoner.housekeep(tx, target, now):
+            await tx.lease_follows(entity.id)
+            if not await self.poisoner.housekeep(tx, target, now):
                 return None
             token = str(uuid.uuid4())
-            lease = tx.lock_lease(
+            lease = await tx.lock_lease(
                 entity.id, entity.name, consumer, number, target.ready, max_messages, token,
                 until, now,
             )  # fmt: skip
             if lease is not None:
-                tx.delete_leases(entity.id, consumer, before=number - 1)
+                await tx.delete_leases(entity.id, consumer, before=number - 1)
             return lease
 
-    def lease(self, address: str, consumer: str, number: int | None) -> Lease | None:
+    async def lease(self, address: str, consumer: str, number: int | None) -> Lease | None:
         validate_name(consumer)
         if number is not None:  # 0: before a consumer's first lease, which none is
             check_count(number, "a lease number", minimum=0)
-        with self.store.transaction() as tx:
-            entity = self.resolver.resolve(tx, address).entity
-            return tx.lease(entity.id, entity.name, consumer, number)
+        async with self.store.transaction() as tx:
+            entity = (await self.resolver.resolve(tx, address)).entity
+            return await tx.lease(entity.id, entity.name, consumer, number)
 
-    def lease_sequence_numbers(
+    async def lease_sequence_numbers(
         self,
         lease: Lease,
         lo: int | None = None,
@@ -78,29 +78,31 @@ class Leasing(Receiving, Timelines):
         """The lease's messages in ``[lo, hi]`` that it still holds under a valid lock (with
         ``first_delivery``, only those delivered for the first time)."""
         now = self.clock.now()
-        with self.store.transaction() as tx:
-            entity = self.resolver.resolve(tx, lease.entity).entity
+        async with self.store.transaction() as tx:
+            entity = (await self.resolver.resolve(tx, lease.entity)).entity
             span = _span(lease, lo, hi)
-            return tx.lease_seqs(entity.id, lease.lock_token, *span, now, first_delivery)
+            return await tx.lease_seqs(entity.id, lease.lock_token, *span, now, first_delivery)
 
-    def lease_rows(
+    async def lease_rows(
         self, lease: Lease, lo: int | None = None, hi: int | None = None
     ) -> list[tuple[Any, ...]]:
         """The messages the lease still holds in ``[lo, hi]``, as :data:`LEASE_COLUMNS`."""
         now = self.clock.now()
-        with self.store.transaction() as tx:
-            entity = self.resolver.resolve(tx, lease.entity).entity
-            return tx.lease_rows(entity.id, lease.lock_token, *_span(lease, lo, hi), now)
+        async with self.store.transaction() as tx:
+            entity = (await self.resolver.resolve(tx, lease.entity)).entity
+            return await tx.lease_rows(entity.id, lease.lock_token, *_span(lease, lo, hi), now)
 
-    def renew_lease(self, lease: Lease, lock_duration: float | None = None) -> int:
+    async def renew_lease(self, lease: Lease, lock_duration: float | None = None) -> int:
         """Extend the locks the lease still holds; returns how many."""
         now = self.clock.now()
-        with self.store.transaction() as tx:
-            target = self.resolver.resolve(tx, lease.entity)
+        async with self.store.transaction() as tx:
+            target = await self.resolver.resolve(tx, lease.entity)
             until = target.lock_until(now, lock_duration)
-            return tx.renew_lease(target.entity.id, lease.lock_token, *_span(lease), now, until)
+            return await tx.renew_lease(
+                target.entity.id, lease.lock_token, *_span(lease), now, until
+            )
 
-    def resume_lease(self, lease: Lease, lock_duration: float | None = None) -> int:
+    async def resume_lease(self, lease: Lease, lock_duration: float | None = None) -> int:
         """Renew the lease's locks, those that ran out included as long as nothing reclaimed
         them (every receive and lease of the entity first counts its expired locks, and only
         then are their messages another's); returns how many it holds.
@@ -110,60 +112,62 @@ class Leasing(Receiving, Timelines):
         same lease: what the killed run wrote is then written again under the same identity,
         not in a later batch."""
         now = self.clock.now()
-        with self.store.transaction() as tx:
-            target = self.resolver.resolve(tx, lease.entity)
+        async with self.store.transaction() as tx:
+            target = await self.resolver.resolve(tx, lease.entity)
             until = target.lock_until(now, lock_duration)
-            return tx.revive_lease(target.entity.id, lease.lock_token, *_span(lease), until)
+            return await tx.revive_lease(target.entity.id, lease.lock_token, *_span(lease), until)
 
-    def complete_lease(self, lease: Lease, run: BatchRun | None = None) -> int:
+    async def complete_lease(self, lease: Lease, run: BatchRun | None = None) -> int:
         """Complete every message the lease still holds (the others were settled apart, or
         their locks ran out and they will be delivered again), and record the lease as
         completed, in one transaction; with ``run``, record its batch in the consumer's
         timeline in the same transaction. Returns how many."""
         now = self.clock.now()
-        with self.store.transaction() as tx:
-            target = self.resolver.resolve(tx, lease.entity)
+        async with self.store.transaction() as tx:
+            target = await self.resolver.resolve(tx, lease.entity)
             entity = target.entity
-            tx.finish_lease(entity.id, lease.consumer, lease.number, now)
-            completed = tx.complete_span(entity.id, lease.lock_token, *_span(lease), now)
+            await tx.finish_lease(entity.id, lease.consumer, lease.number, now)
+            completed = await tx.complete_span(entity.id, lease.lock_token, *_span(lease), now)
             if completed and entity.rollbacks:
-                tx.reset_rollbacks(entity.id)
+                await tx.reset_rollbacks(entity.id)
             if run is not None:
-                self._record_batch(tx, target, lease, run, completed)
+                await self._record_batch(tx, target, lease, run, completed)
             return completed
 
-    def plan_lease(self, lease: Lease) -> int:
+    async def plan_lease(self, lease: Lease) -> int:
         """Count a planning of the lease's batch; more than one means it is being replayed
         (its query failed, or was stopped, after planning it)."""
-        with self.store.transaction() as tx:
-            entity = self.resolver.resolve(tx, lease.entity).entity
-            return tx.plan_lease(entity.id, lease.consumer, lease.number)
+        async with self.store.transaction() as tx:
+            entity = (await self.resolver.resolve(tx, lease.entity)).entity
+            return await tx.plan_lease(entity.id, lease.consumer, lease.number)
 
-    def lease_plans(self, lease: Lease) -> int:
+    async def lease_plans(self, lease: Lease) -> int:
         """How many times the lease's batch was planned since it was taken (or reset)."""
-        with self.store.transaction() as tx:
-            entity = self.resolver.resolve(tx, lease.entity).entity
-            return tx.lease_plans(entity.id, lease.consumer, lease.number)
+        async with self.store.transaction() as tx:
+            entity = (await self.resolver.resolve(tx, lease.entity)).entity
+            return await tx.lease_plans(entity.id, lease.consumer, lease.number)
 
-    def reset_lease_plans(self, lease: Lease) -> None:
+    async def reset_lease_plans(self, lease: Lease) -> None:
         """Count the lease's batch as not planned yet: a handler that isolates its own
         failures (``poisonq.spark.foreach_batch``) took it up, so a planning after this one
         is a restart's replay, not a replay after the batch failed its query, and the source
         does not narrow it."""
-        with self.store.transaction() as tx:
-            entity = self.resolver.resolve(tx, lease.entity).entity
-            tx.reset_lease_plans(entity.id, lease.consumer, lease.number)
+        async with self.store.transaction() as tx:
+            entity = (await self.resolver.resolve(tx, lease.entity)).entity
+            await tx.reset_lease_plans(entity.id, lease.consumer, lease.number)
 
-    def release_lease(self, lease: Lease, lo: int | None = None, hi: int | None = None) -> int:
+    async def release_lease(
+        self, lease: Lease, lo: int | None = None, hi: int | None = None
+    ) -> int:
         """Give back what the lease still holds in ``[lo, hi]`` as if it had never been
         delivered (no delivery counted, no failure, no rollback): for a consumer that found
         the fault in itself, or that narrows a lease. Returns how many."""
         now = self.clock.now()
-        with self.store.transaction() as tx:
-            target = self.resolver.resolve(tx, lease.entity)
+        async with self.store.transaction() as tx:
+            target = await self.resolver.resolve(tx, lease.entity)
             span = _span(lease, lo, hi)
             return len(
-                tx.release(target.entity.id, lease.lock_token, *span, None, target.ready, now)
+                await tx.release(target.entity.id, lease.lock_token, *span, None, target.ready, now)
             )
 
 

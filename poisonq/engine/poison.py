@@ -46,7 +46,7 @@ class Poisoner:
         self.router = router
         self.clock = clock
 
-    def after_failure(
+    async def after_failure(
         self,
         tx: Transaction,
         target: Target,
@@ -56,9 +56,11 @@ class Poisoner:
         delay: float | None = None,
     ) -> list[int]:
         """:meth:`after_failures` of messages that failed alike (one failure, or none)."""
-        return self.after_failures(tx, target, locks, [failure] * len(locks), lock_expired, delay)
+        return await self.after_failures(
+            tx, target, locks, [failure] * len(locks), lock_expired, delay
+        )
 
-    def after_failures(
+    async def after_failures(
         self,
         tx: Transaction,
         target: Target,
@@ -82,9 +84,9 @@ class Poisoner:
             )
         seqs = [lock.seq for lock in locks]
         records = [failure.to_json() if failure else None for failure in failures]
-        tx.abandon(entity.id, seqs, target.ready, records, lock_expired)
+        await tx.abandon(entity.id, seqs, target.ready, records, lock_expired)
         now = self.clock.now()
-        self._count_rollbacks(tx, target, len(seqs), now)
+        await self._count_rollbacks(tx, target, len(seqs), now)
         policy = target.policy
         if policy is None:
             return []
@@ -110,27 +112,27 @@ class Poisoner:
             jitter = policy.redelivery_jitter if delay is None else 0.0  # a named delay is kept
             for wait, chosen in waiting.items():
                 spread = 1 + jitter * (2 * random.random() - 1)
-                tx.reschedule(entity.id, chosen, now + wait * spread)
+                await tx.reschedule(entity.id, chosen, now + wait * spread)
         if parked:
-            retry = self.resolver.child(tx, target, SubQueue.RETRY)
+            retry = await self.resolver.child(tx, target, SubQueue.RETRY)
             for cycle_delay, chosen in parked.items():
                 visible_at = now + cycle_delay
-                tx.move(entity.id, chosen, retry.id, MessageState.SCHEDULED, visible_at, 1)
+                await tx.move(entity.id, chosen, retry.id, MessageState.SCHEDULED, visible_at, 1)
         if poisoned:
             failed = {lock.seq: failure for lock, failure in zip(locks, failures, strict=True)}
             described = {seq: _described(failed[seq]) for seq in poisoned}
             if lock_expired:
-                described.update(_before_the_expiries(tx, target, poisoned))
-            self.poison_each(tx, target, described)
+                described.update(await _before_the_expiries(tx, target, poisoned))
+            await self.poison_each(tx, target, described)
         return sorted(poisoned)
 
-    def poison(
+    async def poison(
         self, tx: Transaction, target: Target, seqs: list[int], description: str | None
     ) -> None:
         """:meth:`poison_each` of messages with one description."""
-        self.poison_each(tx, target, dict.fromkeys(seqs, description))
+        await self.poison_each(tx, target, dict.fromkeys(seqs, description))
 
-    def poison_each(
+    async def poison_each(
         self, tx: Transaction, target: Target, described: dict[int, str | None]
     ) -> None:
         """Unlocked messages that used every attempt (each with its description): the queue's
@@ -140,14 +142,14 @@ class Poisoner:
         assert policy is not None  # only a policy poisons
         action = policy.receive_error_handling
         seqs = list(described)
-        followers = sorted(set(self._with_sessions(tx, target, seqs)) - set(seqs))
-        self._poison(tx, target, described, action)
+        followers = sorted(set(await self._with_sessions(tx, target, seqs)) - set(seqs))
+        await self._poison(tx, target, described, action)
         if followers:  # never delivered, never failed: they go with their session
             why = f"moved with poison message {seqs[0]} of its session"
-            self._poison(tx, target, dict.fromkeys(followers, why), action)
-        tx.count_poisoned(target.entity.id, len(seqs))
+            await self._poison(tx, target, dict.fromkeys(followers, why), action)
+        await tx.count_poisoned(target.entity.id, len(seqs))
 
-    def _with_sessions(self, tx: Transaction, target: Target, seqs: list[int]) -> list[int]:
+    async def _with_sessions(self, tx: Transaction, target: Target, seqs: list[int]) -> list[int]:
         """In a session queue a poisoned message takes its whole session with it (WCF),
         unless the queue asks for ``per_message_poisoning``: all the session's other
         messages go the same way, those locked under the session too (their locks end here,
@@ -156,12 +158,12 @@ class Poisoner:
             return seqs
         entity = target.entity
         chosen = set(seqs)
-        messages = tx.messages(entity.id, entity.name, seqs)
+        messages = await tx.messages(entity.id, entity.name, seqs)
         for session_id in {m.session_id for m in messages if m.session_id is not None}:
-            chosen.update(whole_session(tx, target, session_id))
+            chosen.update(await whole_session(tx, target, session_id))
         return sorted(chosen)
 
-    def _poison(
+    async def _poison(
         self,
         tx: Transaction,
         target: Target,
@@ -175,73 +177,75 @@ class Poisoner:
             case ReceiveErrorHandling.MOVE:
                 reason = DeadLetterReason.MAX_DELIVERY_COUNT_EXCEEDED
                 letters = [Letter(seq, reason, why, None) for seq, why in described.items()]
-                self.router.dead_letter_each(tx, target, letters, now)
+                await self.router.dead_letter_each(tx, target, letters, now)
             case ReceiveErrorHandling.DROP:
-                tx.drop(entity.id, seqs)
+                await tx.drop(entity.id, seqs)
                 log.warning("dropped poison message(s) %s from %s", seqs, entity.name)
             case ReceiveErrorHandling.REJECT:
-                self._reject(tx, target, described, now)
+                await self._reject(tx, target, described, now)
             case ReceiveErrorHandling.FAULT:
-                self._fault(tx, target, seqs, described[seqs[0]], now)
+                await self._fault(tx, target, seqs, described[seqs[0]], now)
 
-    def _fault(
+    async def _fault(
         self, tx: Transaction, target: Target, seqs: list[int], description: str | None, now: float
     ) -> None:
         """The queue refuses receives until an operator has acted on each poison message.
         Messages poisoned together, or while the queue is faulted, wait their turn in the
         event's ``pending``: none of them may be delivered again."""
-        entity = tx.entity_by_id(target.entity.id)
+        entity = await tx.entity_by_id(target.entity.id)
         event = StatusEvent.from_text(entity.status_cause, now)
         if not entity.status.can_receive and event and event.kind is StatusEventKind.FAULT:
             known = {event.sequence_number, *event.pending}
             pending = (*event.pending, *(seq for seq in seqs if seq not in known))
             faulted = dataclasses.replace(event, pending=pending)
-            tx.set_status(entity.id, entity.status, faulted.to_text(), now)
+            await tx.set_status(entity.id, entity.status, faulted.to_text(), now)
             return
         why = f"poison message {seqs[0]}" + (f": {description}" if description else "")
         event = StatusEvent(
             StatusEventKind.FAULT, now, why, sequence_number=seqs[0], pending=tuple(seqs[1:])
         )
-        self.resolver.disable_receive(tx, target, event)
+        await self.resolver.disable_receive(tx, target, event)
         log.error("%s faulted on %s", entity.name, why)
 
-    def _reject(
+    async def _reject(
         self, tx: Transaction, target: Target, described: dict[int, str | None], now: float
     ) -> None:
         """To the sender's dead-letter queue: that of the queue named by ``reply_to``, else
         the namespace dead-letter queue (MSMQ's negative acknowledgement)."""
         entity = target.entity
         by_destination: dict[int, list[int]] = defaultdict(list)
-        for message in tx.messages(entity.id, entity.name, list(described)):
+        for message in await tx.messages(entity.id, entity.name, list(described)):
             seq = message.sequence_number
-            sender = tx.entity(message.reply_to) if message.reply_to else None
+            sender = await tx.entity(message.reply_to) if message.reply_to else None
             if sender is not None and sender.parent_id is None and sender.subqueue is None:
-                dlq = self.resolver.child(tx, self.resolver.of(sender), SubQueue.DEADLETTER)
+                dlq = await self.resolver.child(tx, self.resolver.of(sender), SubQueue.DEADLETTER)
             else:
-                dlq = self.router.namespace_dlq(tx, now)
+                dlq = await self.router.namespace_dlq(tx, now)
             by_destination[dlq.id].append(seq)
         for dlq_id, chosen in by_destination.items():
             if target.ready is MessageState.DEAD_LETTERED:
                 # Read from a dead-letter queue: it keeps its reason and changes place.
-                tx.move(entity.id, chosen, dlq_id, None, None)
+                await tx.move(entity.id, chosen, dlq_id, None, None)
                 continue
             reason = DeadLetterReason.REJECTED
             letters = [Letter(seq, reason, described[seq], None) for seq in chosen]
-            tx.dead_letter_each(entity.id, letters, dlq_id, entity.name, now)
+            await tx.dead_letter_each(entity.id, letters, dlq_id, entity.name, now)
 
-    def _count_rollbacks(self, tx: Transaction, target: Target, count: int, now: float) -> None:
+    async def _count_rollbacks(
+        self, tx: Transaction, target: Target, count: int, now: float
+    ) -> None:
         """Service Broker's safety net: ``auto_disable_after_rollbacks`` rollbacks in a row
         (abandons or lock expiries with no completion between) disable receiving."""
         limit = target.options.auto_disable_after_rollbacks
         if limit is None or target.subqueue is not None:
             return
-        total = tx.add_rollbacks(target.entity.id, count)
+        total = await tx.add_rollbacks(target.entity.id, count)
         if total >= limit:
             why = f"{total} rollbacks in a row with no completion (limit {limit})"
             event = StatusEvent(StatusEventKind.AUTO_DISABLED, now, why, rollbacks=total)
-            self.resolver.disable_receive(tx, target, event)
+            await self.resolver.disable_receive(tx, target, event)
 
-    def housekeep(self, tx: Transaction, target: Target, now: float) -> bool:
+    async def housekeep(self, tx: Transaction, target: Target, now: float) -> bool:
         """What is due of the entity by ``now``, on the store's clock: expired locks count
         as abandons; messages whose retry cycle delay has passed come back from the retry
         subqueue; due scheduled messages become active; messages past their TTL are
@@ -254,32 +258,32 @@ class Poisoner:
         fault or auto-disable it. A receive then hands out nothing but commits, so the
         expiries stay counted (raising would roll them back)."""
         entity = target.entity
-        expired = tx.expired_locks(entity.id, now)
+        expired = await tx.expired_locks(entity.id, now)
         if expired:
-            self.after_failure(tx, target, expired, lock_expired(now), lock_expired=True)
-        tx.close_expired_leases(entity.id, now)
-        receivable = not expired or tx.entity_by_id(entity.id).status.can_receive
+            await self.after_failure(tx, target, expired, lock_expired(now), lock_expired=True)
+        await tx.close_expired_leases(entity.id, now)
+        receivable = not expired or (await tx.entity_by_id(entity.id)).status.can_receive
         if target.subqueue is None:  # no TTL or scheduling in subqueues
-            self._due_messages(tx, target, now)
+            await self._due_messages(tx, target, now)
         return receivable
 
-    def _due_messages(self, tx: Transaction, target: Target, now: float) -> None:
+    async def _due_messages(self, tx: Transaction, target: Target, now: float) -> None:
         entity = target.entity
         if target.options.retry.max_retry_cycles:
-            retry = self.resolver.child(tx, target, SubQueue.RETRY)
-            due = tx.due_scheduled(retry.id, now)
+            retry = await self.resolver.child(tx, target, SubQueue.RETRY)
+            due = await tx.due_scheduled(retry.id, now)
             if due:
-                tx.move(retry.id, due, entity.id, MessageState.ACTIVE, None)
-        tx.promote_scheduled(entity.id, now)
-        stale = tx.expired_messages(entity.id, now)
+                await tx.move(retry.id, due, entity.id, MessageState.ACTIVE, None)
+        await tx.promote_scheduled(entity.id, now)
+        stale = await tx.expired_messages(entity.id, now)
         if not stale:
             return
         if target.options.dead_lettering_on_message_expiration:
             reason = DeadLetterReason.TTL_EXPIRED
             description = "the message expired before it was received"
-            self.router.dead_letter(tx, target, stale, reason, description, None, now)
+            await self.router.dead_letter(tx, target, stale, reason, description, None, now)
         else:
-            tx.drop(entity.id, stale)
+            await tx.drop(entity.id, stale)
             log.info("dropped expired message(s) %s from %s", stale, entity.name)
 
 
@@ -287,14 +291,14 @@ def _described(failure: FailureRecord | None) -> str | None:
     return describe(failure) if failure else None
 
 
-def _before_the_expiries(tx: Transaction, target: Target, seqs: list[int]) -> dict[int, str]:
+async def _before_the_expiries(tx: Transaction, target: Target, seqs: list[int]) -> dict[int, str]:
     """The descriptions of messages a lock expiry poisons that recorded a failure before
     their locks ran out: that failure, after the expiry. An expiry says only that nobody
     settled the message; a holder killed during the last delivery (a crash it could not
     record) left the story in the failures before it. Read only on this rare path."""
     entity = target.entity
     described = {}
-    for message in tx.messages(entity.id, entity.name, seqs):
+    for message in await tx.messages(entity.id, entity.name, seqs):
         recorded = [f for f in message.failures if f.fingerprint != LOCK_EXPIRED]
         if recorded:
             last = describe(recorded[-1])

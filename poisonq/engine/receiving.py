@@ -14,7 +14,7 @@ from poisonq.store.base import MessageFilter, Transaction
 
 
 class Receiving(Settling):
-    def receive(
+    async def receive(
         self,
         address: str,
         max_messages: int,
@@ -33,26 +33,26 @@ class Receiving(Settling):
         """
         check_count(max_messages, "max_messages")
         now = self.clock.now()
-        with self.store.transaction() as tx:
-            target = self.resolver.resolve(tx, address)
+        async with self.store.transaction() as tx:
+            target = await self.resolver.resolve(tx, address)
             entity = target.entity
-            self._settle_previous(tx, target, complete, settle, now)
+            await self._settle_previous(tx, target, complete, settle, now)
             if target.sessions:
                 raise InvalidOperationError(
                     f"{entity.name!r} requires sessions; accept a session to receive from it"
                 )
             self.resolver.check_receivable(target)
-            if not self.poisoner.housekeep(tx, target, now):
+            if not await self.poisoner.housekeep(tx, target, now):
                 return []
             if delete:
-                return tx.take_ready(entity.id, entity.name, target.ready, max_messages)
+                return await tx.take_ready(entity.id, entity.name, target.ready, max_messages)
             token = str(uuid.uuid4())
             until = target.lock_until(now, lock_duration)
-            return tx.lock_ready(
+            return await tx.lock_ready(
                 entity.id, entity.name, target.ready, max_messages, token, until, last=True
             )
 
-    def receive_deferred(
+    async def receive_deferred(
         self,
         address: str,
         sequence_numbers: int | Sequence[int],
@@ -65,22 +65,22 @@ class Receiving(Settling):
         again."""
         seqs = check_sequence_numbers(sequence_numbers)
         now = self.clock.now()
-        with self.store.transaction() as tx:
-            target = self.resolver.resolve(tx, address)
+        async with self.store.transaction() as tx:
+            target = await self.resolver.resolve(tx, address)
             entity = target.entity
-            missing = self._not_deferred(tx, target, seqs)
+            missing = await self._not_deferred(tx, target, seqs)
             if missing:  # a number that names no deferred message: nothing changes
                 raise MessageNotFoundError(entity.name, missing[0])
-            self.poisoner.housekeep(tx, target, now)  # touches no deferred message
-            return self._lock_deferred(tx, target, seqs, lock_duration, now)
+            await self.poisoner.housekeep(tx, target, now)  # touches no deferred message
+            return await self._lock_deferred(tx, target, seqs, lock_duration, now)
 
     @staticmethod
-    def _not_deferred(tx: Transaction, target: Target, seqs: list[int]) -> list[int]:
-        held = tx.messages(target.entity.id, target.entity.name, seqs)
+    async def _not_deferred(tx: Transaction, target: Target, seqs: list[int]) -> list[int]:
+        held = await tx.messages(target.entity.id, target.entity.name, seqs)
         deferred = {m.sequence_number for m in held if m.state is MessageState.DEFERRED}
         return sorted(set(seqs) - deferred)
 
-    def _lock_deferred(
+    async def _lock_deferred(
         self,
         tx: Transaction,
         target: Target,
@@ -91,7 +91,7 @@ class Receiving(Settling):
         entity = target.entity
         token = str(uuid.uuid4())
         until = target.lock_until(now, lock_duration)
-        got = tx.lock_deferred(entity.id, entity.name, seqs, token, until)
+        got = await tx.lock_deferred(entity.id, entity.name, seqs, token, until)
         missing = sorted(set(seqs) - {m.sequence_number for m in got})
         if missing:  # taken meanwhile by another receive
             raise MessageNotFoundError(entity.name, missing[0])
@@ -100,12 +100,12 @@ class Receiving(Settling):
         limit = target.options.retry.total_attempts
         spent = [m.sequence_number for m in got if m.delivery_count > limit]
         if spent:  # not delivered after all
-            tx.release(entity.id, token, min(spent), max(spent), spent, target.ready, now)
+            await tx.release(entity.id, token, min(spent), max(spent), spent, target.ready, now)
             why = f"deferred after its last delivery ({limit} attempts)"
-            self.poisoner.poison(tx, target, spent, why)
+            await self.poisoner.poison(tx, target, spent, why)
         return [m for m in got if m.delivery_count <= limit]
 
-    def peek(
+    async def peek(
         self, address: str, from_sequence: int, max_messages: int, where: MessageFilter
     ) -> list[ReceivedMessage]:
         """Held messages from ``from_sequence`` on that match ``where``, without locking or
@@ -115,27 +115,31 @@ class Receiving(Settling):
         check_count(max_messages, "max_messages")
         check_count(from_sequence, "from_sequence", minimum=0)
 
-        def read(tx: Transaction, target: Target) -> list[ReceivedMessage]:
+        async def read(tx: Transaction, target: Target) -> list[ReceivedMessage]:
             entity = target.entity
-            return _as_seen(tx.peek(entity.id, entity.name, from_sequence, max_messages, where))
+            return _as_seen(
+                await tx.peek(entity.id, entity.name, from_sequence, max_messages, where)
+            )
 
-        return self.housekeeper.read(address, read)
+        return await self.housekeeper.read(address, read)
 
-    def sequence_span(self, address: str) -> tuple[int, int, int]:
+    async def sequence_span(self, address: str) -> tuple[int, int, int]:
         """(count, lowest, highest) sequence number held; (0, 0, -1) when empty."""
-        return self.housekeeper.read(address, lambda tx, target: tx.seq_span(target.entity.id))
+        return await self.housekeeper.read(
+            address, lambda tx, target: tx.seq_span(target.entity.id)
+        )
 
-    def message(self, address: str, sequence_number: int) -> ReceivedMessage:
+    async def message(self, address: str, sequence_number: int) -> ReceivedMessage:
         check_count(sequence_number, "a sequence number", minimum=0)
 
-        def read(tx: Transaction, target: Target) -> ReceivedMessage:
+        async def read(tx: Transaction, target: Target) -> ReceivedMessage:
             entity = target.entity
-            found = tx.message(entity.id, entity.name, sequence_number)
+            found = await tx.message(entity.id, entity.name, sequence_number)
             if found is None:
                 raise MessageNotFoundError(entity.name, sequence_number)
             return _as_seen([found])[0]
 
-        return self.housekeeper.read(address, read)
+        return await self.housekeeper.read(address, read)
 
 
 def _as_seen(messages: list[ReceivedMessage]) -> list[ReceivedMessage]:

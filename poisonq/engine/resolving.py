@@ -51,44 +51,46 @@ class Resolver:
             self._specs[queue.options] = spec
         return spec
 
-    def resolve(
+    async def resolve(
         self, tx: Transaction, address: str, subqueue: SubQueue | str | None = None
     ) -> Target:
         parsed = parse_address(address, subqueue)
-        entity = tx.entity(str(parsed))
+        entity = await tx.entity(str(parsed))
         if entity is None:
-            raise self.missing(tx, parsed)
-        queue = entity if entity.parent_id is None else tx.entity_by_id(entity.parent_id)
+            raise await self.missing(tx, parsed)
+        queue = entity if entity.parent_id is None else await tx.entity_by_id(entity.parent_id)
         return Target(entity, queue, self.spec(queue))
 
     def of(self, queue: EntityRecord) -> Target:
         """The target of a queue (or topic) entity itself."""
         return Target(queue, queue, self.spec(queue))
 
-    def subscriptions(self, tx: Transaction, topic: str) -> list[Target]:
+    async def subscriptions(self, tx: Transaction, topic: str) -> list[Target]:
         """The targets of a topic's subscriptions."""
         prefix = f"{topic}/{SUBSCRIPTIONS}/"
         return [
-            self.of(e) for e in tx.entities() if e.parent_id is None and e.name.startswith(prefix)
+            self.of(e)
+            for e in await tx.entities()
+            if e.parent_id is None and e.name.startswith(prefix)
         ]
 
     @staticmethod
-    def missing(tx: Transaction, address: Address) -> EntityNotFoundError:
+    async def missing(tx: Transaction, address: Address) -> EntityNotFoundError:
         """The error for an address that names nothing. Every queue has its subqueues, so
         what is missing is the queue: it is named as the user wrote it (``ordres`` for
         ``ordres;poison``), with the queues whose names are closest."""
-        names = [e.name for e in tx.entities() if e.parent_id is None]
+        names = [e.name for e in await tx.entities() if e.parent_id is None]
         if address.entity in names:
             return EntityNotFoundError(str(address))
         return EntityNotFoundError(address.entity, get_close_matches(address.entity, names))
 
-    def child(self, tx: Transaction, target: Target, subqueue: SubQueue) -> EntityRecord:
-        child = tx.entity(subqueue_name(target.queue.name, subqueue))
+    async def child(self, tx: Transaction, target: Target, subqueue: SubQueue) -> EntityRecord:
+        child = await tx.entity(subqueue_name(target.queue.name, subqueue))
         assert child is not None, "every queue is created with its subqueues"
         return child
 
-    def main(self, tx: Transaction, name: str) -> Target:
-        target = self.resolve(tx, name)
+    async def main(self, tx: Transaction, name: str) -> Target:
+        target = await self.resolve(tx, name)
         if target.subqueue is not None:
             raise InvalidOperationError(f"{target.entity.name!r} is a subqueue, not a queue")
         return target
@@ -110,28 +112,30 @@ class Resolver:
             raise PoisonMessageError(entity.name, event.sequence_number)
         raise EntityDisabledError(entity.name, entity.status, "receive")
 
-    def disable_receive(self, tx: Transaction, target: Target, event: StatusEvent) -> None:
+    async def disable_receive(self, tx: Transaction, target: Target, event: StatusEvent) -> None:
         """Turn the entity ``receive_disabled`` with ``event`` as its cause; an entity that
         is already disabled keeps its first cause (the one the operator must act on). The
         status is read again: an earlier step of this transaction may have changed it."""
-        if tx.entity_by_id(target.entity.id).status.can_receive:
+        if (await tx.entity_by_id(target.entity.id)).status.can_receive:
             status = EntityStatus.RECEIVE_DISABLED
-            tx.set_status(target.entity.id, status, event.to_text(), event.time)
+            await tx.set_status(target.entity.id, status, event.to_text(), event.time)
 
-    def counts(self, tx: Transaction, target: Target) -> dict[str, int]:
+    async def counts(self, tx: Transaction, target: Target) -> dict[str, int]:
         """Held messages by state (a reader applies what is due before it counts)."""
         entity = target.entity
-        held = tx.held_counts(entity.id, target.ready, entity.ledger.held)
+        held = await tx.held_counts(entity.id, target.ready, entity.ledger.held)
         counts = {state.value: held.get(state, 0) for state in LIVE_STATES}
         if target.subqueue is None and entity.name != NAMESPACE_DEADLETTER:
-            counts["dead_lettered"] = self.child(tx, target, SubQueue.DEADLETTER).ledger.held
+            counts["dead_lettered"] = (
+                await self.child(tx, target, SubQueue.DEADLETTER)
+            ).ledger.held
         else:
             counts["dead_lettered"] = held.get(MessageState.DEAD_LETTERED, 0)
         counts["completed"] = target.entity.ledger.completed
         counts["dropped"] = target.entity.ledger.dropped
         return counts
 
-    def info(self, tx: Transaction, target: Target) -> QueueInfo:
+    async def info(self, tx: Transaction, target: Target) -> QueueInfo:
         entity = target.entity
         event = StatusEvent.from_text(entity.status_cause, entity.updated_at)
         kind = target.kind if target.subqueue is None else EntityKind.QUEUE
@@ -142,7 +146,7 @@ class Resolver:
             status=entity.status,
             status_cause=event.description if event else None,
             options=target.options,
-            counts=self.counts(tx, target),
+            counts=await self.counts(tx, target),
             ledger=entity.ledger,
             created_at=from_timestamp(entity.created_at),  # type: ignore[arg-type]
             updated_at=from_timestamp(entity.updated_at),  # type: ignore[arg-type]

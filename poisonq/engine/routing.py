@@ -28,7 +28,7 @@ class Router:
     def __init__(self, resolver: Resolver) -> None:
         self.resolver = resolver
 
-    def dead_letter(
+    async def dead_letter(
         self,
         tx: Transaction,
         target: Target,
@@ -42,9 +42,9 @@ class Router:
         """:meth:`dead_letter_each` of messages that share one reason, description and
         failure."""
         letters = [Letter(seq, reason, description, failure) for seq in seqs]
-        return self.dead_letter_each(tx, target, letters, now, lock_token)
+        return await self.dead_letter_each(tx, target, letters, now, lock_token)
 
-    def dead_letter_each(
+    async def dead_letter_each(
         self,
         tx: Transaction,
         target: Target,
@@ -56,16 +56,18 @@ class Router:
         reason, description and failure, in one move; then on to
         ``forward_dead_lettered_messages_to`` if the queue names one. Returns the sequence
         numbers moved (with ``lock_token``, those validly locked under it)."""
-        dlq = self.resolver.child(tx, target, SubQueue.DEADLETTER)
+        dlq = await self.resolver.child(tx, target, SubQueue.DEADLETTER)
         entity = target.entity
-        moved = tx.dead_letter_each(entity.id, letters, dlq.id, entity.name, now, lock_token)
+        moved = await tx.dead_letter_each(entity.id, letters, dlq.id, entity.name, now, lock_token)
         destination = target.options.forward_dead_lettered_messages_to
         if moved and destination:
-            hops = {m.sequence_number: m.hop_count for m in tx.messages(dlq.id, dlq.name, moved)}
-            self.forward(tx, target, dlq, hops, destination, now, strict=False)
+            hops = {
+                m.sequence_number: m.hop_count for m in await tx.messages(dlq.id, dlq.name, moved)
+            }
+            await self.forward(tx, target, dlq, hops, destination, now, strict=False)
         return moved
 
-    def forward(
+    async def forward(
         self,
         tx: Transaction,
         source: Target,
@@ -87,35 +89,35 @@ class Router:
         over = [seq for seq, hop in hops.items() if hop >= MAX_HOPS]
         if over:
             description = f"forwarded {MAX_HOPS} times already; not forwarded to {destination}"
-            self.to_transfer_dlq(
+            await self.to_transfer_dlq(
                 tx, source, holder, over, DeadLetterReason.MAX_TRANSFER_HOP_COUNT_EXCEEDED,
                 description, now,
             )  # fmt: skip
         going = {seq: hop for seq, hop in hops.items() if hop < MAX_HOPS}
         if not going:
             return
-        dest = tx.entity(destination)
+        dest = await tx.entity(destination)
         if dest is None or dest.parent_id is not None:
             if strict:
                 raise EntityNotFoundError(destination)
             log.warning("cannot forward to %s: no such queue", destination)
             return
         dest_target = self.resolver.of(dest)
-        problem = self._cannot_take(dest_target, holder, list(going), tx)
+        problem = await self._cannot_take(dest_target, holder, list(going), tx)
         if problem:
-            self.to_transfer_dlq(
+            await self.to_transfer_dlq(
                 tx, source, holder, list(going), DeadLetterReason.TRANSFER_FAILED, problem, now
             )
             return
         state = MessageState.ACTIVE if dead_lettered else None
-        moved = tx.move(holder.id, list(going), dest.id, state, None, hop_count=1)
+        moved = await tx.move(holder.id, list(going), dest.id, state, None, hop_count=1)
         onward = dest_target.options.forward_to
         if moved and onward:
-            self.forward(
+            await self.forward(
                 tx, dest_target, dest, {seq: going[seq] + 1 for seq in moved}, onward, now, strict
             )
 
-    def _cannot_take(
+    async def _cannot_take(
         self, dest: Target, holder: EntityRecord, seqs: list[int], tx: Transaction
     ) -> str | None:
         """Why ``dest`` cannot take these messages now, or ``None``."""
@@ -124,12 +126,12 @@ class Router:
             return f"{entity.name} is a {dest.kind}, not a queue"
         if not entity.status.can_send:
             return f"destination {entity.name} is {entity.status}"
-        size = sum(len(m.body) for m in tx.messages(holder.id, holder.name, seqs))
+        size = sum(len(m.body) for m in await tx.messages(holder.id, holder.name, seqs))
         if entity.ledger.size_bytes + size > dest.options.max_size:
             return f"destination {entity.name} is full (max_size {dest.options.max_size} bytes)"
         return None
 
-    def to_transfer_dlq(
+    async def to_transfer_dlq(
         self,
         tx: Transaction,
         source: Target,
@@ -139,18 +141,22 @@ class Router:
         description: str,
         now: float,
     ) -> None:
-        transfer = self.resolver.child(tx, source, SubQueue.TRANSFER_DEADLETTER)
+        transfer = await self.resolver.child(tx, source, SubQueue.TRANSFER_DEADLETTER)
         if holder.subqueue is SubQueue.DEADLETTER:
             # Already dead-lettered (with its own reason): it only changes place.
-            tx.move(holder.id, seqs, transfer.id, MessageState.DEAD_LETTERED, None)
+            await tx.move(holder.id, seqs, transfer.id, MessageState.DEAD_LETTERED, None)
             return
-        tx.dead_letter(holder.id, seqs, transfer.id, reason, description, holder.name, None, now)
+        await tx.dead_letter(
+            holder.id, seqs, transfer.id, reason, description, holder.name, None, now
+        )
 
-    def namespace_dlq(self, tx: Transaction, now: float) -> EntityRecord:
+    async def namespace_dlq(self, tx: Transaction, now: float) -> EntityRecord:
         """The namespace dead-letter queue, created the first time it is needed."""
-        found = tx.entity(NAMESPACE_DEADLETTER)
+        found = await tx.entity(NAMESPACE_DEADLETTER)
         if found is not None:
             return found
         options = json.dumps({**QueueOptions().to_json(), "kind": EntityKind.QUEUE.value})
-        entity_id = tx.insert_entity(NAMESPACE_DEADLETTER, None, SubQueue.DEADLETTER, options, now)
-        return tx.entity_by_id(entity_id)
+        entity_id = await tx.insert_entity(
+            NAMESPACE_DEADLETTER, None, SubQueue.DEADLETTER, options, now
+        )
+        return await tx.entity_by_id(entity_id)

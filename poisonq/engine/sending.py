@@ -42,23 +42,23 @@ Arrival = tuple[NewMessage, str | None]
 
 
 class Sending(EngineBase):
-    def send(self, address: str, messages: Sequence[Message]) -> list[int]:
+    async def send(self, address: str, messages: Sequence[Message]) -> list[int]:
         """Send a batch: all or nothing, durable on return. Returns the new sequence numbers
         (duplicates ignored by duplicate detection get none; a topic returns those of every
         subscription that took a copy, subscription by subscription)."""
         if isinstance(messages, Message):
             messages = [messages]
         now = self.clock.now()
-        with self.store.transaction() as tx:
-            target = self.resolver.main(tx, address)
+        async with self.store.transaction() as tx:
+            target = await self.resolver.main(tx, address)
             if not target.entity.status.can_send:
                 raise EntityDisabledError(target.entity.name, target.entity.status, "send")
             if target.kind is EntityKind.TOPIC:
-                return self._publish(tx, target, messages, now)
+                return await self._publish(tx, target, messages, now)
             rows = self._rows(messages, target.options, now)
-            return self._enqueue(tx, target, rows, now, last=True)
+            return await self._enqueue(tx, target, rows, now, last=True)
 
-    def cancel_scheduled(self, address: str, sequence_numbers: int | Sequence[int]) -> int:
+    async def cancel_scheduled(self, address: str, sequence_numbers: int | Sequence[int]) -> int:
         """Scheduled → dropped (Service Bus' cancel of a scheduled message): the messages
         ``sequence_numbers`` names, still waiting for their time in ``address`` (a queue,
         or a topic's subscriptions, where scheduling a message to a topic put its copies),
@@ -67,22 +67,22 @@ class Sending(EngineBase):
         cancels nothing. Returns how many were cancelled."""
         seqs = sorted(set(check_sequence_numbers(sequence_numbers)))
         now = self.clock.now()
-        with self.store.transaction() as tx:
-            target = self.resolver.main(tx, address)
+        async with self.store.transaction() as tx:
+            target = await self.resolver.main(tx, address)
             targets = [target]
             if target.kind is EntityKind.TOPIC:
-                targets = self.resolver.subscriptions(tx, target.entity.name)
+                targets = await self.resolver.subscriptions(tx, target.entity.name)
             found: list[tuple[Target, list[int]]] = []
             for each in targets:
-                self.poisoner.housekeep(tx, each, now)  # one whose time came is not pending
-                held = tx.messages(each.entity.id, each.entity.name, seqs)
+                await self.poisoner.housekeep(tx, each, now)  # one whose time came is not pending
+                held = await tx.messages(each.entity.id, each.entity.name, seqs)
                 found.append((each, [m.sequence_number for m in held if m.state is SCHEDULED]))
             missing = sorted(set(seqs).difference(*(mine for _, mine in found)))
             if missing:
                 raise MessageNotFoundError(target.entity.name, missing[0])
-            return sum(tx.drop(each.entity.id, mine) for each, mine in found if mine)
+            return sum([await tx.drop(each.entity.id, mine) for each, mine in found if mine])
 
-    def _enqueue(
+    async def _enqueue(
         self, tx: Transaction, target: Target, rows: list[Arrival], now: float, last: bool = False
     ) -> list[int]:
         """Insert the rows, dead-letter those refused on arrival, forward the rest if the
@@ -90,7 +90,7 @@ class Sending(EngineBase):
         insert is the transaction's last statement (see ``Transaction.lock_ready``)."""
         options = target.options
         if options.requires_duplicate_detection:
-            rows = self._drop_duplicates(tx, target, rows, now)
+            rows = await self._drop_duplicates(tx, target, rows, now)
         total = target.entity.ledger.size_bytes + sum(row.size for row, _ in rows)
         if total > options.max_size:
             raise QuotaExceededError(target.entity.name, total, options.max_size)
@@ -98,20 +98,22 @@ class Sending(EngineBase):
             return []
         destination = options.forward_to
         last = last and not destination and all(why is None for _, why in rows)
-        seqs = tx.insert_messages(target.entity.id, [row for row, _ in rows], now, last=last)
+        seqs = await tx.insert_messages(target.entity.id, [row for row, _ in rows], now, last=last)
         refused: dict[str, list[int]] = {}
         for seq, (_, why) in zip(seqs, rows, strict=True):
             if why is not None:
                 refused.setdefault(why, []).append(seq)
         for reason, chosen in refused.items():
-            self.router.dead_letter(
+            await self.router.dead_letter(
                 tx, target, chosen, reason, _arrival_description(reason, options), None, now
             )
         if destination:
             dead = {seq for chosen in refused.values() for seq in chosen}
             hops = {seq: 0 for seq in seqs if seq not in dead}
             if hops:
-                self.router.forward(tx, target, target.entity, hops, destination, now, strict=True)
+                await self.router.forward(
+                    tx, target, target.entity, hops, destination, now, strict=True
+                )
         return seqs
 
     def _rows(
@@ -141,12 +143,12 @@ class Sending(EngineBase):
             rows.append((row, why))
         return rows
 
-    def _drop_duplicates(
+    async def _drop_duplicates(
         self, tx: Transaction, target: Target, rows: list[Arrival], now: float
     ) -> list[Arrival]:
         """Leave out messages whose id was sent inside the window (or earlier in the batch)."""
         entity_id = target.entity.id
-        seen = tx.seen_message_ids(entity_id, [row.message_id for row, _ in rows], now)
+        seen = await tx.seen_message_ids(entity_id, [row.message_id for row, _ in rows], now)
         fresh: list[Arrival] = []
         for row, why in rows:
             if row.message_id not in seen:
@@ -155,12 +157,12 @@ class Sending(EngineBase):
         if fresh:
             window = target.options.duplicate_detection_window
             ids = [row.message_id for row, _ in fresh]
-            tx.remember_message_ids(entity_id, ids, now + window)
-            tx.forget_message_ids(now)
+            await tx.remember_message_ids(entity_id, ids, now + window)
+            await tx.forget_message_ids(now)
         return fresh
 
     # Topics -------------------------------------------------------------------------------
-    def _publish(
+    async def _publish(
         self, tx: Transaction, topic: Target, messages: Sequence[Message], now: float
     ) -> list[int]:
         """A copy of each message to every subscription whose filter matches. A filter that
@@ -170,12 +172,12 @@ class Sending(EngineBase):
         detection on the topic leaves out ids it saw inside its window."""
         arrivals = self._rows(messages, topic.options, now)  # the topic's own size limits
         if topic.options.requires_duplicate_detection:
-            fresh = {id(row) for row, _ in self._drop_duplicates(tx, topic, arrivals, now)}
+            fresh = {id(row) for row, _ in await self._drop_duplicates(tx, topic, arrivals, now)}
             messages = [
                 m for m, (row, _) in zip(messages, arrivals, strict=True) if id(row) in fresh
             ]
         seqs: list[int] = []
-        for sub in self.resolver.subscriptions(tx, topic.entity.name):
+        for sub in await self.resolver.subscriptions(tx, topic.entity.name):
             entity = sub.entity
             if not entity.status.can_send:
                 continue
@@ -194,7 +196,7 @@ class Sending(EngineBase):
                     matched, why = True, why or DeadLetterReason.FILTER_EVALUATION_EXCEPTION.value
                 if matched:
                     rows.append((row, why))
-            seqs += self._enqueue(tx, sub, rows, now)
+            seqs += await self._enqueue(tx, sub, rows, now)
         return seqs
 
 

@@ -32,7 +32,7 @@ from poisonq.store.base import SessionRecord, Transaction
 
 
 class Sessions(Receiving):
-    def accept_session(
+    async def accept_session(
         self, address: str, session_id: str | None, lock_duration: float | None = None
     ) -> tuple[str, str, float] | None:
         """Lock session ``session_id``, or with ``None`` the next session that has a message
@@ -43,21 +43,21 @@ class Sessions(Receiving):
             raise InvalidOptionError(f"session_id must be a non-empty string: {session_id!r}")
         check_text(session_id, "session_id")
         now = self.clock.now()
-        with self.store.transaction() as tx:
-            target = self._session_target(tx, address)
+        async with self.store.transaction() as tx:
+            target = await self._session_target(tx, address)
             self.resolver.check_receivable(target)
-            if not self.poisoner.housekeep(tx, target, now):
+            if not await self.poisoner.housekeep(tx, target, now):
                 return None
             token = str(uuid.uuid4())
             until = target.lock_until(now, lock_duration)
-            got = tx.lock_session(target.entity.id, session_id, token, until, now)
+            got = await tx.lock_session(target.entity.id, session_id, token, until, now)
             if got is None:
                 if session_id is not None:
                     raise SessionCannotBeLockedError(target.entity.name, session_id)
                 return None
             return got, token, until
 
-    def receive_session(
+    async def receive_session(
         self,
         address: str,
         session_id: str,
@@ -70,17 +70,17 @@ class Sessions(Receiving):
         session's lock (``complete`` and ``settle`` as in :meth:`receive`)."""
         check_count(max_messages, "max_messages")
         now = self.clock.now()
-        with self.store.transaction() as tx:
-            target = self._session_target(tx, address)
+        async with self.store.transaction() as tx:
+            target = await self._session_target(tx, address)
             entity = target.entity
-            self._settle_previous(tx, target, complete, settle, now)
+            await self._settle_previous(tx, target, complete, settle, now)
             self.resolver.check_receivable(target)
-            if not self.poisoner.housekeep(tx, target, now):
+            if not await self.poisoner.housekeep(tx, target, now):
                 return []
-            held = self._held_session(tx, target, session_id, token, now)
+            held = await self._held_session(tx, target, session_id, token, now)
             assert held.locked_until is not None
             ready = target.ready
-            return tx.lock_ready(
+            return await tx.lock_ready(
                 entity.id,
                 entity.name,
                 ready,
@@ -91,45 +91,47 @@ class Sessions(Receiving):
                 last=True,
             )
 
-    def session_state(self, address: str, session_id: str, token: str) -> bytes | None:
+    async def session_state(self, address: str, session_id: str, token: str) -> bytes | None:
         now = self.clock.now()
-        with self.store.transaction() as tx:
-            target = self._session_target(tx, address)
-            return self._held_session(tx, target, session_id, token, now).state
+        async with self.store.transaction() as tx:
+            target = await self._session_target(tx, address)
+            return (await self._held_session(tx, target, session_id, token, now)).state
 
-    def set_session_state(
+    async def set_session_state(
         self, address: str, session_id: str, token: str, state: bytes | None
     ) -> None:
         if state is not None and not isinstance(state, bytes):
             raise InvalidOptionError(f"session state must be bytes or None, not {state!r}")
         now = self.clock.now()
-        with self.store.transaction() as tx:
-            target = self._session_target(tx, address)
-            if not tx.set_session_state(target.entity.id, session_id, token, now, state):
+        async with self.store.transaction() as tx:
+            target = await self._session_target(tx, address)
+            if not await tx.set_session_state(target.entity.id, session_id, token, now, state):
                 raise SessionLockLostError(target.entity.name, session_id)
 
-    def session_ids(self, address: str, state_updated_after: float | None = None) -> list[str]:
+    async def session_ids(
+        self, address: str, state_updated_after: float | None = None
+    ) -> list[str]:
         """The sessions of a session queue with a message waiting, locked, deferred or
         scheduled, or with a state kept; with ``state_updated_after``, those whose state was
         set after it."""
-        with self.store.transaction() as tx:
-            target = self._session_target(tx, address)
-            return tx.session_ids(target.entity.id, state_updated_after)
+        async with self.store.transaction() as tx:
+            target = await self._session_target(tx, address)
+            return await tx.session_ids(target.entity.id, state_updated_after)
 
-    def renew_session_lock(
+    async def renew_session_lock(
         self, address: str, session_id: str, token: str, lock_duration: float | None = None
     ) -> float:
         """Extend the session lock, and the locks of the messages taken under it; returns
         the new end."""
         now = self.clock.now()
-        with self.store.transaction() as tx:
-            target = self._session_target(tx, address)
+        async with self.store.transaction() as tx:
+            target = await self._session_target(tx, address)
             until = target.lock_until(now, lock_duration)
-            if not tx.renew_session(target.entity.id, session_id, token, now, until):
+            if not await tx.renew_session(target.entity.id, session_id, token, now, until):
                 raise SessionLockLostError(target.entity.name, session_id)
             return until
 
-    def close_session(
+    async def close_session(
         self, address: str, session_id: str, token: str, failure: FailureRecord | None = None
     ) -> list[int]:
         """Give the session up so another receiver can accept it, and its messages still
@@ -138,22 +140,22 @@ class Sessions(Receiving):
         them, the one the handler was on, counts as abandoned with it. Returns the sequence
         numbers the retry policy poisoned."""
         now = self.clock.now()
-        with self.store.transaction() as tx:
-            target = self._session_target(tx, address)
+        async with self.store.transaction() as tx:
+            target = await self._session_target(tx, address)
             entity = target.entity
-            held = tx.session_locks(entity.id, session_id, token, now)
+            held = await tx.session_locks(entity.id, session_id, token, now)
             failed = held[:1] if failure is not None else []
             rest = held[len(failed) :]
             if rest:
-                tx.release(entity.id, token, rest[0], rest[-1], rest, target.ready, now)
+                await tx.release(entity.id, token, rest[0], rest[-1], rest, target.ready, now)
             poisoned: list[int] = []
             if failed:
-                locks = tx.locked(entity.id, token, failed, now)
-                poisoned = self.poisoner.after_failure(tx, target, locks, failure, False)
-            tx.release_session(entity.id, session_id, token)
+                locks = await tx.locked(entity.id, token, failed, now)
+                poisoned = await self.poisoner.after_failure(tx, target, locks, failure, False)
+            await tx.release_session(entity.id, session_id, token)
             return poisoned
 
-    def dead_letter_session(
+    async def dead_letter_session(
         self,
         address: str,
         session_id: str,
@@ -171,27 +173,29 @@ class Sessions(Receiving):
         check_text(reason, "a dead-letter reason")
         check_text(description, "a dead-letter description")
         now = self.clock.now()
-        with self.store.transaction() as tx:
-            target = self._session_target(tx, address)
+        async with self.store.transaction() as tx:
+            target = await self._session_target(tx, address)
             entity = target.entity
-            self._held_session(tx, target, session_id, token, now)
-            seqs = whole_session(tx, target, session_id)
+            await self._held_session(tx, target, session_id, token, now)
+            seqs = await whole_session(tx, target, session_id)
             record = failure.to_json() if failure else None
-            moved = self.router.dead_letter(tx, target, seqs, reason, description, record, now)
-            tx.release_session(entity.id, session_id, token)
+            moved = await self.router.dead_letter(
+                tx, target, seqs, reason, description, record, now
+            )
+            await tx.release_session(entity.id, session_id, token)
             return moved
 
-    def _session_target(self, tx: Transaction, address: str) -> Target:
-        target = self.resolver.resolve(tx, address)
+    async def _session_target(self, tx: Transaction, address: str) -> Target:
+        target = await self.resolver.resolve(tx, address)
         if not target.sessions:
             raise InvalidOperationError(f"{target.entity.name!r} does not require sessions")
         return target
 
     @staticmethod
-    def _held_session(
+    async def _held_session(
         tx: Transaction, target: Target, session_id: str, token: str, now: float
     ) -> SessionRecord:
-        found = tx.session(target.entity.id, session_id)
+        found = await tx.session(target.entity.id, session_id)
         if found is None or found.lock_token != token or found.locked_until is None:
             raise SessionLockLostError(target.entity.name, session_id)
         if found.locked_until <= now:

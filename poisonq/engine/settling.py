@@ -30,15 +30,19 @@ from poisonq.store.base import EntityRecord, Letter, LockInfo, Transaction
 
 
 class Settling(EngineBase):
-    def complete(self, address: str, locks: Sequence[Lock], *, in_doubt: bool = False) -> None:
+    async def complete(
+        self, address: str, locks: Sequence[Lock], *, in_doubt: bool = False
+    ) -> None:
         """locked → completed for every lock, or (a lock lost) nothing at all. With
         ``in_doubt`` (a retry of a call whose commit may have landed), a message no longer
         stored counts as completed, not as a lost lock."""
         now = self.clock.now()
-        with self.store.transaction() as tx:
-            self._complete(tx, self.resolver.resolve(tx, address).entity, locks, now, in_doubt)
+        async with self.store.transaction() as tx:
+            await self._complete(
+                tx, (await self.resolver.resolve(tx, address)).entity, locks, now, in_doubt
+            )
 
-    def _complete(
+    async def _complete(
         self,
         tx: Transaction,
         entity: EntityRecord,
@@ -47,11 +51,11 @@ class Settling(EngineBase):
         in_doubt: bool = False,
     ) -> None:
         """locked → completed, all or nothing; a completion ends a run of rollbacks."""
-        lost = self._complete_held(tx, entity, locks, now, in_doubt)
+        lost = await self._complete_held(tx, entity, locks, now, in_doubt)
         if lost:
             raise MessageLockLostError(lost)
 
-    def _complete_held(
+    async def _complete_held(
         self,
         tx: Transaction,
         entity: EntityRecord,
@@ -68,14 +72,14 @@ class Settling(EngineBase):
         completion: reporting it lost would tell the caller it will be delivered again."""
         lost: list[int] = []
         for token, seqs in by_token(locks).items():
-            lost += set(seqs) - set(tx.complete(entity.id, token, seqs, now))
+            lost += set(seqs) - set(await tx.complete(entity.id, token, seqs, now))
         if in_doubt and lost:
-            lost = list(tx.still_stored(lost))
+            lost = list(await tx.still_stored(lost))
         if entity.rollbacks and len(lost) < len(locks):
-            tx.reset_rollbacks(entity.id)
+            await tx.reset_rollbacks(entity.id)
         return sorted(lost)
 
-    def abandon(
+    async def abandon(
         self,
         address: str,
         locks: Sequence[Lock],
@@ -86,21 +90,23 @@ class Settling(EngineBase):
         or ``delay`` seconds; or poisoned if every attempt is used. Returns the sequence
         numbers that were poisoned."""
         now = self.clock.now()
-        with self.store.transaction() as tx:
-            target = self.resolver.resolve(tx, address)
-            held = self._held_locks(tx, target, locks, now)
-            return self.poisoner.after_failure(tx, target, held, failure, False, delay)
+        async with self.store.transaction() as tx:
+            target = await self.resolver.resolve(tx, address)
+            held = await self._held_locks(tx, target, locks, now)
+            return await self.poisoner.after_failure(tx, target, held, failure, False, delay)
 
-    def defer(self, address: str, locks: Sequence[Lock]) -> None:
+    async def defer(self, address: str, locks: Sequence[Lock]) -> None:
         """locked → deferred: kept until received again by sequence number."""
         now = self.clock.now()
-        with self.store.transaction() as tx:
-            entity = self.resolver.resolve(tx, address).entity
+        async with self.store.transaction() as tx:
+            entity = (await self.resolver.resolve(tx, address)).entity
             for token, seqs in by_token(locks).items():
-                if tx.defer(entity.id, token, seqs, now) != len(seqs):
-                    all_or_raise(seqs, [i.seq for i in tx.locked(entity.id, token, seqs, now)])
+                if await tx.defer(entity.id, token, seqs, now) != len(seqs):
+                    all_or_raise(
+                        seqs, [i.seq for i in await tx.locked(entity.id, token, seqs, now)]
+                    )
 
-    def dead_letter(
+    async def dead_letter(
         self,
         address: str,
         locks: Sequence[Lock],
@@ -111,23 +117,25 @@ class Settling(EngineBase):
         """locked → dead-lettered in the queue's dead-letter queue, with reason and
         description: a :meth:`settle` of one kind."""
         reason = reason or ""  # the default is settle's
-        self.settle(address, [DeadLetter(s, t, reason, description, failure) for s, t in locks])
+        await self.settle(
+            address, [DeadLetter(s, t, reason, description, failure) for s, t in locks]
+        )
 
-    def renew_lock(
+    async def renew_lock(
         self, address: str, locks: Sequence[Lock], lock_duration: float | None = None
     ) -> float:
         """Move ``locked_until`` on by the lock duration; returns the new time."""
         now = self.clock.now()
-        with self.store.transaction() as tx:
-            target = self.resolver.resolve(tx, address)
+        async with self.store.transaction() as tx:
+            target = await self.resolver.resolve(tx, address)
             until = target.lock_until(now, lock_duration)
             for token, seqs in by_token(locks).items():
-                if tx.renew(target.entity.id, token, seqs, now, until) != len(seqs):
-                    held = tx.locked(target.entity.id, token, seqs, now)
+                if await tx.renew(target.entity.id, token, seqs, now, until) != len(seqs):
+                    held = await tx.locked(target.entity.id, token, seqs, now)
                     all_or_raise(seqs, [h.seq for h in held])
             return until
 
-    def settle(
+    async def settle(
         self, address: str, settlements: Sequence[Settlement], *, in_doubt: bool = False
     ) -> list[int]:
         """Settle many messages, each its own way, in one transaction: complete, abandon
@@ -137,11 +145,11 @@ class Settling(EngineBase):
         the sequence numbers the retry policy poisoned. ``in_doubt`` as for
         :meth:`complete`: it concerns completions only."""
         now = self.clock.now()
-        with self.store.transaction() as tx:
-            target = self.resolver.resolve(tx, address)
-            return self._settle(tx, target, settlements, now, in_doubt)
+        async with self.store.transaction() as tx:
+            target = await self.resolver.resolve(tx, address)
+            return await self._settle(tx, target, settlements, now, in_doubt)
 
-    def _settle_previous(
+    async def _settle_previous(
         self,
         tx: Transaction,
         target: Target,
@@ -151,13 +159,13 @@ class Settling(EngineBase):
     ) -> None:
         """A receive's settlement of the previous batch, first in its transaction."""
         if complete or settle:
-            tx.receive_follows(target.entity.id)
+            await tx.receive_follows(target.entity.id)
         if complete:
-            self._complete(tx, target.entity, complete, now)
+            await self._complete(tx, target.entity, complete, now)
         if settle:
-            self._settle(tx, target, settle, now)
+            await self._settle(tx, target, settle, now)
 
-    def _settle(
+    async def _settle(
         self,
         tx: Transaction,
         target: Target,
@@ -176,19 +184,19 @@ class Settling(EngineBase):
         kinds = _ByKind(settlements)
         held: dict[int, LockInfo] = {}
         if kinds.abandoned:
-            held = {lock.seq: lock for lock in self._held_locks(tx, target, kinds.locks, now)}
+            held = {lock.seq: lock for lock in await self._held_locks(tx, target, kinds.locks, now)}
         done = kinds.completed
-        lost = self._complete_held(tx, entity, done, now, in_doubt) if done else []
+        lost = await self._complete_held(tx, entity, done, now, in_doubt) if done else []
         # Released first: a message poisoned below takes its session's unlocked messages
         # with it, and a message given back in the same batch is one of them.
         for token, seqs in kinds.released.items():
-            back = tx.release(entity.id, token, min(seqs), max(seqs), seqs, target.ready, now)
+            back = await tx.release(entity.id, token, min(seqs), max(seqs), seqs, target.ready, now)
             lost += set(seqs) - set(back)
         poisoned: list[int] = []
         if kinds.abandoned:  # together, each with its own failure
             locks = [held[seq] for seq, _ in kinds.abandoned]
             failures = [failure for _, failure in kinds.abandoned]
-            poisoned = self.poisoner.after_failures(tx, target, locks, failures, False)
+            poisoned = await self.poisoner.after_failures(tx, target, locks, failures, False)
         if kinds.letters and target.subqueue is not None:
             raise InvalidOperationError(
                 f"messages in {entity.name!r} cannot be dead-lettered again"
@@ -196,18 +204,18 @@ class Settling(EngineBase):
         # A lock's letters move together, whatever each carries (every failed message's
         # description and failure record differ).
         for token, letters in kinds.letters.items():
-            moved = self.router.dead_letter_each(tx, target, letters, now, lock_token=token)
+            moved = await self.router.dead_letter_each(tx, target, letters, now, lock_token=token)
             lost += {letter.seq for letter in letters} - set(moved)
         if lost:
             raise MessageLockLostError(sorted(lost))
         return sorted(poisoned)
 
-    def _held_locks(
+    async def _held_locks(
         self, tx: Transaction, target: Target, locks: Sequence[Lock], now: float
     ) -> list[LockInfo]:
         held: list[LockInfo] = []
         for token, seqs in by_token(locks).items():
-            valid = tx.locked(target.entity.id, token, seqs, now)
+            valid = await tx.locked(target.entity.id, token, seqs, now)
             all_or_raise(seqs, [v.seq for v in valid])
             held.extend(valid)
         return held

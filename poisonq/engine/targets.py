@@ -121,12 +121,12 @@ def holds_dead_letters(target: Target) -> bool:
 _EVERYTHING = 1 << 62  # a selection without a limit
 
 
-def whole_session(tx: Transaction, target: Target, session_id: str) -> list[int]:
+async def whole_session(tx: Transaction, target: Target, session_id: str) -> list[int]:
     """Every message of a session the entity holds, its locks under the session ended
     (settling one afterwards raises that its lock was lost): what goes when the whole
     session goes (poisoned with a message of it, or ended with an error)."""
-    tx.unlock_session(target.entity.id, session_id, target.ready)
-    return tx.select(target.entity.id, MessageFilter(session_id=session_id), 0, _EVERYTHING)
+    await tx.unlock_session(target.entity.id, session_id, target.ready)
+    return await tx.select(target.entity.id, MessageFilter(session_id=session_id), 0, _EVERYTHING)
 
 
 def lock_expired(now: float) -> FailureRecord:

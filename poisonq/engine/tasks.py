@@ -18,13 +18,13 @@ from poisonq.store.base import DeadLetterGroup, MessageFilter, TaskRecord, Trans
 
 
 class Tasks(EngineBase):
-    def dead_letter_groups(self, address: str, by: str) -> list[DeadLetterGroup]:
-        return self.housekeeper.read(
+    async def dead_letter_groups(self, address: str, by: str) -> list[DeadLetterGroup]:
+        return await self.housekeeper.read(
             address,
             lambda tx, t: tx.dead_letter_groups(t.entity.id, by, holds_dead_letters(t)),
         )
 
-    def find(
+    async def find(
         self,
         address: str,
         where: MessageFilter,
@@ -40,24 +40,24 @@ class Tasks(EngineBase):
         if not isinstance(newest_first, bool):
             raise InvalidOptionError(f"newest_first must be true or false, not {newest_first!r}")
 
-        def read(tx: Transaction, target: Target) -> list[ReceivedMessage]:
+        async def read(tx: Transaction, target: Target) -> list[ReceivedMessage]:
             entity = target.entity
-            seqs = tx.select(entity.id, where, after_seq, limit, newest_first)
-            found = tx.messages(entity.id, entity.name, seqs)
+            seqs = await tx.select(entity.id, where, after_seq, limit, newest_first)
+            found = await tx.messages(entity.id, entity.name, seqs)
             return found[::-1] if newest_first else found
 
-        return self.housekeeper.read(address, read)
+        return await self.housekeeper.read(address, read)
 
-    def count_matching(self, address: str, where: MessageFilter) -> int:
+    async def count_matching(self, address: str, where: MessageFilter) -> int:
         """How many unlocked held messages of ``address`` match ``where``."""
-        return self.housekeeper.read(
+        return await self.housekeeper.read(
             address,
             lambda tx, target: tx.count_matching(
                 target.entity.id, where, holds_dead_letters(target)
             ),
         )
 
-    def start_task(
+    async def start_task(
         self,
         kind: str,
         address: str,
@@ -70,64 +70,68 @@ class Tasks(EngineBase):
         allows one move task per queue, so two never take the same messages)."""
         check_text(started_by, "an operator's name")
         now = self.clock.now()
-        with self.store.transaction() as tx:
-            entity = self._housekept(tx, address).entity
-            if (running := self._running(tx, entity.id, now)) is not None:
+        async with self.store.transaction() as tx:
+            entity = (await self._housekept(tx, address)).entity
+            if (running := await self._running(tx, entity.id, now)) is not None:
                 raise TaskRunningError(entity.name, running.id, running.started_by)
-            total = tx.count_matching(entity.id, where)
-            task_id = tx.insert_task(kind, entity.id, spec, total, now, started_by)
-            task = tx.task(task_id)
+            total = await tx.count_matching(entity.id, where)
+            task_id = await tx.insert_task(kind, entity.id, spec, total, now, started_by)
+            task = await tx.task(task_id)
             assert task is not None
             return task
 
-    def running_task(self, address: str) -> TaskRecord | None:
+    async def running_task(self, address: str) -> TaskRecord | None:
         """The task working on ``address``'s messages, which a new one would wait for."""
-        with self.store.transaction() as tx:
-            entity = self.resolver.resolve(tx, address).entity
-            return self._running(tx, entity.id, self.clock.now())
+        async with self.store.transaction() as tx:
+            entity = (await self.resolver.resolve(tx, address)).entity
+            return await self._running(tx, entity.id, self.clock.now())
 
     @staticmethod
-    def _running(tx: Transaction, entity_id: int, now: float) -> TaskRecord | None:
-        alive = _ended_if_dead(tx, tx.tasks(entity_id, None, 10, running=True), now)
+    async def _running(tx: Transaction, entity_id: int, now: float) -> TaskRecord | None:
+        alive = await _ended_if_dead(tx, await tx.tasks(entity_id, None, 10, running=True), now)
         running = [t for t in alive if t.status == "running"]
         return running[0] if running else None
 
-    def tasks(
+    async def tasks(
         self, address: str | None, before_id: int | None = None, limit: int = 50
     ) -> list[TaskRecord]:
         """The tasks, newest first: of ``address``'s entity, or all."""
         check_count(limit, "limit")
         if before_id is not None:
             check_count(before_id, "before", minimum=0)
-        with self.store.transaction() as tx:
-            entity_id = None if address is None else self.resolver.resolve(tx, address).entity.id
-            return _ended_if_dead(tx, tx.tasks(entity_id, before_id, limit), self.clock.now())
+        async with self.store.transaction() as tx:
+            entity_id = (
+                None if address is None else (await self.resolver.resolve(tx, address)).entity.id
+            )
+            return await _ended_if_dead(
+                tx, await tx.tasks(entity_id, before_id, limit), self.clock.now()
+            )
 
-    def task(self, task_id: int) -> TaskRecord:
+    async def task(self, task_id: int) -> TaskRecord:
         check_count(task_id, "a task id", minimum=0)
-        with self.store.transaction() as tx:
-            task = tx.task(task_id)
+        async with self.store.transaction() as tx:
+            task = await tx.task(task_id)
             if task is None:
                 raise TaskNotFoundError(task_id)
-            [task] = _ended_if_dead(tx, [task], self.clock.now())
+            [task] = await _ended_if_dead(tx, [task], self.clock.now())
             return task
 
-    def finish_task(
+    async def finish_task(
         self, task_id: int, status: str, error: str | None = None, by: str | None = None
     ) -> TaskRecord:
         """Mark a running task completed, cancelled (``by`` whom) or failed (a finished one
         stays as it is)."""
         check_count(task_id, "a task id", minimum=0)
         check_text(by, "an operator's name")
-        with self.store.transaction() as tx:
-            task = tx.task(task_id)
+        async with self.store.transaction() as tx:
+            task = await tx.task(task_id)
             if task is None:
                 raise TaskNotFoundError(task_id)
             if task.status == "running":
-                tx.update_task(task_id, task.done, status, error, self.clock.now(), by)
-            return tx.task(task_id)  # type: ignore[return-value]
+                await tx.update_task(task_id, task.done, status, error, self.clock.now(), by)
+            return await tx.task(task_id)  # type: ignore[return-value]
 
-    def task_step(
+    async def task_step(
         self, task_id: int, address: str, where: MessageFilter, after_seq: int, limit: int
     ) -> list[int]:
         """Run the next chunk of a task: move (resubmit) or drop (purge) up to ``limit``
@@ -135,39 +139,39 @@ class Tasks(EngineBase):
         transaction. Returns the sequence numbers handled; none once the task is cancelled
         or nothing is left."""
         now = self.clock.now()
-        with self.store.transaction() as tx:
-            task = tx.task(task_id)
+        async with self.store.transaction() as tx:
+            task = await tx.task(task_id)
             if task is None:
                 raise TaskNotFoundError(task_id)
             if task.status != "running":
                 return []
-            source = self._housekept(tx, address)
-            seqs = tx.select(source.entity.id, where, after_seq, limit)
+            source = await self._housekept(tx, address)
+            seqs = await tx.select(source.entity.id, where, after_seq, limit)
             if not seqs:
                 return []
             if task.kind == "resubmit":
                 to = task.spec.get("to")
                 target = (
-                    self.resolver.main(tx, to)
+                    await self.resolver.main(tx, to)
                     if to
-                    else self.resolver.resolve(tx, source.queue.name)
+                    else await self.resolver.resolve(tx, source.queue.name)
                 )
                 if not target.entity.status.can_send:
                     raise EntityDisabledError(target.entity.name, target.entity.status, "resubmit")
                 ttl = target.options.default_message_ttl
                 expires_at = None if ttl is None else now + ttl
-                done = tx.resubmit(source.entity.id, seqs, target.entity.id, now, expires_at)
+                done = await tx.resubmit(source.entity.id, seqs, target.entity.id, now, expires_at)
             else:
-                done = tx.drop(source.entity.id, seqs)
-            tx.update_task(task_id, task.done + done, "running", None, now)
+                done = await tx.drop(source.entity.id, seqs)
+            await tx.update_task(task_id, task.done + done, "running", None, now)
             return seqs
 
-    def _housekept(self, tx: Transaction, address: str) -> Target:
+    async def _housekept(self, tx: Transaction, address: str) -> Target:
         """``address`` resolved, its expired locks counted first: a message whose lock ran
         out is back where it was held (a dead letter received and never settled is a dead
         letter again), and so among what a task selects."""
-        target = self.resolver.resolve(tx, address)
-        self.poisoner.housekeep(tx, target, self.clock.now())
+        target = await self.resolver.resolve(tx, address)
+        await self.poisoner.housekeep(tx, target, self.clock.now())
         return target
 
 
@@ -178,15 +182,15 @@ DIED = (
 )
 
 
-def _ended_if_dead(tx: Transaction, tasks: list[TaskRecord], now: float) -> list[TaskRecord]:
+async def _ended_if_dead(tx: Transaction, tasks: list[TaskRecord], now: float) -> list[TaskRecord]:
     """``tasks``, each one marked running whose process died ended as ``failed`` (saying
     so) in this transaction: otherwise it would show running for ever, its page following
     a count that never moves, and tell whoever starts another task to wait for it."""
     ended = []
     for task in tasks:
         if task.status == "running" and not _alive(task, now):
-            tx.update_task(task.id, task.done, "failed", DIED, now)
-            task = tx.task(task.id) or task
+            await tx.update_task(task.id, task.done, "failed", DIED, now)
+            task = await tx.task(task.id) or task
         ended.append(task)
     return ended
 

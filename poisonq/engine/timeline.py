@@ -19,7 +19,7 @@ from poisonq.timeline import BatchRun, PipelineBatch, PipelineSummary
 
 
 class Timelines(EngineBase):
-    def _record_batch(
+    async def _record_batch(
         self, tx: Transaction, target: Target, lease: Lease, run: BatchRun, completed: int
     ) -> None:
         """Record the lease's batch as it is completed (in that transaction). The lease's
@@ -28,8 +28,8 @@ class Timelines(EngineBase):
         it settled a message then; what failed and was not dead-lettered or completed went
         back to be retried."""
         check_count(run.keep, "the batches to keep")
-        dead_letters = self.resolver.child(tx, target, SubQueue.DEADLETTER)
-        dead = tx.dead_lettered_between(
+        dead_letters = await self.resolver.child(tx, target, SubQueue.DEADLETTER)
+        dead = await tx.dead_lettered_between(
             dead_letters.id,
             lease.min_sequence,
             lease.max_sequence,
@@ -48,22 +48,24 @@ class Timelines(EngineBase):
             dead,
             run.isolation_jobs,
         )
-        tx.record_batch(target.entity.id, batch, run.keep)
+        await tx.record_batch(target.entity.id, batch, run.keep)
 
-    def pipelines(self) -> list[PipelineSummary]:
+    async def pipelines(self) -> list[PipelineSummary]:
         """Every consumer with a recorded timeline, with its last batch."""
-        with self.store.transaction() as tx:
-            return tx.pipelines()
+        async with self.store.transaction() as tx:
+            return await tx.pipelines()
 
-    def pipeline_batches(self, consumer: str, queue: str | None = None) -> list[PipelineBatch]:
+    async def pipeline_batches(
+        self, consumer: str, queue: str | None = None
+    ) -> list[PipelineBatch]:
         """The recorded batches of ``consumer`` (on ``queue``: needed only when the consumer
         runs on more than one), oldest first."""
-        with self.store.transaction() as tx:
-            found = self._pipeline(tx, consumer, queue)
-            entity = self.resolver.resolve(tx, found.queue).entity
-            return tx.pipeline_batches(entity.id, consumer)
+        async with self.store.transaction() as tx:
+            found = await self._pipeline(tx, consumer, queue)
+            entity = (await self.resolver.resolve(tx, found.queue)).entity
+            return await tx.pipeline_batches(entity.id, consumer)
 
-    def forget_pipeline(
+    async def forget_pipeline(
         self, consumer: str, queue: str | None = None, force: bool = False
     ) -> PipelineSummary:
         """Forget a retired consumer: its timeline and its settled leases, so no metric
@@ -74,30 +76,30 @@ class Timelines(EngineBase):
         if not isinstance(force, bool):
             raise InvalidOptionError(f"force must be true or false, not {force!r}")
         now = self.clock.now()
-        with self.store.transaction() as tx:
-            found = self._pipeline(tx, consumer, queue)
-            target = self.resolver.resolve(tx, found.queue)
+        async with self.store.transaction() as tx:
+            found = await self._pipeline(tx, consumer, queue)
+            target = await self.resolver.resolve(tx, found.queue)
             entity = target.entity
-            lease = tx.lease(entity.id, entity.name, consumer, None)
+            lease = await tx.lease(entity.id, entity.name, consumer, None)
             if lease is not None:
                 span = (lease.min_sequence, lease.max_sequence)
-                held = tx.lease_seqs(entity.id, lease.lock_token, *span, now)
+                held = await tx.lease_seqs(entity.id, lease.lock_token, *span, now)
                 if held and not force:
                     raise PipelineLeaseHeldError(consumer, entity.name, lease.number, len(held))
                 if held:
-                    tx.release(entity.id, lease.lock_token, *span, None, target.ready, now)
+                    await tx.release(entity.id, lease.lock_token, *span, None, target.ready, now)
                 # Every lease of the consumer is settled now (one that still covers
                 # messages, its lock run out, stays until housekeeping closes it).
-                tx.delete_leases(entity.id, consumer, lease.number + 1)
-            tx.forget_pipeline(entity.id, consumer)
+                await tx.delete_leases(entity.id, consumer, lease.number + 1)
+            await tx.forget_pipeline(entity.id, consumer)
             return found
 
-    def _pipeline(self, tx: Transaction, consumer: str, queue: str | None) -> PipelineSummary:
+    async def _pipeline(self, tx: Transaction, consumer: str, queue: str | None) -> PipelineSummary:
         """The one consumer named (on ``queue``), or why not: none has that name (with the
         nearest names), or it runs on several queues and ``queue`` is not given."""
         if queue is not None:
-            queue = self.resolver.resolve(tx, queue).entity.name
-        known = tx.pipelines()
+            queue = (await self.resolver.resolve(tx, queue)).entity.name
+        known = await tx.pipelines()
         found = [s for s in known if s.consumer == consumer and queue in (None, s.queue)]
         if not found:
             names = sorted({s.consumer for s in known})

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass
 from enum import Enum
 from importlib import resources
@@ -260,14 +260,14 @@ class Transaction(ABC):
     """One store transaction. Every method runs inside it; all commit or none do."""
 
     @abstractmethod
-    def receive_follows(self, entity_id: int) -> None:
+    async def receive_follows(self, entity_id: int) -> None:
         """The caller says this transaction will settle messages of the entity and then
         receive from it (a consumer loop's ``complete_and_receive``): a store whose
         statements cost a round trip each may send the receive's housekeeping reads with the
         settlement."""
 
     @abstractmethod
-    def lease_follows(self, entity_id: int) -> None:
+    async def lease_follows(self, entity_id: int) -> None:
         """The caller says this transaction will lock a lease's batch of the entity
         (:meth:`lock_lease`) after its housekeeping: a store whose lease excludes other
         claims for a while may exclude them from the first claim of the transaction on
@@ -276,7 +276,7 @@ class Transaction(ABC):
 
     # Entities -----------------------------------------------------------------------------
     @abstractmethod
-    def insert_entity(
+    async def insert_entity(
         self,
         name: str,
         parent_id: int | None,
@@ -288,29 +288,29 @@ class Transaction(ABC):
         name is taken."""
 
     @abstractmethod
-    def entity(self, name: str) -> EntityRecord | None: ...
+    async def entity(self, name: str) -> EntityRecord | None: ...
 
     @abstractmethod
-    def entity_by_id(self, entity_id: int) -> EntityRecord: ...
+    async def entity_by_id(self, entity_id: int) -> EntityRecord: ...
 
     @abstractmethod
-    def entities(self) -> list[EntityRecord]:
+    async def entities(self) -> list[EntityRecord]:
         """Every entity, subqueues included, by name."""
 
     @abstractmethod
-    def set_options(self, entity_id: int, options: str, now: float) -> None: ...
+    async def set_options(self, entity_id: int, options: str, now: float) -> None: ...
 
     @abstractmethod
-    def set_status(
+    async def set_status(
         self, entity_id: int, status: EntityStatus, cause: str | None, now: float
     ) -> None: ...
 
     @abstractmethod
-    def delete_entity(self, entity_id: int) -> None:
+    async def delete_entity(self, entity_id: int) -> None:
         """Delete an entity with its subqueues and every message they hold."""
 
     @abstractmethod
-    def held_counts(
+    async def held_counts(
         self, entity_id: int, ready: MessageState, held: int
     ) -> dict[MessageState, int]:
         """Messages held by the entity, by state, given how many it holds (``held``, by its
@@ -319,12 +319,12 @@ class Transaction(ABC):
         is locked, deferred or scheduled in it."""
 
     @abstractmethod
-    def audit_rows(self) -> list[tuple[EntityRecord, int]]:
+    async def audit_rows(self) -> list[tuple[EntityRecord, int]]:
         """Every entity with the messages it holds, counted row by row, read at one moment:
         what the audit checks each ledger against."""
 
     @abstractmethod
-    def housekeeping_due(self, entity_id: int, cycle_id: int, now: float) -> bool:
+    async def housekeeping_due(self, entity_id: int, cycle_id: int, now: float) -> bool:
         """Whether anything of the entity is due by ``now``: a lock (or a lease's cover) that
         ran out, a scheduled message whose time has come (here or in ``cycle_id``, the
         retry subqueue whose messages come back to it; the entity's own id for none), an
@@ -332,35 +332,37 @@ class Transaction(ABC):
         and a cheap one: every reader asks it first."""
 
     @abstractmethod
-    def entities_due(self, now: float) -> list[str]:
+    async def entities_due(self, now: float) -> list[str]:
         """The names of the entities with anything of their own due by ``now``, as
         :meth:`housekeeping_due` asks (a retry subqueue's due messages make it due), in
         order: one read for all."""
 
     # Sending ------------------------------------------------------------------------------
     @abstractmethod
-    def insert_messages(
+    async def insert_messages(
         self, entity_id: int, rows: Sequence[NewMessage], now: float, *, last: bool = False
     ) -> list[int]:
         """Insert messages (counted as sent); returns their sequence numbers in order.
         ``last`` as in :meth:`lock_ready` (a send that neither forwards nor dead-letters)."""
 
     @abstractmethod
-    def seen_message_ids(self, entity_id: int, message_ids: Sequence[str], now: float) -> set[str]:
+    async def seen_message_ids(
+        self, entity_id: int, message_ids: Sequence[str], now: float
+    ) -> set[str]:
         """Which of ``message_ids`` were sent to the entity inside their detection window."""
 
     @abstractmethod
-    def remember_message_ids(
+    async def remember_message_ids(
         self, entity_id: int, message_ids: Sequence[str], expires_at: float
     ) -> None: ...
 
     @abstractmethod
-    def forget_message_ids(self, now: float) -> int:
+    async def forget_message_ids(self, now: float) -> int:
         """Prune duplicate-detection ids whose window has passed."""
 
     # Receiving ----------------------------------------------------------------------------
     @abstractmethod
-    def lock_ready(
+    async def lock_ready(
         self,
         entity_id: int,
         name: str,
@@ -380,63 +382,67 @@ class Transaction(ABC):
         costs a round trip may commit with this statement (a receive's last step)."""
 
     @abstractmethod
-    def take_ready(
+    async def take_ready(
         self, entity_id: int, name: str, ready: MessageState, limit: int
     ) -> list[ReceivedMessage]:
         """Remove up to ``limit`` ready messages as completed (receive-and-delete)."""
 
     @abstractmethod
-    def lock_deferred(
+    async def lock_deferred(
         self, entity_id: int, name: str, seqs: Sequence[int], token: str, locked_until: float
     ) -> list[ReceivedMessage]:
         """Lock the deferred messages with these sequence numbers."""
 
     @abstractmethod
-    def peek(
+    async def peek(
         self, entity_id: int, name: str, from_seq: int, limit: int, where: MessageFilter
     ) -> list[ReceivedMessage]:
         """Held messages from ``from_seq`` on that match ``where``, without locking or
         counting."""
 
     @abstractmethod
-    def seq_span(self, entity_id: int) -> tuple[int, int, int]:
+    async def seq_span(self, entity_id: int) -> tuple[int, int, int]:
         """(count, lowest, highest) sequence number of the held messages; (0, 0, -1) if none."""
 
     @abstractmethod
-    def message(self, entity_id: int, name: str, seq: int) -> ReceivedMessage | None: ...
+    async def message(self, entity_id: int, name: str, seq: int) -> ReceivedMessage | None: ...
 
     @abstractmethod
-    def messages(self, entity_id: int, name: str, seqs: Sequence[int]) -> list[ReceivedMessage]:
+    async def messages(
+        self, entity_id: int, name: str, seqs: Sequence[int]
+    ) -> list[ReceivedMessage]:
         """Those of ``seqs`` the entity holds, ascending: one query for a batch."""
 
     @abstractmethod
-    def still_stored(self, seqs: Sequence[int]) -> set[int]:
+    async def still_stored(self, seqs: Sequence[int]) -> set[int]:
         """Those of ``seqs`` any entity still holds (in any state): the others were
         completed or dropped (a message keeps its sequence number when it moves)."""
 
     @abstractmethod
-    def locked(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[LockInfo]:
+    async def locked(
+        self, entity_id: int, token: str, seqs: Sequence[int], now: float
+    ) -> list[LockInfo]:
         """Those of ``seqs`` locked under ``token`` with a lock still valid at ``now``."""
 
     @abstractmethod
-    def expired_locks(self, entity_id: int, now: float) -> list[LockInfo]: ...
+    async def expired_locks(self, entity_id: int, now: float) -> list[LockInfo]: ...
 
     @abstractmethod
-    def expired_messages(self, entity_id: int, now: float) -> list[int]:
+    async def expired_messages(self, entity_id: int, now: float) -> list[int]:
         """Held, unlocked messages whose time to live has passed."""
 
     @abstractmethod
-    def promote_scheduled(self, entity_id: int, now: float) -> int:
+    async def promote_scheduled(self, entity_id: int, now: float) -> int:
         """Make scheduled messages whose time has come active."""
 
     @abstractmethod
-    def due_scheduled(self, entity_id: int, now: float) -> list[int]:
+    async def due_scheduled(self, entity_id: int, now: float) -> list[int]:
         """Scheduled messages whose ``visible_at`` has come, ascending (the retry subqueue
         hands them back to their queue)."""
 
     # Moves between entities, the rollback counter ----------------------------------------
     @abstractmethod
-    def move(
+    async def move(
         self,
         entity_id: int,
         seqs: Sequence[int],
@@ -452,16 +458,16 @@ class Transaction(ABC):
         sequence numbers moved, ascending."""
 
     @abstractmethod
-    def add_rollbacks(self, entity_id: int, count: int) -> int:
+    async def add_rollbacks(self, entity_id: int, count: int) -> int:
         """Add ``count`` to the entity's consecutive rollbacks; returns the new total."""
 
     @abstractmethod
-    def reset_rollbacks(self, entity_id: int) -> None:
+    async def reset_rollbacks(self, entity_id: int) -> None:
         """A completion ends the run of rollbacks."""
 
     # Sessions -----------------------------------------------------------------------------
     @abstractmethod
-    def lock_session(
+    async def lock_session(
         self, entity_id: int, session_id: str | None, token: str, locked_until: float, now: float
     ) -> str | None:
         """Lock session ``session_id`` (creating its record) unless another token holds it
@@ -469,41 +475,45 @@ class Transaction(ABC):
         nobody holds. Returns the session locked, or ``None``."""
 
     @abstractmethod
-    def session(self, entity_id: int, session_id: str) -> SessionRecord | None: ...
+    async def session(self, entity_id: int, session_id: str) -> SessionRecord | None: ...
 
     @abstractmethod
-    def renew_session(
+    async def renew_session(
         self, entity_id: int, session_id: str, token: str, now: float, locked_until: float
     ) -> int:
         """Extend a validly held session lock and the message locks taken under it."""
 
     @abstractmethod
-    def set_session_state(
+    async def set_session_state(
         self, entity_id: int, session_id: str, token: str, now: float, state: bytes | None
     ) -> int:
         """Store the session's state if ``token`` validly holds it; returns rows changed."""
 
     @abstractmethod
-    def session_ids(self, entity_id: int, state_updated_after: float | None) -> list[str]:
+    async def session_ids(self, entity_id: int, state_updated_after: float | None) -> list[str]:
         """The sessions with a message held (not dead-lettered) or a state kept, by id; with
         ``state_updated_after``, those whose state was set after that time."""
 
     @abstractmethod
-    def release_session(self, entity_id: int, session_id: str, token: str) -> int:
+    async def release_session(self, entity_id: int, session_id: str, token: str) -> int:
         """Give up the session lock (its locked messages keep their locks until they end)."""
 
     @abstractmethod
-    def session_locks(self, entity_id: int, session_id: str, token: str, now: float) -> list[int]:
+    async def session_locks(
+        self, entity_id: int, session_id: str, token: str, now: float
+    ) -> list[int]:
         """The session's messages validly locked under ``token``, ascending."""
 
     @abstractmethod
-    def unlock_session(self, entity_id: int, session_id: str, ready: MessageState) -> list[int]:
+    async def unlock_session(
+        self, entity_id: int, session_id: str, ready: MessageState
+    ) -> list[int]:
         """The session's locked messages (under any lock) back to ``ready``, their locks
         gone and no delivery taken back; returns their sequence numbers, ascending."""
 
     # Leases -------------------------------------------------------------------------------
     @abstractmethod
-    def lock_lease(
+    async def lock_lease(
         self,
         entity_id: int,
         name: str,
@@ -522,14 +532,14 @@ class Transaction(ABC):
         and settles them as locked under ``token`` until ``locked_until``."""
 
     @abstractmethod
-    def renew_lease(
+    async def renew_lease(
         self, entity_id: int, token: str, lo: int, hi: int, now: float, locked_until: float
     ) -> int:
         """Extend to ``locked_until`` the locks the lease with ``token`` still validly holds
         in ``[lo, hi]``; returns how many."""
 
     @abstractmethod
-    def revive_lease(
+    async def revive_lease(
         self, entity_id: int, token: str, lo: int, hi: int, locked_until: float
     ) -> int:
         """Extend to ``locked_until`` the locks the lease with ``token`` holds in ``[lo, hi]``,
@@ -537,48 +547,50 @@ class Transaction(ABC):
         :meth:`close_expired_leases` not yet run since); returns how many."""
 
     @abstractmethod
-    def close_expired_leases(self, entity_id: int, now: float) -> None:
+    async def close_expired_leases(self, entity_id: int, now: float) -> None:
         """Called once the messages of :meth:`expired_locks` have been abandoned or poisoned:
         the leases whose locks ran out hold nothing any more."""
 
     @abstractmethod
-    def lease(self, entity_id: int, name: str, consumer: str, number: int | None) -> Lease | None:
+    async def lease(
+        self, entity_id: int, name: str, consumer: str, number: int | None
+    ) -> Lease | None:
         """The consumer's lease ``number``, or its latest with ``None``."""
 
     @abstractmethod
-    def plan_lease(self, entity_id: int, consumer: str, number: int) -> int:
+    async def plan_lease(self, entity_id: int, consumer: str, number: int) -> int:
         """Count one more planning of the lease's batch; returns the count (0: no lease)."""
 
     @abstractmethod
-    def lease_plans(self, entity_id: int, consumer: str, number: int) -> int:
+    async def lease_plans(self, entity_id: int, consumer: str, number: int) -> int:
         """How many times the lease's batch was planned (0: no lease, or reset)."""
 
     @abstractmethod
-    def reset_lease_plans(self, entity_id: int, consumer: str, number: int) -> None:
+    async def reset_lease_plans(self, entity_id: int, consumer: str, number: int) -> None:
         """Set the lease's count of plannings back to zero."""
 
     @abstractmethod
-    def finish_lease(self, entity_id: int, consumer: str, number: int, now: float) -> None:
+    async def finish_lease(self, entity_id: int, consumer: str, number: int, now: float) -> None:
         """Record that the lease was completed (``completed_at``)."""
 
     @abstractmethod
-    def delete_leases(self, entity_id: int, consumer: str, before: int) -> None:
+    async def delete_leases(self, entity_id: int, consumer: str, before: int) -> None:
         """Forget the consumer's leases numbered below ``before`` (they are settled)."""
 
     @abstractmethod
-    def lease_seqs(
+    async def lease_seqs(
         self, entity_id: int, token: str, lo: int, hi: int, now: float, first_delivery: bool = False
     ) -> list[int]:
         """Sequence numbers in ``[lo, hi]`` still validly locked under ``token``, ascending;
         with ``first_delivery``, only those delivered for the first time."""
 
     @abstractmethod
-    def complete_span(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> int:
+    async def complete_span(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> int:
         """:meth:`complete` every message in ``[lo, hi]`` validly locked under ``token`` (a
         lease's bulk completion, without listing them); returns how many."""
 
     @abstractmethod
-    def lease_rows(
+    async def lease_rows(
         self, entity_id: int, token: str, lo: int, hi: int, now: float
     ) -> list[tuple[Any, ...]]:
         """The messages in ``[lo, hi]`` validly locked under ``token`` as tuples of
@@ -586,11 +598,13 @@ class Transaction(ABC):
 
     # Settling -----------------------------------------------------------------------------
     @abstractmethod
-    def complete(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
+    async def complete(
+        self, entity_id: int, token: str, seqs: Sequence[int], now: float
+    ) -> list[int]:
         """Complete validly locked messages; returns the sequence numbers completed."""
 
     @abstractmethod
-    def abandon(
+    async def abandon(
         self,
         entity_id: int,
         seqs: Sequence[int],
@@ -602,12 +616,12 @@ class Transaction(ABC):
         failure (``failures[i]`` for ``seqs[i]``; ``None``: none) appended, in one statement."""
 
     @abstractmethod
-    def reschedule(self, entity_id: int, seqs: Sequence[int], visible_at: float) -> int:
+    async def reschedule(self, entity_id: int, seqs: Sequence[int], visible_at: float) -> int:
         """Active → scheduled until ``visible_at`` (a redelivery after a delay); returns how
         many."""
 
     @abstractmethod
-    def release(
+    async def release(
         self,
         entity_id: int,
         token: str,
@@ -622,14 +636,14 @@ class Transaction(ABC):
         under ``token``; returns their sequence numbers."""
 
     @abstractmethod
-    def defer(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> int: ...
+    async def defer(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> int: ...
 
     @abstractmethod
-    def renew(
+    async def renew(
         self, entity_id: int, token: str, seqs: Sequence[int], now: float, locked_until: float
     ) -> int: ...
 
-    def dead_letter(
+    async def dead_letter(
         self,
         entity_id: int,
         seqs: Sequence[int],
@@ -644,10 +658,12 @@ class Transaction(ABC):
         """:meth:`dead_letter_each` of messages that share one reason, description and
         failure (the broker's own reasons: expiry, poisoning, transfers)."""
         letters = [Letter(seq, reason, description, failure) for seq in seqs]
-        return self.dead_letter_each(entity_id, letters, destination_id, source, now, lock_token)
+        return await self.dead_letter_each(
+            entity_id, letters, destination_id, source, now, lock_token
+        )
 
     @abstractmethod
-    def dead_letter_each(
+    async def dead_letter_each(
         self,
         entity_id: int,
         letters: Sequence[Letter],
@@ -662,15 +678,15 @@ class Transaction(ABC):
         ``dead_lettered_deliveries``. Returns the sequence numbers moved, ascending."""
 
     @abstractmethod
-    def count_poisoned(self, entity_id: int, count: int) -> None:
+    async def count_poisoned(self, entity_id: int, count: int) -> None:
         """Add ``count`` poison events (messages the retry policy gave up on) to the ledger."""
 
     @abstractmethod
-    def drop(self, entity_id: int, seqs: Sequence[int]) -> int:
+    async def drop(self, entity_id: int, seqs: Sequence[int]) -> int:
         """Remove held messages, counted as dropped."""
 
     @abstractmethod
-    def resubmit(
+    async def resubmit(
         self,
         entity_id: int,
         seqs: Sequence[int],
@@ -684,7 +700,7 @@ class Transaction(ABC):
 
     # Dead-letter analysis and tasks ------------------------------------------------------
     @abstractmethod
-    def dead_letter_groups(
+    async def dead_letter_groups(
         self, entity_id: int, by: str, aggregated: bool = True
     ) -> list[DeadLetterGroup]:
         """Group held messages by ``reason``, ``subject`` or ``fingerprint``: from the kept
@@ -692,22 +708,24 @@ class Transaction(ABC):
         any other entity."""
 
     @abstractmethod
-    def dead_letter_causes(self, entity_id: int, aggregated: bool = True) -> list[DeadLetterCause]:
+    async def dead_letter_causes(
+        self, entity_id: int, aggregated: bool = True
+    ) -> list[DeadLetterCause]:
         """The held messages by reason and by the type of their last failure: what a reason
         such as ``MaxDeliveryCountExceeded`` hides (``aggregated`` as for the groups)."""
 
     @abstractmethod
-    def fingerprint_labels(self, entity_id: int) -> dict[str, tuple[str | None, str | None]]:
+    async def fingerprint_labels(self, entity_id: int) -> dict[str, tuple[str | None, str | None]]:
         """Every fingerprint the dead-letter queue ``entity_id`` has held, with the error
         type and description of its first dead letter, held or not any more."""
 
     @abstractmethod
-    def dead_letter_drift(self) -> set[int]:
+    async def dead_letter_drift(self) -> set[int]:
         """The dead-letter queues whose kept aggregates differ from a recount (the audit)."""
 
     # History (poisonq/store/history.py) ---------------------------------------------------
     @abstractmethod
-    def dead_letter_history(
+    async def dead_letter_history(
         self, span: int, since: float, by: str | None, entity_id: int | None
     ) -> list[DeadLetterCount]:
         """Dead-letterings in the buckets of ``span`` seconds from ``since`` on, grouped by
@@ -715,12 +733,14 @@ class Transaction(ABC):
         ``None``), of one entity or of every one."""
 
     @abstractmethod
-    def depth_history(self, span: int, since: float, entity_id: int | None) -> list[DepthChange]:
+    async def depth_history(
+        self, span: int, since: float, entity_id: int | None
+    ) -> list[DepthChange]:
         """The buckets of ``span`` seconds from ``since`` on in which depths changed, of one
         entity or of every one, oldest first."""
 
     @abstractmethod
-    def select(
+    async def select(
         self,
         entity_id: int,
         where: MessageFilter,
@@ -733,13 +753,15 @@ class Transaction(ABC):
         in descending order."""
 
     @abstractmethod
-    def count_matching(self, entity_id: int, where: MessageFilter, aggregated: bool = False) -> int:
+    async def count_matching(
+        self, entity_id: int, where: MessageFilter, aggregated: bool = False
+    ) -> int:
         """How many unlocked held messages match ``where``; with ``aggregated`` (a dead-letter
         queue), a filter by reason, subject or fingerprint alone is counted from the kept
         aggregates, less the locked messages."""
 
     @abstractmethod
-    def insert_task(
+    async def insert_task(
         self,
         kind: str,
         entity_id: int,
@@ -750,17 +772,17 @@ class Transaction(ABC):
     ) -> int: ...
 
     @abstractmethod
-    def task(self, task_id: int) -> TaskRecord | None: ...
+    async def task(self, task_id: int) -> TaskRecord | None: ...
 
     @abstractmethod
-    def tasks(
+    async def tasks(
         self, entity_id: int | None, before_id: int | None, limit: int, running: bool = False
     ) -> list[TaskRecord]:
         """Tasks newest first (of one entity, or all), with an id below ``before_id`` if
         given; with ``running`` only those still marked running."""
 
     @abstractmethod
-    def update_task(
+    async def update_task(
         self,
         task_id: int,
         done: int,
@@ -772,28 +794,28 @@ class Transaction(ABC):
 
     # Pipeline timelines ------------------------------------------------------------------
     @abstractmethod
-    def dead_lettered_between(
+    async def dead_lettered_between(
         self, entity_id: int, lo: int, hi: int, since: float, until: float
     ) -> dict[str, int]:
         """How many of the messages in ``[lo, hi]`` that the dead-letter queue ``entity_id``
         holds were dead-lettered between ``since`` and ``until``, by reason (``""``: none)."""
 
     @abstractmethod
-    def record_batch(self, entity_id: int, batch: PipelineBatch, keep: int) -> None:
+    async def record_batch(self, entity_id: int, batch: PipelineBatch, keep: int) -> None:
         """Record a batch of ``batch.consumer`` on the queue ``entity_id`` (a lease replayed
         replaces its record) and forget the consumer's batches of leases numbered ``keep``
         or more below it."""
 
     @abstractmethod
-    def forget_pipeline(self, entity_id: int, consumer: str) -> None:
+    async def forget_pipeline(self, entity_id: int, consumer: str) -> None:
         """Delete every recorded batch of ``consumer`` on the queue ``entity_id``."""
 
     @abstractmethod
-    def pipeline_batches(self, entity_id: int, consumer: str) -> list[PipelineBatch]:
+    async def pipeline_batches(self, entity_id: int, consumer: str) -> list[PipelineBatch]:
         """The recorded batches of ``consumer`` on the queue ``entity_id``, by lease."""
 
     @abstractmethod
-    def pipelines(self) -> list[PipelineSummary]:
+    async def pipelines(self) -> list[PipelineSummary]:
         """Every consumer of a queue with recorded batches, by queue and consumer."""
 
 
@@ -839,11 +861,11 @@ class Store(ABC):
     history: HistoryKeeper  # its clock stamps the history; set by each store's __init__
 
     @abstractmethod
-    def transaction(self) -> AbstractContextManager[Transaction]:
+    def transaction(self) -> AbstractAsyncContextManager[Transaction]:
         """A write transaction: commits on exit, rolls back on error. Raises
         :class:`BrokerClosedError` once the store is closed."""
 
-    def reading(self) -> AbstractContextManager[Transaction]:
+    def reading(self) -> AbstractAsyncContextManager[Transaction]:
         """A transaction for a reader that writes nothing: SQLite begins it deferred, so it
         neither takes nor waits for the write lock; PostgreSQL's transactions are all
         alike."""

@@ -45,15 +45,15 @@ class DeadLetterAnalysis(SharedStatements):
     _KEY: str
     _HOUR: str
 
-    def dead_letter_groups(
+    async def dead_letter_groups(
         self, entity_id: int, by: str, aggregated: bool = True
     ) -> list[DeadLetterGroup]:
         if not aggregated:
-            return self._counted_groups(entity_id, by)
+            return await self._counted_groups(entity_id, by)
         label = "CASE WHEN error_type <> 'null' THEN error_type END" if by == "fingerprint" else by
         if by not in GROUP_KEYS:  # a column name of ours, never user text
             raise ValueError(f"no groups by {by!r}")
-        rows = self._query(
+        rows = await self._query(
             f"SELECT {by}, max({label}), CAST(sum(count) AS bigint), min(first_at), max(last_at)"
             " FROM dead_letter_counts WHERE entity_id = :entity"
             f" GROUP BY {by} HAVING sum(count) <> 0",
@@ -66,9 +66,9 @@ class DeadLetterAnalysis(SharedStatements):
             ]
         )
 
-    def _counted_groups(self, entity_id: int, by: str) -> list[DeadLetterGroup]:
+    async def _counted_groups(self, entity_id: int, by: str) -> list[DeadLetterGroup]:
         key, label = GROUP_KEYS[by]  # column names, never user text
-        rows = self._query(
+        rows = await self._query(
             f"SELECT {key}, max({label}), count(*),"
             " min(coalesce(dead_lettered_at, enqueued_at)),"
             " max(coalesce(dead_lettered_at, enqueued_at))"
@@ -77,22 +77,26 @@ class DeadLetterAnalysis(SharedStatements):
         )
         return _in_order([DeadLetterGroup(*row) for row in rows])
 
-    def dead_letter_causes(self, entity_id: int, aggregated: bool = True) -> list[DeadLetterCause]:
+    async def dead_letter_causes(
+        self, entity_id: int, aggregated: bool = True
+    ) -> list[DeadLetterCause]:
         if not aggregated:
-            rows = self._query(
+            rows = await self._query(
                 "SELECT dead_letter_reason, last_error_type, count(*), min(seq) FROM messages"
                 " WHERE entity_id = :entity GROUP BY dead_letter_reason, last_error_type",
                 {"entity": entity_id},
             )
             causes = [DeadLetterCause(*row) for row in rows]
         else:
-            counted = self._query(
+            counted = await self._query(
                 "SELECT reason, error_type, CAST(sum(count) AS bigint) FROM dead_letter_counts"
                 " WHERE entity_id = :entity GROUP BY reason, error_type HAVING sum(count) <> 0",
                 {"entity": entity_id},
             )
             causes = [
-                DeadLetterCause(reason, error_type, n, self._sample(entity_id, reason, error_type))
+                DeadLetterCause(
+                    reason, error_type, n, await self._sample(entity_id, reason, error_type)
+                )
                 for reason, error_type, n in (
                     (key_value(r), key_value(t), n) for r, t, n in counted
                 )
@@ -108,18 +112,18 @@ class DeadLetterAnalysis(SharedStatements):
             ),
         )
 
-    def _sample(self, entity_id: int, reason: str | None, error_type: str | None) -> int:
+    async def _sample(self, entity_id: int, reason: str | None, error_type: str | None) -> int:
         """The lowest sequence number of a cause: a walk of the reason's index in order to
         the first message of the type."""
         test = "dead_letter_reason IS NULL" if reason is None else "dead_letter_reason = :reason"
         typed = "last_error_type IS NULL" if error_type is None else "last_error_type = :type"
-        ((seq,),) = self._query(
+        ((seq,),) = await self._query(
             f"SELECT min(seq) FROM messages WHERE entity_id = :entity AND {test} AND {typed}",
             {"entity": entity_id, "reason": reason, "type": error_type},
         )
         return int(seq)
 
-    def _kept_count(self, entity_id: int, where: MessageFilter) -> int | None:
+    async def _kept_count(self, entity_id: int, where: MessageFilter) -> int | None:
         """How many messages of the dead-letter queue ``entity_id`` the aggregates count for
         ``where`` (locked or not), or ``None`` when ``where`` names more than their keys."""
         if replace(where, reason=None, subject=None, fingerprint=None) != MessageFilter():
@@ -129,25 +133,25 @@ class DeadLetterAnalysis(SharedStatements):
             k: key_text(None if v is NO_VALUE else v) for k, v in keys.items() if v is not None
         }
         test = "".join(f" AND {k} = :{k}" for k in named)  # names of ours, never user text
-        ((count,),) = self._query(
+        ((count,),) = await self._query(
             "SELECT CAST(coalesce(sum(count), 0) AS bigint) FROM dead_letter_counts"
             f" WHERE entity_id = :entity{test}",
             {"entity": entity_id, **named},
         )
         return int(count)
 
-    def fingerprint_labels(self, entity_id: int) -> dict[str, tuple[str | None, str | None]]:
+    async def fingerprint_labels(self, entity_id: int) -> dict[str, tuple[str | None, str | None]]:
         """Every fingerprint a dead-letter queue has held since it was created (or since
         schema 12), with the error type and a description of its first dead letter: what
         names it after its messages left."""
-        rows = self._query(
+        rows = await self._query(
             "SELECT fingerprint, error_type, description FROM dead_letter_fingerprints"
             " WHERE entity_id = :entity",
             {"entity": entity_id},
         )
         return {str(key_value(print_)): (kind, text) for print_, kind, text in rows}
 
-    def dead_letter_drift(self) -> set[int]:
+    async def dead_letter_drift(self) -> set[int]:
         """The dead-letter queues whose aggregates differ from a recount of their messages
         (by count; the first and last times are not recounted, see the module)."""
         keys = ", ".join(self._KEY.format(column=_COLUMNS[k]) for k in _COLUMNS)
@@ -161,7 +165,7 @@ class DeadLetterAnalysis(SharedStatements):
             f"SELECT entity_id, {_KEYS}, CAST(sum(count) AS bigint) FROM dead_letter_counts"
             f" GROUP BY entity_id, {_KEYS} HAVING sum(count) <> 0"
         )
-        rows = self._query(
+        rows = await self._query(
             f"SELECT entity_id FROM ({kept} EXCEPT {recount}) AS extra"
             f" UNION SELECT entity_id FROM ({recount} EXCEPT {kept}) AS missing",
             {},

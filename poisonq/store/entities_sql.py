@@ -21,7 +21,7 @@ from poisonq.store.shared_sql import SharedStatements
 class EntityStatements(SharedStatements):
     """The entity methods of both stores' transactions."""
 
-    def insert_entity(
+    async def insert_entity(
         self,
         name: str,
         parent_id: int | None,
@@ -29,7 +29,7 @@ class EntityStatements(SharedStatements):
         options: str,
         now: float,
     ) -> int:
-        rows = self._query(
+        rows = await self._query(
             "INSERT INTO entities (name, parent_id, subqueue, options, created_at, updated_at)"
             " VALUES (:name, :parent, :subqueue, :options, :now, :now)"
             " ON CONFLICT (name) DO NOTHING RETURNING id",
@@ -45,60 +45,64 @@ class EntityStatements(SharedStatements):
             raise EntityExistsError(name)
         return int(rows[0][0])
 
-    def entity_by_id(self, entity_id: int) -> EntityRecord:
-        (row,) = self._query(
+    async def entity_by_id(self, entity_id: int) -> EntityRecord:
+        (row,) = await self._query(
             f"SELECT {ENTITY_COLUMNS} FROM entities WHERE id = :id", {"id": entity_id}
         )
         return entity_row(row)
 
-    def entities(self) -> list[EntityRecord]:
-        rows = self._query(f"SELECT {ENTITY_COLUMNS} FROM entities ORDER BY name", {})
+    async def entities(self) -> list[EntityRecord]:
+        rows = await self._query(f"SELECT {ENTITY_COLUMNS} FROM entities ORDER BY name", {})
         return [entity_row(row) for row in rows]
 
-    def set_options(self, entity_id: int, options: str, now: float) -> None:
-        self._execute(
+    async def set_options(self, entity_id: int, options: str, now: float) -> None:
+        await self._execute(
             "UPDATE entities SET options = :options, updated_at = :now WHERE id = :id",
             {"options": options, "now": now, "id": entity_id},
         )
 
-    def set_status(
+    async def set_status(
         self, entity_id: int, status: EntityStatus, cause: str | None, now: float
     ) -> None:
-        self._execute(
+        await self._execute(
             "UPDATE entities SET status = :status, status_cause = :cause, updated_at = :now"
             " WHERE id = :id",
             {"status": status.value, "cause": cause, "now": now, "id": entity_id},
         )
 
-    def add_rollbacks(self, entity_id: int, count: int) -> int:
+    async def add_rollbacks(self, entity_id: int, count: int) -> int:
         # Written at once, not with the ledger at commit: the engine decides on the total.
-        ((total,),) = self._query(
+        ((total,),) = await self._query(
             "UPDATE entities SET rollbacks = rollbacks + :count WHERE id = :id RETURNING rollbacks",
             {"count": count, "id": entity_id},
         )
         return int(total)
 
-    def reset_rollbacks(self, entity_id: int) -> None:
+    async def reset_rollbacks(self, entity_id: int) -> None:
         # A counter at 0 is left unwritten (PostgreSQL would write a new row version).
-        self._execute(
+        await self._execute(
             "UPDATE entities SET rollbacks = 0 WHERE id = :id AND rollbacks != 0",
             {"id": entity_id},
         )
 
-    def seq_span(self, entity_id: int) -> tuple[int, int, int]:
-        ((count, lo, hi),) = self._query(
+    async def seq_span(self, entity_id: int) -> tuple[int, int, int]:
+        ((count, lo, hi),) = await self._query(
             "SELECT count(*), min(seq), max(seq) FROM messages WHERE entity_id = :entity",
             {"entity": entity_id},
         )
         return (count, lo, hi) if count else (0, 0, -1)
 
-    def seen_message_ids(self, entity_id: int, message_ids: Sequence[str], now: float) -> set[str]:
-        rows = self._query(
+    async def seen_message_ids(
+        self, entity_id: int, message_ids: Sequence[str], now: float
+    ) -> set[str]:
+        rows = await self._query(
             "SELECT message_id FROM seen_message_ids WHERE entity_id = :entity"
             f" AND expires_at > :now AND message_id {self._in_list('ids')}",
             {"entity": entity_id, "now": now, "ids": self._list(message_ids)},
         )
         return {row[0] for row in rows}
 
-    def forget_message_ids(self, now: float) -> int:
-        return self._update("DELETE FROM seen_message_ids WHERE expires_at <= :now", {"now": now})
+    async def forget_message_ids(self, now: float) -> int:
+        return await self._update(
+            "DELETE FROM seen_message_ids WHERE expires_at <= :now", {"now": now}
+        )

@@ -19,21 +19,21 @@ def _of_entity(entity_id: int | None) -> str:
 class HistoryTables(SharedStatements):
     """The history methods of both stores' transactions."""
 
-    def _prune_history(self, now: float) -> None:
+    async def _prune_history(self, now: float) -> None:
         """Delete the buckets older than each resolution keeps."""
         for table in ("dead_letter_history", "depth_history"):
             for span, oldest in cutoffs(now):
-                self._execute(
+                await self._execute(
                     f"DELETE FROM {table} WHERE span = :span AND bucket < :oldest",
                     {"span": span, "oldest": oldest},
                 )
 
-    def dead_letter_history(
+    async def dead_letter_history(
         self, span: int, since: float, by: str | None, entity_id: int | None
     ) -> list[DeadLetterCount]:
         key = key_column(by)
         # The cast keeps PostgreSQL's sum of bigints an integer.
-        rows = self._query(
+        rows = await self._query(
             f"SELECT entity_id, bucket, {key}, CAST(sum(count) AS bigint) FROM dead_letter_history"
             f" WHERE span = :span AND bucket >= :since{_of_entity(entity_id)}"
             f" GROUP BY entity_id, bucket, {key} ORDER BY entity_id, bucket",
@@ -41,8 +41,10 @@ class HistoryTables(SharedStatements):
         )
         return [DeadLetterCount(e, b, key_value(k), n) for e, b, k, n in rows]
 
-    def depth_history(self, span: int, since: float, entity_id: int | None) -> list[DepthChange]:
-        rows = self._query(
+    async def depth_history(
+        self, span: int, since: float, entity_id: int | None
+    ) -> list[DepthChange]:
+        rows = await self._query(
             "SELECT entity_id, bucket, opened, peak FROM depth_history"
             f" WHERE span = :span AND bucket >= :since{_of_entity(entity_id)}"
             " ORDER BY entity_id, bucket",

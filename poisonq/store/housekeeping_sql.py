@@ -47,15 +47,15 @@ class HousekeepingStatements(SharedStatements):
             f"   AND cover_lo IS NOT NULL AND locked_until <= :now{fence})"
         )
 
-    def housekeeping_due(self, entity_id: int, cycle_id: int, now: float) -> bool:
-        (row,) = self._query(
+    async def housekeeping_due(self, entity_id: int, cycle_id: int, now: float) -> bool:
+        (row,) = await self._query(
             f"SELECT {self._probes(':e', '(:e, :cycle)')}",
             {"e": entity_id, "cycle": cycle_id, "now": now},
         )
         return bool(row[0])
 
-    def entities_due(self, now: float) -> list[str]:
-        rows = self._query(
+    async def entities_due(self, now: float) -> list[str]:
+        rows = await self._query(
             f"SELECT name FROM entities e WHERE {self._probes('e.id', '(e.id)')} ORDER BY name",
             {"now": now},
         )

@@ -78,11 +78,11 @@ class LeaseStatements(SharedStatements):
     # A read of a lease's range never pins: that would write every row it holds.
     _PIN = ""
 
-    def _changing_covers(self, entity_id: int) -> None:
+    async def _changing_covers(self, entity_id: int) -> None:
         """Called before a change of the entity's covers that decides what others may
         claim (a store whose transactions run side by side keeps them out meanwhile)."""
 
-    def _give_back_covered(
+    async def _give_back_covered(
         self, entity_id: int, token: str, lo: int, hi: int, seqs: Sequence[int] | None, now: float
     ) -> list[int]:
         """Release what the lease with ``token`` holds by its cover in ``[lo, hi]`` (and in
@@ -90,24 +90,24 @@ class LeaseStatements(SharedStatements):
         cover given back: its messages are the freshest in the queue, so forgetting the
         cover returns them as they were. Any other part leaves the cover as a message that
         came back does: unleasable, received and leased row by row."""
-        cover = self._cover(entity_id, token, now)
+        cover = await self._cover(entity_id, token, now)
         if cover is None:
             return []
         whole = seqs is None and lo <= cover[0] and cover[1] <= hi
         if whole:
-            self._changing_covers(entity_id)
-        covered = self._in_cover(entity_id, cover, seqs, lo, hi, pin=seqs is not None)
-        if whole and cover[1] == self.cover_top(entity_id):
-            self._forget_cover(entity_id, token)
+            await self._changing_covers(entity_id)
+        covered = await self._in_cover(entity_id, cover, seqs, lo, hi, pin=seqs is not None)
+        if whole and cover[1] == await self.cover_top(entity_id):
+            await self._forget_cover(entity_id, token)
         elif covered:
-            self._execute(
+            await self._execute(
                 f"UPDATE messages SET leasable = 0 WHERE seq {self._in_list('seqs')}"
                 f" AND {_IN_COVERS}",
                 {"seqs": self._list(covered)},
             )
         return covered
 
-    def _insert_lease(self, entity_id: int, lease: Lease, **columns: Any) -> None:
+    async def _insert_lease(self, entity_id: int, lease: Lease, **columns: Any) -> None:
         """Record ``lease``, with the store's own ``columns`` (names are ours, never user
         input)."""
         values = {
@@ -121,15 +121,17 @@ class LeaseStatements(SharedStatements):
             "created_at": lease.created_at,
             **columns,
         }
-        self._execute(
+        await self._execute(
             f"INSERT INTO leases ({', '.join(values)})"
             f" VALUES ({', '.join(':' + name for name in values)})",
             values,
         )
 
-    def lease(self, entity_id: int, name: str, consumer: str, number: int | None) -> Lease | None:
+    async def lease(
+        self, entity_id: int, name: str, consumer: str, number: int | None
+    ) -> Lease | None:
         # The cast gives PostgreSQL the type of a NULL number.
-        rows = self._query(
+        rows = await self._query(
             "SELECT consumer, number, lock_token, count, min_seq, max_seq, created_at,"
             " completed_at FROM leases WHERE entity_id = :entity AND consumer = :consumer"
             " AND (CAST(:number AS bigint) IS NULL OR number = :number)"
@@ -138,40 +140,40 @@ class LeaseStatements(SharedStatements):
         )
         return Lease(name, *rows[0]) if rows else None
 
-    def finish_lease(self, entity_id: int, consumer: str, number: int, now: float) -> None:
-        self._execute(
+    async def finish_lease(self, entity_id: int, consumer: str, number: int, now: float) -> None:
+        await self._execute(
             "UPDATE leases SET completed_at = :now WHERE entity_id = :entity"
             " AND consumer = :consumer AND number = :number",
             {"now": now, "entity": entity_id, "consumer": consumer, "number": number},
         )
 
-    def plan_lease(self, entity_id: int, consumer: str, number: int) -> int:
-        rows = self._query(
+    async def plan_lease(self, entity_id: int, consumer: str, number: int) -> int:
+        rows = await self._query(
             "UPDATE leases SET planned = planned + 1 WHERE entity_id = :entity"
             " AND consumer = :consumer AND number = :number RETURNING planned",
             {"entity": entity_id, "consumer": consumer, "number": number},
         )
         return int(rows[0][0]) if rows else 0
 
-    def lease_plans(self, entity_id: int, consumer: str, number: int) -> int:
-        rows = self._query(
+    async def lease_plans(self, entity_id: int, consumer: str, number: int) -> int:
+        rows = await self._query(
             "SELECT planned FROM leases WHERE entity_id = :entity AND consumer = :consumer"
             " AND number = :number",
             {"entity": entity_id, "consumer": consumer, "number": number},
         )
         return int(rows[0][0]) if rows else 0
 
-    def reset_lease_plans(self, entity_id: int, consumer: str, number: int) -> None:
-        self._execute(
+    async def reset_lease_plans(self, entity_id: int, consumer: str, number: int) -> None:
+        await self._execute(
             "UPDATE leases SET planned = 0 WHERE entity_id = :entity AND consumer = :consumer"
             " AND number = :number",
             {"entity": entity_id, "consumer": consumer, "number": number},
         )
 
-    def renew_lease(
+    async def renew_lease(
         self, entity_id: int, token: str, lo: int, hi: int, now: float, locked_until: float
     ) -> int:
-        renewed = self._update(
+        renewed = await self._update(
             "UPDATE messages SET locked_until = :until WHERE entity_id = :entity"
             " AND state = 'locked' AND lock_token = :token AND locked_until > :now"
             " AND seq BETWEEN :lo AND :hi",
@@ -184,84 +186,88 @@ class LeaseStatements(SharedStatements):
                 "hi": hi,
             },
         )
-        cover = self._cover(entity_id, token, now)
+        cover = await self._cover(entity_id, token, now)
         if cover is None:
             return renewed
-        self._execute(
+        await self._execute(
             "UPDATE leases SET locked_until = :until WHERE entity_id = :entity"
             " AND lock_token = :token",
             {"until": locked_until, "entity": entity_id, "token": token},
         )
-        return renewed + self._count_covered(entity_id, *cover)
+        return renewed + await self._count_covered(entity_id, *cover)
 
-    def revive_lease(
+    async def revive_lease(
         self, entity_id: int, token: str, lo: int, hi: int, locked_until: float
     ) -> int:
         # As renew_lease, whether or not the locks ran out.
-        revived = self._update(
+        revived = await self._update(
             "UPDATE messages SET locked_until = :until WHERE entity_id = :entity"
             " AND state = 'locked' AND lock_token = :token AND seq BETWEEN :lo AND :hi",
             {"until": locked_until, "entity": entity_id, "token": token, "lo": lo, "hi": hi},
         )
-        rows = self._query(
+        rows = await self._query(
             "UPDATE leases SET locked_until = :until WHERE entity_id = :entity"
             " AND lock_token = :token AND cover_lo IS NOT NULL RETURNING cover_lo, cover_hi",
             {"until": locked_until, "entity": entity_id, "token": token},
         )
         if not rows:
             return revived
-        return revived + self._count_covered(entity_id, max(lo, rows[0][0]), min(hi, rows[0][1]))
+        return revived + await self._count_covered(
+            entity_id, max(lo, rows[0][0]), min(hi, rows[0][1])
+        )
 
-    def _count_covered(self, entity_id: int, lo: int, hi: int) -> int:
+    async def _count_covered(self, entity_id: int, lo: int, hi: int) -> int:
         """How many messages in ``[lo, hi]``, a part of one cover, it holds."""
-        ((count,),) = self._query(
+        ((count,),) = await self._query(
             f"SELECT count(*) FROM messages WHERE entity_id = :entity AND {_IN_COVERS}"
             " AND seq BETWEEN :lo AND :hi",
             {"entity": entity_id, "lo": lo, "hi": hi},
         )
         return int(count)
 
-    def close_expired_leases(self, entity_id: int, now: float) -> None:
-        self._execute(
+    async def close_expired_leases(self, entity_id: int, now: float) -> None:
+        await self._execute(
             "UPDATE leases SET cover_lo = NULL, cover_hi = NULL WHERE entity_id = :entity"
             " AND cover_lo IS NOT NULL AND locked_until <= :now",
             {"entity": entity_id, "now": now},
         )
 
-    def cover_top(self, entity_id: int) -> int:
+    async def cover_top(self, entity_id: int) -> int:
         """The highest sequence number any lease of the entity covers (0: none)."""
-        ((top,),) = self._query(
+        ((top,),) = await self._query(
             "SELECT coalesce(max(cover_hi), 0) FROM leases WHERE entity_id = :entity"
             " AND cover_lo IS NOT NULL",
             {"entity": entity_id},
         )
         return int(top)
 
-    def _cover(self, entity_id: int, token: str, now: float) -> tuple[int, int] | None:
+    async def _cover(self, entity_id: int, token: str, now: float) -> tuple[int, int] | None:
         """The cover range of the lease with ``token``, if it has one and its lock holds."""
-        rows = self._query(
+        rows = await self._query(
             "SELECT cover_lo, cover_hi FROM leases WHERE entity_id = :entity"
             " AND lock_token = :token AND cover_lo IS NOT NULL AND locked_until > :now",
             {"entity": entity_id, "token": token, "now": now},
         )
         return (rows[0][0], rows[0][1]) if rows else None
 
-    def _forget_cover(self, entity_id: int, token: str) -> None:
+    async def _forget_cover(self, entity_id: int, token: str) -> None:
         """The lease with ``token`` holds nothing more by its cover."""
-        self._execute(
+        await self._execute(
             "UPDATE leases SET cover_lo = NULL, cover_hi = NULL WHERE entity_id = :entity"
             " AND lock_token = :token",
             {"entity": entity_id, "token": token},
         )
 
-    def _covered_of(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
+    async def _covered_of(
+        self, entity_id: int, token: str, seqs: Sequence[int], now: float
+    ) -> list[int]:
         """Those of ``seqs`` (some) that the lease with ``token`` validly holds by its cover,
         ascending: a settlement's messages that no lock of their own held, kept as they are
         for it."""
-        cover = self._cover(entity_id, token, now)
-        return self._in_cover(entity_id, cover, seqs, min(seqs), max(seqs), pin=True)
+        cover = await self._cover(entity_id, token, now)
+        return await self._in_cover(entity_id, cover, seqs, min(seqs), max(seqs), pin=True)
 
-    def _in_cover(
+    async def _in_cover(
         self,
         entity_id: int,
         cover: tuple[int, int] | None,
@@ -279,7 +285,7 @@ class LeaseStatements(SharedStatements):
         # Listed, they are found by sequence number (+entity_id keeps the planner off the
         # entity's index, which would walk the whole range); else the range is walked.
         which = "entity_id" if seqs is None else f"seq {self._in_list('seqs')} AND +entity_id"
-        rows = self._query(
+        rows = await self._query(
             f"SELECT seq FROM messages WHERE {which} = :entity AND {_IN_COVERS}"
             f" AND seq BETWEEN :lo AND :hi ORDER BY seq{self._PIN if pin else ''}",
             {
@@ -291,19 +297,19 @@ class LeaseStatements(SharedStatements):
         )
         return [row[0] for row in rows]
 
-    def delete_leases(self, entity_id: int, consumer: str, before: int) -> None:
+    async def delete_leases(self, entity_id: int, consumer: str, before: int) -> None:
         # A lease that still covers messages stays until it is completed or its lock runs
         # out and is closed: without it they would be held by nothing.
-        self._execute(
+        await self._execute(
             "DELETE FROM leases WHERE entity_id = :entity AND consumer = :consumer"
             " AND number < :before AND cover_lo IS NULL",
             {"entity": entity_id, "consumer": consumer, "before": before},
         )
 
-    def lease_seqs(
+    async def lease_seqs(
         self, entity_id: int, token: str, lo: int, hi: int, now: float, first_delivery: bool = False
     ) -> list[int]:
-        rows = self._query(
+        rows = await self._query(
             "SELECT seq FROM messages WHERE entity_id = :entity AND state = 'locked'"
             " AND seq BETWEEN :lo AND :hi AND lock_token = :token AND locked_until > :now"
             " AND (NOT :first OR delivery_count = 1)",
@@ -318,35 +324,37 @@ class LeaseStatements(SharedStatements):
         )
         locked = [row[0] for row in rows]
         if first_delivery:  # a covered message is on its first delivery if its row has none
-            span = within(self._cover(entity_id, token, now), lo, hi)
-            covered = [] if span is None else self._first_covered(entity_id, *span)
+            span = within(await self._cover(entity_id, token, now), lo, hi)
+            covered = [] if span is None else await self._first_covered(entity_id, *span)
         else:
-            covered = self._in_cover(entity_id, self._cover(entity_id, token, now), None, lo, hi)
+            covered = await self._in_cover(
+                entity_id, await self._cover(entity_id, token, now), None, lo, hi
+            )
         return sorted(locked + covered)
 
-    def _first_covered(self, entity_id: int, lo: int, hi: int) -> list[int]:
-        rows = self._query(
+    async def _first_covered(self, entity_id: int, lo: int, hi: int) -> list[int]:
+        rows = await self._query(
             f"SELECT seq FROM messages WHERE entity_id = :entity AND {_IN_COVERS}"
             " AND seq BETWEEN :lo AND :hi AND delivery_count = 0",
             {"entity": entity_id, "lo": lo, "hi": hi},
         )
         return [row[0] for row in rows]
 
-    def lease_rows(
+    async def lease_rows(
         self, entity_id: int, token: str, lo: int, hi: int, now: float
     ) -> list[tuple[Any, ...]]:
-        rows = self._query(
+        rows = await self._query(
             f"SELECT {_LEASE_COLUMNS}, delivery_count FROM messages WHERE entity_id = :entity"
             " AND state = 'locked' AND seq BETWEEN :lo AND :hi AND lock_token = :token"
             " AND locked_until > :now ORDER BY seq",
             {"entity": entity_id, "lo": lo, "hi": hi, "token": token, "now": now},
         )
-        span = within(self._cover(entity_id, token, now), lo, hi)
+        span = within(await self._cover(entity_id, token, now), lo, hi)
         if span is None:
             return rows
         # Sorted here: ORDER BY made SQLite sort the rows, bodies and all, in a temporary
         # B-tree (they come in order, or nearly, and sorting them here costs little).
-        covered = self._query(
+        covered = await self._query(
             f"SELECT {_LEASE_COLUMNS}, delivery_count + 1 FROM messages"
             f" WHERE entity_id = :entity AND {_IN_COVERS} AND seq BETWEEN :lo AND :hi",
             {"entity": entity_id, "lo": span[0], "hi": span[1]},

@@ -54,7 +54,7 @@ class LedgerCounts(ABC):
         self._add_to_ledger(destination, moved_in=count, size_bytes=size)
         self._made_receivable(count)
 
-    def count_poisoned(self, entity_id: int, count: int) -> None:
+    async def count_poisoned(self, entity_id: int, count: int) -> None:
         """Messages the retry policy dead-lettered or dropped (counted besides the move or
         the drop itself)."""
         self._add_to_ledger(entity_id, poisoned=count)

@@ -23,11 +23,11 @@ from poisonq.store.shared_sql import SharedStatements
 class SessionStatements(SharedStatements):
     """The session methods of both stores' transactions."""
 
-    def lock_session(
+    async def lock_session(
         self, entity_id: int, session_id: str | None, token: str, locked_until: float, now: float
     ) -> str | None:
         if session_id is None:
-            rows = self._query(
+            rows = await self._query(
                 "SELECT session_id FROM messages m WHERE entity_id = :entity AND state = 'active'"
                 " AND session_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM sessions s"
                 "   WHERE s.entity_id = :entity AND s.session_id = m.session_id"
@@ -38,7 +38,7 @@ class SessionStatements(SharedStatements):
             if not rows:
                 return None
             session_id = str(rows[0][0])
-        changed = self._update(
+        changed = await self._update(
             "INSERT INTO sessions (entity_id, session_id, lock_token, locked_until)"
             " VALUES (:entity, :session, :token, :until) ON CONFLICT (entity_id, session_id)"
             " DO UPDATE SET lock_token = :token, locked_until = :until"
@@ -53,15 +53,15 @@ class SessionStatements(SharedStatements):
         )
         return session_id if changed else None
 
-    def session(self, entity_id: int, session_id: str) -> SessionRecord | None:
-        rows = self._query(
+    async def session(self, entity_id: int, session_id: str) -> SessionRecord | None:
+        rows = await self._query(
             "SELECT session_id, lock_token, locked_until, state FROM sessions"
             " WHERE entity_id = :entity AND session_id = :session",
             {"entity": entity_id, "session": session_id},
         )
         return SessionRecord(*rows[0]) if rows else None
 
-    def renew_session(
+    async def renew_session(
         self, entity_id: int, session_id: str, token: str, now: float, locked_until: float
     ) -> int:
         params = {
@@ -71,23 +71,23 @@ class SessionStatements(SharedStatements):
             "now": now,
             "until": locked_until,
         }
-        changed = self._update(
+        changed = await self._update(
             "UPDATE sessions SET locked_until = :until WHERE entity_id = :entity"
             " AND session_id = :session AND lock_token = :token AND locked_until > :now",
             params,
         )
         if changed:
-            self._execute(
+            await self._execute(
                 "UPDATE messages SET locked_until = :until WHERE entity_id = :entity"
                 " AND state = 'locked' AND lock_token = :token AND locked_until > :now",
                 params,
             )
         return changed
 
-    def set_session_state(
+    async def set_session_state(
         self, entity_id: int, session_id: str, token: str, now: float, state: bytes | None
     ) -> int:
-        return self._update(
+        return await self._update(
             "UPDATE sessions SET state = :state, state_updated_at = :now WHERE entity_id = :entity"
             " AND session_id = :session AND lock_token = :token AND locked_until > :now",
             {
@@ -99,15 +99,15 @@ class SessionStatements(SharedStatements):
             },
         )
 
-    def session_ids(self, entity_id: int, state_updated_after: float | None) -> list[str]:
+    async def session_ids(self, entity_id: int, state_updated_after: float | None) -> list[str]:
         if state_updated_after is not None:
-            rows = self._query(
+            rows = await self._query(
                 "SELECT session_id FROM sessions WHERE entity_id = :entity"
                 " AND state_updated_at > :after ORDER BY session_id",
                 {"entity": entity_id, "after": state_updated_after},
             )
         else:
-            rows = self._query(
+            rows = await self._query(
                 "SELECT session_id FROM messages WHERE entity_id = :entity"
                 f" AND session_id IS NOT NULL AND state IN {LIVE}"
                 " UNION SELECT session_id FROM sessions WHERE entity_id = :entity"
@@ -116,23 +116,27 @@ class SessionStatements(SharedStatements):
             )
         return [str(row[0]) for row in rows]
 
-    def release_session(self, entity_id: int, session_id: str, token: str) -> int:
-        return self._update(
+    async def release_session(self, entity_id: int, session_id: str, token: str) -> int:
+        return await self._update(
             "UPDATE sessions SET lock_token = NULL, locked_until = NULL"
             " WHERE entity_id = :entity AND session_id = :session AND lock_token = :token",
             {"entity": entity_id, "session": session_id, "token": token},
         )
 
-    def session_locks(self, entity_id: int, session_id: str, token: str, now: float) -> list[int]:
-        rows = self._query(
+    async def session_locks(
+        self, entity_id: int, session_id: str, token: str, now: float
+    ) -> list[int]:
+        rows = await self._query(
             "SELECT seq FROM messages WHERE entity_id = :entity AND session_id = :session"
             " AND state = 'locked' AND lock_token = :token AND locked_until > :now ORDER BY seq",
             {"entity": entity_id, "session": session_id, "token": token, "now": now},
         )
         return [row[0] for row in rows]
 
-    def unlock_session(self, entity_id: int, session_id: str, ready: MessageState) -> list[int]:
-        rows = self._query(
+    async def unlock_session(
+        self, entity_id: int, session_id: str, ready: MessageState
+    ) -> list[int]:
+        rows = await self._query(
             "UPDATE messages SET state = :ready, lock_token = NULL, locked_until = NULL"
             " WHERE entity_id = :entity AND session_id = :session AND state = 'locked'"
             " RETURNING seq",

@@ -12,10 +12,10 @@ from poisonq.store.leases_sql import LeaseStatements
 class SettlingStatements(LeaseStatements):
     """The settlement methods of both stores' transactions."""
 
-    def renew(
+    async def renew(
         self, entity_id: int, token: str, seqs: Sequence[int], now: float, locked_until: float
     ) -> int:
-        renewed = self._update(
+        renewed = await self._update(
             "UPDATE messages SET locked_until = :until WHERE entity_id = :entity"
             " AND state = 'locked' AND lock_token = :token AND locked_until > :now"
             f" AND seq {self._in_list('seqs')}",
@@ -28,8 +28,8 @@ class SettlingStatements(LeaseStatements):
             },
         )
         if renewed < len(seqs):  # a covered message leaves its lease's cover for a lock of its own
-            covered = self._covered_of(entity_id, token, seqs, now)
-            renewed += self._update(
+            covered = await self._covered_of(entity_id, token, seqs, now)
+            renewed += await self._update(
                 "UPDATE messages SET state = 'locked', lock_token = :token,"
                 " locked_until = :until, delivery_count = delivery_count + 1, leasable = 0"
                 f" WHERE seq {self._in_list('seqs')}",
@@ -37,24 +37,24 @@ class SettlingStatements(LeaseStatements):
             )
         return renewed
 
-    def defer(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> int:
-        deferred = self._update(
+    async def defer(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> int:
+        deferred = await self._update(
             "UPDATE messages SET state = 'deferred', lock_token = NULL, locked_until = NULL"
             " WHERE entity_id = :entity AND state = 'locked' AND lock_token = :token"
             f" AND locked_until > :now AND seq {self._in_list('seqs')}",
             {"entity": entity_id, "token": token, "now": now, "seqs": self._list(seqs)},
         )
         if deferred < len(seqs):
-            covered = self._covered_of(entity_id, token, seqs, now)
-            deferred += self._update(
+            covered = await self._covered_of(entity_id, token, seqs, now)
+            deferred += await self._update(
                 "UPDATE messages SET state = 'deferred', delivery_count = delivery_count + 1,"
                 f" leasable = 0 WHERE seq {self._in_list('seqs')}",
                 {"seqs": self._list(covered)},
             )
         return deferred
 
-    def reschedule(self, entity_id: int, seqs: Sequence[int], visible_at: float) -> int:
-        return self._update(
+    async def reschedule(self, entity_id: int, seqs: Sequence[int], visible_at: float) -> int:
+        return await self._update(
             "UPDATE messages SET state = 'scheduled', visible_at = :visible"
             f" WHERE entity_id = :entity AND state = 'active' AND seq {self._in_list('seqs')}",
             {"visible": visible_at, "entity": entity_id, "seqs": self._list(seqs)},

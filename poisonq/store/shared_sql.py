@@ -46,15 +46,15 @@ class SharedStatements(ABC):
     """What a store provides to run the statements of :mod:`poisonq.store.shared_sql`."""
 
     @abstractmethod
-    def _query(self, sql: str, params: Params) -> list[tuple[Any, ...]]:
+    async def _query(self, sql: str, params: Params) -> list[tuple[Any, ...]]:
         """The rows of a statement."""
 
     @abstractmethod
-    def _update(self, sql: str, params: Params) -> int:
+    async def _update(self, sql: str, params: Params) -> int:
         """How many rows a statement changed."""
 
     @abstractmethod
-    def _execute(self, sql: str, params: Params) -> None:
+    async def _execute(self, sql: str, params: Params) -> None:
         """Run a statement whose result nobody needs (a store may send it later)."""
 
     @abstractmethod

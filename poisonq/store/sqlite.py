@@ -17,8 +17,8 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from itertools import chain
 from operator import attrgetter
 from pathlib import Path
@@ -200,13 +200,13 @@ class SqliteTransaction(
         self.history = HistoryBuffer()
 
     # The primitives of the statements both stores share (poisonq.store.shared_sql).
-    def _query(self, sql: str, params: Params) -> list[tuple[Any, ...]]:
+    async def _query(self, sql: str, params: Params) -> list[tuple[Any, ...]]:
         return self._db.execute(sql, params).fetchall()
 
-    def _update(self, sql: str, params: Params) -> int:
+    async def _update(self, sql: str, params: Params) -> int:
         return self._db.execute(sql, params).rowcount
 
-    def _execute(self, sql: str, params: Params) -> None:
+    async def _execute(self, sql: str, params: Params) -> None:
         self._db.execute(sql, params)
 
     def _list(self, values: Sequence[Any]) -> str:
@@ -215,12 +215,12 @@ class SqliteTransaction(
     def _in_list(self, name: str) -> str:
         return f"IN (SELECT value FROM json_each(:{name}))"
 
-    def _returned(self, entity_id: int) -> str:
+    async def _returned(self, entity_id: int) -> str:
         """What ``leasable`` becomes for a message that comes (back) to ready in the entity:
         0 if a lease cover of the entity could take it for one of its own, else unchanged
         (with no cover it is as receivable as a message just sent, and keeping it so spares
         an entry in the index of unleasable messages)."""
-        return "0" if self.cover_top(entity_id) else "leasable"
+        return "0" if await self.cover_top(entity_id) else "leasable"
 
     def _made_receivable(self, count: int = 1) -> None:
         """Nothing to note: every commit of a write wakes the waiting receivers
@@ -237,13 +237,13 @@ class SqliteTransaction(
         self._db.execute(f"UPDATE entities SET {sets} WHERE id = ?", (*deltas.values(), entity_id))
 
     # Entities -----------------------------------------------------------------------------
-    def entity(self, name: str) -> EntityRecord | None:
+    async def entity(self, name: str) -> EntityRecord | None:
         row = self._db.execute(
             f"SELECT {ENTITY_COLUMNS} FROM entities WHERE name = ?", (name,)
         ).fetchone()
         return entity_row(row) if row else None
 
-    def delete_entity(self, entity_id: int) -> None:
+    async def delete_entity(self, entity_id: int) -> None:
         self.history = HistoryBuffer()  # nothing is kept of what goes
         # Messages have no foreign key to their entity (schema 15): they are deleted here,
         # after the entity rows, whose aggregates go with them (so not through _delete:
@@ -255,7 +255,7 @@ class SqliteTransaction(
         self._db.execute("DELETE FROM entities WHERE id = ?1 OR parent_id = ?1", (entity_id,))
         self._db.execute(f"DELETE FROM messages WHERE entity_id IN {SEQS}", family)
 
-    def held_counts(
+    async def held_counts(
         self, entity_id: int, ready: MessageState, held: int
     ) -> dict[MessageState, int]:
         others = [s for s in HELD_STATES if s is not ready]
@@ -265,7 +265,7 @@ class SqliteTransaction(
             (entity_id, json.dumps(others)),
         )
         counts = {STATES[state]: n for state, n in rows}
-        top = self.cover_top(entity_id)
+        top = await self.cover_top(entity_id)
         if top:  # the covered messages are locked, not ready
             (covered,) = self._db.execute(
                 "SELECT count(*) FROM messages WHERE entity_id = ? AND state = ?"
@@ -276,12 +276,12 @@ class SqliteTransaction(
         counts[ready] = held - sum(counts.values())
         return {state: n for state, n in counts.items() if n}
 
-    def audit_rows(self) -> list[tuple[EntityRecord, int]]:
+    async def audit_rows(self) -> list[tuple[EntityRecord, int]]:
         held = dict(self._db.execute("SELECT entity_id, count(*) FROM messages GROUP BY entity_id"))
-        return [(entity, held.get(entity.id, 0)) for entity in self.entities()]
+        return [(entity, held.get(entity.id, 0)) for entity in await self.entities()]
 
     # Sending ------------------------------------------------------------------------------
-    def insert_messages(
+    async def insert_messages(
         self, entity_id: int, rows: Sequence[NewMessage], now: float, *, last: bool = False
     ) -> list[int]:
         # (``last`` changes nothing here: the commit is local.)
@@ -333,7 +333,7 @@ class SqliteTransaction(
         ).fetchone()
         return subqueue in DEAD_LETTER_QUEUES
 
-    def remember_message_ids(
+    async def remember_message_ids(
         self, entity_id: int, message_ids: Sequence[str], expires_at: float
     ) -> None:
         self._db.executemany(
@@ -343,7 +343,7 @@ class SqliteTransaction(
         )
 
     # Receiving ----------------------------------------------------------------------------
-    def lock_ready(
+    async def lock_ready(
         self,
         entity_id: int,
         name: str,
@@ -360,7 +360,7 @@ class SqliteTransaction(
             params: tuple[object, ...] = (entity_id, ready, session_id, limit)
             which += " AND session_id = ?3 ORDER BY seq LIMIT ?4"
         else:
-            which, top = self.receivable(entity_id)
+            which, top = await self.receivable(entity_id)
             params = (entity_id, ready, top, limit)
         rows = self._db.execute(
             "UPDATE messages SET state = 'locked', lock_token = ?5, locked_until = ?6,"
@@ -371,10 +371,10 @@ class SqliteTransaction(
         rows.sort(key=lambda row: row[0])
         return message_rows(rows, name)
 
-    def take_ready(
+    async def take_ready(
         self, entity_id: int, name: str, ready: MessageState, limit: int
     ) -> list[ReceivedMessage]:
-        which, top = self.receivable(entity_id)
+        which, top = await self.receivable(entity_id)
         rows = self._delete(
             entity_id,
             f"seq IN ({which})",
@@ -389,7 +389,7 @@ class SqliteTransaction(
             message.state = MessageState.COMPLETED
         return taken
 
-    def lock_deferred(
+    async def lock_deferred(
         self, entity_id: int, name: str, seqs: Sequence[int], token: str, locked_until: float
     ) -> list[ReceivedMessage]:
         rows = self._db.execute(
@@ -402,7 +402,7 @@ class SqliteTransaction(
         rows.sort(key=lambda row: row[0])
         return message_rows(rows, name)
 
-    def peek(
+    async def peek(
         self, entity_id: int, name: str, from_seq: int, limit: int, where: MessageFilter
     ) -> list[ReceivedMessage]:
         clauses, params = filter_clauses(where)
@@ -413,14 +413,16 @@ class SqliteTransaction(
         )
         return message_rows(rows, name)
 
-    def message(self, entity_id: int, name: str, seq: int) -> ReceivedMessage | None:
+    async def message(self, entity_id: int, name: str, seq: int) -> ReceivedMessage | None:
         row = self._db.execute(
             f"SELECT {MESSAGE_COLUMNS} FROM held_messages WHERE +entity_id = ? AND seq = ?",
             (entity_id, seq),
         ).fetchone()
         return message_row(row, name) if row else None
 
-    def messages(self, entity_id: int, name: str, seqs: Sequence[int]) -> list[ReceivedMessage]:
+    async def messages(
+        self, entity_id: int, name: str, seqs: Sequence[int]
+    ) -> list[ReceivedMessage]:
         rows = self._db.execute(
             f"SELECT {MESSAGE_COLUMNS} FROM held_messages WHERE +entity_id = ? AND seq IN {SEQS}"
             " ORDER BY seq",
@@ -428,11 +430,13 @@ class SqliteTransaction(
         )
         return message_rows(rows, name)
 
-    def still_stored(self, seqs: Sequence[int]) -> set[int]:
+    async def still_stored(self, seqs: Sequence[int]) -> set[int]:
         rows = self._db.execute(f"SELECT seq FROM messages WHERE seq IN {SEQS}", (seqs_json(seqs),))
         return {row[0] for row in rows}
 
-    def locked(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[LockInfo]:
+    async def locked(
+        self, entity_id: int, token: str, seqs: Sequence[int], now: float
+    ) -> list[LockInfo]:
         held = [
             LockInfo(*row)
             for row in self._db.execute(
@@ -443,7 +447,7 @@ class SqliteTransaction(
             )
         ]
         if len(held) < len(seqs):  # the others may be held by a lease's cover
-            covered = self._covered_of(entity_id, token, seqs, now)
+            covered = await self._covered_of(entity_id, token, seqs, now)
             held += [
                 LockInfo(*row)
                 for row in self._db.execute(
@@ -454,12 +458,12 @@ class SqliteTransaction(
             ]
         return held
 
-    def expired_locks(self, entity_id: int, now: float) -> list[LockInfo]:
+    async def expired_locks(self, entity_id: int, now: float) -> list[LockInfo]:
         rows = self._db.execute(f"{_EXPIRED_LOCKS} ORDER BY seq", (entity_id, now))
         return [LockInfo(*row) for row in rows]
 
-    def expired_messages(self, entity_id: int, now: float) -> list[int]:
-        covered = self._covered_clause(entity_id)
+    async def expired_messages(self, entity_id: int, now: float) -> list[int]:
+        covered = await self._covered_clause(entity_id)
         rows = self._db.execute(
             "SELECT seq FROM messages WHERE entity_id = ? AND expires_at <= ?"
             f" AND state IN ('scheduled', 'active') AND NOT {covered} ORDER BY seq",
@@ -467,15 +471,15 @@ class SqliteTransaction(
         )
         return [row[0] for row in rows]
 
-    def promote_scheduled(self, entity_id: int, now: float) -> int:
+    async def promote_scheduled(self, entity_id: int, now: float) -> int:
         return self._db.execute(
-            f"UPDATE messages SET state = 'active', leasable = {self._returned(entity_id)}"
+            f"UPDATE messages SET state = 'active', leasable = {await self._returned(entity_id)}"
             " WHERE entity_id = ?"
             " AND state = 'scheduled' AND visible_at <= ?",
             (entity_id, now),
         ).rowcount
 
-    def due_scheduled(self, entity_id: int, now: float) -> list[int]:
+    async def due_scheduled(self, entity_id: int, now: float) -> list[int]:
         rows = self._db.execute(
             "SELECT seq FROM messages WHERE entity_id = ? AND state = 'scheduled'"
             " AND visible_at <= ? ORDER BY seq",
@@ -484,7 +488,7 @@ class SqliteTransaction(
         return [row[0] for row in rows]
 
     # Moves between entities ---------------------------------------------------------------
-    def move(
+    async def move(
         self,
         entity_id: int,
         seqs: Sequence[int],
@@ -494,10 +498,11 @@ class SqliteTransaction(
         move_count: int = 0,
         hop_count: int = 0,
     ) -> list[int]:
-        covered = self._covered_clause(entity_id)
+        covered = await self._covered_clause(entity_id)
         rows = self._db.execute(
             "UPDATE messages SET entity_id = ?, state = coalesce(?, state),"
-            f" visible_at = coalesce(?, visible_at), leasable = {self._returned(destination_id)},"
+            " visible_at = coalesce(?, visible_at),"
+            f" leasable = {await self._returned(destination_id)},"
             " move_count = move_count + ?, hop_count = hop_count + ?"
             f" WHERE entity_id = ? AND state IN {HELD_IN} AND state != 'locked' AND NOT {covered}"
             f" AND seq IN {SEQS} RETURNING seq, size",
@@ -508,30 +513,32 @@ class SqliteTransaction(
         return sorted(row[0] for row in rows)
 
     # Settling -----------------------------------------------------------------------------
-    def receive_follows(self, entity_id: int) -> None:
+    async def receive_follows(self, entity_id: int) -> None:
         """Nothing to send ahead: a statement here costs no round trip."""
 
-    def lease_follows(self, entity_id: int) -> None:
+    async def lease_follows(self, entity_id: int) -> None:
         """Nothing to exclude first: one transaction writes at a time."""
 
-    def complete(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
-        done = self._complete(entity_id, token, now, f"seq IN {SEQS}", seqs_json(seqs))
+    async def complete(
+        self, entity_id: int, token: str, seqs: Sequence[int], now: float
+    ) -> list[int]:
+        done = await self._complete(entity_id, token, now, f"seq IN {SEQS}", seqs_json(seqs))
         if len(done) < len(seqs):  # the others may be held by a lease's cover
-            covered = self._covered_of(entity_id, token, seqs, now)
+            covered = await self._covered_of(entity_id, token, seqs, now)
             done += self._delete_covered(entity_id, f"seq IN {SEQS}", seqs_json(covered))
         return done
 
-    def complete_span(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> int:
-        done = len(self._complete(entity_id, token, now, "seq BETWEEN ? AND ?", lo, hi))
-        cover = self._cover(entity_id, token, now)
+    async def complete_span(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> int:
+        done = len(await self._complete(entity_id, token, now, "seq BETWEEN ? AND ?", lo, hi))
+        cover = await self._cover(entity_id, token, now)
         span = within(cover, lo, hi)
         if span is not None:
             done += self._delete_covered_span(entity_id, *span)
             if span == cover:
-                self._forget_cover(entity_id, token)
+                await self._forget_cover(entity_id, token)
         return done
 
-    def _complete(
+    async def _complete(
         self, entity_id: int, token: str, now: float, which: str, *params: object
     ) -> list[int]:
         rows = self._delete(
@@ -604,7 +611,7 @@ class SqliteTransaction(
         self._count_completed(entity_id, len(rows), sum(row[1] for row in rows))
         return [row[0] for row in rows]
 
-    def abandon(
+    async def abandon(
         self,
         entity_id: int,
         seqs: Sequence[int],
@@ -613,12 +620,12 @@ class SqliteTransaction(
         lock_expired: bool,
     ) -> int:
         failing = any(failures)
-        covered = self._covered_clause(entity_id)
+        covered = await self._covered_clause(entity_id)
         # A covered message's delivery is counted in its row as it leaves its lease.
         changed = self._db.execute(
             "UPDATE messages SET state = :ready, lock_token = NULL, locked_until = NULL,"
             f" delivery_count = delivery_count + {covered},"
-            f" leasable = {self._returned(entity_id)},"
+            f" leasable = {await self._returned(entity_id)},"
             " abort_count = abort_count + 1"
             f"{',' + _record_failure('failed.failure') if failing else ''}"
             # +entity_id: each found by sequence number, never by walking the entity's index
@@ -634,7 +641,7 @@ class SqliteTransaction(
         self._count_returned(entity_id, changed, lock_expired)
         return changed
 
-    def release(
+    async def release(
         self,
         entity_id: int,
         token: str,
@@ -648,15 +655,15 @@ class SqliteTransaction(
         extra = [] if seqs is None else [seqs_json(seqs)]
         rows = self._db.execute(
             "UPDATE messages SET state = ?, lock_token = NULL, locked_until = NULL,"
-            f" delivery_count = delivery_count - 1, leasable = {self._returned(entity_id)}"
+            f" delivery_count = delivery_count - 1, leasable = {await self._returned(entity_id)}"
             " WHERE entity_id = ? AND state = 'locked' AND lock_token = ? AND locked_until > ?"
             f" AND seq BETWEEN ? AND ?{listed} RETURNING seq",
             (ready, entity_id, token, now, lo, hi, *extra),
         ).fetchall()
-        covered = self._give_back_covered(entity_id, token, lo, hi, seqs, now)
+        covered = await self._give_back_covered(entity_id, token, lo, hi, seqs, now)
         return sorted([row[0] for row in rows] + covered)
 
-    def dead_letter_each(
+    async def dead_letter_each(
         self,
         entity_id: int,
         letters: Sequence[Letter],
@@ -670,15 +677,15 @@ class SqliteTransaction(
         first = all_alike(letters)
         alike = first is not None
         first = first or Letter(0, "", None, None)
-        covered = self._covered_clause(entity_id)
+        covered = await self._covered_clause(entity_id)
         held: list[int] = []
         if lock_token is not None and seqs and covered != "0":
-            held = self._covered_of(entity_id, lock_token, seqs, now)
+            held = await self._covered_of(entity_id, lock_token, seqs, now)
         held_by_cover = f" OR messages.seq {self._in_list('held')}" if held else ""
         rows = self._db.execute(
             "UPDATE messages SET entity_id = :destination, state = 'dead_lettered',"
             " lock_token = NULL, locked_until = NULL, dead_letter_reason = letter.reason,"
-            f" leasable = {self._returned(destination_id)},"
+            f" leasable = {await self._returned(destination_id)},"
             f" delivery_count = delivery_count + {covered},"
             # Without a description, the last recorded failure describes the message.
             " dead_letter_description = coalesce(letter.description,"
@@ -715,7 +722,7 @@ class SqliteTransaction(
         self._count_moved(entity_id, destination_id, moved, size, "dead_lettered")
         return sorted(row[0] for row in rows)
 
-    def drop(self, entity_id: int, seqs: Sequence[int]) -> int:
+    async def drop(self, entity_id: int, seqs: Sequence[int]) -> int:
         rows = self._delete(
             entity_id,
             f"entity_id = ? AND state IN {HELD_IN} AND seq IN {SEQS}",
@@ -725,7 +732,7 @@ class SqliteTransaction(
         self._count_dropped(entity_id, len(rows), sum(row[0] for row in rows))
         return len(rows)
 
-    def resubmit(
+    async def resubmit(
         self,
         entity_id: int,
         seqs: Sequence[int],
@@ -733,7 +740,7 @@ class SqliteTransaction(
         now: float,
         expires_at: float | None,
     ) -> int:
-        covered = self._covered_clause(entity_id)
+        covered = await self._covered_clause(entity_id)
         guard = (
             "entity_id = ? AND state IN ('active', 'deferred', 'dead_lettered')"
             f" AND NOT {covered} AND seq IN {SEQS}"
@@ -846,17 +853,17 @@ class SqliteStore(Store):
             self.check_open()
             return int(self._db.execute("PRAGMA data_version").fetchone()[0])
 
-    def transaction(self) -> AbstractContextManager[Transaction]:
+    def transaction(self) -> AbstractAsyncContextManager[Transaction]:
         return self._transaction("BEGIN IMMEDIATE")
 
-    def reading(self) -> AbstractContextManager[Transaction]:
+    def reading(self) -> AbstractAsyncContextManager[Transaction]:
         # Deferred: a reader takes a snapshot of the WAL, neither taking the write lock nor
         # waiting for another process's. (Within this process the connection is shared, so
         # its transactions, reads or writes, still take turns.)
         return self._transaction(READ)
 
-    @contextmanager
-    def _transaction(self, begin: str) -> Iterator[Transaction]:
+    @asynccontextmanager
+    async def _transaction(self, begin: str) -> AsyncIterator[Transaction]:
         with self._lock:
             self.check_open()
             try:
@@ -867,7 +874,7 @@ class SqliteStore(Store):
                 tx = SqliteTransaction(self._db)
                 yield tx
                 if tx.history:
-                    tx.write_history(self.history)
+                    await tx.write_history(self.history)
             except sqlite3.Error as exc:
                 self._rollback()
                 raise _store_error(f"SQLite error on {self.path}", exc) from exc

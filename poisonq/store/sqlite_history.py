@@ -37,7 +37,7 @@ class SqliteHistory(HistoryTables):
     _db: sqlite3.Connection
     history: HistoryBuffer
 
-    def write_history(self, keeper: HistoryKeeper) -> None:
+    async def write_history(self, keeper: HistoryKeeper) -> None:
         """Write what this transaction added (called just before its commit), and prune
         when a prune is due."""
         now, prune = keeper.stamp()
@@ -47,4 +47,4 @@ class SqliteHistory(HistoryTables):
         if dead := self.history.dead_rows():
             self._db.execute(_RECORD_DEAD_LETTERS, (json.dumps(dead), spans))
         if prune:
-            self._prune_history(now)
+            await self._prune_history(now)

@@ -33,19 +33,19 @@ class SqliteLeases(LeaseStatements):
 
     _db: sqlite3.Connection
 
-    def _covered_clause(self, entity_id: int) -> str:
+    async def _covered_clause(self, entity_id: int) -> str:
         """:data:`COVERED` when the entity has a lease cover, else ``0``: no row is covered,
         and the statement need not ask each row."""
-        return COVERED if self.cover_top(entity_id) else "0"
+        return COVERED if await self.cover_top(entity_id) else "0"
 
-    def receivable(self, entity_id: int) -> tuple[str, int]:
+    async def receivable(self, entity_id: int) -> tuple[str, int]:
         """A statement selecting the sequence numbers of the entity's receivable messages
         (parameters: entity, ready state, the top of its covers, limit), and that top: with no
         cover, the plain oldest ready ones."""
-        top = self.cover_top(entity_id)
+        top = await self.cover_top(entity_id)
         return (_RECEIVABLE_SEQS if top else _READY_SEQS), top
 
-    def lock_lease(
+    async def lock_lease(
         self,
         entity_id: int,
         name: str,
@@ -57,7 +57,7 @@ class SqliteLeases(LeaseStatements):
         locked_until: float,
         now: float,
     ) -> Lease | None:
-        params = (entity_id, ready, self.cover_top(entity_id), limit)
+        params = (entity_id, ready, await self.cover_top(entity_id), limit)
         count, first, last, cover_lo, cover_hi, returning = self._db.execute(
             "SELECT count(*), min(seq), max(seq), min(CASE leasable WHEN 1 THEN seq END),"
             f" max(CASE leasable WHEN 1 THEN seq END), sum(1 - leasable) FROM ({RECEIVABLE})",
@@ -75,7 +75,7 @@ class SqliteLeases(LeaseStatements):
                 (token, locked_until, seqs_json([row[0] for row in returned])),
             )
         lease = Lease(name, consumer, number, token, count, first, last, now)
-        self._insert_lease(
+        await self._insert_lease(
             entity_id, lease, locked_until=locked_until, cover_lo=cover_lo, cover_hi=cover_hi
         )
         return lease

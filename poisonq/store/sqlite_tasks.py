@@ -20,7 +20,7 @@ class SqliteTasks(SqliteLeases, DeadLetterAnalysis):
 
     _db: sqlite3.Connection
 
-    def select(
+    async def select(
         self,
         entity_id: int,
         where: MessageFilter,
@@ -33,7 +33,7 @@ class SqliteTasks(SqliteLeases, DeadLetterAnalysis):
         # would read all of them and sort).
         clauses, params = filter_clauses(where)
         order = "DESC" if newest_first else "ASC"
-        covered = self._covered_clause(entity_id)
+        covered = await self._covered_clause(entity_id)
         if _one_group(where):  # the group's index, in order: a page costs its size
             rows = self._db.execute(
                 f"SELECT seq FROM messages WHERE entity_id = ? AND state IN {UNLOCKED_SQL}"
@@ -54,10 +54,12 @@ class SqliteTasks(SqliteLeases, DeadLetterAnalysis):
         )
         return [row[0] for row in rows]
 
-    def count_matching(self, entity_id: int, where: MessageFilter, aggregated: bool = False) -> int:
+    async def count_matching(
+        self, entity_id: int, where: MessageFilter, aggregated: bool = False
+    ) -> int:
         clauses, params = filter_clauses(where)
-        covered = self._covered_clause(entity_id)
-        kept = self._kept_count(entity_id, where) if aggregated else None
+        covered = await self._covered_clause(entity_id)
+        kept = await self._kept_count(entity_id, where) if aggregated else None
         if kept is not None:  # less the locked ones (by the state index, unless covered)
             locks = "INDEXED BY messages_by_state WHERE entity_id = ? AND state = 'locked'"
             if covered != "0":

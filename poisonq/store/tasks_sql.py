@@ -15,7 +15,7 @@ from poisonq.store.shared_sql import SharedStatements
 class TaskStatements(SharedStatements):
     """The task methods of both stores' transactions."""
 
-    def insert_task(
+    async def insert_task(
         self,
         kind: str,
         entity_id: int,
@@ -24,7 +24,7 @@ class TaskStatements(SharedStatements):
         now: float,
         started_by: str | None,
     ) -> int:
-        ((task_id,),) = self._query(
+        ((task_id,),) = await self._query(
             "INSERT INTO tasks (kind, entity_id, status, spec, total, created_at, updated_at,"
             " started_by) VALUES (:kind, :entity, 'running', :spec, :total, :now, :now, :by)"
             " RETURNING id",
@@ -39,11 +39,11 @@ class TaskStatements(SharedStatements):
         )
         return int(task_id)
 
-    def task(self, task_id: int) -> TaskRecord | None:
-        rows = self._query(f"{_SELECT} WHERE t.id = :id", {"id": task_id})
+    async def task(self, task_id: int) -> TaskRecord | None:
+        rows = await self._query(f"{_SELECT} WHERE t.id = :id", {"id": task_id})
         return _record(rows[0]) if rows else None
 
-    def tasks(
+    async def tasks(
         self, entity_id: int | None, before_id: int | None, limit: int, running: bool = False
     ) -> list[TaskRecord]:
         params: dict[str, Any] = {"entity": entity_id, "before": before_id, "limit": limit}
@@ -53,10 +53,10 @@ class TaskStatements(SharedStatements):
             *(["t.status = 'running'"] if running else []),
         ]
         where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
-        rows = self._query(f"{_SELECT}{where} ORDER BY t.id DESC LIMIT :limit", params)
+        rows = await self._query(f"{_SELECT}{where} ORDER BY t.id DESC LIMIT :limit", params)
         return [_record(row) for row in rows]
 
-    def update_task(
+    async def update_task(
         self,
         task_id: int,
         done: int,
@@ -65,7 +65,7 @@ class TaskStatements(SharedStatements):
         now: float,
         cancelled_by: str | None = None,
     ) -> None:
-        self._execute(
+        await self._execute(
             "UPDATE tasks SET done = :done, status = :status, error = :error, updated_at = :now,"
             " cancelled_by = COALESCE(:by, cancelled_by) WHERE id = :id",
             {

@@ -80,28 +80,28 @@ def _summary_row(row: tuple[Any, ...]) -> PipelineSummary:
 class TimelineStatements(SharedStatements):
     """The timeline methods of both stores' transactions."""
 
-    def dead_lettered_between(
+    async def dead_lettered_between(
         self, entity_id: int, lo: int, hi: int, since: float, until: float
     ) -> dict[str, int]:
-        rows = self._query(
+        rows = await self._query(
             _DEAD_LETTERED_BETWEEN,
             {"entity": entity_id, "lo": lo, "hi": hi, "since": since, "until": until},
         )
         return {reason: int(count) for reason, count in rows}
 
-    def record_batch(self, entity_id: int, batch: PipelineBatch, keep: int) -> None:
-        self._execute(_RECORD_BATCH, _record_params(entity_id, batch))
+    async def record_batch(self, entity_id: int, batch: PipelineBatch, keep: int) -> None:
+        await self._execute(_RECORD_BATCH, _record_params(entity_id, batch))
         last = batch.lease - keep
-        self._execute(
+        await self._execute(
             _FORGET_BATCHES, {"entity": entity_id, "consumer": batch.consumer, "last": last}
         )
 
-    def forget_pipeline(self, entity_id: int, consumer: str) -> None:
-        self._execute(_FORGET_PIPELINE, {"entity": entity_id, "consumer": consumer})
+    async def forget_pipeline(self, entity_id: int, consumer: str) -> None:
+        await self._execute(_FORGET_PIPELINE, {"entity": entity_id, "consumer": consumer})
 
-    def pipeline_batches(self, entity_id: int, consumer: str) -> list[PipelineBatch]:
-        rows = self._query(_PIPELINE_BATCHES, {"entity": entity_id, "consumer": consumer})
+    async def pipeline_batches(self, entity_id: int, consumer: str) -> list[PipelineBatch]:
+        rows = await self._query(_PIPELINE_BATCHES, {"entity": entity_id, "consumer": consumer})
         return [_batch_row(row) for row in rows]
 
-    def pipelines(self) -> list[PipelineSummary]:
-        return [_summary_row(row) for row in self._query(_PIPELINES, {})]
+    async def pipelines(self) -> list[PipelineSummary]:
+        return [_summary_row(row) for row in await self._query(_PIPELINES, {})]

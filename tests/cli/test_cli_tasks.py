@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from poisonq import Broker
 from poisonq.cli import cli
+from poisonq.engine.driving import drive
 from poisonq.store.base import MessageFilter
 from tests.cli.conftest import assert_one_error_line, run, run_json
 
@@ -42,7 +43,9 @@ def test_the_task_list_names_who_ran_each_task(
 
 
 def test_a_task_is_cancelled_by_id_and_says_by_whom(url: str, api: Broker, orders: str) -> None:
-    running = api.engine.start_task("purge", "orders/$deadletterqueue", MessageFilter(), {}, "x")
+    running = drive(
+        api.engine.start_task("purge", "orders/$deadletterqueue", MessageFilter(), {}, "x")
+    )
     cancelled = run_json(url, "task", "cancel", str(running.id))
     assert cancelled["status"] == "cancelled"
     assert cancelled["cancelled_by"].endswith(" (cli)")

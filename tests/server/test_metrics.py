@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from poisonq import Broker, ManualClock, Message, RetryPolicy
+from poisonq.engine.driving import drive
 from poisonq.server import create_app
 from poisonq.server.metrics import OTHER_REASONS, TOP_REASONS
 from tests.helpers import assert_balanced
@@ -234,12 +235,12 @@ def test_a_scrape_reads_beside_a_long_read_that_holds_the_servers_connection(
     store's numbers, instead of waiting behind it."""
     holding, release = threading.Event(), threading.Event()
 
-    def long_read() -> None:
-        with broker.store.reading():  # the server's connection, as a long page holds it
+    async def long_read() -> None:
+        async with broker.store.reading():  # the server's connection, as a long page holds it
             holding.set()
             release.wait(60)
 
-    reader = threading.Thread(target=long_read)
+    reader = threading.Thread(target=lambda: drive(long_read()))
     reader.start()
     try:
         assert holding.wait(30)

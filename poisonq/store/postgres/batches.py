@@ -62,7 +62,7 @@ def ready_seqs(*, session: bool = False) -> str:
 
 
 class BatchQueries(PostgresCovers, DeadLetterAnalysis):
-    def _lock_ready(
+    async def _lock_ready(
         self,
         returning: str,
         entity_id: int,
@@ -77,7 +77,7 @@ class BatchQueries(PostgresCovers, DeadLetterAnalysis):
         """Lock the ``limit`` oldest receivable messages of one session under ``token`` until
         ``locked_until``, counting a delivery; returns the ``returning`` columns of each
         (without a session: ``_receive_batch`` in ``covers.py``)."""
-        return self._fetch_all(
+        return await self._fetch_all(
             "UPDATE messages SET state = 'locked', lock_token = %(token)b,"
             " locked_until = %(until)b, delivery_count = delivery_count + 1"
             f" WHERE seq = ANY({ready_seqs(session=True)})"
@@ -94,7 +94,7 @@ class BatchQueries(PostgresCovers, DeadLetterAnalysis):
         )
 
     # Tasks --------------------------------------------------------------------------------
-    def select(
+    async def select(
         self,
         entity_id: int,
         where: MessageFilter,
@@ -104,9 +104,9 @@ class BatchQueries(PostgresCovers, DeadLetterAnalysis):
     ) -> list[int]:
         clauses, params = named_filter(where)
         order = "DESC" if newest_first else "ASC"
-        self._claiming(entity_id)
+        await self._claiming(entity_id)
         # Locked here, so a receiver cannot take them before the task moves or drops them.
-        rows = self._fetch_all(
+        rows = await self._fetch_all(
             "SELECT seq FROM messages WHERE entity_id = %(entity)b AND state != 'locked'"
             f" AND seq > %(after)b{clauses} AND NOT {COVERED} ORDER BY seq {order}"
             " LIMIT %(limit)b FOR UPDATE SKIP LOCKED",
@@ -114,12 +114,14 @@ class BatchQueries(PostgresCovers, DeadLetterAnalysis):
         )
         return [row[0] for row in rows]
 
-    def count_matching(self, entity_id: int, where: MessageFilter, aggregated: bool = False) -> int:
+    async def count_matching(
+        self, entity_id: int, where: MessageFilter, aggregated: bool = False
+    ) -> int:
         clauses, params = named_filter(where)
-        kept = self._kept_count(entity_id, where) if aggregated else None
+        kept = await self._kept_count(entity_id, where) if aggregated else None
         named = {"entity": entity_id, **params}
         if kept is not None:  # less the locked ones and the covered, each by the state index
-            ((locked,),) = self._fetch_all(
+            ((locked,),) = await self._fetch_all(
                 "SELECT (SELECT count(*) FROM messages WHERE entity_id = %(entity)b"
                 f" AND state = 'locked'{clauses}) + (SELECT count(*) FROM messages"
                 " WHERE entity_id = %(entity)b AND state IN ('active', 'dead_lettered')"
@@ -127,7 +129,7 @@ class BatchQueries(PostgresCovers, DeadLetterAnalysis):
                 named,
             )
             return kept - int(locked)
-        ((n,),) = self._fetch_all(
+        ((n,),) = await self._fetch_all(
             "SELECT count(*) FROM messages WHERE entity_id = %(entity)b AND state != 'locked'"
             f" AND NOT {COVERED}{clauses}",
             named,

@@ -157,25 +157,25 @@ class PostgresCovers(LeaseStatements, StatementRunner):
 
     _PIN = " FOR UPDATE"
 
-    def _claiming(self, entity_id: int) -> None:
+    async def _claiming(self, entity_id: int) -> None:
         """Hold the entity's cover lock shared: this transaction claims or adds messages of
         it (see the module docstring). The statements after this one see its covers. A
         transaction that will take a lease of the entity takes it exclusive at once: held
         shared and then asked for exclusive, two such transactions would wait for each
         other."""
         if entity_id in self._leasing:
-            self._changing_covers(entity_id)
+            await self._changing_covers(entity_id)
         elif entity_id not in self._cover_locks:
             self._cover_locks.add(entity_id)
-            self._run(
+            await self._run(
                 "SELECT pg_advisory_xact_lock_shared(%b, %b)",
                 (COVER_LOCKS, entity_id & 0x7FFFFFFF),
             )
 
-    def lease_follows(self, entity_id: int) -> None:
+    async def lease_follows(self, entity_id: int) -> None:
         self._leasing.add(entity_id)
 
-    def _receive_batch(
+    async def _receive_batch(
         self,
         columns: str,
         fresh: str,
@@ -199,13 +199,13 @@ class PostgresCovers(LeaseStatements, StatementRunner):
         no row lock that one waiting for it shared could hold (its settlement's, its lock
         sweep's)."""
         key = (COVER_LOCKS, entity_id & 0x7FFFFFFF)
-        self._run(
+        await self._run(
             "SELECT set_config('poisonq.cover', CASE WHEN pg_try_advisory_xact_lock(%b, %b)"
             " THEN %b::text ELSE '' END, true)",
             (*key, entity_id),
         )
-        self._claiming(entity_id)  # (granted at once if the try got it exclusive)
-        return self._fetch_all(
+        await self._claiming(entity_id)  # (granted at once if the try got it exclusive)
+        return await self._fetch_all(
             _RECEIVE_BATCH.format(columns=columns, fresh=fresh),
             {
                 "entity": entity_id,
@@ -217,15 +217,17 @@ class PostgresCovers(LeaseStatements, StatementRunner):
             last=last,
         )
 
-    def _changing_covers(self, entity_id: int) -> None:
+    async def _changing_covers(self, entity_id: int) -> None:
         """Hold the entity's cover lock exclusive: this transaction takes or gives back a
         cover that decides what other transactions may claim."""
         if entity_id not in self._exclusive:
-            self._run("SELECT pg_advisory_xact_lock(%b, %b)", (COVER_LOCKS, entity_id & 0x7FFFFFFF))
+            await self._run(
+                "SELECT pg_advisory_xact_lock(%b, %b)", (COVER_LOCKS, entity_id & 0x7FFFFFFF)
+            )
             self._cover_locks.add(entity_id)
             self._exclusive.add(entity_id)
 
-    def lock_lease(
+    async def lock_lease(
         self,
         entity_id: int,
         name: str,
@@ -237,12 +239,12 @@ class PostgresCovers(LeaseStatements, StatementRunner):
         locked_until: float,
         now: float,
     ) -> Lease | None:
-        self._changing_covers(entity_id)
+        await self._changing_covers(entity_id)
         params = {"entity": entity_id, "ready": ready.value, "limit": limit}
-        ((fresh, cover_lo, cover_hi, came_back),) = self._fetch_all(_BATCH, params)
+        ((fresh, cover_lo, cover_hi, came_back),) = await self._fetch_all(_BATCH, params)
         locked: list[int] = []
         if came_back:  # (the fresh ones nobody else can claim now: they need no lock)
-            rows = self._fetch_all(
+            rows = await self._fetch_all(
                 _LOCK_CAME_BACK,
                 {**params, "seqs": came_back, "token": token, "until": locked_until},
             )
@@ -252,7 +254,7 @@ class PostgresCovers(LeaseStatements, StatementRunner):
             return None
         count, first, last = fresh + len(locked), min(held), max(held)
         lease = Lease(name, consumer, number, token, count, first, last, now)
-        self._insert_lease(
+        await self._insert_lease(
             entity_id, lease, locked_until=locked_until, cover_lo=cover_lo, cover_hi=cover_hi
         )
         return lease

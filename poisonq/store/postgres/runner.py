@@ -92,7 +92,7 @@ class StatementRunner(HistoryTables):
         self._ahead_at = 0
         self.committed = False
 
-    def _run(
+    async def _run(
         self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *, reads: bool = False
     ) -> Cursor[Any]:
         """Queue a statement in the pipeline (nothing waits for it until a result is read).
@@ -103,25 +103,25 @@ class StatementRunner(HistoryTables):
             self._statements += 1
         return self._db.execute(sql, params, binary=True)
 
-    def _fetch_all(
+    async def _fetch_all(
         self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *, last: bool = False
     ) -> list[tuple[Any, ...]]:
         """The statement's rows; with ``last``, the transaction commits in the same round
         trip (the statement must not change the ledger: that is written before it)."""
-        cur = self._run(sql, params)
+        cur = await self._run(sql, params)
         if last:
-            self.commit()
+            await self.commit()
         return cur.fetchall()
 
-    def commit(self) -> None:
+    async def commit(self) -> None:
         """Write the ledger and the history, notify the listeners if a message became
         receivable, and commit: one round trip, with any statement still queued. The store
         calls it at the end of the transaction unless a last statement did already."""
         if self.committed:
             return
-        self.flush_ledger()
+        await self.flush_ledger()
         if self.history:
-            self._write_history()
+            await self._write_history()
         if self._wakes:
             self._db.execute("SELECT pg_notify(%s, '')", (NOTIFY_CHANNEL,))
         self._db.execute("COMMIT")
@@ -129,14 +129,14 @@ class StatementRunner(HistoryTables):
         self.committed = True
 
     # The primitives of the statements both stores share (poisonq.store.shared_sql).
-    def _query(self, sql: str, params: Params) -> list[tuple[Any, ...]]:
-        return self._fetch_all(for_postgres(sql), params)
+    async def _query(self, sql: str, params: Params) -> list[tuple[Any, ...]]:
+        return await self._fetch_all(for_postgres(sql), params)
 
-    def _update(self, sql: str, params: Params) -> int:
-        return self._changed(for_postgres(sql), params)
+    async def _update(self, sql: str, params: Params) -> int:
+        return await self._changed(for_postgres(sql), params)
 
-    def _execute(self, sql: str, params: Params) -> None:
-        self._run(for_postgres(sql), params)
+    async def _execute(self, sql: str, params: Params) -> None:
+        await self._run(for_postgres(sql), params)
 
     def _list(self, values: Sequence[Any]) -> list[Any]:
         return list(values)
@@ -144,9 +144,9 @@ class StatementRunner(HistoryTables):
     def _in_list(self, name: str) -> str:
         return f"= ANY(:{name})"
 
-    def _changed(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> int:
+    async def _changed(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> int:
         """Run a statement and return how many rows it changed (which waits for it)."""
-        cur = self._run(sql, params)
+        cur = await self._run(sql, params)
         self._pipeline.sync()
         return cur.rowcount
 
@@ -175,7 +175,7 @@ class StatementRunner(HistoryTables):
             ledger[name] += delta
         self.history.bump(entity_id, deltas)
 
-    def _write_history(self) -> None:
+    async def _write_history(self) -> None:
         """Queue the writes of what this transaction added to the history (after the
         ledger, before ``COMMIT``: see :meth:`commit`), and a prune when one is due."""
         now, prune = self._keeper.stamp()
@@ -183,16 +183,18 @@ class StatementRunner(HistoryTables):
         at = {"spans": list(spans), "buckets": list(starts)}
         if depths := self.history.depth_rows():
             ids, changes = zip(*depths, strict=True)
-            self._run(_RECORD_DEPTHS, {**at, "ids": list(ids), "changes": list(changes)})
+            await self._run(_RECORD_DEPTHS, {**at, "ids": list(ids), "changes": list(changes)})
         if dead := self.history.dead_rows():
             ids, reasons, subjects, fingerprints, counts = zip(*dead, strict=True)
             columns = {"ids": ids, "reasons": reasons, "subjects": subjects}
             columns |= {"fingerprints": fingerprints, "counts": counts}
-            self._run(_RECORD_DEAD_LETTERS, {**at, **{k: list(v) for k, v in columns.items()}})
+            await self._run(
+                _RECORD_DEAD_LETTERS, {**at, **{k: list(v) for k, v in columns.items()}}
+            )
         if prune:
-            self._prune_history(now)
+            await self._prune_history(now)
 
-    def flush_ledger(self) -> None:
+    async def flush_ledger(self) -> None:
         """Write the ledger changes so far, entities in id order, in one round trip. The
         store calls it just before ``COMMIT``, and entity reads call it so that a transaction
         always reads its own changes."""
@@ -203,4 +205,4 @@ class StatementRunner(HistoryTables):
         ]
         self._ledger.clear()
         for change in changes:  # queued: cheaper than executemany for the usual one or two
-            self._run(_FLUSH_LEDGER, change)
+            await self._run(_FLUSH_LEDGER, change)

@@ -26,8 +26,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -158,8 +158,8 @@ class PostgresStore(Store):
                 conn.execute(for_postgres(ADD_SCHEMA_VERSION), {"version": version})
 
     # Transactions -------------------------------------------------------------------------
-    @contextmanager
-    def transaction(self) -> Iterator[Transaction]:
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Transaction]:
         self.check_open()
         try:
             with self._connection() as conn:
@@ -171,7 +171,7 @@ class PostgresStore(Store):
                         conn.execute("BEGIN")
                         tx = PostgresTransaction(conn, pipeline, stack.close, self.history)
                         yield tx
-                        tx.commit()
+                        await tx.commit()
                 except BaseException:
                     if not conn.closed:
                         conn.execute("ROLLBACK")

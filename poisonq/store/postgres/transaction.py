@@ -199,14 +199,14 @@ class PostgresTransaction(
     _HOUR = "floor({time} / 3600)::bigint * 3600"
 
     # Entities -----------------------------------------------------------------------------
-    def entity(self, name: str) -> EntityRecord | None:
-        self.flush_ledger()
+    async def entity(self, name: str) -> EntityRecord | None:
+        await self.flush_ledger()
         known = self._recall(("entity", name))
         if known is not None:
             return cast(EntityRecord, known)
         # The engine resolves a queue's subqueues (or a subqueue's queue) right after the
         # entity itself: fetch the whole family in the same round trip.
-        rows = self._fetch_all(
+        rows = await self._fetch_all(
             "WITH named AS (SELECT id, parent_id FROM entities WHERE name = %b)"
             f" SELECT {_ENTITY_COLUMNS} FROM entities WHERE id IN (SELECT id FROM named)"
             " OR id IN (SELECT parent_id FROM named) OR parent_id IN (SELECT id FROM named)",
@@ -221,53 +221,55 @@ class PostgresTransaction(
                 self._remember(("entity_id", record.id), record)
         return found
 
-    def entity_by_id(self, entity_id: int) -> EntityRecord:
-        self.flush_ledger()
+    async def entity_by_id(self, entity_id: int) -> EntityRecord:
+        await self.flush_ledger()
         known = self._recall(("entity_id", entity_id))
         if known is not None:
             return cast(EntityRecord, known)
-        return super().entity_by_id(entity_id)
+        return await super().entity_by_id(entity_id)
 
-    def entities(self) -> list[EntityRecord]:
-        self.flush_ledger()
-        return super().entities()
+    async def entities(self) -> list[EntityRecord]:
+        await self.flush_ledger()
+        return await super().entities()
 
-    def audit_rows(self) -> list[tuple[EntityRecord, int]]:
+    async def audit_rows(self) -> list[tuple[EntityRecord, int]]:
         # The ledger and the rows in one statement: under READ COMMITTED separate statements
         # could see other transactions' commits in between and report a ledger out of
         # balance that is not.
-        self.flush_ledger()
-        rows = self._fetch_all(
+        await self.flush_ledger()
+        rows = await self._fetch_all(
             f"SELECT {_ENTITY_COLUMNS}, (SELECT count(*) FROM messages"
             " WHERE messages.entity_id = entities.id) FROM entities ORDER BY name"
         )
         return [(entity_from_row(row[:-1]), row[-1]) for row in rows]
 
-    def set_status(
+    async def set_status(
         self, entity_id: int, status: EntityStatus, cause: str | None, now: float
     ) -> None:
-        super().set_status(entity_id, status, cause, now)
+        await super().set_status(entity_id, status, cause, now)
         self._made_receivable()  # an enabled queue may have messages to receive
 
-    def delete_entity(self, entity_id: int) -> None:
+    async def delete_entity(self, entity_id: int) -> None:
         # The entity rows first: this waits for every transaction that holds them to add
         # messages (_DESTINATION), and the messages are deleted by a later statement, which sees
         # what those transactions committed. Leases, duplicate-detection ids, sessions and
         # tasks go with the entity rows (ON DELETE CASCADE).
         self._ledger.clear()
         self.history = HistoryBuffer()
-        gone = self._fetch_all(
+        gone = await self._fetch_all(
             "DELETE FROM entities WHERE id = %(id)b OR parent_id = %(id)b RETURNING id",
             {"id": entity_id},
         )
-        self._run("DELETE FROM messages WHERE entity_id = ANY(%b)", ([row[0] for row in gone],))
+        await self._run(
+            "DELETE FROM messages WHERE entity_id = ANY(%b)", ([row[0] for row in gone],)
+        )
 
-    def held_counts(
+    async def held_counts(
         self, entity_id: int, ready: MessageState, held: int
     ) -> dict[MessageState, int]:
         others = [s.value for s in HELD_STATES if s is not ready]
         # The covered messages are locked, not ready.
-        rows = self._fetch_all(
+        rows = await self._fetch_all(
             "SELECT state, count(*) FROM messages WHERE entity_id = %(entity)b"
             " AND state = ANY(%(others)b) GROUP BY state UNION ALL SELECT 'locked', count(*)"
             " FROM messages WHERE entity_id = %(entity)b AND state = %(ready)b AND leasable = 1"
@@ -281,7 +283,7 @@ class PostgresTransaction(
         return {state: n for state, n in counts.items() if n}
 
     # Sending ------------------------------------------------------------------------------
-    def insert_messages(
+    async def insert_messages(
         self, entity_id: int, rows: Sequence[NewMessage], now: float, *, last: bool = False
     ) -> list[int]:
         # One statement for the whole batch: each column is bound as one array and the rows
@@ -301,8 +303,8 @@ class PostgresTransaction(
         # Counted before it runs (the sizes are known), so that with ``last`` the ledger can
         # travel with the statement and COMMIT.
         self._count_sent(entity_id, len(rows), sum(m.size for m in rows))
-        self._claiming(entity_id)  # their sequence numbers above any cover (covers.py)
-        seqs = self._fetch_all(
+        await self._claiming(entity_id)  # their sequence numbers above any cover (covers.py)
+        seqs = await self._fetch_all(
             "INSERT INTO messages (entity_id, enqueued_at, state, message_id, body, size,"
             " content_type, subject, properties, session_id, correlation_id, reply_to,"
             " scheduled_at, visible_at, expires_at, to_address, reply_to_session_id,"
@@ -342,14 +344,14 @@ class PostgresTransaction(
             },
             last=last,
         )
-        self._check_destination(entity_id, len(rows), len(seqs))
+        await self._check_destination(entity_id, len(rows), len(seqs))
         # Identity values are drawn in the order the rows are inserted (ORDER BY r.n).
         return sorted(row[0] for row in seqs)
 
-    def remember_message_ids(
+    async def remember_message_ids(
         self, entity_id: int, message_ids: Sequence[str], expires_at: float
     ) -> None:
-        self._run(
+        await self._run(
             "INSERT INTO seen_message_ids (entity_id, message_id, expires_at)"
             " SELECT %b, unnest(%b::text[]), %b ON CONFLICT (entity_id, message_id)"
             " DO UPDATE SET expires_at = excluded.expires_at",
@@ -357,7 +359,7 @@ class PostgresTransaction(
         )
 
     # Receiving ----------------------------------------------------------------------------
-    def lock_ready(
+    async def lock_ready(
         self,
         entity_id: int,
         name: str,
@@ -370,23 +372,23 @@ class PostgresTransaction(
         last: bool = False,
     ) -> list[ReceivedMessage]:
         if session_id is None:
-            rows = self._receive_batch(
+            rows = await self._receive_batch(
                 _MESSAGE_COLUMNS, _COVERED_COLUMNS, entity_id, ready, limit, token,
                 locked_until, last=last,
             )  # fmt: skip
         else:
-            rows = self._lock_ready(
+            rows = await self._lock_ready(
                 _MESSAGE_COLUMNS, entity_id, ready, limit, token, locked_until, session_id,
                 last=last,
             )  # fmt: skip
         rows.sort(key=lambda row: row[0])
         return message_rows(rows, name)
 
-    def take_ready(
+    async def take_ready(
         self, entity_id: int, name: str, ready: MessageState, limit: int
     ) -> list[ReceivedMessage]:
-        self._claiming(entity_id)
-        rows = self._fetch_all(
+        await self._claiming(entity_id)
+        rows = await self._fetch_all(
             f"DELETE FROM messages WHERE seq = ANY({ready_seqs()})"
             f" RETURNING {_MESSAGE_COLUMNS}, size",
             {"entity": entity_id, "ready": ready.value, "limit": limit},
@@ -399,10 +401,10 @@ class PostgresTransaction(
             message.state = MessageState.COMPLETED
         return taken
 
-    def lock_deferred(
+    async def lock_deferred(
         self, entity_id: int, name: str, seqs: Sequence[int], token: str, locked_until: float
     ) -> list[ReceivedMessage]:
-        rows = self._fetch_all(
+        rows = await self._fetch_all(
             "UPDATE messages SET state = 'locked', lock_token = %b, locked_until = %b,"
             " delivery_count = delivery_count + 1"
             " WHERE entity_id = %b AND state = 'deferred' AND seq = ANY(%b)"
@@ -412,26 +414,28 @@ class PostgresTransaction(
         rows.sort(key=lambda row: row[0])
         return message_rows(rows, name)
 
-    def peek(
+    async def peek(
         self, entity_id: int, name: str, from_seq: int, limit: int, where: MessageFilter
     ) -> list[ReceivedMessage]:
         clauses, params = filter_clauses(where)
-        rows = self._fetch_all(
+        rows = await self._fetch_all(
             f"SELECT {_MESSAGE_COLUMNS} FROM held_messages WHERE entity_id = %b AND seq >= %b"
             f"{clauses} ORDER BY seq LIMIT %b",
             (entity_id, from_seq, *params, limit),
         )
         return message_rows(rows, name)
 
-    def message(self, entity_id: int, name: str, seq: int) -> ReceivedMessage | None:
-        rows = self._fetch_all(
+    async def message(self, entity_id: int, name: str, seq: int) -> ReceivedMessage | None:
+        rows = await self._fetch_all(
             f"SELECT {_MESSAGE_COLUMNS} FROM held_messages WHERE entity_id = %b AND seq = %b",
             (entity_id, seq),
         )
         return message_from_row(rows[0], name) if rows else None
 
-    def messages(self, entity_id: int, name: str, seqs: Sequence[int]) -> list[ReceivedMessage]:
-        rows = self._fetch_all(
+    async def messages(
+        self, entity_id: int, name: str, seqs: Sequence[int]
+    ) -> list[ReceivedMessage]:
+        rows = await self._fetch_all(
             f"SELECT {_MESSAGE_COLUMNS} FROM held_messages WHERE entity_id = %b"
             " AND seq = ANY(%b)"
             " ORDER BY seq",
@@ -439,14 +443,16 @@ class PostgresTransaction(
         )
         return message_rows(rows, name)
 
-    def still_stored(self, seqs: Sequence[int]) -> set[int]:
-        rows = self._fetch_all("SELECT seq FROM messages WHERE seq = ANY(%b)", (list(seqs),))
+    async def still_stored(self, seqs: Sequence[int]) -> set[int]:
+        rows = await self._fetch_all("SELECT seq FROM messages WHERE seq = ANY(%b)", (list(seqs),))
         return {row[0] for row in rows}
 
-    def locked(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[LockInfo]:
+    async def locked(
+        self, entity_id: int, token: str, seqs: Sequence[int], now: float
+    ) -> list[LockInfo]:
         # FOR UPDATE: the settlement that follows acts on exactly these rows, and no lock
         # sweep of another transaction can release them in between.
-        rows = self._fetch_all(
+        rows = await self._fetch_all(
             f"SELECT {_LOCK_COLUMNS} FROM messages WHERE entity_id = %b"
             " AND state = 'locked' AND lock_token = %b AND locked_until > %b AND seq = ANY(%b)"
             " ORDER BY seq FOR UPDATE",
@@ -454,11 +460,11 @@ class PostgresTransaction(
         )
         held = [LockInfo(*row) for row in rows]
         if len(held) < len(seqs):  # the others may be held by a lease's cover
-            covered = self._covered_of(entity_id, token, seqs, now)
+            covered = await self._covered_of(entity_id, token, seqs, now)
             if covered:
                 held += [
                     LockInfo(*row)
-                    for row in self._fetch_all(
+                    for row in await self._fetch_all(
                         "SELECT seq, delivery_count + 1, move_count, dead_lettered_deliveries"
                         " FROM messages WHERE seq = ANY(%b) ORDER BY seq",
                         (covered,),
@@ -466,13 +472,13 @@ class PostgresTransaction(
                 ]
         return held
 
-    def _sweep(self, entity_id: int, now: float) -> list[LockInfo]:
+    async def _sweep(self, entity_id: int, now: float) -> list[LockInfo]:
         """A receive's housekeeping reads, in one statement: the expired locks (returned),
         and whether any scheduled message is due or any message is past its TTL (remembered:
         promote_scheduled and expired_messages usually find nothing, and then cost nothing)."""
         # SKIP LOCKED: an expired lock that another transaction is already releasing (or its
         # owner is settling, and will find lost) is that transaction's to handle.
-        rows = self._fetch_all(
+        rows = await self._fetch_all(
             "SELECT l.seq, l.delivery_count, l.move_count, l.dead_lettered_deliveries,"
             " f.nothing_due, f.nothing_expired, f.covers_expired FROM (SELECT NOT EXISTS"
             "   (SELECT FROM messages WHERE entity_id = %(e)b AND state = 'scheduled'"
@@ -488,15 +494,15 @@ class PostgresTransaction(
         self._remember(("nothing expired", entity_id, now), rows[0][5])
         expired = [LockInfo(*row[:4]) for row in rows if row[0] is not None]
         if rows[0][6]:
-            expired = sorted(expired + self._expired_covered(entity_id, now), key=_seq)
+            expired = sorted(expired + await self._expired_covered(entity_id, now), key=_seq)
         return expired
 
-    def _expired_covered(self, entity_id: int, now: float) -> list[LockInfo]:
+    async def _expired_covered(self, entity_id: int, now: float) -> list[LockInfo]:
         """The messages of the entity's covers whose lock ran out, each a lock that ran out
         (with the delivery its lease made). A cover another sweep has is its to handle (and
         to close: see :meth:`close_expired_leases`); a message whose settlement is under way
         is waited for, and left out if it changed."""
-        covers = self._fetch_all(
+        covers = await self._fetch_all(
             "SELECT consumer, number, cover_lo, cover_hi FROM leases"
             " WHERE entity_id = %b AND cover_lo IS NOT NULL AND locked_until <= %b"
             " FOR UPDATE SKIP LOCKED",
@@ -505,7 +511,7 @@ class PostgresTransaction(
         if not covers:
             return []
         self._expired_covers[entity_id] = [(row[0], row[1]) for row in covers]
-        rows = self._fetch_all(
+        rows = await self._fetch_all(
             "SELECT m.seq, m.delivery_count + 1, m.move_count, m.dead_lettered_deliveries"
             " FROM unnest(%(los)b::bigint[], %(his)b::bigint[]) AS c(lo, hi)"
             " JOIN messages m ON m.entity_id = %(entity)b AND m.leasable = 1"
@@ -519,39 +525,39 @@ class PostgresTransaction(
         )
         return [LockInfo(*row) for row in rows]
 
-    def close_expired_leases(self, entity_id: int, now: float) -> None:
+    async def close_expired_leases(self, entity_id: int, now: float) -> None:
         # Only the covers this transaction swept: one another sweep has may be its to close
         # (waiting for it here, two sweeps would wait for each other).
         swept = self._expired_covers.pop(entity_id, None)
         if swept:
             consumers, numbers = zip(*swept, strict=True)
-            self._run(
+            await self._run(
                 "UPDATE leases SET cover_lo = NULL, cover_hi = NULL WHERE entity_id = %b"
                 " AND (consumer, number) IN (SELECT * FROM unnest(%b::text[], %b::bigint[]))",
                 (entity_id, list(consumers), list(numbers)),
             )
 
-    def receive_follows(self, entity_id: int) -> None:
+    async def receive_follows(self, entity_id: int) -> None:
         self._receiving = entity_id
 
-    def _sweep_after(self, entity_id: int, now: float) -> None:
+    async def _sweep_after(self, entity_id: int, now: float) -> None:
         """Run the housekeeping reads of the receive the caller said follows
         (:meth:`receive_follows`) with a settlement, in its round trip."""
         if self._receiving == entity_id:
-            self._remember(("expired locks", entity_id, now), self._sweep(entity_id, now))
+            self._remember(("expired locks", entity_id, now), await self._sweep(entity_id, now))
 
-    def expired_locks(self, entity_id: int, now: float) -> list[LockInfo]:
+    async def expired_locks(self, entity_id: int, now: float) -> list[LockInfo]:
         known = self._recall(("expired locks", entity_id, now))
         if known is not None:
             return cast(list[LockInfo], known)
-        return self._sweep(entity_id, now)
+        return await self._sweep(entity_id, now)
 
-    def expired_messages(self, entity_id: int, now: float) -> list[int]:
+    async def expired_messages(self, entity_id: int, now: float) -> list[int]:
         if self._recall(("nothing expired", entity_id, now)):
             return []
-        self._claiming(entity_id)
+        await self._claiming(entity_id)
         # A message a lease's cover holds is locked: it does not expire.
-        rows = self._fetch_all(
+        rows = await self._fetch_all(
             f"SELECT seq FROM messages WHERE seq IN (SELECT seq FROM {_EXPIRING} m)"
             f" AND state IN ('scheduled', 'active') AND NOT {COVERED} ORDER BY seq"
             " FOR UPDATE SKIP LOCKED",
@@ -559,10 +565,10 @@ class PostgresTransaction(
         )
         return [row[0] for row in rows]
 
-    def promote_scheduled(self, entity_id: int, now: float) -> int:
+    async def promote_scheduled(self, entity_id: int, now: float) -> int:
         if self._recall(("nothing due", entity_id, now)):
             return 0
-        promoted = self._changed(
+        promoted = await self._changed(
             "UPDATE messages SET state = 'active', leasable = 0 WHERE entity_id = %b"
             " AND state = 'scheduled' AND visible_at <= %b",
             (entity_id, now),
@@ -570,9 +576,9 @@ class PostgresTransaction(
         self._made_receivable(promoted)
         return promoted
 
-    def due_scheduled(self, entity_id: int, now: float) -> list[int]:
+    async def due_scheduled(self, entity_id: int, now: float) -> list[int]:
         # Locked, for the move that follows; one another receive is moving already is its own.
-        rows = self._fetch_all(
+        rows = await self._fetch_all(
             "SELECT seq FROM messages WHERE entity_id = %b AND state = 'scheduled'"
             " AND visible_at <= %b ORDER BY seq FOR UPDATE SKIP LOCKED",
             (entity_id, now),
@@ -580,7 +586,7 @@ class PostgresTransaction(
         return [row[0] for row in rows]
 
     # Moves between entities ---------------------------------------------------------------
-    def move(
+    async def move(
         self,
         entity_id: int,
         seqs: Sequence[int],
@@ -590,7 +596,7 @@ class PostgresTransaction(
         move_count: int = 0,
         hop_count: int = 0,
     ) -> list[int]:
-        rows = self._fetch_all(
+        rows = await self._fetch_all(
             "UPDATE messages SET entity_id = destination.id,"
             " state = coalesce(%(state)b::text, state),"
             " visible_at = coalesce(%(visible)b::float8, visible_at),"
@@ -608,37 +614,39 @@ class PostgresTransaction(
                 "seqs": list(seqs),
             },
         )
-        self._check_destination(destination_id, len(seqs), len(rows))
+        await self._check_destination(destination_id, len(seqs), len(rows))
         moved, size = len(rows), sum(row[1] for row in rows)
         self._count_moved(entity_id, destination_id, moved, size)
         return sorted(row[0] for row in rows)
 
     # Settling -----------------------------------------------------------------------------
-    def complete(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
+    async def complete(
+        self, entity_id: int, token: str, seqs: Sequence[int], now: float
+    ) -> list[int]:
         # Locked or covered in one statement: the messages are named by sequence number (see
         # _RECEIVE_BATCH in covers.py for +entity_id), so the test of the cover beside the
         # lock's costs a look-up of the lease row, once.
-        done = self._run(
+        done = await self._run(
             "WITH gone AS (DELETE FROM messages WHERE seq = ANY(%(seqs)b)"
             f" AND +entity_id = %(entity)b AND {_HELD_BY_TOKEN} RETURNING seq, size),"
             f" {emptied('gone')} SELECT seq, size FROM gone",
             {"seqs": list(seqs), "entity": entity_id, "token": token, "now": now},
         )
-        self._sweep_after(entity_id, now)
+        await self._sweep_after(entity_id, now)
         return self._completed(entity_id, done)
 
-    def complete_span(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> int:
+    async def complete_span(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> int:
         done = len(
             self._completed(
                 entity_id,
-                self._delete_locked(entity_id, token, now, "seq BETWEEN %b AND %b", lo, hi),
+                await self._delete_locked(entity_id, token, now, "seq BETWEEN %b AND %b", lo, hi),
             )
         )
-        cover = self._cover(entity_id, token, now)
+        cover = await self._cover(entity_id, token, now)
         span = within(cover, lo, hi)
         if span is not None:
             # Counted in the statement: RETURNING would send every row back.
-            ((count, size),) = self._fetch_all(
+            ((count, size),) = await self._fetch_all(
                 "WITH gone AS (DELETE FROM messages WHERE entity_id = %b AND leasable = 1"
                 " AND state IN ('active', 'dead_lettered') AND seq BETWEEN %b AND %b"
                 " RETURNING size) SELECT count(*), coalesce(sum(size), 0) FROM gone",
@@ -647,15 +655,15 @@ class PostgresTransaction(
             self._count_completed(entity_id, count, size)
             done += count
             if span == cover:
-                self._forget_cover(entity_id, token)
+                await self._forget_cover(entity_id, token)
         return done
 
-    def _delete_locked(
+    async def _delete_locked(
         self, entity_id: int, token: str, now: float, which: str, *params: object
     ) -> Cursor[Any]:
         """Queue the deletion of the messages ``which`` names that are validly locked under
         ``token`` (a completion); :meth:`_completed` reads its result."""
-        return self._run(
+        return await self._run(
             "DELETE FROM messages WHERE entity_id = %b AND state = 'locked' AND lock_token = %b"
             f" AND locked_until > %b AND {which} RETURNING seq, size",
             (entity_id, token, now, *params),
@@ -666,20 +674,20 @@ class PostgresTransaction(
         self._count_completed(entity_id, len(rows), sum(row[1] for row in rows))
         return [row[0] for row in rows]
 
-    def _check_destination(self, destination_id: int, asked: int, added: int) -> None:
+    async def _check_destination(self, destination_id: int, asked: int, added: int) -> None:
         """Raise if a statement joined with ``_DESTINATION`` added fewer messages than asked
         because the destination entity was deleted meanwhile (fewer can also be right: messages
         no longer in the state the statement asks for)."""
         if added < asked and (
             self.committed
-            or not self._fetch_all("SELECT FROM entities WHERE id = %b", (destination_id,))
+            or not await self._fetch_all("SELECT FROM entities WHERE id = %b", (destination_id,))
         ):
             raise StoreError(
                 f"entity #{destination_id} was deleted while this transaction ran;"
                 " nothing was added"
             )
 
-    def abandon(
+    async def abandon(
         self,
         entity_id: int,
         seqs: Sequence[int],
@@ -693,13 +701,13 @@ class PostgresTransaction(
             "entity": entity_id,
             "seqs": list(seqs),
         }
-        changed = self._changed(_ABANDON.format(held="state = 'locked'"), params)
+        changed = await self._changed(_ABANDON.format(held="state = 'locked'"), params)
         if changed < len(seqs):  # the others are held by a lease's cover (the engine checked)
-            changed += self._changed(_ABANDON.format(held=COVERED), params)
+            changed += await self._changed(_ABANDON.format(held=COVERED), params)
         self._count_returned(entity_id, changed, lock_expired)
         return changed
 
-    def release(
+    async def release(
         self,
         entity_id: int,
         token: str,
@@ -710,7 +718,7 @@ class PostgresTransaction(
         now: float,
     ) -> list[int]:
         listed = "" if seqs is None else " AND seq = ANY(%(seqs)b)"
-        rows = self._fetch_all(
+        rows = await self._fetch_all(
             "UPDATE messages SET state = %(ready)b, lock_token = NULL, locked_until = NULL,"
             " delivery_count = delivery_count - 1, leasable = 0"
             " WHERE entity_id = %(entity)b AND state = 'locked' AND lock_token = %(token)b"
@@ -726,16 +734,16 @@ class PostgresTransaction(
                 "seqs": None if seqs is None else list(seqs),
             },
         )
-        covered = self._give_back_covered(entity_id, token, lo, hi, seqs, now)
+        covered = await self._give_back_covered(entity_id, token, lo, hi, seqs, now)
         self._made_receivable(len(rows) + len(covered))
         return sorted([row[0] for row in rows] + covered)
 
-    def release_session(self, entity_id: int, session_id: str, token: str) -> int:
-        given_up = super().release_session(entity_id, session_id, token)
+    async def release_session(self, entity_id: int, session_id: str, token: str) -> int:
+        given_up = await super().release_session(entity_id, session_id, token)
         self._made_receivable(given_up)  # another receiver may accept the session's messages
         return given_up
 
-    def dead_letter_each(
+    async def dead_letter_each(
         self,
         entity_id: int,
         letters: Sequence[Letter],
@@ -745,16 +753,16 @@ class PostgresTransaction(
         lock_token: str | None = None,
     ) -> list[int]:
         where = {"destination": destination_id, "source": source, "now": now, "entity": entity_id}
-        moving = self._dead_letter(letters, {**where, "token": lock_token})
-        self._sweep_after(entity_id, now)
+        moving = await self._dead_letter(letters, {**where, "token": lock_token})
+        await self._sweep_after(entity_id, now)
         rows = moving.fetchall()
-        self._check_destination(destination_id, len(letters), len(rows))
+        await self._check_destination(destination_id, len(letters), len(rows))
         moved, size = len(rows), sum(row[1] for row in rows)
         self.history.dead_lettered(destination_id, (row[2:] for row in rows))
         self._count_moved(entity_id, destination_id, moved, size, "dead_lettered")
         return sorted(row[0] for row in rows)
 
-    def _dead_letter(self, letters: Sequence[Letter], params: dict[str, Any]) -> Cursor[Any]:
+    async def _dead_letter(self, letters: Sequence[Letter], params: dict[str, Any]) -> Cursor[Any]:
         """Queue the move of ``letters`` (see :data:`_DEAD_LETTER`), with ``params``."""
         first = all_alike(letters)
         params = {**params, "seqs": [letter.seq for letter in letters]}
@@ -764,16 +772,16 @@ class PostgresTransaction(
                 description=first.description,
                 failure=_failure_json(first.failure),
             )
-            return self._run(_DEAD_LETTER_ALIKE, params)
+            return await self._run(_DEAD_LETTER_ALIKE, params)
         params.update(
             reasons=[letter.reason for letter in letters],
             descriptions=[letter.description for letter in letters],
             failures=[_failure_json(letter.failure) for letter in letters],
         )
-        return self._run(_DEAD_LETTER_EACH, params)
+        return await self._run(_DEAD_LETTER_EACH, params)
 
-    def drop(self, entity_id: int, seqs: Sequence[int]) -> int:
-        rows = self._fetch_all(
+    async def drop(self, entity_id: int, seqs: Sequence[int]) -> int:
+        rows = await self._fetch_all(
             f"DELETE FROM messages WHERE entity_id = %b AND state IN {HELD_IN} AND seq = ANY(%b)"
             " RETURNING size",
             (entity_id, list(seqs)),
@@ -781,7 +789,7 @@ class PostgresTransaction(
         self._count_dropped(entity_id, len(rows), sum(row[0] for row in rows))
         return len(rows)
 
-    def resubmit(
+    async def resubmit(
         self,
         entity_id: int,
         seqs: Sequence[int],
@@ -791,8 +799,8 @@ class PostgresTransaction(
     ) -> int:
         # One statement moves the rows: the copies get new, ascending sequence numbers (in
         # the old order), so a resubmitted message joins the back of the queue as a new send.
-        self._claiming(destination_id)
-        rows = self._fetch_all(
+        await self._claiming(destination_id)
+        rows = await self._fetch_all(
             f"WITH gone AS (DELETE FROM messages USING {_DESTINATION} WHERE entity_id = %(entity)b"
             " AND state IN ('active', 'deferred', 'dead_lettered') AND seq = ANY(%(seqs)b)"
             f" AND NOT {COVERED} RETURNING messages.*, destination.id AS destination_id)"
@@ -813,7 +821,7 @@ class PostgresTransaction(
                 "expires": expires_at,
             },
         )
-        self._check_destination(destination_id, len(seqs), len(rows))
+        await self._check_destination(destination_id, len(seqs), len(rows))
         moved, size = len(rows), sum(row[0] for row in rows)
         self._count_moved(entity_id, destination_id, moved, size, "resubmitted")
         return moved
