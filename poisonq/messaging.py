@@ -100,11 +100,20 @@ class Messaging:
         """Lock session ``session_id`` of a session-enabled queue; raises
         :class:`SessionCannotBeLockedError` if another receiver holds it. With
         ``auto_lock_renewer``, the session is registered with it until it is closed."""
+        return drive(self._accept_session(address, session_id, lock_duration, auto_lock_renewer))
+
+    async def _accept_session(
+        self,
+        address: str,
+        session_id: str | None,
+        lock_duration: Duration | None,
+        auto_lock_renewer: AutoLockRenewer | None,
+    ) -> SessionReceiver:
         if session_id is None:  # the engine would take the next session (accept_next_session)
             raise InvalidOptionError("name the session to accept, not None")
         check_renewer(auto_lock_renewer)
         seconds = None if lock_duration is None else lock_seconds(lock_duration)
-        got = drive(self.engine.accept_session(address, session_id, seconds))
+        got = await self.engine.accept_session(address, session_id, seconds)
         assert got is not None, "a named session is locked or refused"
         return SessionReceiver(self.owner, address, seconds, *got, auto_lock_renewer)
 
@@ -121,15 +130,24 @@ class Messaging:
         one to arrive or to be given up; ``None`` if none came. ``auto_lock_renewer`` as in
         :meth:`accept_session`."""
         check_renewer(auto_lock_renewer)
-        seconds = None if lock_duration is None else lock_seconds(lock_duration)
         wait = to_seconds(max_wait, "max_wait")
         deadline = time.monotonic() + wait
         marker = self.link.changes.change_marker() if wait > 0 else None
 
-        def look() -> tuple[str, str, float] | None:
-            return drive(self.engine.accept_session(address, None, seconds))
+        def look() -> SessionReceiver | None:
+            return drive(self._accept_next_session(address, lock_duration, auto_lock_renewer))
 
-        got = wait_for(self.link.changes, deadline, marker, look(), look)
+        return wait_for(self.link.changes, deadline, marker, look(), look)
+
+    async def _accept_next_session(
+        self,
+        address: str,
+        lock_duration: Duration | None,
+        auto_lock_renewer: AutoLockRenewer | None,
+    ) -> SessionReceiver | None:
+        """One look for the next session (:meth:`accept_next_session` without the wait)."""
+        seconds = None if lock_duration is None else lock_seconds(lock_duration)
+        got = await self.engine.accept_session(address, None, seconds)
         if got is None:
             return None
         return SessionReceiver(self.owner, address, seconds, *got, auto_lock_renewer)

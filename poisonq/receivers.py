@@ -130,22 +130,31 @@ class Sender:
     def send(self, messages: Message | Iterable[Message]) -> list[int]:
         """Send one message or a batch (one transaction: all or nothing, durable on return).
         Returns the sequence numbers; a duplicate ignored by duplicate detection gets none."""
+        return drive(self._send(messages))
+
+    async def _send(self, messages: Message | Iterable[Message]) -> list[int]:
         self._check_open()
-        return drive(self.link.engine.send(self.address, _batch(messages)))
+        return await self.link.engine.send(self.address, _batch(messages))
 
     def schedule(self, messages: Message | Iterable[Message], at: Any) -> list[int]:
         """Send messages that become visible at ``at`` (a timezone-aware datetime)."""
+        return drive(self._schedule(messages, at))
+
+    async def _schedule(self, messages: Message | Iterable[Message], at: Any) -> list[int]:
         batch = _batch(messages)
         for message in batch:
             message.scheduled_enqueue_time = at
-        return self.send(batch)
+        return await self._send(batch)
 
     def cancel_scheduled(self, sequence_numbers: int | Sequence[int]) -> int:
         """Cancel scheduled messages not yet due (they leave the queue, counted as dropped),
         all or none: a number naming no such message raises :class:`MessageNotFoundError`.
         On a topic, the copies :meth:`schedule` put in its subscriptions."""
+        return drive(self._cancel_scheduled(sequence_numbers))
+
+    async def _cancel_scheduled(self, sequence_numbers: int | Sequence[int]) -> int:
         self._check_open()
-        return drive(self.link.engine.cancel_scheduled(self.address, sequence_numbers))
+        return await self.link.engine.cancel_scheduled(self.address, sequence_numbers)
 
     def __enter__(self) -> Sender:
         return self
@@ -264,19 +273,28 @@ class Receiver:
         self._check_open()
         wait = 0.0 if max_wait is None else to_seconds(max_wait, "max_wait")
         deadline = time.monotonic() + wait
-        delete = self.receive_mode is ReceiveMode.RECEIVE_AND_DELETE
         # Only a receive that may wait needs the marker (on PostgreSQL, asking for it opens
         # the store's listening connection).
         marker = self.link.changes.change_marker() if wait > 0 else None
-        with settling(settled):
-            got = self._fetch(max_messages, delete, complete, settle or [])
-        got = wait_for(
-            self.link.changes,
-            deadline,
-            marker,
-            got,
-            lambda: self._fetch(max_messages, delete, [], []),
+        got = drive(self._look(max_messages, complete, settle or [], settled))
+        return wait_for(
+            self.link.changes, deadline, marker, got, lambda: drive(self._look(max_messages))
         )
+
+    async def _look(
+        self,
+        max_messages: int,
+        complete: Sequence[tuple[int, str]] = (),
+        settle: Sequence[Settlement] = (),
+        settled: Sequence[ReceivedMessage] = (),
+    ) -> list[ReceivedMessage]:
+        """One look, which waits for nothing: settle (``complete``, ``settle``; ``settled``
+        are the messages they are) and receive up to ``max_messages``, handed to the lock
+        renewer."""
+        self._check_open()
+        delete = self.receive_mode is ReceiveMode.RECEIVE_AND_DELETE
+        with settling(settled):
+            got = await self._fetch(max_messages, delete, list(complete), list(settle))
         if not delete:
             self._renew_locks_of(got)
         return got
@@ -286,32 +304,38 @@ class Receiver:
         if self.auto_lock_renewer is not None and messages:
             self.auto_lock_renewer.register(self, messages)
 
-    def _fetch(
+    async def _fetch(
         self,
         max_messages: int,
         delete: bool,
         complete: list[tuple[int, str]],
         settle: list[Settlement],
     ) -> list[ReceivedMessage]:
-        return drive(
-            self._engine.receive(
-                self.address, max_messages, delete, self.lock_duration, complete, settle
-            )
+        return await self._engine.receive(
+            self.address, max_messages, delete, self.lock_duration, complete, settle
         )
 
     def receive_deferred(self, sequence_numbers: int | Sequence[int]) -> list[ReceivedMessage]:
         """Lock deferred messages by sequence number."""
+        return drive(self._receive_deferred(sequence_numbers))
+
+    async def _receive_deferred(
+        self, sequence_numbers: int | Sequence[int]
+    ) -> list[ReceivedMessage]:
         self._check_open()
-        got = drive(
-            self._engine.receive_deferred(self.address, sequence_numbers, self.lock_duration)
+        got = await self._engine.receive_deferred(
+            self.address, sequence_numbers, self.lock_duration
         )
         if got and self.auto_lock_renewer is not None:
             self.auto_lock_renewer.register(self, got)
         return got
 
     def peek(self, max_messages: int = 1, from_sequence: int = 0) -> list[ReceivedMessage]:
+        return drive(self._peek(max_messages, from_sequence))
+
+    async def _peek(self, max_messages: int, from_sequence: int) -> list[ReceivedMessage]:
         self._check_open()
-        return drive(self._engine.peek(self.address, from_sequence, max_messages, MessageFilter()))
+        return await self._engine.peek(self.address, from_sequence, max_messages, MessageFilter())
 
     def _locks(self, messages: MessageOrList) -> list[tuple[int, str]]:
         """The locks to settle or renew ``messages`` by, checked before any store call: a
@@ -333,9 +357,12 @@ class Receiver:
 
     def complete(self, messages: MessageOrList) -> None:
         """locked → completed."""
+        drive(self._complete(messages))
+
+    async def _complete(self, messages: MessageOrList) -> None:
         locks = self._locks(messages)
         with settling(as_list(messages)):
-            drive(self._engine.complete(self.address, locks))
+            await self._engine.complete(self.address, locks)
 
     def abandon(
         self,
@@ -349,17 +376,28 @@ class Receiver:
         Returns the sequence numbers the retry policy poisoned (dead-lettered or dropped).
         On a session queue a ``delay`` is refused (:class:`InvalidOperationError`): the
         session is delivered in order, so one message cannot wait while the rest goes on."""
+        return drive(self._abandon(messages, error, delay))
+
+    async def _abandon(
+        self,
+        messages: MessageOrList,
+        error: BaseException | FailureRecord | None,
+        delay: Duration | None,
+    ) -> list[int]:
         failure = _failure(error, self.link.clock.now())
         seconds = None if delay is None else to_seconds(delay, "delay")
         locks = self._locks(messages)
         with settling(as_list(messages)):
-            return drive(self._engine.abandon(self.address, locks, failure, seconds))
+            return await self._engine.abandon(self.address, locks, failure, seconds)
 
     def defer(self, messages: MessageOrList) -> None:
         """locked → deferred; get it back with :meth:`receive_deferred`."""
+        drive(self._defer(messages))
+
+    async def _defer(self, messages: MessageOrList) -> None:
         locks = self._locks(messages)
         with settling(as_list(messages)):
-            drive(self._engine.defer(self.address, locks))
+            await self._engine.defer(self.address, locks)
 
     def dead_letter(
         self,
@@ -369,21 +407,38 @@ class Receiver:
         error: BaseException | FailureRecord | None = None,
     ) -> None:
         """locked → the dead-letter queue with ``reason`` and ``description``."""
+        drive(self._dead_letter(messages, reason, description, error))
+
+    async def _dead_letter(
+        self,
+        messages: MessageOrList,
+        reason: str | None,
+        description: str | None,
+        error: BaseException | FailureRecord | None,
+    ) -> None:
         failure = _failure(error, self.link.clock.now())
         locks = self._locks(messages)
         with settling(as_list(messages)):
-            drive(self._engine.dead_letter(self.address, locks, reason, description, failure))
+            await self._engine.dead_letter(self.address, locks, reason, description, failure)
 
     def effective_lock_duration(self) -> float:
         """The lock duration this receiver's locks get (its own, else the queue's)."""
+        return drive(self._effective_lock_duration())
+
+    async def _effective_lock_duration(self) -> float:
         if self.lock_duration is None:
-            self.lock_duration = drive(self._engine.get_queue(self.address)).options.lock_duration
+            info = await self._engine.get_queue(self.address)
+            self.lock_duration = info.options.lock_duration
         return self.lock_duration
 
     def renew_lock(self, messages: MessageOrList) -> None:
         """Extend the locks by the lock duration; updates ``locked_until`` on the objects."""
+        drive(self._renew_lock(messages))
+
+    async def _renew_lock(self, messages: MessageOrList) -> None:
         batch = as_list(messages)
-        until = drive(self._engine.renew_lock(self.address, self._locks(batch), self.lock_duration))
+        locks = self._locks(batch)
+        until = await self._engine.renew_lock(self.address, locks, self.lock_duration)
         for message in batch:
             message.locked_until = from_timestamp(until)
 
@@ -432,10 +487,15 @@ class SessionReceiver(Receiver):
         return self
 
     def __exit__(self, *exc: object) -> None:
-        error = exc[1] if len(exc) > 1 else None
-        # An exception fails the delivery in hand; a KeyboardInterrupt or SystemExit stops.
+        drive(self._exit(exc[1] if len(exc) > 1 else None))
+
+    async def _exit(self, error: object) -> None:
+        """Close, an exception (not a KeyboardInterrupt or SystemExit, which stop) failing the
+        delivery in hand."""
         now = self.link.clock.now()
-        self._close(failure_from_exception(error, now) if isinstance(error, Exception) else None)
+        await self._close(
+            failure_from_exception(error, now) if isinstance(error, Exception) else None
+        )
 
     def _open(self) -> None:
         if self.closed:
@@ -446,7 +506,7 @@ class SessionReceiver(Receiver):
     def _renew_locks_of(self, messages: list[ReceivedMessage]) -> None:
         """Nothing to register: the renewer renews the session, and its messages with it."""
 
-    def _fetch(
+    async def _fetch(
         self,
         max_messages: int,
         delete: bool,
@@ -454,40 +514,45 @@ class SessionReceiver(Receiver):
         settle: list[Settlement],
     ) -> list[ReceivedMessage]:
         self._open()
-        return drive(
-            self._engine.receive_session(
-                self.address, self.session_id, self._token, max_messages, complete, settle
-            )
+        return await self._engine.receive_session(
+            self.address, self.session_id, self._token, max_messages, complete, settle
         )
 
     def get_session_state(self) -> bytes | None:
+        return drive(self._get_session_state())
+
+    async def _get_session_state(self) -> bytes | None:
         self._open()
-        return drive(self._engine.session_state(self.address, self.session_id, self._token))
+        return await self._engine.session_state(self.address, self.session_id, self._token)
 
     def set_session_state(self, state: bytes | str | None) -> None:
         """Store the session's state (kept after the session is closed)."""
+        drive(self._set_session_state(state))
+
+    async def _set_session_state(self, state: bytes | str | None) -> None:
         self._open()
         try:
             data = state.encode() if isinstance(state, str) else state
         except UnicodeEncodeError as exc:
             raise InvalidOptionError(f"session state text must be valid Unicode: {exc}") from None
-        drive(self._engine.set_session_state(self.address, self.session_id, self._token, data))
+        await self._engine.set_session_state(self.address, self.session_id, self._token, data)
 
     def renew_session_lock(self) -> None:
         """Extend the session lock and the locks of the messages received under it."""
+        drive(self._renew_session_lock())
+
+    async def _renew_session_lock(self) -> None:
         self._open()
-        until = drive(
-            self._engine.renew_session_lock(
-                self.address, self.session_id, self._token, self.lock_duration
-            )
+        until = await self._engine.renew_session_lock(
+            self.address, self.session_id, self._token, self.lock_duration
         )
         self.session_locked_until = from_timestamp(until)
 
-    def renew_lock(self, messages: MessageOrList) -> None:
+    async def _renew_lock(self, messages: MessageOrList) -> None:
         """Extend these messages' locks (raising if one is lost) and the session lock with
         them, so a long handler (or :class:`AutoLockRenewer`) keeps the session too."""
-        super().renew_lock(messages)
-        self.renew_session_lock()
+        await super()._renew_lock(messages)
+        await self._renew_session_lock()
 
     def dead_letter_session(
         self,
@@ -501,26 +566,32 @@ class SessionReceiver(Receiver):
         queue with ``reason`` and ``description``, in one transaction, and the receiver is
         closed. Returns their sequence numbers. The session state is kept; a message sent
         to the session later starts it anew."""
+        return drive(self._dead_letter_session(reason, description, error))
+
+    async def _dead_letter_session(
+        self,
+        reason: str,
+        description: str | None,
+        error: BaseException | FailureRecord | None,
+    ) -> list[int]:
         self._open()
         failure = _failure(error, self.link.clock.now())
         with self._closing():
-            return drive(
-                self._engine.dead_letter_session(
-                    self.address, self.session_id, self._token, reason, description, failure
-                )
+            return await self._engine.dead_letter_session(
+                self.address, self.session_id, self._token, reason, description, failure
             )
 
     def close(self) -> None:
         """Give the session up, with the messages still locked under it (uncounted: a
         close is not a failed delivery), so another receiver can accept all of it. Closing
         again does nothing."""
-        self._close(None)
+        drive(self._close(None))
 
-    def _close(self, failure: FailureRecord | None) -> None:
+    async def _close(self, failure: FailureRecord | None) -> None:
         if self.closed:
             return
         with self._closing():
-            drive(self._engine.close_session(self.address, self.session_id, self._token, failure))
+            await self._engine.close_session(self.address, self.session_id, self._token, failure)
 
     @contextmanager
     def _closing(self) -> Iterator[None]:

@@ -20,17 +20,19 @@ import contextlib
 import functools
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from poisonq.client import Broker
+from poisonq.engine.driving import drive
 from poisonq.errors import BrokerClosedError, PoisonqError
 from poisonq.link import ChangeFeed
 from poisonq.receivers import LOOK_INTERVAL
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class StoreCalls:
@@ -52,6 +54,15 @@ class StoreCalls:
         ):  # also a receive that waited while its broker closed
             raise BrokerClosedError(self._url)
         return loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+
+    def run(
+        self, operation: Callable[P, Coroutine[Any, Any, T]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> Awaitable[T]:
+        """``operation(*args, **kwargs)``, a coroutine of the sync API's core (which never
+        waits on an event loop: see :mod:`poisonq.engine.driving`), made and run to its end
+        in a worker thread, as :meth:`__call__` runs a call. (Made there, not here: a call
+        cancelled before a thread took it would leave a coroutine never run.)"""
+        return self(lambda: drive(operation(*args, **kwargs)))
 
     async def taking(self, call: Callable[[], T], give_back: Callable[[T], None]) -> T:
         """``call()``, which takes something (locks messages, a session): if the caller is

@@ -31,13 +31,13 @@ class AsyncSender:
 
     async def send(self, messages: Message | Iterable[Message]) -> list[int]:
         """One message or a batch, in one transaction; the sequence numbers."""
-        return await self._calls(self.sync.send, messages)
+        return await self._calls.run(self.sync._send, messages)
 
     async def schedule(self, messages: Message | Iterable[Message], at: Any) -> list[int]:
-        return await self._calls(self.sync.schedule, messages, at)
+        return await self._calls.run(self.sync._schedule, messages, at)
 
     async def cancel_scheduled(self, sequence_numbers: int | Sequence[int]) -> int:
-        return await self._calls(self.sync.cancel_scheduled, sequence_numbers)
+        return await self._calls.run(self.sync._cancel_scheduled, sequence_numbers)
 
     async def close(self) -> None:
         """As :meth:`poisonq.Sender.close`: every later call is refused
@@ -135,11 +135,11 @@ class AsyncReceiver:
         return await self._calls.taking(receive, self._give_back)
 
     async def peek(self, max_messages: int = 1, from_sequence: int = 0) -> list[ReceivedMessage]:
-        return await self._calls(self.sync.peek, max_messages, from_sequence)
+        return await self._calls.run(self.sync._peek, max_messages, from_sequence)
 
     async def complete(self, messages: MessageOrList) -> None:
         """locked → completed."""
-        await self._calls(self.sync.complete, messages)
+        await self._calls.run(self.sync._complete, messages)
 
     async def abandon(
         self,
@@ -148,10 +148,10 @@ class AsyncReceiver:
         delay: Duration | None = None,
     ) -> list[int]:
         """locked → active again, or poisoned; as :meth:`poisonq.Receiver.abandon`."""
-        return await self._calls(self.sync.abandon, messages, error, delay)
+        return await self._calls.run(self.sync._abandon, messages, error, delay)
 
     async def defer(self, messages: MessageOrList) -> None:
-        await self._calls(self.sync.defer, messages)
+        await self._calls.run(self.sync._defer, messages)
 
     async def dead_letter(
         self,
@@ -160,14 +160,14 @@ class AsyncReceiver:
         description: str | None = None,
         error: BaseException | FailureRecord | None = None,
     ) -> None:
-        await self._calls(self.sync.dead_letter, messages, reason, description, error)
+        await self._calls.run(self.sync._dead_letter, messages, reason, description, error)
 
     async def effective_lock_duration(self) -> float:
         """The lock duration this receiver's locks get (its own, else the queue's)."""
-        return await self._calls(self.sync.effective_lock_duration)
+        return await self._calls.run(self.sync._effective_lock_duration)
 
     async def renew_lock(self, messages: MessageOrList) -> None:
-        await self._calls(self.sync.renew_lock, messages)
+        await self._calls.run(self.sync._renew_lock, messages)
 
 
 class AsyncSessionReceiver(AsyncReceiver):
@@ -190,19 +190,19 @@ class AsyncSessionReceiver(AsyncReceiver):
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
-        await self._calls(self.sync.__exit__, *exc)
+        await self._calls.run(self.sync._exit, exc[1] if len(exc) > 1 else None)
 
     def _give_back(self, messages: list[ReceivedMessage]) -> None:
         """Nothing to do: the session holds them, and its close gives them back."""
 
     async def get_session_state(self) -> bytes | None:
-        return await self._calls(self.sync.get_session_state)
+        return await self._calls.run(self.sync._get_session_state)
 
     async def set_session_state(self, state: bytes | str | None) -> None:
-        await self._calls(self.sync.set_session_state, state)
+        await self._calls.run(self.sync._set_session_state, state)
 
     async def renew_session_lock(self) -> None:
-        await self._calls(self.sync.renew_session_lock)
+        await self._calls.run(self.sync._renew_session_lock)
 
     async def dead_letter_session(
         self,
@@ -210,7 +210,7 @@ class AsyncSessionReceiver(AsyncReceiver):
         description: str | None = None,
         error: BaseException | FailureRecord | None = None,
     ) -> list[int]:
-        return await self._calls(self.sync.dead_letter_session, reason, description, error)
+        return await self._calls.run(self.sync._dead_letter_session, reason, description, error)
 
     async def close(self) -> None:
-        await self._calls(self.sync.close)
+        await self._calls.run(self.sync._close, None)
