@@ -13,16 +13,21 @@ guard adds to a row without a crash (against :func:`~poisonq.worker.guard.run_in
 ``guard_ms_per_crash``, the wall time a crash adds with one crashing row in 1,000, in one run,
 and ``guard_ms_per_crash_failing``, the same with one row in 100 raising as well (as in
 ``bench/pipeline_throughput.py``), so that the child after each crash records a failure.
+``guard_cpu_ms_per_crash`` and ``guard_cpu_ms_per_crash_failing`` are the same two in CPU
+time, of the caller and of every process under it (the guard's helpers, with the children
+they forked): on a machine shared with other work, the wall time of a run of 100 crashes
+says mostly what the other work did, its CPU time what the crashes cost.
 
 Prints one line: ``sqlite_lock_complete_us_per_msg=… fork_cycle_ms_bare=…
 fork_cycle_ms_poisonq=… guard_us_per_row=… guard_ms_per_crash=…
-guard_ms_per_crash_failing=…``.
+guard_ms_per_crash_failing=… guard_cpu_ms_per_crash=… guard_cpu_ms_per_crash_failing=…``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import sqlite3
 import statistics
 import subprocess
@@ -34,7 +39,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from process_memory import _descendants
+
 FORK_CYCLES = 300
+TICK = os.sysconf("SC_CLK_TCK")
 _FORK_LOOP = f"""
 import gc, os, sys, time
 if sys.argv[1:]:
@@ -131,11 +139,25 @@ def _fails_on_0_crashes_on_7(row: tuple[Any, ...]) -> dict[str, Any]:
     return _fails_on_0(row)
 
 
-def guard_costs(rows: int = 100_000) -> tuple[float, float, float]:
+def tree_cpu() -> float:
+    """CPU seconds of this process and of the processes under it that are alive, each with
+    the children it has waited for (a helper's dead children), from ``/proc``."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    seconds = usage.ru_utime + usage.ru_stime
+    for pid in _descendants(os.getpid())[1:]:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        seconds += sum(int(ticks) for ticks in fields[11:15]) / TICK  # utime to cstime
+    return seconds
+
+
+def guard_costs(rows: int = 100_000) -> tuple[float, float, float, float, float]:
     """Microseconds the guard adds to a row on the clean path (against the same rows run in
     the caller), and milliseconds a crashing row adds (one in 1,000), without and with one
-    row in 100 raising: the guard alone, in calls of 10,000 rows as the pipeline makes them
-    (median of three runs each way)."""
+    row in 100 raising, in wall time, then in CPU time: the guard alone, in calls of 10,000
+    rows as the pipeline makes them (median of three runs each way)."""
     from poisonq.worker.guard import Crashed, run_inline, run_isolated
 
     data = [_lease_row(n) for n in range(rows)]
@@ -143,40 +165,51 @@ def guard_costs(rows: int = 100_000) -> tuple[float, float, float]:
     for transform in (_clean, _crashes_on_7, _fails_on_0, _fails_on_0_crashes_on_7):
         run_isolated(transform, data[:10], ())  # start the helpers
 
-    def seconds(transform: Callable[[tuple[Any, ...]], dict[str, Any]]) -> tuple[float, int]:
-        started = time.perf_counter()
-        results = [run_isolated(transform, call, ()) for call in calls]
-        crashed = sum(isinstance(r, Crashed) for call in results for r in call)
-        return time.perf_counter() - started, crashed
+    def seconds(transform: Callable[[tuple[Any, ...]], dict[str, Any]]) -> tuple[float, float]:
+        started, cpu = time.perf_counter(), tree_cpu()
+        for call in calls:
+            run_isolated(transform, call, ())
+        return time.perf_counter() - started, tree_cpu() - cpu
 
-    per_row, per_crash, per_crash_failing = [], [], []
+    crashed = sum(isinstance(r, Crashed) for r in run_isolated(_crashes_on_7, data, ()))
+    per_row, per_crash, per_crash_failing, cpu_crash, cpu_crash_failing = [], [], [], [], []
     for _ in range(3):
         started = time.perf_counter()
         for call in calls:
             run_inline(_clean, call, ())
         inline = time.perf_counter() - started
-        clean, _ = seconds(_clean)
-        crashing, crashed = seconds(_crashes_on_7)
-        failing, _ = seconds(_fails_on_0)
-        failing_crashing, _ = seconds(_fails_on_0_crashes_on_7)
+        clean, clean_cpu = seconds(_clean)
+        crashing, crashing_cpu = seconds(_crashes_on_7)
+        failing, failing_cpu = seconds(_fails_on_0)
+        failing_crashing, failing_crashing_cpu = seconds(_fails_on_0_crashes_on_7)
         per_row.append((clean - inline) / rows * 1e6)
         per_crash.append((crashing - clean) / crashed * 1e3)
         per_crash_failing.append((failing_crashing - failing) / crashed * 1e3)
+        cpu_crash.append((crashing_cpu - clean_cpu) / crashed * 1e3)
+        cpu_crash_failing.append((failing_crashing_cpu - failing_cpu) / crashed * 1e3)
     median = statistics.median
-    return median(per_row), median(per_crash), median(per_crash_failing)
+    return (
+        median(per_row),
+        median(per_crash),
+        median(per_crash_failing),
+        median(cpu_crash),
+        median(cpu_crash_failing),
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=100_000)
     args = parser.parse_args()
-    us_per_row, ms_per_crash, ms_per_crash_failing = guard_costs()
+    us_per_row, ms_per_crash, ms_per_crash_failing, cpu_crash, cpu_crash_failing = guard_costs()
     print(
         f"sqlite_lock_complete_us_per_msg={sqlite_floor(args.messages):.1f}"
         f" fork_cycle_ms_bare={fork_cycle():.2f}"
         f" fork_cycle_ms_poisonq={fork_cycle('poisonq'):.2f}"
         f" guard_us_per_row={us_per_row:.2f} guard_ms_per_crash={ms_per_crash:.2f}"
         f" guard_ms_per_crash_failing={ms_per_crash_failing:.2f}"
+        f" guard_cpu_ms_per_crash={cpu_crash:.2f}"
+        f" guard_cpu_ms_per_crash_failing={cpu_crash_failing:.2f}"
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import traceback
+from collections.abc import Sequence
 
 from poisonq.limits import MAX_MESSAGE, MAX_TRACEBACK, tail
 from poisonq.model import DeadLetter, FailureRecord
@@ -45,12 +46,15 @@ def type_name(exc: BaseException) -> str:
 def fingerprint(exc: BaseException) -> str:
     """A short stable id of (root-cause type, the frame that raised it)."""
     root = root_cause(exc)
-    frames = traceback.extract_tb(root.__traceback__)
+    return _fingerprint(root, traceback.extract_tb(root.__traceback__))
+
+
+def _fingerprint(root: BaseException, frames: Sequence[traceback.FrameSummary]) -> str:
     where = f"{os.path.basename(frames[-1].filename)}:{frames[-1].name}" if frames else ""
     return hashlib.sha1(f"{type_name(root)}|{where}".encode()).hexdigest()[:16]
 
 
-def _from_user_frames(exc: BaseException) -> BaseException:
+def from_user_frames(exc: BaseException) -> BaseException:
     """``exc`` with the leading frames of poisonq's own code (the Processor, the crash
     guard) cut from its traceback, so that a failure's history starts where the user's
     code was called. An error raised in poisonq alone keeps every frame."""
@@ -64,15 +68,25 @@ def failure_from_exception(exc: BaseException, now: float) -> FailureRecord:
     """The failure record of one attempt that raised ``exc``: its type is the root cause's,
     and so is the start of its message, which goes on with the exception the code raised
     (``'cust-17' → RuntimeError: order failed``), so that each type is told with its text."""
+    text = "".join(traceback.format_exception(from_user_frames(exc)))
+    return failure_record(exc, now, text, traceback.extract_tb(root_cause(exc).__traceback__))
+
+
+def failure_record(
+    exc: BaseException, now: float, text: str, root_frames: Sequence[traceback.FrameSummary]
+) -> FailureRecord:
+    """:func:`failure_from_exception`, given the traceback's text and the frames of the root
+    cause: the crash guard's caller gets an exception from its child as data
+    (:mod:`poisonq.worker.raised`), formats those itself, and records it here, so that a
+    failure is recorded the same under the guard as outside it."""
     root = root_cause(exc)
     message = str(root) if root is exc else f"{root} → {_raised(exc, root)}"
-    text = "".join(traceback.format_exception(_from_user_frames(exc)))
     return FailureRecord(
         time=now,
         error_type=type_name(root),
         message=_storable(message)[:MAX_MESSAGE],
         traceback=tail(_storable(text), MAX_TRACEBACK),
-        fingerprint=fingerprint(exc),
+        fingerprint=_fingerprint(root, root_frames),
     )
 
 

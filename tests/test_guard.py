@@ -227,6 +227,67 @@ def test_a_failure_under_the_guard_has_its_source_lines_and_its_fingerprint_outs
     assert guarded.failure.fingerprint == inline.failure.fingerprint
 
 
+def _lookup(prices: dict[str, dict[str, float]], sku: str) -> float:
+    return prices["catalog"][sku] * 1.2  # the KeyError's carets point into this line
+
+
+def _price(order: dict[str, Any]) -> float:
+    try:
+        return _lookup({"catalog": {}}, order["sku"])
+    except KeyError as exc:
+        raise RuntimeError(f"order {order['n']} has no price") from exc
+
+
+def _total(order: dict[str, Any]) -> float:
+    try:
+        return _price(order)
+    except RuntimeError as exc:
+        exc.add_note(f"while totalling order {order['n']}")
+        try:
+            raise ValueError("no total")
+        except ValueError as other:  # handling another: a context, not a cause
+            if order["n"] == 1:
+                raise LookupError("no total") from None
+            raise LookupError("no total") from other
+
+
+def failing_deep(row: dict[str, Any]) -> dict[str, Any]:
+    """Raises as user code does: a few calls down, chained, with a note; row 1 suppresses
+    the context; row 2 raises an exception group, row 3 a ``SyntaxError``."""
+    if row["n"] == 2:
+        raise ExceptionGroup("both", [KeyError("a"), TimeoutError("b")])
+    if row["n"] == 3:
+        compile("x = (", "<order 3>", "exec")
+    return {"total": _total({"n": row["n"], "sku": f"sku-{row['n']}"})}
+
+
+def test_a_failure_under_the_guard_is_recorded_exactly_as_outside_it() -> None:
+    """The child takes a failure down as data and the caller formats it: the traceback
+    text (every frame, line and caret, each exception of a ``raise ... from`` chain and its
+    context, the notes), the message, the type and the fingerprint are those of the same
+    failure outside the guard, deep in user code, with or without a suppressed context;
+    exceptions the caller does not remake (a group, a SyntaxError) as well."""
+    data = [{"n": n} for n in range(4)]
+    guarded = run_isolated(failing_deep, data, ())
+    inline = run_inline(failing_deep, data, ())
+    for under, outside in zip(guarded, inline, strict=True):
+        assert isinstance(under, Failed) and isinstance(outside, Failed)
+        assert under.failure.traceback == outside.failure.traceback
+        assert under.failure.fingerprint == outside.failure.fingerprint
+        assert (under.failure.error_type, under.failure.message) == (
+            outside.failure.error_type,
+            outside.failure.message,
+        )
+    chained = guarded[0].failure
+    assert chained.error_type == "KeyError"
+    assert "The above exception was the direct cause" in chained.traceback
+    assert "During handling of the above exception" in chained.traceback
+    assert "while totalling order 0" in chained.traceback
+    assert "^^^^" in chained.traceback
+    assert "During handling" not in guarded[1].failure.traceback
+    assert guarded[1].failure.error_type == "LookupError"
+
+
 def stamped(row: dict[str, Any]) -> dict[str, Any]:
     return {"n": row["n"], "by": "the stamp of the test"}  # a constant Python does not intern
 

@@ -18,7 +18,6 @@ tables, and a crash costs a fork.
 from __future__ import annotations
 
 import gc
-import linecache
 import mmap
 import os
 import pickle
@@ -27,6 +26,7 @@ import struct
 import sys
 from typing import Any
 
+from poisonq.worker.raised import raised
 from poisonq.worker.results import RowTransform, apply
 from poisonq.worker.shared import SharedFile, append_results, read_segments
 
@@ -60,7 +60,7 @@ def helper_main() -> None:
         write_frame(replies, pickle.dumps(("unloadable", f"{type(exc).__name__}: {exc}")))
         return
     write_frame(replies, pickle.dumps(("ready",)))
-    _warm_up(transform, permanent)
+    _warm_up(permanent)
     gc.freeze()  # a child's collections must not write to (and so copy) the helper's pages
     with mmap.mmap(-1, _PROGRESS.size) as progress:  # shared with the children
         child = _Child(transform, permanent, progress, replies, shared)
@@ -140,7 +140,8 @@ class _Child:
                         first, outputs = part.start, []
                     for position in part:
                         at[0] = position
-                        outputs.append(apply(transform, segment[position - base], permanent))
+                        row = segment[position - base]
+                        outputs.append(apply(transform, row, permanent, raised))
                         if len(outputs) == flush:
                             append_results(results, first, outputs)
                             first, outputs = position + 1, []
@@ -150,36 +151,22 @@ class _Child:
             _write_all(self.replies, REPLY.pack(DONE, 0, 0))
 
 
-def _warm_up(transform: RowTransform, permanent: tuple[type[BaseException], ...]) -> None:
-    """A row's failure recorded on the way to no row, and the source lines of the
-    transform's files read, in the helper before it forks: what the first failure a child
-    records loads and caches (the transform's lines, poisonq's own, what the traceback
-    module builds on first use) is then loaded once, not in each child after a crash.
-    (Each child touching those pages still copies them; done again in each child forked
-    ahead, it cost more than it saved: a child that takes over soon after its birth waits
-    for it, and it copies pages the child's exit then frees.)"""
-    pickle.dumps([apply(_fail, None, permanent)], pickle.HIGHEST_PROTOCOL)
-    for file in _source_files(transform):
-        linecache.getlines(file)
+def _warm_up(permanent: tuple[type[BaseException], ...]) -> None:
+    """A row's failure taken down and pickled on the way to no row, in the helper before it
+    forks: what the first failure a child takes down loads on first use is then loaded
+    once, not in each child after a crash. (Each child touching those pages still copies
+    them; done again in each child forked ahead, it cost more than it saved: a child that
+    takes over soon after its birth waits for it, and it copies pages the child's exit then
+    frees.)"""
+    pickle.dumps([apply(_fail, None, permanent, raised)], pickle.HIGHEST_PROTOCOL)
 
 
 class _NoRow(Exception):
-    """The failure :func:`_warm_up` records."""
+    """The failure :func:`_warm_up` takes down."""
 
 
 def _fail(row: Any) -> None:
     raise _NoRow(row)
-
-
-def _source_files(transform: Any) -> list[str]:
-    """The files of the transform's code: of the function, or of the function a callable
-    object wraps (``transform.transform``, as the pipeline's lease rows do) or calls."""
-    files = []
-    for part in (transform, getattr(transform, "transform", None), type(transform).__call__):
-        code = getattr(part, "__code__", None)
-        if code is not None and code.co_filename not in files:
-            files.append(code.co_filename)
-    return files
 
 
 def around(rows: range, skip: int) -> list[range]:

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
-from poisonq.worker.guard import Transform
+from poisonq.worker.results import Transform
 
 _NO_PROPERTIES = ("{}", "", None)
 

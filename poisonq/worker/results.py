@@ -36,16 +36,23 @@ class Crashed:
 Result = Any
 
 
-def apply(transform: RowTransform, row: Any, permanent: tuple[type[BaseException], ...]) -> Any:
-    """One row through the transform: its output, or its exception as :class:`Failed`."""
-    try:
-        return transform(row)
-    except Exception as exc:  # the one place where a transform's failure is caught
-        return failed(exc, permanent)
-
-
 def failed(exc: Exception, permanent: tuple[type[BaseException], ...]) -> Failed:
     """A transform's exception as data: a :class:`PermanentError`, or one of the
     ``permanent`` types, is permanent."""
     is_permanent = isinstance(exc, (PermanentError, *permanent))
     return Failed(failure_from_exception(exc, time.time()), is_permanent)
+
+
+def apply(
+    transform: RowTransform,
+    row: Any,
+    permanent: tuple[type[BaseException], ...],
+    record: Callable[[Exception, tuple[type[BaseException], ...]], Any] = failed,
+) -> Any:
+    """One row through the transform: its output, or its exception as :class:`Failed`
+    (``record`` makes it: the crash guard's child takes it down as data instead, for the
+    caller to record, :mod:`poisonq.worker.raised`)."""
+    try:
+        return transform(row)
+    except Exception as exc:  # the one place where a transform's failure is caught
+        return record(exc, permanent)

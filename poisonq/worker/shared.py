@@ -21,7 +21,6 @@ import mmap
 import os
 import pickle
 import struct
-import tempfile
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -48,6 +47,8 @@ class SharedFile:
         if hasattr(os, "memfd_create"):
             fd = os.memfd_create(name)
         else:  # no memfd (macOS): an unlinked temporary file does the same
+            import tempfile  # here: its imports would be in the helper, and so in every fork
+
             fd, path = tempfile.mkstemp(prefix=name)
             os.unlink(path)
         os.ftruncate(fd, _START_SIZE)
