@@ -31,6 +31,7 @@ BENCHES = [
         ],
         "part=processor",
     ),
+    ("async_store", ["--cycles", "20", "--rounds", "1", "--url", "{pg}"], "async_ops_per_s"),
     ("pipeline_throughput", ["--messages", "3000", "--batch", "1000"], "ms_per_crash"),
     ("sensor_events", ["--events", "2000", "--batch", "1000"], "batch="),
     ("pipeline_floors", ["--messages", "2000"], "="),

@@ -5,7 +5,7 @@ their statements waits on the loop, not on the thread, so one loop runs as many 
 side by side as its pool has connections (``max_size``), and any number of coroutines wait
 for one. A transaction is the blocking store's, statement for statement: the same
 :class:`~poisonq.store.postgres.transaction.PostgresTransaction` over an
-:class:`~poisonq.store.postgres.runner.AsyncLink` (pipeline mode, ``BEGIN`` and ``COMMIT``
+:class:`~poisonq.store.postgres.runner.AsyncWire` (pipeline mode, ``BEGIN`` and ``COMMIT``
 sent by the store), the same connection set-up and the same typed errors.
 
 What is not a transaction it takes from a blocking
@@ -28,7 +28,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from poisonq.store.base import Store, Transaction
 from poisonq.store.postgres.noise import POOL_NAME
-from poisonq.store.postgres.runner import AsyncLink
+from poisonq.store.postgres.runner import AsyncWire
 from poisonq.store.postgres.store import (
     CONNECTION_OPTIONS,
     CONNECTION_WAIT,
@@ -97,8 +97,8 @@ class AsyncPostgresStore(Store):
                     async with AsyncExitStack() as stack:
                         pipeline = await stack.enter_async_context(conn.pipeline())
                         await conn.execute("BEGIN")
-                        link = AsyncLink(conn, pipeline, stack.aclose)
-                        tx = PostgresTransaction(link, self.history)
+                        wire = AsyncWire(conn, pipeline, stack.aclose)
+                        tx = PostgresTransaction(wire, self.history)
                         yield tx
                         await tx.commit()
                 except asyncio.CancelledError:

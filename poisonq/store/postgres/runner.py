@@ -12,10 +12,10 @@ travels with the next statement that is waited for. Two more things save round t
 - a statement the caller says is the transaction's last (a receive's lock) travels with the
   ledger, the notification and ``COMMIT`` (``last`` of :meth:`StatementRunner._fetch_all`).
 
-The runner reaches the server through a :class:`Link`, whose every call is awaited: psycopg's
-blocking connection (:class:`BlockingLink`, whose awaits never suspend, so that
+The runner reaches the server through a :class:`Wire`, whose every call is awaited: psycopg's
+blocking connection (:class:`BlockingWire`, whose awaits never suspend, so that
 :func:`~poisonq.engine.driving.drive` runs a transaction in one step) or its asyncio one
-(:class:`AsyncLink`, on an event loop). The SQL above it is written once for both.
+(:class:`AsyncWire`, on an event loop). The SQL above it is written once for both.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class Results(Protocol):
     async def fetchone(self) -> Any | None: ...
 
 
-class Link(Protocol):
+class Wire(Protocol):
     """The connection of one transaction, in pipeline mode."""
 
     async def execute(self, sql: str, params: Arguments = ()) -> Results:
@@ -112,7 +112,7 @@ class BlockingResults:
         return self._cursor.fetchone()
 
 
-class BlockingLink:
+class BlockingWire:
     """psycopg's blocking connection and pipeline; ``end`` leaves the pipeline."""
 
     __slots__ = ("_conn", "_end", "_pipeline")
@@ -130,7 +130,7 @@ class BlockingLink:
         self._end()
 
 
-class AsyncLink:
+class AsyncWire:
     """psycopg's asyncio connection and pipeline (its cursors are the results as they are);
     ``end`` leaves the pipeline."""
 
@@ -158,8 +158,8 @@ class StatementRunner(HistoryTables):
     """The connection of one transaction, with the pending ledger, the history it writes with
     the commit, and the answers fetched ahead. The store's SQL lives in its subclasses."""
 
-    def __init__(self, link: Link, keeper: HistoryKeeper) -> None:
-        self._link = link
+    def __init__(self, wire: Wire, keeper: HistoryKeeper) -> None:
+        self._wire = wire
         self._ledger: dict[int, dict[str, int]] = defaultdict(lambda: dict.fromkeys(_LEDGER, 0))
         self._keeper = keeper
         self.history = HistoryBuffer()  # written with the commit, after the ledger
@@ -184,7 +184,7 @@ class StatementRunner(HistoryTables):
             raise RuntimeError("a statement after the one the caller said was the last")
         if not reads:
             self._statements += 1
-        return await self._link.execute(sql, params)
+        return await self._wire.execute(sql, params)
 
     async def _fetch_all(
         self, sql: str, params: Arguments = (), *, last: bool = False
@@ -206,9 +206,9 @@ class StatementRunner(HistoryTables):
         if self.history:
             await self._write_history()
         if self._wakes:
-            await self._link.execute("SELECT pg_notify(%s, '')", (NOTIFY_CHANNEL,))
-        await self._link.execute("COMMIT")
-        await self._link.end()
+            await self._wire.execute("SELECT pg_notify(%s, '')", (NOTIFY_CHANNEL,))
+        await self._wire.execute("COMMIT")
+        await self._wire.end()
         self.committed = True
 
     # The primitives of the statements both stores share (poisonq.store.shared_sql).
@@ -230,7 +230,7 @@ class StatementRunner(HistoryTables):
     async def _changed(self, sql: str, params: Arguments = ()) -> int:
         """Run a statement and return how many rows it changed (which waits for it)."""
         cur = await self._run(sql, params)
-        await self._link.sync()
+        await self._wire.sync()
         return cur.rowcount
 
     def _remember(self, key: tuple[Any, ...], value: Any) -> None:

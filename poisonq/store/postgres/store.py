@@ -45,7 +45,7 @@ from poisonq.store import redacted_url
 from poisonq.store.base import UNSTORABLE, Store, Transaction, pending_migrations, unstorable
 from poisonq.store.history import HistoryKeeper
 from poisonq.store.postgres.noise import POOL_NAME, own, quiet_own_connections
-from poisonq.store.postgres.runner import NOTIFY_CHANNEL, BlockingLink
+from poisonq.store.postgres.runner import NOTIFY_CHANNEL, BlockingWire
 from poisonq.store.postgres.transaction import PostgresTransaction
 from poisonq.store.shared_sql import (
     ADD_SCHEMA_VERSION,
@@ -170,8 +170,8 @@ class PostgresStore(Store):
                     with ExitStack() as stack:
                         pipeline = stack.enter_context(conn.pipeline())
                         conn.execute("BEGIN")
-                        link = BlockingLink(conn, pipeline, stack.close)
-                        tx = PostgresTransaction(link, self.history)
+                        wire = BlockingWire(conn, pipeline, stack.close)
+                        tx = PostgresTransaction(wire, self.history)
                         yield tx
                         await tx.commit()
                 except BaseException:
