@@ -145,6 +145,34 @@ def test_500_coroutines_on_a_pool_of_20_never_receive_a_message_twice(pg_url: st
     run(pg_url, body, max_size=20)
 
 
+def test_cancelled_transactions_leave_the_pool_usable_and_nothing_lost(pg_url: str) -> None:
+    """Receives cancelled at any point (waiting for a connection, mid-statement, after the
+    commit: 0 to 7.5 ms after they start) roll back or commit whole, and the pool of 2
+    connections replaces those cut mid-exchange: once the locks of the receives that did
+    commit run out, every message is received and completed once."""
+    clock = ManualClock()
+
+    async def main() -> None:
+        async with await AsyncPostgresStore.open(pg_url, max_size=2) as store:
+            engine = Engine(store, clock)
+            await engine.create_queue("orders", QueueOptions.build(None, lock_duration=30))
+            sent = await engine.send("orders", [Message(body=b"%d" % n) for n in range(20)])
+            for turns in range(48):
+                task = asyncio.create_task(engine.receive("orders", 1))
+                await asyncio.sleep(0.0005 * (turns % 16))
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            clock.advance(31)  # the locks of the receives that committed run out
+            done: list[int] = []
+            while got := await engine.receive("orders", 5):
+                await engine.complete("orders", [(m.sequence_number, m.lock_token) for m in got])
+                done += [m.sequence_number for m in got]
+            assert sorted(done) == sent
+            await assert_balanced(engine)
+
+    asyncio.run(main())
+
+
 def test_a_value_postgresql_cannot_store_is_an_invalid_option_error(pg_url: str) -> None:
     """The asyncio store reports what the driver refuses to encode (a lone surrogate) as the
     blocking one does, and rolls the transaction back."""
