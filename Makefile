@@ -68,6 +68,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/queue_floors.py
 	$(BIN)/python bench/queue_floors.py --sqlite
 	$(BIN)/python bench/aio_throughput.py --postgres
+	$(BIN)/python bench/async_store.py
 	$(BIN)/python bench/pipeline_throughput.py
 	$(BIN)/python bench/sensor_events.py --batch 100000 --batch 1000000
 	$(BIN)/python bench/pipeline_floors.py

@@ -31,6 +31,11 @@ BENCHES = [
         ],
         "part=processor",
     ),
+    (
+        "async_store",
+        ["--cycles", "20", "--rounds", "1", "--callers", "4", "--url", "{pg}"],
+        "callers=",
+    ),
     ("pipeline_throughput", ["--messages", "3000", "--batch", "1000"], "ms_per_crash"),
     ("sensor_events", ["--events", "2000", "--batch", "1000"], "batch="),
     ("pipeline_floors", ["--messages", "2000"], "="),

@@ -11,15 +11,20 @@ travels with the next statement that is waited for. Two more things save round t
   used only if no statement has run since (:meth:`StatementRunner._recall`);
 - a statement the caller says is the transaction's last (a receive's lock) travels with the
   ledger, the notification and ``COMMIT`` (``last`` of :meth:`StatementRunner._fetch_all`).
+
+The runner reaches the server through a :class:`Wire`, whose every call is awaited: psycopg's
+blocking connection (:class:`BlockingWire`, whose awaits never suspend, so that
+:func:`~poisonq.engine.driving.drive` runs a transaction in one step) or its asyncio one
+(:class:`AsyncWire`, on an event loop). The SQL above it is written once for both.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
 
-from psycopg import Connection, Cursor, Pipeline
+from psycopg import AsyncConnection, AsyncPipeline, Connection, Cursor, Pipeline
 
 from poisonq.store.base import Ledger
 from poisonq.store.history import HistoryBuffer, HistoryKeeper, buckets
@@ -61,20 +66,100 @@ _RECORD_DEAD_LETTERS = (
 )
 
 
+Arguments = Sequence[Any] | dict[str, Any]  # a statement's, by position or by name
+
+
+class Results(Protocol):
+    """A statement's results, read once the pipeline has them (``rowcount``: after a sync)."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    async def fetchall(self) -> list[Any]: ...
+
+    async def fetchone(self) -> Any | None: ...
+
+
+class Wire(Protocol):
+    """The connection of one transaction, in pipeline mode."""
+
+    async def execute(self, sql: str, params: Arguments = ()) -> Results:
+        """Queue a statement (binary results); nothing waits for it until a result is read."""
+
+    async def sync(self) -> None:
+        """Wait for every statement queued so far."""
+
+    async def end(self) -> None:
+        """Leave pipeline mode: one sync, every result read."""
+
+
+class BlockingResults:
+    """A blocking cursor's results, awaitable: each read returns at once, never suspends."""
+
+    __slots__ = ("_cursor",)
+
+    def __init__(self, cursor: Cursor[Any]) -> None:
+        self._cursor = cursor
+
+    @property
+    def rowcount(self) -> int:
+        return self._cursor.rowcount
+
+    async def fetchall(self) -> list[Any]:
+        return self._cursor.fetchall()
+
+    async def fetchone(self) -> Any | None:
+        return self._cursor.fetchone()
+
+
+class BlockingWire:
+    """psycopg's blocking connection and pipeline; ``end`` leaves the pipeline."""
+
+    __slots__ = ("_conn", "_end", "_pipeline")
+
+    def __init__(self, conn: Connection[Any], pipeline: Pipeline, end: Callable[[], None]) -> None:
+        self._conn, self._pipeline, self._end = conn, pipeline, end
+
+    async def execute(self, sql: str, params: Arguments = ()) -> Results:
+        return BlockingResults(self._conn.execute(sql, params, binary=True))
+
+    async def sync(self) -> None:
+        self._pipeline.sync()
+
+    async def end(self) -> None:
+        self._end()
+
+
+class AsyncWire:
+    """psycopg's asyncio connection and pipeline (its cursors are the results as they are);
+    ``end`` leaves the pipeline."""
+
+    __slots__ = ("_conn", "_end", "_pipeline")
+
+    def __init__(
+        self,
+        conn: AsyncConnection[Any],
+        pipeline: AsyncPipeline,
+        end: Callable[[], Awaitable[None]],
+    ) -> None:
+        self._conn, self._pipeline, self._end = conn, pipeline, end
+
+    async def execute(self, sql: str, params: Arguments = ()) -> Results:
+        return await self._conn.execute(sql, params, binary=True)
+
+    async def sync(self) -> None:
+        await self._pipeline.sync()
+
+    async def end(self) -> None:
+        await self._end()
+
+
 class StatementRunner(HistoryTables):
     """The connection of one transaction, with the pending ledger, the history it writes with
     the commit, and the answers fetched ahead. The store's SQL lives in its subclasses."""
 
-    def __init__(
-        self,
-        conn: Connection[Any],
-        pipeline: Pipeline,
-        end: Callable[[], None],
-        keeper: HistoryKeeper,
-    ) -> None:
-        self._db = conn
-        self._pipeline = pipeline
-        self._end = end  # leaves pipeline mode: one sync, every result read
+    def __init__(self, wire: Wire, keeper: HistoryKeeper) -> None:
+        self._wire = wire
         self._ledger: dict[int, dict[str, int]] = defaultdict(lambda: dict.fromkeys(_LEDGER, 0))
         self._keeper = keeper
         self.history = HistoryBuffer()  # written with the commit, after the ledger
@@ -92,26 +177,24 @@ class StatementRunner(HistoryTables):
         self._ahead_at = 0
         self.committed = False
 
-    async def _run(
-        self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *, reads: bool = False
-    ) -> Cursor[Any]:
+    async def _run(self, sql: str, params: Arguments = (), *, reads: bool = False) -> Results:
         """Queue a statement in the pipeline (nothing waits for it until a result is read).
         ``reads``: it changes nothing an answer fetched ahead could depend on (a lock)."""
         if self.committed:
             raise RuntimeError("a statement after the one the caller said was the last")
         if not reads:
             self._statements += 1
-        return self._db.execute(sql, params, binary=True)
+        return await self._wire.execute(sql, params)
 
     async def _fetch_all(
-        self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *, last: bool = False
+        self, sql: str, params: Arguments = (), *, last: bool = False
     ) -> list[tuple[Any, ...]]:
         """The statement's rows; with ``last``, the transaction commits in the same round
         trip (the statement must not change the ledger: that is written before it)."""
         cur = await self._run(sql, params)
         if last:
             await self.commit()
-        return cur.fetchall()
+        return await cur.fetchall()
 
     async def commit(self) -> None:
         """Write the ledger and the history, notify the listeners if a message became
@@ -123,9 +206,9 @@ class StatementRunner(HistoryTables):
         if self.history:
             await self._write_history()
         if self._wakes:
-            self._db.execute("SELECT pg_notify(%s, '')", (NOTIFY_CHANNEL,))
-        self._db.execute("COMMIT")
-        self._end()
+            await self._wire.execute("SELECT pg_notify(%s, '')", (NOTIFY_CHANNEL,))
+        await self._wire.execute("COMMIT")
+        await self._wire.end()
         self.committed = True
 
     # The primitives of the statements both stores share (poisonq.store.shared_sql).
@@ -144,10 +227,10 @@ class StatementRunner(HistoryTables):
     def _in_list(self, name: str) -> str:
         return f"= ANY(:{name})"
 
-    async def _changed(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> int:
+    async def _changed(self, sql: str, params: Arguments = ()) -> int:
         """Run a statement and return how many rows it changed (which waits for it)."""
         cur = await self._run(sql, params)
-        self._pipeline.sync()
+        await self._wire.sync()
         return cur.rowcount
 
     def _remember(self, key: tuple[Any, ...], value: Any) -> None:

@@ -26,9 +26,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import ExitStack, asynccontextmanager, contextmanager
-from typing import Any
+from typing import Any, TypeGuard
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
@@ -45,7 +45,7 @@ from poisonq.store import redacted_url
 from poisonq.store.base import UNSTORABLE, Store, Transaction, pending_migrations, unstorable
 from poisonq.store.history import HistoryKeeper
 from poisonq.store.postgres.noise import POOL_NAME, own, quiet_own_connections
-from poisonq.store.postgres.runner import NOTIFY_CHANNEL
+from poisonq.store.postgres.runner import NOTIFY_CHANNEL, BlockingWire
 from poisonq.store.postgres.transaction import PostgresTransaction
 from poisonq.store.shared_sql import (
     ADD_SCHEMA_VERSION,
@@ -94,13 +94,14 @@ class PostgresStore(Store):
         if not any(k == "connect_timeout" for k, _ in query):
             query.append(("connect_timeout", str(CONNECT_TIMEOUT)))
         conninfo = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(query)))
-        self._name = redacted_url(url)
+        self.name = redacted_url(url)  # for messages: without the password
         settings = {} if synchronous_commit is None else {"synchronous_commit": synchronous_commit}
-        self._conninfo = conninfo
+        self.conninfo = conninfo  # libpq's, with the connect timeout
+        self.pool_size = pool_size
         self._listener: psycopg.Connection[Any] | None = None
         self._listen_lock = threading.Lock()
         self._changes = 0
-        self._settings = settings
+        self.settings = settings  # of every transaction's connection (configure)
         self._pool_broken = False  # a transaction found the server gone; the pool recovers
         quiet_own_connections()
         try:
@@ -111,13 +112,13 @@ class PostgresStore(Store):
                 self._migrate(conn)
         except psycopg.Error as exc:
             kind = StoreUnavailableError if _unreachable(exc) else StoreError
-            raise kind(f"cannot open PostgreSQL store {self._name}: {exc}") from exc
+            raise kind(f"cannot open PostgreSQL store {self.name}: {exc}") from exc
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             conninfo,
             min_size=1,
             max_size=pool_size,
-            kwargs=_CONNECTION_OPTIONS,
-            configure=_configure(settings),
+            kwargs=CONNECTION_OPTIONS,
+            configure=configure(settings),
             timeout=CONNECTION_WAIT,
             open=False,
             name=POOL_NAME,
@@ -153,7 +154,7 @@ class PostgresStore(Store):
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
             conn.execute(SCHEMA_TABLE)
             applied = {v for (v,) in conn.execute(SCHEMA_VERSIONS)}
-            for version, script in pending_migrations("postgres", applied, self._name):
+            for version, script in pending_migrations("postgres", applied, self.name):
                 conn.execute(script.encode(), prepare=False)
                 conn.execute(for_postgres(ADD_SCHEMA_VERSION), {"version": version})
 
@@ -169,28 +170,20 @@ class PostgresStore(Store):
                     with ExitStack() as stack:
                         pipeline = stack.enter_context(conn.pipeline())
                         conn.execute("BEGIN")
-                        tx = PostgresTransaction(conn, pipeline, stack.close, self.history)
+                        wire = BlockingWire(conn, pipeline, stack.close)
+                        tx = PostgresTransaction(wire, self.history)
                         yield tx
                         await tx.commit()
                 except BaseException:
                     if not conn.closed:
                         conn.execute("ROLLBACK")
                     raise
-        except psycopg.DataError as exc:
-            raise InvalidOptionError(f"PostgreSQL cannot store a value: {exc}") from exc
-        except DiskFull as exc:
-            raise StoreFullError(f"PostgreSQL on {self._name} has no room left: {exc}") from exc
-        except UNSTORABLE as exc:
-            raise unstorable(exc) from exc
-        except (psycopg.OperationalError, TransactionRollback) as exc:
-            # The server is gone, restarting or refusing connections, or chose this
-            # transaction as a deadlock's victim: nothing here says the operation was wrong.
-            if isinstance(exc, psycopg.OperationalError):
+        except FAILURES as exc:
+            error = translated(exc, self.name)
+            if outage(exc):
                 self._outage_seen(exc)
                 self._pool.check()  # a restart broke every pooled connection, not just this one
-            raise StoreUnavailableError(f"PostgreSQL unavailable on {self._name}: {exc}") from exc
-        except psycopg.Error as exc:
-            raise StoreError(f"PostgreSQL error on {self._name}: {exc}") from exc
+            raise error from exc
 
     @contextmanager
     def _connection(self, wait: float = CONNECTION_WAIT) -> Iterator[psycopg.Connection[Any]]:
@@ -198,8 +191,8 @@ class PostgresStore(Store):
         of the transaction's own (closed after it), so that recovery does not wait for the
         pool's reconnection backoff."""
         if self._pool_broken and not self._pool.get_stats().get("pool_available"):
-            with psycopg.connect(self._conninfo, **_CONNECTION_OPTIONS) as conn:
-                _configure(self._settings)(conn)
+            with psycopg.connect(self.conninfo, **CONNECTION_OPTIONS) as conn:
+                configure(self.settings)(conn)
                 yield conn
             return
         with self._pool.connection(timeout=wait) as conn:
@@ -233,7 +226,7 @@ class PostgresStore(Store):
         except psycopg.Error as exc:
             if isinstance(exc, psycopg.OperationalError):
                 self._outage_seen(exc)
-            raise StoreUnavailableError(f"PostgreSQL unavailable on {self._name}: {exc}") from exc
+            raise StoreUnavailableError(f"PostgreSQL unavailable on {self.name}: {exc}") from exc
         return min(samples)[1]
 
     # Change notification ------------------------------------------------------------------
@@ -241,7 +234,7 @@ class PostgresStore(Store):
         """Count the notifications that arrive within ``timeout`` (0: those already here);
         return at the first. Called with ``_listen_lock`` held."""
         if self._listener is None:
-            self._listener = psycopg.connect(self._conninfo, autocommit=True)
+            self._listener = psycopg.connect(self.conninfo, autocommit=True)
             own(self._listener)
             self._listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
         stop = None if timeout == 0 else 1
@@ -280,7 +273,7 @@ class PostgresStore(Store):
         """Drop the listening connection (the next wait opens a new one)."""
         if self._listener is not None:
             # Debug only: the client's outage lines say it (poisonq.retrying.Reachability).
-            log.debug("lost the notification connection to %s: %s", self._name, exc)
+            log.debug("lost the notification connection to %s: %s", self.name, exc)
         self._reset_listener()
 
     def _reset_listener(self) -> None:
@@ -295,13 +288,66 @@ class PostgresStore(Store):
         self._pool.close()
 
 
-_CONNECTION_OPTIONS: dict[str, Any] = {"autocommit": True, "prepare_threshold": 0}
+CONNECTION_OPTIONS: dict[str, Any] = {"autocommit": True, "prepare_threshold": 0}
+
+# What a transaction may raise that the store reports as one of its typed errors.
+FAILURES = (psycopg.Error, *UNSTORABLE)
 
 
-def _configure(settings: dict[str, str]) -> Any:
+def translated(
+    exc: psycopg.Error | UnicodeEncodeError | OverflowError, store: str
+) -> StoreError | InvalidOptionError:
+    """The typed error for what a transaction on ``store`` (its name for messages) raised;
+    the blocking and the asyncio stores report alike."""
+    if isinstance(exc, psycopg.DataError):
+        return InvalidOptionError(f"PostgreSQL cannot store a value: {exc}")
+    if isinstance(exc, DiskFull):
+        return StoreFullError(f"PostgreSQL on {store} has no room left: {exc}")
+    if isinstance(exc, UNSTORABLE):
+        return unstorable(exc)
+    if isinstance(exc, psycopg.OperationalError | TransactionRollback):
+        # The server is gone, restarting or refusing connections, or chose this
+        # transaction as a deadlock's victim: nothing here says the operation was wrong.
+        return StoreUnavailableError(f"PostgreSQL unavailable on {store}: {exc}")
+    return StoreError(f"PostgreSQL error on {store}: {exc}")
+
+
+def outage(exc: BaseException) -> TypeGuard[psycopg.OperationalError]:
+    """Whether ``exc`` says a connection failed (or the pool had none in time), not that the
+    server refused the work: the store checks its pool then."""
+    return isinstance(exc, psycopg.OperationalError) and not isinstance(exc, DiskFull)
+
+
+def _settings_statement(settings: dict[str, str]) -> tuple[str, list[str]] | None:
+    """One statement that applies ``settings`` to a connection (``None``: none to apply)."""
+    if not settings:
+        return None
+    calls = ", ".join("set_config(%s, %s, false)" for _ in settings)
+    return f"SELECT {calls}", [part for item in settings.items() for part in item]
+
+
+def configure(settings: dict[str, str]) -> Callable[[psycopg.Connection[Any]], None]:
+    """The pool's set-up of a new connection: the store's own (see ``noise.py``), with
+    ``settings``."""
+    statement = _settings_statement(settings)
+
     def configure(conn: psycopg.Connection[Any]) -> None:
         own(conn)
-        for name, value in settings.items():
-            conn.execute("SELECT set_config(%s, %s, false)", (name, value))
+        if statement is not None:
+            conn.execute(*statement)
+
+    return configure
+
+
+def configure_async(
+    settings: dict[str, str],
+) -> Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]]:
+    """:func:`configure` for a connection of psycopg's asyncio pool."""
+    statement = _settings_statement(settings)
+
+    async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
+        own(conn)
+        if statement is not None:
+            await conn.execute(*statement)
 
     return configure

@@ -35,8 +35,6 @@ import json
 from collections.abc import Sequence
 from typing import Any, cast
 
-from psycopg import Cursor
-
 from poisonq.errors import StoreError
 from poisonq.model import HELD_STATES, EntityStatus, MessageState, ReceivedMessage
 from poisonq.store.base import (
@@ -60,6 +58,7 @@ from poisonq.store.postgres.batches import (
     ready_seqs,
 )
 from poisonq.store.postgres.covers import COVER_DELIVERY, COVERED, TOP, emptied
+from poisonq.store.postgres.runner import Results
 
 # The message columns below return the values the shared row mappers take, in their order
 # (``failures::text`` is the JSON text SQLite keeps).
@@ -633,11 +632,11 @@ class PostgresTransaction(
             {"seqs": list(seqs), "entity": entity_id, "token": token, "now": now},
         )
         await self._sweep_after(entity_id, now)
-        return self._completed(entity_id, done)
+        return await self._completed(entity_id, done)
 
     async def complete_span(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> int:
         done = len(
-            self._completed(
+            await self._completed(
                 entity_id,
                 await self._delete_locked(entity_id, token, now, "seq BETWEEN %b AND %b", lo, hi),
             )
@@ -660,7 +659,7 @@ class PostgresTransaction(
 
     async def _delete_locked(
         self, entity_id: int, token: str, now: float, which: str, *params: object
-    ) -> Cursor[Any]:
+    ) -> Results:
         """Queue the deletion of the messages ``which`` names that are validly locked under
         ``token`` (a completion); :meth:`_completed` reads its result."""
         return await self._run(
@@ -669,8 +668,8 @@ class PostgresTransaction(
             (entity_id, token, now, *params),
         )
 
-    def _completed(self, entity_id: int, done: Cursor[Any]) -> list[int]:
-        rows = done.fetchall()
+    async def _completed(self, entity_id: int, done: Results) -> list[int]:
+        rows = await done.fetchall()
         self._count_completed(entity_id, len(rows), sum(row[1] for row in rows))
         return [row[0] for row in rows]
 
@@ -755,14 +754,14 @@ class PostgresTransaction(
         where = {"destination": destination_id, "source": source, "now": now, "entity": entity_id}
         moving = await self._dead_letter(letters, {**where, "token": lock_token})
         await self._sweep_after(entity_id, now)
-        rows = moving.fetchall()
+        rows = await moving.fetchall()
         await self._check_destination(destination_id, len(letters), len(rows))
         moved, size = len(rows), sum(row[1] for row in rows)
         self.history.dead_lettered(destination_id, (row[2:] for row in rows))
         self._count_moved(entity_id, destination_id, moved, size, "dead_lettered")
         return sorted(row[0] for row in rows)
 
-    async def _dead_letter(self, letters: Sequence[Letter], params: dict[str, Any]) -> Cursor[Any]:
+    async def _dead_letter(self, letters: Sequence[Letter], params: dict[str, Any]) -> Results:
         """Queue the move of ``letters`` (see :data:`_DEAD_LETTER`), with ``params``."""
         first = all_alike(letters)
         params = {**params, "seqs": [letter.seq for letter in letters]}
