@@ -103,12 +103,9 @@ class Pipeline:
     batch is traced to the messages that raise it alone, in the same worker (see
     :mod:`poisonq.spark.batches`).
 
-    ``batch_size`` is the most messages a batch (one lease, one Spark job) takes; a lease
-    takes what is ready up to it. Left out, a run's first batch takes up to 100,000 and each
-    after it up to 1,000,000, so that a backlog goes in few jobs (each costs a fixed 0.2 to 1 s)
-    while the first output, and a bug that fails the run, shows after a small one; a batch
-    leased after one whose job failed (isolated by bisection, which costs in proportion to
-    the batch) takes up to 100,000 again, until one runs clean (:mod:`poisonq.spark.batch_sizes`).
+    ``batch_size`` is the most messages a batch (one lease, one Spark job) takes of those
+    ready; left out, 100,000 for a run's first batch and after a batch whose job failed, else
+    1,000,000 (:mod:`poisonq.spark.batch_sizes` says why).
 
     ``permanent`` exception types dead-letter at once (in ``map``, ``map_batches`` and in
     poisonq UDFs).
@@ -212,9 +209,10 @@ class Pipeline:
         the batch before it and leases the next one, so a batch costs its job and not the
         store's writes too. That is why a run may leave two leases unfinished when it dies,
         and why a restart replays both. A lease taken ahead that is not run (the run stops)
-        is given back with no delivery counted. Only a full batch is leased ahead: when the
-        queue holds less, the next lease waits for the job, so that it also carries what
-        the job gives back to be retried (see :meth:`_acquire_ahead`).
+        is given back with no delivery counted. The next lease is taken ahead only when the
+        queue holds a full first batch: when it holds less, the next lease waits for the
+        job, so that it also carries what the job gives back to be retried (see
+        :meth:`_acquire_ahead`).
 
         Ctrl-C raises :class:`PipelineInterrupted` (a :class:`KeyboardInterrupt`) with the
         report so far, once the run's jobs are cancelled (:mod:`poisonq.spark.interrupts`):
@@ -390,7 +388,8 @@ class Pipeline:
         each such batch a Spark job's fixed cost for a handful of messages. Waiting folds
         them in: at the end of a run the redeliveries of the last batches come in one
         batch per delivery left, not one per batch they came from. A full batch is still
-        taken ahead (what the job gives back then goes in the batch after it)."""
+        taken ahead (what the job gives back then goes in the batch after it, which may
+        be theirs alone when a lease of up to 1,000,000 took the rest of the queue)."""
         ready = broker.get_queue(self.queue).receivable
         return self._acquire(broker, number, size) if ready >= full else None
 
