@@ -10,20 +10,26 @@ user's data would be (one file per core, so each core reads its part), to Parque
   Parquet; run twice in the session and timed both times (``plain_cold_s``, ``plain_warm_s``:
   the warm run is what a user who runs jobs in a live session compares with).
 - ``pipeline``: ``poisonq.spark.Pipeline(transform=…, expectations=…)`` from the queue into
-  Parquet, for each ``--batch`` size given, each on a queue of its own filled before the clock
+  Parquet, for each ``--batch`` size given, in that order (``default``: the pipeline's own
+  sizes, which grow from 100,000 to 1,000,000 while a backlog waits; a size may come again,
+  to take turns on a loaded machine), each on a queue of its own filled before the clock
   starts, after a warm-up run of one batch of up to :data:`WARM_UP` events on a queue of its
   own: warm as the plain job is (a pipeline that runs on is warm after its first batch; the
   first large batch of a session costs seconds more, the JVM compiling its hot code).
 
 Prints ``plain_cold_s=… plain_warm_s=… rows_per_s=…`` and then, per batch size,
-``batch=… pipeline_s=… msgs_per_s=… ratio_warm=… ratio_cold=… batches=…``: the ratios are the
-pipeline's rate over the plain job's (the target is ≥ 0.6 of the warm plain job at 1,000,000).
+``batch=… pipeline_s=… msgs_per_s=… ratio_warm=… ratio_cold=… batches=… jobs_s=… load=…``:
+the ratios are the pipeline's rate over the plain job's (the target is ≥ 0.6 of the warm
+plain job at 1,000,000), ``jobs_s`` the time of the batches' Spark jobs (the rest is the
+store's work that no job overlapped: the first lease, the last completion), ``load`` the
+machine's one-minute load average as the pipeline ended (the bench shares it).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -99,19 +105,29 @@ def plain(spark: SparkSession, source: Path, output: Path) -> float:
     return time.perf_counter() - started
 
 
+def batch_size(text: str) -> int | None:
+    return None if text == "default" else int(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
-    parser.add_argument("--batch", type=int, action="append", help="repeatable; default 100000")
+    parser.add_argument(
+        "--batch",
+        type=batch_size,
+        action="append",
+        help="a batch size or 'default' (the pipeline's own); repeatable; default: default",
+    )
     args = parser.parse_args()
-    sizes = args.batch or [100_000]
+    sizes: list[int | None] = args.batch or [None]
+    runs = [(f"events-{n}", size) for n, size in enumerate(sizes)]  # a size may come again
     work = Path(tempfile.mkdtemp(prefix="poisonq-sensors-"))
     try:
         spark = local_session("poisonq-sensor-bench")
         url = f"sqlite:///{work / 'queues.db'}"
         with poisonq.connect(url) as broker:
-            for size in sizes:
-                fill(broker, f"events-{size}", args.events)
+            for queue, _ in runs:
+                fill(broker, queue, args.events)
             fill(broker, "warm-up", min(WARM_UP, args.events))
         bodies(spark, args.events, work / "bodies")
         cold = plain(spark, work / "bodies", work / "plain")
@@ -120,22 +136,26 @@ def main() -> None:
             f"plain_cold_s={cold:.2f} plain_warm_s={warm:.2f} rows_per_s={args.events / warm:.0f}"
         )
 
-        def pipeline(queue: str, size: int) -> Pipeline:
+        def pipeline(queue: str, size: int | None) -> Pipeline:
             return Pipeline(
                 spark, url=url, queue=queue, transform=readings, expectations=EXPECTATIONS,
                 output=str(work / queue), batch_size=size,
             )  # fmt: skip
 
         pipeline("warm-up", WARM_UP).run()
-        for size in sizes:
+        for queue, size in runs:
             started = time.perf_counter()
-            report = pipeline(f"events-{size}", size).run()
+            report = pipeline(queue, size).run()
             seconds = time.perf_counter() - started
             assert report.completed == args.events, report
+            with poisonq.connect(url) as broker:
+                timeline = broker.pipeline_batches("pipeline", queue)
             print(
-                f"batch={size} pipeline_s={seconds:.2f} msgs_per_s={args.events / seconds:.0f}"
+                f"batch={size or 'default'} pipeline_s={seconds:.2f}"
+                f" msgs_per_s={args.events / seconds:.0f}"
                 f" ratio_warm={warm / seconds:.2f} ratio_cold={cold / seconds:.2f}"
-                f" batches={report.batches}"
+                f" batches={report.batches} jobs_s={sum(b.seconds for b in timeline):.2f}"
+                f" load={os.getloadavg()[0]:.1f}"
             )
     finally:
         shutil.rmtree(work, ignore_errors=True)

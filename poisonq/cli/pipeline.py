@@ -389,9 +389,9 @@ def pipeline() -> None:
 @click.option(
     "--batch-size",
     type=click.IntRange(min=1),
-    default=100_000,
-    show_default=True,
-    help="Most messages per batch (one lease, one Spark job).",
+    help="Most messages per batch (one lease, one Spark job) [default: 100,000 for a run's"
+    " first batch and after a batch whose job failed, else 1,000,000: a backlog goes in few"
+    " jobs].",
 )
 @click.option(
     "--lock-duration",
@@ -477,7 +477,7 @@ def pipeline_run(
     expect: tuple[str, ...],
     output: str,
     consumer: str,
-    batch_size: int,
+    batch_size: int | None,
     lock_duration: float | None,
     output_format: str,
     permanent_types: tuple[str, ...],

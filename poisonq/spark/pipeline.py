@@ -46,6 +46,7 @@ from poisonq.failures import first_line
 from poisonq.limits import check_count
 from poisonq.model import FailureRecord, Lease, MessageState
 from poisonq.names import validate_name
+from poisonq.spark.batch_sizes import BatchSizes
 from poisonq.spark.batch_writer import BatchWriter
 from poisonq.spark.batches import BatchFunction, BatchTransform
 from poisonq.spark.expectations import check_expectations
@@ -102,6 +103,10 @@ class Pipeline:
     batch is traced to the messages that raise it alone, in the same worker (see
     :mod:`poisonq.spark.batches`).
 
+    ``batch_size`` is the most messages a batch (one lease, one Spark job) takes of those
+    ready; left out, 100,000 for a run's first batch and after a batch whose job failed, else
+    1,000,000 (:mod:`poisonq.spark.batch_sizes` says why).
+
     ``permanent`` exception types dead-letter at once (in ``map``, ``map_batches`` and in
     poisonq UDFs).
     ``max_failure_ratio`` (``None``: never) is the share of a batch that may fail the same
@@ -126,7 +131,7 @@ class Pipeline:
         schema: str | StructType | None = None,
         expectations: Mapping[str, str] | None = None,
         consumer: str = "pipeline",
-        batch_size: int = 100_000,
+        batch_size: int | None = None,
         lock_duration: float | None = None,
         output_format: str | None = None,
         permanent: tuple[type[BaseException], ...] = (),
@@ -136,7 +141,7 @@ class Pipeline:
         keep_batches: int = DEFAULT_KEEP,
         retry_total: int = 3,
     ) -> None:
-        if batch_size < 1:
+        if batch_size is not None and batch_size < 1:
             raise InvalidOptionError("batch_size must be at least 1")
         if keep_batches < 1:
             raise InvalidOptionError("keep_batches must be at least 1")
@@ -204,9 +209,10 @@ class Pipeline:
         the batch before it and leases the next one, so a batch costs its job and not the
         store's writes too. That is why a run may leave two leases unfinished when it dies,
         and why a restart replays both. A lease taken ahead that is not run (the run stops)
-        is given back with no delivery counted. Only a full batch is leased ahead: when the
-        queue holds less, the next lease waits for the job, so that it also carries what
-        the job gives back to be retried (see :meth:`_acquire_ahead`).
+        is given back with no delivery counted. The next lease is taken ahead only when the
+        queue holds a full first batch: when it holds less, the next lease waits for the
+        job, so that it also carries what the job gives back to be retried (see
+        :meth:`_acquire_ahead`).
 
         Ctrl-C raises :class:`PipelineInterrupted` (a :class:`KeyboardInterrupt`) with the
         report so far, once the run's jobs are cancelled (:mod:`poisonq.spark.interrupts`):
@@ -234,28 +240,32 @@ class Pipeline:
             completing: Future[None] | None = None
             running: Lease | None = None  # its batch under way, not yet given to complete
             window = FailureWindow(self.max_failure_ratio)
+            sizes = BatchSizes(self.batch_size)
             try:
                 number = self._replay(broker, report, window)
-                ahead = work.submit(self._acquire, broker, number + 1)
+                ahead = work.submit(self._acquire, broker, number + 1, sizes.first)
                 while max_batches is None or report.batches < max_batches:
                     assert ahead is not None  # taken whenever another batch may run
-                    lease = self._next(broker, ahead, number + 1, report)
+                    lease = self._next(broker, ahead, number + 1, sizes.next(), report)
                     ahead = None
                     if lease is None:
                         if until_idle:
                             break
                         time.sleep(1.0)
-                        ahead = work.submit(self._acquire, broker, number + 1)
+                        ahead = work.submit(self._acquire, broker, number + 1, sizes.next())
                         continue
                     number = lease.number
                     if max_batches is None or report.batches + 1 < max_batches:
-                        ahead = work.submit(self._acquire_ahead, broker, number + 1)
+                        ahead = work.submit(
+                            self._acquire_ahead, broker, number + 1, sizes.first, sizes.next()
+                        )
                     running = lease
                     run = self._batch(broker, lease, report, window, ahead)
+                    sizes.ran(run)
                     if completing is not None:
                         completing.result()  # the batch before, completed during this one
                     if _not_taken(ahead):  # now, ahead of this batch's completion and its writes
-                        ahead = work.submit(self._acquire, broker, number + 1)
+                        ahead = work.submit(self._acquire, broker, number + 1, sizes.next())
                     completing = work.submit(self._complete, broker, lease, report, run)
                     running = None
                     if progress is not None:
@@ -356,20 +366,21 @@ class Pipeline:
             return None
         return until.timestamp() if until.timestamp() > time.time() else None
 
-    def _acquire(self, broker: poisonq.Broker, number: int) -> Lease | None:
-        """Lease ``number``, and what its batch needs to know from the store before it runs
-        (:meth:`BatchWriter.look_ahead`): the run loop calls this in its store thread."""
-        lease = broker.acquire_lease(
-            self.queue, self.consumer, number, self.batch_size, self.lock_duration
-        )
+    def _acquire(self, broker: poisonq.Broker, number: int, size: int) -> Lease | None:
+        """Lease ``number`` of up to ``size`` messages, and what its batch needs to know
+        from the store before it runs (:meth:`BatchWriter.look_ahead`): the run loop calls
+        this in its store thread."""
+        lease = broker.acquire_lease(self.queue, self.consumer, number, size, self.lock_duration)
         if lease is not None:
             self.writer.look_ahead(broker, lease)
         return lease
 
-    def _acquire_ahead(self, broker: poisonq.Broker, number: int) -> Lease | None:
-        """Lease ``number`` while the batch before it runs, if the queue holds a full batch
-        for it; else ``None``, and the run loop takes it once that batch's job is done
-        (:func:`_not_taken`).
+    def _acquire_ahead(
+        self, broker: poisonq.Broker, number: int, full: int, size: int
+    ) -> Lease | None:
+        """Lease ``number`` of up to ``size`` messages while the batch before it runs, if the
+        queue holds a full batch (``full``, a run's first batch's size) for it; else ``None``,
+        and the run loop takes it once that batch's job is done (:func:`_not_taken`).
 
         A message the job gives back (a crash, an error retried) is ready again only when
         its partition is settled, after a lease taken at the job's start: taken ahead, a
@@ -377,25 +388,27 @@ class Pipeline:
         each such batch a Spark job's fixed cost for a handful of messages. Waiting folds
         them in: at the end of a run the redeliveries of the last batches come in one
         batch per delivery left, not one per batch they came from. A full batch is still
-        taken ahead (what the job gives back then goes in the batch after it)."""
-        full = broker.get_queue(self.queue).receivable >= self.batch_size
-        return self._acquire(broker, number) if full else None
+        taken ahead (what the job gives back then goes in the batch after it, which may
+        be theirs alone when a lease of up to 1,000,000 took the rest of the queue)."""
+        ready = broker.get_queue(self.queue).receivable
+        return self._acquire(broker, number, size) if ready >= full else None
 
     def _next(
         self,
         broker: poisonq.Broker,
         ahead: Future[Lease | None],
         number: int,
+        size: int,
         report: PipelineReport,
     ) -> Lease | None:
-        """Lease ``number``, taken ahead; or :class:`PipelineStoppedError` if the queue
-        stopped delivering."""
+        """Lease ``number``, taken ahead (else now, of up to ``size``); or
+        :class:`PipelineStoppedError` if the queue stopped delivering."""
         try:
             lease = ahead.result()
             if lease is None and report.batches:
                 # Not taken while the batch before ran (:meth:`_acquire_ahead`), or taken
                 # before what that batch gave back to retry was there.
-                lease = self._acquire(broker, number)
+                lease = self._acquire(broker, number, size)
             return lease
         except EntityDisabledError as exc:
             raise PipelineStoppedError(report, f"stopped: {exc}", cause=exc) from exc
