@@ -171,6 +171,63 @@ def test_a_replayed_lease_is_renewed_before_its_batch_runs(
     assert_balanced(live)
 
 
+def _with_delivery(message: dict[str, Any]) -> dict[str, Any]:
+    return {"n": json.loads(message["body"])["n"], "customer": str(message["delivery_count"])}
+
+
+@on_both_stores
+def test_a_lease_whose_lock_runs_out_while_the_next_run_watches_it_is_replayed(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """A lease left locked by a run that stopped (Ctrl-C, a kill) is replayed by the next
+    run even when its lock runs out while that run watches it for a renewal: nothing took
+    its messages back meanwhile, so they are revived, and come again with no delivery
+    counted, not in a later lease as a lock expiry's redelivery."""
+    send(live, {}, 30)
+    pipeline = Pipeline(
+        spark, url=url, queue="orders", map=_with_delivery, schema=SCHEMA,
+        output=str(tmp_path / "out"), batch_size=20,
+        lock_duration=8,  # watched for 4 s, past the dead run's lock
+    )  # fmt: skip
+    lease = live.acquire_lease("orders", "pipeline", 1, max_messages=20, lock_duration=2)
+    assert lease is not None  # and the run that took it stopped at once
+
+    report = pipeline.run()
+    assert [(b.lease, b.completed) for b in live.pipeline_batches("pipeline")] == [(1, 20), (2, 10)]
+    rows = spark.read.parquet(str(tmp_path / "out")).collect()
+    assert Counter(row.n for row in rows) == Counter(range(30))
+    assert {row.customer for row in rows} == {"1"}  # each delivered once
+    assert report.completed == 30 and report.retried == 0
+    assert_balanced(live)
+
+
+@on_both_stores
+def test_a_replays_report_counts_only_what_its_lease_still_held(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """A replayed lease counts in the run's report (and its timeline) as the messages it
+    still held: those the dead run settled before it died are neither leased nor retried
+    by this run."""
+    send(live, {3: "invalid", 7: "invalid"}, 30)
+    pipeline = Pipeline(
+        spark, url=url, queue="orders", map=transform, schema=SCHEMA,
+        output=str(tmp_path / "out"), batch_size=20,
+    )  # fmt: skip
+    # A driver that wrote lease 1 (dead-lettering its two bad orders) and died:
+    lease = live.acquire_lease("orders", "pipeline", 1, max_messages=20)
+    assert lease is not None
+    pipeline.writer.write_once(lease)
+    assert live.counts("orders")["dead_lettered"] == 2
+
+    report = pipeline.run()
+    assert (report.leased, report.completed, report.retried) == (28, 28, 0)
+    assert not report.dead_lettered  # the dead run's, not this one's
+    first = live.pipeline_batches("pipeline")[0]
+    assert (first.lease, first.size, first.completed, first.retried) == (1, 18, 18, 0)
+    assert output(spark, tmp_path / "out") == Counter(set(range(30)) - {3, 7})
+    assert_balanced(live)
+
+
 def test_a_second_run_of_a_busy_consumer_stops_and_leaves_the_first_runs_output(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
