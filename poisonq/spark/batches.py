@@ -138,15 +138,20 @@ class BatchTransform(FunctionWork):
     def _run(self, batch: pa.RecordBatch, pieces: list[pa.RecordBatch], settle: _Settler) -> None:
         """The function over ``batch``; on an exception, over each half of it, down to the
         messages that raise alone."""
+        error: Exception
         try:
             result = self.transform(batch)
         except Exception as exc:
-            self._split(batch, exc, pieces, settle)
-            return
-        try:
-            self._take(result, batch, pieces, settle)
-        except OutputSchemaMismatch as exc:
-            self._split(batch, exc, pieces, settle)
+            error = exc
+        else:
+            try:
+                self._take(result, batch, pieces, settle)
+                return
+            except OutputSchemaMismatch as exc:
+                error = exc
+        # Split outside the handler: an exception a half raises is its own, not one raised
+        # "during handling" of this one (whose root cause would be taken for its reason).
+        self._split(batch, error, pieces, settle)
 
     def _split(
         self,
