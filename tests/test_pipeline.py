@@ -122,6 +122,14 @@ def test_each_outcome_is_settled_by_what_the_transform_did(
     assert all(a.started_at + a.seconds <= b.started_at for a, b in itertools.pairwise(batches))
 
 
+def died_after_writing_lease_1(live: Broker, pipeline: Pipeline) -> None:
+    """What a driver leaves that wrote lease 1 (20 messages) and died before completing it:
+    the lease locked, its output written, the failures of its batch settled."""
+    lease = live.acquire_lease("orders", "pipeline", 1, max_messages=20)
+    assert lease is not None
+    pipeline.writer.write_once(lease)
+
+
 def test_a_restarted_pipeline_replays_its_lease_without_duplicating_output(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
@@ -131,10 +139,7 @@ def test_a_restarted_pipeline_replays_its_lease_without_duplicating_output(
         output=str(tmp_path / "out"), batch_size=20,
         lock_duration=2,  # a second to see that nothing renews the lease
     )  # fmt: skip
-    # A driver that wrote lease 1 and died before completing it:
-    lease = live.acquire_lease("orders", "pipeline", 1, max_messages=20)
-    assert lease is not None
-    pipeline.writer.write_once(lease)
+    died_after_writing_lease_1(live, pipeline)
     assert live.counts("orders")["locked"] == 20
 
     report = pipeline.run()
@@ -213,10 +218,7 @@ def test_a_replays_report_counts_only_what_its_lease_still_held(
         spark, url=url, queue="orders", map=transform, schema=SCHEMA,
         output=str(tmp_path / "out"), batch_size=20,
     )  # fmt: skip
-    # A driver that wrote lease 1 (dead-lettering its two bad orders) and died:
-    lease = live.acquire_lease("orders", "pipeline", 1, max_messages=20)
-    assert lease is not None
-    pipeline.writer.write_once(lease)
+    died_after_writing_lease_1(live, pipeline)  # dead-lettering its two bad orders
     assert live.counts("orders")["dead_lettered"] == 2
 
     report = pipeline.run()
