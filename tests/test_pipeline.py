@@ -230,6 +230,49 @@ def test_a_replays_report_counts_only_what_its_lease_still_held(
     assert_balanced(live)
 
 
+def forgetful(log_file: Path, skip_all: bool) -> Any:
+    """A per-row function that returns None for every order if ``skip_all`` (a missing
+    ``return``), else for the odd ones (filtering on purpose). It sends the warnings of the
+    module that runs it in the executor to ``log_file``."""
+
+    def parse(message: dict[str, Any]) -> dict[str, Any] | None:
+        logger = logging.getLogger("poisonq.spark.transform")
+        for old in logger.handlers:
+            old.close()
+        logger.handlers[:] = [logging.FileHandler(log_file)]
+        order = json.loads(message["body"])
+        if skip_all or order["n"] % 2:
+            return None
+        return {"n": order["n"], "customer": order["customer"]}
+
+    return parse
+
+
+@pytest.mark.parametrize("skip_all", [True, False])
+def test_a_function_returning_none_for_a_whole_batch_completes_it_with_a_warning(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path, skip_all: bool
+) -> None:
+    """None completes a message with no row; a per-row function that returns None for every
+    message of a batch (of at least ten) is warned about once per batch by the executor, as
+    a missing ``return`` looks the same. Filtering some of them is not."""
+    send(live, {}, 30)
+    log_file = tmp_path / "executor.log"
+    report = Pipeline(
+        spark, url=url, queue="orders", map=forgetful(log_file, skip_all), schema=SCHEMA,
+        output=str(tmp_path / "out"), isolate=False,  # the function logs where apply runs
+    ).run()  # fmt: skip
+    assert report.completed == 30 and not report.dead_lettered
+    warnings = log_file.read_text().splitlines() if log_file.exists() else []
+    if skip_all:
+        [warning] = warnings
+        assert warning.startswith("map function forgetful.<locals>.parse returned None")
+        assert "each of this batch's 30 message(s)" in warning
+    else:
+        assert warnings == []
+        assert output(spark, tmp_path / "out") == Counter(range(0, 30, 2))
+    assert_balanced(live)
+
+
 def test_a_second_run_of_a_busy_consumer_stops_and_leaves_the_first_runs_output(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:

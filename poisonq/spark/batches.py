@@ -60,7 +60,7 @@ from poisonq.model import FailureRecord
 from poisonq.spark.schema import lease_batch
 from poisonq.spark.settling import DefectFound, Failure
 from poisonq.spark.source import SEQUENCE
-from poisonq.spark.work import FunctionWork, settlement
+from poisonq.spark.work import FunctionWork, function_name, settlement
 from poisonq.worker.guard import Crashed, Failed, run_isolated
 from poisonq.worker.guard import failed as as_failed
 
@@ -281,7 +281,7 @@ class BatchTransform(FunctionWork):
 
     @property
     def _name(self) -> str:
-        return getattr(self.transform, "__qualname__", None) or repr(self.transform)
+        return function_name(self.transform)
 
     def _fitted(self, table: pa.Table) -> pa.RecordBatch:
         """``table`` as one batch of the output schema, or :class:`OutputSchemaMismatch`."""
