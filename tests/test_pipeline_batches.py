@@ -259,6 +259,25 @@ def test_rows_that_do_not_fit_the_schema_fail_their_message_or_stop_a_broken_fun
     assert_balanced(live)
 
 
+def test_a_row_that_does_not_fit_is_recorded_by_the_schema_as_a_per_row_functions_is(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """A message whose rows do not fit the schema has the failure a per-row function's has:
+    type ``OutputSchemaMismatch``, and for a traceback the mismatch and the schema, not the
+    frames of poisonq's own checks."""
+    send(live, {4: {"qty": str(2**40)}}, 30)
+    Pipeline(
+        spark, url=url, queue="orders", map_batches=quantities, schema="n long, qty int",
+        output=str(tmp_path / "out"),
+    ).run()  # fmt: skip
+    [dead] = dead_letters_by_id(live).values()
+    failure = live.message("orders/$deadletterqueue", dead.sequence_number).failures[-1]
+    assert failure.error_type == "OutputSchemaMismatch"
+    assert failure.traceback.startswith("OutputSchemaMismatch: the rows do not cast")
+    assert failure.traceback.endswith("the output schema is: struct<n:bigint,qty:int>")
+    assert_balanced(live)
+
+
 def test_a_crash_in_a_batch_function_turns_the_crash_guard_on_and_costs_only_its_message(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:

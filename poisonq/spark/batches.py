@@ -56,7 +56,9 @@ import pyarrow.compute as pc
 
 from poisonq.defects import Defect
 from poisonq.errors import BatchFunctionError, PermanentError
+from poisonq.failures import fingerprint
 from poisonq.model import FailureRecord
+from poisonq.spark.rows import ERROR_TYPE as SCHEMA_MISMATCH
 from poisonq.spark.schema import lease_batch
 from poisonq.spark.settling import DefectFound, Failure
 from poisonq.spark.source import SEQUENCE
@@ -133,7 +135,7 @@ class BatchTransform(FunctionWork):
             try:
                 self._take(result, lease_batch([row]), pieces, settle)
             except OutputSchemaMismatch as exc:
-                settle.one(row[0], as_failed(exc, self.permanent))
+                settle.one(row[0], self._failed(exc))
 
     def _run(self, batch: pa.RecordBatch, pieces: list[pa.RecordBatch], settle: _Settler) -> None:
         """The function over ``batch``; on an exception, over each half of it, down to the
@@ -161,11 +163,23 @@ class BatchTransform(FunctionWork):
         settle: _Settler,
     ) -> None:
         if batch.num_rows == 1:
-            settle.one(batch.column(0)[0].as_py(), as_failed(error, self.permanent))
+            settle.one(batch.column(0)[0].as_py(), self._failed(error))
             return
         half = batch.num_rows // 2
         self._run(batch.slice(0, half), pieces, settle)
         self._run(batch.slice(half), pieces, settle)
+
+    def _failed(self, error: Exception) -> Failed:
+        """The failure of a message that raised ``error`` alone. Rows that do not fit the
+        schema are told as ``map=`` tells them, by the schema, with no traceback of
+        poisonq's own checks (there is no frame of the function in it to show)."""
+        if not isinstance(error, OutputSchemaMismatch):
+            return as_failed(error, self.permanent)
+        told = (
+            f"{SCHEMA_MISMATCH}: {error}\nthe output schema is: {self.output.struct.simpleString()}"
+        )
+        record = FailureRecord(time.time(), SCHEMA_MISMATCH, str(error), told, fingerprint(error))
+        return Failed(record, True)
 
     def _take(
         self, result: Any, batch: pa.RecordBatch, pieces: list[pa.RecordBatch], settle: _Settler
