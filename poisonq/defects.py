@@ -40,11 +40,14 @@ MIN_SESSION_FAILURES = 3
 @dataclass(frozen=True)
 class Defect:
     """Most of a batch failed the same way: ``failure`` is the first of them (with its
-    traceback), ``failed`` of ``total`` messages failed so."""
+    traceback), ``failed`` of ``total`` messages failed so. With ``alone``, the isolation of
+    a failed Spark job found ``failed`` messages failing it alone, more than poison explains,
+    and stopped looking: the batch's own failure is ``failure``."""
 
     failure: FailureRecord
     failed: int
     total: int
+    alone: bool = False
 
     @property
     def traceback(self) -> str:
@@ -52,8 +55,13 @@ class Defect:
 
     def __str__(self) -> str:
         first = next(iter(self.failure.message.splitlines()), "")
+        how = (
+            "failed a Spark job alone, more than poison explains"
+            if self.alone
+            else "failed the same way"
+        )
         return (
-            f"{self.failed} of {self.total} messages failed the same way"
+            f"{self.failed} of {self.total} messages {how}"
             f" ({self.failure.error_type}: {first}): a defect, not poison"
         )
 

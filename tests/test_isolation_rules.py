@@ -38,3 +38,18 @@ def test_every_first_delivery_failing_alone_is_a_defect() -> None:
     held = list(range(1, 9))
     fails = failing_with(set(held), runs)
     assert isinstance(isolate(held, held, ValueError("bad row in [1]"), fails), Defect)
+
+
+def test_more_failing_alone_than_poison_explains_is_a_defect_saying_how_many_were_found() -> None:
+    """Past 16 first deliveries failing alone, isolation stops and calls the batch a defect,
+    saying how many it found failing alone among the batch's first deliveries, not that
+    every message failed the same way."""
+    runs: list[list[int]] = []
+    held = list(range(1, 1001))
+    bad = set(range(5, 1001, 20))  # 1 % of the batch, neither its first nor its last
+    found = isolate(held, held, ValueError("bad row"), failing_with(bad, runs))
+    assert isinstance(found, Defect)
+    assert (found.failed, found.total) == (17, 1000)
+    assert str(found).startswith(
+        "17 of 1000 messages failed a Spark job alone, more than poison explains (BatchJobFailed:"
+    )

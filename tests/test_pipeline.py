@@ -122,6 +122,14 @@ def test_each_outcome_is_settled_by_what_the_transform_did(
     assert all(a.started_at + a.seconds <= b.started_at for a, b in itertools.pairwise(batches))
 
 
+def died_after_writing_lease_1(live: Broker, pipeline: Pipeline) -> None:
+    """What a driver leaves that wrote lease 1 (20 messages) and died before completing it:
+    the lease locked, its output written, the failures of its batch settled."""
+    lease = live.acquire_lease("orders", "pipeline", 1, max_messages=20)
+    assert lease is not None
+    pipeline.writer.write_once(lease)
+
+
 def test_a_restarted_pipeline_replays_its_lease_without_duplicating_output(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
@@ -131,10 +139,7 @@ def test_a_restarted_pipeline_replays_its_lease_without_duplicating_output(
         output=str(tmp_path / "out"), batch_size=20,
         lock_duration=2,  # a second to see that nothing renews the lease
     )  # fmt: skip
-    # A driver that wrote lease 1 and died before completing it:
-    lease = live.acquire_lease("orders", "pipeline", 1, max_messages=20)
-    assert lease is not None
-    pipeline.writer.write_once(lease)
+    died_after_writing_lease_1(live, pipeline)
     assert live.counts("orders")["locked"] == 20
 
     report = pipeline.run()
@@ -168,6 +173,103 @@ def test_a_replayed_lease_is_renewed_before_its_batch_runs(
     assert [(b.lease, b.completed) for b in live.pipeline_batches("pipeline")] == [(1, 20), (2, 10)]
     assert output(spark, tmp_path / "out") == Counter(range(30))
     assert report.completed == 30 and live.counts("orders")["completed"] == 30
+    assert_balanced(live)
+
+
+def _with_delivery(message: dict[str, Any]) -> dict[str, Any]:
+    return {"n": json.loads(message["body"])["n"], "customer": str(message["delivery_count"])}
+
+
+@on_both_stores
+def test_a_lease_whose_lock_runs_out_while_the_next_run_watches_it_is_replayed(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """A lease left locked by a run that stopped (Ctrl-C, a kill) is replayed by the next
+    run even when its lock runs out while that run watches it for a renewal: nothing took
+    its messages back meanwhile, so they are revived, and come again with no delivery
+    counted, not in a later lease as a lock expiry's redelivery."""
+    send(live, {}, 30)
+    pipeline = Pipeline(
+        spark, url=url, queue="orders", map=_with_delivery, schema=SCHEMA,
+        output=str(tmp_path / "out"), batch_size=20,
+        lock_duration=8,  # watched for 4 s, past the dead run's lock
+    )  # fmt: skip
+    lease = live.acquire_lease("orders", "pipeline", 1, max_messages=20, lock_duration=2)
+    assert lease is not None  # and the run that took it stopped at once
+
+    report = pipeline.run()
+    assert [(b.lease, b.completed) for b in live.pipeline_batches("pipeline")] == [(1, 20), (2, 10)]
+    rows = spark.read.parquet(str(tmp_path / "out")).collect()
+    assert Counter(row.n for row in rows) == Counter(range(30))
+    assert {row.customer for row in rows} == {"1"}  # each delivered once
+    assert report.completed == 30 and report.retried == 0
+    assert_balanced(live)
+
+
+@on_both_stores
+def test_a_replays_report_counts_only_what_its_lease_still_held(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """A replayed lease counts in the run's report (and its timeline) as the messages it
+    still held: those the dead run settled before it died are neither leased nor retried
+    by this run."""
+    send(live, {3: "invalid", 7: "invalid"}, 30)
+    pipeline = Pipeline(
+        spark, url=url, queue="orders", map=transform, schema=SCHEMA,
+        output=str(tmp_path / "out"), batch_size=20,
+    )  # fmt: skip
+    died_after_writing_lease_1(live, pipeline)  # dead-lettering its two bad orders
+    assert live.counts("orders")["dead_lettered"] == 2
+
+    report = pipeline.run()
+    assert (report.leased, report.completed, report.retried) == (28, 28, 0)
+    assert not report.dead_lettered  # the dead run's, not this one's
+    first = live.pipeline_batches("pipeline")[0]
+    assert (first.lease, first.size, first.completed, first.retried) == (1, 18, 18, 0)
+    assert output(spark, tmp_path / "out") == Counter(set(range(30)) - {3, 7})
+    assert_balanced(live)
+
+
+def forgetful(log_file: Path, skip_all: bool) -> Any:
+    """A per-row function that returns None for every order if ``skip_all`` (a missing
+    ``return``), else for the odd ones (filtering on purpose). It sends the warnings of the
+    module that runs it in the executor to ``log_file``."""
+
+    def parse(message: dict[str, Any]) -> dict[str, Any] | None:
+        logger = logging.getLogger("poisonq.spark.transform")
+        for old in logger.handlers:
+            old.close()
+        logger.handlers[:] = [logging.FileHandler(log_file)]
+        order = json.loads(message["body"])
+        if skip_all or order["n"] % 2:
+            return None
+        return {"n": order["n"], "customer": order["customer"]}
+
+    return parse
+
+
+@pytest.mark.parametrize("skip_all", [True, False])
+def test_a_function_returning_none_for_a_whole_batch_completes_it_with_a_warning(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path, skip_all: bool
+) -> None:
+    """None completes a message with no row; a per-row function that returns None for every
+    message of a batch (of at least ten) is warned about once per batch by the executor, as
+    a missing ``return`` looks the same. Filtering some of them is not."""
+    send(live, {}, 30)
+    log_file = tmp_path / "executor.log"
+    report = Pipeline(
+        spark, url=url, queue="orders", map=forgetful(log_file, skip_all), schema=SCHEMA,
+        output=str(tmp_path / "out"), isolate=False,  # the function logs where apply runs
+    ).run()  # fmt: skip
+    assert report.completed == 30 and not report.dead_lettered
+    warnings = log_file.read_text().splitlines() if log_file.exists() else []
+    if skip_all:
+        [warning] = warnings
+        assert warning.startswith("map function forgetful.<locals>.parse returned None")
+        assert "each of this batch's 30 message(s)" in warning
+    else:
+        assert warnings == []
+        assert output(spark, tmp_path / "out") == Counter(range(0, 30, 2))
     assert_balanced(live)
 
 

@@ -195,6 +195,42 @@ def test_an_exception_for_the_whole_batch_is_traced_to_the_messages_that_raise_i
     assert_balanced(live)
 
 
+def two_faults(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Raises for the whole batch: a ``KeyError`` where an order has no customer, else a
+    ``TypeError`` where its quantity is a list."""
+    parsed = [json.loads(body) for body in batch.column("body").to_pylist()]
+    for order in parsed:
+        if order["kind"] == "nobody":
+            raise KeyError(f"order {order['n']}: no customer")
+    for order in parsed:
+        if isinstance(order["qty"], list):
+            raise TypeError(f"order {order['n']}: a list for a quantity")
+    return pa.RecordBatch.from_pylist([{"n": order["n"]} for order in parsed])
+
+
+def test_a_message_found_raising_alone_is_settled_by_its_own_exception_not_an_earlier_ones(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """Each message traced to a batch function's exception is settled by the exception its
+    own call raised: an exception another part of the batch raised earlier in the search is
+    not its cause (neither its reason nor a "During handling" link of its traceback)."""
+    send(live, {3: {"kind": "nobody"}, 15: {"qty": [1, 2]}}, 20)
+    report = Pipeline(
+        spark, url=url, queue="orders", map_batches=two_faults, schema="n long",
+        output=str(tmp_path / "out"), permanent=(KeyError, TypeError),
+    ).run()  # fmt: skip
+    assert report.dead_lettered == {"KeyError": 1, "TypeError": 1}
+    letters = dead_letters_by_id(live)
+    assert (letters["o3"].dead_letter_reason, letters["o15"].dead_letter_reason) == (
+        "KeyError",
+        "TypeError",
+    )
+    failure = live.message("orders/$deadletterqueue", letters["o15"].sequence_number).failures[-1]
+    assert "KeyError" not in failure.traceback
+    assert written(spark, tmp_path / "out") == Counter(set(range(20)) - {3, 15})
+    assert_balanced(live)
+
+
 def test_rows_that_do_not_fit_the_schema_fail_their_message_or_stop_a_broken_function(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:
@@ -220,6 +256,25 @@ def test_rows_that_do_not_fit_the_schema_fail_their_message_or_stop_a_broken_fun
     assert stopped.value.report.dead_lettered == {}
     assert live.counts("orders")["active"] == 30
     assert {m.delivery_count for m in live.peek("orders", max_messages=30)} == {0}
+    assert_balanced(live)
+
+
+def test_a_row_that_does_not_fit_is_recorded_by_the_schema_as_a_per_row_functions_is(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """A message whose rows do not fit the schema has the failure a per-row function's has:
+    type ``OutputSchemaMismatch``, and for a traceback the mismatch and the schema, not the
+    frames of poisonq's own checks."""
+    send(live, {4: {"qty": str(2**40)}}, 30)
+    Pipeline(
+        spark, url=url, queue="orders", map_batches=quantities, schema="n long, qty int",
+        output=str(tmp_path / "out"),
+    ).run()  # fmt: skip
+    [dead] = dead_letters_by_id(live).values()
+    failure = live.message("orders/$deadletterqueue", dead.sequence_number).failures[-1]
+    assert failure.error_type == "OutputSchemaMismatch"
+    assert failure.traceback.startswith("OutputSchemaMismatch: the rows do not cast")
+    assert failure.traceback.endswith("the output schema is: struct<n:bigint,qty:int>")
     assert_balanced(live)
 
 

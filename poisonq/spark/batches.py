@@ -56,11 +56,13 @@ import pyarrow.compute as pc
 
 from poisonq.defects import Defect
 from poisonq.errors import BatchFunctionError, PermanentError
+from poisonq.failures import fingerprint
 from poisonq.model import FailureRecord
+from poisonq.spark.rows import ERROR_TYPE as SCHEMA_MISMATCH
 from poisonq.spark.schema import lease_batch
 from poisonq.spark.settling import DefectFound, Failure
 from poisonq.spark.source import SEQUENCE
-from poisonq.spark.work import FunctionWork, settlement
+from poisonq.spark.work import FunctionWork, function_name, settlement
 from poisonq.worker.guard import Crashed, Failed, run_isolated
 from poisonq.worker.guard import failed as as_failed
 
@@ -133,20 +135,25 @@ class BatchTransform(FunctionWork):
             try:
                 self._take(result, lease_batch([row]), pieces, settle)
             except OutputSchemaMismatch as exc:
-                settle.one(row[0], as_failed(exc, self.permanent))
+                settle.one(row[0], self._failed(exc))
 
     def _run(self, batch: pa.RecordBatch, pieces: list[pa.RecordBatch], settle: _Settler) -> None:
         """The function over ``batch``; on an exception, over each half of it, down to the
         messages that raise alone."""
+        error: Exception
         try:
             result = self.transform(batch)
         except Exception as exc:
-            self._split(batch, exc, pieces, settle)
-            return
-        try:
-            self._take(result, batch, pieces, settle)
-        except OutputSchemaMismatch as exc:
-            self._split(batch, exc, pieces, settle)
+            error = exc
+        else:
+            try:
+                self._take(result, batch, pieces, settle)
+                return
+            except OutputSchemaMismatch as exc:
+                error = exc
+        # Split outside the handler: an exception a half raises is its own, not one raised
+        # "during handling" of this one (whose root cause would be taken for its reason).
+        self._split(batch, error, pieces, settle)
 
     def _split(
         self,
@@ -156,11 +163,23 @@ class BatchTransform(FunctionWork):
         settle: _Settler,
     ) -> None:
         if batch.num_rows == 1:
-            settle.one(batch.column(0)[0].as_py(), as_failed(error, self.permanent))
+            settle.one(batch.column(0)[0].as_py(), self._failed(error))
             return
         half = batch.num_rows // 2
         self._run(batch.slice(0, half), pieces, settle)
         self._run(batch.slice(half), pieces, settle)
+
+    def _failed(self, error: Exception) -> Failed:
+        """The failure of a message that raised ``error`` alone. Rows that do not fit the
+        schema are told as ``map=`` tells them, by the schema, with no traceback of
+        poisonq's own checks (there is no frame of the function in it to show)."""
+        if not isinstance(error, OutputSchemaMismatch):
+            return as_failed(error, self.permanent)
+        told = (
+            f"{SCHEMA_MISMATCH}: {error}\nthe output schema is: {self.output.struct.simpleString()}"
+        )
+        record = FailureRecord(time.time(), SCHEMA_MISMATCH, str(error), told, fingerprint(error))
+        return Failed(record, True)
 
     def _take(
         self, result: Any, batch: pa.RecordBatch, pieces: list[pa.RecordBatch], settle: _Settler
@@ -276,7 +295,7 @@ class BatchTransform(FunctionWork):
 
     @property
     def _name(self) -> str:
-        return getattr(self.transform, "__qualname__", None) or repr(self.transform)
+        return function_name(self.transform)
 
     def _fitted(self, table: pa.Table) -> pa.RecordBatch:
         """``table`` as one batch of the output schema, or :class:`OutputSchemaMismatch`."""

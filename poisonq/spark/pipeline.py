@@ -26,6 +26,7 @@ while a job runs) and the replay of what a dead run left.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import Counter
@@ -310,13 +311,16 @@ class Pipeline:
             if held := broker.lease_sequence_numbers(lease):
                 self._wait_for_its_run(broker, lease, held[0], report)
             # Renewed for a whole lock before its batch runs: the dead run's lock may be
-            # nearly out, and the renewer's first renewal is a third of a lock away.
-            if broker.renew_lease(lease, self.lock_duration):
-                run = self._batch(broker, lease, report, window)
-                self._complete(broker, lease, report, run)
+            # nearly out, and the renewer's first renewal is a third of a lock away. A lock
+            # that ran out while this run watched it is revived, nothing having read its
+            # messages since; the batch counts as what the lease still holds.
+            if count := broker.resume_lease(lease, self.lock_duration):
+                replayed = dataclasses.replace(lease, count=count)
+                run = self._batch(broker, replayed, report, window)
+                self._complete(broker, replayed, report, run)
             elif lease.completed_at is None:
-                # Its locks ran out before it was completed: whatever it wrote is an
-                # orphan, and its messages come again in a later lease.
+                # Its locks ran out before it was completed and its messages were taken
+                # back: whatever it wrote is an orphan, and they come again in a later lease.
                 self._discard_output(lease, report)
         return latest.number
 
@@ -342,7 +346,7 @@ class Pipeline:
         while time.monotonic() < deadline:
             time.sleep(min(0.5, seconds / 20))
             if time.time() >= first:
-                return  # its lock ran out unrenewed (another lease may take its messages now)
+                return  # its lock ran out unrenewed: read no message, so it can be revived
             now = broker.lease(self.queue, self.consumer, lease.number)
             end = self._lock_end(broker, seq)
             if (now is not None and now.completed_at is not None) or (end or 0) > first:

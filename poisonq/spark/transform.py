@@ -17,6 +17,7 @@ written, and the driver gives the lease back.
 from __future__ import annotations
 
 import gc
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,16 +27,18 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, InputPartition
 from pyspark.sql.types import StructType
 
-from poisonq.defects import find_defect
+from poisonq.defects import MIN_FAILURES, find_defect
 from poisonq.failures import dead_lettering
 from poisonq.spark.batches import BatchTransform
 from poisonq.spark.settling import DefectFound, Failure
 from poisonq.spark.source import ARROW_BATCH_ROWS, BatchReader, SequenceRange, SourceOptions
 from poisonq.spark.stores import open_existing
-from poisonq.spark.work import FunctionWork, settlement
+from poisonq.spark.work import FunctionWork, function_name, settlement
 from poisonq.store.base import LEASE_COLUMNS
 from poisonq.worker.guard import Crashed, Failed, Transform, run_inline, run_isolated
 from poisonq.worker.lease_rows import OnLeaseRows
+
+log = logging.getLogger(__name__)
 
 _DELIVERY_COUNT = LEASE_COLUMNS.index("delivery_count")
 FIRST_CHUNK = 100  # rows of a partition's first chunk: enough to tell a defect (_chunks)
@@ -57,6 +60,14 @@ class LeaseTransform(FunctionWork):
         seqs: list[int] = []
         outputs: list[Any] = []
         results = run(OnLeaseRows(self.transform), rows, self.permanent)
+        if len(rows) >= MIN_FAILURES and all(result is None for result in results):
+            log.warning(
+                "map function %s returned None for each of this batch's %s message(s):"
+                " they are completed with no row, as filtered; return a row for a message"
+                " (is a return statement missing?), and None only to skip one on purpose",
+                function_name(self.transform),
+                len(rows),
+            )
         for row, result in zip(rows, results, strict=True):
             if result is None:
                 continue  # filtered out: completed without an output row

@@ -4,6 +4,7 @@ executors: the options they run with, and how a message they failed is settled."
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from poisonq.failures import dead_lettering
 from poisonq.model import Abandon
@@ -28,3 +29,8 @@ def settlement(seq: int, lock_token: str, result: Failed | Crashed) -> Failure:
     if type(result) is Failed and result.permanent:
         return dead_lettering(seq, lock_token, result.failure)
     return Abandon(seq, lock_token, result.failure)
+
+
+def function_name(function: Any) -> str:
+    """How a warning or an error names the user's function: its qualified name."""
+    return getattr(function, "__qualname__", None) or repr(function)
