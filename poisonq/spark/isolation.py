@@ -145,8 +145,8 @@ def isolate(
         if rest:
             search(rest, not suspects)  # the whole batch is known to fail
     except _NotPoison:
-        alone = len(fresh_set.intersection(guilty))
-        return Defect(job_failure(error), alone, len(fresh), alone=True)
+        found_alone = len(fresh_set.intersection(guilty))
+        return Defect(job_failure(error), found_alone, len(fresh), alone=True)
     if len(fresh) >= 3 and fresh_set.issubset(guilty):
         return job_defect(error, fresh)
     return guilty

@@ -522,14 +522,14 @@ class SqliteTransaction(
     async def complete(
         self, entity_id: int, token: str, seqs: Sequence[int], now: float
     ) -> list[int]:
-        done = await self._complete(entity_id, token, now, f"seq IN {SEQS}", seqs_json(seqs))
+        done = self._complete(entity_id, token, now, f"seq IN {SEQS}", seqs_json(seqs))
         if len(done) < len(seqs):  # the others may be held by a lease's cover
             covered = await self._covered_of(entity_id, token, seqs, now)
             done += self._delete_covered(entity_id, f"seq IN {SEQS}", seqs_json(covered))
         return done
 
     async def complete_span(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> int:
-        done = len(await self._complete(entity_id, token, now, "seq BETWEEN ? AND ?", lo, hi))
+        done = len(self._complete(entity_id, token, now, "seq BETWEEN ? AND ?", lo, hi))
         cover = await self._cover(entity_id, token, now)
         span = within(cover, lo, hi)
         if span is not None:
@@ -538,7 +538,7 @@ class SqliteTransaction(
                 await self._forget_cover(entity_id, token)
         return done
 
-    async def _complete(
+    def _complete(
         self, entity_id: int, token: str, now: float, which: str, *params: object
     ) -> list[int]:
         rows = self._delete(
