@@ -112,9 +112,12 @@ class Broker:
     ) -> None:
         self.store = store
         self.clock = clock or SystemClock()
-        # Every engine operation, retried on transient errors.
-        reachability = Reachability(redacted_url(store.url))
-        self.engine = retrying(Engine(store, self.clock), retry or OperationRetry(), reachability)
+        # Every engine operation, retried on transient errors (an asyncio broker's engine
+        # on an event loop's store retries by the same policy, told through the same
+        # reachability).
+        self.retry = retry or OperationRetry()
+        self.reachability = Reachability(redacted_url(store.url))
+        self.engine = retrying(Engine(store, self.clock), self.retry, self.reachability)
         # What the senders and receivers it makes use of it.
         self.link = Link(self.engine, self.clock, store)
         self.messaging = Messaging(self)

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from poisonq.engine.driving import drive
 from poisonq.errors import (
     InvalidOperationError,
     InvalidOptionError,
@@ -61,11 +62,11 @@ class _Watch:
         assert end is not None  # register refuses a message that holds no lock
         return end.timestamp() - self.receiver.link.clock.now()
 
-    def renew(self) -> None:
+    async def renew(self) -> None:
         if isinstance(self.renewable, SessionReceiver):
-            self.renewable.renew_session_lock()
+            await self.renewable._renew_session_lock()
         else:
-            self.receiver.renew_lock(self.renewable)
+            await self.receiver._renew_lock(self.renewable)
 
     def ran_out(self) -> PoisonqError:
         """The error of a lock that ran out after renewing stopped."""
@@ -96,8 +97,9 @@ class AutoLockRenewer:
     ends because it was settled or closed, even while a renewal was on its way, is no loss.
     Without a callback, a loss is logged.
 
-    With ``thread=False`` it starts no thread: its owner calls :meth:`renew_due` every
-    ``check_interval`` (:mod:`poisonq.aio`'s renewer does, from a task)."""
+    With ``thread=False`` it starts no thread: its owner runs a pass every
+    ``check_interval`` (:mod:`poisonq.aio`'s renewer awaits ``_renew_due``, the pass as a
+    coroutine, from a task)."""
 
     def __init__(
         self,
@@ -176,6 +178,9 @@ class AutoLockRenewer:
 
     def renew_due(self) -> None:
         """One pass: renew every registered lock that is past half its lock duration."""
+        drive(self._renew_due())
+
+    async def _renew_due(self) -> None:
         with self._lock:
             entries = list(self._entries.values())
         for watch in entries:
@@ -187,10 +192,10 @@ class AutoLockRenewer:
                 if remaining <= 0 and self._forget(watch) and not watch.ended():
                     self._lost(watch, watch.ran_out())
                 continue
-            if remaining > watch.receiver.effective_lock_duration() / 2:
+            if remaining > await watch.receiver._effective_lock_duration() / 2:
                 continue
             try:
-                watch.renew()
+                await watch.renew()
             except PoisonqError as exc:
                 # A settlement that reached the store while this renewal was on its way
                 # marked the message first: that is its normal end, not a loss.

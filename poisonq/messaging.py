@@ -158,15 +158,25 @@ class Messaging:
         """The sessions of session queue ``address`` that have a message (waiting, locked,
         deferred or scheduled) or a state, by id; with ``state_updated_after``, those whose
         state was set after that time (azure-servicebus' ``list_queue_sessions``)."""
+        return drive(self._session_ids(address, state_updated_after))
+
+    async def _session_ids(
+        self, address: str, state_updated_after: datetime | float | None
+    ) -> list[str]:
         after = None if state_updated_after is None else to_timestamp(state_updated_after)
-        return drive(self.engine.session_ids(address, after))
+        return await self.engine.session_ids(address, after)
 
     def peek(
         self, /, address: str, *, from_sequence: int = 0, max_messages: int = 100, **where: Any
     ) -> list[ReceivedMessage]:
         """Messages without locking them or counting a delivery; the filters of
         :meth:`resubmit` (``subject="order"``, ``fingerprint=NO_VALUE``, ...) narrow them."""
-        return drive(self.engine.peek(address, from_sequence, max_messages, message_filter(where)))
+        return drive(self._peek(address, from_sequence, max_messages, where))
+
+    async def _peek(
+        self, address: str, from_sequence: int, max_messages: int, where: dict[str, Any]
+    ) -> list[ReceivedMessage]:
+        return await self.engine.peek(address, from_sequence, max_messages, message_filter(where))
 
     def sequence_span(self, address: str) -> tuple[int, int, int]:
         """(count, lowest, highest) sequence number held by ``address``; (0, 0, -1) if empty.
@@ -190,11 +200,16 @@ class Messaging:
         """:meth:`settle` what is still held: settlements whose lock ran out are left out
         (those messages will be delivered again) and the rest settled in one transaction.
         Returns (poisoned, lost) sequence numbers."""
+        return drive(self._settle_held(address, settlements))
+
+    async def _settle_held(
+        self, address: str, settlements: Sequence[Settlement]
+    ) -> tuple[list[int], list[int]]:
         pending = {s.sequence_number: s for s in settlements}
         lost: list[int] = []
         while pending:
             try:
-                return drive(self.engine.settle(address, list(pending.values()))), lost
+                return await self.engine.settle(address, list(pending.values())), lost
             except MessageLockLostError as exc:
                 log.warning("lost the lock on message(s) %s", exc.sequence_numbers)
                 lost += exc.sequence_numbers

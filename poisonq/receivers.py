@@ -21,6 +21,7 @@ from poisonq.model import (
     Message,
     ReceivedMessage,
     ReceiveMode,
+    Release,
     Settlement,
     SubQueue,
     from_timestamp,
@@ -31,6 +32,9 @@ from poisonq.options import lock_seconds
 from poisonq.store.base import MessageFilter
 
 MessageOrList = ReceivedMessage | Sequence[ReceivedMessage]
+Settling = tuple[list[tuple[int, str]], list[Settlement], list[ReceivedMessage]]
+"""What a look settles before it receives: locks to complete, settlements, and the messages
+they are (marked settled while the store settles them)."""
 T = TypeVar("T")
 RECEIVE_WAIT = 60.0
 """Seconds a receive of an endless iteration, or ``accept_next_session``, waits by default
@@ -230,7 +234,7 @@ class Receiver:
         """Up to ``max_messages`` messages, oldest first. With ``max_wait``, wait up to that
         long for the first message to arrive and return as soon as any do; without it,
         return at once (possibly empty)."""
-        return self._receive(max_messages, max_wait, [])
+        return self._receive(max_messages, max_wait)
 
     def complete_and_receive(
         self, messages: MessageOrList, max_messages: int = 1, max_wait: Duration | None = None
@@ -238,8 +242,7 @@ class Receiver:
         """Complete ``messages`` and receive the next ones in one transaction: the same as
         :meth:`complete` then :meth:`receive`, with one commit instead of two. If a lock was
         lost, :class:`MessageLockLostError` is raised and nothing is completed or received."""
-        locks = self._locks(messages)
-        return self._receive(max_messages, max_wait, locks, settled=as_list(messages))
+        return self._receive(max_messages, max_wait, *self._completing(messages))
 
     def settle_and_receive(
         self,
@@ -252,20 +255,28 @@ class Receiver:
         batch still commits once per batch. If a lock was lost,
         :class:`MessageLockLostError` is raised and nothing is settled or received. The
         messages the receiver's ``auto_lock_renewer`` renews are marked settled with them."""
+        return self._receive(max_messages, max_wait, *self._settling(settlements))
+
+    def _completing(self, messages: MessageOrList) -> Settling:
+        """What :meth:`complete_and_receive`'s first look settles."""
+        return self._locks(messages), [], as_list(messages)
+
+    def _settling(self, settlements: Sequence[Settlement]) -> Settling:
+        """What :meth:`settle_and_receive`'s first look settles."""
         batch = list(settlements)
         settled = []
         if self.auto_lock_renewer is not None:
             # Anything else in the batch is refused by the engine, before anything changes.
             locks = [(s.sequence_number, s.lock_token) for s in batch if isinstance(s, Settlement)]
             settled = self.auto_lock_renewer.registered(locks)
-        return self._receive(max_messages, max_wait, [], batch, settled)
+        return [], batch, settled
 
     def _receive(
         self,
         max_messages: int,
         max_wait: Duration | None,
-        complete: list[tuple[int, str]],
-        settle: list[Settlement] | None = None,
+        complete: Sequence[tuple[int, str]] = (),
+        settle: Sequence[Settlement] = (),
         settled: Sequence[ReceivedMessage] = (),
     ) -> list[ReceivedMessage]:
         """Settle (``complete``, ``settle``; ``settled`` are the messages they are) with the
@@ -276,7 +287,7 @@ class Receiver:
         # Only a receive that may wait needs the marker (on PostgreSQL, asking for it opens
         # the store's listening connection).
         marker = self.link.changes.change_marker() if wait > 0 else None
-        got = drive(self._look(max_messages, complete, settle or [], settled))
+        got = drive(self._look(max_messages, complete, settle, settled))
         return wait_for(
             self.link.changes, deadline, marker, got, lambda: drive(self._look(max_messages))
         )
@@ -298,6 +309,15 @@ class Receiver:
         if not delete:
             self._renew_locks_of(got)
         return got
+
+    async def _give_back(self, messages: list[ReceivedMessage]) -> None:
+        """Put back, uncounted (``Release``), what a look took for a caller that is gone
+        (an asyncio receive cancelled while its look ran)."""
+        releases: list[Settlement] = [
+            Release(m.sequence_number, m.lock_token) for m in messages if m.lock_token
+        ]
+        if releases and self.receive_mode is ReceiveMode.PEEK_LOCK:
+            await self._engine.settle(self.address, releases)
 
     def _renew_locks_of(self, messages: list[ReceivedMessage]) -> None:
         """Hand received messages to the receiver's lock renewer, if it has one."""
@@ -502,6 +522,9 @@ class SessionReceiver(Receiver):
             raise InvalidOperationError(
                 f"the receiver of session {self.session_id!r} is closed: accept the session again"
             )
+
+    async def _give_back(self, messages: list[ReceivedMessage]) -> None:
+        """Nothing to do: the session holds them, and its close gives them back."""
 
     def _renew_locks_of(self, messages: list[ReceivedMessage]) -> None:
         """Nothing to register: the renewer renews the session, and its messages with it."""

@@ -97,8 +97,20 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def retrying(engine: E, retry: OperationRetry, reachability: Reachability) -> E:
-    """``engine`` with every public operation retried under ``retry``.
+async def blocking_pause(seconds: float) -> None:
+    """The wait between attempts on a blocking store: the thread sleeps (its operations
+    never wait on an event loop; see :mod:`poisonq.engine.driving`)."""
+    time.sleep(seconds)
+
+
+def retrying(
+    engine: E,
+    retry: OperationRetry,
+    reachability: Reachability,
+    pause: Callable[[float], Awaitable[None]] = blocking_pause,
+) -> E:
+    """``engine`` with every public operation retried under ``retry``, waiting between
+    attempts with ``pause`` (``asyncio.sleep`` for an engine on an event loop's store).
 
     An engine whose operations are retried is still an engine, so this returns one: a
     shallow copy of ``engine`` (the same store, clock and collaborators) on which each
@@ -116,7 +128,7 @@ def retrying(engine: E, retry: OperationRetry, reachability: Reachability) -> E:
         if name.startswith("_") or not callable(getattr(type(engine), name)):
             continue
         operation = getattr(engine, name)
-        wrapped = retried_operation(operation, retry, reachability, name in _IN_DOUBT_AWARE)
+        wrapped = retried_operation(operation, retry, reachability, name in _IN_DOUBT_AWARE, pause)
         setattr(copied, name, wrapped)
     return copied
 
@@ -179,10 +191,10 @@ def retried_operation(
     retry: OperationRetry,
     reachability: Reachability,
     in_doubt_aware: bool = False,
+    pause: Callable[[float], Awaitable[None]] = blocking_pause,
 ) -> Callable[P, Coroutine[Any, Any, R]]:
-    """:func:`retried` for an engine operation (a coroutine function). The wait between
-    attempts blocks the thread, as the operations run on blocking stores (see
-    :mod:`poisonq.engine.driving`)."""
+    """:func:`retried` for an engine operation (a coroutine function), waiting between
+    attempts with ``pause``."""
     name = getattr(operation, "__name__", "an operation")
 
     @functools.wraps(operation)
@@ -192,7 +204,7 @@ def retried_operation(
             try:
                 result = await operation(*args, **kwargs)
             except StoreUnavailableError as exc:
-                time.sleep(attempts.failed(exc, kwargs))
+                await pause(attempts.failed(exc, kwargs))
             else:
                 attempts.answered()
                 return result

@@ -24,17 +24,17 @@ class CompletesDuringRenewal(Receiver):
     """A receiver whose renewal, after the renewer looked at the message and chose to renew
     it, lets the handler's complete reach the store first."""
 
-    def renew_lock(self, messages: MessageOrList) -> None:
-        self.complete(messages)
-        super().renew_lock(messages)
+    async def _renew_lock(self, messages: MessageOrList) -> None:
+        await self._complete(messages)
+        await super()._renew_lock(messages)
 
 
 class ClosesDuringRenewal(SessionReceiver):
     """A session receiver closed after the renewer chose to renew its session lock."""
 
-    def renew_session_lock(self) -> None:
-        self.close()
-        super().renew_session_lock()
+    async def _renew_session_lock(self) -> None:
+        await self._close(None)
+        await super()._renew_session_lock()
 
 
 class PassAfterCommit:

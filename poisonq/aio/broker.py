@@ -5,7 +5,8 @@ leave the event loop), and the waits of receiving a session done in the loop."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
@@ -15,7 +16,10 @@ from poisonq.aio.lock_renewer import AutoLockRenewer, sync_renewer
 from poisonq.aio.receivers import AsyncReceiver, AsyncSender, AsyncSessionReceiver
 from poisonq.client import Broker
 from poisonq.clock import Clock
+from poisonq.engine import Engine
 from poisonq.limits import check_count
+from poisonq.link import Link
+from poisonq.messaging import Messaging
 from poisonq.model import (
     Duration,
     EntityStatus,
@@ -28,7 +32,9 @@ from poisonq.model import (
 )
 from poisonq.receivers import LOOK_INTERVAL, RECEIVE_WAIT, SessionReceiver
 from poisonq.reports import AuditReport, QueueInfo
-from poisonq.store.base import DeadLetterCause, DeadLetterGroup, TaskRecord
+from poisonq.retrying import retrying
+from poisonq.store.base import DeadLetterCause, DeadLetterGroup, Store, TaskRecord
+from poisonq.store.postgres import AsyncPostgresStore, PostgresStore
 from poisonq.tasks import BulkTask
 
 T = TypeVar("T")
@@ -56,26 +62,53 @@ async def connect(
     **retry: Any,
 ) -> AsyncBroker:
     """Open the store ``url`` names, as :func:`poisonq.connect` does (``clock``, ``create``
-    and the ``retry_*`` arguments are its own). Store calls run on at most ``pool_size``
-    threads for PostgreSQL (whose pool gets as many connections unless the URL says
-    ``pool_size``), on one for SQLite."""
+    and the ``retry_*`` arguments are its own). On PostgreSQL, messaging runs on the event
+    loop, through psycopg's asyncio connections (a pool of up to ``pool_size`` per loop);
+    the administration's calls run on as many threads, whose blocking pool gets as many
+    connections unless the URL says ``pool_size``. On SQLite, store calls run on one
+    thread."""
     check_count(pool_size, "pool_size")
     url = _with_pool_size(url, pool_size)
     sync = await asyncio.to_thread(poisonq.connect, url, clock=clock, create=create, **retry)
-    workers = 1 if url.startswith("sqlite:") else pool_size
-    return AsyncBroker(sync, workers)
+    if isinstance(sync.store, PostgresStore):
+        return AsyncBroker(
+            sync, pool_size, AsyncPostgresStore.beside(sync.store, max_size=pool_size)
+        )
+    return AsyncBroker(sync, 1)
+
+
+class Native:
+    """What the senders and receivers of an asyncio broker whose store has an asyncio
+    driver are linked to (their ``broker``): an engine on that store, whose operations are
+    retried as the sync broker's are, waiting on the loop; the sync broker's clock and
+    change feed."""
+
+    def __init__(self, sync: Broker, store: Store) -> None:
+        engine = Engine(store, sync.clock)
+        retried = retrying(engine, sync.retry, sync.reachability, asyncio.sleep)
+        self.link = Link(retried, sync.clock, sync.link.changes)
 
 
 class AsyncBroker:
     """A connection to a poisonq store for asyncio code: the :class:`~poisonq.Broker`'s
     operations as coroutines, with the same semantics and errors. Use it as an ``async
-    with`` block, or call :meth:`close`."""
+    with`` block, or call :meth:`close`.
 
-    def __init__(self, broker: Broker, workers: int) -> None:
+    ``native``, a store of an asyncio driver on the database of ``broker``'s store, runs
+    the messaging (sending, receiving, settling, sessions, lock renewal) on the event loop;
+    without it, or for the administration, calls run on ``workers`` threads."""
+
+    def __init__(
+        self, broker: Broker, workers: int, native: AsyncPostgresStore | None = None
+    ) -> None:
         self.sync = broker
-        self.calls = StoreCalls(workers, broker.url)
+        self.native = native
+        self.calls = StoreCalls(workers, broker.url, native=native is not None)
         self.changes = ChangeWatch(broker.link.changes)
-        self.link = AsyncLink(broker, self.calls, self.changes)
+        # Held here: the messaging part refers to its owner weakly.
+        self._owner = broker if native is None else Native(broker, native)
+        messaging = broker.messaging if native is None else Messaging(self._owner)
+        self.link = AsyncLink(broker, messaging, self.calls, self.changes)
 
     @property
     def clock(self) -> Clock:
@@ -83,7 +116,10 @@ class AsyncBroker:
 
     async def close(self) -> None:
         self.changes.close()
+        await self.calls.finish()
         self.calls.close()
+        if self.native is not None:
+            await self.native.aclose()
         await asyncio.to_thread(self.sync.close)
 
     async def __aenter__(self) -> AsyncBroker:
@@ -120,18 +156,26 @@ class AsyncBroker:
     async def audit(self) -> AuditReport:
         return await self.calls(self.sync.audit)
 
-    async def peek(self, address: str, **options: Any) -> list[ReceivedMessage]:
-        return await self.calls(self.sync.peek, address, **options)
+    async def peek(
+        self, address: str, *, from_sequence: int = 0, max_messages: int = 100, **where: Any
+    ) -> list[ReceivedMessage]:
+        """As :meth:`poisonq.Broker.peek`."""
+        messaging = self.link.messaging
+        return await self.calls.run(messaging._peek, address, from_sequence, max_messages, where)
 
     async def message(self, address: str, sequence_number: int) -> ReceivedMessage:
-        return await self.calls(self.sync.message, address, sequence_number)
+        return await self.calls.run(self.link.messaging.engine.message, address, sequence_number)
 
     async def settle(self, address: str, settlements: Sequence[Settlement]) -> list[int]:
         """As :meth:`poisonq.Broker.settle`: many settlements, one transaction."""
-        return await self.calls(self.sync.settle, address, settlements)
+        return await self.calls.run(self.link.messaging.engine.settle, address, settlements)
 
-    async def session_ids(self, address: str, **options: Any) -> list[str]:
-        return await self.calls(self.sync.session_ids, address, **options)
+    async def session_ids(
+        self, address: str, *, state_updated_after: datetime | float | None = None
+    ) -> list[str]:
+        """As :meth:`poisonq.Broker.session_ids`."""
+        messaging = self.link.messaging
+        return await self.calls.run(messaging._session_ids, address, state_updated_after)
 
     async def dead_letters(self, queue: str, **options: Any) -> list[ReceivedMessage]:
         return await self.calls(self.sync.dead_letters, queue, **options)
@@ -200,7 +244,7 @@ class AsyncBroker:
 
     # Senders and receivers ------------------------------------------------------------
     def sender(self, address: str) -> AsyncSender:
-        return AsyncSender(self.link, self.sync.sender(address))
+        return AsyncSender(self.link, self.link.messaging.sender(address))
 
     def receiver(
         self,
@@ -213,7 +257,7 @@ class AsyncBroker:
         auto_lock_renewer: AutoLockRenewer | None = None,
     ) -> AsyncReceiver:
         """As :meth:`poisonq.Broker.receiver` (checked the same way, no I/O)."""
-        receiver = self.sync.receiver(
+        receiver = self.link.messaging.receiver(
             address,
             subqueue=subqueue,
             receive_mode=receive_mode,
@@ -237,13 +281,11 @@ class AsyncBroker:
         renewer = sync_renewer(auto_lock_renewer)
         if auto_lock_renewer is not None:
             auto_lock_renewer.start(self.calls)
-
-        def accept() -> SessionReceiver:
-            return self.sync.accept_session(
-                address, session_id, lock_duration=lock_duration, auto_lock_renewer=renewer
-            )
-
-        receiver = await self.calls.taking(accept, SessionReceiver.close)
+        messaging = self.link.messaging
+        receiver = await self.calls.taking(
+            lambda: messaging._accept_session(address, session_id, lock_duration, renewer),
+            _given_up,
+        )
         return AsyncSessionReceiver(self.link, receiver)
 
     async def accept_next_session(
@@ -260,15 +302,19 @@ class AsyncBroker:
             auto_lock_renewer.start(self.calls)
         wait = to_seconds(max_wait, "max_wait")
         deadline = asyncio.get_running_loop().time() + wait
+        messaging = self.link.messaging
 
-        def accept() -> SessionReceiver | None:  # one look: the waits are the loop's
-            return self.sync.accept_next_session(
-                address, lock_duration=lock_duration, max_wait=0, auto_lock_renewer=renewer
+        def look() -> Awaitable[SessionReceiver | None]:  # one look: the waits are the loop's
+            return self.calls.taking(
+                lambda: messaging._accept_next_session(address, lock_duration, renewer),
+                _given_up,
             )
 
-        def give_back(got: SessionReceiver | None) -> None:
-            if got is not None:
-                got.close()
-
-        got = await self.changes.look_until(deadline, lambda: self.calls.taking(accept, give_back))
+        got = await self.changes.look_until(deadline, look)
         return None if got is None else AsyncSessionReceiver(self.link, got)
+
+
+async def _given_up(receiver: SessionReceiver | None) -> None:
+    """A session a cancelled accept took, given back (its messages uncounted)."""
+    if receiver is not None:
+        await receiver._close(None)

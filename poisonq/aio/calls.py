@@ -1,7 +1,9 @@
 """How the asyncio API reaches the store without blocking the event loop.
 
-:class:`StoreCalls` runs the sync API's calls (each a short store transaction) on a bounded
-pool of threads; :class:`ChangeWatch` is the one thread per broker that blocks in
+:class:`StoreCalls` runs the sync API's core coroutines on the event loop when the store's
+driver is asyncio's (PostgreSQL's, through psycopg's asyncio connections), and the calls of a
+blocking store (SQLite's; any store's administration) on a bounded pool of threads;
+:class:`ChangeWatch` is the one thread per broker that blocks in
 ``Store.wait_for_change`` and wakes every coroutine waiting for a change, so a waiting receive
 holds no thread and no connection. An :class:`AsyncLink` holds the two with the sync broker
 whose calls they run: the
@@ -29,6 +31,7 @@ from poisonq.client import Broker
 from poisonq.engine.driving import drive
 from poisonq.errors import BrokerClosedError, PoisonqError
 from poisonq.link import ChangeFeed
+from poisonq.messaging import Messaging
 from poisonq.receivers import LOOK_INTERVAL
 
 T = TypeVar("T")
@@ -36,46 +39,79 @@ P = ParamSpec("P")
 
 
 class StoreCalls:
-    """Runs sync calls on at most ``workers`` threads, off the event loop. Once closed, a
-    call raises :class:`BrokerClosedError` for the store at ``url`` (a broker's), as the sync
-    Broker does."""
+    """Runs the store calls of an asyncio broker. Plain calls run on at most ``workers``
+    threads, off the event loop. A core coroutine of the sync API (:meth:`run`) runs in one
+    of those threads too, unless the broker's store is ``native`` (of an asyncio driver:
+    then it runs as a task of the loop, its statements waiting on the loop). Once closed, a
+    call raises :class:`BrokerClosedError` for the store at ``url`` (a broker's), as the
+    sync Broker does."""
 
-    def __init__(self, workers: int, url: str | None = None) -> None:
+    def __init__(self, workers: int, url: str | None = None, *, native: bool = False) -> None:
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="poisonq-aio")
         self._url = url
         self._closed = False
+        self._native = native
+        self._tasks: set[asyncio.Task[Any]] = set()  # what native calls run, to their end
+
+    def _check_open(self) -> None:
+        if self._closed and self._url is not None:  # also a receive that waited while
+            raise BrokerClosedError(self._url)  # its broker closed
 
     def __call__(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Awaitable[T]:
         """``fn(*args, **kwargs)`` in a worker thread, as a future of the running loop. A
         cancelled caller does not stop the call: the thread finishes its transaction."""
         loop = asyncio.get_running_loop()
-        if (
-            self._closed and self._url is not None
-        ):  # also a receive that waited while its broker closed
-            raise BrokerClosedError(self._url)
+        self._check_open()
         return loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
 
     def run(
         self, operation: Callable[P, Coroutine[Any, Any, T]], /, *args: P.args, **kwargs: P.kwargs
     ) -> Awaitable[T]:
-        """``operation(*args, **kwargs)``, a coroutine of the sync API's core (which never
-        waits on an event loop: see :mod:`poisonq.engine.driving`), made and run to its end
-        in a worker thread, as :meth:`__call__` runs a call. (Made there, not here: a call
-        cancelled before a thread took it would leave a coroutine never run.)"""
-        return self(lambda: drive(operation(*args, **kwargs)))
+        """``operation(*args, **kwargs)``, a coroutine of the sync API's core, as a future
+        of the running loop; a cancelled caller does not stop it, as a thread's call goes
+        on. On a native store it is a task of the loop (kept until it ends: :meth:`finish`
+        waits for it); else it is made and driven to its end in a worker thread (made there,
+        not here: a call cancelled before a thread took it would leave a coroutine never
+        run), which it may be, as it never waits on an event loop on a blocking store (see
+        :mod:`poisonq.engine.driving`)."""
+        if not self._native:
+            return self(lambda: drive(operation(*args, **kwargs)))
+        self._check_open()
+        task = asyncio.get_running_loop().create_task(operation(*args, **kwargs))
+        self._tasks.add(task)
+        task.add_done_callback(self._ended)
+        return asyncio.shield(task)
 
-    async def taking(self, call: Callable[[], T], give_back: Callable[[T], None]) -> T:
-        """``call()``, which takes something (locks messages, a session): if the caller is
-        cancelled while it runs, the call still ends in its thread, and what it took is
-        handed to ``give_back`` (a sync call, run the same way) before the cancellation
-        goes on, so that nothing stays locked for nobody."""
-        running = asyncio.ensure_future(self(call))
+    def _ended(self, task: asyncio.Task[Any]) -> None:
+        """A native call's end: forgotten, and its error marked seen (its caller, if
+        cancelled, will not see it, as a thread's call's is not)."""
+        self._tasks.discard(task)
+        if not task.cancelled():
+            task.exception()
+
+    async def taking(
+        self,
+        take: Callable[[], Coroutine[Any, Any, T]],
+        give_back: Callable[[T], Coroutine[Any, Any, None]],
+    ) -> T:
+        """``take()``, a core coroutine that takes something (locks messages, a session): if
+        the caller is cancelled while it runs, it still runs to its end, and what it took is
+        handed to ``give_back`` (run the same way) before the cancellation goes on, so that
+        nothing stays locked for nobody."""
+        running = asyncio.ensure_future(self.run(take))
         try:
             return await to_the_end(running)
         except asyncio.CancelledError:
             if not running.cancelled() and running.exception() is None:
-                await to_the_end(self(give_back, running.result()))
+                await to_the_end(self.run(give_back, running.result()))
             raise
+
+    async def finish(self) -> None:
+        """Wait for the native calls of the running loop that are still running (their
+        callers cancelled): a broker closes its store after them."""
+        loop = asyncio.get_running_loop()
+        running = [task for task in self._tasks if task.get_loop() is loop]
+        await asyncio.gather(*running, return_exceptions=True)
 
     def close(self) -> None:
         self._closed = True
@@ -202,9 +238,11 @@ class ChangeWatch:
 @dataclass(frozen=True)
 class AsyncLink:
     """What the asyncio senders and receivers use of their broker: the sync broker whose
-    calls they make, the threads those calls run on, and the change watch their waits wake
-    on."""
+    plain calls they make, the messaging part whose senders and receivers they wrap (the
+    sync broker's, or one on the broker's native store), the calls their cores run on,
+    and the change watch their waits wake on."""
 
     sync: Broker
+    messaging: Messaging
     calls: StoreCalls
     changes: ChangeWatch

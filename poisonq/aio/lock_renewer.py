@@ -59,6 +59,7 @@ class AutoLockRenewer:
             thread=False,
         )
         self._task: asyncio.Task[None] | None = None
+        self._calls: StoreCalls | None = None
 
     def register(
         self,
@@ -74,18 +75,27 @@ class AutoLockRenewer:
         self.start(receiver.link.calls)
 
     def start(self, calls: StoreCalls) -> None:
-        """Start the renewing task, once: a receiver given this renewer calls it too."""
+        """Start the renewing task, once, its passes run by ``calls`` (its first receiver's
+        broker's): a receiver given this renewer calls it too."""
         if self._task is None:
             self._loop = asyncio.get_running_loop()
-            self._task = self._loop.create_task(self._run(calls), name="poisonq-lock-renewer")
+            self._calls = calls
+            self._task = self._loop.create_task(self._run(), name="poisonq-lock-renewer")
 
-    async def _run(self, calls: StoreCalls) -> None:
+    async def _run(self) -> None:
         while not self.sync.closed:
             await asyncio.sleep(self.sync.check_interval)
-            await calls(self.sync.renew_due)
+            await self.renew_due()
+
+    async def renew_due(self) -> None:
+        """One pass now: renew every registered lock past half its duration, and report
+        those lost (a test that moves a ``ManualClock`` awaits it)."""
+        if self._calls is not None:  # else nothing was registered
+            await self._calls.run(self.sync._renew_due)
 
     def _lost(self, renewable: Any, error: PoisonqError) -> None:
-        """Called in a store call's thread: a coroutine callback runs on the loop."""
+        """Called in a store call's thread, or on the loop (a native store's): a coroutine
+        callback runs on the loop."""
         assert self._on_failure is not None
         result = self._on_failure(renewable, error)
         if inspect.isawaitable(result) and self._loop is not None:

@@ -615,8 +615,10 @@ class _Pump:
         # fails on a settled message, which is no loss.
         self.renewer.sync.unregister(messages)
         with settling(messages):
-            poisoned, lost = await self.broker.calls(
-                self.broker.sync.settle_held, receiver.address, [settlement(o) for o in outcomes]
+            poisoned, lost = await self.broker.calls.run(
+                self.broker.link.messaging._settle_held,
+                receiver.address,
+                [settlement(o) for o in outcomes],
             )
         expired = [o.message for o in outcomes if o.message.sequence_number in lost]
         for message in expired:

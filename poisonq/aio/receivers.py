@@ -14,12 +14,17 @@ from poisonq.model import (
     FailureRecord,
     Message,
     ReceivedMessage,
-    ReceiveMode,
-    Release,
     Settlement,
     to_seconds,
 )
-from poisonq.receivers import RECEIVE_WAIT, MessageOrList, Receiver, Sender, SessionReceiver
+from poisonq.receivers import (
+    RECEIVE_WAIT,
+    MessageOrList,
+    Receiver,
+    Sender,
+    SessionReceiver,
+    Settling,
+)
 
 
 class AsyncSender:
@@ -100,39 +105,41 @@ class AsyncReceiver:
         deadline = asyncio.get_running_loop().time() + wait
         return await self.link.changes.look_until(deadline, self._look(max_messages))
 
-    def _look(self, max_messages: int) -> Callable[[], Awaitable[list[ReceivedMessage]]]:
-        def receive() -> list[ReceivedMessage]:
-            return self.sync.receive(max_messages)
+    def _look(
+        self, max_messages: int, first: Settling | None = None
+    ) -> Callable[[], Awaitable[list[ReceivedMessage]]]:
+        """Looks, the first of which settles ``first``; each gives back what it took if its
+        caller is cancelled while it runs."""
 
-        return lambda: self._calls.taking(receive, self._give_back)
+        def look() -> Awaitable[list[ReceivedMessage]]:
+            nonlocal first
+            complete, settle, settled = first or ([], [], [])
+            first = None
+            return self._calls.taking(
+                lambda: self.sync._look(max_messages, complete, settle, settled),
+                self.sync._give_back,
+            )
 
-    def _give_back(self, messages: list[ReceivedMessage]) -> None:
-        """What a cancelled receive locked, back to the queue uncounted (``Release``)."""
-        releases: list[Settlement] = [
-            Release(m.sequence_number, m.lock_token) for m in messages if m.lock_token
-        ]
-        if releases and self.sync.receive_mode is ReceiveMode.PEEK_LOCK:
-            self.link.sync.settle(self.address, releases)
+        return look
 
     async def complete_and_receive(
         self, messages: MessageOrList, max_messages: int = 1
     ) -> list[ReceivedMessage]:
         """Complete ``messages`` and receive the next ones in one transaction."""
-        return await self._calls(self.sync.complete_and_receive, messages, max_messages)
+        return await self._look(max_messages, self.sync._completing(messages))()
 
     async def settle_and_receive(
         self, settlements: Sequence[Settlement], max_messages: int = 1
     ) -> list[ReceivedMessage]:
         """Settle each its own way and receive the next ones in one transaction."""
-        return await self._calls(self.sync.settle_and_receive, settlements, max_messages)
+        return await self._look(max_messages, self.sync._settling(settlements))()
 
     async def receive_deferred(
         self, sequence_numbers: int | Sequence[int]
     ) -> list[ReceivedMessage]:
-        def receive() -> list[ReceivedMessage]:
-            return self.sync.receive_deferred(sequence_numbers)
-
-        return await self._calls.taking(receive, self._give_back)
+        return await self._calls.taking(
+            lambda: self.sync._receive_deferred(sequence_numbers), self.sync._give_back
+        )
 
     async def peek(self, max_messages: int = 1, from_sequence: int = 0) -> list[ReceivedMessage]:
         return await self._calls.run(self.sync._peek, max_messages, from_sequence)
@@ -191,9 +198,6 @@ class AsyncSessionReceiver(AsyncReceiver):
 
     async def __aexit__(self, *exc: Any) -> None:
         await self._calls.run(self.sync._exit, exc[1] if len(exc) > 1 else None)
-
-    def _give_back(self, messages: list[ReceivedMessage]) -> None:
-        """Nothing to do: the session holds them, and its close gives them back."""
 
     async def get_session_state(self) -> bytes | None:
         return await self._calls.run(self.sync._get_session_state)

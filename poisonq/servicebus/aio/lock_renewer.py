@@ -71,7 +71,7 @@ class AutoLockRenewer:
     async def renew_due(self) -> None:
         """One pass now (poisonq's): renew every registered lock past half its duration,
         and report those lost. A test that moves a ``ManualClock`` awaits it."""
-        await asyncio.to_thread(self._native.sync.renew_due)
+        await self._native.renew_due()
 
     async def close(self) -> None:
         """Stop renewing (what is registered keeps the lock it has until it runs out)."""

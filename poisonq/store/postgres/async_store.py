@@ -14,11 +14,17 @@ What is not a transaction it takes from a blocking
 waiting receiver wakes on (``LISTEN``). So there is one migration path and one listener; their
 calls block the thread that makes them, as on the blocking store (an asyncio caller waits for a
 change in a thread of its own).
+
+A pool of psycopg's belongs to the loop it opened on, while a user may run one broker under one
+``asyncio.run`` after another: the store keeps a pool per loop, opened by the loop's first
+transaction, and closes the connections of a pool whose loop has closed when the next loop
+opens one (no coroutine can await that pool any more).
 """
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -43,54 +49,55 @@ from poisonq.store.postgres.transaction import PostgresTransaction
 
 class AsyncPostgresStore(Store):
     """A store in one PostgreSQL database whose transactions run on an event loop. Open it
-    with :meth:`open` on the loop that will use it, and close it with :meth:`aclose` (or
-    ``async with``)."""
+    with :meth:`open` (or :meth:`beside` a blocking store already open), and close it with
+    :meth:`aclose` (or ``async with``)."""
 
     has_server_clock = True
 
-    def __init__(
-        self, blocking: PostgresStore, pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]]
-    ) -> None:
-        """Use :meth:`open`: the pool opens on the running loop."""
+    def __init__(self, blocking: PostgresStore, max_size: int, *, owns_blocking: bool) -> None:
+        """Use :meth:`open` or :meth:`beside`."""
         self.url = blocking.url
         self.history = blocking.history  # one keeper: the history's prunes are the store's
         self._blocking = blocking
-        self._pool = pool
+        self._owns_blocking = owns_blocking
+        self._max_size = max_size
+        self._pools: dict[asyncio.AbstractEventLoop, _LoopPool] = {}
 
     @classmethod
-    async def open(
-        cls, url: str, *, min_size: int = 1, max_size: int | None = None
-    ) -> AsyncPostgresStore:
+    async def open(cls, url: str, *, max_size: int | None = None) -> AsyncPostgresStore:
         """The store at ``url`` (as :meth:`PostgresStore.from_url
-        <poisonq.store.postgres.store.PostgresStore.from_url>` reads it), with a pool of
-        ``min_size`` to ``max_size`` connections (default: the URL's ``pool_size``, else 4,
-        as the blocking store's). The database is migrated first, in a thread; a server
+        <poisonq.store.postgres.store.PostgresStore.from_url>` reads it), with a pool of up
+        to ``max_size`` connections per event loop (default: the URL's ``pool_size``, else
+        4, as the blocking store's). The database is migrated first, in a thread; a server
         that cannot be reached raises :class:`~poisonq.errors.StoreUnavailableError` here."""
         blocking = await asyncio.to_thread(PostgresStore.from_url, url)
         size = blocking.pool_size if max_size is None else max_size
-        try:
-            pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
-                blocking.conninfo,
-                min_size=min(min_size, size),
-                max_size=size,
-                kwargs=CONNECTION_OPTIONS,
-                configure=configure_async(blocking.settings),
-                timeout=CONNECTION_WAIT,
-                open=False,
-                name=POOL_NAME,
-            )
-            await pool.open(wait=False)
-        except BaseException:
-            blocking.close()
-            raise
-        return cls(blocking, pool)
+        return cls(blocking, size, owns_blocking=True)
+
+    @classmethod
+    def beside(cls, blocking: PostgresStore, *, max_size: int) -> AsyncPostgresStore:
+        """An asyncio store on the database of ``blocking`` (open, migrated), which it
+        borrows for its clock and notifications and leaves open when it closes: the
+        asyncio broker's, beside its blocking broker's store."""
+        return cls(blocking, max_size, owns_blocking=False)
+
+    async def _pool(self) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
+        """The running loop's pool, opened by its first transaction."""
+        loop = asyncio.get_running_loop()
+        pool = self._pools.get(loop)
+        if pool is None:
+            for gone in [other for other in self._pools if other.is_closed()]:
+                self._pools.pop(gone).abandon()
+            pool = self._pools[loop] = _LoopPool(self._blocking, self._max_size)
+        return await pool.opened()
 
     # Transactions -------------------------------------------------------------------------
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Transaction]:
         self.check_open()
+        pool = await self._pool()
         try:
-            async with self._pool.connection() as conn:
+            async with pool.connection() as conn:
                 try:
                     # As the blocking store's: the commit's sync is the one that leaves
                     # pipeline mode (``end``).
@@ -113,7 +120,7 @@ class AsyncPostgresStore(Store):
         except FAILURES as exc:
             error = translated(exc, self._blocking.name)
             if outage(exc):
-                await self._pool.check()  # a restart broke every pooled connection
+                await pool.check()  # a restart broke every pooled connection
             raise error from exc
 
     # What is not a transaction: the blocking store's ---------------------------------------
@@ -131,17 +138,74 @@ class AsyncPostgresStore(Store):
     def close(self) -> None:
         """Close what closes without the loop: later transactions raise
         :class:`~poisonq.errors.BrokerClosedError`, and the blocking store's connections
-        close. The pool's connections close with :meth:`aclose`."""
+        close if it owns them. The pools' connections close with :meth:`aclose`."""
         self.closed = True
-        self._blocking.close()
+        if self._owns_blocking:
+            self._blocking.close()
 
     async def aclose(self) -> None:
-        """Close the store and its pool. Idempotent."""
+        """Close the store and its pools (the running loop's awaited, the others' connections
+        closed at once). Idempotent."""
         self.close()
-        await self._pool.close()
+        running = asyncio.get_running_loop()
+        pools, self._pools = self._pools, {}
+        for loop, pool in pools.items():
+            if loop is running:
+                await pool.close()
+            else:
+                pool.abandon()
 
     async def __aenter__(self) -> AsyncPostgresStore:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+class _LoopPool:
+    """The connection pool of one event loop, and the connections it made (so that they can
+    be closed without the loop once it has closed)."""
+
+    def __init__(self, blocking: PostgresStore, max_size: int) -> None:
+        self._connections: weakref.WeakSet[psycopg.AsyncConnection[Any]] = weakref.WeakSet()
+        setup = configure_async(blocking.settings)
+
+        async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
+            self._connections.add(conn)
+            await setup(conn)
+
+        self._pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
+            blocking.conninfo,
+            min_size=1,
+            max_size=max_size,
+            kwargs=CONNECTION_OPTIONS,
+            configure=configure,
+            timeout=CONNECTION_WAIT,
+            open=False,
+            name=POOL_NAME,
+        )
+
+    async def opened(self) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
+        """The pool, open: the first caller opens it, and one that comes meanwhile waits for
+        that (``open`` is idempotent)."""
+        if self._pool.closed:
+            await self._pool.open(wait=False)
+        return self._pool
+
+    async def close(self) -> None:
+        """Close the pool. Its workers may have been cancelled already, as ``asyncio.run``
+        cancels every task left when its main one ends (after a KeyboardInterrupt, say):
+        their cancellation is not this close's, which goes on."""
+        try:
+            await self._pool.close()
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            self.abandon()  # the pool's close stopped before it closed its connections
+
+    def abandon(self) -> None:
+        """Close the connections of a pool whose loop is gone, without it: the server rolls
+        back what they had begun."""
+        for conn in list(self._connections):
+            conn.pgconn.finish()
