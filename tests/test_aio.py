@@ -917,3 +917,30 @@ def test_a_coroutine_on_lock_lost_hook_that_raises_is_logged_and_the_run_goes_on
         assert logged.exc_info is not None and "the pager is down" in str(logged.exc_info[1])
 
     run(url, clock, body)
+
+
+def test_receivers_accepting_the_next_session_at_once_each_get_a_different_one(
+    url: str, clock: ManualClock
+) -> None:
+    """Forty receivers that look for the next session at the same moment (on PostgreSQL,
+    forty transactions at once on the pool) each lock a session of their own at their first
+    look: none is refused because another picked the same session a moment before."""
+
+    async def body(broker: AsyncBroker) -> None:
+        await broker.create_queue("chats", requires_session=True)
+        await broker.sender("chats").send(
+            [Message(body=b"%d" % n, session_id=f"s{s}") for s in range(40) for n in range(2)]
+        )
+        got = await asyncio.gather(
+            *(broker.accept_next_session("chats", max_wait=0) for _ in range(40))
+        )
+        assert None not in got
+        assert sorted(r.session_id for r in got if r) == sorted(f"s{s}" for s in range(40))
+        for receiver in got:
+            assert receiver is not None
+            async with receiver:
+                messages = await receiver.receive(max_messages=2)
+                assert [m.body for m in messages] == [b"0", b"1"]
+                await receiver.complete(messages)
+
+    run(url, clock, body)

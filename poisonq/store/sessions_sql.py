@@ -4,8 +4,10 @@
 one guarded ``INSERT ... ON CONFLICT DO UPDATE``, so two receivers never hold one session at
 once. SQLite runs one writer at a time; under PostgreSQL's READ COMMITTED two receivers may
 pick the same free session at once, and the upsert locks its row and checks the guard again
-on the newest version, so only one of them gets it (the other gets ``None``, as if it had
-looked a moment later). The messages a session receiver locks carry the session's token.
+on the newest version, so only one of them gets it (the other tries the next free session;
+PostgreSQL's look passes by a message another look picked, so receivers that look at once
+mostly pick different sessions at the first try). The messages a session receiver locks
+carry the session's token.
 
 A session given up or poisoned as a whole takes its locked messages back from their locks
 (:meth:`SessionStatements.unlock_session`): settling one of them afterwards finds its lock
@@ -19,25 +21,57 @@ from poisonq.store.base import SessionRecord
 from poisonq.store.rows import LIVE
 from poisonq.store.shared_sql import SharedStatements
 
+_NEXT_SESSION_TRIES = 8
+"""Free sessions a look for the next one tries when each, picked at once by another
+receiver, is taken first; then it finds none, and its receiver looks again later."""
+
 
 class SessionStatements(SharedStatements):
     """The session methods of both stores' transactions."""
 
+    _SKIP_PICKED = ""
+    """What a look for the next free session adds so that receivers that look at once pick
+    different sessions: PostgreSQL's ``FOR UPDATE OF m SKIP LOCKED`` (the message it picks
+    a session by is held until the look commits, and the next look passes it by); SQLite
+    runs one writer at a time."""
+
     async def lock_session(
         self, entity_id: int, session_id: str | None, token: str, locked_until: float, now: float
     ) -> str | None:
-        if session_id is None:
-            rows = await self._query(
-                "SELECT session_id FROM messages m WHERE entity_id = :entity AND state = 'active'"
-                " AND session_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM sessions s"
-                "   WHERE s.entity_id = :entity AND s.session_id = m.session_id"
-                "   AND s.lock_token IS NOT NULL AND s.locked_until > :now)"
-                " ORDER BY seq LIMIT 1",
-                {"entity": entity_id, "now": now},
-            )
-            if not rows:
+        if session_id is not None:
+            taken = await self._take_session(entity_id, session_id, token, locked_until, now)
+            return session_id if taken else None
+        tried: list[str] = []
+        for _ in range(_NEXT_SESSION_TRIES):
+            picked = await self._next_free_session(entity_id, now, tried)
+            if picked is None:
                 return None
-            session_id = str(rows[0][0])
+            if await self._take_session(entity_id, picked, token, locked_until, now):
+                return picked
+            tried.append(picked)
+        return None
+
+    async def _next_free_session(self, entity_id: int, now: float, tried: list[str]) -> str | None:
+        """The session of the oldest waiting message that nobody holds, but those ``tried``."""
+        passed = {f"tried{n}": session_id for n, session_id in enumerate(tried)}
+        but = f" AND m.session_id NOT IN ({', '.join(':' + name for name in passed)})"
+        rows = await self._query(
+            "SELECT m.session_id FROM messages m WHERE m.entity_id = :entity"
+            " AND m.state = 'active' AND m.session_id IS NOT NULL"
+            f"{but if tried else ''} AND NOT EXISTS (SELECT 1 FROM sessions s"
+            "   WHERE s.entity_id = :entity AND s.session_id = m.session_id"
+            "   AND s.lock_token IS NOT NULL AND s.locked_until > :now)"
+            f" ORDER BY m.seq LIMIT 1{self._SKIP_PICKED}",
+            {"entity": entity_id, "now": now, **passed},
+        )
+        return str(rows[0][0]) if rows else None
+
+    async def _take_session(
+        self, entity_id: int, session_id: str, token: str, locked_until: float, now: float
+    ) -> bool:
+        """Lock the session under ``token`` unless another token holds it: one guarded
+        upsert (under READ COMMITTED it waits for a transaction that took it meanwhile, then
+        checks the guard again on the newest version)."""
         changed = await self._update(
             "INSERT INTO sessions (entity_id, session_id, lock_token, locked_until)"
             " VALUES (:entity, :session, :token, :until) ON CONFLICT (entity_id, session_id)"
@@ -51,7 +85,7 @@ class SessionStatements(SharedStatements):
                 "now": now,
             },
         )
-        return session_id if changed else None
+        return bool(changed)
 
     async def session(self, entity_id: int, session_id: str) -> SessionRecord | None:
         rows = await self._query(

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import psycopg
@@ -81,7 +81,7 @@ class AsyncPostgresStore(Store):
         asyncio broker's, beside its blocking broker's store."""
         return cls(blocking, max_size, owns_blocking=False)
 
-    async def _pool(self) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
+    async def _pool(self) -> _LoopPool:
         """The running loop's pool, opened by its first transaction."""
         loop = asyncio.get_running_loop()
         pool = self._pools.get(loop)
@@ -89,7 +89,8 @@ class AsyncPostgresStore(Store):
             for gone in [other for other in self._pools if other.is_closed()]:
                 self._pools.pop(gone).abandon()
             pool = self._pools[loop] = _LoopPool(self._blocking, self._max_size)
-        return await pool.opened()
+        await pool.open()
+        return pool
 
     # Transactions -------------------------------------------------------------------------
     @asynccontextmanager
@@ -97,7 +98,7 @@ class AsyncPostgresStore(Store):
         self.check_open()
         pool = await self._pool()
         try:
-            async with pool.connection() as conn:
+            async with pool.turn(), pool.connection() as conn:
                 try:
                     # As the blocking store's: the commit's sync is the one that leaves
                     # pipeline mode (``end``).
@@ -185,12 +186,26 @@ class _LoopPool:
             name=POOL_NAME,
         )
 
-    async def opened(self) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
-        """The pool, open: the first caller opens it, and one that comes meanwhile waits for
-        that (``open`` is idempotent)."""
+        # A transaction waits here for its turn, for as long as the loop's transactions
+        # before it take (as a call waits for a thread of a pool of threads); then for a
+        # connection, at most CONNECTION_WAIT: a wait that long then means an outage, not
+        # hundreds of coroutines in line.
+        self._turns = asyncio.Semaphore(max_size)
+
+    async def open(self) -> None:
+        """The first caller opens the pool; one that comes meanwhile waits for that (the
+        pool's ``open`` is idempotent)."""
         if self._pool.closed:
             await self._pool.open(wait=False)
-        return self._pool
+
+    def turn(self) -> asyncio.Semaphore:
+        return self._turns
+
+    def connection(self) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]:
+        return self._pool.connection()
+
+    async def check(self) -> None:
+        await self._pool.check()
 
     async def close(self) -> None:
         """Close the pool. Its workers may have been cancelled already, as ``asyncio.run``

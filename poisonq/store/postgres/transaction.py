@@ -193,6 +193,7 @@ class PostgresTransaction(
     Transaction,
 ):
     _FENCE = " OFFSET 0"  # the housekeeping probes: see HousekeepingStatements
+    _SKIP_PICKED = " FOR UPDATE OF m SKIP LOCKED"  # see SessionStatements
     # The aggregates' keys and hours as the triggers of schema 12 write them.
     _KEY = "coalesce(to_jsonb({column})::text, 'null')"
     _HOUR = "floor({time} / 3600)::bigint * 3600"
