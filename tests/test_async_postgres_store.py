@@ -10,6 +10,7 @@ import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable
 
+import psycopg
 import pytest
 
 from poisonq import (
@@ -223,3 +224,39 @@ def test_the_blocking_store_still_runs_the_same_transactions_with_drive(pg_url: 
         drive(engine.complete("orders", [(m.sequence_number, m.lock_token) for m in got]))
         assert [m.sequence_number for m in got] == seqs
         assert drive(engine.audit()).ok
+
+
+def test_one_store_under_one_asyncio_run_after_another_keeps_one_loops_connections(
+    pg_url: str,
+) -> None:
+    """A store used under one ``asyncio.run`` after another opens a pool on each loop (a
+    pool belongs to its loop) and closes the connections of the pool whose loop has gone:
+    the server holds no more of its connections after ten loops than after two."""
+    blocking = PostgresStore.from_url(pg_url)
+    store = AsyncPostgresStore.beside(blocking, max_size=3)
+    engine = Engine(store, ManualClock())
+
+    def connections() -> int:
+        """The server's client connections to the database, but the one asking."""
+        with psycopg.connect(blocking.conninfo, autocommit=True) as conn:
+            found = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+            ).fetchone()
+        assert found is not None
+        return int(found[0])
+
+    async def busy() -> None:  # six sends at once on a pool of three
+        await asyncio.gather(*(engine.send("orders", [Message(body=b"x")]) for _ in range(6)))
+
+    try:
+        asyncio.run(engine.create_queue("orders", QueueOptions()))
+        asyncio.run(busy())
+        after_two = connections()
+        for _ in range(8):
+            asyncio.run(busy())
+        assert connections() <= after_two
+        assert drive(Engine(blocking, ManualClock()).counts("orders"))["active"] == 54
+    finally:
+        asyncio.run(store.aclose())
+        blocking.close()
