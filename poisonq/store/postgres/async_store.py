@@ -33,15 +33,13 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from poisonq.store.base import Store, Transaction
-from poisonq.store.postgres.noise import POOL_NAME
 from poisonq.store.postgres.runner import AsyncWire
 from poisonq.store.postgres.store import (
-    CONNECTION_OPTIONS,
-    CONNECTION_WAIT,
     FAILURES,
     PostgresStore,
     configure_async,
     outage,
+    pool_options,
     translated,
 )
 from poisonq.store.postgres.transaction import PostgresTransaction
@@ -176,19 +174,12 @@ class _LoopPool:
             await setup(conn)
 
         self._pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
-            blocking.conninfo,
-            min_size=1,
-            max_size=max_size,
-            kwargs=CONNECTION_OPTIONS,
-            configure=configure,
-            timeout=CONNECTION_WAIT,
-            open=False,
-            name=POOL_NAME,
+            blocking.conninfo, configure=configure, **pool_options(max_size)
         )
 
         # A transaction waits here for its turn, for as long as the loop's transactions
         # before it take (as a call waits for a thread of a pool of threads); then for a
-        # connection, at most CONNECTION_WAIT: a wait that long then means an outage, not
+        # connection, at most the pool's timeout (5 s): a wait that long then means an outage, not
         # hundreds of coroutines in line.
         self._turns = asyncio.Semaphore(max_size)
 

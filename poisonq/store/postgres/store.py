@@ -114,14 +114,7 @@ class PostgresStore(Store):
             kind = StoreUnavailableError if _unreachable(exc) else StoreError
             raise kind(f"cannot open PostgreSQL store {self.name}: {exc}") from exc
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
-            conninfo,
-            min_size=1,
-            max_size=pool_size,
-            kwargs=CONNECTION_OPTIONS,
-            configure=configure(settings),
-            timeout=CONNECTION_WAIT,
-            open=False,
-            name=POOL_NAME,
+            conninfo, configure=configure(settings), **pool_options(pool_size)
         )
         self._pool.open(wait=False)
 
@@ -337,6 +330,19 @@ def configure(settings: dict[str, str]) -> Callable[[psycopg.Connection[Any]], N
             conn.execute(*statement)
 
     return configure
+
+
+def pool_options(max_size: int) -> dict[str, Any]:
+    """The options of a connection pool of either kind (blocking or asyncio), opened later
+    (``open``), that grows to ``max_size`` connections."""
+    return {
+        "min_size": 1,
+        "max_size": max_size,
+        "kwargs": CONNECTION_OPTIONS,
+        "timeout": CONNECTION_WAIT,
+        "open": False,
+        "name": POOL_NAME,
+    }
 
 
 def configure_async(
