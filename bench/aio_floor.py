@@ -7,8 +7,11 @@ turning: ``direct`` (a sync psycopg connection on the calling thread: the sync A
 ``thread`` (the same, handed to one worker thread and awaited: poisonq.aio's design) and
 ``async`` (psycopg's ``AsyncConnection`` on the loop: the design issue 32's text names). Two
 shapes: ``pipeline`` (the statements in one pipeline, as poisonq's PostgreSQL store sends
-them) and ``statement`` (the same work as one statement). Prints, per shape, the medians of
-the rounds' ratios to ``direct``:
+them), ``statement`` (the same work as one statement) and ``consume`` (shaped like a
+``complete_and_receive`` of ``--batch`` messages: three reads waited for, the entity's, the
+batch to settle and the next batch with its bodies, and three writes that travel with them;
+seven statements, as poisonq's consume transaction has nine). Prints, per shape, the medians
+of the rounds' ratios to ``direct``:
 
     part=floor shape=pipeline batch=100 direct_tx_per_s=... ratio_thread=... ratio_async=...
 
@@ -45,6 +48,21 @@ _ONE_STATEMENT = (
 )
 
 
+_CONSUME = (
+    ("SELECT n FROM floor_counts WHERE id = 1", False),
+    ("SELECT id FROM floor_rows ORDER BY id LIMIT %(n)s", True),
+    (
+        "DELETE FROM floor_rows WHERE id IN (SELECT id FROM floor_rows ORDER BY id LIMIT %(n)s)",
+        False,
+    ),
+    ("UPDATE floor_counts SET n = n + %(n)s WHERE id = 1", False),
+    ("SELECT pg_advisory_xact_lock_shared(1, 2)", False),
+    ("INSERT INTO floor_rows (body) SELECT unnest(%(bodies)s::bytea[]) RETURNING id, body", True),
+)
+"""The consume shape's statements, and whether each is read (waited for); the first read's
+answer is waited for before the rest is sent, as poisonq waits for the entity's row."""
+
+
 def _pipeline(conn: psycopg.Connection[Any], bodies: list[bytes]) -> None:
     with conn.transaction(), conn.pipeline():
         conn.execute(_INSERT, (bodies,))
@@ -54,6 +72,26 @@ def _pipeline(conn: psycopg.Connection[Any], bodies: list[bytes]) -> None:
 
 def _statement(conn: psycopg.Connection[Any], bodies: list[bytes]) -> None:
     conn.execute(_ONE_STATEMENT, (bodies,)).fetchone()
+
+
+def _consume(conn: psycopg.Connection[Any], bodies: list[bytes]) -> None:
+    params = {"n": len(bodies), "bodies": bodies}
+    with conn.transaction(), conn.pipeline():
+        conn.execute(_CONSUME[0][0]).fetchone()
+        cursors = [(conn.execute(sql, params), read) for sql, read in _CONSUME[1:]]
+        for cursor, read in cursors:
+            if read:
+                cursor.fetchall()
+
+
+async def _aconsume(conn: psycopg.AsyncConnection[Any], bodies: list[bytes]) -> None:
+    params = {"n": len(bodies), "bodies": bodies}
+    async with conn.transaction(), conn.pipeline():
+        await (await conn.execute(_CONSUME[0][0])).fetchone()
+        cursors = [(await conn.execute(sql, params), read) for sql, read in _CONSUME[1:]]
+        for cursor, read in cursors:
+            if read:
+                await cursor.fetchall()
 
 
 async def _apipeline(conn: psycopg.AsyncConnection[Any], bodies: list[bytes]) -> None:
@@ -70,6 +108,7 @@ async def _astatement(conn: psycopg.AsyncConnection[Any], bodies: list[bytes]) -
 SHAPES: dict[str, tuple[Callable[..., None], Callable[..., Awaitable[None]]]] = {
     "pipeline": (_pipeline, _apipeline),
     "statement": (_statement, _astatement),
+    "consume": (_consume, _aconsume),
 }
 
 
