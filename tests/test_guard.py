@@ -301,3 +301,39 @@ def test_a_transform_keeps_its_helper_while_the_caller_holds_its_constants() -> 
     held = run_inline(stamped, rows(2), ())
     assert run_isolated(stamped, rows(2), ()) == held
     assert len(helper_pids() - before) == 1
+
+
+def loaded_modules(row: Any) -> dict[str, Any]:
+    return {"modules": set(sys.modules)}
+
+
+def test_the_helper_loads_a_transform_by_value_without_cloudpickle_or_a_fork_handler() -> None:
+    """A transform pickled by value (this module's) is rebuilt in the helper without
+    cloudpickle, and the helper loads no module that registers a fork handler (threading,
+    logging, random): such a handler runs Python code in every child forked, so each crash
+    would pay for it."""
+    (result,) = run_isolated(loaded_modules, [0], ())
+    loaded = result["modules"]
+    assert "poisonq.worker.child" in loaded
+    assert not loaded & {"cloudpickle", "threading", "logging", "random", "poisonq.model"}
+
+
+def counting_down(step: int) -> Any:
+    """A closure over ``step`` and over itself (a cell that must be filled after the
+    function exists), with a default and a keyword-only default."""
+
+    def down(row: int, floor: int = 0, *, scale: int = 1) -> int:
+        return floor if row <= floor else scale * (1 + down(row - step, floor, scale=1))
+
+    return down
+
+
+def closing(row: dict[str, Any]) -> dict[str, Any]:
+    return {"n": counting_down(2)(row["n"], scale=3), "base": os.path.basename("/a/b.txt")}
+
+
+def test_a_transform_rebuilt_in_the_helper_keeps_its_closures_defaults_and_globals() -> None:
+    results = run_isolated(closing, [{"n": n} for n in range(6)], ())
+    assert results == [closing({"n": n}) for n in range(6)]
+    inner = counting_down(3)
+    assert run_isolated(lambda row: {"n": inner(row)}, [7, 9], ()) == [{"n": 3}, {"n": 3}]
