@@ -48,7 +48,9 @@ def helper_main() -> None:
     # (a child killed by it would read as the row's crash). The caller's end of the pipe
     # closing still ends them.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    shared = (int(sys.argv[1]), int(sys.argv[2]))
+    # Mapped here, before the forks: a child inherits the mappings (and maps a file again
+    # only once it has grown), rather than making its own at the cost of copied pages.
+    shared = (SharedFile(int(sys.argv[1])), SharedFile(int(sys.argv[2])))
     replies = os.dup(1)
     os.dup2(2, 1)  # a transform that prints must not write into the replies
     first = read_frame(0)
@@ -89,7 +91,7 @@ class _Child:
         permanent: tuple[type[BaseException], ...],
         progress: mmap.mmap,
         replies: int,
-        shared: tuple[int, int],
+        shared: tuple[SharedFile, SharedFile],
     ) -> None:
         self.transform = transform
         self.permanent = permanent
@@ -107,10 +109,8 @@ class _Child:
             os.close(go)
             code = 0
             try:
-                # Mapped while the child before works: off the path of a crash.
-                shared = tuple(SharedFile(fd) for fd in self.shared)
                 if os.read(wait, 2) == b"go":  # else the helper ended: not needed
-                    self._run(*shared)
+                    self._run(*self.shared)
             except BaseException:
                 code = 70
             os._exit(code)
