@@ -38,8 +38,9 @@ ones are an error unless ``ignore_extra_fields``); each column is cast to its ty
 overflow, no lost fraction) and a ``NOT NULL`` field must have no null. A batch whose output
 does not fit fails like an exception, and a message that does not fit alone is
 dead-lettered ``OutputSchemaMismatch``. A crash (a Python worker's death) switches the run to
-the crash guard, which calls the function on one message at a time in a child process
-(:mod:`poisonq.worker.guard`): slow, but only after a crash, and only for that run.
+the crash guard, which calls the function in a child process (:mod:`poisonq.worker.guard`)
+on chunks of up to :data:`GUARDED_CHUNK` messages, for the rest of that run; a chunk that
+crashes is halved, as a batch that raises is, down to the message that crashes alone.
 """
 
 from __future__ import annotations
@@ -78,15 +79,21 @@ class OutputSchemaMismatch(PermanentError):
     """A batch function's rows that do not fit the pipeline's schema."""
 
 
+# Messages in one call of the function under the crash guard: a crash among them costs a
+# fork for each halving down to the message, about log2 of it (8), and a call's fixed cost
+# (an Arrow batch built, the result pickled back) is spread over that many messages.
+GUARDED_CHUNK = 256
+
+
 @dataclass(frozen=True)
-class OnLeaseBatch:
-    """The batch function on one lease row, as the crash guard runs it: its result for a
-    batch of that one message."""
+class OnLeaseChunk:
+    """The batch function on a chunk of lease rows, as the crash guard runs it: its result
+    for the batch of those messages."""
 
     function: BatchFunction
 
-    def __call__(self, row: tuple[Any, ...]) -> Any:
-        return self.function(lease_batch([row]))
+    def __call__(self, rows: list[tuple[Any, ...]]) -> Any:
+        return self.function(lease_batch(rows))
 
 
 @dataclass(frozen=True)
@@ -126,16 +133,36 @@ class BatchTransform(FunctionWork):
     def _run_isolated(
         self, rows: list[tuple[Any, ...]], pieces: list[pa.RecordBatch], settle: _Settler
     ) -> None:
-        """The function on one message at a time, under the crash guard."""
-        results = run_isolated(OnLeaseBatch(self.transform), rows, self.permanent)
-        for row, result in zip(rows, results, strict=True):
-            if type(result) is Failed or type(result) is Crashed:
-                settle.one(row[0], result)
-                continue
-            try:
-                self._take(result, lease_batch([row]), pieces, settle)
-            except OutputSchemaMismatch as exc:
-                settle.one(row[0], self._failed(exc))
+        """The function under the crash guard, on chunks of :data:`GUARDED_CHUNK` messages."""
+        chunks = [rows[at : at + GUARDED_CHUNK] for at in range(0, len(rows), GUARDED_CHUNK)]
+        self._run_chunks(chunks, pieces, settle)
+
+    def _run_chunks(
+        self,
+        chunks: list[list[tuple[Any, ...]]],
+        pieces: list[pa.RecordBatch],
+        settle: _Settler,
+    ) -> None:
+        """Each chunk through the function in a child of the crash guard; a chunk that
+        crashes, raises or returns rows that do not fit is halved and its halves run again,
+        down to the messages that do so alone, as :meth:`_run` halves a batch that raises:
+        one crashing message costs a fork per halving, not one per message."""
+        results = run_isolated(OnLeaseChunk(self.transform), chunks, self.permanent)
+        for chunk, result in zip(chunks, results, strict=True):
+            failure: Failed | Crashed | OutputSchemaMismatch = result
+            if type(result) is not Failed and type(result) is not Crashed:
+                try:
+                    self._take(result, lease_batch(chunk), pieces, settle)
+                    continue
+                except OutputSchemaMismatch as exc:
+                    failure = exc
+            if len(chunk) > 1:
+                half = len(chunk) // 2
+                self._run_chunks([chunk[:half], chunk[half:]], pieces, settle)
+            elif isinstance(failure, OutputSchemaMismatch):
+                settle.one(chunk[0][0], self._failed(failure))
+            else:
+                settle.one(chunk[0][0], failure)
 
     def _run(self, batch: pa.RecordBatch, pieces: list[pa.RecordBatch], settle: _Settler) -> None:
         """The function over ``batch``; on an exception, over each half of it, down to the
