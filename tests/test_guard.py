@@ -8,7 +8,7 @@ import sys
 import types
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from pyspark import cloudpickle as spark_cloudpickle
@@ -337,3 +337,29 @@ def test_a_transform_rebuilt_in_the_helper_keeps_its_closures_defaults_and_globa
     assert results == [closing({"n": n}) for n in range(6)]
     inner = counting_down(3)
     assert run_isolated(lambda row: {"n": inner(row)}, [7, 9], ()) == [{"n": 3}, {"n": 3}]
+
+
+class WarmedOnce:
+    """A transform whose ``warm_up`` records the process it ran in, and which returns that
+    record with its own process: what the guard's children inherit from their helper."""
+
+    warmed_in: ClassVar[list[int]] = []
+
+    def warm_up(self) -> None:
+        self.warmed_in.append(os.getpid())
+
+    def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
+        if row["n"] in row["crash"]:
+            os._exit(3)
+        return {"warmed_in": list(self.warmed_in), "ran_in": os.getpid()}
+
+
+def test_a_transforms_warm_up_runs_once_in_the_helper_and_every_child_inherits_it() -> None:
+    """Whatever a transform's ``warm_up`` loads (Arrow's compute functions, for the batch
+    functions' wrapper) is loaded once in the helper before it forks, not by each child
+    after a crash."""
+    results = run_isolated(WarmedOnce(), rows(6, crash={2}), ())
+    assert isinstance(results[2], Crashed)  # so the rows after it ran in another child
+    ran = results[:2] + results[3:]
+    assert all(len(result["warmed_in"]) == 1 for result in ran)
+    assert {result["warmed_in"][0] for result in ran}.isdisjoint(r["ran_in"] for r in ran)

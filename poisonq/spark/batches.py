@@ -88,12 +88,21 @@ GUARDED_CHUNK = 256
 @dataclass(frozen=True)
 class OnLeaseChunk:
     """The batch function on a chunk of lease rows, as the crash guard runs it: its result
-    for the batch of those messages."""
+    for the batch of those messages. (``transform``, as :class:`~poisonq.worker.lease_rows.
+    OnLeaseRows` names it, so the guard pickles the function's module by value.)"""
 
-    function: BatchFunction
+    transform: BatchFunction
 
     def __call__(self, rows: list[tuple[Any, ...]]) -> Any:
-        return self.function(lease_batch(rows))
+        return self.transform(lease_batch(rows))
+
+    def warm_up(self) -> None:
+        """Build a batch of messages, with and without properties, in the guard's helper
+        before it forks (:func:`poisonq.worker.child.helper_main`): Arrow's first use in a
+        process loads its compute functions and memory pool, which each child after a
+        crash would do again."""
+        row: tuple[Any, ...] = (0, "", b"", None, None, None, None, None, 0.0, 1)
+        lease_batch([row, (*row[:5], '{"warm": 1}', *row[6:])])
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ def helper_main() -> None:
         write_frame(replies, pickle.dumps(("unloadable", f"{type(exc).__name__}: {exc}")))
         return
     write_frame(replies, pickle.dumps(("ready",)))
-    _warm_up(permanent)
+    _warm_up(transform, permanent)
     gc.freeze()  # a child's collections must not write to (and so copy) the helper's pages
     with mmap.mmap(-1, _PROGRESS.size) as progress:  # shared with the children
         child = _Child(transform, permanent, progress, replies, shared)
@@ -151,14 +151,23 @@ class _Child:
             _write_all(self.replies, REPLY.pack(DONE, 0, 0))
 
 
-def _warm_up(permanent: tuple[type[BaseException], ...]) -> None:
-    """A row's failure taken down and pickled on the way to no row, in the helper before it
-    forks: what the first failure a child takes down loads on first use is then loaded
-    once, not in each child after a crash. (Each child touching those pages still copies
-    them; done again in each child forked ahead, it cost more than it saved: a child that
-    takes over soon after its birth waits for it, and it copies pages the child's exit then
-    frees.)"""
+def _warm_up(transform: RowTransform, permanent: tuple[type[BaseException], ...]) -> None:
+    """What a child would load on first use, loaded once, in the helper before it forks:
+
+    - a row's failure taken down and pickled on the way to no row, so that the first failure
+      a child takes down finds that code loaded. (Each child touching those pages still
+      copies them; done again in each child forked ahead, it cost more than it saved: a
+      child that takes over soon after its birth waits for it, and it copies pages the
+      child's exit then frees.)
+    - the transform's own ``warm_up()``, if its type has one: poisonq's wrappers of a
+      function that takes Arrow data (:class:`poisonq.spark.batches.OnLeaseChunk`) build a
+      batch there, since Arrow loads its compute functions and memory pool on the first
+      use in a process, which would otherwise be every child's after a crash.
+    """
     pickle.dumps([apply(_fail, None, permanent, raised)], pickle.HIGHEST_PROTOCOL)
+    warm_up = getattr(type(transform), "warm_up", None)
+    if warm_up is not None:
+        warm_up(transform)
 
 
 class _NoRow(Exception):
