@@ -28,20 +28,27 @@ class Broken(Exception):
     """Raised for a whole batch by the message it names (made permanent by the test)."""
 
 
+class Declined(Exception):
+    """Returned as the error of a ``declined`` order: a class of the job's own, which a
+    child of the guard has loaded by value (made permanent by the test)."""
+
+
 def crashing_orders(calls: Path) -> Any:
-    """:func:`orders`, but a batch holding a ``crash`` order kills its Python process, and
-    one holding a ``broken`` order raises for the whole batch; each call appends the size
-    of its batch to ``calls``."""
+    """:func:`orders`, but a batch holding a ``crash`` order kills its Python process, one
+    holding a ``broken`` order raises for the whole batch, and a ``declined`` order gets a
+    :class:`Declined` error; each call appends the size of its batch to ``calls``."""
 
     def crashing(batch: pa.RecordBatch) -> Any:
         with open(calls, "a") as record:
             record.write(f"{batch.num_rows}\n")
-        kinds = {json.loads(body)["kind"] for body in batch.column("body").to_pylist()}
+        kinds = [json.loads(body)["kind"] for body in batch.column("body").to_pylist()]
         if "crash" in kinds:
             os._exit(3)
         if "broken" in kinds:
             raise Broken("a broken order in the batch")
-        return orders(batch)
+        rows, errors = orders(batch)
+        declined = [Declined("declined by the shop") if k == "declined" else None for k in kinds]
+        return rows, [error or decline for error, decline in zip(errors, declined, strict=True)]
 
     return crashing
 
@@ -54,18 +61,20 @@ def test_after_a_crash_map_batches_runs_chunks_and_settles_every_other_message_b
     not one message at a time: the chunk that crashes is halved down to the message that
     crashes alone (abandoned ``WorkerCrashed``: dead-lettered here, one delivery allowed),
     and every other message, in that chunk or not, ends as it would without the crash:
-    written, filtered, rejected, dead-lettered by its returned exception, or traced to the
-    exception its batch raised. A few calls run one message, not hundreds."""
+    written, filtered, rejected, dead-lettered by its returned exception (of the job's own
+    class too), or traced to the exception its batch raised. A few calls run one message,
+    not hundreds."""
     kinds = {3: "invalid", 5: "refused", 9: "skip", 11: "double"}
-    kinds |= {100: "crash", 101: "invalid", 102: "refused", 200: "broken"}
+    kinds |= {7: "declined", 100: "crash", 101: "invalid", 102: "refused", 103: "declined"}
+    kinds |= {200: "broken"}
     send(live, {n: {"kind": kind} for n, kind in kinds.items()}, 600, max_delivery_count=1)
     calls = tmp_path / "calls"
     report = Pipeline(
         spark, url=url, queue="orders", map_batches=crashing_orders(calls), schema=SCHEMA,
-        output=str(tmp_path / "out"), permanent=(Broken,),
+        output=str(tmp_path / "out"), permanent=(Broken, Declined),
     ).run()  # fmt: skip
     letters = dead_letters_by_id(live)
-    assert sorted(letters) == ["o100", "o101", "o102", "o200", "o3", "o5"]
+    assert sorted(letters) == ["o100", "o101", "o102", "o103", "o200", "o3", "o5", "o7"]
     reasons = {key: letter.dead_letter_reason for key, letter in letters.items()}
     assert reasons | {"o100": None} == {
         "o100": None,
@@ -74,11 +83,13 @@ def test_after_a_crash_map_batches_runs_chunks_and_settles_every_other_message_b
         "o5": "Rejected",
         "o102": "Rejected",
         "o200": "Broken",
+        "o7": "Declined",
+        "o103": "Declined",
     }
     crashed = live.message("orders/$deadletterqueue", letters["o100"].sequence_number)
     assert crashed.failures[-1].error_type == "WorkerCrashed"
-    assert report.completed == 594
-    failed = {3, 5, 100, 101, 102, 200}
+    assert report.completed == 592
+    failed = {3, 5, 7, 100, 101, 102, 103, 200}
     assert written(spark, tmp_path / "out") == Counter(set(range(600)) - failed - {9}) + Counter(
         {11: 1}
     )

@@ -66,6 +66,7 @@ from poisonq.spark.source import SEQUENCE
 from poisonq.spark.work import FunctionWork, function_name, settlement
 from poisonq.worker.guard import Crashed, Failed, run_isolated
 from poisonq.worker.guard import failed as as_failed
+from poisonq.worker.raised import raised
 
 log = logging.getLogger(__name__)
 BatchFunction = Callable[[pa.RecordBatch], Any]
@@ -92,12 +93,23 @@ CRASH_PARTS = 16
 class OnLeaseChunk:
     """The batch function on a chunk of lease rows, as the crash guard runs it: its result
     for the batch of those messages. (``transform``, as :class:`~poisonq.worker.lease_rows.
-    OnLeaseRows` names it, so the guard pickles the function's module by value.)"""
+    OnLeaseRows` names it, so the guard pickles the function's module by value.)
+
+    The result goes back to the caller pickled, so an exception returned as a message's
+    error is taken down as data, as a raised one is (:func:`poisonq.worker.raised.raised`):
+    its class may be one the caller's pickle cannot name (a job file's, loaded by value),
+    and a result that does not pickle would end the child as a crash would."""
 
     transform: BatchFunction
+    permanent: tuple[type[BaseException], ...]
 
     def __call__(self, rows: list[tuple[Any, ...]]) -> Any:
-        return self.transform(lease_batch(rows))
+        result = self.transform(lease_batch(rows))
+        if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], list):
+            out, errors = result
+            kinds = self.permanent
+            return out, [raised(e, kinds) if isinstance(e, Exception) else e for e in errors]
+        return result
 
     def warm_up(self) -> None:
         """Build a batch of messages, with and without properties, in the guard's helper
@@ -160,7 +172,8 @@ class BatchTransform(FunctionWork):
         its parts run again, down to the messages that do so alone, as :meth:`_run` halves
         a batch that raises: one crashing message costs a fork per split, not a call per
         message."""
-        results = run_isolated(OnLeaseChunk(self.transform), chunks, self.permanent)
+        chunk_of = OnLeaseChunk(self.transform, self.permanent)
+        results = run_isolated(chunk_of, chunks, self.permanent)
         for chunk, result in zip(chunks, results, strict=True):
             failure: Failed | Crashed | OutputSchemaMismatch = result
             if type(result) is not Failed and type(result) is not Crashed:
@@ -274,6 +287,9 @@ class BatchTransform(FunctionWork):
         found: dict[int, Failed] = {}
         for row, (seq, error) in enumerate(zip(batch.column(0).to_pylist(), errors, strict=True)):
             if error is None:
+                continue
+            if isinstance(error, Failed):  # taken down in a child of the guard (OnLeaseChunk)
+                found[seq] = error
                 continue
             if isinstance(error, str):
                 if not error.strip():
