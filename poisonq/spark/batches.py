@@ -105,7 +105,7 @@ class OnLeaseChunk:
 
     def __call__(self, rows: list[tuple[Any, ...]]) -> Any:
         result = self.transform(lease_batch(rows))
-        if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], list):
+        if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], list | tuple):
             out, errors = result
             kinds = self.permanent
             return out, [raised(e, kinds) if isinstance(e, Exception) else e for e in errors]
