@@ -182,9 +182,6 @@ class Helper:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             pass_fds=shared,
-            # The dynamic linker binds every symbol as the helper starts, not on first call:
-            # a symbol a child bound itself would be a page of the helper it copies.
-            env={**os.environ, "LD_BIND_NOW": "1"},
         )
         self._send(frame(pickled_transform))
         assert self._process.stdout is not None
