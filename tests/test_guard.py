@@ -154,6 +154,16 @@ def test_a_crash_runs_again_only_the_rows_since_the_childs_last_record_of_result
     assert set(times) == set(range(3 * WINDOW))
 
 
+def test_with_a_window_of_one_a_crash_runs_no_finished_row_again(tmp_path: Path) -> None:
+    """A caller whose rows are costly (map_batches' chunks of messages) gives a window of
+    one: each row's result is recorded as it is done, so a crash loses only its own row."""
+    runs = tmp_path / "runs"
+    data = [{**row, "runs": str(runs)} for row in rows(40, crash={17, 30})]
+    results = run_isolated(counted, data, (), window=1)
+    assert kinds(results)["crashed"] == [17, 30]
+    assert Counter(int(n) for n in runs.read_text().split()) == Counter(range(40))
+
+
 def crashes_when_run_again(row: dict[str, Any]) -> dict[str, Any] | None:
     """``counted``, but a row in ``again`` crashes the second time it runs (a crash that
     depends on more than the row: the state of a service, the time)."""

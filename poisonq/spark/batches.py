@@ -173,7 +173,7 @@ class BatchTransform(FunctionWork):
         a batch that raises: one crashing message costs a fork per split, not a call per
         message."""
         chunk_of = OnLeaseChunk(self.transform, self.permanent)
-        results = run_isolated(chunk_of, chunks, self.permanent)
+        results = run_isolated(chunk_of, chunks, self.permanent, window=1)
         for chunk, result in zip(chunks, results, strict=True):
             failure: Failed | Crashed | OutputSchemaMismatch = result
             if type(result) is not Failed and type(result) is not Crashed:
