@@ -18,9 +18,18 @@ time, of the caller and of every process under it (the guard's helpers, with the
 they forked): on a machine shared with other work, the wall time of a run of 100 crashes
 says mostly what the other work did, its CPU time what the crashes cost.
 
-Prints one line: ``sqlite_lock_complete_us_per_msg=… fork_cycle_ms_bare=…
+And ``map_batches=`` after a crash: the executor's side of it (the function of
+``bench/pipeline_throughput.py``, 1 % of orders invalid) over 20,000 lease rows in chunks of
+10,000, in the Python worker as a run goes before any crash (``map_batches_msgs_per_s``), and
+under the crash guard, as it goes for the rest of a run once a message crashed a worker, with
+one crashing order in each chunk (``map_batches_after_a_crash_msgs_per_s``; their ratio is
+``after_a_crash_ratio``).
+
+Prints two lines: ``sqlite_lock_complete_us_per_msg=… fork_cycle_ms_bare=…
 fork_cycle_ms_poisonq=… guard_us_per_row=… guard_ms_per_crash=…
-guard_ms_per_crash_failing=… guard_cpu_ms_per_crash=… guard_cpu_ms_per_crash_failing=…``.
+guard_ms_per_crash_failing=… guard_cpu_ms_per_crash=… guard_cpu_ms_per_crash_failing=…``
+and ``map_batches_msgs_per_s=… map_batches_after_a_crash_msgs_per_s=…
+after_a_crash_ratio=…``.
 """
 
 from __future__ import annotations
@@ -197,6 +206,44 @@ def guard_costs(rows: int = 100_000) -> tuple[float, float, float, float, float]
     )
 
 
+def map_batches_after_a_crash(rows: int = 20_000) -> tuple[float, float]:
+    """Messages per second through the executor side of ``map_batches=`` (the bench's
+    ``batch_transform``, 1 % of orders invalid) in lease chunks of 10,000: in the Python
+    worker, as a run goes before any crash, and under the crash guard, as it goes for the
+    rest of a run once a message crashed its worker, with one crashing order in each chunk
+    (median of three each way)."""
+    from pipeline_throughput import batch_transform
+    from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
+
+    from poisonq.spark.batches import BatchTransform
+    from poisonq.spark.rows import OutputSchema
+
+    def order(n: int) -> tuple[Any, ...]:
+        kind = "crash" if n % 10_000 == 4_321 else "invalid" if n % 100 == 0 else "ok"
+        body = b'{"order_id": %d, "customer": "C01234", "amount": 12.3, "kind": "%s"}' % (
+            n,
+            kind.encode(),
+        )
+        return (n, str(n), body, None, None, "{}", None, None, 1.7e9, 1)
+
+    data = [order(n) for n in range(rows)]
+    clean = [row for row in data if b'"crash"' not in row[2]]
+    fields = [("order_id", LongType()), ("customer", StringType()), ("amount", DoubleType())]
+    output = OutputSchema(StructType([StructField(name, kind) for name, kind in fields]))
+
+    def rate(isolate: bool, lease: list[tuple[Any, ...]]) -> float:
+        work = BatchTransform(output, (), isolate, None, batch_transform)
+        started = time.perf_counter()
+        for start in range(0, len(lease), 10_000):
+            work.apply(lease[start : start + 10_000], "token", [])
+        return len(lease) / (time.perf_counter() - started)
+
+    rate(True, data[:10_000])  # the guard's helper started
+    in_worker = statistics.median(rate(False, clean) for _ in range(3))
+    guarded = statistics.median(rate(True, data) for _ in range(3))
+    return in_worker, guarded
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=100_000)
@@ -210,6 +257,12 @@ def main() -> None:
         f" guard_ms_per_crash_failing={ms_per_crash_failing:.2f}"
         f" guard_cpu_ms_per_crash={cpu_crash:.2f}"
         f" guard_cpu_ms_per_crash_failing={cpu_crash_failing:.2f}"
+    )
+    in_worker, guarded = map_batches_after_a_crash()
+    print(
+        f"map_batches_msgs_per_s={in_worker:.0f}"
+        f" map_batches_after_a_crash_msgs_per_s={guarded:.0f}"
+        f" after_a_crash_ratio={guarded / in_worker:.2f}"
     )
 
 

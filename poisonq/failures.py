@@ -15,8 +15,7 @@ from collections.abc import Sequence
 
 from poisonq.limits import MAX_MESSAGE, MAX_TRACEBACK, tail
 from poisonq.model import DeadLetter, FailureRecord
-
-_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+from poisonq.user_frames import from_user_frames
 
 
 def root_cause(exc: BaseException) -> BaseException:
@@ -52,16 +51,6 @@ def fingerprint(exc: BaseException) -> str:
 def _fingerprint(root: BaseException, frames: Sequence[traceback.FrameSummary]) -> str:
     where = f"{os.path.basename(frames[-1].filename)}:{frames[-1].name}" if frames else ""
     return hashlib.sha1(f"{type_name(root)}|{where}".encode()).hexdigest()[:16]
-
-
-def from_user_frames(exc: BaseException) -> BaseException:
-    """``exc`` with the leading frames of poisonq's own code (the Processor, the crash
-    guard) cut from its traceback, so that a failure's history starts where the user's
-    code was called. An error raised in poisonq alone keeps every frame."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE):
-        tb = tb.tb_next
-    return exc if tb is None else exc.with_traceback(tb)
 
 
 def failure_from_exception(exc: BaseException, now: float) -> FailureRecord:

@@ -8,7 +8,7 @@ import sys
 import types
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from pyspark import cloudpickle as spark_cloudpickle
@@ -152,6 +152,16 @@ def test_a_crash_runs_again_only_the_rows_since_the_childs_last_record_of_result
     assert sorted(n for n, count in times.items() if count == 2) == list(range(WINDOW, crash))
     assert set(times.values()) <= {1, 2}
     assert set(times) == set(range(3 * WINDOW))
+
+
+def test_with_a_window_of_one_a_crash_runs_no_finished_row_again(tmp_path: Path) -> None:
+    """A caller whose rows are costly (map_batches' chunks of messages) gives a window of
+    one: each row's result is recorded as it is done, so a crash loses only its own row."""
+    runs = tmp_path / "runs"
+    data = [{**row, "runs": str(runs)} for row in rows(40, crash={17, 30})]
+    results = run_isolated(counted, data, (), window=1)
+    assert kinds(results)["crashed"] == [17, 30]
+    assert Counter(int(n) for n in runs.read_text().split()) == Counter(range(40))
 
 
 def crashes_when_run_again(row: dict[str, Any]) -> dict[str, Any] | None:
@@ -301,3 +311,65 @@ def test_a_transform_keeps_its_helper_while_the_caller_holds_its_constants() -> 
     held = run_inline(stamped, rows(2), ())
     assert run_isolated(stamped, rows(2), ()) == held
     assert len(helper_pids() - before) == 1
+
+
+def loaded_modules(row: Any) -> dict[str, Any]:
+    return {"modules": set(sys.modules)}
+
+
+def test_the_helper_loads_a_transform_by_value_without_cloudpickle_or_a_fork_handler() -> None:
+    """A transform pickled by value (this module's) is rebuilt in the helper without
+    cloudpickle, and the helper loads no module that registers a fork handler (threading,
+    logging, random): such a handler runs Python code in every child forked, so each crash
+    would pay for it."""
+    (result,) = run_isolated(loaded_modules, [0], ())
+    loaded = result["modules"]
+    assert "poisonq.worker.child" in loaded
+    assert not loaded & {"cloudpickle", "threading", "logging", "random", "poisonq.model"}
+
+
+def counting_down(step: int) -> Any:
+    """A closure over ``step`` and over itself (a cell that must be filled after the
+    function exists), with a default and a keyword-only default."""
+
+    def down(row: int, floor: int = 0, *, scale: int = 1) -> int:
+        return floor if row <= floor else scale * (1 + down(row - step, floor, scale=1))
+
+    return down
+
+
+def closing(row: dict[str, Any]) -> dict[str, Any]:
+    return {"n": counting_down(2)(row["n"], scale=3), "base": os.path.basename("/a/b.txt")}
+
+
+def test_a_transform_rebuilt_in_the_helper_keeps_its_closures_defaults_and_globals() -> None:
+    results = run_isolated(closing, [{"n": n} for n in range(6)], ())
+    assert results == [closing({"n": n}) for n in range(6)]
+    inner = counting_down(3)
+    assert run_isolated(lambda row: {"n": inner(row)}, [7, 9], ()) == [{"n": 3}, {"n": 3}]
+
+
+class WarmedOnce:
+    """A transform whose ``warm_up`` records the process it ran in, and which returns that
+    record with its own process: what the guard's children inherit from their helper."""
+
+    warmed_in: ClassVar[list[int]] = []
+
+    def warm_up(self) -> None:
+        self.warmed_in.append(os.getpid())
+
+    def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
+        if row["n"] in row["crash"]:
+            os._exit(3)
+        return {"warmed_in": list(self.warmed_in), "ran_in": os.getpid()}
+
+
+def test_a_transforms_warm_up_runs_once_in_the_helper_and_every_child_inherits_it() -> None:
+    """Whatever a transform's ``warm_up`` loads (Arrow's compute functions, for the batch
+    functions' wrapper) is loaded once in the helper before it forks, not by each child
+    after a crash."""
+    results = run_isolated(WarmedOnce(), rows(6, crash={2}), ())
+    assert isinstance(results[2], Crashed)  # so the rows after it ran in another child
+    ran = results[:2] + results[3:]
+    assert all(len(result["warmed_in"]) == 1 for result in ran)
+    assert {result["warmed_in"][0] for result in ran}.isdisjoint(r["ran_in"] for r in ran)

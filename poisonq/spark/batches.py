@@ -38,8 +38,9 @@ ones are an error unless ``ignore_extra_fields``); each column is cast to its ty
 overflow, no lost fraction) and a ``NOT NULL`` field must have no null. A batch whose output
 does not fit fails like an exception, and a message that does not fit alone is
 dead-lettered ``OutputSchemaMismatch``. A crash (a Python worker's death) switches the run to
-the crash guard, which calls the function on one message at a time in a child process
-(:mod:`poisonq.worker.guard`): slow, but only after a crash, and only for that run.
+the crash guard, which calls the function in a child process (:mod:`poisonq.worker.guard`)
+on chunks of up to :data:`GUARDED_CHUNK` messages, for the rest of that run; a chunk that
+crashes is split, as a batch that raises is halved, down to the message that crashes alone.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ from poisonq.spark.source import SEQUENCE
 from poisonq.spark.work import FunctionWork, function_name, settlement
 from poisonq.worker.guard import Crashed, Failed, run_isolated
 from poisonq.worker.guard import failed as as_failed
+from poisonq.worker.raised import raised
 
 log = logging.getLogger(__name__)
 BatchFunction = Callable[[pa.RecordBatch], Any]
@@ -78,15 +80,44 @@ class OutputSchemaMismatch(PermanentError):
     """A batch function's rows that do not fit the pipeline's schema."""
 
 
+# Messages in one call of the function under the crash guard: a call's fixed cost (an Arrow
+# batch built, the result pickled back) is spread over that many. A chunk that crashes is
+# split in CRASH_PARTS and the part that crashes again likewise, down to the message: a
+# crash costs a fork and a child's first pages, far more than a call, so two splits of 16
+# (a crash each) beat eight halvings. A chunk that raises is halved, as in the worker.
+GUARDED_CHUNK = 256
+CRASH_PARTS = 16
+
+
 @dataclass(frozen=True)
-class OnLeaseBatch:
-    """The batch function on one lease row, as the crash guard runs it: its result for a
-    batch of that one message."""
+class OnLeaseChunk:
+    """The batch function on a chunk of lease rows, as the crash guard runs it: its result
+    for the batch of those messages. (``transform``, as :class:`~poisonq.worker.lease_rows.
+    OnLeaseRows` names it, so the guard pickles the function's module by value.)
 
-    function: BatchFunction
+    The result goes back to the caller pickled, so an exception returned as a message's
+    error is taken down as data, as a raised one is (:func:`poisonq.worker.raised.raised`):
+    its class may be one the caller's pickle cannot name (a job file's, loaded by value),
+    and a result that does not pickle would end the child as a crash would."""
 
-    def __call__(self, row: tuple[Any, ...]) -> Any:
-        return self.function(lease_batch([row]))
+    transform: BatchFunction
+    permanent: tuple[type[BaseException], ...]
+
+    def __call__(self, rows: list[tuple[Any, ...]]) -> Any:
+        result = self.transform(lease_batch(rows))
+        if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], list | tuple):
+            out, errors = result
+            kinds = self.permanent
+            return out, [raised(e, kinds) if isinstance(e, Exception) else e for e in errors]
+        return result
+
+    def warm_up(self) -> None:
+        """Build a batch of messages, with and without properties, in the guard's helper
+        before it forks (:func:`poisonq.worker.child.helper_main`): Arrow's first use in a
+        process loads its compute functions and memory pool, which each child after a
+        crash would do again."""
+        row: tuple[Any, ...] = (0, "", b"", None, None, None, None, None, 0.0, 1)
+        lease_batch([row, (*row[:5], '{"warm": 1}', *row[6:])])
 
 
 @dataclass(frozen=True)
@@ -126,16 +157,41 @@ class BatchTransform(FunctionWork):
     def _run_isolated(
         self, rows: list[tuple[Any, ...]], pieces: list[pa.RecordBatch], settle: _Settler
     ) -> None:
-        """The function on one message at a time, under the crash guard."""
-        results = run_isolated(OnLeaseBatch(self.transform), rows, self.permanent)
-        for row, result in zip(rows, results, strict=True):
-            if type(result) is Failed or type(result) is Crashed:
-                settle.one(row[0], result)
-                continue
-            try:
-                self._take(result, lease_batch([row]), pieces, settle)
-            except OutputSchemaMismatch as exc:
-                settle.one(row[0], self._failed(exc))
+        """The function under the crash guard, on chunks of :data:`GUARDED_CHUNK` messages."""
+        chunks = [rows[at : at + GUARDED_CHUNK] for at in range(0, len(rows), GUARDED_CHUNK)]
+        self._run_chunks(chunks, pieces, settle)
+
+    def _run_chunks(
+        self,
+        chunks: list[list[tuple[Any, ...]]],
+        pieces: list[pa.RecordBatch],
+        settle: _Settler,
+    ) -> None:
+        """Each chunk through the function in a child of the crash guard; a chunk that
+        crashes, raises or returns rows that do not fit is split (:data:`CRASH_PARTS`) and
+        its parts run again, down to the messages that do so alone, as :meth:`_run` halves
+        a batch that raises: one crashing message costs a fork per split, not a call per
+        message."""
+        chunk_of = OnLeaseChunk(self.transform, self.permanent)
+        results = run_isolated(chunk_of, chunks, self.permanent, window=1)
+        for chunk, result in zip(chunks, results, strict=True):
+            failure: Failed | Crashed | OutputSchemaMismatch = result
+            if type(result) is not Failed and type(result) is not Crashed:
+                try:
+                    self._take(result, lease_batch(chunk), pieces, settle)
+                    continue
+                except OutputSchemaMismatch as exc:
+                    failure = exc
+            if len(chunk) > 1:
+                parts = CRASH_PARTS if type(failure) is Crashed else 2
+                step = -(-len(chunk) // parts)
+                self._run_chunks(
+                    [chunk[at : at + step] for at in range(0, len(chunk), step)], pieces, settle
+                )
+            elif isinstance(failure, OutputSchemaMismatch):
+                settle.one(chunk[0][0], self._failed(failure))
+            else:
+                settle.one(chunk[0][0], failure)
 
     def _run(self, batch: pa.RecordBatch, pieces: list[pa.RecordBatch], settle: _Settler) -> None:
         """The function over ``batch``; on an exception, over each half of it, down to the
@@ -231,6 +287,9 @@ class BatchTransform(FunctionWork):
         found: dict[int, Failed] = {}
         for row, (seq, error) in enumerate(zip(batch.column(0).to_pylist(), errors, strict=True)):
             if error is None:
+                continue
+            if isinstance(error, Failed):  # taken down in a child of the guard (OnLeaseChunk)
+                found[seq] = error
                 continue
             if isinstance(error, str):
                 if not error.strip():

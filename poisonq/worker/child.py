@@ -48,7 +48,9 @@ def helper_main() -> None:
     # (a child killed by it would read as the row's crash). The caller's end of the pipe
     # closing still ends them.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    shared = (int(sys.argv[1]), int(sys.argv[2]))
+    # Mapped here, before the forks: a child inherits the mappings (and maps a file again
+    # only once it has grown), rather than making its own at the cost of copied pages.
+    shared = (SharedFile(int(sys.argv[1])), SharedFile(int(sys.argv[2])))
     replies = os.dup(1)
     os.dup2(2, 1)  # a transform that prints must not write into the replies
     first = read_frame(0)
@@ -60,7 +62,7 @@ def helper_main() -> None:
         write_frame(replies, pickle.dumps(("unloadable", f"{type(exc).__name__}: {exc}")))
         return
     write_frame(replies, pickle.dumps(("ready",)))
-    _warm_up(permanent)
+    _warm_up(transform, permanent)
     gc.freeze()  # a child's collections must not write to (and so copy) the helper's pages
     with mmap.mmap(-1, _PROGRESS.size) as progress:  # shared with the children
         child = _Child(transform, permanent, progress, replies, shared)
@@ -89,7 +91,7 @@ class _Child:
         permanent: tuple[type[BaseException], ...],
         progress: mmap.mmap,
         replies: int,
-        shared: tuple[int, int],
+        shared: tuple[SharedFile, SharedFile],
     ) -> None:
         self.transform = transform
         self.permanent = permanent
@@ -107,10 +109,8 @@ class _Child:
             os.close(go)
             code = 0
             try:
-                # Mapped while the child before works: off the path of a crash.
-                shared = tuple(SharedFile(fd) for fd in self.shared)
                 if os.read(wait, 2) == b"go":  # else the helper ended: not needed
-                    self._run(*shared)
+                    self._run(*self.shared)
             except BaseException:
                 code = 70
             os._exit(code)
@@ -151,14 +151,23 @@ class _Child:
             _write_all(self.replies, REPLY.pack(DONE, 0, 0))
 
 
-def _warm_up(permanent: tuple[type[BaseException], ...]) -> None:
-    """A row's failure taken down and pickled on the way to no row, in the helper before it
-    forks: what the first failure a child takes down loads on first use is then loaded
-    once, not in each child after a crash. (Each child touching those pages still copies
-    them; done again in each child forked ahead, it cost more than it saved: a child that
-    takes over soon after its birth waits for it, and it copies pages the child's exit then
-    frees.)"""
+def _warm_up(transform: RowTransform, permanent: tuple[type[BaseException], ...]) -> None:
+    """What a child would load on first use, loaded once, in the helper before it forks:
+
+    - a row's failure taken down and pickled on the way to no row, so that the first failure
+      a child takes down finds that code loaded. (Each child touching those pages still
+      copies them; done again in each child forked ahead, it cost more than it saved: a
+      child that takes over soon after its birth waits for it, and it copies pages the
+      child's exit then frees.)
+    - the transform's own ``warm_up()``, if its type has one: poisonq's wrappers of a
+      function that takes Arrow data (:class:`poisonq.spark.batches.OnLeaseChunk`) build a
+      batch there, since Arrow loads its compute functions and memory pool on the first
+      use in a process, which would otherwise be every child's after a crash.
+    """
     pickle.dumps([apply(_fail, None, permanent, raised)], pickle.HIGHEST_PROTOCOL)
+    warm_up = getattr(type(transform), "warm_up", None)
+    if warm_up is not None:
+        warm_up(transform)
 
 
 class _NoRow(Exception):

@@ -79,10 +79,15 @@ def run_inline(
 
 
 def run_isolated(
-    transform: RowTransform, rows: Sequence[Any], permanent: tuple[type[BaseException], ...]
+    transform: RowTransform,
+    rows: Sequence[Any],
+    permanent: tuple[type[BaseException], ...],
+    window: int = WINDOW,
 ) -> list[Result]:
-    """Every row's result, in order, with crashing rows as :class:`Crashed`."""
-    return _helper(transform, permanent).run(rows)
+    """Every row's result, in order, with crashing rows as :class:`Crashed`. ``window`` is
+    the most rows a crash can make the guard run again: a caller whose rows each cost far
+    more than recording a result (a chunk of messages) gives 1."""
+    return _helper(transform, permanent).run(rows, window)
 
 
 _HELPERS: dict[bytes, Helper] = {}
@@ -210,7 +215,7 @@ class Helper:
         self._rows_in.close()
         self._results.close()
 
-    def run(self, rows: Sequence[Any]) -> list[Result]:
+    def run(self, rows: Sequence[Any], window: int = WINDOW) -> list[Result]:
         """Every row's result, in order. A span of rows goes to the running child; when it
         dies in a row, that row is :class:`Crashed`, and the next child runs the rest of
         the span and the rows since the last results its predecessor wrote."""
@@ -223,7 +228,7 @@ class Helper:
             span, skip = todo.popleft(), -1
             if todo and todo[0].start == span.stop + 1:  # one span around the crashed row
                 span, skip = range(span.start, todo.popleft().stop), span.stop
-            self._send(SPAN.pack(span.start, span.stop, self._flush_every(), skip))
+            self._send(SPAN.pack(span.start, span.stop, self._flush_every(window), skip))
             kind, status, at = self._receive()
             read_at, records = read_results(self._results, read_at)
             done = _taken(records, results, span.start)
@@ -240,14 +245,14 @@ class Helper:
             todo.extendleft(reversed([part for rows in rest for part in around(rows, skip)]))
         return results
 
-    def _flush_every(self) -> int:
-        """Rows per record of results: the most work a crash can lose. A record costs at
-        most about a row of work, and a crash loses half a record on average, so with ``d``
-        crashes per row the cheapest record is sqrt(2 / d) rows: 45 at one crash in 1,000
-        rows, all of :data:`WINDOW` without crashes."""
+    def _flush_every(self, window: int) -> int:
+        """Rows per record of results: the most work a crash can lose, at most ``window``.
+        A record costs at most about a row of work, and a crash loses half a record on
+        average, so with ``d`` crashes per row the cheapest record is sqrt(2 / d) rows: 45 at
+        one crash in 1,000 rows, all of the window without crashes."""
         if not self._crashes:
-            return WINDOW
-        return max(MIN_WINDOW, min(WINDOW, math.isqrt(2 * self._rows // self._crashes)))
+            return window
+        return min(window, max(MIN_WINDOW, math.isqrt(2 * self._rows // self._crashes)))
 
     def _send(self, data: bytes) -> None:
         pipe = self._process.stdin

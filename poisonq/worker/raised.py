@@ -27,7 +27,7 @@ from functools import lru_cache
 from typing import Any
 
 from poisonq.errors import PermanentError
-from poisonq.failures import failure_record, from_user_frames, root_cause
+from poisonq.user_frames import from_user_frames
 from poisonq.worker.results import Failed, failed
 
 # An exception of the chain: its type's module, qualified name and name, its text, its notes,
@@ -123,7 +123,10 @@ def _replica_type(module: str, qualname: str, name: str) -> type[_Replica]:
 def failed_from(chain: tuple[_Exception, ...], permanent: bool, at: float) -> Failed:
     """The failure the child took down, recorded as :func:`~poisonq.worker.results.failed`
     records it outside the guard: the exceptions remade, the traceback module's text of them
-    given their frames, the fingerprint from the root cause's."""
+    given their frames, the fingerprint from the root cause's. (The failures module is
+    imported here, in the caller: see :mod:`poisonq.worker.results`.)"""
+    from poisonq.failures import failure_record, root_cause
+
     replicas = []
     for module, qualname, name, text, notes, frames, *_ in chain:
         replica = _replica_type(module, qualname, name)(text)

@@ -1,7 +1,10 @@
 """What one row through a transform gives: its output, or its failure as data.
 
 Shared by the caller and the children of the crash guard (:mod:`poisonq.worker.guard`), so
-kept to what a child needs: a child's imports are in every fork.
+kept to what a child needs: a child's imports are in every fork. The failures module is
+imported where a failure is recorded, not here: it loads :mod:`poisonq.model`, and with it
+``threading``, whose fork handler would run in every child (a child records a failure only
+in the rare case :mod:`poisonq.worker.raised` cannot take it down as data).
 """
 
 from __future__ import annotations
@@ -9,11 +12,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from poisonq.errors import PermanentError
-from poisonq.failures import failure_from_exception
-from poisonq.model import FailureRecord
+
+if TYPE_CHECKING:
+    from poisonq.model import FailureRecord
 
 Transform = Callable[[dict[str, Any]], dict[str, Any] | None]
 RowTransform = Callable[[Any], dict[str, Any] | None]  # what the guard runs: any row type
@@ -39,6 +43,8 @@ Result = Any
 def failed(exc: Exception, permanent: tuple[type[BaseException], ...]) -> Failed:
     """A transform's exception as data: a :class:`PermanentError`, or one of the
     ``permanent`` types, is permanent."""
+    from poisonq.failures import failure_from_exception
+
     is_permanent = isinstance(exc, (PermanentError, *permanent))
     return Failed(failure_from_exception(exc, time.time()), is_permanent)
 

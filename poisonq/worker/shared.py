@@ -1,17 +1,19 @@
 """The memory the crash guard shares with its children: the rows in, the results out.
 
 Each is a memory file (``memfd``) that the caller creates and maps; the helper process
-inherits its descriptor and each child maps it, so a row or a result is written once and
-read in place, and only a few words go through the pipes. Each file has one writer at a
-time: the caller writes the rows before it tells a child to run them, and the running child
-writes the results. A file only grows: a writer that needs more room grows it, and a reader
-that finds a record past the end of its mapping maps it again.
+inherits its descriptor and maps it before it forks, and each child inherits that mapping,
+so a row or a result is written once and read in place, and only a few words go through the
+pipes. Each file has one writer at a time: the caller writes the rows before it tells a
+child to run them, and the running child writes the results. A file only grows: a writer
+that needs more room grows it, and a reader that finds a record past the end of its mapping
+maps it again.
 
 The rows are written in segments of :data:`SEGMENT` rows, so that a child that takes over
-after a crash reads only the segment it starts in, not all the rows before it. The
-results are records appended in row order, each the pickled results of consecutive rows; the
-word at the start of the file says where the last complete record ends, and is written after
-the record, so a child that dies while writing one leaves the records before it intact.
+after a crash reads only the segment it starts in, not all the rows before it: each page its
+rows fill is a page the child copies or clears. The results are records appended in row
+order, each the pickled results of consecutive rows; the word at the start of the file says
+where the last complete record ends, and is written after the record, so a child that dies
+while writing one leaves the records before it intact.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import struct
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-SEGMENT = 256  # rows written together: the most a child reads to take over after a crash
+SEGMENT = 64  # rows written together: the most a child reads to take over after a crash
 _WORD = struct.Struct("=Q")
 _RECORD = struct.Struct("=QQ")  # a result record's length and the index of its first row
 _SEGMENTS = struct.Struct("=QQ")  # the rows' header: how many segments, and rows per segment
