@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 
@@ -209,6 +210,45 @@ def test_a_stopped_server_is_a_store_unavailable_error_until_it_is_back(
                     break
                 except StoreUnavailableError:
                     await asyncio.sleep(0.2)
+            assert (await engine.counts("orders"))["active"] == 1
+
+    asyncio.run(main())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pooled", [True, False], ids=["pool-broken", "pool-never-connected"])
+def test_after_an_outage_an_attempt_fails_at_once_and_the_first_after_it_succeeds(
+    own_server: TemporaryServer, pooled: bool
+) -> None:
+    """As on the blocking store: once a transaction has found the server gone (its pooled
+    connection broken, or no connection from the pool within CONNECTION_WAIT, which on this
+    store means the pool cannot connect, never that it is busy), a transaction opens a
+    connection of its own while the pool has none to give. So an attempt meets the refused
+    connection at once instead of waiting 5 s for the pool each time, and the first attempt
+    after the server is back succeeds without waiting for the pool's reconnection backoff.
+    (The bounds are generous.)"""
+    url = own_server.database_url("outage")
+
+    async def main() -> None:
+        async with await AsyncPostgresStore.open(url) as store:
+            engine = Engine(store, ManualClock())
+            if pooled:  # the loop's pool holds a connection the restart breaks
+                await engine.create_queue("orders", QueueOptions())
+            restart = threading.Thread(target=own_server.restart, kwargs={"down_for": 8.0})
+            restart.start()
+            try:
+                await asyncio.sleep(0.5)  # the server is down now
+                with pytest.raises(StoreUnavailableError):  # finds it gone
+                    await engine.create_queue("orders", QueueOptions())
+                began = time.monotonic()
+                with pytest.raises(StoreUnavailableError):
+                    await engine.create_queue("orders", QueueOptions())
+                assert time.monotonic() - began < 2.5
+            finally:
+                await asyncio.to_thread(restart.join)
+            if not pooled:
+                await engine.create_queue("orders", QueueOptions())
+            await engine.send("orders", [Message(body=b"y")])
             assert (await engine.counts("orders"))["active"] == 1
 
     asyncio.run(main())

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import psycopg
@@ -119,6 +119,7 @@ class AsyncPostgresStore(Store):
         except FAILURES as exc:
             error = translated(exc, self._blocking.name)
             if outage(exc):
+                pool.outage_seen()
                 await pool.check()  # a restart broke every pooled connection
             raise error from exc
 
@@ -167,11 +168,15 @@ class _LoopPool:
 
     def __init__(self, blocking: PostgresStore, max_size: int) -> None:
         self._connections: weakref.WeakSet[psycopg.AsyncConnection[Any]] = weakref.WeakSet()
+        self._conninfo = blocking.conninfo
+        self._broken = False
         setup = configure_async(blocking.settings)
 
         async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
             self._connections.add(conn)
             await setup(conn)
+
+        self._configure = configure
 
         self._pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
             blocking.conninfo, configure=configure, **pool_options(max_size)
@@ -192,8 +197,28 @@ class _LoopPool:
     def turn(self) -> asyncio.Semaphore:
         return self._turns
 
-    def connection(self) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]:
-        return self._pool.connection()
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection; after an outage, until the pool has one again, a connection
+        of the transaction's own (closed after it), as the blocking store's
+        (``PostgresStore._connection``), so that an attempt meets a refused connection at
+        once and recovery does not wait for the pool's reconnection backoff."""
+        if self._broken and not self._pool.get_stats().get("pool_available"):
+            async with await psycopg.AsyncConnection.connect(
+                self._conninfo, **CONNECTION_OPTIONS
+            ) as conn:
+                await self._configure(conn)
+                yield conn
+            return
+        async with self._pool.connection() as conn:
+            self._broken = False
+            yield conn
+
+    def outage_seen(self) -> None:
+        """Note that the pool is broken: a connection failed, or the wait for one timed out,
+        which here means the pool cannot connect, never that it is busy (a transaction
+        waits for its turn first, and the turns are as many as the pool's connections)."""
+        self._broken = True
 
     async def check(self) -> None:
         await self._pool.check()
