@@ -35,6 +35,7 @@ from psycopg_pool import AsyncConnectionPool
 from poisonq.store.base import Store, Transaction
 from poisonq.store.postgres.runner import AsyncWire
 from poisonq.store.postgres.store import (
+    CONNECTION_OPTIONS,
     FAILURES,
     PostgresStore,
     configure_async,
