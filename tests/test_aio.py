@@ -944,3 +944,32 @@ def test_receivers_accepting_the_next_session_at_once_each_get_a_different_one(
                 await receiver.complete(messages)
 
     run(url, clock, body)
+
+
+def test_a_session_accepted_while_others_look_for_one_is_received_in_order(
+    url: str, clock: ManualClock
+) -> None:
+    """A receiver that receives its session while other receivers are still looking for the
+    next free one gets the session's messages in order, none passed by: on PostgreSQL a look
+    holds the row of the message it picked a session by until it commits, and a session's
+    receive skipped such a row (SKIP LOCKED), delivering the messages after it first."""
+
+    async def body(broker: AsyncBroker) -> None:
+        await broker.create_queue("pay", requires_session=True)
+        await broker.sender("pay").send(
+            [Message(body=b"%d" % n, session_id=f"s{s}") for s in range(60) for n in range(10)]
+        )
+        batches: list[list[int]] = []
+
+        async def worker() -> None:
+            while (session := await broker.accept_next_session("pay", max_wait=0)) is not None:
+                async with session:
+                    messages = await session.receive(max_messages=10)
+                    batches.append([int(m.body) for m in messages])
+                    await session.complete(messages)
+
+        await asyncio.gather(*(worker() for _ in range(20)))
+        assert len(batches) == 60
+        assert all(batch == list(range(10)) for batch in batches), batches
+
+    run(url, clock, body)

@@ -5,8 +5,8 @@ one guarded ``INSERT ... ON CONFLICT DO UPDATE``, so two receivers never hold on
 once. SQLite runs one writer at a time; under PostgreSQL's READ COMMITTED two receivers may
 pick the same free session at once, and the upsert locks its row and checks the guard again
 on the newest version, so only one of them gets it (the other tries the next free session;
-PostgreSQL's look passes by a message another look picked, so receivers that look at once
-mostly pick different sessions at the first try). The messages a session receiver locks
+PostgreSQL's look passes by a session another look is taking: see
+:attr:`SessionStatements._PICK_FREE`). The messages a session receiver locks
 carry the session's token.
 
 A session given up or poisoned as a whole takes its locked messages back from their locks
@@ -29,11 +29,13 @@ receiver, is taken first; then it finds none, and its receiver looks again later
 class SessionStatements(SharedStatements):
     """The session methods of both stores' transactions."""
 
-    _SKIP_PICKED = ""
-    """What a look for the next free session adds so that receivers that look at once pick
-    different sessions: PostgreSQL's ``FOR UPDATE OF m SKIP LOCKED`` (the message it picks
-    a session by is held until the look commits, and the next look passes it by); SQLite
-    runs one writer at a time."""
+    _PICK_FREE = "{candidates} LIMIT 1"
+    """How a look for the next free session picks one from ``candidates`` (the messages of
+    free sessions, oldest first). SQLite, one writer at a time, takes the first. PostgreSQL's
+    looks run at once, and pass by a session another look is taking (an advisory lock on the
+    session's key, held until the look commits), so that they mostly pick different ones at
+    their first try; the look locks no message row, which the session's holder would pass
+    by (it receives with ``SKIP LOCKED``) and so deliver the messages after it first."""
 
     async def lock_session(
         self, entity_id: int, session_id: str | None, token: str, locked_until: float, now: float
@@ -55,13 +57,16 @@ class SessionStatements(SharedStatements):
         """The session of the oldest waiting message that nobody holds, but those ``tried``."""
         passed = {f"tried{n}": session_id for n, session_id in enumerate(tried)}
         but = f" AND m.session_id NOT IN ({', '.join(':' + name for name in passed)})"
-        rows = await self._query(
+        candidates = (
             "SELECT m.session_id FROM messages m WHERE m.entity_id = :entity"
             " AND m.state = 'active' AND m.session_id IS NOT NULL"
             f"{but if tried else ''} AND NOT EXISTS (SELECT 1 FROM sessions s"
             "   WHERE s.entity_id = :entity AND s.session_id = m.session_id"
             "   AND s.lock_token IS NOT NULL AND s.locked_until > :now)"
-            f" ORDER BY m.seq LIMIT 1{self._SKIP_PICKED}",
+            " ORDER BY m.seq"
+        )
+        rows = await self._query(
+            self._PICK_FREE.format(candidates=candidates),
             {"entity": entity_id, "now": now, **passed},
         )
         return str(rows[0][0]) if rows else None

@@ -43,6 +43,7 @@ from poisonq.store.postgres.runner import StatementRunner
 # The key space of poisonq's advisory locks (the first of their two keys), apart from any
 # the application may take on the same database.
 COVER_LOCKS = 0x706F6971
+SESSION_PICKS = COVER_LOCKS + 1  # a session a look for the next free one is taking
 
 # The top of the entity's cover ranges (0: none), for statements binding ``entity``.
 TOP = (

@@ -57,7 +57,7 @@ from poisonq.store.postgres.batches import (
     in_index_order,
     ready_seqs,
 )
-from poisonq.store.postgres.covers import COVER_DELIVERY, COVERED, TOP, emptied
+from poisonq.store.postgres.covers import COVER_DELIVERY, COVERED, SESSION_PICKS, TOP, emptied
 from poisonq.store.postgres.runner import Results
 
 # The message columns below return the values the shared row mappers take, in their order
@@ -193,7 +193,13 @@ class PostgresTransaction(
     Transaction,
 ):
     _FENCE = " OFFSET 0"  # the housekeeping probes: see HousekeepingStatements
-    _SKIP_PICKED = " FOR UPDATE OF m SKIP LOCKED"  # see SessionStatements
+    # See SessionStatements: the first of the oldest 32 free sessions' messages whose session
+    # no other look is taking (the scan of the materialized candidates stops at it).
+    _PICK_FREE = (
+        "WITH candidates AS MATERIALIZED ({candidates} LIMIT 32) SELECT session_id"
+        f" FROM candidates WHERE pg_try_advisory_xact_lock({SESSION_PICKS},"
+        " hashtext(:entity::text || '/' || session_id)) LIMIT 1"
+    )
     # The aggregates' keys and hours as the triggers of schema 12 write them.
     _KEY = "coalesce(to_jsonb({column})::text, 'null')"
     _HOUR = "floor({time} / 3600)::bigint * 3600"
