@@ -798,46 +798,51 @@ def test_an_on_poison_hook_that_raises_ends_the_run_with_its_error_after_the_dea
     run(url, clock, body)
 
 
-def test_a_cancelled_send_is_applied_all_or_nothing_and_nothing_while_it_waited_for_a_thread(
+def test_a_cancelled_send_is_applied_all_or_nothing_and_nothing_while_it_waited_its_turn(
     url: str, clock: ManualClock
 ) -> None:
-    """A cancelled send is never applied in part: one cancelled while it waited for a store
-    thread (SQLite's) sends nothing; one cancelled once its call began sends every message
-    of the batch (the call runs to its end), though the caller got the cancellation, so a
-    retry after a timeout may send twice (what the docs say; duplicate detection is the
-    remedy)."""
+    """A cancelled send is never applied in part: one cancelled while it waited for its turn
+    (a store thread, or on PostgreSQL one of the loop's ``pool_size`` calls) sends nothing;
+    one cancelled once its call began sends every message of the batch (the call runs to
+    its end), though the caller got the cancellation, so a retry after a timeout may send
+    twice (what the docs say; duplicate detection is the remedy)."""
 
     async def main() -> None:
         async with await poisonq.aio.connect(url, clock=clock, pool_size=1) as broker:
             await broker.create_queue("orders")
             batch = [Message(body=f"{n}") for n in range(300)]
-            if broker.native is None:
-                await cancelled_while_it_waits_for_a_thread(broker, batch)
+            await cancelled_while_it_waits_its_turn(broker, batch)
+            assert (await broker.counts("orders"))["active"] == 0
             for _ in range(5):  # the transaction may have begun
                 sending = asyncio.create_task(broker.sender("orders").send(batch))
                 await asyncio.sleep(0)
                 sending.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await sending
-                if broker.native is None:
-                    await broker.calls(lambda: None)  # after the send's thread is done
-                await broker.calls.finish()  # after the send's task is done
+                await broker.calls.finish()  # after the send's task is done (PostgreSQL)
+                await broker.calls(lambda: None)  # after the send's thread is done (SQLite)
                 assert (await broker.counts("orders"))["active"] % 300 == 0
             assert_balanced(broker.sync)
 
-    async def cancelled_while_it_waits_for_a_thread(
-        broker: AsyncBroker, batch: list[Message]
-    ) -> None:
-        release = threading.Event()
-        busy = asyncio.ensure_future(broker.calls(release.wait))  # the one store thread
+    async def cancelled_while_it_waits_its_turn(broker: AsyncBroker, batch: list[Message]) -> None:
+        """A send cancelled while the broker's one turn is taken."""
+        if broker.native is None:
+            thread_free = threading.Event()
+            busy = asyncio.ensure_future(broker.calls(thread_free.wait))  # the store thread
+            release = thread_free.set
+        else:
+            turn_free = asyncio.Event()
+            busy = asyncio.ensure_future(broker.calls.run(turn_free.wait))  # the loop's turn
+            release = turn_free.set
+        await asyncio.sleep(0)
         sending = asyncio.create_task(broker.sender("orders").send(batch))
-        await asyncio.sleep(0)  # its first step queues the send for the store's thread
+        await asyncio.sleep(0)  # its first step waits for the turn
         sending.cancel()
         with pytest.raises(asyncio.CancelledError):
             await sending
-        release.set()
+        release()
         await busy
-        assert (await broker.counts("orders"))["active"] == 0
+        await broker.calls.finish()  # a send's task that did run (PostgreSQL) has ended
 
     asyncio.run(main())
 

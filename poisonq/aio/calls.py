@@ -22,6 +22,7 @@ import contextlib
 import functools
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -42,7 +43,8 @@ class StoreCalls:
     """Runs the store calls of an asyncio broker. Plain calls run on at most ``workers``
     threads, off the event loop. A core coroutine of the sync API (:meth:`run`) runs in one
     of those threads too, unless the broker's store is ``native`` (of an asyncio driver:
-    then it runs as a task of the loop, its statements waiting on the loop). Once closed, a
+    then it runs as a task of the loop, its statements waiting on the loop, at most
+    ``workers`` of them at once). Once closed, a
     call raises :class:`BrokerClosedError` for the store at ``url`` (a broker's), as the
     sync Broker does."""
 
@@ -51,6 +53,10 @@ class StoreCalls:
         self._url = url
         self._closed = False
         self._native = native
+        self._workers = workers
+        # A native call's turn, per event loop (a semaphore belongs to the loop it waits on).
+        self._turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]
+        self._turns = weakref.WeakKeyDictionary()
         self._tasks: set[asyncio.Task[Any]] = set()  # what native calls run, to their end
 
     def _check_open(self) -> None:
@@ -67,20 +73,37 @@ class StoreCalls:
     def run(
         self, operation: Callable[P, Coroutine[Any, Any, T]], /, *args: P.args, **kwargs: P.kwargs
     ) -> Awaitable[T]:
-        """``operation(*args, **kwargs)``, a coroutine of the sync API's core, as a future
-        of the running loop; a cancelled caller does not stop it, as a thread's call goes
-        on. On a native store it is a task of the loop (kept until it ends: :meth:`finish`
-        waits for it); else it is made and driven to its end in a worker thread (made there,
+        """``operation(*args, **kwargs)``, a coroutine of the sync API's core, awaitable on
+        the running loop; a caller cancelled once it has begun does not stop it, as a
+        thread's call goes on. On a native store it runs as a task of the loop in its turn
+        (kept until it ends: :meth:`finish` waits for it); else it is made and driven to its
+        end in a worker thread (made there,
         not here: a call cancelled before a thread took it would leave a coroutine never
         run), which it may be, as it never waits on an event loop on a blocking store (see
         :mod:`poisonq.engine.driving`)."""
         if not self._native:
             return self(lambda: drive(operation(*args, **kwargs)))
         self._check_open()
-        task = asyncio.get_running_loop().create_task(operation(*args, **kwargs))
+        return self._in_turn(functools.partial(operation, *args, **kwargs))
+
+    async def _in_turn(self, operation: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """``operation()`` as a task of the running loop once one of the loop's ``workers``
+        turns is free (as a thread's call waits for a thread): a caller cancelled before
+        then runs nothing; once it runs, it runs to its end, its turn held until then."""
+        loop = asyncio.get_running_loop()
+        turns = self._turns.get(loop)
+        if turns is None:
+            turns = self._turns[loop] = asyncio.Semaphore(self._workers)
+        await turns.acquire()
+        try:
+            task = loop.create_task(operation())
+        except BaseException:
+            turns.release()
+            raise
+        task.add_done_callback(lambda _: turns.release())
         self._tasks.add(task)
         task.add_done_callback(self._ended)
-        return asyncio.shield(task)
+        return await asyncio.shield(task)
 
     def _ended(self, task: asyncio.Task[Any]) -> None:
         """A native call's end: forgotten, and its error marked seen (its caller, if
