@@ -62,7 +62,7 @@ def as_list(messages: MessageOrList) -> list[ReceivedMessage]:
         return [messages]
     if isinstance(messages, Sequence) and all(isinstance(m, ReceivedMessage) for m in messages):
         return list(messages)
-    raise InvalidOptionError(f"settle received messages (one or a list), not {messages!r}")
+    raise InvalidOptionError(f"expected received messages (one or a list), not {messages!r}")
 
 
 @contextmanager
