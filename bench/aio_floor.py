@@ -16,7 +16,9 @@ of the rounds' ratios to ``direct``:
     part=floor shape=pipeline batch=100 direct_tx_per_s=... ratio_thread=... ratio_async=...
 
 A ratio below the asyncio API's target (0.9) here is a floor no design of the asyncio API
-over the sync one can pass for a caller that waits for every call.
+over the sync one can pass for a caller that waits for every call. SQLite has no asyncio
+driver: its floor (:func:`sqlite_floor_line`, printed by ``bench/aio_throughput.py``) is the
+send-shaped transaction on the calling thread against the same handed to a worker thread.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import sqlite3
 import statistics
 import time
 from collections.abc import Awaitable, Callable
@@ -167,6 +170,68 @@ def floor_lines(url: str, args: argparse.Namespace) -> list[str]:
             f" ratio_thread={median_ratio('thread'):.2f} ratio_async={median_ratio('async'):.2f}"
         )
     return lines
+
+
+_SQLITE_SCHEMA = (
+    "DROP TABLE IF EXISTS floor_rows",
+    "DROP TABLE IF EXISTS floor_counts",
+    "CREATE TABLE floor_rows (id integer PRIMARY KEY, body blob NOT NULL)",
+    "CREATE TABLE floor_counts (id int PRIMARY KEY, n integer NOT NULL)",
+    "INSERT INTO floor_counts VALUES (1, 0)",
+)
+
+
+def _sqlite_send(conn: sqlite3.Connection, bodies: list[bytes]) -> None:
+    with conn:
+        conn.executemany("INSERT INTO floor_rows (body) VALUES (?)", [(b,) for b in bodies])
+        conn.execute(_COUNT.replace("%s", "?"), (len(bodies),))
+        conn.execute(_READ).fetchone()
+
+
+async def _sqlite_round(path: str, args: argparse.Namespace, first: int) -> dict[str, float]:
+    """Seconds per send-shaped SQLite transaction on the calling thread and through one
+    worker thread, the two taking turns to go first."""
+    bodies = [os.urandom(args.size) for _ in range(args.batch)]
+    n = args.transactions
+    loop = asyncio.get_running_loop()
+    conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        for statement in _SQLITE_SCHEMA:
+            conn.execute(statement)
+        conn.isolation_level = ""  # ``with conn`` begins and commits each send
+        with ThreadPoolExecutor(1) as worker:
+
+            async def direct() -> None:
+                for _ in range(n):
+                    _sqlite_send(conn, bodies)
+
+            async def thread() -> None:
+                for _ in range(n):
+                    await loop.run_in_executor(worker, _sqlite_send, conn, bodies)
+
+            ways = [("direct", direct), ("thread", thread)]
+            ways = ways[first:] + ways[:first]
+            seconds = {}
+            for name, way in ways:
+                started = time.perf_counter()
+                await way()
+                seconds[name] = (time.perf_counter() - started) / n
+    finally:
+        conn.close()
+    return seconds
+
+
+def sqlite_floor_line(path: str, args: argparse.Namespace) -> str:
+    """The ``part=floor`` line of SQLite (a file at ``path``): it has no asyncio driver, so
+    the floor of an asyncio API over it is the hand-off to a thread and back."""
+    rounds = [asyncio.run(_sqlite_round(path, args, r % 2)) for r in range(args.floor_rounds)]
+    direct = statistics.median(1 / r["direct"] for r in rounds)
+    ratio = statistics.median(r["direct"] / r["thread"] for r in rounds)
+    return (
+        f"part=floor shape=send batch={args.batch} direct_tx_per_s={direct:.0f}"
+        f" ratio_thread={ratio:.2f}"
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -263,6 +263,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, _stores(args, tmp) as stores:
         for store, url in stores:
             print(f"store={store} {asyncio.run(_queue_part(url, args))}", flush=True)
+            if store == "sqlite":
+                floor = aio_floor.sqlite_floor_line(f"{tmp}/floor.db", args)
+                print(f"store={store} {floor}", flush=True)
             if store == "postgresql":
                 for line in aio_floor.floor_lines(url, args):
                     print(f"store={store} {line}", flush=True)
