@@ -115,12 +115,46 @@ SHAPES: dict[str, tuple[Callable[..., None], Callable[..., Awaitable[None]]]] = 
 }
 
 
+Way = tuple[str, Callable[[], Awaitable[None]]]
+
+
+def _blocking_ways(
+    tx: Callable[[Any, list[bytes]], None],
+    conn: Any,
+    bodies: list[bytes],
+    n: int,
+    worker: ThreadPoolExecutor,
+) -> list[Way]:
+    """``direct``: ``tx`` ``n`` times on the calling thread; ``thread``: handed to ``worker``
+    and awaited, ``n`` times."""
+    loop = asyncio.get_running_loop()
+
+    async def direct() -> None:
+        for _ in range(n):
+            tx(conn, bodies)
+
+    async def thread() -> None:
+        for _ in range(n):
+            await loop.run_in_executor(worker, tx, conn, bodies)
+
+    return [("direct", direct), ("thread", thread)]
+
+
+async def _timed(ways: list[Way], first: int, n: int) -> dict[str, float]:
+    """Seconds per transaction each way, starting with the ``first``-th."""
+    seconds = {}
+    for name, way in ways[first:] + ways[:first]:
+        started = time.perf_counter()
+        await way()
+        seconds[name] = (time.perf_counter() - started) / n
+    return seconds
+
+
 async def _round(url: str, shape: str, args: argparse.Namespace, first: int) -> dict[str, float]:
     """Seconds per transaction each way, the ways taking turns to go first."""
     sync_tx, async_tx = SHAPES[shape]
     bodies = [os.urandom(args.size) for _ in range(args.batch)]
     n = args.transactions
-    loop = asyncio.get_running_loop()
     with (
         psycopg.connect(url, autocommit=True) as conn,
         ThreadPoolExecutor(1) as worker,
@@ -128,28 +162,14 @@ async def _round(url: str, shape: str, args: argparse.Namespace, first: int) -> 
         aconn = await psycopg.AsyncConnection.connect(url, autocommit=True)
         try:
 
-            async def direct() -> None:
-                for _ in range(n):
-                    sync_tx(conn, bodies)
-
-            async def thread() -> None:
-                for _ in range(n):
-                    await loop.run_in_executor(worker, sync_tx, conn, bodies)
-
             async def native() -> None:
                 for _ in range(n):
                     await async_tx(aconn, bodies)
 
-            ways = [("direct", direct), ("thread", thread), ("async", native)]
-            ways = ways[first:] + ways[:first]
-            seconds = {}
-            for name, way in ways:
-                started = time.perf_counter()
-                await way()
-                seconds[name] = (time.perf_counter() - started) / n
+            ways = [*_blocking_ways(sync_tx, conn, bodies, n, worker), ("async", native)]
+            return await _timed(ways, first, n)
         finally:
             await aconn.close()
-    return seconds
 
 
 def floor_lines(url: str, args: argparse.Namespace) -> list[str]:
@@ -193,7 +213,6 @@ async def _sqlite_round(path: str, args: argparse.Namespace, first: int) -> dict
     worker thread, the two taking turns to go first."""
     bodies = [os.urandom(args.size) for _ in range(args.batch)]
     n = args.transactions
-    loop = asyncio.get_running_loop()
     conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
     try:
         conn.execute("PRAGMA journal_mode=WAL")
@@ -201,25 +220,10 @@ async def _sqlite_round(path: str, args: argparse.Namespace, first: int) -> dict
             conn.execute(statement)
         conn.isolation_level = ""  # ``with conn`` begins and commits each send
         with ThreadPoolExecutor(1) as worker:
-
-            async def direct() -> None:
-                for _ in range(n):
-                    _sqlite_send(conn, bodies)
-
-            async def thread() -> None:
-                for _ in range(n):
-                    await loop.run_in_executor(worker, _sqlite_send, conn, bodies)
-
-            ways = [("direct", direct), ("thread", thread)]
-            ways = ways[first:] + ways[:first]
-            seconds = {}
-            for name, way in ways:
-                started = time.perf_counter()
-                await way()
-                seconds[name] = (time.perf_counter() - started) / n
+            ways = _blocking_ways(_sqlite_send, conn, bodies, n, worker)
+            return await _timed(ways, first, n)
     finally:
         conn.close()
-    return seconds
 
 
 def sqlite_floor_line(path: str, args: argparse.Namespace) -> str:
