@@ -218,7 +218,7 @@ async def _sqlite_round(path: str, args: argparse.Namespace, first: int) -> dict
         conn.execute("PRAGMA journal_mode=WAL")
         for statement in _SQLITE_SCHEMA:
             conn.execute(statement)
-        conn.isolation_level = ""  # ``with conn`` begins and commits each send
+        conn.isolation_level = "DEFERRED"  # ``with conn`` begins and commits each send
         with ThreadPoolExecutor(1) as worker:
             ways = _blocking_ways(_sqlite_send, conn, bodies, n, worker)
             return await _timed(ways, first, n)
