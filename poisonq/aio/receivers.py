@@ -5,7 +5,7 @@ they add is waiting in the loop, and giving back what a cancelled receive locked
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
 from typing import Any
 
 from poisonq.aio.calls import AsyncLink
@@ -103,36 +103,30 @@ class AsyncReceiver:
         loop up to that long for the first to arrive (as :meth:`poisonq.Receiver.receive`)."""
         wait = 0.0 if max_wait is None else to_seconds(max_wait, "max_wait")
         deadline = asyncio.get_running_loop().time() + wait
-        return await self.link.changes.look_until(deadline, self._look(max_messages))
+        return await self.link.changes.look_until(deadline, lambda: self._look(max_messages))
 
     def _look(
         self, max_messages: int, first: Settling | None = None
-    ) -> Callable[[], Awaitable[list[ReceivedMessage]]]:
-        """Looks, the first of which settles ``first``; each gives back what it took if its
-        caller is cancelled while it runs."""
-
-        def look() -> Awaitable[list[ReceivedMessage]]:
-            nonlocal first
-            complete, settle, settled = first or ([], [], [])
-            first = None
-            return self._calls.taking(
-                lambda: self.sync._look(max_messages, complete, settle, settled),
-                self.sync._give_back,
-            )
-
-        return look
+    ) -> Awaitable[list[ReceivedMessage]]:
+        """One look, settling ``first`` (see :meth:`poisonq.Receiver._completing`), that
+        gives back what it took if its caller is cancelled while it runs."""
+        complete, settle, settled = first or ([], [], [])
+        return self._calls.taking(
+            lambda: self.sync._look(max_messages, complete, settle, settled),
+            self.sync._give_back,
+        )
 
     async def complete_and_receive(
         self, messages: MessageOrList, max_messages: int = 1
     ) -> list[ReceivedMessage]:
         """Complete ``messages`` and receive the next ones in one transaction."""
-        return await self._look(max_messages, self.sync._completing(messages))()
+        return await self._look(max_messages, self.sync._completing(messages))
 
     async def settle_and_receive(
         self, settlements: Sequence[Settlement], max_messages: int = 1
     ) -> list[ReceivedMessage]:
         """Settle each its own way and receive the next ones in one transaction."""
-        return await self._look(max_messages, self.sync._settling(settlements))()
+        return await self._look(max_messages, self.sync._settling(settlements))
 
     async def receive_deferred(
         self, sequence_numbers: int | Sequence[int]

@@ -56,11 +56,15 @@ class SessionStatements(SharedStatements):
     async def _next_free_session(self, entity_id: int, now: float, tried: list[str]) -> str | None:
         """The session of the oldest waiting message that nobody holds, but those ``tried``."""
         passed = {f"tried{n}": session_id for n, session_id in enumerate(tried)}
-        but = f" AND m.session_id NOT IN ({', '.join(':' + name for name in passed)})"
+        but = (
+            f" AND m.session_id NOT IN ({', '.join(':' + name for name in passed)})"
+            if tried
+            else ""
+        )
         candidates = (
             "SELECT m.session_id FROM messages m WHERE m.entity_id = :entity"
             " AND m.state = 'active' AND m.session_id IS NOT NULL"
-            f"{but if tried else ''} AND NOT EXISTS (SELECT 1 FROM sessions s"
+            f"{but} AND NOT EXISTS (SELECT 1 FROM sessions s"
             "   WHERE s.entity_id = :entity AND s.session_id = m.session_id"
             "   AND s.lock_token IS NOT NULL AND s.locked_until > :now)"
             " ORDER BY m.seq"
