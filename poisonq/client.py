@@ -192,6 +192,7 @@ class Broker:
     lease = _Forward("leasing", Leasing.lease)
     lease_sequence_numbers = _Forward("leasing", Leasing.lease_sequence_numbers)
     lease_rows = _Forward("leasing", Leasing.lease_rows)
+    retry_in_lease = _Forward("leasing", Leasing.retry_in_lease)
     renew_lease = _Forward("leasing", Leasing.renew_lease)
     resume_lease = _Forward("leasing", Leasing.resume_lease)
     complete_lease = _Forward("leasing", Leasing.complete_lease)

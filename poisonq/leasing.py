@@ -4,11 +4,14 @@ pipelines' timelines (the batches a consumer recorded as it completed its leases
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from poisonq.engine import Engine
 from poisonq.engine.driving import drive
-from poisonq.model import Duration, Lease
+from poisonq.messaging import held_only
+from poisonq.model import Abandon, Duration, Lease
 from poisonq.options import lock_seconds
 from poisonq.timeline import BatchRun, PipelineBatch, PipelineSummary
 
@@ -54,6 +57,16 @@ class Leasing:
         """The messages the lease still holds, as tuples of
         :data:`poisonq.store.base.LEASE_COLUMNS` (what Spark executors read)."""
         return drive(self.engine.lease_rows(lease, lo, hi))
+
+    def retry_in_lease(
+        self, lease: Lease, abandons: Sequence[Abandon]
+    ) -> tuple[list[tuple[Any, ...]], list[int]]:
+        """Abandon messages the lease holds and take back into it, each counting a
+        delivery, those the queue's retry policy returned to it at once (one transaction:
+        see :meth:`poisonq.engine.leases.Leasing.retry_in_lease`). Abandons whose locks ran
+        out are left out, as :meth:`~poisonq.Broker.settle_held` leaves them. Returns the
+        messages taken back (as :meth:`lease_rows` does) and the lost sequence numbers."""
+        return drive(held_only(partial(self.engine.retry_in_lease, lease), abandons))
 
     def renew_lease(self, lease: Lease, lock_duration: Duration | None = None) -> int:
         seconds = None if lock_duration is None else lock_seconds(lock_duration)

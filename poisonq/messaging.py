@@ -8,9 +8,10 @@ from __future__ import annotations
 import logging
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from poisonq.engine.driving import drive
 from poisonq.errors import InvalidOperationError, InvalidOptionError, MessageLockLostError
@@ -205,14 +206,28 @@ class Messaging:
     async def _settle_held(
         self, address: str, settlements: Sequence[Settlement]
     ) -> tuple[list[int], list[int]]:
-        pending = {s.sequence_number: s for s in settlements}
-        lost: list[int] = []
-        while pending:
-            try:
-                return await self.engine.settle(address, list(pending.values())), lost
-            except MessageLockLostError as exc:
-                log.warning("lost the lock on message(s) %s", exc.sequence_numbers)
-                lost += exc.sequence_numbers
-                for seq in exc.sequence_numbers:
-                    del pending[seq]
-        return [], lost
+        return await held_only(partial(self.engine.settle, address), settlements)
+
+
+S = TypeVar("S", bound=Settlement)
+T = TypeVar("T")
+
+
+async def held_only(
+    settle: Callable[[list[S]], Awaitable[list[T]]], settlements: Sequence[S]
+) -> tuple[list[T], list[int]]:
+    """``settle`` the settlements whose locks are still held, in one transaction: one that
+    raises :class:`MessageLockLostError` is run again without the lost ones (their messages
+    will be delivered again). Returns what ``settle`` returned and the lost sequence
+    numbers."""
+    pending = {s.sequence_number: s for s in settlements}
+    lost: list[int] = []
+    while pending:
+        try:
+            return await settle(list(pending.values())), lost
+        except MessageLockLostError as exc:
+            log.warning("lost the lock on message(s) %s", exc.sequence_numbers)
+            lost += exc.sequence_numbers
+            for seq in exc.sequence_numbers:
+                del pending[seq]
+    return [], lost

@@ -436,3 +436,80 @@ def test_a_leased_message_does_not_expire_until_its_lease_gives_it_back(
     ] * 3
     assert broker.complete_lease(lease) == 0
     assert_balanced(broker)
+
+
+def _crash(message: str = "died") -> poisonq.FailureRecord:
+    return poisonq.FailureRecord(time=0.0, error_type="WorkerCrashed", message=message)
+
+
+def test_retry_in_lease_abandons_and_takes_back_what_the_retry_policy_returns_at_once(
+    broker: Broker, queue: str
+) -> None:
+    """A message abandoned with ``retry_in_lease`` is counted as any abandon (its failure
+    appended, a delivery) and, being ready again at once, locked again under the lease:
+    the lease reads it with its new delivery count and completes it with the rest. At the
+    last delivery the policy poisons it, and it is not taken back."""
+    fill(broker, queue, 4)
+    lease = broker.acquire_lease(queue, "pipeline", 1, max_messages=4)
+    assert lease is not None
+    first, second = lease.min_sequence, lease.min_sequence + 1
+    token = lease.lock_token
+    rows, lost = broker.retry_in_lease(lease, [Abandon(first, token, _crash())])
+    assert lost == []
+    assert [(row[0], row[-1]) for row in rows] == [(first, 2)]
+    assert [row[0] for row in broker.lease_rows(lease)] == [first, second, first + 2, first + 3]
+    assert broker.message(queue, first).failures[0].error_type == "WorkerCrashed"
+
+    for delivery in (2, 3):  # the queue allows 3 deliveries: the third abandon poisons
+        rows, _ = broker.retry_in_lease(lease, [Abandon(first, token, _crash(str(delivery)))])
+        assert [row[-1] for row in rows] == ([3] if delivery == 2 else [])
+    [letter] = broker.peek(f"{queue}/$deadletterqueue")
+    assert (letter.sequence_number, letter.dead_letter_reason) == (
+        first,
+        "MaxDeliveryCountExceeded",
+    )
+    assert [f.message for f in letter.failures] == ["died", "2", "3"]
+    assert broker.complete_lease(lease) == 3
+    assert broker.counts(queue)["completed"] == 3
+    assert_balanced(broker)
+
+
+def test_retry_in_lease_leaves_a_delayed_message_and_a_disabled_queue_alone(
+    broker: Broker,
+) -> None:
+    """What the retry policy does not return at once is not taken back: a message waiting
+    out its redelivery delay stays scheduled, and nothing is taken back from a queue the
+    abandon disabled (``auto_disable_after_rollbacks``)."""
+    broker.create_queue(
+        "delayed", retry=poisonq.RetryPolicy(receive_retry_count=4, redelivery_delay=60)
+    )
+    fill(broker, "delayed", 2)
+    lease = broker.acquire_lease("delayed", "pipeline", 1, max_messages=2)
+    assert lease is not None
+    rows, _ = broker.retry_in_lease(lease, [Abandon(lease.min_sequence, lease.lock_token)])
+    assert rows == []
+    assert broker.counts("delayed")["scheduled"] == 1
+
+    broker.create_queue("fragile", max_delivery_count=5, auto_disable_after_rollbacks=1)
+    fill(broker, "fragile", 2)
+    lease = broker.acquire_lease("fragile", "pipeline", 1, max_messages=2)
+    assert lease is not None
+    rows, _ = broker.retry_in_lease(lease, [Abandon(lease.min_sequence, lease.lock_token)])
+    assert rows == []
+    assert broker.get_queue("fragile").status == "receive_disabled"
+    assert broker.counts("fragile")["active"] == 1
+    assert_balanced(broker)
+
+
+def test_retry_in_lease_leaves_out_what_the_lease_no_longer_holds(
+    broker: Broker, queue: str, clock: ManualClock
+) -> None:
+    """An abandon whose lock ran out is left out, as ``settle_held`` leaves it: nothing is
+    taken back and the lost message is named."""
+    fill(broker, queue, 2)
+    lease = broker.acquire_lease(queue, "pipeline", 1, max_messages=2)
+    assert lease is not None
+    clock.advance(31)
+    rows, lost = broker.retry_in_lease(lease, [Abandon(lease.min_sequence, lease.lock_token)])
+    assert (rows, lost) == ([], [lease.min_sequence])
+    assert_balanced(broker)

@@ -29,11 +29,12 @@ from pyspark.sql.types import StructType
 
 from poisonq.defects import MIN_FAILURES, find_defect
 from poisonq.failures import dead_lettering
+from poisonq.model import Lease
 from poisonq.spark.batches import BatchTransform
 from poisonq.spark.settling import DefectFound, Failure
 from poisonq.spark.source import ARROW_BATCH_ROWS, BatchReader, SequenceRange, SourceOptions
 from poisonq.spark.stores import open_existing
-from poisonq.spark.work import FunctionWork, function_name, settlement
+from poisonq.spark.work import FunctionWork, crashed, function_name, settlement
 from poisonq.store.base import LEASE_COLUMNS
 from poisonq.worker.guard import Crashed, Failed, Transform, run_inline, run_isolated
 from poisonq.worker.lease_rows import OnLeaseRows
@@ -42,6 +43,10 @@ log = logging.getLogger(__name__)
 
 _DELIVERY_COUNT = LEASE_COLUMNS.index("delivery_count")
 FIRST_CHUNK = 100  # rows of a partition's first chunk: enough to tell a defect (_chunks)
+# The most times a message that crashed the worker runs again within its batch; beyond, it
+# comes back in a later batch as any abandoned message (a queue whose retry policy never
+# poisons would otherwise keep a task rerunning it).
+CRASH_RERUNS = 9
 
 
 @dataclass(frozen=True)
@@ -130,9 +135,29 @@ class PipelineReader(BatchReader):
             if defect is not None:
                 raise DefectFound(defect)
             yield batch
-        if failed:
+        yield from self._settle(lease, failed)
+
+    def _settle(self, lease: Lease, failed: list[Failure]) -> Iterator[pa.RecordBatch]:
+        """Settle the partition's failures in one transaction, and run again the messages
+        that crashed the worker that the queue's retry policy returns to it at once: taken
+        back into the lease, each counting a delivery, they run in this task, not in a
+        batch of their own later (a Spark job's fixed cost for a handful of messages), up to
+        :data:`CRASH_RERUNS` times."""
+        for rerun in range(CRASH_RERUNS + 1):
+            if not failed:
+                return
+            crashes = [f for f in failed if rerun < CRASH_RERUNS and crashed(f)]
             with open_existing(self.options.url) as broker:
-                broker.settle_held(self.options.address, failed)
+                if len(crashes) < len(failed):
+                    chosen = {id(f) for f in crashes}
+                    rest = [f for f in failed if id(f) not in chosen]
+                    broker.settle_held(self.options.address, rest)
+                rows = broker.retry_in_lease(lease, crashes)[0] if crashes else []
+            failed = []
+            for start in range(0, len(rows), ARROW_BATCH_ROWS):
+                with collector_paused():
+                    chunk = rows[start : start + ARROW_BATCH_ROWS]
+                    yield self.work.apply(chunk, lease.lock_token, failed)
 
 
 def _chunks(count: int) -> Iterator[tuple[int, int]]:

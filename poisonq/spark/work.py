@@ -10,7 +10,7 @@ from poisonq.failures import dead_lettering
 from poisonq.model import Abandon
 from poisonq.spark.rows import OutputSchema
 from poisonq.spark.settling import Failure
-from poisonq.worker.guard import Crashed, Failed
+from poisonq.worker.guard import CRASHED, Crashed, Failed
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,12 @@ def settlement(seq: int, lock_token: str, result: Failed | Crashed) -> Failure:
     if type(result) is Failed and result.permanent:
         return dead_lettering(seq, lock_token, result.failure)
     return Abandon(seq, lock_token, result.failure)
+
+
+def crashed(failure: Failure) -> bool:
+    """Whether a failed message's settlement is that of a crash (the worker died in it)."""
+    record = failure.failure
+    return type(failure) is Abandon and record is not None and record.error_type == CRASHED
 
 
 def function_name(function: Any) -> str:

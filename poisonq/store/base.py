@@ -596,6 +596,14 @@ class Transaction(ABC):
         """The messages in ``[lo, hi]`` validly locked under ``token`` as tuples of
         :data:`LEASE_COLUMNS`, ascending: the hot read path of Spark executors."""
 
+    @abstractmethod
+    async def retake(
+        self, entity_id: int, token: str, seqs: Sequence[int], ready: MessageState
+    ) -> list[tuple[Any, ...]]:
+        """Lock those of ``seqs`` that are ``ready`` under the lease with ``token``, until its
+        lock time, each counting a delivery (the lease's consumer taking back messages it
+        has just abandoned); returns them as :data:`LEASE_COLUMNS`, ascending."""
+
     # Settling -----------------------------------------------------------------------------
     @abstractmethod
     async def complete(

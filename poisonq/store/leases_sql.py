@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from poisonq.model import Lease
+from poisonq.model import Lease, MessageState
 from poisonq.store.shared_sql import SharedStatements
 
 # The ready states: a queue's messages are active, a dead-letter queue's dead-lettered.
@@ -360,6 +360,19 @@ class LeaseStatements(SharedStatements):
             {"entity": entity_id, "lo": span[0], "hi": span[1]},
         )
         return sorted(rows + covered, key=_first)
+
+    async def retake(
+        self, entity_id: int, token: str, seqs: Sequence[int], ready: MessageState
+    ) -> list[tuple[Any, ...]]:
+        rows = await self._query(
+            "UPDATE messages SET state = 'locked', lock_token = :token,"
+            " delivery_count = delivery_count + 1, locked_until = (SELECT locked_until"
+            " FROM leases WHERE entity_id = :entity AND lock_token = :token)"
+            f" WHERE entity_id = :entity AND state = :ready AND seq {self._in_list('seqs')}"
+            f" RETURNING {_LEASE_COLUMNS}, delivery_count",
+            {"entity": entity_id, "token": token, "ready": ready, "seqs": self._list(seqs)},
+        )
+        return sorted(rows, key=_first)
 
 
 def _first(row: tuple[Any, ...]) -> Any:

@@ -54,6 +54,7 @@ from poisonq.worker.shared import (
 )
 
 __all__ = [
+    "CRASHED",
     "Crashed",
     "Failed",
     "Helper",
@@ -67,6 +68,7 @@ __all__ = [
     "start_helper",
 ]
 
+CRASHED = "WorkerCrashed"  # the error type of a message whose child died in it
 WINDOW = 256  # rows per record of results: the most work a crash can lose
 MIN_WINDOW = 16
 
@@ -285,7 +287,7 @@ def _crash_record(status: int) -> FailureRecord:
         how = f"exit code {os.waitstatus_to_exitcode(status)}"
     return FailureRecord(
         time=time.time(),
-        error_type="WorkerCrashed",
+        error_type=CRASHED,
         message=f"the Python process handling this message died ({how})",
         fingerprint=f"crash-{how.replace(' ', '-')}",
     )
