@@ -4,7 +4,7 @@ executors: the options they run with, and how a message they failed is settled."
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from poisonq.failures import dead_lettering
 from poisonq.model import Abandon
@@ -31,7 +31,7 @@ def settlement(seq: int, lock_token: str, result: Failed | Crashed) -> Failure:
     return Abandon(seq, lock_token, result.failure)
 
 
-def crashed(failure: Failure) -> bool:
+def crashed(failure: Failure) -> TypeGuard[Abandon]:
     """Whether a failed message's settlement is that of a crash (the worker died in it)."""
     record = failure.failure
     return type(failure) is Abandon and record is not None and record.error_type == CRASHED
