@@ -34,7 +34,9 @@ statement a batch instead of row triggers); ``in-place`` (a dead-lettered messag
 queue's entity and only its state and reason change, the reason and fingerprint indexes partial
 on ``state = 'dead_lettered'``, the aggregate triggers keyed on the state); ``in-place-counted``
 (that, counted by a statement); ``…-state-index`` (counted, without the reason and fingerprint
-indexes). Each design runs every phase beside a run of the minimal queue of its own.
+indexes); ``today-range`` (today's schema, a receive taking its batch as a lease's range). Each
+design runs every phase beside a run of the minimal queue of its own. ``--synchronous OFF``
+leaves the disk's wait out of both sides.
 """
 
 from __future__ import annotations
@@ -150,6 +152,22 @@ SQLITE_LOCK = (
 # A batch's rows found by their numbers, as the store finds them (not by walking the index the
 # statement changes, which makes SQLite collect the rows before it writes them).
 SQLITE_GUARD = f"+entity_id = ? AND +state = 'locked' AND lock_token = ? AND seq IN {SEQS}"
+# A receive by range, as the store's leases take their batches: the ready messages above the
+# entity's covers read, and held by one row of leases (its cover), none of them written.
+SQLITE_READY = (
+    f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE entity_id = ?1 AND state = 'active'"
+    " AND seq > coalesce((SELECT max(cover_hi) FROM leases WHERE entity_id = ?1"
+    " AND cover_lo IS NOT NULL), 0) ORDER BY seq LIMIT ?2"
+)
+SQLITE_LEASE = (
+    "INSERT INTO leases (entity_id, consumer, number, lock_token, count, min_seq, max_seq,"
+    " created_at, locked_until, cover_lo, cover_hi) VALUES (?, ?2, 1, ?2, ?, ?, ?, ?, ?, ?, ?)"
+)
+# Its settlement: the cover let go if its lock holds, its range then settled.
+SQLITE_RELEASE = (
+    "DELETE FROM leases WHERE entity_id = ? AND consumer = ? AND locked_until > ?"
+    " RETURNING cover_lo, cover_hi"
+)
 # A moved batch counted into its dead-letter queue's aggregates by one statement, grouped as
 # the schema's triggers key a message (schema 12), where no trigger counts it row by row.
 SQLITE_COUNT = (
@@ -158,7 +176,7 @@ SQLITE_COUNT = (
     " SELECT entity_id, json_quote(dead_letter_reason), json_quote(subject),"
     " json_quote(last_fingerprint), json_quote(last_error_type),"
     " CAST(dead_lettered_at / 3600 AS INTEGER) * 3600, count(*), min(dead_lettered_at),"
-    f" max(dead_lettered_at) FROM messages WHERE seq IN {SEQS} GROUP BY 1, 2, 3, 4, 5, 6"
+    " max(dead_lettered_at) FROM messages WHERE {which} GROUP BY 1, 2, 3, 4, 5, 6"
     " ON CONFLICT DO UPDATE SET count = count + excluded.count,"
     " first_at = min(first_at, excluded.first_at), last_at = max(last_at, excluded.last_at)"
 )
@@ -187,13 +205,16 @@ class Design:
     moves to its dead-letter queue's entity. ``triggers``: the aggregates are counted by row
     triggers (today's, or in place the same keyed on the state); else by one grouped statement
     a batch. ``reason_index``: without it (nor the fingerprint's), a dead-lettered message has
-    an entry in ``messages_by_state`` alone.
+    an entry in ``messages_by_state`` alone. ``range_receive``: a receive holds its batch as
+    one row of ``leases`` (a cover of its range, as the store's leases do) instead of writing
+    a lock into each message, and its settlement counts the delivery in each message's row.
     """
 
     name: str
     in_place: bool = False
     triggers: bool = True
     reason_index: bool = True
+    range_receive: bool = False
 
     def apply(self, db: sqlite3.Connection) -> None:
         """Turn today's schema (made by the store in ``db``) into this design's."""
@@ -235,6 +256,7 @@ DESIGNS = {
         Design("in-place", in_place=True),
         Design("in-place-counted", in_place=True, triggers=False),
         Design("in-place-state-index", in_place=True, triggers=False, reason_index=False),
+        Design("today-range", range_receive=True),
     )
 }
 
@@ -277,7 +299,7 @@ class SqliteFloor:
                 self.db.execute("BEGIN IMMEDIATE")
                 if held is not None:
                     self._settle(entity, *held, dead_letter, now)
-                rows = self.db.execute(SQLITE_LOCK, (token, now + 30, entity, batch)).fetchall()
+                rows = self._lock(entity, token, now, batch)
             if not rows:
                 break
             done += len(rows)
@@ -286,23 +308,39 @@ class SqliteFloor:
             raise SystemExit(f"floor: expected {count} messages, locked {done}")
         return count / (time.perf_counter() - started)
 
+    def _lock(self, entity: int, token: str, now: float, batch: int) -> list[Any]:
+        if not self.design.range_receive:
+            return self.db.execute(SQLITE_LOCK, (token, now + 30, entity, batch)).fetchall()
+        rows = self.db.execute(SQLITE_READY, (entity, batch)).fetchall()
+        if rows:
+            lo, hi = rows[0][0], rows[-1][0]
+            self.db.execute(SQLITE_LEASE, (entity, token, len(rows), lo, hi, now, now + 30, lo, hi))
+        return rows
+
     def _settle(
         self, entity: int, token: str, seqs: str, dead_letter: int | None, now: float
     ) -> None:
+        which, params, delivered = SQLITE_GUARD, (entity, token, seqs), ""
+        batch: tuple[str, tuple[object, ...]] = (f"seq IN {SEQS}", (seqs,))  # (to count)
+        if self.design.range_receive:  # the lease's range; each delivery counted as it leaves
+            lo, hi = self.db.execute(SQLITE_RELEASE, (entity, token, now)).fetchone()
+            which = "+entity_id = ? AND +state = 'active' AND seq BETWEEN ? AND ?"
+            params, batch = (entity, lo, hi), ("seq BETWEEN ? AND ?", (lo, hi))
+            delivered = " delivery_count = delivery_count + 1,"
         if dead_letter is None:
-            self.db.execute(f"DELETE FROM messages WHERE {SQLITE_GUARD}", (entity, token, seqs))
+            self.db.execute(f"DELETE FROM messages WHERE {which}", params)
             return
-        move, params = "entity_id = ?,", (dead_letter, now, entity, token, seqs)
+        move, moved = "entity_id = ?,", (dead_letter,)
         if self.design.in_place:
-            move, params = "", params[1:]
+            move, moved = "", ()
         self.db.execute(
-            f"UPDATE messages SET {move} state = 'dead_lettered', lock_token = NULL,"
+            f"UPDATE messages SET {move}{delivered} state = 'dead_lettered', lock_token = NULL,"
             " locked_until = NULL, dead_letter_reason = 'Bench', dead_lettered_at = ?"
-            f" WHERE {SQLITE_GUARD}",
-            params,
+            f" WHERE {which}",
+            (*moved, now, *params),
         )
         if not self.design.triggers:
-            self.db.execute(SQLITE_COUNT, (seqs,))
+            self.db.execute(SQLITE_COUNT.format(which=batch[0]), batch[1])
 
     def entity_ids(self, *names: str) -> list[int]:
         rows = self.db.execute(
