@@ -26,6 +26,17 @@ to go first; medians). Prints one line:
 (``minimal_sqlite_…`` for the peer with ``--sqlite``). A ratio here is the most the store can
 gain over its peer by cutting its own overhead: its statements already do what they must, and
 this is all they do; below it, only a change of schema helps.
+
+With ``--sqlite`` the floor is also measured for schemas the store does not have, each made
+from today's in a store file of its own (``--design``, default all; a line each, starting
+``design=…``): ``today``; ``…-counted`` (the dead-letter aggregates counted by one grouped
+statement a batch instead of row triggers); ``in-place`` (a dead-lettered message keeps its
+queue's entity and only its state and reason change, the reason and fingerprint indexes partial
+on ``state = 'dead_lettered'``, the aggregate triggers keyed on the state); ``in-place-counted``
+(that, counted by a statement); ``…-state-index`` (counted, without the reason and fingerprint
+indexes); ``today-range`` (today's schema, a receive taking its batch as a lease's range). Each
+design runs every phase beside a run of the minimal queue of its own. ``--synchronous OFF``
+leaves the disk's wait out of both sides.
 """
 
 from __future__ import annotations
@@ -34,11 +45,13 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import sqlite3
 import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pgmq_pattern
@@ -136,17 +149,128 @@ SQLITE_LOCK = (
     " WHERE entity_id = ? AND state = 'active' ORDER BY seq LIMIT ?)"
     f" RETURNING {MESSAGE_COLUMNS}"
 )
-SQLITE_GUARD = f"entity_id = ? AND state = 'locked' AND lock_token = ? AND seq IN {SEQS}"
+# A batch's rows found by their numbers, as the store finds them (not by walking the index the
+# statement changes, which makes SQLite collect the rows before it writes them).
+SQLITE_GUARD = f"+entity_id = ? AND +state = 'locked' AND lock_token = ? AND seq IN {SEQS}"
+# A receive by range, as the store's leases take their batches: the ready messages above the
+# entity's covers read, and held by one row of leases (its cover), none of them written.
+SQLITE_READY = (
+    f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE entity_id = ?1 AND state = 'active'"
+    " AND seq > coalesce((SELECT max(cover_hi) FROM leases WHERE entity_id = ?1"
+    " AND cover_lo IS NOT NULL), 0) ORDER BY seq LIMIT ?2"
+)
+SQLITE_LEASE = (
+    "INSERT INTO leases (entity_id, consumer, number, lock_token, count, min_seq, max_seq,"
+    " created_at, locked_until, cover_lo, cover_hi) VALUES (?, ?2, 1, ?2, ?, ?, ?, ?, ?, ?, ?)"
+)
+# Its settlement: the cover let go if its lock holds, its range then settled.
+SQLITE_RELEASE = (
+    "DELETE FROM leases WHERE entity_id = ? AND consumer = ? AND locked_until > ?"
+    " RETURNING cover_lo, cover_hi"
+)
+# A moved batch counted into its dead-letter queue's aggregates by one statement, grouped as
+# the schema's triggers key a message (schema 12), where no trigger counts it row by row.
+SQLITE_COUNT = (
+    "INSERT INTO dead_letter_aggregates (entity_id, reason, subject, fingerprint, error_type,"
+    " bucket, count, first_at, last_at)"
+    " SELECT entity_id, json_quote(dead_letter_reason), json_quote(subject),"
+    " json_quote(last_fingerprint), json_quote(last_error_type),"
+    " CAST(dead_lettered_at / 3600 AS INTEGER) * 3600, count(*), min(dead_lettered_at),"
+    " max(dead_lettered_at) FROM messages WHERE {which} GROUP BY 1, 2, 3, 4, 5, 6"
+    " ON CONFLICT DO UPDATE SET count = count + excluded.count,"
+    " first_at = min(first_at, excluded.first_at), last_at = max(last_at, excluded.last_at)"
+)
+# The keys of a message's aggregate group: a change of one moves it between groups.
+_KEYS_CHANGED = (
+    "OLD.dead_letter_reason IS NOT NEW.dead_letter_reason OR OLD.subject IS NOT NEW.subject"
+    " OR OLD.last_fingerprint IS NOT NEW.last_fingerprint"
+    " OR OLD.last_error_type IS NOT NEW.last_error_type"
+    " OR OLD.dead_lettered_at IS NOT NEW.dead_lettered_at"
+)
+_IN_PLACE_TRIGGER = (
+    "CREATE TRIGGER dead_letter_aggregates_{side} AFTER UPDATE OF state, dead_letter_reason,"
+    " subject, last_fingerprint, last_error_type, dead_lettered_at ON messages"
+    " WHEN {this}.state = 'dead_lettered' AND ({other}.state IS NOT 'dead_lettered' OR"
+    f" {_KEYS_CHANGED}) "
+)
+
+
+@dataclass(frozen=True)
+class Design:
+    """Where a dead-lettered message lives, and what its move writes besides its row.
+
+    ``in_place``: it keeps its queue's entity and only its state (and reason) change, the
+    dead-letter queue read as (queue, ``'dead_lettered'``); the reason and fingerprint indexes
+    then hold dead-lettered messages only (partial on the state). Else (today's schema) it
+    moves to its dead-letter queue's entity. ``triggers``: the aggregates are counted by row
+    triggers (today's, or in place the same keyed on the state); else by one grouped statement
+    a batch. ``reason_index``: without it (nor the fingerprint's), a dead-lettered message has
+    an entry in ``messages_by_state`` alone. ``range_receive``: a receive holds its batch as
+    one row of ``leases`` (a cover of its range, as the store's leases do) instead of writing
+    a lock into each message, and its settlement counts the delivery in each message's row.
+    """
+
+    name: str
+    in_place: bool = False
+    triggers: bool = True
+    reason_index: bool = True
+    range_receive: bool = False
+
+    def apply(self, db: sqlite3.Connection) -> None:
+        """Turn today's schema (made by the store in ``db``) into this design's."""
+        bodies = {
+            name.rsplit("_", 1)[1]: re.split(r"\bBEGIN\b", sql, maxsplit=1)[1]
+            for name, sql in db.execute(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'trigger'"
+                " AND name IN ('dead_letter_aggregates_enter', 'dead_letter_aggregates_leave')"
+            )
+        }
+        if self.in_place or not self.triggers:
+            db.execute("DROP TRIGGER dead_letter_aggregates_enter")
+            db.execute("DROP TRIGGER dead_letter_aggregates_leave")
+        if self.in_place or not self.reason_index:
+            db.execute("DROP INDEX messages_by_dead_letter_reason")
+            db.execute("DROP INDEX messages_by_fingerprint")
+        if self.in_place and self.reason_index:
+            db.execute(
+                "CREATE INDEX messages_by_dead_letter_reason ON messages"
+                " (entity_id, dead_letter_reason, seq) WHERE state = 'dead_lettered'"
+            )
+            db.execute(
+                "CREATE INDEX messages_by_fingerprint ON messages"
+                " (entity_id, last_fingerprint, seq)"
+                " WHERE state = 'dead_lettered' AND last_fingerprint IS NOT NULL"
+            )
+        if self.in_place and self.triggers:
+            for side, this, other in (("enter", "NEW", "OLD"), ("leave", "OLD", "NEW")):
+                header = _IN_PLACE_TRIGGER.format(side=side, this=this, other=other)
+                db.execute(f"{header}BEGIN{bodies[side]}")
+
+
+DESIGNS = {
+    design.name: design
+    for design in (
+        Design("today"),
+        Design("today-counted", triggers=False),
+        Design("today-state-index", triggers=False, reason_index=False),
+        Design("in-place", in_place=True),
+        Design("in-place-counted", in_place=True, triggers=False),
+        Design("in-place-state-index", in_place=True, triggers=False, reason_index=False),
+        Design("today-range", range_receive=True),
+    )
+}
 
 
 class SqliteFloor:
-    """poisonq's SQLite schema on one connection with the store's durability, each batch in
-    one transaction."""
+    """poisonq's SQLite schema (or a design of its dead-letter queue over it) on one
+    connection with the store's durability, each batch in one transaction."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, design: Design, synchronous: str = "FULL") -> None:
         self.db = sqlite3.connect(path, isolation_level=None)
         self.db.execute("PRAGMA journal_mode = WAL")
-        self.db.execute("PRAGMA synchronous = FULL")
+        self.db.execute(f"PRAGMA synchronous = {synchronous}")
+        self.design = design
+        design.apply(self.db)
 
     def send(self, entity: int, count: int, body: bytes, batch: int) -> float:
         started = time.perf_counter()
@@ -175,7 +299,7 @@ class SqliteFloor:
                 self.db.execute("BEGIN IMMEDIATE")
                 if held is not None:
                     self._settle(entity, *held, dead_letter, now)
-                rows = self.db.execute(SQLITE_LOCK, (token, now + 30, entity, batch)).fetchall()
+                rows = self._lock(entity, token, now, batch)
             if not rows:
                 break
             done += len(rows)
@@ -184,18 +308,39 @@ class SqliteFloor:
             raise SystemExit(f"floor: expected {count} messages, locked {done}")
         return count / (time.perf_counter() - started)
 
+    def _lock(self, entity: int, token: str, now: float, batch: int) -> list[Any]:
+        if not self.design.range_receive:
+            return self.db.execute(SQLITE_LOCK, (token, now + 30, entity, batch)).fetchall()
+        rows = self.db.execute(SQLITE_READY, (entity, batch)).fetchall()
+        if rows:
+            lo, hi = rows[0][0], rows[-1][0]
+            self.db.execute(SQLITE_LEASE, (entity, token, len(rows), lo, hi, now, now + 30, lo, hi))
+        return rows
+
     def _settle(
         self, entity: int, token: str, seqs: str, dead_letter: int | None, now: float
     ) -> None:
-        if dead_letter is not None:
-            self.db.execute(
-                "UPDATE messages SET entity_id = ?, state = 'dead_lettered', lock_token = NULL,"
-                " locked_until = NULL, dead_letter_reason = 'Bench', dead_lettered_at = ?"
-                f" WHERE {SQLITE_GUARD}",
-                (dead_letter, now, entity, token, seqs),
-            )
+        which, params, delivered = SQLITE_GUARD, (entity, token, seqs), ""
+        batch: tuple[str, tuple[object, ...]] = (f"seq IN {SEQS}", (seqs,))  # (to count)
+        if self.design.range_receive:  # the lease's range; each delivery counted as it leaves
+            lo, hi = self.db.execute(SQLITE_RELEASE, (entity, token, now)).fetchone()
+            which = "+entity_id = ? AND +state = 'active' AND seq BETWEEN ? AND ?"
+            params, batch = (entity, lo, hi), ("seq BETWEEN ? AND ?", (lo, hi))
+            delivered = " delivery_count = delivery_count + 1,"
+        if dead_letter is None:
+            self.db.execute(f"DELETE FROM messages WHERE {which}", params)
             return
-        self.db.execute(f"DELETE FROM messages WHERE {SQLITE_GUARD}", (entity, token, seqs))
+        move, moved = "entity_id = ?,", (dead_letter,)
+        if self.design.in_place:
+            move, moved = "", ()
+        self.db.execute(
+            f"UPDATE messages SET {move}{delivered} state = 'dead_lettered', lock_token = NULL,"
+            " locked_until = NULL, dead_letter_reason = 'Bench', dead_lettered_at = ?"
+            f" WHERE {which}",
+            (*moved, now, *params),
+        )
+        if not self.design.triggers:
+            self.db.execute(SQLITE_COUNT.format(which=batch[0]), batch[1])
 
     def entity_ids(self, *names: str) -> list[int]:
         rows = self.db.execute(
@@ -268,32 +413,64 @@ def main() -> None:
     parser.add_argument(
         "--sqlite", action="store_true", help="SQLite (temporary files) beside the minimal queue"
     )
+    parser.add_argument(
+        "--design",
+        action="append",
+        choices=DESIGNS,
+        help="with --sqlite, a design of the dead-letter queue to measure (repeat; default: all)",
+    )
+    parser.add_argument(
+        "--synchronous",
+        choices=("FULL", "OFF"),
+        default="FULL",
+        help="with --sqlite, OFF leaves out the disk's wait (floor and peer): the CPU's floor",
+    )
     parser.add_argument("--messages", type=int, default=50_000)
     parser.add_argument("--dead-letter", type=int, default=10_000)
     parser.add_argument("--size", type=int, default=512)
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-
+    if args.sqlite:
+        _sqlite(args, [DESIGNS[name] for name in args.design or DESIGNS])
+        return
     with contextlib.ExitStack() as stack:
-        floor: Floor | SqliteFloor
-        peer: Peer
-        if args.sqlite:
-            tmp = stack.enter_context(tempfile.TemporaryDirectory())
-            path = os.path.join(tmp, "floor.db")
-            broker = stack.enter_context(poisonq.connect(f"sqlite:///{path}"))
-            floor = SqliteFloor(path)
-            peer = sqlite_pattern.MinimalSqliteQueue(os.path.join(tmp, "minimal.db"))
-            prefix = "minimal_sqlite_"
-        else:
-            url = args.url or stack.enter_context(TemporaryServer()).create_database("floor")
-            broker = stack.enter_context(poisonq.connect(url))  # creates the schema if need be
-            floor, peer, prefix = Floor(url), pgmq_pattern.PgmqQueue(url), "pgmq_"
+        url = args.url or stack.enter_context(TemporaryServer()).create_database("floor")
+        broker = stack.enter_context(poisonq.connect(url))  # creates the schema if need be
+        floor, peer = Floor(url), pgmq_pattern.PgmqQueue(url)
         stack.callback(floor.close)
         stack.callback(peer.close)
         rounds = [_round(broker, floor, peer, args, n % 2 == 0) for n in range(args.rounds)]
+    print(_line(rounds, "pgmq_"))
+
+
+def _sqlite(args: argparse.Namespace, designs: list[Design]) -> None:
+    """Every design in a store file of its own, each round running them all in turn (their
+    order turning round by round), each beside a run of the minimal queue; a line a design."""
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory())
+        peer = sqlite_pattern.MinimalSqliteQueue(os.path.join(tmp, "minimal.db"))
+        peer.db.execute(f"PRAGMA synchronous = {args.synchronous}")
+        stack.callback(peer.close)
+        stores: list[tuple[poisonq.Broker, SqliteFloor]] = []
+        for design in designs:
+            path = os.path.join(tmp, f"{design.name}.db")
+            broker = stack.enter_context(poisonq.connect(f"sqlite:///{path}"))
+            floor = SqliteFloor(path, design, args.synchronous)
+            stack.callback(floor.close)
+            stores.append((broker, floor))
+        rounds: list[list[tuple[pgmq_pattern.Rates, pgmq_pattern.Rates]]] = [[] for _ in stores]
+        for n in range(args.rounds):
+            for i in [(n + k) % len(stores) for k in range(len(stores))]:
+                rounds[i].append(_round(*stores[i], peer, args, n % 2 == 0))
+    for design, results in zip(designs, rounds, strict=True):
+        print(f"design={design.name} {_line(results, 'minimal_sqlite_')}")
+
+
+def _line(rounds: list[tuple[pgmq_pattern.Rates, pgmq_pattern.Rates]], prefix: str) -> str:
+    """The medians of the rounds: the floor's rates, the peer's, their ratios."""
     rates, plain, ratios = pgmq_pattern.medians(rounds)
-    print(
+    return (
         f"{pgmq_pattern.rate_fields('floor_', rates)} {pgmq_pattern.rate_fields(prefix, plain)}"
         f" {pgmq_pattern.ratio_fields(ratios)}"
     )

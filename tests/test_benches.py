@@ -20,7 +20,7 @@ BENCHES = [
     ("queue_throughput", SMALL_QUEUE, "ratio_dlq_move"),
     ("queue_throughput", [*SMALL_QUEUE, "--url", "{pg}"], "pgmq_produce_msgs_per_s"),
     ("queue_floors", [*SMALL_QUEUE, "--url", "{pg}"], "pgmq_produce_msgs_per_s"),
-    ("queue_floors", [*SMALL_QUEUE, "--sqlite"], "minimal_sqlite_produce_msgs_per_s"),
+    ("queue_floors", [*SMALL_QUEUE, "--sqlite"], "design=today-range"),
     (
         "aio_throughput",
         [
