@@ -29,7 +29,7 @@ from pyspark.sql.types import StructType
 
 from poisonq.defects import MIN_FAILURES, find_defect
 from poisonq.failures import dead_lettering
-from poisonq.model import Lease
+from poisonq.model import Abandon, Lease
 from poisonq.spark.batches import BatchTransform
 from poisonq.spark.settling import DefectFound, Failure
 from poisonq.spark.source import ARROW_BATCH_ROWS, BatchReader, SequenceRange, SourceOptions
@@ -138,26 +138,33 @@ class PipelineReader(BatchReader):
         yield from self._settle(lease, failed)
 
     def _settle(self, lease: Lease, failed: list[Failure]) -> Iterator[pa.RecordBatch]:
-        """Settle the partition's failures in one transaction, and run again the messages
-        that crashed the worker that the queue's retry policy returns to it at once: taken
-        back into the lease, each counting a delivery, they run in this task, not in a
-        batch of their own later (a Spark job's fixed cost for a handful of messages), up to
-        :data:`CRASH_RERUNS` times."""
-        for rerun in range(CRASH_RERUNS + 1):
-            if not failed:
-                return
-            crashes = [f for f in failed if rerun < CRASH_RERUNS and crashed(f)]
-            with open_existing(self.options.url) as broker:
-                if len(crashes) < len(failed):
-                    chosen = {id(f) for f in crashes}
-                    rest = [f for f in failed if id(f) not in chosen]
+        """Settle the partition's failures, and run again the messages that crashed the
+        worker that the queue's retry policy returns to it at once: taken back into the
+        lease, each counting a delivery (one transaction with their abandons), they run in
+        this task, not in a batch of their own later (a Spark job's fixed cost for a
+        handful of messages), up to :data:`CRASH_RERUNS` times. One broker for all of it:
+        opening one per round cost more than the round's transaction."""
+        if not failed:
+            return
+        with open_existing(self.options.url) as broker:
+            for rerun in range(CRASH_RERUNS + 1):
+                crashes: list[Abandon] = []
+                rest: list[Failure] = []
+                for failure in failed:
+                    if rerun < CRASH_RERUNS and crashed(failure):
+                        crashes.append(failure)
+                    else:
+                        rest.append(failure)
+                if rest:
                     broker.settle_held(self.options.address, rest)
                 rows = broker.retry_in_lease(lease, crashes)[0] if crashes else []
-            failed = []
-            for start in range(0, len(rows), ARROW_BATCH_ROWS):
-                with collector_paused():
-                    chunk = rows[start : start + ARROW_BATCH_ROWS]
-                    yield self.work.apply(chunk, lease.lock_token, failed)
+                failed = []
+                for start in range(0, len(rows), ARROW_BATCH_ROWS):
+                    with collector_paused():
+                        chunk = rows[start : start + ARROW_BATCH_ROWS]
+                        yield self.work.apply(chunk, lease.lock_token, failed)
+                if not failed:
+                    return
 
 
 def _chunks(count: int) -> Iterator[tuple[int, int]]:
