@@ -677,6 +677,28 @@ def test_a_transform_that_always_crashes_the_worker_is_a_defect(
     assert_balanced(live)
 
 
+@on_both_stores
+def test_crashes_in_most_of_a_small_batch_are_not_run_again_within_it(
+    spark: SparkSession, live: Broker, url: str, tmp_path: Path
+) -> None:
+    """A function that crashes on every message, in batches too small to tell a defect
+    alone, crashes more of each batch than poison does (the defect ratio): its messages are
+    not run again within the batch, which would spend every delivery of good messages and
+    dead-letter them; each is abandoned once, and the run's defect check across batches
+    stops it."""
+    send(live, {}, 30, max_delivery_count=10)
+    pipeline = Pipeline(
+        spark, url=url, queue="orders", map=_always_crashes, schema=SCHEMA,
+        output=str(tmp_path / "out"), batch_size=5,
+    )  # fmt: skip
+    with pytest.raises(PipelineStoppedError) as stopped:
+        pipeline.run()
+    assert stopped.value.defect is not None
+    assert live.counts("orders")["dead_lettered"] == 0
+    assert max(m.delivery_count for m in live.peek("orders", max_messages=30)) == 1
+    assert_balanced(live)
+
+
 def test_a_broadcast_variable_in_the_transform_stops_the_runner_and_spends_nothing(
     spark: SparkSession, live: Broker, url: str, tmp_path: Path
 ) -> None:

@@ -135,24 +135,34 @@ class PipelineReader(BatchReader):
             if defect is not None:
                 raise DefectFound(defect)
             yield batch
-        yield from self._settle(lease, failed)
+        yield from self._settle(lease, failed, len(rows))
 
-    def _settle(self, lease: Lease, failed: list[Failure]) -> Iterator[pa.RecordBatch]:
-        """Settle the partition's failures, and run again the messages that crashed the
-        worker that the queue's retry policy returns to it at once: taken back into the
-        lease, each counting a delivery (one transaction with their abandons), they run in
-        this task, not in a batch of their own later (a Spark job's fixed cost for a
-        handful of messages), up to :data:`CRASH_RERUNS` times. One broker for all of it:
-        opening one per round would cost more than the round's transaction (on SQLite
-        1.5 ms against 0.6)."""
+    def _settle(
+        self, lease: Lease, failed: list[Failure], count: int
+    ) -> Iterator[pa.RecordBatch]:
+        """Settle the failures of the partition's ``count`` messages, and run again the
+        messages that crashed the worker that the queue's retry policy returns to it at
+        once: taken back into the lease, each counting a delivery (one transaction with
+        their abandons), they run in this task, not in a batch of their own later (a Spark
+        job's fixed cost for a handful of messages), each up to :data:`CRASH_RERUNS` times.
+        Only crashes that look like poison run again, no more of the partition than the
+        defect ratio (``max_failure_ratio``): a function that crashes on most messages is a
+        defect, and running each again until its deliveries ran out would dead-letter good
+        messages before the run's defect check (across batches, on first deliveries) stops
+        it. One broker for all of it: opening one per round would cost more than the
+        round's transaction (on SQLite 1.5 ms against 0.6)."""
+        ratio = self.work.max_failure_ratio
+        reruns = CRASH_RERUNS
+        if ratio is not None and sum(map(crashed, failed)) > ratio * count:
+            reruns = 0
         if not failed:
             return
         with open_existing(self.options.url) as broker:
-            for rerun in range(CRASH_RERUNS + 1):
+            for rerun in range(reruns + 1):
                 crashes: list[Abandon] = []
                 rest: list[Failure] = []
                 for failure in failed:
-                    if rerun < CRASH_RERUNS and crashed(failure):
+                    if rerun < reruns and crashed(failure):
                         crashes.append(failure)
                     else:
                         rest.append(failure)
