@@ -137,9 +137,7 @@ class PipelineReader(BatchReader):
             yield batch
         yield from self._settle(lease, failed, len(rows))
 
-    def _settle(
-        self, lease: Lease, failed: list[Failure], count: int
-    ) -> Iterator[pa.RecordBatch]:
+    def _settle(self, lease: Lease, failed: list[Failure], count: int) -> Iterator[pa.RecordBatch]:
         """Settle the failures of the partition's ``count`` messages, and run again the
         messages that crashed the worker that the queue's retry policy returns to it at
         once: taken back into the lease, each counting a delivery (one transaction with
