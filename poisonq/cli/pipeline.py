@@ -7,8 +7,9 @@ of an Arrow batch of messages (``map_batches=``) with ``--schema --batches``. Ru
 as another is refused in one line before any message is leased: the function is applied to
 an empty batch DataFrame first, as the pipeline does, and a per-row function fails or returns
 something other than a DataFrame there, while a DataFrame transform returns one; and a
-function given ``--schema`` without ``--batches`` is applied to an empty Arrow batch of
-messages before Spark starts, where only a function of a batch returns rows.
+function given ``--schema`` is applied to an empty Arrow batch of messages before Spark
+starts, where only a function of a batch returns rows (under the crash guard: one that kills
+its process there is not applied to the DataFrame, which would be in this process).
 
 PySpark is imported inside the command only, so every other command works without the
 ``spark`` extra and starts without loading it. Everything that can be checked without Spark
@@ -285,17 +286,22 @@ def check_per_row_function(spark: SparkSession, target: str, function: Any) -> N
         )
 
 
-def check_not_a_batch_function(target: str, function: Any) -> None:
+def check_not_a_batch_function(target: str, function: Any, batches: bool) -> bool:
     """Refuse, in one line and before Spark starts, a function of a batch given ``--schema``
     without ``--batches``: it would be called with each message (a dict) and fail on all of
-    them, which the run would find a defect only after starting Spark and leasing a batch."""
-    from poisonq.spark.batches import returns_rows
+    them, which the run would find a defect only after starting Spark and leasing a batch.
+    Returns whether the function outlived the empty batch it was tried on (under the crash
+    guard): one that killed its process is not tried on the batch DataFrame either, which
+    would be in this process."""
+    from poisonq.spark.batches import try_on_a_batch
 
-    if returns_rows(function):
+    answer = try_on_a_batch(function)
+    if answer and not batches:
         raise InvalidOptionError(
             f"{target} is a function of a batch (given an empty Arrow batch of messages, it"
             " returns rows): run it with --batches, or make it take one message (a dict)"
         )
+    return answer is not None
 
 
 def _quiet_py4j_interrupt(record: logging.LogRecord) -> bool:
@@ -535,8 +541,10 @@ def pipeline_run(
       poisonq pipeline run rows.py:order --queue orders --output out \\
           --schema 'id long, amount double' --permanent json.JSONDecodeError
 
-    Either kind is first applied to an empty batch DataFrame, so running one as the other
-    is refused before any message is leased. When most of a batch fails the same way (a
+    Either kind is first applied to an empty batch DataFrame (a function given --schema
+    first to an empty Arrow batch of messages, in a child process, so one that kills its
+    process there does not end the command), so running one as the other is refused before
+    any message is leased. When most of a batch fails the same way (a
     bug, not poison), the run stops with the error and its traceback and the batch goes
     back to the queue without a delivery counted. Runs until the queue is idle, then prints
     what it did; on a terminal a live line shows the messages per second and the
@@ -566,8 +574,7 @@ def pipeline_run(
         isolate=_given(ctx, "isolate"),
     )
     function = load_transform(target)
-    if per_row and not batches:
-        check_not_a_batch_function(target, function)
+    survives = per_row and check_not_a_batch_function(target, function, batches)
     permanent = tuple(load_exception(name) for name in permanent_types)
     app.broker.get_queue(queue_name)  # an unknown queue fails here, before Spark starts
     from poisonq.spark.pipeline import Pipeline
@@ -592,7 +599,8 @@ def pipeline_run(
     }
     if schema is not None:
         struct = _parse_schema(schema)
-        check_per_row_function(spark, target, function)
+        if survives:
+            check_per_row_function(spark, target, function)
         common["map_batches" if batches else "map"] = function
         runner = Pipeline(
             spark,

@@ -412,16 +412,30 @@ def rows_table(rows: Any) -> pa.Table | None:
     return None
 
 
-def returns_rows(function: Callable[..., Any]) -> bool:
-    """Whether ``function`` answers an empty batch of messages as a batch function does
-    (rows, or ``(rows, errors)``), which no function of one message does: the command line
-    tells the two apart with it before Spark starts. One that raises is not known to."""
-    try:
-        result = function(lease_batch([]))
-    except Exception:  # a function of one message given a batch, most likely
-        return False
-    rows = result[0] if isinstance(result, tuple) and len(result) == 2 else result
-    return rows_table(rows) is not None
+def try_on_a_batch(function: Callable[..., Any]) -> bool | None:
+    """What ``function`` does given an empty batch of messages: ``True`` if it answers as a
+    batch function does (rows, or ``(rows, errors)``), which no function of one message
+    does; ``False`` if it answers anything else or raises; ``None`` if it killed its
+    process. The command line tells the two kinds apart with it before Spark starts, under
+    the crash guard, so that a function that kills its process given a batch (a function
+    of one message, a native library) ends a child, not the command."""
+    [answer] = run_isolated(_AnswersABatch(function), [None], ())
+    if type(answer) is Crashed:
+        return None
+    return answer is True
+
+
+@dataclass(frozen=True)
+class _AnswersABatch:
+    """Whether ``transform`` returns rows given an empty batch of messages (picklable, for
+    the guard; ``transform`` is the name the guard looks for the user's module under)."""
+
+    transform: Callable[..., Any]
+
+    def __call__(self, _: object) -> Any:  # a bool, where the guard expects a row
+        result = self.transform(lease_batch([]))
+        rows = result[0] if isinstance(result, tuple) and len(result) == 2 else result
+        return rows_table(rows) is not None
 
 
 def _empty(schema: pa.Schema) -> pa.RecordBatch:

@@ -197,6 +197,21 @@ def test_a_batch_function_run_without_batches_is_one_error_line_before_spark_sta
     assert {m.delivery_count for m in api.peek(fifty, max_messages=50)} == {0}
 
 
+def test_a_function_that_kills_its_process_on_a_batch_is_tried_apart_from_the_command(
+    url: str, api: Broker, fifty: str, tmp_path: Path
+) -> None:
+    """The empty batch a function given --schema is tried on before Spark starts may kill
+    its process (a function of one message given a batch, a native library): it is tried
+    under the crash guard, so the command goes on and the run handles each message's crash
+    as it does any crash (here every message: a defect, the run stops, nothing spent)."""
+    path = tmp_path / "dies.py"
+    path.write_text("import os\n\ndef dies(message):\n    os._exit(7)\n")
+    result = pipeline(url, f"{path}:dies", tmp_path / "out", code=2)
+    assert "50 of 50 messages failed the same way (WorkerCrashed" in result.stderr
+    assert api.counts(fifty)["active"] == 50
+    assert {m.delivery_count for m in api.peek(fifty, max_messages=50)} == {0}
+
+
 def test_pipeline_run_shows_progress_and_a_table(
     spark: SparkSession, url: str, api: Broker, orders: str, transform: str, tmp_path: Path
 ) -> None:
