@@ -176,3 +176,20 @@ def test_a_worker_whose_task_spark_cancelled_prints_no_stack_in_local_session(
     assert "the job failed" in done.stderr
     assert "BrokenPipeError" not in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_an_interrupt_is_not_replaced_by_a_broken_connection_as_the_loggers_are_put_back() -> None:
+    """A Ctrl-C that lands in a call to the JVM can leave py4j's connection broken, so that
+    putting the task failure loggers back fails as well: the interrupt still propagates (the
+    runner prints its report and exits 130), not the connection's error."""
+    from py4j.protocol import Py4JNetworkError
+
+    from poisonq.spark import session
+
+    def broken() -> None:
+        raise Py4JNetworkError("Answer from Java side is empty")
+
+    with pytest.raises(KeyboardInterrupt), session.quiet_query_errors():
+        session._quieted.append(broken)
+        raise KeyboardInterrupt
+    assert session._quieted == []

@@ -70,7 +70,8 @@ def quiet_query_errors() -> Iterator[None]:
             _depth -= 1
             if _depth == 0:
                 for restore in _quieted:
-                    restore()
+                    with suppress(Py4JError):  # a connection an interrupt broke mid-call
+                        restore()
                 _quieted.clear()
         for logger, level in zip(loggers, levels, strict=True):
             logger.setLevel(level)
