@@ -149,12 +149,12 @@ class PipelineReader(BatchReader):
         messages before the run's defect check (across batches, on first deliveries) stops
         it. One broker for all of it: opening one per round would cost more than the
         round's transaction (on SQLite 1.5 ms against 0.6)."""
+        if not failed:
+            return
         ratio = self.work.max_failure_ratio
         reruns = CRASH_RERUNS
         if ratio is not None and sum(map(crashed, failed)) > ratio * count:
             reruns = 0
-        if not failed:
-            return
         with open_existing(self.options.url) as broker:
             for rerun in range(reruns + 1):
                 crashes: list[Abandon] = []
