@@ -4,14 +4,14 @@ pipelines' timelines (the batches a consumer recorded as it completed its leases
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from functools import partial
 from typing import Any
 
 from poisonq.engine import Engine
 from poisonq.engine.driving import drive
 from poisonq.messaging import held_only
-from poisonq.model import Abandon, Duration, Lease
+from poisonq.model import Duration, Lease, Settlement
 from poisonq.options import lock_seconds
 from poisonq.timeline import BatchRun, PipelineBatch, PipelineSummary
 
@@ -59,14 +59,19 @@ class Leasing:
         return drive(self.engine.lease_rows(lease, lo, hi))
 
     def retry_in_lease(
-        self, lease: Lease, abandons: Sequence[Abandon]
+        self,
+        lease: Lease,
+        settlements: Sequence[Settlement],
+        again: Collection[int] | None = None,
     ) -> tuple[list[tuple[Any, ...]], list[int]]:
-        """Abandon messages the lease holds and take back into it, each counting a
-        delivery, those the queue's retry policy returned to it at once (one transaction:
-        see :meth:`poisonq.engine.leases.Leasing.retry_in_lease`). Abandons whose locks ran
+        """Settle messages the lease holds and take back into it, each counting a
+        delivery, the abandoned ones in ``again`` (default: all) that the queue's retry
+        policy returned to it at once (one transaction: see
+        :meth:`poisonq.engine.leases.Leasing.retry_in_lease`). Settlements whose locks ran
         out are left out, as :meth:`~poisonq.Broker.settle_held` leaves them. Returns the
         messages taken back (as :meth:`lease_rows` does) and the lost sequence numbers."""
-        return drive(held_only(partial(self.engine.retry_in_lease, lease), abandons))
+        retry = partial(self.engine.retry_in_lease, lease, again=again)
+        return drive(held_only(retry, settlements))
 
     def renew_lease(self, lease: Lease, lock_duration: Duration | None = None) -> int:
         seconds = None if lock_duration is None else lock_seconds(lock_duration)

@@ -4,14 +4,14 @@ once under one token, durable so a restarted consumer replays them."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from poisonq.engine.receiving import Receiving
 from poisonq.engine.timeline import Timelines
 from poisonq.errors import InvalidOperationError
 from poisonq.limits import check_count
-from poisonq.model import Abandon, Lease
+from poisonq.model import Abandon, Lease, Settlement
 from poisonq.names import validate_name
 from poisonq.timeline import BatchRun
 
@@ -94,24 +94,32 @@ class Leasing(Receiving, Timelines):
             return await tx.lease_rows(entity.id, lease.lock_token, *_span(lease, lo, hi), now)
 
     async def retry_in_lease(
-        self, lease: Lease, abandons: Sequence[Abandon]
+        self,
+        lease: Lease,
+        settlements: Sequence[Settlement],
+        again: Collection[int] | None = None,
     ) -> list[tuple[Any, ...]]:
-        """Abandon messages the lease holds (each with its own failure, the retry policy
-        applied as to any abandon) and take back into the lease those the policy returned to
-        the queue at once, each counting a delivery, as the lease's consumer receiving them
-        again would: a pipeline runs a message that crashed its worker again within its
-        batch, rather than in a batch of its own. Those it moved, delayed or poisoned stay
-        where the policy put them, and nothing is taken back from a queue that can no longer
-        be received from (the abandons may have disabled it). One transaction; returns the
+        """Settle messages the lease holds (an abandon with its own failure, the retry policy
+        applied as to any abandon), and take back into the lease those of the abandoned
+        messages in ``again`` (by default every one) that the policy returned to the queue
+        at once, each counting a delivery, as the lease's consumer receiving them again
+        would: a pipeline runs a message that crashed its worker again within its batch,
+        rather than in a batch of its own. Those it moved, delayed or poisoned stay where
+        the policy put them, and nothing is taken back from a queue that can no longer be
+        received from (the abandons may have disabled it). One transaction; returns the
         messages taken back as :data:`~poisonq.store.base.LEASE_COLUMNS`, ascending."""
         now = self.clock.now()
         async with self.store.transaction() as tx:
             target = await self.resolver.resolve(tx, lease.entity)
-            await self._settle(tx, target, abandons, now)
+            await self._settle(tx, target, settlements, now)
             target = await self.resolver.resolve(tx, lease.entity)  # its status may have moved
             if not target.entity.status.can_receive:
                 return []
-            seqs = [abandon.sequence_number for abandon in abandons]
+            seqs = [
+                each.sequence_number
+                for each in settlements
+                if type(each) is Abandon and (again is None or each.sequence_number in again)
+            ]
             return await tx.retake(target.entity.id, lease.lock_token, seqs, target.ready)
 
     async def renew_lease(self, lease: Lease, lock_duration: float | None = None) -> int:

@@ -29,7 +29,7 @@ from pyspark.sql.types import StructType
 
 from poisonq.defects import MIN_FAILURES, find_defect
 from poisonq.failures import dead_lettering
-from poisonq.model import Abandon, Lease
+from poisonq.model import Lease
 from poisonq.spark.batches import BatchTransform
 from poisonq.spark.settling import DefectFound, Failure
 from poisonq.spark.source import ARROW_BATCH_ROWS, BatchReader, SequenceRange, SourceOptions
@@ -140,9 +140,10 @@ class PipelineReader(BatchReader):
     def _settle(self, lease: Lease, failed: list[Failure], count: int) -> Iterator[pa.RecordBatch]:
         """Settle the failures of the partition's ``count`` messages, and run again the
         messages that crashed the worker that the queue's retry policy returns to it at
-        once: taken back into the lease, each counting a delivery (one transaction with
-        their abandons), they run in this task, not in a batch of their own later (a Spark
-        job's fixed cost for a handful of messages), each up to :data:`CRASH_RERUNS` times.
+        once: taken back into the lease, each counting a delivery (in the transaction that
+        settles the partition's failures), they run in this task, not in a batch of their
+        own later (a Spark job's fixed cost for a handful of messages), each up to
+        :data:`CRASH_RERUNS` times.
         Only crashes that look like poison run again, no more of the partition than the
         defect ratio (``max_failure_ratio``): a function that crashes on most messages is a
         defect, and running each again until its deliveries ran out would dead-letter good
@@ -157,16 +158,12 @@ class PipelineReader(BatchReader):
             reruns = 0
         with open_existing(self.options.url) as broker:
             for rerun in range(reruns + 1):
-                crashes: list[Abandon] = []
-                rest: list[Failure] = []
-                for failure in failed:
-                    if rerun < reruns and crashed(failure):
-                        crashes.append(failure)
-                    else:
-                        rest.append(failure)
-                if rest:
-                    broker.settle_held(self.options.address, rest)
-                rows = broker.retry_in_lease(lease, crashes)[0] if crashes else []
+                again = {f.sequence_number for f in failed if rerun < reruns and crashed(f)}
+                if again:
+                    rows, _ = broker.retry_in_lease(lease, failed, again)
+                else:
+                    broker.settle_held(self.options.address, failed)
+                    rows = []
                 failed = []
                 for start in range(0, len(rows), ARROW_BATCH_ROWS):
                     with collector_paused():
