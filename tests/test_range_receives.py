@@ -1,8 +1,11 @@
-"""The rules of a receive, on both stores, as PostgreSQL keeps them when a receive takes its
-batch as one range (a cover, as a lease does) rather than a lock on every message: each rule
-must mean the same whichever way a batch was locked."""
+"""The rules of a receive, on both stores, as they are kept when a receive takes its batch as
+one range (a cover, as a lease does) rather than a lock on every message: each rule must mean
+the same whichever way a batch was locked (a session's receive, or one on PostgreSQL that
+cannot have the cover lock, locks row by row)."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -120,4 +123,71 @@ def test_a_settled_batch_leaves_no_row_behind(broker: Broker, queue: str, url: s
     receiver.complete(rest)
     receiver.complete(receiver.receive(max_messages=10))
     assert execute_behind_the_back(url, "SELECT count(*) FROM leases") == [(0,)]
+    assert_balanced(broker)
+
+
+def test_a_received_batch_is_one_row_and_no_message_is_written_until_it_is_settled(
+    broker: Broker, queue: str, url: str
+) -> None:
+    """A receive without a session records its batch as one row of ``leases`` (a cover of
+    no consumer) and leaves the messages' rows as they were; readers still see each message
+    locked, with its delivery counted."""
+    fill(broker, queue, 5)
+    receiver = broker.receiver(queue)
+    batch = receiver.receive(max_messages=5)
+    assert execute_behind_the_back(url, "SELECT consumer, count FROM leases") == [("", 5)]
+    assert execute_behind_the_back(
+        url, "SELECT count(*) FROM messages WHERE state = 'active' AND delivery_count = 0"
+    ) == [(5,)]
+    peeked = broker.peek(queue, max_messages=10)
+    assert [m.state for m in peeked] == [MessageState.LOCKED] * 5
+    assert [m.delivery_count for m in peeked] == [1] * 5
+    receiver.complete(batch)
+    assert execute_behind_the_back(url, "SELECT count(*) FROM leases") == [(0,)]
+    assert_balanced(broker)
+
+
+def test_a_scheduled_message_that_comes_due_inside_a_held_batch_is_not_held_by_it(
+    broker: Broker, queue: str, clock: ManualClock
+) -> None:
+    """A message scheduled between two messages of a batch, coming due while the batch is
+    held, is received on its own, and completing the batch leaves it alone."""
+    sender = broker.sender(queue)
+    (first,) = sender.send(Message(b"first"))
+    at = datetime.fromtimestamp(clock.now(), UTC) + timedelta(seconds=10)
+    (later,) = sender.schedule(Message(b"later"), at)
+    (last,) = sender.send(Message(b"last"))
+    receiver = broker.receiver(queue)
+    batch = receiver.receive(max_messages=10)
+    assert [m.sequence_number for m in batch] == [first, last]
+    clock.advance(11)
+    (due,) = receiver.receive(max_messages=10)
+    assert (due.sequence_number, due.body) == (later, b"later")
+    receiver.complete(batch)
+    assert [m.state for m in broker.peek(queue, max_messages=10)] == [MessageState.LOCKED]
+    receiver.complete(due)
+    assert_balanced(broker)
+
+
+def test_a_message_dead_lettered_into_a_held_batch_s_range_is_received_apart(
+    broker: Broker, queue: str
+) -> None:
+    """A dead-letter queue's received batch does not take in a message dead-lettered later
+    whose sequence number falls inside it: that one is received by the next receive, and
+    completing the batch leaves it alone."""
+    fill(broker, queue, 3)
+    receiver = broker.receiver(queue)
+    one, two, three = receiver.receive(max_messages=3)
+    receiver.dead_letter([one, three], reason="Bad")
+    letters = broker.receiver(f"{queue}/$deadletterqueue")
+    batch = letters.receive(max_messages=10)
+    assert [m.sequence_number for m in batch] == [one.sequence_number, three.sequence_number]
+    receiver.dead_letter(two, reason="Bad")
+    (late,) = letters.receive(max_messages=10)
+    assert late.sequence_number == two.sequence_number
+    letters.complete(batch)
+    assert [m.sequence_number for m in broker.peek(f"{queue}/$deadletterqueue")] == [
+        two.sequence_number
+    ]
+    letters.complete(late)
     assert_balanced(broker)

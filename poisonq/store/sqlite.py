@@ -102,6 +102,14 @@ _EXPIRED_LOCKS = (
 )
 
 
+# Or held by the cover whose range is bound as ``lo`` and ``hi`` (a message that a statement
+# finds under a token): every ready, leasable message in a cover's range is the cover's
+# (leases_sql).
+_OR_IN_COVER = (
+    " OR (leasable = 1 AND state IN ('active', 'dead_lettered') AND messages.seq BETWEEN :lo"
+    " AND :hi)"
+)
+
 # A new message's state and optional columns: a batch binds only what its messages use.
 _SHAPE = attrgetter("state", *OPTIONAL_COLUMNS)
 
@@ -355,19 +363,16 @@ class SqliteTransaction(
         *,
         last: bool = False,  # a local commit: nothing to fold it into
     ) -> list[ReceivedMessage]:
-        if session_id is not None:  # (sessions are never leased)
-            which = "SELECT seq FROM messages WHERE entity_id = ?1 AND state = ?2"
-            params: tuple[object, ...] = (entity_id, ready, session_id, limit)
-            which += " AND session_id = ?3 ORDER BY seq LIMIT ?4"
-        else:
-            which, top = await self.receivable(entity_id)
-            params = (entity_id, ready, top, limit)
-        rows = self._db.execute(
-            "UPDATE messages SET state = 'locked', lock_token = ?5, locked_until = ?6,"
-            f" delivery_count = delivery_count + 1 WHERE seq IN ({which})"
-            f" RETURNING {MESSAGE_COLUMNS}",
-            (*params, token, locked_until),
-        ).fetchall()
+        if session_id is None:  # a cover, as a lease's (see sqlite_leases)
+            rows = await self._receive_batch(entity_id, ready, limit, token, locked_until)
+        else:  # (sessions are never leased: their messages are locked row by row)
+            rows = self._db.execute(
+                "UPDATE messages SET state = 'locked', lock_token = ?5, locked_until = ?6,"
+                " delivery_count = delivery_count + 1 WHERE seq IN (SELECT seq FROM messages"
+                " WHERE entity_id = ?1 AND state = ?2 AND session_id = ?3 ORDER BY seq LIMIT ?4)"
+                f" RETURNING {MESSAGE_COLUMNS}",
+                (entity_id, ready, session_id, limit, token, locked_until),
+            ).fetchall()
         rows.sort(key=lambda row: row[0])
         return message_rows(rows, name)
 
@@ -522,11 +527,20 @@ class SqliteTransaction(
     async def complete(
         self, entity_id: int, token: str, seqs: Sequence[int], now: float
     ) -> list[int]:
-        done = self._complete(entity_id, token, now, f"seq IN {SEQS}", seqs_json(seqs))
-        if len(done) < len(seqs):  # the others may be held by a lease's cover
-            covered = await self._covered_of(entity_id, token, seqs, now)
-            done += self._delete_covered(entity_id, f"seq IN {SEQS}", seqs_json(covered))
-        return done
+        # Locked, or held by the cover of the token's lease or receive, in one statement.
+        cover = await self._cover(entity_id, token, now)
+        lo, hi = cover or (None, None)
+        rows = self._delete(
+            entity_id,
+            f"seq {self._in_list('seqs')} AND +entity_id = :entity AND ((state = 'locked'"
+            f" AND lock_token = :token AND locked_until > :now){_OR_IN_COVER if cover else ''})",
+            {"seqs": seqs_json(seqs), "entity": entity_id, "token": token, "now": now,
+             "lo": lo, "hi": hi},
+            "seq, size",
+        )  # fmt: skip
+        if cover:
+            self._forget_emptied(entity_id, token)
+        return self._completed(entity_id, rows)
 
     async def complete_span(self, entity_id: int, token: str, lo: int, hi: int, now: float) -> int:
         done = len(self._complete(entity_id, token, now, "seq BETWEEN ? AND ?", lo, hi))
@@ -550,16 +564,6 @@ class SqliteTransaction(
         )
         return self._completed(entity_id, rows)
 
-    def _delete_covered(self, entity_id: int, which: str, *params: object) -> list[int]:
-        """Complete covered messages (the caller checked the lease's lock)."""
-        rows = self._delete(
-            entity_id,
-            f"entity_id = ? AND leasable = 1 AND state IN ('active', 'dead_lettered') AND {which}",
-            (entity_id, *params),
-            "seq, size",
-        )
-        return self._completed(entity_id, rows)
-
     def _delete_covered_span(self, entity_id: int, lo: int, hi: int) -> int:
         """Complete the covered messages in ``[lo, hi]`` (a lease's batch): counted first,
         then deleted without RETURNING, which would buffer every row."""
@@ -576,7 +580,11 @@ class SqliteTransaction(
         return int(count)
 
     def _delete(
-        self, entity_id: int, where: str, params: Sequence[object], returning: str | None = None
+        self,
+        entity_id: int,
+        where: str,
+        params: Sequence[object] | Params,
+        returning: str | None = None,
     ) -> list[Any]:
         """Delete the messages ``where`` selects (all of the entity's), returning
         ``returning`` of each, and count them out of the entity's dead-letter aggregates if it
@@ -677,11 +685,12 @@ class SqliteTransaction(
         first = all_alike(letters)
         alike = first is not None
         first = first or Letter(0, "", None, None)
-        covered = await self._covered_clause(entity_id)
-        held: list[int] = []
-        if lock_token is not None and seqs and covered != "0":
-            held = await self._covered_of(entity_id, lock_token, seqs, now)
-        held_by_cover = f" OR messages.seq {self._in_list('held')}" if held else ""
+        if lock_token is None:
+            covered, cover = await self._covered_clause(entity_id), None
+        else:  # held under it: a message not locked is held by its cover
+            covered, cover = "(state != 'locked')", await self._cover(entity_id, lock_token, now)
+        held_by_cover = _OR_IN_COVER if cover else ""
+        lo, hi = cover or (None, None)
         rows = self._db.execute(
             "UPDATE messages SET entity_id = :destination, state = 'dead_lettered',"
             " lock_token = NULL, locked_until = NULL, dead_letter_reason = letter.reason,"
@@ -714,9 +723,12 @@ class SqliteTransaction(
                 "reason": first.reason,
                 "description": first.description,
                 "failure": json.dumps(first.failure) if first.failure else None,
-                "held": seqs_json(held),
+                "lo": lo,
+                "hi": hi,
             },
         ).fetchall()
+        if cover and lock_token is not None:
+            self._forget_emptied(entity_id, lock_token)
         moved, size = len(rows), sum(row[1] for row in rows)
         self.history.dead_lettered(destination_id, (row[2:] for row in rows))
         self._count_moved(entity_id, destination_id, moved, size, "dead_lettered")
