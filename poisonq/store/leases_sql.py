@@ -48,6 +48,17 @@ def covered(entity: str) -> str:
     )
 
 
+def as_covered(columns: str, locked: str, token: str, until: str) -> str:
+    """A message's ``columns`` (as the stores' message columns list them) as a cover holds
+    it: in state ``locked`` under the cover's ``token`` until ``until`` (each an expression of
+    the store's dialect), with the delivery the cover counts."""
+    return (
+        columns.replace(" state,", f" {locked},")
+        .replace(" delivery_count,", " delivery_count + 1,")
+        .replace(" lock_token, locked_until,", f" {token}, {until},")
+    )
+
+
 def held_by(entity: str, token: str, now: str) -> str:
     """Whether a row of ``messages`` of ``entity`` is held under the lock token ``token``
     with its lock valid at ``now`` (all three expressions): locked by it, or held by the

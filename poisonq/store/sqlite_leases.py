@@ -20,7 +20,7 @@ import sqlite3
 from typing import Any
 
 from poisonq.model import Lease, MessageState
-from poisonq.store.leases_sql import LeaseStatements
+from poisonq.store.leases_sql import LeaseStatements, as_covered
 from poisonq.store.sqlite_rows import COVERED, MESSAGE_COLUMNS, SEQS, seqs_json
 
 # The receivable messages of an entity in its ``ready`` state, oldest first: those above the
@@ -46,11 +46,7 @@ _EMPTIED = (
 # this receive counts. Parameters: those of RECEIVABLE, then token and lock time. With no
 # cover (a top of 0), every ready message is above the top, and they are read in the order
 # of the index without gathering RECEIVABLE's two parts first.
-_RECEIVED_COLUMNS = (
-    MESSAGE_COLUMNS.replace(" state,", " 'locked',")
-    .replace(" delivery_count,", " delivery_count + 1,")
-    .replace(" lock_token, locked_until,", " ?5, ?6,")
-)
+_RECEIVED_COLUMNS = as_covered(MESSAGE_COLUMNS, "'locked'", "?5", "?6")
 _RECEIVED = (
     f"SELECT {_RECEIVED_COLUMNS}, leasable FROM messages"
     f" WHERE seq IN (SELECT seq FROM ({RECEIVABLE}))"

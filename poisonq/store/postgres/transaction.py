@@ -49,7 +49,7 @@ from poisonq.store.base import (
 from poisonq.store.entities_sql import EntityStatements
 from poisonq.store.history import HistoryBuffer
 from poisonq.store.housekeeping_sql import HousekeepingStatements
-from poisonq.store.leases_sql import held_by, within
+from poisonq.store.leases_sql import as_covered, held_by, within
 from poisonq.store.ledger import LedgerCounts
 from poisonq.store.postgres.batches import (
     BatchQueries,
@@ -81,10 +81,8 @@ _MESSAGE_COLUMNS = (
 )
 # The same, of a message a receive's cover holds: locked under the receive's token, with the
 # delivery the cover counts (see covers.py).
-_COVERED_COLUMNS = (
-    _MESSAGE_COLUMNS.replace(" state,", " 'locked'::text,")
-    .replace(" delivery_count,", " delivery_count + 1,")
-    .replace(" lock_token, locked_until,", " %(token)b::text, %(until)b::float8,")
+_COVERED_COLUMNS = as_covered(
+    _MESSAGE_COLUMNS, "'locked'::text", "%(token)b::text", "%(until)b::float8"
 )
 # The counters the retry policy decides on (LockInfo), for a settlement or a lock sweep.
 _LOCK_COLUMNS = "seq, delivery_count, move_count, dead_lettered_deliveries"
