@@ -389,6 +389,25 @@ def test_a_settlement_without_abandons_names_every_lost_lock(broker: Broker, que
     assert_balanced(broker)
 
 
+@pytest.mark.parametrize("settle", ["complete", "abandon", "defer", "dead_letter", "renew_lock"])
+def test_a_batch_with_one_message_settled_elsewhere_names_only_that_one_as_lost(
+    broker: Broker, queue: str, settle: str
+) -> None:
+    """Each way of settling a batch names only the message whose lock is gone (another
+    client completed it), and changes none of the others."""
+    fill(broker, queue, 3)
+    receiver = broker.receiver(queue)
+    batch = receiver.receive(max_messages=3)
+    gone = batch[1]
+    broker.settle(queue, [Complete(gone.sequence_number, gone.lock_token or "")])
+    with pytest.raises(MessageLockLostError) as caught:
+        getattr(receiver, settle)(batch)
+    assert caught.value.sequence_numbers == [gone.sequence_number]
+    assert broker.counts(queue)["locked"] == 2
+    receiver.complete([batch[0], batch[2]])
+    assert_balanced(broker)
+
+
 def test_an_audit_balances_while_others_send_and_complete(broker: Broker, queue: str) -> None:
     """Each audit reads every ledger and every count as of one moment, even while other
     threads (other connections, on PostgreSQL) commit."""

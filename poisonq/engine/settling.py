@@ -101,10 +101,7 @@ class Settling(EngineBase):
         async with self.store.transaction() as tx:
             entity = (await self.resolver.resolve(tx, address)).entity
             for token, seqs in by_token(locks).items():
-                if await tx.defer(entity.id, token, seqs, now) != len(seqs):
-                    all_or_raise(
-                        seqs, [i.seq for i in await tx.locked(entity.id, token, seqs, now)]
-                    )
+                all_or_raise(seqs, await tx.defer(entity.id, token, seqs, now))
 
     async def dead_letter(
         self,

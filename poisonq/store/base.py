@@ -644,7 +644,9 @@ class Transaction(ABC):
         under ``token``; returns their sequence numbers."""
 
     @abstractmethod
-    async def defer(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> int: ...
+    async def defer(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
+        """Locked → ``deferred``, those of ``seqs`` validly held under ``token`` (locked, or
+        by its cover); returns their sequence numbers."""
 
     @abstractmethod
     async def renew(

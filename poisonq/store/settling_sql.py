@@ -37,20 +37,23 @@ class SettlingStatements(LeaseStatements):
             )
         return renewed
 
-    async def defer(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> int:
-        deferred = await self._update(
+    async def defer(self, entity_id: int, token: str, seqs: Sequence[int], now: float) -> list[int]:
+        rows = await self._query(
             "UPDATE messages SET state = 'deferred', lock_token = NULL, locked_until = NULL"
             " WHERE entity_id = :entity AND state = 'locked' AND lock_token = :token"
-            f" AND locked_until > :now AND seq {self._in_list('seqs')}",
+            f" AND locked_until > :now AND seq {self._in_list('seqs')} RETURNING seq",
             {"entity": entity_id, "token": token, "now": now, "seqs": self._list(seqs)},
         )
-        if deferred < len(seqs):
+        deferred = [row[0] for row in rows]
+        if len(deferred) < len(seqs):
             covered = await self._covered_of(entity_id, token, seqs, now)
-            deferred += await self._update(
-                "UPDATE messages SET state = 'deferred', delivery_count = delivery_count + 1,"
-                f" leasable = 0 WHERE seq {self._in_list('seqs')}",
-                {"seqs": self._list(covered)},
-            )
+            if covered:
+                await self._execute(
+                    "UPDATE messages SET state = 'deferred', delivery_count = delivery_count + 1,"
+                    f" leasable = 0 WHERE seq {self._in_list('seqs')}",
+                    {"seqs": self._list(covered)},
+                )
+            deferred += covered
         return deferred
 
     async def reschedule(self, entity_id: int, seqs: Sequence[int], visible_at: float) -> int:
