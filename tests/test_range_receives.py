@@ -191,3 +191,17 @@ def test_a_message_dead_lettered_into_a_held_batch_s_range_is_received_apart(
     ]
     letters.complete(late)
     assert_balanced(broker)
+
+
+def test_a_batch_whose_lock_ran_out_leaves_no_row_once_its_queue_is_housekept(
+    broker: Broker, queue: str, url: str, clock: ManualClock
+) -> None:
+    """The housekeeping that gives back a received batch whose lock ran out also forgets
+    its cover, though nobody receives from the queue again."""
+    fill(broker, queue, 3)
+    broker.receiver(queue).receive(max_messages=3)
+    clock.advance(31)
+    broker.housekeep()
+    assert execute_behind_the_back(url, "SELECT count(*) FROM leases") == [(0,)]
+    assert [m.delivery_count for m in broker.peek(queue, max_messages=5)] == [1, 1, 1]
+    assert_balanced(broker)

@@ -237,10 +237,17 @@ class LeaseStatements(SharedStatements):
         return int(count)
 
     async def close_expired_leases(self, entity_id: int, now: float) -> None:
+        # A receive's cover (of no consumer) is nothing once closed: its row goes.
+        params = {"entity": entity_id, "now": now}
+        await self._execute(
+            "DELETE FROM leases WHERE entity_id = :entity AND consumer = ''"
+            " AND cover_lo IS NOT NULL AND locked_until <= :now",
+            params,
+        )
         await self._execute(
             "UPDATE leases SET cover_lo = NULL, cover_hi = NULL WHERE entity_id = :entity"
             " AND cover_lo IS NOT NULL AND locked_until <= :now",
-            {"entity": entity_id, "now": now},
+            params,
         )
 
     async def cover_top(self, entity_id: int) -> int:

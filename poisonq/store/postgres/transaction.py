@@ -532,13 +532,17 @@ class PostgresTransaction(
     async def close_expired_leases(self, entity_id: int, now: float) -> None:
         # Only the covers this transaction swept: one another sweep has may be its to close
         # (waiting for it here, two sweeps would wait for each other).
+        # A receive's cover (of no consumer) is nothing once closed: its row goes.
         swept = self._expired_covers.pop(entity_id, None)
         if swept:
             consumers, numbers = zip(*swept, strict=True)
             await self._run(
-                "UPDATE leases SET cover_lo = NULL, cover_hi = NULL WHERE entity_id = %b"
-                " AND (consumer, number) IN (SELECT * FROM unnest(%b::text[], %b::bigint[]))",
-                (entity_id, list(consumers), list(numbers)),
+                "WITH swept AS (SELECT * FROM unnest(%(consumers)b::text[], %(numbers)b::bigint[])"
+                " AS s(consumer, number)), gone AS (DELETE FROM leases WHERE entity_id = %(entity)b"
+                " AND consumer = '' AND (consumer, number) IN (SELECT * FROM swept))"
+                " UPDATE leases SET cover_lo = NULL, cover_hi = NULL WHERE entity_id = %(entity)b"
+                " AND consumer != '' AND (consumer, number) IN (SELECT * FROM swept)",
+                {"entity": entity_id, "consumers": list(consumers), "numbers": list(numbers)},
             )
 
     async def receive_follows(self, entity_id: int) -> None:
