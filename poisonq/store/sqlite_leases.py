@@ -10,8 +10,8 @@ one row of ``leases`` of no consumer (``''``, which no consumer's name can be), 
 came back locked row by row. So a receive writes one row, not one a message, and a settlement
 writes each message once (its delivery counted as it leaves the cover), where a lock written
 into every message wrote each twice. A receive's cover row lives while its range holds a
-message: a settlement that empties it forgets it, and each receive forgets those emptied
-otherwise (by abandons, renewals, a lock sweep).
+message: a settlement that empties it forgets it, so does the lock sweep once its lock ran
+out, and each receive forgets those emptied otherwise (by abandons, renewals, releases).
 """
 
 from __future__ import annotations
