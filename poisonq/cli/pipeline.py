@@ -312,12 +312,14 @@ def _quiet_py4j_interrupt(record: logging.LogRecord) -> bool:
 
 # The report -------------------------------------------------------------------------------
 def _interrupted_line(report: PipelineReport, consumer: str) -> str:
-    """What Ctrl-C left, in one line: the batch in hand is replayed by the next run."""
+    """What Ctrl-C left, in one line: the batch in hand is replayed by the next run, which
+    first watches its lock for up to half the lock duration (no other run may hold it)."""
     if not report.unfinished:
         return "interrupted: nothing left unfinished"
     return (
         f"interrupted: the batch in hand ({report.unfinished} message(s)) stays locked and is"
-        f" replayed by the next run of consumer {consumer!r}"
+        f" replayed by the next run of consumer {consumer!r}, after up to half a lock duration"
+        " making sure no other run holds it"
     )
 
 

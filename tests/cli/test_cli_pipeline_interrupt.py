@@ -66,7 +66,8 @@ def test_ctrl_c_stops_a_run_in_one_line_with_code_130_and_the_next_run_finishes_
     said = [line for line in stderr.splitlines() if line.startswith("interrupted")]
     assert said == [
         "interrupted: the batch in hand (400 message(s)) stays locked and is replayed by the"
-        " next run of consumer 'pipeline'"
+        " next run of consumer 'pipeline', after up to half a lock duration making sure no"
+        " other run holds it"
     ]
     assert "(interrupted)" in stdout
     assert api.counts("orders")["locked"] == 400
