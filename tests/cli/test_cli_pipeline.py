@@ -197,6 +197,7 @@ def test_a_batch_function_run_without_batches_is_one_error_line_before_spark_sta
     assert {m.delivery_count for m in api.peek(fifty, max_messages=50)} == {0}
 
 
+@pytest.mark.spark  # (its run starts a SparkSession: asks for no fixture that says so)
 def test_a_function_that_kills_its_process_on_a_batch_is_tried_apart_from_the_command(
     url: str, api: Broker, fifty: str, tmp_path: Path
 ) -> None:
