@@ -29,12 +29,12 @@ this is all they do; below it, only a change of schema helps.
 
 With ``--sqlite`` the floor is also measured for schemas the store does not have, each made
 from today's in a store file of its own (``--design``, default all; a line each, starting
-``design=…``): ``today``; ``…-counted`` (the dead-letter aggregates counted by one grouped
-statement a batch instead of row triggers); ``in-place`` (a dead-lettered message keeps its
-queue's entity and only its state and reason change, the reason and fingerprint indexes partial
-on ``state = 'dead_lettered'``, the aggregate triggers keyed on the state); ``in-place-counted``
-(that, counted by a statement); ``…-state-index`` (counted, without the reason and fingerprint
-indexes); ``today-range`` (today's schema, a receive taking its batch as a lease's range). Each
+``design=…``): ``today``; ``in-place`` (a dead-lettered message keeps its queue's entity and
+only its state and reason change, the reason and fingerprint indexes partial on
+``state = 'dead_lettered'``); ``…-state-index`` (without the reason and fingerprint indexes);
+``today-range`` (today's schema, a receive taking its batch as a lease's range). Every design
+counts a moved batch into the dead-letter aggregates by one grouped statement, as the store
+does since schema 18 (the designs counted by row triggers went with them). Each
 design runs every phase beside a run of the minimal queue of its own. ``--synchronous OFF``
 leaves the disk's wait out of both sides.
 """
@@ -45,7 +45,6 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import sqlite3
 import tempfile
 import time
@@ -169,7 +168,7 @@ SQLITE_RELEASE = (
     " RETURNING cover_lo, cover_hi"
 )
 # A moved batch counted into its dead-letter queue's aggregates by one statement, grouped as
-# the schema's triggers key a message (schema 12), where no trigger counts it row by row.
+# schema 12 keys a message, as the store counts it (schema 18).
 SQLITE_COUNT = (
     "INSERT INTO dead_letter_aggregates (entity_id, reason, subject, fingerprint, error_type,"
     " bucket, count, first_at, last_at)"
@@ -180,19 +179,6 @@ SQLITE_COUNT = (
     " ON CONFLICT DO UPDATE SET count = count + excluded.count,"
     " first_at = min(first_at, excluded.first_at), last_at = max(last_at, excluded.last_at)"
 )
-# The keys of a message's aggregate group: a change of one moves it between groups.
-_KEYS_CHANGED = (
-    "OLD.dead_letter_reason IS NOT NEW.dead_letter_reason OR OLD.subject IS NOT NEW.subject"
-    " OR OLD.last_fingerprint IS NOT NEW.last_fingerprint"
-    " OR OLD.last_error_type IS NOT NEW.last_error_type"
-    " OR OLD.dead_lettered_at IS NOT NEW.dead_lettered_at"
-)
-_IN_PLACE_TRIGGER = (
-    "CREATE TRIGGER dead_letter_aggregates_{side} AFTER UPDATE OF state, dead_letter_reason,"
-    " subject, last_fingerprint, last_error_type, dead_lettered_at ON messages"
-    " WHEN {this}.state = 'dead_lettered' AND ({other}.state IS NOT 'dead_lettered' OR"
-    f" {_KEYS_CHANGED}) "
-)
 
 
 @dataclass(frozen=True)
@@ -202,32 +188,20 @@ class Design:
     ``in_place``: it keeps its queue's entity and only its state (and reason) change, the
     dead-letter queue read as (queue, ``'dead_lettered'``); the reason and fingerprint indexes
     then hold dead-lettered messages only (partial on the state). Else (today's schema) it
-    moves to its dead-letter queue's entity. ``triggers``: the aggregates are counted by row
-    triggers (today's, or in place the same keyed on the state); else by one grouped statement
-    a batch. ``reason_index``: without it (nor the fingerprint's), a dead-lettered message has
-    an entry in ``messages_by_state`` alone. ``range_receive``: a receive holds its batch as
-    one row of ``leases`` (a cover of its range, as the store's leases do) instead of writing
-    a lock into each message, and its settlement counts the delivery in each message's row.
+    moves to its dead-letter queue's entity. ``reason_index``: without it (nor the
+    fingerprint's), a dead-lettered message has an entry in ``messages_by_state`` alone.
+    ``range_receive``: a receive holds its batch as one row of ``leases`` (a cover of its
+    range, as the store's leases do) instead of writing a lock into each message, and its
+    settlement counts the delivery in each message's row.
     """
 
     name: str
     in_place: bool = False
-    triggers: bool = True
     reason_index: bool = True
     range_receive: bool = False
 
     def apply(self, db: sqlite3.Connection) -> None:
         """Turn today's schema (made by the store in ``db``) into this design's."""
-        bodies = {
-            name.rsplit("_", 1)[1]: re.split(r"\bBEGIN\b", sql, maxsplit=1)[1]
-            for name, sql in db.execute(
-                "SELECT name, sql FROM sqlite_master WHERE type = 'trigger'"
-                " AND name IN ('dead_letter_aggregates_enter', 'dead_letter_aggregates_leave')"
-            )
-        }
-        if self.in_place or not self.triggers:
-            db.execute("DROP TRIGGER dead_letter_aggregates_enter")
-            db.execute("DROP TRIGGER dead_letter_aggregates_leave")
         if self.in_place or not self.reason_index:
             db.execute("DROP INDEX messages_by_dead_letter_reason")
             db.execute("DROP INDEX messages_by_fingerprint")
@@ -241,21 +215,15 @@ class Design:
                 " (entity_id, last_fingerprint, seq)"
                 " WHERE state = 'dead_lettered' AND last_fingerprint IS NOT NULL"
             )
-        if self.in_place and self.triggers:
-            for side, this, other in (("enter", "NEW", "OLD"), ("leave", "OLD", "NEW")):
-                header = _IN_PLACE_TRIGGER.format(side=side, this=this, other=other)
-                db.execute(f"{header}BEGIN{bodies[side]}")
 
 
 DESIGNS = {
     design.name: design
     for design in (
         Design("today"),
-        Design("today-counted", triggers=False),
-        Design("today-state-index", triggers=False, reason_index=False),
+        Design("today-state-index", reason_index=False),
         Design("in-place", in_place=True),
-        Design("in-place-counted", in_place=True, triggers=False),
-        Design("in-place-state-index", in_place=True, triggers=False, reason_index=False),
+        Design("in-place-state-index", in_place=True, reason_index=False),
         Design("today-range", range_receive=True),
     )
 }
@@ -339,8 +307,7 @@ class SqliteFloor:
             f" WHERE {which}",
             (*moved, now, *params),
         )
-        if not self.design.triggers:
-            self.db.execute(SQLITE_COUNT.format(which=batch[0]), batch[1])
+        self.db.execute(SQLITE_COUNT.format(which=batch[0]), batch[1])
 
     def entity_ids(self, *names: str) -> list[int]:
         rows = self.db.execute(

@@ -143,6 +143,61 @@ def test_what_the_store_inserts_into_a_dead_letter_queue_is_counted_in_its_group
     assert _aggregates_match(broker)
 
 
+def test_a_dead_letter_forwarded_to_a_disabled_queue_is_counted_where_it_lands(
+    broker: Broker,
+) -> None:
+    """A dead letter the queue forwards (``forward_dead_lettered_messages_to``) to a queue
+    that cannot take it moves on to the transfer dead-letter queue with its own reason: it is
+    counted out of the dead-letter queue's groups and into the transfer one's."""
+    broker.create_queue("errors")
+    broker.create_queue("orders", forward_dead_lettered_messages_to="errors")
+    broker.disable("errors")
+    _dead_letter(broker, "orders", ["Invalid", "Late"])
+    assert _groups(broker, "orders") == {}
+    transfer = subqueue_name("orders", SubQueue.TRANSFER_DEADLETTER)
+    assert {g.key: g.count for g in broker.dead_letter_groups(transfer)} == {
+        "Invalid": 1,
+        "Late": 1,
+    }
+    assert _aggregates_match(broker)
+    assert_balanced(broker)
+
+
+def test_what_the_store_moves_between_dead_letter_queues_is_counted_on_both_sides(
+    broker: Broker, clock: ManualClock
+) -> None:
+    """No operation of the engine dead-letters out of a dead-letter queue, but the store keeps
+    the aggregates exact whatever it moves: a dead letter moved, or dead-lettered again, from
+    one dead-letter queue into another leaves the first's groups and joins the second's."""
+    broker.create_queue("orders")
+    broker.create_queue("returns")
+    _dead_letter(broker, "orders", ["Invalid", "Invalid", "Late"])
+    dlq = broker.receiver("orders/$deadletterqueue")
+    (moved,) = dlq.peek()
+
+    async def move(seq: int, token: str | None) -> list[int]:
+        """Moved with ``token`` (dead-lettered again under the lock), else moved as is."""
+        async with broker.store.transaction() as tx:
+            orders, returns = [
+                await tx.entity(subqueue_name(queue, SubQueue.DEADLETTER))
+                for queue in ("orders", "returns")
+            ]
+            assert orders is not None and returns is not None
+            if token is None:
+                return await tx.move(orders.id, [seq], returns.id, None, None)
+            now = clock.now()
+            return await tx.dead_letter(
+                orders.id, [seq], returns.id, "Again", None, "orders", None, now, token
+            )
+
+    assert drive(move(moved.sequence_number, None)) == [moved.sequence_number]
+    (lettered,) = dlq.receive()
+    assert drive(move(lettered.sequence_number, lettered.lock_token)) == [lettered.sequence_number]
+    assert _groups(broker, "orders") == {"Late": 1}
+    assert _groups(broker, "returns") == {"Invalid": 1, "Again": 1}
+    assert _aggregates_match(broker)
+
+
 def test_the_dead_letter_subqueues_are_the_ones_the_triggers_keep() -> None:
     """The engine's list of dead-letter subqueues is the one the schema's triggers name."""
     from importlib import resources
@@ -158,9 +213,12 @@ def test_the_dead_letter_subqueues_are_the_ones_the_triggers_keep() -> None:
     assert SubQueue.RETRY not in DEAD_LETTER_QUEUES
 
 
-_SQLITE_BEFORE_12 = [  # (schema 15 split the update's trigger; the store deletes and inserts)
-    "DROP TRIGGER dead_letter_aggregates_enter",
-    "DROP TRIGGER dead_letter_aggregates_leave",
+# Schema 12 run again on a store of today makes the row triggers that schemas 15, 16 and 18
+# dropped for the store's own counting: dropped again once it has backfilled.
+_SQLITE_AFTER_12 = [
+    "DROP TRIGGER dead_letter_aggregates_insert",
+    "DROP TRIGGER dead_letter_aggregates_update",
+    "DROP TRIGGER dead_letter_aggregates_delete",
 ]
 _POSTGRES_BEFORE_12 = [
     "DROP VIEW dead_letter_counts",  # before the table of changes it reads
@@ -189,11 +247,13 @@ def test_a_store_from_before_the_aggregates_is_backfilled_from_its_dead_letters(
     with poisonq.connect(url, clock=clock) as broker:
         broker.create_queue("orders")
         _dead_letter(broker, "orders", ["A", "A", "B"])
-    own = _SQLITE_BEFORE_12 if url.startswith("sqlite") else _POSTGRES_BEFORE_12
-    for statement in own + _BEFORE_12:
+    sqlite = url.startswith("sqlite")
+    for statement in ([] if sqlite else _POSTGRES_BEFORE_12) + _BEFORE_12:
         execute_behind_the_back(url, statement)
     with poisonq.connect(url, clock=clock) as broker:
         assert _groups(broker, "orders") == {"A": 2, "B": 1}
+        for statement in _SQLITE_AFTER_12 if sqlite else []:
+            execute_behind_the_back(url, statement)
         _dead_letter(broker, "orders", ["B"])
         assert _groups(broker, "orders") == {"A": 2, "B": 2}
         assert _aggregates_match(broker)

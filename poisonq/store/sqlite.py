@@ -17,6 +17,7 @@ import json
 import sqlite3
 import threading
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from itertools import chain
@@ -124,23 +125,37 @@ _GROUP_KEYS = (
 )
 
 
-# Counts messages inserted into a dead-letter queue (sequence numbers ?1 to ?2) into its
-# aggregates, a group at a time, and names the fingerprints it had not held before by their
-# first message (as schema 12's insert trigger did, row by row).
-_COUNT_INSERTED = (
-    "INSERT INTO dead_letter_aggregates (entity_id, reason, subject, fingerprint, error_type,"
-    " bucket, count, first_at, last_at)"
-    f" SELECT entity_id, {_GROUP_KEYS}, count(*), min(coalesce(dead_lettered_at, enqueued_at)),"
-    " max(coalesce(dead_lettered_at, enqueued_at)) FROM messages WHERE seq BETWEEN ?1 AND ?2"
-    " GROUP BY 1, 2, 3, 4, 5, 6 ON CONFLICT DO UPDATE SET count = count + excluded.count,"
+# What counting a group in adds to its row, if it has one.
+_ADDED_TO_GROUP = (
+    "ON CONFLICT DO UPDATE SET count = count + excluded.count,"
     " first_at = min(first_at, excluded.first_at), last_at = max(last_at, excluded.last_at)"
 )
-_NAME_FINGERPRINTS = (
-    "INSERT INTO dead_letter_fingerprints (entity_id, fingerprint, error_type, description)"
-    " SELECT entity_id, json_quote(last_fingerprint), last_error_type,"
-    " json_extract(failures, '$[#-1].message') FROM messages WHERE seq BETWEEN ?1 AND ?2"
-    " AND last_fingerprint IS NOT NULL ORDER BY seq ON CONFLICT DO NOTHING"
-)
+
+
+def _counted_in(which: str) -> tuple[str, str]:
+    """The statements that count the messages ``which`` selects (all in one dead-letter queue,
+    just inserted or moved there) into its aggregates, a group at a time, and name the
+    fingerprints it had not held before by their first message (as schema 12's triggers did,
+    row by row)."""
+    count = (
+        "INSERT INTO dead_letter_aggregates (entity_id, reason, subject, fingerprint, error_type,"
+        " bucket, count, first_at, last_at)"
+        f" SELECT entity_id, {_GROUP_KEYS}, count(*), min(coalesce(dead_lettered_at, enqueued_at)),"
+        f" max(coalesce(dead_lettered_at, enqueued_at)) FROM messages WHERE {which}"
+        f" GROUP BY 1, 2, 3, 4, 5, 6 {_ADDED_TO_GROUP}"
+    )
+    name = (
+        "INSERT INTO dead_letter_fingerprints (entity_id, fingerprint, error_type, description)"
+        " SELECT entity_id, json_quote(last_fingerprint), last_error_type,"
+        f" json_extract(failures, '$[#-1].message') FROM messages WHERE {which}"
+        " AND last_fingerprint IS NOT NULL ORDER BY seq ON CONFLICT DO NOTHING"
+    )
+    return count, name
+
+
+# Counting in messages just inserted (sequence numbers ?1 to ?2), or moved (a JSON list ?1).
+_COUNT_INSERTED = _counted_in("seq BETWEEN ?1 AND ?2")
+_COUNT_MOVED = _counted_in("seq IN (SELECT value FROM json_each(?1))")
 
 
 def _record_failure(failure: str) -> str:
@@ -320,20 +335,69 @@ class SqliteTransaction(
             top = self._db.execute(insert + ", ".join([row_marks] * len(chunk)), params).lastrowid
         assert top is not None
         first = top - len(rows) + 1
-        self._count_inserted(entity_id, first, top)
+        self._count_in(entity_id, range(first, top + 1))
         self._count_sent(entity_id, len(rows), sum(m.size for m in rows))
         return list(range(first, top + 1))
 
-    def _count_inserted(self, entity_id: int, first: int, last: int) -> None:
-        """Count the messages just inserted into the entity (sequence numbers ``first`` to
-        ``last``) into its dead-letter aggregates if it is a dead-letter queue. Messages have
-        no insert trigger (schema 16): a row trigger runs its program for every row inserted,
-        a fifth of a send's INSERT, to ask what is the same for the whole statement. (No
+    def _count_in(self, entity_id: int, seqs: Sequence[int]) -> None:
+        """Count the messages ``seqs`` just inserted or moved into the entity (a ``range`` if
+        inserted) into its dead-letter aggregates if it is a dead-letter queue. Messages have
+        no row triggers for them (schemas 15, 16 and 18): a row trigger runs its program for
+        every row a statement writes, to ask what is the same for the whole statement. (No
         operation of the engine inserts into a dead-letter queue; the store keeps its
-        aggregates exact whatever it is asked to insert.)"""
-        if self._is_dead_letter_queue(entity_id):
-            self._db.execute(_COUNT_INSERTED, (first, last))
-            self._db.execute(_NAME_FINGERPRINTS, (first, last))
+        aggregates exact whatever it is asked to write.)"""
+        if seqs and self._is_dead_letter_queue(entity_id):
+            params: tuple[object, ...]
+            if isinstance(seqs, range):
+                statements, params = _COUNT_INSERTED, (seqs[0], seqs[-1])
+            else:
+                statements, params = _COUNT_MOVED, (seqs_json(seqs),)
+            for statement in statements:
+                self._db.execute(statement, params)
+
+    def _count_letters_in(self, entity_id: int, rows: list[Any], now: float) -> None:
+        """Count messages just dead-lettered into the entity at ``now`` into its aggregates
+        from the rows the move returned (sequence number, size, reason, subject, fingerprint,
+        error type): grouped here, one upsert a group, rather than read again. A fingerprint
+        is named from its first message only if a letter has one."""
+        if not rows or not self._is_dead_letter_queue(entity_id):
+            return
+        bucket = int(now / 3600) * 3600  # as CAST(... / 3600 AS INTEGER) * 3600 keys it
+        groups = Counter(row[2:6] for row in rows)
+        self._db.executemany(
+            "INSERT INTO dead_letter_aggregates (entity_id, reason, subject, fingerprint,"
+            " error_type, bucket, count, first_at, last_at) VALUES (?6, json_quote(?1),"
+            " json_quote(?2), json_quote(?3), json_quote(?4), ?7, ?5, ?8, ?8)"
+            f" {_ADDED_TO_GROUP}",
+            [(*key, count, entity_id, bucket, now) for key, count in groups.items()],
+        )
+        fingerprinted = [row[0] for row in rows if row[4] is not None]
+        if fingerprinted:
+            self._db.execute(_COUNT_MOVED[1], (seqs_json(sorted(fingerprinted)),))
+
+    def _count_out(
+        self, entity_id: int, where: str, params: Sequence[object] | Params, joined: str = ""
+    ) -> None:
+        """Count the messages ``where`` selects (from messages, ``joined`` with another table
+        if given) out of the entity's dead-letter aggregates if it is a dead-letter queue,
+        before they are deleted, moved away, or given new keys: a dead-letter queue's groups
+        are few, so they are counted out by one grouped read and a decrement each."""
+        if not self._is_dead_letter_queue(entity_id):
+            return
+        groups = self._db.execute(
+            f"SELECT {_GROUP_KEYS}, count(*) FROM messages{joined} WHERE {where}"
+            " GROUP BY 1, 2, 3, 4, 5",
+            params,
+        ).fetchall()
+        self._db.executemany(
+            "UPDATE dead_letter_aggregates SET count = count - ?6 WHERE entity_id = ?7"
+            " AND reason = ?1 AND subject = ?2 AND fingerprint = ?3 AND error_type = ?4"
+            " AND bucket = ?5",
+            [(*group, entity_id) for group in groups],
+        )
+        self._db.execute(
+            "DELETE FROM dead_letter_aggregates WHERE entity_id = ? AND count = 0", (entity_id,)
+        )
 
     def _is_dead_letter_queue(self, entity_id: int) -> bool:
         (subqueue,) = self._db.execute(
@@ -504,18 +568,24 @@ class SqliteTransaction(
         hop_count: int = 0,
     ) -> list[int]:
         covered = await self._covered_clause(entity_id)
+        which = (
+            f"entity_id = ? AND state IN {HELD_IN} AND state != 'locked' AND NOT {covered}"
+            f" AND seq IN {SEQS}"
+        )
+        params = (entity_id, seqs_json(seqs))
+        self._count_out(entity_id, which, params)
         rows = self._db.execute(
             "UPDATE messages SET entity_id = ?, state = coalesce(?, state),"
             " visible_at = coalesce(?, visible_at),"
             f" leasable = {await self._returned(destination_id)},"
             " move_count = move_count + ?, hop_count = hop_count + ?"
-            f" WHERE entity_id = ? AND state IN {HELD_IN} AND state != 'locked' AND NOT {covered}"
-            f" AND seq IN {SEQS} RETURNING seq, size",
-            (destination_id, state, visible_at, move_count, hop_count, entity_id, seqs_json(seqs)),
+            f" WHERE {which} RETURNING seq, size",
+            (destination_id, state, visible_at, move_count, hop_count, *params),
         ).fetchall()
-        moved, size = len(rows), sum(row[1] for row in rows)
-        self._count_moved(entity_id, destination_id, moved, size)
-        return sorted(row[0] for row in rows)
+        moved = sorted(row[0] for row in rows)
+        self._count_in(destination_id, moved)
+        self._count_moved(entity_id, destination_id, len(rows), sum(row[1] for row in rows))
+        return moved
 
     # Settling -----------------------------------------------------------------------------
     async def receive_follows(self, entity_id: int) -> None:
@@ -587,27 +657,12 @@ class SqliteTransaction(
         returning: str | None = None,
     ) -> list[Any]:
         """Delete the messages ``where`` selects (all of the entity's), returning
-        ``returning`` of each, and count them out of the entity's dead-letter aggregates if it
-        is a dead-letter queue. Every deletion of messages but an entity's own goes through
-        here: messages have no delete trigger (schema 15), since a row trigger on a table
-        makes SQLite read every deleted row whole, body and all, and run the trigger's program
-        for it, about two thirds of a completion; a dead-letter queue's groups are few, so
-        they are counted out by one grouped read and a decrement each."""
-        if self._is_dead_letter_queue(entity_id):
-            groups = self._db.execute(
-                f"SELECT {_GROUP_KEYS}, count(*) FROM messages WHERE {where}"
-                " GROUP BY 1, 2, 3, 4, 5",
-                params,
-            ).fetchall()
-            self._db.executemany(
-                "UPDATE dead_letter_aggregates SET count = count - ?6 WHERE entity_id = ?7"
-                " AND reason = ?1 AND subject = ?2 AND fingerprint = ?3 AND error_type = ?4"
-                " AND bucket = ?5",
-                [(*group, entity_id) for group in groups],
-            )
-            self._db.execute(
-                "DELETE FROM dead_letter_aggregates WHERE entity_id = ? AND count = 0", (entity_id,)
-            )
+        ``returning`` of each, and count them out of the entity's dead-letter aggregates.
+        Every deletion of messages but an entity's own goes through here: messages have no
+        delete trigger (schema 15), since a row trigger on a table makes SQLite read every
+        deleted row whole, body and all, and run the trigger's program for it, about two
+        thirds of a completion."""
+        self._count_out(entity_id, where, params)
         if returning is None:
             self._db.execute(f"DELETE FROM messages WHERE {where}", params)
             return []
@@ -629,25 +684,33 @@ class SqliteTransaction(
     ) -> int:
         failing = any(failures)
         covered = await self._covered_clause(entity_id)
+        # +entity_id: each found by sequence number, never by walking the entity's index (the
+        # OR leaves the planner no state to seek).
+        which = (
+            "messages.seq = failed.sequence_number AND +entity_id = :entity"
+            f" AND (state = 'locked' OR {covered})"
+        )
+        params = {
+            "ready": ready,
+            "entity": entity_id,
+            "failed": _rows_json(zip(seqs, failures, strict=True)),
+        }
+        if failing:  # a failure recorded gives a message new keys in a dead-letter queue
+            self._count_out(entity_id, which, params, f", {_FAILED}")
         # A covered message's delivery is counted in its row as it leaves its lease.
-        changed = self._db.execute(
+        rows = self._db.execute(
             "UPDATE messages SET state = :ready, lock_token = NULL, locked_until = NULL,"
             f" delivery_count = delivery_count + {covered},"
             f" leasable = {await self._returned(entity_id)},"
             " abort_count = abort_count + 1"
             f"{',' + _record_failure('failed.failure') if failing else ''}"
-            # +entity_id: each found by sequence number, never by walking the entity's index
-            # (the OR leaves the planner no state to seek).
-            f" FROM {_FAILED} WHERE messages.seq = failed.sequence_number"
-            f" AND +entity_id = :entity AND (state = 'locked' OR {covered})",
-            {
-                "ready": ready,
-                "entity": entity_id,
-                "failed": _rows_json(zip(seqs, failures, strict=True)),
-            },
-        ).rowcount
-        self._count_returned(entity_id, changed, lock_expired)
-        return changed
+            f" FROM {_FAILED} WHERE {which} RETURNING seq",
+            params,
+        ).fetchall()
+        if failing:
+            self._count_in(entity_id, [row[0] for row in rows])
+        self._count_returned(entity_id, len(rows), lock_expired)
+        return len(rows)
 
     async def release(
         self,
@@ -691,6 +754,29 @@ class SqliteTransaction(
             covered, cover = "(state != 'locked')", await self._cover(entity_id, lock_token, now)
         held_by_cover = _OR_IN_COVER if cover else ""
         lo, hi = cover or (None, None)
+        letters_from = _ALIKE if alike else _LETTERS
+        # The letters are the outer loop, each finding its message by sequence number
+        # (+entity_id: never by walking the entity's index, once for every letter).
+        which = (
+            "messages.seq = letter.sequence_number AND +entity_id = :entity"
+            f" AND ((:token IS NULL AND state IN {LIVE})"
+            "   OR (state = 'locked' AND lock_token = :token AND locked_until > :now)"
+            f"{held_by_cover})"
+        )
+        params = {
+            "destination": destination_id,
+            "source": source,
+            "now": now,
+            "entity": entity_id,
+            "token": lock_token,
+            "letters": seqs_json(seqs) if alike else _rows_json(letters),
+            "reason": first.reason,
+            "description": first.description,
+            "failure": json.dumps(first.failure) if first.failure else None,
+            "lo": lo,
+            "hi": hi,
+        }
+        self._count_out(entity_id, which, params, f", {letters_from}")
         rows = self._db.execute(
             "UPDATE messages SET entity_id = :destination, state = 'dead_lettered',"
             " lock_token = NULL, locked_until = NULL, dead_letter_reason = letter.reason,"
@@ -704,35 +790,19 @@ class SqliteTransaction(
             f" dead_lettered_deliveries = delivery_count + {covered}"
             # (no failure to record: the history's columns are left as they are)
             f"{',' + _record_failure('letter.failure') if failing else ''}"
-            # The letters are the outer loop, each finding its message by sequence number
-            # (+entity_id: never by walking the entity's index, once for every letter).
-            f" FROM {_ALIKE if alike else _LETTERS}"
-            " WHERE messages.seq = letter.sequence_number AND +entity_id = :entity"
-            f" AND state IN {LIVE}"
-            " AND (:token IS NULL"
-            "   OR (state = 'locked' AND lock_token = :token AND locked_until > :now)"
-            f"{held_by_cover})"
-            " RETURNING seq, size, dead_letter_reason, subject, last_fingerprint",
-            {
-                "destination": destination_id,
-                "source": source,
-                "now": now,
-                "entity": entity_id,
-                "token": lock_token,
-                "letters": seqs_json(seqs) if alike else _rows_json(letters),
-                "reason": first.reason,
-                "description": first.description,
-                "failure": json.dumps(first.failure) if first.failure else None,
-                "lo": lo,
-                "hi": hi,
-            },
+            f" FROM {letters_from} WHERE {which}"
+            " RETURNING seq, size, dead_letter_reason, subject, last_fingerprint, last_error_type",
+            params,
         ).fetchall()
         if cover and lock_token is not None:
             self._forget_emptied(entity_id, lock_token)
-        moved, size = len(rows), sum(row[1] for row in rows)
-        self.history.dead_lettered(destination_id, (row[2:] for row in rows))
-        self._count_moved(entity_id, destination_id, moved, size, "dead_lettered")
-        return sorted(row[0] for row in rows)
+        moved = sorted(row[0] for row in rows)
+        self._count_letters_in(destination_id, rows, now)
+        self.history.dead_lettered(destination_id, (row[2:5] for row in rows))
+        self._count_moved(
+            entity_id, destination_id, len(rows), sum(row[1] for row in rows), "dead_lettered"
+        )
+        return moved
 
     async def drop(self, entity_id: int, seqs: Sequence[int]) -> int:
         rows = self._delete(
@@ -774,7 +844,7 @@ class SqliteTransaction(
         if copied.rowcount > 0:
             top = copied.lastrowid
             assert top is not None
-            self._count_inserted(destination_id, top - copied.rowcount + 1, top)
+            self._count_in(destination_id, range(top - copied.rowcount + 1, top + 1))
         sizes = [row[0] for row in self._delete(entity_id, guard, params, "size")]
         moved, size = len(sizes), sum(sizes)
         self._count_moved(entity_id, destination_id, moved, size, "resubmitted")
