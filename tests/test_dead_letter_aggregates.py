@@ -259,6 +259,42 @@ def test_a_store_from_before_the_aggregates_is_backfilled_from_its_dead_letters(
         assert _aggregates_match(broker)
 
 
+@pytest.mark.parametrize(
+    "key", ["ünïcødé", "emoji 🎉", "tab\tnew\nline", 'quote" back\\slash', "\x01 control", "\u2028"]
+)
+def test_a_group_of_any_text_is_selected_by_its_key(broker: Broker, key: str) -> None:
+    """A selection by reason or subject finds the group the listing shows, whatever the
+    key's characters: the CLI resubmits or purges a group only if it counts it first."""
+    broker.create_queue("orders")
+    _dead_letter(broker, "orders", [key, key, "other"], subject=key)
+    assert _groups(broker, "orders")[key] == 2
+    assert broker.count_dead_letters("orders", reason=key) == 2
+    assert broker.count_dead_letters("orders", subject=key) == 3
+
+
+def test_a_sqlite_store_whose_groups_fall_short_of_its_dead_letters_is_recounted_as_it_opens(
+    sqlite_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A process of a poisonq from before schema 18, still running when another upgraded the
+    file, dead-letters without counting (its triggers are gone): the groups fall short of
+    what the ledger holds. The next open recounts that queue's groups, and says so."""
+    with poisonq.connect(sqlite_url) as broker:
+        broker.create_queue("orders")
+        broker.create_queue("returns")
+        _dead_letter(broker, "orders", ["A", "A", "B"])
+        _dead_letter(broker, "returns", ["C"])
+    execute_behind_the_back(  # as the older process's moves leave them
+        sqlite_url,
+        "DELETE FROM dead_letter_aggregates WHERE reason = '\"A\"'",
+    )
+    with caplog.at_level("WARNING", "poisonq.store.sqlite"), poisonq.connect(sqlite_url) as broker:
+        assert _groups(broker, "orders") == {"A": 2, "B": 1}
+        assert _groups(broker, "returns") == {"C": 1}
+        assert _aggregates_match(broker)
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith("the dead-letter groups of orders/$deadletterqueue did not add up")
+
+
 def test_two_clients_dead_lettering_side_by_side_lose_no_update(pg_url: str) -> None:
     """On PostgreSQL, clients that dead-letter into one dead-letter queue at once, each
     settling several reasons per transaction in opposite orders, neither lose a count nor

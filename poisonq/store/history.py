@@ -49,7 +49,7 @@ def key_column(by: str | None) -> str:
 
 
 def key_text(value: str | None) -> str:
-    return json.dumps(value)
+    return json.dumps(value, ensure_ascii=False)
 
 
 def key_value(text: str) -> str | None:

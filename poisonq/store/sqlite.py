@@ -14,6 +14,7 @@ statement has a fixed text and stays in the statement cache. A statement assembl
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -59,6 +60,7 @@ from poisonq.store.leases_sql import within
 from poisonq.store.ledger import LedgerCounts
 from poisonq.store.rows import (
     ENTITY_COLUMNS,
+    HELD_COUNT,
     HELD_IN,
     LIVE,
     STATES,
@@ -111,6 +113,8 @@ _OR_IN_COVER = (
     " AND :hi)"
 )
 
+log = logging.getLogger(__name__)
+
 # A new message's state and optional columns: a batch binds only what its messages use.
 _SHAPE = attrgetter("state", *OPTIONAL_COLUMNS)
 
@@ -153,9 +157,22 @@ def _counted_in(which: str) -> tuple[str, str]:
     return count, name
 
 
-# Counting in messages just inserted (sequence numbers ?1 to ?2), or moved (a JSON list ?1).
+# Counting in messages just inserted (sequence numbers ?1 to ?2), or moved (a JSON list ?1),
+# or all of a dead-letter queue's (?1, its id) when its groups are recounted.
 _COUNT_INSERTED = _counted_in("seq BETWEEN ?1 AND ?2")
 _COUNT_MOVED = _counted_in("seq IN (SELECT value FROM json_each(?1))")
+_COUNT_ALL = _counted_in("entity_id = ?1")
+
+# The dead-letter queues whose groups do not add up to the messages their ledger holds, by
+# id and name: a process of a poisonq from before schema 18, still running when another
+# opened the file and upgraded it, moves messages in without counting them (the row triggers
+# that did are gone), and nothing tells it that the schema changed under it.
+_DRIFTED = (
+    "SELECT e.id, e.name FROM entities e LEFT JOIN dead_letter_aggregates a"
+    " ON a.entity_id = e.id"
+    f" WHERE e.subqueue IN ({', '.join(repr(s.value) for s in sorted(DEAD_LETTER_QUEUES))})"
+    f" GROUP BY e.id HAVING coalesce(sum(a.count), 0) != {HELD_COUNT}"
+)
 
 
 def _record_failure(failure: str) -> str:
@@ -925,10 +942,26 @@ class SqliteStore(Store):
                 for statement in _statements(script):
                     self._db.execute(statement)
                 self._db.execute(ADD_SCHEMA_VERSION, {"version": version})
+            self._recount_drifted_groups()
             self._db.execute("COMMIT")
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
+
+    def _recount_drifted_groups(self) -> None:
+        """Recount the groups of each dead-letter queue whose groups do not add up to what
+        its ledger holds (:data:`_DRIFTED`), as the store opens: what an older process
+        moved in after the upgrade is counted once any process of this poisonq next opens
+        the store. (Checked by the total, a read of the groups and not of the messages.)"""
+        for entity_id, name in self._db.execute(_DRIFTED).fetchall():
+            log.warning(
+                "the dead-letter groups of %s did not add up to its messages (an older poisonq"
+                " wrote to the store after it was upgraded): recounted",
+                name,
+            )
+            self._db.execute("DELETE FROM dead_letter_aggregates WHERE entity_id = ?", (entity_id,))
+            for statement in _COUNT_ALL:
+                self._db.execute(statement, (entity_id,))
 
     def _read_data_version(self) -> int:
         with self._lock:
