@@ -1,8 +1,9 @@
 """What an operator's reads of a big dead-letter queue cost: the reads in proportion to groups.
 
 Builds a queue whose dead-letter queue holds ``--held`` dead letters (1,000,000 by default;
-written with bulk SQL, the ledger to match, the aggregates kept by the store's own triggers as
-the rows go in): 5 reasons, 20 fingerprints (each with its error type), 10 subjects, spread
+written with bulk SQL, the ledger to match; the aggregates kept by PostgreSQL's triggers as the
+rows go in, and on SQLite recounted by the store as it opens the file and finds them short, with
+a warning): 5 reasons, 20 fingerprints (each with its error type), 10 subjects, spread
 over the last day. Then, server side (the app in this process, one client), the median of
 ``--repeats`` of each:
 
