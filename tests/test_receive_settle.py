@@ -547,6 +547,25 @@ def test_a_message_settled_twice_in_one_batch_is_refused(broker: Broker, queue: 
     assert_balanced(broker)
 
 
+@pytest.mark.parametrize("operation", ["complete", "abandon", "defer", "renew_lock"])
+def test_a_message_given_twice_to_one_call_is_settled_once(
+    broker: Broker, queue: str, operation: str
+) -> None:
+    """A list that names a message twice settles (or renews) it once, as a completion
+    always did: its lock is not reported lost. (An abandon and a deferral said "lock lost
+    or expired for message(s)" and named none.)"""
+    broker.sender(queue).send([Message(body=b"a"), Message(body=b"b")])
+    receiver = broker.receiver(queue)
+    first, second = receiver.receive(max_messages=2)
+    getattr(receiver, operation)([first, first, second])
+    counts = broker.counts(queue)
+    held = {"complete": "completed", "abandon": "active", "defer": "deferred"}
+    assert counts[held.get(operation, "locked")] == 2
+    if operation == "abandon":
+        assert [m.delivery_count for m in receiver.peek(max_messages=2)] == [1, 1]
+    assert_balanced(broker)
+
+
 @pytest.mark.parametrize("text", [5, b"x", ["x"], "a\x00b"])
 def test_a_dead_letter_reason_or_description_that_is_not_text_is_refused(
     broker: Broker, queue: str, text: object
