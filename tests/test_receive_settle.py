@@ -14,6 +14,7 @@ from poisonq import (
     Complete,
     DeadLetter,
     EntityNotFoundError,
+    FailureRecord,
     InvalidOperationError,
     InvalidOptionError,
     ManualClock,
@@ -543,6 +544,28 @@ def test_a_message_settled_twice_in_one_batch_is_refused(broker: Broker, queue: 
     ]
     with pytest.raises(InvalidOptionError, match="settled twice"):
         broker.settle(queue, twice)
+    assert broker.counts(queue)["locked"] == 1
+    assert_balanced(broker)
+
+
+@pytest.mark.parametrize("field", ["error_type", "fingerprint"])
+def test_a_failure_whose_grouping_keys_hold_a_nul_is_refused(
+    broker: Broker, queue: str, field: str
+) -> None:
+    """A failure's error type and fingerprint group its dead letter: with a NUL, SQLite's
+    grouping cut the key there (two fingerprints became one) and PostgreSQL kept another
+    character, so both refuse it, and the message stays locked."""
+    broker.sender(queue).send(Message(body=b"a"))
+    receiver = broker.receiver(queue)
+    (got,) = receiver.receive()
+    keys = {"error_type": "E", "fingerprint": "f", field: "x\x00y"}
+    failure = FailureRecord(0.0, keys["error_type"], "m", fingerprint=keys["fingerprint"])
+    for call in (
+        lambda: receiver.dead_letter(got, reason="Bad", error=failure),
+        lambda: receiver.abandon(got, error=failure),
+    ):
+        with pytest.raises(InvalidOptionError, match="cannot contain NUL"):
+            call()
     assert broker.counts(queue)["locked"] == 1
     assert_balanced(broker)
 

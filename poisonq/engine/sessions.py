@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Sequence
 
 from poisonq.engine.receiving import Receiving
-from poisonq.engine.targets import Lock, Target, check_text, whole_session
+from poisonq.engine.targets import Lock, Target, check_failure, check_text, whole_session
 from poisonq.errors import (
     InvalidOperationError,
     InvalidOptionError,
@@ -172,6 +172,7 @@ class Sessions(Receiving):
             raise InvalidOptionError(f"reason must be a non-empty string: {reason!r}")
         check_text(reason, "a dead-letter reason")
         check_text(description, "a dead-letter description")
+        check_failure(failure)
         now = self.clock.now()
         async with self.store.transaction() as tx:
             target = await self._session_target(tx, address)

@@ -12,6 +12,7 @@ from poisonq.engine.targets import (
     Target,
     all_or_raise,
     by_token,
+    check_failure,
     check_lock,
     check_text,
 )
@@ -89,6 +90,7 @@ class Settling(EngineBase):
         """locked → active (``abort_count += 1``), after the retry policy's redelivery delay
         or ``delay`` seconds; or poisoned if every attempt is used. Returns the sequence
         numbers that were poisoned."""
+        check_failure(failure)
         now = self.clock.now()
         async with self.store.transaction() as tx:
             target = await self.resolver.resolve(tx, address)
@@ -258,7 +260,7 @@ class _ByKind:
                 self.released.setdefault(token, []).append(seq)
             elif kind is Abandon:
                 assert isinstance(settlement, Abandon)
-                self.abandoned.append((seq, _failure(settlement.failure)))
+                self.abandoned.append((seq, check_failure(settlement.failure)))
             else:
                 assert isinstance(settlement, DeadLetter)
                 reason, description = settlement.reason, settlement.description
@@ -269,7 +271,7 @@ class _ByKind:
                 ):
                     check_text(description, "a dead-letter description")
                 reason = reason or DeadLetterReason.DEAD_LETTERED_BY_RECEIVER
-                failure = _failure(settlement.failure)
+                failure = check_failure(settlement.failure)
                 record = failure.to_json() if failure else None
                 letter = Letter(seq, reason, description, record)
                 self.letters.setdefault(token, []).append(letter)
@@ -284,9 +286,3 @@ def _kind(settlement: object) -> type[Settlement]:
     raise InvalidOptionError(
         f"a settlement is Complete, Abandon, DeadLetter or Release, not {settlement!r}"
     )
-
-
-def _failure(failure: object) -> FailureRecord | None:
-    if failure is not None and not isinstance(failure, FailureRecord):
-        raise InvalidOptionError(f"a failure is a FailureRecord, not {failure!r}")
-    return failure

@@ -148,6 +148,20 @@ def check_text(value: object, what: str) -> None:
         raise InvalidOptionError(f"{what} cannot contain NUL characters: {value!r}")
 
 
+def check_failure(failure: object) -> FailureRecord | None:
+    """A failure a caller gives to record (or None): a :class:`FailureRecord` whose error type
+    and fingerprint, the keys its dead letter is grouped by, are text without NUL (SQLite's
+    grouping cut a key at it, merging fingerprints; PostgreSQL cannot keep it). A record
+    made from an exception has its NULs spelled out already."""
+    if failure is None:
+        return None
+    if not isinstance(failure, FailureRecord):
+        raise InvalidOptionError(f"a failure is a FailureRecord, not {failure!r}")
+    check_text(failure.error_type, "a failure's error type")
+    check_text(failure.fingerprint, "a failure's fingerprint")
+    return failure
+
+
 def check_sequence_numbers(values: object) -> list[int]:
     """Sequence numbers as a caller gives them (one or a sequence), checked: integers >= 0."""
     seqs = [values] if isinstance(values, int) else values
