@@ -552,9 +552,8 @@ def test_a_message_settled_twice_in_one_batch_is_refused(broker: Broker, queue: 
 def test_a_failure_whose_grouping_keys_hold_a_nul_is_refused(
     broker: Broker, queue: str, field: str
 ) -> None:
-    """A failure's error type and fingerprint group its dead letter: with a NUL, SQLite's
-    grouping cut the key there (two fingerprints became one) and PostgreSQL kept another
-    character, so both refuse it, and the message stays locked."""
+    """A failure's error type and fingerprint group its dead letter, and a NUL in a key is
+    kept alike by neither store: both refuse it, and the message stays locked."""
     broker.sender(queue).send(Message(body=b"a"))
     receiver = broker.receiver(queue)
     (got,) = receiver.receive()
@@ -574,9 +573,8 @@ def test_a_failure_whose_grouping_keys_hold_a_nul_is_refused(
 def test_a_message_given_twice_to_one_call_is_settled_once(
     broker: Broker, queue: str, operation: str
 ) -> None:
-    """A list that names a message twice settles (or renews) it once, as a completion
-    always did: its lock is not reported lost. (An abandon and a deferral said "lock lost
-    or expired for message(s)" and named none.)"""
+    """A list that names a message twice settles (or renews) it once: its lock is not
+    reported lost."""
     broker.sender(queue).send([Message(body=b"a"), Message(body=b"b")])
     receiver = broker.receiver(queue)
     first, second = receiver.receive(max_messages=2)
