@@ -123,24 +123,46 @@ class AuditEntry:
         return balanced and self.aggregates_match
 
 
+DELETED_ENTITIES = "(deleted entities)"
+"""The name of :attr:`AuditReport.deleted`, which no entity can have."""
+
+
 @dataclass(frozen=True, slots=True)
 class AuditReport:
     """Every entity's ledger, and the global balance: every message ever sent was completed,
-    dropped, or is still held somewhere (moves between entities cancel out)."""
+    dropped, or is still held somewhere (moves between entities cancel out).
+
+    ``deleted`` sums the ledgers of the entities deleted, as each was when it went, the
+    messages it still held counted as dropped: a queue deleted with messages moved in from
+    another took its side of the move with it, and the balance needs it."""
 
     entries: list[AuditEntry] = field(default_factory=list)
+    deleted: AuditEntry = field(
+        default_factory=lambda: AuditEntry(DELETED_ENTITIES, 0, 0, 0, 0, 0, 0)
+    )
+
+    @property
+    def _all(self) -> list[AuditEntry]:
+        return [*self.entries, self.deleted]
+
+    @property
+    def rows(self) -> list[AuditEntry]:
+        """What a report shows: the entries, and ``deleted`` once an entity with messages
+        went."""
+        gone = self.deleted
+        return [*self.entries, *([gone] if gone.sent or gone.moved_in else [])]
 
     @property
     def sent(self) -> int:
-        return sum(e.sent for e in self.entries)
+        return sum(e.sent for e in self._all)
 
     @property
     def completed(self) -> int:
-        return sum(e.completed for e in self.entries)
+        return sum(e.completed for e in self._all)
 
     @property
     def dropped(self) -> int:
-        return sum(e.dropped for e in self.entries)
+        return sum(e.dropped for e in self._all)
 
     @property
     def held(self) -> int:
@@ -149,4 +171,4 @@ class AuditReport:
     @property
     def ok(self) -> bool:
         balanced = self.sent == self.completed + self.dropped + self.held
-        return balanced and all(e.ok for e in self.entries)
+        return balanced and all(e.ok for e in self._all)

@@ -44,7 +44,7 @@ on_both_stores = pytest.mark.parametrize("url", STORES, indirect=True)
 def assert_balanced(broker: Broker) -> None:
     """The accounting invariant: sent = completed + dropped + held, per entity and overall."""
     report = broker.audit()
-    bad = [entry for entry in report.entries if not entry.ok]
+    bad = [entry for entry in report.rows if not entry.ok]
     assert not bad, f"ledger out of balance: {bad}"
     assert report.sent == report.completed + report.dropped + report.held
 

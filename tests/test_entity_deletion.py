@@ -1,4 +1,5 @@
-"""Deleting an entity takes its messages with it, also while other transactions add to it.
+"""Deleting an entity takes its messages with it, also while other transactions add to it,
+and leaves its ledger to the audit (schema 19).
 
 On PostgreSQL messages have no foreign key to their entity (schema 5): a statement that adds
 messages holds the target entity row, and a deletion deletes the entity rows before their
@@ -47,6 +48,32 @@ def test_deleting_a_queue_leaves_no_message_rows(broker: Broker, url: str) -> No
     assert_balanced(broker)
 
 
+def test_a_queue_deleted_with_messages_moved_in_leaves_the_audit_balanced(
+    broker: Broker,
+) -> None:
+    """A deleted entity's ledger stays in the audit, the messages it held counted as dropped:
+    moves from another entity into it (here a resubmit from a dead-letter queue) no longer
+    leave the other's side of them unmatched."""
+    broker.create_queue("orders")
+    broker.create_queue("repair")
+    broker.sender("orders").send([Message(body=b"x")] * 3)
+    receiver = broker.receiver("orders")
+    receiver.dead_letter(receiver.receive(max_messages=3), reason="Bad")
+    assert broker.resubmit("orders/$deadletterqueue", to="repair", rate=None).done == 3
+    broker.sender("repair").send(Message(body=b"own"))
+    broker.receiver("repair").complete(broker.receiver("repair").receive(max_messages=1))
+    broker.delete_queue("repair")
+    report = broker.audit()
+    assert report.ok, report
+    gone = report.deleted
+    assert (gone.sent, gone.moved_in, gone.completed, gone.dropped) == (1, 3, 1, 3)
+    assert (report.sent, report.completed, report.dropped, report.held) == (4, 1, 3, 0)
+    broker.delete_queue("orders")  # the other side of the move goes too
+    assert broker.audit().ok
+    assert broker.audit().rows == [broker.audit().deleted]
+    assert_balanced(broker)
+
+
 def test_a_deletion_waits_for_a_send_in_flight_and_takes_its_messages(pg_url: str) -> None:
     with poisonq.connect(pg_url) as broker, poisonq.connect(pg_url) as operator:
         broker.create_queue("orders")
@@ -73,6 +100,10 @@ def test_a_deletion_waits_for_a_send_in_flight_and_takes_its_messages(pg_url: st
         assert deleted.is_set()
         assert _message_rows(pg_url) == 0
         assert [e.name for e in broker.entities()] == []
+        # The ledger kept is the one the send committed, its messages counted discarded.
+        deleted = broker.audit().deleted
+        assert (deleted.sent, deleted.dropped) == (5, 5)
+        assert_balanced(broker)
 
 
 def test_a_send_to_a_queue_deleted_meanwhile_adds_nothing(pg_url: str) -> None:

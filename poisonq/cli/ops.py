@@ -19,13 +19,18 @@ from poisonq.cli.output import emit, json_option, table
 from poisonq.cli.paths import PathParam
 from poisonq.cli.pipeline import require_pyspark
 from poisonq.demo import main as run_demo
-from poisonq.reports import AuditReport
+from poisonq.reports import AuditEntry, AuditReport
+
+
+def _entry_json(entry: AuditEntry) -> dict[str, Any]:
+    return {**dataclasses.asdict(entry), "ok": entry.ok}
 
 
 def _audit_json(report: AuditReport) -> dict[str, Any]:
-    entries = [{**dataclasses.asdict(e), "ok": e.ok} for e in report.entries]
+    entries = [_entry_json(e) for e in report.entries]
     totals = {"sent": report.sent, "completed": report.completed, "dropped": report.dropped}
-    return {"ok": report.ok, **totals, "held": report.held, "entries": entries}
+    deleted = _entry_json(report.deleted)
+    return {"ok": report.ok, **totals, "held": report.held, "entries": entries, "deleted": deleted}
 
 
 def _audit_render(report: AuditReport) -> RenderableType:
@@ -41,7 +46,7 @@ def _audit_render(report: AuditReport) -> RenderableType:
             e.held,
             "yes" if e.ok else "NO",
         ]
-        for e in report.entries
+        for e in report.rows
     ]
     verdict = "balanced" if report.ok else "OUT OF BALANCE"
     summary = Text(

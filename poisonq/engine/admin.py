@@ -31,7 +31,7 @@ from poisonq.model import (
 )
 from poisonq.names import parse_address, subqueue_name, validate_name
 from poisonq.options import QueueOptions
-from poisonq.reports import AuditEntry, AuditReport, QueueInfo, StatusEvent
+from poisonq.reports import DELETED_ENTITIES, AuditEntry, AuditReport, QueueInfo, StatusEvent
 from poisonq.store.base import EntityRecord, Transaction
 
 log = logging.getLogger(__name__)
@@ -163,13 +163,15 @@ class Admin(EngineBase):
                 await tx.reset_rollbacks(target.entity.id)
 
     async def delete_queue(self, name: str) -> None:
-        """Delete a queue (or topic, with its subscriptions), its subqueues and messages."""
+        """Delete a queue (or topic, with its subscriptions), its subqueues and messages;
+        what their ledgers held stays in the audit (:meth:`audit`)."""
+        now = self.clock.now()
         async with self.store.transaction() as tx:
             target = await self.resolver.main(tx, name)
             if target.kind is EntityKind.TOPIC:
                 for sub in await self.resolver.subscriptions(tx, name):
-                    await tx.delete_entity(sub.entity.id)
-            await tx.delete_entity(target.entity.id)
+                    await tx.delete_entity(sub.entity.id, now)
+            await tx.delete_entity(target.entity.id, now)
 
     # The reads: each sees what is due on the store's clock applied first (Housekeeper).
     async def get_queue(self, address: str) -> QueueInfo:
@@ -208,7 +210,8 @@ class Admin(EngineBase):
         async def read(tx: Transaction) -> AuditReport:
             entries = []
             drifted = await tx.dead_letter_drift()
-            for entity, held in await tx.audit_rows():
+            rows, deleted = await tx.audit_rows()
+            for entity, held in rows:
                 ledger = entity.ledger
                 entries.append(
                     AuditEntry(
@@ -222,7 +225,16 @@ class Admin(EngineBase):
                         aggregates_match=entity.id not in drifted,
                     )
                 )
-            return AuditReport(entries)
+            gone = AuditEntry(
+                name=DELETED_ENTITIES,
+                sent=deleted.sent,
+                moved_in=deleted.moved_in,
+                completed=deleted.completed,
+                dropped=deleted.dropped + deleted.discarded,
+                moved_out=deleted.moved_out,
+                held=0,
+            )
+            return AuditReport(entries, gone)
 
         return await self.housekeeper.read_all(read)
 

@@ -117,6 +117,18 @@ class LockInfo:
     dead_lettered_deliveries: int = 0
 
 
+class Deleted(NamedTuple):
+    """The ledgers of every entity deleted, summed as they were when each went, and the
+    messages they still held then (``discarded``, which the audit counts as dropped)."""
+
+    sent: int = 0
+    moved_in: int = 0
+    completed: int = 0
+    dropped: int = 0
+    moved_out: int = 0
+    discarded: int = 0
+
+
 class Letter(NamedTuple):
     """A message to dead-letter with what it carries: its reason, its description (``None``:
     its last recorded failure describes it) and the failure to append to its history (a
@@ -306,8 +318,9 @@ class Transaction(ABC):
     ) -> None: ...
 
     @abstractmethod
-    async def delete_entity(self, entity_id: int) -> None:
-        """Delete an entity with its subqueues and every message they hold."""
+    async def delete_entity(self, entity_id: int, now: float) -> None:
+        """Delete an entity with its subqueues and every message they hold, keeping what
+        each one's ledger held in ``deleted_entities`` (schema 19) for the audit."""
 
     @abstractmethod
     async def held_counts(
@@ -319,9 +332,9 @@ class Transaction(ABC):
         is locked, deferred or scheduled in it."""
 
     @abstractmethod
-    async def audit_rows(self) -> list[tuple[EntityRecord, int]]:
-        """Every entity with the messages it holds, counted row by row, read at one moment:
-        what the audit checks each ledger against."""
+    async def audit_rows(self) -> tuple[list[tuple[EntityRecord, int]], Deleted]:
+        """Every entity with the messages it holds, counted row by row, and the ledgers of
+        the entities deleted, summed, all read at one moment: what the audit checks."""
 
     @abstractmethod
     async def housekeeping_due(self, entity_id: int, cycle_id: int, now: float) -> bool:

@@ -42,6 +42,7 @@ from poisonq.model import (
 )
 from poisonq.store.base import (
     UNSTORABLE,
+    Deleted,
     EntityRecord,
     Letter,
     LockInfo,
@@ -175,6 +176,21 @@ _DRIFTED = (
 )
 
 
+# What the ledgers of an entity (?1) and its subqueues held as they are deleted, at ?2.
+_KEEP_DELETED_LEDGERS = (
+    "INSERT INTO deleted_entities (entity_id, name, deleted_at, sent, moved_in, completed,"
+    " dropped, moved_out, discarded) SELECT id, name, ?2, sent, moved_in, completed, dropped,"
+    " moved_out, (SELECT count(*) FROM messages WHERE entity_id = entities.id)"
+    " FROM entities WHERE id = ?1 OR parent_id = ?1"
+)
+
+_DELETED_TOTALS = (
+    "SELECT "
+    + ", ".join(f"coalesce(sum({name}), 0)" for name in Deleted._fields)
+    + " FROM deleted_entities"
+)
+
+
 def _record_failure(failure: str) -> str:
     """SET clauses that append a failure record (``failure``: an expression giving a JSON
     object's text, or NULL for none) to a message's history, and keep the columns dead-letter
@@ -283,8 +299,9 @@ class SqliteTransaction(
         ).fetchone()
         return entity_row(row) if row else None
 
-    async def delete_entity(self, entity_id: int) -> None:
+    async def delete_entity(self, entity_id: int, now: float) -> None:
         self.history = HistoryBuffer()  # nothing is kept of what goes
+        self._db.execute(_KEEP_DELETED_LEDGERS, (entity_id, now))
         # Messages have no foreign key to their entity (schema 15): they are deleted here,
         # after the entity rows, whose aggregates go with them (so not through _delete:
         # nothing is left to count them out of).
@@ -316,9 +333,10 @@ class SqliteTransaction(
         counts[ready] = held - sum(counts.values())
         return {state: n for state, n in counts.items() if n}
 
-    async def audit_rows(self) -> list[tuple[EntityRecord, int]]:
+    async def audit_rows(self) -> tuple[list[tuple[EntityRecord, int]], Deleted]:
         held = dict(self._db.execute("SELECT entity_id, count(*) FROM messages GROUP BY entity_id"))
-        return [(entity, held.get(entity.id, 0)) for entity in await self.entities()]
+        deleted = Deleted(*self._db.execute(_DELETED_TOTALS).fetchone())
+        return [(entity, held.get(entity.id, 0)) for entity in await self.entities()], deleted
 
     # Sending ------------------------------------------------------------------------------
     async def insert_messages(

@@ -38,6 +38,7 @@ from typing import Any, cast
 from poisonq.errors import StoreError
 from poisonq.model import HELD_STATES, EntityStatus, MessageState, ReceivedMessage
 from poisonq.store.base import (
+    Deleted,
     EntityRecord,
     Letter,
     LockInfo,
@@ -71,6 +72,23 @@ from poisonq.store.sessions_sql import SessionStatements
 from poisonq.store.settling_sql import SettlingStatements
 from poisonq.store.tasks_sql import TaskStatements
 from poisonq.store.timelines_sql import TimelineStatements
+
+# The deleted entities' ledgers, summed (schema 19), a column each named ``gone_…``.
+_DELETED_TOTALS = (
+    "SELECT "
+    + ", ".join(f"coalesce(sum({name}), 0)::bigint AS gone_{name}" for name in Deleted._fields)
+    + " FROM deleted_entities"
+)
+# What the ledgers of an entity and its subqueues held as they are deleted (the row ids kept,
+# with the entities'), the messages they held to be counted in by the statement that
+# deletes them.
+_KEEP_DELETED_LEDGERS = (
+    "WITH gone AS (DELETE FROM entities WHERE id = %(id)b OR parent_id = %(id)b"
+    " RETURNING id, name, sent, moved_in, completed, dropped, moved_out)"
+    " INSERT INTO deleted_entities (entity_id, name, deleted_at, sent, moved_in, completed,"
+    " dropped, moved_out) SELECT id, name, %(now)b, sent, moved_in, completed, dropped,"
+    " moved_out FROM gone RETURNING id, entity_id"
+)
 
 _MESSAGE_COLUMNS = (
     "seq, message_id, body, content_type, subject, properties, session_id, correlation_id,"
@@ -236,16 +254,22 @@ class PostgresTransaction(
         await self.flush_ledger()
         return await super().entities()
 
-    async def audit_rows(self) -> list[tuple[EntityRecord, int]]:
-        # The ledger and the rows in one statement: under READ COMMITTED separate statements
-        # could see other transactions' commits in between and report a ledger out of
-        # balance that is not.
+    async def audit_rows(self) -> tuple[list[tuple[EntityRecord, int]], Deleted]:
+        # The ledgers, the rows and the deleted ledgers in one statement: under READ
+        # COMMITTED separate statements could see other transactions' commits in between
+        # (a message moved, an entity deleted) and report a ledger out of balance that is
+        # not. The deleted sums come on every row, and on a row of NULLs if no entity is left.
         await self.flush_ledger()
         rows = await self._fetch_all(
             f"SELECT {_ENTITY_COLUMNS}, (SELECT count(*) FROM messages"
-            " WHERE messages.entity_id = entities.id) FROM entities ORDER BY name"
+            f" WHERE messages.entity_id = entities.id), gone.* FROM ({_DELETED_TOTALS}) AS gone"
+            " LEFT JOIN entities ON true ORDER BY name"
         )
-        return [(entity_from_row(row[:-1]), row[-1]) for row in rows]
+        width = len(Deleted._fields)
+        deleted = Deleted(*rows[0][-width:])
+        if rows[0][0] is None:
+            return [], deleted
+        return [(entity_from_row(row[: -width - 1]), row[-width - 1]) for row in rows], deleted
 
     async def set_status(
         self, entity_id: int, status: EntityStatus, cause: str | None, now: float
@@ -253,19 +277,22 @@ class PostgresTransaction(
         await super().set_status(entity_id, status, cause, now)
         self._made_receivable()  # an enabled queue may have messages to receive
 
-    async def delete_entity(self, entity_id: int) -> None:
+    async def delete_entity(self, entity_id: int, now: float) -> None:
         # The entity rows first: this waits for every transaction that holds them to add
         # messages (_DESTINATION), and the messages are deleted by a later statement, which sees
         # what those transactions committed. Leases, duplicate-detection ids, sessions and
-        # tasks go with the entity rows (ON DELETE CASCADE).
-        self._ledger.clear()
+        # tasks go with the entity rows (ON DELETE CASCADE). Each row's ledger is kept as
+        # the deletion returns it (the version those transactions committed), and the
+        # messages deleted after it are counted into it as discarded.
+        await self.flush_ledger()
         self.history = HistoryBuffer()
-        gone = await self._fetch_all(
-            "DELETE FROM entities WHERE id = %(id)b OR parent_id = %(id)b RETURNING id",
-            {"id": entity_id},
-        )
+        kept = await self._fetch_all(_KEEP_DELETED_LEDGERS, {"id": entity_id, "now": now})
         await self._run(
-            "DELETE FROM messages WHERE entity_id = ANY(%b)", ([row[0] for row in gone],)
+            "WITH held AS (DELETE FROM messages WHERE entity_id = ANY(%(entities)b)"
+            " RETURNING entity_id), counted AS (SELECT entity_id, count(*) AS n FROM held"
+            " GROUP BY entity_id) UPDATE deleted_entities d SET discarded = counted.n"
+            " FROM counted WHERE d.id = ANY(%(kept)b) AND d.entity_id = counted.entity_id",
+            {"entities": [row[1] for row in kept], "kept": [row[0] for row in kept]},
         )
 
     async def held_counts(
