@@ -26,7 +26,7 @@ from poisonq.link import Link
 from poisonq.messaging import Messaging
 from poisonq.receivers import MessageOrList, Receiver, Sender, SessionReceiver
 from poisonq.retrying import OperationRetry, Reachability, retried, retrying
-from poisonq.selection import grouping_for, spelled_filters
+from poisonq.selection import group_label, grouping_for, spelled_filters
 from poisonq.store import open_store, redacted_url
 from poisonq.store.base import NO_VALUE, DeadLetterGroup, NoValue, Store, TaskRecord
 
@@ -217,6 +217,7 @@ __all__ = [
     "SessionReceiver",
     "TaskRecord",
     "connect",
+    "group_label",
     "grouping_for",
     "spelled_filters",
 ]

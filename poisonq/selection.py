@@ -17,6 +17,17 @@ from poisonq.store.base import NO_VALUE, MessageFilter, NoValue
 VALUE_FILTERS = ("reason", "subject", "fingerprint")
 
 
+NO_VALUE_LABEL = "(none)"
+
+
+def group_label(key: str | None) -> str:
+    """How tables, charts and messages name a dead-letter group: its key; the group of the
+    messages without a value ``(none)``, told apart from an empty value, shown ``""``."""
+    if key is None:
+        return NO_VALUE_LABEL
+    return key or '""'
+
+
 def grouping_for(where: dict[str, Any]) -> str:
     """The grouping that shows what a selection missed: the first value filter it has,
     else the reason (a resubmit or purge that selects nothing shows the groups there are)."""

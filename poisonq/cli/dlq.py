@@ -24,7 +24,7 @@ from poisonq.cli.output import (
     table,
 )
 from poisonq.cli.tasks import task_summary
-from poisonq.client import DeadLetterGroup, grouping_for
+from poisonq.client import DeadLetterGroup, group_label, grouping_for
 from poisonq.jsonview import group_json, message_json, task_json
 from poisonq.model import SubQueue
 from poisonq.names import parse_address
@@ -64,7 +64,7 @@ def _groups_table(queue: str, by: str, groups: list[DeadLetterGroup]) -> Table:
     that never failed, such as an expired one, has no fingerprint: ``(none)``)."""
     typed = by == "fingerprint"
     columns = [by, *(["error type"] if typed else []), "count", "first", "last"]
-    rows = [[g.key or "(none)", *([g.label] if typed else []), g.count, *_span(g)] for g in groups]
+    rows = [[group_label(g.key), *([g.label] if typed else []), g.count, *_span(g)] for g in groups]
     return table(f"dead-lettered in {queue} by {by}", columns, rows)
 
 

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from poisonq.client import grouping_for
+from poisonq.client import group_label, grouping_for
 from poisonq.errors import NothingSelectedError
 from poisonq.jsonview import group_json, message_json, queue_json, task_json
 from poisonq.names import parse_address
@@ -207,7 +207,7 @@ def _selecting(state: ServerState, queue: str, where: dict[str, Any]) -> dict[st
         return where
     by = grouping_for(where)
     groups = state.broker.dead_letter_groups(queue, by)
-    there = ", ".join(f"{g.key or '(none)'} {g.count}" for g in groups)
+    there = ", ".join(f"{group_label(g.key)} {g.count}" for g in groups)
     raise NothingSelectedError(queue, f"by {by}, there are {there}" if groups else "it has none")
 
 

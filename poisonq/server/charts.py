@@ -12,13 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from poisonq.client import group_label
 from poisonq.history import Timeline
 
 WIDTH, HEIGHT = 720, 140  # the stacked chart's drawing, in its own units (it scales to the page)
 SPARK_WIDTH, SPARK_HEIGHT = 80, 22
 COLOURS = 7  # series drawn in a colour of their own, the largest first; the rest as "other"
 OTHER = "s7"
-NONE = "(none)"  # how the charts and tables name the group without a value
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +45,6 @@ class Stacked:
     since: str  # the label under the first bar ("24 h ago")
 
 
-def label(key: str | None) -> str:
-    return NONE if key is None else key
-
-
 def colours(timeline: Timeline) -> dict[str | None, str]:
     """The CSS class of each key: its own colour for the largest, ``other`` for the rest."""
     return {key: f"s{n}" if n < COLOURS else OTHER for n, key in enumerate(timeline.series)}
@@ -73,7 +69,7 @@ def stacked(timeline: Timeline, names: Mapping[str | None, str] | None = None) -
                 [a + b for a, b in zip(merged[name][1], values, strict=True)],
             )
         else:
-            shown = "other" if name == OTHER else names.get(key, label(key))
+            shown = "other" if name == OTHER else names.get(key, group_label(key))
             merged[name] = (shown, list(values))
     totals = timeline.totals
     peak = max(totals, default=0)

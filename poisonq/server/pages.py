@@ -16,6 +16,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, Response
 from jinja2 import Environment, PackageLoader
 
+from poisonq.client import group_label
 from poisonq.model import ReceivedMessage
 from poisonq.server.charts import HEIGHT, SPARK_HEIGHT, SPARK_WIDTH, WIDTH
 from poisonq.server.state import server_state
@@ -106,6 +107,7 @@ _templates.filters["preview"] = _preview
 _templates.filters["ago"] = ago
 _templates.filters["size"] = size
 _templates.filters["count"] = count
+_templates.filters["group_label"] = group_label
 _templates.filters["short_type"] = _short_type
 _templates.filters["per_second"] = per_second
 _templates.globals.update(

@@ -17,7 +17,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
-from poisonq.client import NO_VALUE, NoValue
+from poisonq.client import NO_VALUE, NoValue, group_label
 from poisonq.errors import (
     EntityNotFoundError,
     InvalidNameError,
@@ -28,7 +28,7 @@ from poisonq.history import WINDOWS
 from poisonq.model import HELD_STATES, LIVE_STATES, SubQueue
 from poisonq.names import parse_address
 from poisonq.reports import StatusEvent
-from poisonq.server.charts import NONE, GroupChart, bars, group_chart, sparkline
+from poisonq.server.charts import GroupChart, bars, group_chart, sparkline
 from poisonq.server.listing import newest_dead_letters
 from poisonq.server.login import Form, Reader, Writer
 from poisonq.server.pages import body_view, page
@@ -104,7 +104,7 @@ def _fingerprint_names(
         key: f"{kind} · {key}" if kind else key for key, (kind, _) in labels.items()
     }
     for g in groups:
-        names[g.key] = NONE if g.key is None else f"{g.label} · {g.key}" if g.label else g.key
+        names[g.key] = f"{g.label} · {g.key}" if g.label and g.key else group_label(g.key)
     return names
 
 

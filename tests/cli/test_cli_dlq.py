@@ -31,6 +31,18 @@ def test_dlq_list_groups(url: str, dead: dict[str, list[int]]) -> None:
     assert fingerprint in table and "(none)" in table and "error type" in table
 
 
+def test_dlq_list_tells_an_empty_subject_from_none(url: str, api: Broker) -> None:
+    """A subject that is empty is shown ``""``, apart from the ``(none)`` group of the
+    messages without one."""
+    api.create_queue("mail")
+    api.sender("mail").send([Message(body=b"a", subject=""), Message(body=b"b")])
+    receiver = api.receiver("mail")
+    receiver.dead_letter(receiver.receive(max_messages=2), reason="Bounced")
+    rows = run(url, "dlq", "list", "mail", "--by", "subject").stdout.splitlines()
+    assert any(re.search(r'^\W*"" +1 ', row) for row in rows), rows
+    assert any(re.search(r"^\W*\(none\) +1 ", row) for row in rows), rows
+
+
 def test_dlq_show_has_every_field_and_the_failure_history(
     url: str, dead: dict[str, list[int]]
 ) -> None:
