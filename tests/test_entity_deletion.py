@@ -15,8 +15,8 @@ import pytest
 import poisonq
 from poisonq import Broker, Message
 from poisonq.engine.driving import drive
-from poisonq.errors import StoreError
-from poisonq.model import MessageState
+from poisonq.errors import EntityNotFoundError, StoreError
+from poisonq.model import MessageState, SubQueue
 from poisonq.store.base import NewMessage
 from tests.helpers import assert_balanced, execute_behind_the_back
 
@@ -104,6 +104,25 @@ def test_a_deletion_waits_for_a_send_in_flight_and_takes_its_messages(pg_url: st
         deleted = broker.audit().deleted
         assert (deleted.sent, deleted.dropped) == (5, 5)
         assert_balanced(broker)
+
+
+def test_a_queue_deleted_between_two_reads_of_a_transaction_is_not_found(pg_url: str) -> None:
+    """On PostgreSQL each statement reads its own snapshot: a queue deleted after a
+    transaction read it, and before it read one of its subqueues, is a queue not found,
+    not a broken invariant."""
+    with poisonq.connect(pg_url) as broker, poisonq.connect(pg_url) as operator:
+        broker.create_queue("orders")
+        resolver = broker.engine.resolver
+
+        async def read_across_a_deletion() -> None:
+            async with broker.engine.store.transaction() as tx:
+                target = await resolver.resolve(tx, "orders")
+                operator.delete_queue("orders")
+                await tx.entity("another")  # a statement between: the answers read ahead go
+                await resolver.child(tx, target, SubQueue.DEADLETTER)
+
+        with pytest.raises(EntityNotFoundError, match="orders"):
+            drive(read_across_a_deletion())
 
 
 def test_a_send_to_a_queue_deleted_meanwhile_adds_nothing(pg_url: str) -> None:

@@ -85,8 +85,12 @@ class Resolver:
         return EntityNotFoundError(address.entity, get_close_matches(address.entity, names))
 
     async def child(self, tx: Transaction, target: Target, subqueue: SubQueue) -> EntityRecord:
+        """The queue's subqueue. Every queue is created with its subqueues and deleted with
+        them, so one missing means that the queue was deleted since this transaction read
+        it (PostgreSQL reads each statement's own snapshot): the queue is not found."""
         child = await tx.entity(subqueue_name(target.queue.name, subqueue))
-        assert child is not None, "every queue is created with its subqueues"
+        if child is None:
+            raise EntityNotFoundError(target.queue.name)
         return child
 
     async def main(self, tx: Transaction, name: str) -> Target:
