@@ -255,6 +255,12 @@ class StoreUnavailableError(StoreError):
     everything was. The client retries such operations (``retry_total``) before raising."""
 
 
+class StoreConflictError(StoreUnavailableError):
+    """The store gave this transaction up for another that it conflicted with (PostgreSQL
+    chose it as a deadlock's victim, or could not serialize it): nothing was committed, and
+    the store is reachable. Retried as an outage is, without being logged as one."""
+
+
 class StoreFullError(StoreError):
     """The store has no room left (its disk, or a size limit of the database): nothing of the
     operation was written. Not retried, since waiting rarely frees space: free some (purge a

@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
-from poisonq.errors import InvalidOptionError, StoreUnavailableError
+from poisonq.errors import InvalidOptionError, StoreConflictError, StoreUnavailableError
 from poisonq.limits import check_count
 
 log = logging.getLogger(__name__)
@@ -150,9 +150,10 @@ class _Attempts:
         delay = next(self._delays, None)
         if delay is None:
             raise exc
-        self._reachability.failed(exc)
-        if self._in_doubt_aware:
-            kwargs["in_doubt"] = True
+        if not isinstance(exc, StoreConflictError):  # a conflict committed nothing
+            self._reachability.failed(exc)
+            if self._in_doubt_aware:
+                kwargs["in_doubt"] = True
         log.debug("%s failed (%s); retrying in %.1f s", self._name, exc, delay)
         return delay
 

@@ -3,12 +3,14 @@ call only, on an object of the engine's own type."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from poisonq import Broker
 from poisonq.engine import Engine
 from poisonq.engine.driving import drive
-from poisonq.errors import StoreUnavailableError
+from poisonq.errors import StoreConflictError, StoreUnavailableError
 from poisonq.retrying import OperationRetry, Reachability, retrying
 
 
@@ -16,8 +18,9 @@ class Flaky:
     """An engine-like class whose ``inner`` fails while the store is down, and whose
     ``outer`` operation calls ``inner`` inside."""
 
-    def __init__(self, failures: int) -> None:
+    def __init__(self, failures: int, error: StoreUnavailableError | None = None) -> None:
         self.failures = failures
+        self.error = error or StoreUnavailableError("connection refused")
         self.inner_calls = 0
         self.outer_calls = 0
         self.in_doubt: list[bool] = []
@@ -26,7 +29,7 @@ class Flaky:
         self.inner_calls += 1
         if self.failures:
             self.failures -= 1
-            raise StoreUnavailableError("connection refused")
+            raise self.error
         return "done"
 
     async def outer(self) -> str:
@@ -38,8 +41,10 @@ class Flaky:
         return await self.inner()
 
 
-def retried_flaky(failures: int, retry_total: int = 2) -> tuple[Flaky, Flaky]:
-    flaky = Flaky(failures)
+def retried_flaky(
+    failures: int, retry_total: int = 2, error: StoreUnavailableError | None = None
+) -> tuple[Flaky, Flaky]:
+    flaky = Flaky(failures, error)
     retry = OperationRetry(retry_total=retry_total, retry_backoff_factor=0)
     return flaky, retrying(flaky, retry, Reachability("test"))
 
@@ -61,6 +66,20 @@ def test_a_retried_settlement_is_told_it_is_in_doubt() -> None:
     flaky, engine = retried_flaky(failures=1)
     assert drive(engine.settle()) == "done"
     assert flaky.in_doubt == [False, True]
+
+
+def test_a_conflict_is_retried_without_being_logged_as_an_outage_or_in_doubt(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A transaction the store gave up for another (a deadlock's victim) committed nothing
+    on a store that answered: it is retried, not reported as unreachable, and a retried
+    settlement is not told it may have landed."""
+    conflict = StoreConflictError("deadlock detected")
+    flaky, engine = retried_flaky(failures=1, error=conflict)
+    with caplog.at_level(logging.WARNING, logger="poisonq.retrying"):
+        assert drive(engine.settle()) == "done"
+    assert flaky.in_doubt == [False, False]
+    assert caplog.records == []
 
 
 def test_the_retried_engine_is_an_engine_with_the_same_store_and_clock(broker: Broker) -> None:

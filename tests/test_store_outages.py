@@ -12,10 +12,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import psycopg
 import pytest
 
 import poisonq
 from poisonq import Message, Processor, ReceivedMessage
+from poisonq.errors import StoreConflictError
+from poisonq.store.postgres.store import outage, translated
 from poisonq.store.sqlite import SqliteStore
 from poisonq.testing.pgserver import TemporaryServer
 from tests.helpers import assert_balanced, execute_behind_the_back
@@ -146,6 +149,36 @@ def test_a_call_during_an_outage_raises_after_its_retries_and_the_first_after_it
         assert broker.counts("orders")["active"] == 0
         assert time.monotonic() - began < 5.0
         assert_balanced(broker)
+
+
+def test_a_deadlocks_victim_is_a_conflict_not_an_outage(pg_url: str) -> None:
+    """A transaction PostgreSQL chose as a deadlock's victim is reported as a
+    ``StoreConflictError`` (retried, nothing committed), and its connection is not taken for
+    a sign that the server went away."""
+    with psycopg.connect(pg_url, autocommit=True) as setup:
+        setup.execute("CREATE TABLE IF NOT EXISTS deadlock_pair (id int PRIMARY KEY)")
+        setup.execute("INSERT INTO deadlock_pair VALUES (1), (2) ON CONFLICT DO NOTHING")
+    errors: list[psycopg.Error] = []
+    both_locked = threading.Barrier(2, timeout=10)
+
+    def lock_both(first: int, second: int) -> None:
+        with psycopg.connect(pg_url) as conn:
+            try:
+                conn.execute("SELECT FROM deadlock_pair WHERE id = %s FOR UPDATE", (first,))
+                both_locked.wait()
+                conn.execute("SELECT FROM deadlock_pair WHERE id = %s FOR UPDATE", (second,))
+            except psycopg.Error as exc:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=lock_both, args=pair) for pair in ((1, 2), (2, 1))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    (victim,) = errors
+    error = translated(victim, "test")
+    assert isinstance(error, StoreConflictError) and "deadlock" in str(error)
+    assert not outage(victim)
 
 
 def test_a_wrong_database_is_refused_at_once_not_retried(own_server: TemporaryServer) -> None:

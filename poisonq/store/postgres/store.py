@@ -32,11 +32,12 @@ from typing import Any, TypeGuard
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
-from psycopg.errors import DiskFull, TransactionRollback
+from psycopg.errors import DiskFull
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from poisonq.errors import (
     InvalidOptionError,
+    StoreConflictError,
     StoreError,
     StoreFullError,
     StoreUnavailableError,
@@ -298,17 +299,30 @@ def translated(
         return StoreFullError(f"PostgreSQL on {store} has no room left: {exc}")
     if isinstance(exc, UNSTORABLE):
         return unstorable(exc)
-    if isinstance(exc, psycopg.OperationalError | TransactionRollback):
-        # The server is gone, restarting or refusing connections, or chose this
-        # transaction as a deadlock's victim: nothing here says the operation was wrong.
+    if _conflict(exc):
+        return StoreConflictError(f"PostgreSQL gave this transaction up on {store}: {exc}")
+    if isinstance(exc, psycopg.OperationalError):
+        # The server is gone, restarting or refusing connections: nothing here says the
+        # operation was wrong.
         return StoreUnavailableError(f"PostgreSQL unavailable on {store}: {exc}")
     return StoreError(f"PostgreSQL error on {store}: {exc}")
 
 
 def outage(exc: BaseException) -> TypeGuard[psycopg.OperationalError]:
     """Whether ``exc`` says a connection failed (or the pool had none in time), not that the
-    server refused the work: the store checks its pool then."""
-    return isinstance(exc, psycopg.OperationalError) and not isinstance(exc, DiskFull)
+    server refused the work or gave it up for another's: the store checks its pool then."""
+    return (
+        isinstance(exc, psycopg.OperationalError)
+        and not isinstance(exc, DiskFull)
+        and not _conflict(exc)
+    )
+
+
+def _conflict(exc: BaseException) -> bool:
+    """Whether PostgreSQL rolled the transaction back for another it conflicted with: a
+    deadlock's victim, a serialization failure (SQLSTATE class 40, whose psycopg classes
+    share no base but ``OperationalError``)."""
+    return isinstance(exc, psycopg.Error) and (exc.sqlstate or "").startswith("40")
 
 
 def _settings_statement(settings: dict[str, str]) -> tuple[str, list[str]] | None:
