@@ -185,10 +185,10 @@ class PipelineLeaseHeldError(InvalidOperationError):
 
 
 class TaskNotFoundError(PoisonqError, LookupError):
-    """No resubmit task with this id."""
+    """No resubmit or purge task with this id (a task is deleted with its queue)."""
 
     def __init__(self, task_id: int) -> None:
-        super().__init__(f"no such task {task_id}")
+        super().__init__(f"no such task {task_id} (a task is deleted with its queue)")
         self.task_id = task_id
 
 

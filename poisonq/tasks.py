@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from poisonq.engine import Engine
 from poisonq.engine.driving import drive
-from poisonq.errors import InvalidOptionError, PoisonqError
+from poisonq.errors import InvalidOptionError, PoisonqError, TaskNotFoundError
 from poisonq.store.base import MessageFilter, TaskRecord
 
 MAX_CHUNK = 5_000  # messages per transaction of an unthrottled task
@@ -110,7 +110,9 @@ class BulkTask:
             self.record = drive(self.engine.finish_task(self.id, "completed"))
         except PoisonqError as exc:
             self.error = exc
-            self.record = drive(self.engine.finish_task(self.id, "failed", str(exc)))
+            # A task goes with its queue: deleted meanwhile, it has no record left to fail.
+            with contextlib.suppress(TaskNotFoundError):
+                self.record = drive(self.engine.finish_task(self.id, "failed", str(exc)))
 
 
 def _check_rate(rate: float | None) -> float | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from poisonq import (
@@ -13,6 +15,7 @@ from poisonq import (
     ManualClock,
     Message,
     MessageState,
+    TaskNotFoundError,
     TaskRunningError,
 )
 from poisonq.engine.driving import drive
@@ -309,6 +312,29 @@ def test_a_cancelled_resubmit_stops_and_keeps_what_moved(broker: Broker, queue: 
     assert task.done == 10
     assert broker.counts(queue)["active"] == 10
     assert broker.counts(queue)["dead_lettered"] == 40
+    assert_balanced(broker)
+
+
+def test_a_task_whose_queue_is_deleted_ends_with_its_error_in_the_background(
+    broker: Broker, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task is deleted with its queue: its runner stops at its next chunk with
+    ``TaskNotFoundError`` kept on the task, and its thread ends without an uncaught
+    exception (it has no record left to mark failed)."""
+    uncaught: list[threading.ExceptHookArgs] = []
+    monkeypatch.setattr(threading, "excepthook", uncaught.append)
+    _dead_letter(broker, queue, [str(i) for i in range(30)])
+
+    def delete_after_first_chunk(task) -> None:  # type: ignore[no-untyped-def]
+        if task.done:
+            broker.delete_queue(queue)
+
+    task = broker.resubmit(queue, rate=50, wait=False, progress=delete_after_first_chunk)
+    with pytest.raises(TaskNotFoundError):
+        task.wait(timeout=30)  # it ran to its end; then its record is gone
+    assert not task.running and uncaught == []
+    assert isinstance(task.error, TaskNotFoundError)
+    assert "deleted with its queue" in str(task.error)
     assert_balanced(broker)
 
 
