@@ -169,6 +169,10 @@ class AuditReport:
         return sum(e.held for e in self.entries)
 
     @property
+    def balanced(self) -> bool:
+        """The global balance alone: sent = completed + dropped + held."""
+        return self.sent == self.completed + self.dropped + self.held
+
+    @property
     def ok(self) -> bool:
-        balanced = self.sent == self.completed + self.dropped + self.held
-        return balanced and all(e.ok for e in self._all)
+        return self.balanced and all(e.ok for e in self._all)

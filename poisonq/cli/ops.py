@@ -50,7 +50,8 @@ def _audit_render(report: AuditReport) -> RenderableType:
     ]
     verdict = "balanced" if report.ok else "OUT OF BALANCE"
     summary = Text(
-        f"{verdict}: sent {report.sent} = completed {report.completed} + dropped "
+        f"{verdict}: sent {report.sent} {'=' if report.balanced else '≠'} completed"
+        f" {report.completed} + dropped "
         f"{report.dropped} + held {report.held}",
         style="green" if report.ok else "bold red",
     )

@@ -31,7 +31,8 @@ def test_audit_passes_then_fails_when_a_message_vanishes(
     execute_behind_the_back(url, "DELETE FROM messages WHERE seq = (SELECT min(seq) FROM messages)")
     failing = run(url, "audit", "--json", code=1)
     assert json.loads(failing.stdout)["ok"] is False
-    assert "OUT OF BALANCE" in run(url, "audit", code=1).stdout
+    unbalanced = run(url, "audit", code=1).stdout
+    assert "OUT OF BALANCE" in unbalanced and "sent 2 ≠ completed 0" in unbalanced
 
 
 def test_the_engine_demo_checks_every_order(tmp_path: Path) -> None:

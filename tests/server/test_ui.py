@@ -352,6 +352,24 @@ def test_the_audit_page_names_the_entities_out_of_balance_above_the_table(
     assert 'failed">no' in rows["bulk"] and 'completed">yes' in rows[queue]
 
 
+def test_the_audit_page_shows_the_deleted_entities_row_once_a_queue_with_messages_went(
+    open_client: TestClient, broker: Broker
+) -> None:
+    """The deleted entities' ledgers are a row of the table, and the sentence that explains
+    it, only once an entity with messages was deleted; the verdict's sign says whether the
+    global sum balances."""
+    broker.create_queue("scratch")
+    assert "deleted entities" not in open_client.get("/ui/audit").text
+    broker.sender("scratch").send([Message(body=b"x")] * 3)
+    broker.delete_queue("scratch")
+    page = open_client.get("/ui/audit").text
+    rows = dict(re.findall(r'<td class="name">([^<]+)</td>(.*?)</tr>', page, re.S))
+    assert re.findall(r'<td class="n">([\d,]+)</td>', rows["(deleted entities)"])[:4] == [
+        "3", "0", "0", "3"
+    ]  # fmt: skip
+    assert "The row of the deleted entities" in page and "3 sent =" in page
+
+
 def test_the_overview_says_why_a_queue_is_not_active_in_the_page(
     open_client: TestClient, broker: Broker, queue: str
 ) -> None:
