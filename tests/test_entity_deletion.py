@@ -15,7 +15,7 @@ import pytest
 import poisonq
 from poisonq import Broker, Message
 from poisonq.engine.driving import drive
-from poisonq.errors import EntityNotFoundError, StoreError
+from poisonq.errors import EntityNotFoundError
 from poisonq.model import MessageState, SubQueue
 from poisonq.store.base import NewMessage
 from tests.helpers import assert_balanced, execute_behind_the_back
@@ -126,6 +126,8 @@ def test_a_queue_deleted_between_two_reads_of_a_transaction_is_not_found(pg_url:
 
 
 def test_a_send_to_a_queue_deleted_meanwhile_adds_nothing(pg_url: str) -> None:
+    """A send into a queue deleted after the transaction looked it up adds nothing and says
+    the queue is not found, by its name."""
     with poisonq.connect(pg_url) as broker, poisonq.connect(pg_url) as operator:
         broker.create_queue("orders")
 
@@ -136,12 +138,14 @@ def test_a_send_to_a_queue_deleted_meanwhile_adds_nothing(pg_url: str) -> None:
                 operator.delete_queue("orders")
                 await tx.insert_messages(entity.id, _rows(3), 0.0, last=True)
 
-        with pytest.raises(StoreError, match="deleted while this transaction ran"):
+        with pytest.raises(EntityNotFoundError, match="no queue 'orders'"):
             drive(send_to_a_deleted_queue())
         assert _message_rows(pg_url) == 0
 
 
 def test_a_move_to_a_queue_deleted_meanwhile_moves_nothing(pg_url: str) -> None:
+    """A move into a queue deleted after the transaction looked it up moves nothing and says
+    the queue is not found, by its name."""
     with poisonq.connect(pg_url) as broker, poisonq.connect(pg_url) as operator:
         broker.create_queue("orders")
         broker.create_queue("archive")
@@ -154,7 +158,7 @@ def test_a_move_to_a_queue_deleted_meanwhile_moves_nothing(pg_url: str) -> None:
                 operator.delete_queue("archive")
                 await tx.move(source.id, seqs, target.id, None, None)
 
-        with pytest.raises(StoreError, match="deleted while this transaction ran"):
+        with pytest.raises(EntityNotFoundError, match="no queue 'archive'"):
             drive(move_to_a_deleted_queue())
         assert broker.counts("orders")["active"] == 2
         assert_balanced(broker)

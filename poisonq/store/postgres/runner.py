@@ -166,6 +166,7 @@ class StatementRunner(HistoryTables):
         self._wakes = False  # whether this transaction made a message receivable
         self._receiving: int | None = None  # the entity a receive follows a settlement of
         self._statements = 0
+        self._names: dict[int, str] = {}  # the entities it read, by id: to name one deleted
         self._cover_locks: set[int] = set()  # the entities whose cover lock this one holds
         self._exclusive: set[int] = set()  # the entities whose cover lock it holds exclusive
         self._leasing: set[int] = set()  # the entities it will take a lease of

@@ -35,7 +35,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, cast
 
-from poisonq.errors import StoreError
+from poisonq.errors import EntityNotFoundError
 from poisonq.model import HELD_STATES, EntityStatus, MessageState, ReceivedMessage
 from poisonq.store.base import (
     Deleted,
@@ -236,6 +236,7 @@ class PostgresTransaction(
         )
         found = None
         for record in map(entity_from_row, rows):
+            self._names[record.id] = record.name
             if record.name == name:
                 found = record
             else:
@@ -717,10 +718,9 @@ class PostgresTransaction(
             self.committed
             or not await self._fetch_all("SELECT FROM entities WHERE id = %b", (destination_id,))
         ):
-            raise StoreError(
-                f"entity #{destination_id} was deleted while this transaction ran;"
-                " nothing was added"
-            )
+            # Deleted since this transaction looked it up: it is not found, as it would be a
+            # moment later, and nothing was added to it.
+            raise EntityNotFoundError(self._names.get(destination_id, f"#{destination_id}"))
 
     async def abandon(
         self,
