@@ -8,6 +8,7 @@ import pytest
 from poisonq import (
     Broker,
     EntityDisabledError,
+    InvalidOperationError,
     InvalidOptionError,
     Message,
     MessageNotFoundError,
@@ -139,6 +140,26 @@ def test_reject_without_a_sender_queue_goes_to_the_namespace_dead_letter_queue(
         broker.resubmit("$deadletterqueue")
     assert broker.resubmit("$deadletterqueue", to="orders", rate=None).done == 2
     assert broker.counts("orders")["active"] == 2
+    assert_balanced(broker)
+
+
+def test_the_namespace_dead_letter_queue_is_never_deleted(broker: Broker) -> None:
+    """The namespace dead-letter queue is the store's own, made on a first reject: deleting
+    it, by any spelling, before or after it exists, is refused with one message that says
+    to purge it, and nothing changes."""
+    for name in (
+        "$deadletterqueue",
+        "$deadletterqueue;poison",
+        "$deadletterqueue/$deadletterqueue",
+    ):
+        with pytest.raises(InvalidOperationError, match="cannot be deleted; purge it"):
+            broker.delete_queue(name)
+    broker.create_queue("orders", retry=_policy("reject"))
+    broker.sender("orders").send(Message(body=b"a"))
+    _poison(broker)
+    with pytest.raises(InvalidOperationError, match="cannot be deleted; purge it"):
+        broker.delete_queue("$deadletterqueue")
+    assert broker.counts("$deadletterqueue")["dead_lettered"] == 1
     assert_balanced(broker)
 
 

@@ -29,7 +29,7 @@ from poisonq.model import (
     StatusEventKind,
     SubQueue,
 )
-from poisonq.names import parse_address, subqueue_name, validate_name
+from poisonq.names import NAMESPACE_DEADLETTER, parse_address, subqueue_name, validate_name
 from poisonq.options import QueueOptions
 from poisonq.reports import DELETED_ENTITIES, AuditEntry, AuditReport, QueueInfo, StatusEvent
 from poisonq.store.base import EntityRecord, Transaction
@@ -164,7 +164,13 @@ class Admin(EngineBase):
 
     async def delete_queue(self, name: str) -> None:
         """Delete a queue (or topic, with its subscriptions), its subqueues and messages;
-        what their ledgers held stays in the audit (:meth:`audit`)."""
+        what their ledgers held stays in the audit (:meth:`audit`). The namespace dead-letter
+        queue is the store's own: it is purged, not deleted."""
+        if isinstance(name, str) and name.startswith(NAMESPACE_DEADLETTER):  # or a subqueue's
+            raise InvalidOperationError(
+                f"the namespace dead-letter queue {NAMESPACE_DEADLETTER} cannot be deleted;"
+                " purge it instead"
+            )
         now = self.clock.now()
         async with self.store.transaction() as tx:
             target = await self.resolver.main(tx, name)
