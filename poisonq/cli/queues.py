@@ -275,12 +275,18 @@ def queue_disable(app: App, /, name: str) -> None:
 def queue_delete(app: App, /, name: str, yes: bool) -> None:
     """Delete a queue.
 
-    Deletes NAME with its subqueues and every message they hold.
+    Deletes NAME with its subqueues (a topic with its subscriptions) and every message they
+    hold; their ledgers stay in the audit.
     """
+    app.broker.get_queue(name)  # a name that is not there fails before the question
+    family = [e for e in app.broker.entities() if e.name == name or e.name.startswith(f"{name}/")]
+    held = sum(e.ledger.held for e in family)
     if not yes:
-        click.confirm(f"Delete queue {name!r} and all its messages?", abort=True, err=True)
+        click.confirm(
+            f"Delete queue {name!r} and the {held} message(s) it holds?", abort=True, err=True
+        )
     app.broker.delete_queue(name)
-    app.out.print(Text(f"deleted queue {name}"))
+    app.out.print(Text(f"deleted queue {name} and the {held} message(s) it held"))
 
 
 @queue.command("resolve")

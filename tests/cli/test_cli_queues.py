@@ -72,12 +72,22 @@ def test_disable_and_enable(url: str, orders: str) -> None:
     assert run_json(url, "send", orders, "x")["sent"] == 1
 
 
-def test_delete_asks_unless_yes(url: str, api: Broker, orders: str) -> None:
+def test_delete_asks_unless_yes_and_says_how_many_messages_go(
+    url: str, api: Broker, orders: str
+) -> None:
+    """The question and the answer count the messages the queue and its subqueues hold; a
+    name that is not there fails before anything is asked."""
+    api.sender(orders).send([Message(body=b"x")] * 3)
+    receiver = api.receiver(orders)
+    receiver.dead_letter(receiver.receive(max_messages=1), reason="Bad")
     refused = run(url, "queue", "delete", orders, code=1, stdin="n\n")
-    assert "Aborted" in refused.stderr
+    assert "the 3 message(s) it holds?" in refused.stderr and "Aborted" in refused.stderr
     assert [q.name for q in api.list_queues()] == [orders]
-    run(url, "queue", "delete", orders, "--yes")
+    deleted = run(url, "queue", "delete", orders, "--yes").stdout
+    assert "the 3 message(s) it held" in deleted
     assert api.list_queues() == []
+    missing = run(url, "queue", "delete", "nothing", code=2, stdin="y\n")
+    assert "no queue 'nothing'" in missing.stderr and "Delete" not in missing.stderr
 
 
 def test_a_table_written_to_a_pipe_keeps_every_column(url: str, orders: str) -> None:
