@@ -44,6 +44,7 @@ from poisonq.store.base import (
     UNSTORABLE,
     Deleted,
     EntityRecord,
+    Expected,
     Letter,
     LockInfo,
     MessageFilter,
@@ -340,9 +341,16 @@ class SqliteTransaction(
 
     # Sending ------------------------------------------------------------------------------
     async def insert_messages(
-        self, entity_id: int, rows: Sequence[NewMessage], now: float, *, last: bool = False
+        self,
+        entity_id: int,
+        rows: Sequence[NewMessage],
+        now: float,
+        *,
+        last: bool = False,
+        expected: Expected | None = None,
     ) -> list[int]:
-        # (``last`` changes nothing here: the commit is local.)
+        # (``last`` changes nothing here: the commit is local; nor is a look-up remembered,
+        # so ``expected`` is never given: see Store.checks_lookups.)
         # Multi-row VALUES statements: about 1.5x the rows per second of executemany, which
         # steps the statement once per row. One writer at a time, so the messages get
         # consecutive sequence numbers (AUTOINCREMENT). Binding is a large part of an
