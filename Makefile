@@ -65,7 +65,6 @@ bench: $(STAMP)
 	$(BIN)/python bench/queue_throughput.py
 	scripts/ensure-postgres
 	$(BIN)/python bench/queue_throughput.py --postgres
-	$(BIN)/python bench/remembered_sends.py
 	$(BIN)/python bench/queue_floors.py
 	$(BIN)/python bench/queue_floors.py --sqlite
 	$(BIN)/python bench/aio_throughput.py --postgres
