@@ -7,7 +7,6 @@ An entity's options are kept by the store as JSON text it never reads (see
 
 from __future__ import annotations
 
-import threading
 from difflib import get_close_matches
 
 from poisonq.clock import Clock
@@ -35,9 +34,6 @@ SUBSCRIPTIONS = "subscriptions"
 """The path segment of a topic's subscriptions: ``events/subscriptions/eu``."""
 
 
-REMEMBERED = 1024  # queues a resolver keeps for sends (see Resolver.remember)
-
-
 class Resolver:
     """Addresses to entities and the options that govern them (cached by their text), and
     what an operation reads or checks of a resolved entity: whether it can be received
@@ -46,24 +42,6 @@ class Resolver:
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self._specs: dict[str, Spec] = {}
-        self._remembered: dict[str, Target] = {}  # see remember
-        self._remembering = threading.Lock()  # sends run on many threads
-
-    def remember(self, address: str, target: Target) -> None:
-        """Keep the queue a send resolved, for the next send to ``address`` to go on without
-        reading it (:attr:`~poisonq.store.base.Store.checks_lookups`): the store checks it in
-        the insert. A process sends to few queues; past :data:`REMEMBERED` the oldest go."""
-        with self._remembering:
-            if len(self._remembered) >= REMEMBERED:
-                self._remembered.pop(next(iter(self._remembered)))
-            self._remembered[address] = target
-
-    def remembered(self, address: str) -> Target | None:
-        return self._remembered.get(address)
-
-    def forget(self, address: str) -> None:
-        with self._remembering:
-            self._remembered.pop(address, None)
 
     def spec(self, queue: EntityRecord) -> Spec:
         """Parsed options, cached by their JSON text (parsing validates, which is not free)."""

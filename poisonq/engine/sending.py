@@ -15,7 +15,6 @@ from poisonq.engine.base import EngineBase
 from poisonq.engine.targets import Target, check_sequence_numbers, check_text
 from poisonq.errors import (
     EntityDisabledError,
-    EntityNotFoundError,
     InvalidOptionError,
     MessageNotFoundError,
     MessageTooLargeError,
@@ -33,7 +32,7 @@ from poisonq.model import (
     to_timestamp,
 )
 from poisonq.options import QueueOptions
-from poisonq.store.base import Expected, NewMessage, StaleLookup, Transaction
+from poisonq.store.base import NewMessage, Transaction
 
 log = logging.getLogger(__name__)
 SCHEDULED = MessageState.SCHEDULED
@@ -50,37 +49,14 @@ class Sending(EngineBase):
         if isinstance(messages, Message):
             messages = [messages]
         now = self.clock.now()
-        known = self.resolver.remembered(address) if self.store.checks_lookups else None
-        if known is not None:
-            try:
-                return await self._send_remembered(known, messages, now)
-            except _DECIDED_ON_WHAT_IT_REMEMBERED:
-                self.resolver.forget(address)  # read it again, and decide anew
         async with self.store.transaction() as tx:
             target = await self.resolver.main(tx, address)
             if not target.entity.status.can_send:
                 raise EntityDisabledError(target.entity.name, target.entity.status, "send")
             if target.kind is EntityKind.TOPIC:
                 return await self._publish(tx, target, messages, now)
-            if self.store.checks_lookups and _plain(target.options):
-                self.resolver.remember(address, target)
             rows = self._rows(messages, target.options, now)
             return await self._enqueue(tx, target, rows, now, last=True)
-
-    async def _send_remembered(
-        self, target: Target, messages: Sequence[Message], now: float
-    ) -> list[int]:
-        """A send on the queue as an earlier send read it, in one round trip: the insert
-        checks that the queue still has that status and those options, and room for the
-        batch (:class:`~poisonq.store.base.Expected`). Any error that what it remembered
-        may have caused is the caller's cue to read the queue again; nothing was written."""
-        entity = target.entity
-        if not entity.status.can_send:
-            raise EntityDisabledError(entity.name, entity.status, "send")
-        rows = self._rows(messages, target.options, now)
-        expected = Expected(entity.status.value, entity.options, target.options.max_size)
-        async with self.store.transaction() as tx:
-            return await self._enqueue(tx, target, rows, now, last=True, expected=expected)
 
     async def cancel_scheduled(self, address: str, sequence_numbers: int | Sequence[int]) -> int:
         """Scheduled → dropped (Service Bus' cancel of a scheduled message): the messages
@@ -107,18 +83,11 @@ class Sending(EngineBase):
             return sum([await tx.drop(each.entity.id, mine) for each, mine in found if mine])
 
     async def _enqueue(
-        self,
-        tx: Transaction,
-        target: Target,
-        rows: list[Arrival],
-        now: float,
-        last: bool = False,
-        expected: Expected | None = None,
+        self, tx: Transaction, target: Target, rows: list[Arrival], now: float, last: bool = False
     ) -> list[int]:
         """Insert the rows, dead-letter those refused on arrival, forward the rest if the
         queue says so. ``last``: the caller runs nothing after, so when neither follows the
-        insert is the transaction's last statement (see ``Transaction.lock_ready``);
-        ``expected``: the queue was remembered, and the insert checks it."""
+        insert is the transaction's last statement (see ``Transaction.lock_ready``)."""
         options = target.options
         if options.requires_duplicate_detection:
             rows = await self._drop_duplicates(tx, target, rows, now)
@@ -129,9 +98,7 @@ class Sending(EngineBase):
             return []
         destination = options.forward_to
         last = last and not destination and all(why is None for _, why in rows)
-        seqs = await tx.insert_messages(
-            target.entity.id, [row for row, _ in rows], now, last=last, expected=expected
-        )
+        seqs = await tx.insert_messages(target.entity.id, [row for row, _ in rows], now, last=last)
         refused: dict[str, list[int]] = {}
         for seq, (_, why) in zip(seqs, rows, strict=True):
             if why is not None:
@@ -231,27 +198,6 @@ class Sending(EngineBase):
                     rows.append((row, why))
             seqs += await self._enqueue(tx, sub, rows, now)
         return seqs
-
-
-# What a send on a remembered queue may raise because the queue changed since it was read
-# (its status, options or size; deleted, or made again under the same name): all raised
-# before anything was written (a deleted queue's insert adds nothing). Not a store outage:
-# a commit cut short may have landed, and sending again would send twice.
-_DECIDED_ON_WHAT_IT_REMEMBERED = (
-    StaleLookup,
-    EntityNotFoundError,
-    EntityDisabledError,
-    QuotaExceededError,
-    MessageTooLargeError,
-    InvalidOptionError,
-)
-
-
-def _plain(options: QueueOptions) -> bool:
-    """Whether a send to a queue with these options is one insert (and its dead-letterings
-    on arrival), which a remembered queue can go on: no duplicate detection (the ids seen
-    are read first), no forwarding (its destination is read)."""
-    return not options.requires_duplicate_detection and not options.forward_to
 
 
 def filter_values(message: Message) -> dict[str, PropertyValue]:

@@ -23,7 +23,6 @@ from poisonq.errors import (
     InvalidOperationError,
     InvalidOptionError,
     SchemaVersionError,
-    StoreError,
 )
 from poisonq.model import EntityStatus, Lease, MessageState, ReceivedMessage, SubQueue
 from poisonq.store.history import HistoryKeeper
@@ -116,22 +115,6 @@ class LockInfo:
     delivery_count: int
     move_count: int
     dead_lettered_deliveries: int = 0
-
-
-class Expected(NamedTuple):
-    """What a send decided on from an entity record read by an earlier transaction
-    (:attr:`Store.checks_lookups`): the statement that inserts checks that the entity still
-    has this status and these options, and room for what it adds under ``max_size``; if
-    not, the store raises :class:`StaleLookup` and nothing is written."""
-
-    status: str
-    options: str
-    max_size: int
-
-
-class StaleLookup(StoreError):
-    """An :class:`Expected` entity record no longer holds: the engine reads the entity again
-    and decides anew. Never reaches a caller of the client API."""
 
 
 class Deleted(NamedTuple):
@@ -370,18 +353,10 @@ class Transaction(ABC):
     # Sending ------------------------------------------------------------------------------
     @abstractmethod
     async def insert_messages(
-        self,
-        entity_id: int,
-        rows: Sequence[NewMessage],
-        now: float,
-        *,
-        last: bool = False,
-        expected: Expected | None = None,
+        self, entity_id: int, rows: Sequence[NewMessage], now: float, *, last: bool = False
     ) -> list[int]:
         """Insert messages (counted as sent); returns their sequence numbers in order.
-        ``last`` as in :meth:`lock_ready` (a send that neither forwards nor dead-letters);
-        ``expected``: the entity as the send remembered it, checked by the insert (given
-        only to a store that :attr:`~Store.checks_lookups`)."""
+        ``last`` as in :meth:`lock_ready` (a send that neither forwards nor dead-letters)."""
 
     @abstractmethod
     async def seen_message_ids(
@@ -928,12 +903,6 @@ class Store(ABC):
     #: default clock follows it. A store on one machine (SQLite) has none: its clock is the
     #: local one.
     has_server_clock: ClassVar[bool] = False
-
-    #: Whether reading an entity costs a round trip to a server, so that a send may go on an
-    #: entity record read by an earlier transaction, which the insert checks
-    #: (:class:`Expected`): one round trip a send instead of two. SQLite reads it locally,
-    #: for less than the check would cost.
-    checks_lookups: ClassVar[bool] = False
 
     def server_offset(self, local: Callable[[], float]) -> float:
         """The store's clock less ``local()``, in seconds (see :attr:`has_server_clock`)."""

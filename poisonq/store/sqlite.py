@@ -44,7 +44,6 @@ from poisonq.store.base import (
     UNSTORABLE,
     Deleted,
     EntityRecord,
-    Expected,
     Letter,
     LockInfo,
     MessageFilter,
@@ -341,16 +340,9 @@ class SqliteTransaction(
 
     # Sending ------------------------------------------------------------------------------
     async def insert_messages(
-        self,
-        entity_id: int,
-        rows: Sequence[NewMessage],
-        now: float,
-        *,
-        last: bool = False,
-        expected: Expected | None = None,
+        self, entity_id: int, rows: Sequence[NewMessage], now: float, *, last: bool = False
     ) -> list[int]:
-        # (``last`` changes nothing here: the commit is local; nor is a look-up remembered,
-        # so ``expected`` is never given: see Store.checks_lookups.)
+        # (``last`` changes nothing here: the commit is local.)
         # Multi-row VALUES statements: about 1.5x the rows per second of executemany, which
         # steps the statement once per row. One writer at a time, so the messages get
         # consecutive sequence numbers (AUTOINCREMENT). Binding is a large part of an

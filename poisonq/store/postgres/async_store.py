@@ -52,7 +52,6 @@ class AsyncPostgresStore(Store):
     :meth:`aclose` (or ``async with``)."""
 
     has_server_clock = True
-    checks_lookups = True
 
     def __init__(self, blocking: PostgresStore, max_size: int, *, owns_blocking: bool) -> None:
         """Use :meth:`open` or :meth:`beside`."""

@@ -32,7 +32,7 @@ from typing import Any, TypeGuard
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
-from psycopg.errors import DiskFull, NotNullViolation
+from psycopg.errors import DiskFull
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from poisonq.errors import (
@@ -43,14 +43,7 @@ from poisonq.errors import (
     StoreUnavailableError,
 )
 from poisonq.store import redacted_url
-from poisonq.store.base import (
-    UNSTORABLE,
-    StaleLookup,
-    Store,
-    Transaction,
-    pending_migrations,
-    unstorable,
-)
+from poisonq.store.base import UNSTORABLE, Store, Transaction, pending_migrations, unstorable
 from poisonq.store.history import HistoryKeeper
 from poisonq.store.postgres.noise import POOL_NAME, own, quiet_own_connections
 from poisonq.store.postgres.runner import NOTIFY_CHANNEL, BlockingWire
@@ -208,7 +201,6 @@ class PostgresStore(Store):
 
     # Clock --------------------------------------------------------------------------------
     has_server_clock = True
-    checks_lookups = True
 
     def server_offset(self, local: Callable[[], float]) -> float:
         """The database server's clock (``clock_timestamp()``: the time now, not the
@@ -301,9 +293,6 @@ def translated(
 ) -> StoreError | InvalidOptionError:
     """The typed error for what a transaction on ``store`` (its name for messages) raised;
     the blocking and the asyncio stores report alike."""
-    if isinstance(exc, NotNullViolation) and exc.diag.column_name == "entity_id":
-        # Only an insert whose expected destination no longer holds writes a NULL entity.
-        return StaleLookup(f"an entity changed under a send on {store}: {exc}")
     if isinstance(exc, psycopg.DataError):
         return InvalidOptionError(f"PostgreSQL cannot store a value: {exc}")
     if isinstance(exc, DiskFull):

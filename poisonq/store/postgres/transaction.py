@@ -40,7 +40,6 @@ from poisonq.model import HELD_STATES, EntityStatus, MessageState, ReceivedMessa
 from poisonq.store.base import (
     Deleted,
     EntityRecord,
-    Expected,
     Letter,
     LockInfo,
     MessageFilter,
@@ -144,25 +143,6 @@ _ALIKE = (
 # (one lock per statement where a foreign key would check every row). Joined into the
 # statement, so that a deleted entity gets no rows: see _check_destination.
 _DESTINATION = "(SELECT id FROM entities WHERE id = %(destination)b FOR KEY SHARE) AS destination"
-
-# The destination of a send that went on an entity record read earlier (base.Expected): its
-# id only while the entity still has the status and options the send decided on, and room
-# for what it adds; else NULL, which the insert refuses (messages.entity_id is NOT NULL), so
-# the transaction fails whole (StaleLookup: see store.translated) with the statements sent
-# behind it, the ledger and COMMIT.
-_EXPECTED_DESTINATION = (
-    "(SELECT CASE WHEN status = %(status)b AND options = %(options)b"
-    " AND size_bytes + %(adding)b <= %(max_size)b THEN id END AS id"
-    " FROM entities WHERE id = %(destination)b FOR KEY SHARE) AS destination"
-)
-
-
-def _expectation(expected: Expected | None, adding: int) -> dict[str, Any]:
-    """The parameters of :data:`_EXPECTED_DESTINATION` (none for :data:`_DESTINATION`)."""
-    if expected is None:
-        return {}
-    return {**expected._asdict(), "adding": adding}
-
 
 # A settlement's rows joined with the messages they name, by sequence number. The array
 # of sequence numbers too: once the plan of the statement is generic (after five runs of a
@@ -336,13 +316,7 @@ class PostgresTransaction(
 
     # Sending ------------------------------------------------------------------------------
     async def insert_messages(
-        self,
-        entity_id: int,
-        rows: Sequence[NewMessage],
-        now: float,
-        *,
-        last: bool = False,
-        expected: Expected | None = None,
+        self, entity_id: int, rows: Sequence[NewMessage], now: float, *, last: bool = False
     ) -> list[int]:
         # One statement for the whole batch: each column is bound as one array and the rows
         # are rebuilt with unnest, so the statement text (and its prepared plan) never changes
@@ -372,8 +346,7 @@ class PostgresTransaction(
             " r.subject, r.properties, r.session_id, r.correlation_id, r.reply_to,"
             " r.scheduled_at, r.scheduled_at, r.expires_at, r.to_address, r.reply_to_session_id,"
             " r.partition_key"
-            f" FROM {_DESTINATION if expected is None else _EXPECTED_DESTINATION},"
-            " unnest(%(state)b::text[], %(id)b::text[], %(body)b::bytea[],"
+            f" FROM {_DESTINATION}, unnest(%(state)b::text[], %(id)b::text[], %(body)b::bytea[],"
             " %(size)b::int[], %(type)b::text[], %(subject)b::text[], %(props)b::text[],"
             " %(session)b::text[], %(correlation)b::text[], %(reply)b::text[],"
             " %(scheduled)b::float8[], %(expires)b::float8[], %(to)b::text[],"
@@ -400,7 +373,6 @@ class PostgresTransaction(
                 "to": column("to_address"),
                 "reply_session": column("reply_to_session_id"),
                 "partition": column("partition_key"),
-                **_expectation(expected, sum(m.size for m in rows)),
             },
             last=last,
         )
